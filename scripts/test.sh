@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up tsp-sim, then runs the whole test suite with ctest. Usage: scripts/test.sh [--sanitize]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/scripts/setup.sh" "$@"
+build_dir="$root/build"
+[[ "${1:-}" == "--sanitize" ]] && build_dir="$root/build-sanitize"
+# MPI tests start several ranks on a 2-core machine; as root Open MPI needs these to start at all.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+if [[ "${1:-}" == "--sanitize" ]]; then
+  # Open MPI's own allocations are not ours to fix.
+  export ASAN_OPTIONS=detect_leaks=0
+fi
+cd "$build_dir"
+exec ctest --output-on-failure -j2

@@ -1,0 +1,100 @@
+// The Program: one chip's cycle-stamped instruction list, the contract between compiler and simulator.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "support/expected.h"
+#include "support/units.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::isa {
+
+/// Program format version; the on-disk form records it and the simulator refuses others.
+inline constexpr int kProgramVersion = 1;
+
+/// Instruction opcodes. Each runs on a unit of one kind (unitKindOf).
+enum class Opcode : std::uint8_t {
+  kNop,         ///< any unit: wait; busy for repeat*interval cycles
+  kMemRead,     ///< MEM: SRAM vector at address (+stride per repeat) onto dst stream
+  kMemWrite,    ///< MEM: src stream vector into SRAM at address (+stride per repeat)
+  kVxmUnary,    ///< VXM: func(src) onto dst
+  kVxmBinary,   ///< VXM: func(src, src2) onto dst
+  kMxmInstall,  ///< MXM install queue: load a weight tile from SRAM into the plane's buffer
+  kMxmCompute,  ///< MXM compute queue: src vector x installed weights; dst set on the last K tile
+  kSxmShift,    ///< SXM: shift/permute src onto dst
+  kC2cSend,     ///< C2C: src stream vector out of port
+  kC2cReceive,  ///< C2C: vector arrived on port onto dst stream
+  kCount
+};
+
+/// Name of an opcode ("MemRead", ...); the order is the trace's opcode_names.
+const char* opcodeName(Opcode op);
+/// Unit kind that executes an opcode (kNop: any).
+topology::UnitKind unitKindOf(Opcode op);
+
+/// Functions of the VXM ALUs.
+enum class VxmFunc : std::uint8_t { kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert };
+
+/// Stream directions along the east-west axis.
+enum class Direction : std::uint8_t { kEast = 0, kWest = 1 };
+
+/// A stream register operand; id < 0 means none.
+struct StreamRef {
+  std::int16_t id = -1;
+  Direction dir = Direction::kEast;
+  bool valid() const { return id >= 0; }
+  friend bool operator==(const StreamRef&, const StreamRef&) = default;
+};
+
+/// One instruction: issued on `unit` at `issue` (superlane 0, relative to the program start),
+/// repeated `repeat` times every `interval` cycles, advancing `address` by `stride` each time.
+struct Instruction {
+  std::int32_t unit = 0;
+  Cycle issue = 0;
+  Opcode op = Opcode::kNop;
+  VxmFunc func = VxmFunc::kNone;
+  StreamRef src, src2, dst;
+  std::int32_t address = -1;  ///< SRAM address within the unit's MEM slice
+  std::int32_t bank = -1;     ///< bank of the first address under the chip's bank mapping
+  std::int32_t stride = 0;
+  std::int32_t port = -1;     ///< C2C port
+  std::int32_t repeat = 1;
+  std::int32_t interval = 1;
+  friend bool operator==(const Instruction&, const Instruction&) = default;
+};
+
+/// Cycles from an instruction's issue to its result (d_func), taken from the chip spec: the one
+/// latency table shared by compiler and simulator.
+Cycle resultLatency(const topology::ChipSpec& chip, const Instruction& inst);
+/// Cycles a unit stays busy for one repeat iteration of an instruction.
+Cycle busyPerIssue(const topology::ChipSpec& chip, const Instruction& inst);
+/// Cycle at which the last repeat iteration's result is ready.
+Cycle completion(const topology::ChipSpec& chip, const Instruction& inst);
+/// First cycle at which the unit may issue again.
+Cycle unitFreeAt(const topology::ChipSpec& chip, const Instruction& inst);
+
+/// One chip's program. Carries no end cycles: the simulator derives them from the chip spec.
+struct Program {
+  int version = kProgramVersion;
+  std::uint64_t chipSpecHash = 0;
+  std::vector<Instruction> instructions;  ///< ordered by (issue, unit)
+  Cycle predictedCycles = 0;              ///< compiler's prediction of the chip's completion
+  Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
+  Bytes sramBytes = 0;                    ///< SRAM the program allocates
+
+  /// Content hash: identical shards share one program.
+  std::uint64_t contentHash() const;
+  friend bool operator==(const Program&, const Program&) = default;
+};
+
+/// Sorts instructions by (issue, unit).
+void canonicalize(Program& program);
+
+/// The versioned on-disk form (JSON).
+std::string serialize(const Program& program);
+/// Reads the on-disk form; refuses another version or a program made for another chip.
+Expected<Program> deserialize(const std::string& text, const topology::ChipSpec& chip, const std::string& file);
+
+}  // namespace tsp::isa

@@ -1,0 +1,40 @@
+// The tsp-sim run: config -> model -> plan -> programs -> simulation -> trace -> summary.
+#pragma once
+
+#include <csignal>
+#include <optional>
+#include <string>
+
+#include <mpi.h>
+
+#include "support/expected.h"
+
+namespace tsp::runtime {
+
+/// Command-line choices of one run (DESIGN.md section 6).
+struct RunOptions {
+  std::string configPath;
+  std::optional<std::string> model;  ///< --model override
+  std::optional<std::string> out;    ///< --out override
+  std::optional<std::string> describe;
+  std::optional<std::int64_t> seed;
+  bool json = false;
+  bool quiet = false;
+  std::optional<std::string> emitPrograms;
+  bool compileOnly = false;
+};
+
+/// Result of a run: the exit code and whether this rank should print the diagnostic.
+struct RunResult {
+  ExitCode code = ExitCode::kSuccess;
+  std::optional<Diagnostic> error;
+  bool reportHere = false;
+};
+
+/// Runs tsp-sim on every rank of comm. Output (tables, JSON) is printed by rank 0.
+RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt);
+
+/// The version string printed by --version and stored in traces.
+const char* toolVersion();
+
+}  // namespace tsp::runtime

@@ -1,0 +1,71 @@
+// The tsp-sim command: command line, MPI lifetime, signals, and the one place errors become exit codes.
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "runtime/driver.h"
+
+namespace {
+
+volatile std::sig_atomic_t gInterrupted = 0;
+
+extern "C" void onSignal(int) { gInterrupted = 1; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::signal(SIGTERM, onSignal);
+  std::signal(SIGUSR1, onSignal);
+  std::signal(SIGINT, onSignal);
+
+  tsp::runtime::RunOptions options;
+  CLI::App app{"tsp-sim: partition a model over a cluster of Tensor Streaming Processors and simulate it cycle by cycle",
+               "tsp-sim"};
+  app.add_option("--config", options.configPath, "cluster and model config (YAML)")->required();
+  app.add_option("--model", options.model, "FILE.onnx or builtin:NAME[,key=value...]; overrides the config's model");
+  app.add_option("--out", options.out, "trace path (HDF5)");
+  app.add_option("--describe", options.describe, "print a description and exit")
+      ->check(CLI::IsMember({"topology", "model", "plan"}));
+  app.add_option("--seed", options.seed, "seed of annealing and search (default 0)");
+  app.add_flag("--json", options.json, "machine-readable output on stdout");
+  app.add_flag("--quiet", options.quiet, "no progress line");
+  app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");
+  app.add_flag("--compile-only", options.compileOnly, "stop after compiling (with --emit-programs)");
+  app.set_version_flag("--version", tsp::runtime::toolVersion());
+  app.footer(
+      "Exit codes: 0 success; 1 usage or config error; 2 model error; 3 does not fit; 4 hazard;\n"
+      "5 internal or MPI failure; 6 functional mismatch; 7 interrupted (partial trace .partial.h5).");
+
+  int code = 0;
+  try {
+    app.parse(argc, argv);
+    if (options.compileOnly && !options.emitPrograms) throw CLI::ValidationError("--compile-only", "needs --emit-programs DIR");
+  } catch (const CLI::CallForHelp&) {
+    if (rank == 0) fmt::print("{}", app.help());
+    MPI_Finalize();
+    return 0;
+  } catch (const CLI::CallForVersion&) {
+    if (rank == 0) fmt::print("{}\n", tsp::runtime::toolVersion());
+    MPI_Finalize();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    if (rank == 0) fmt::print(stderr, "tsp-sim: error: {}\n", e.what());
+    MPI_Finalize();
+    return 1;
+  }
+
+  const auto result = tsp::runtime::runTspSim(options, MPI_COMM_WORLD, &gInterrupted);
+  code = static_cast<int>(result.code);
+  if (result.error && result.reportHere) fmt::print(stderr, "tsp-sim: error: {}\n", result.error->format());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (result.code == tsp::ExitCode::kInternal) MPI_Abort(MPI_COMM_WORLD, code);
+  MPI_Finalize();
+  return code;
+}

@@ -1,0 +1,92 @@
+// The config loader: parse, hand each section to its layer, validate, hand out.
+#include "runtime/run_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::runtime {
+
+namespace {
+
+Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node, SimulationConfig& out) {
+  if (auto s = reader.checkKeys(node, {"mode", "iterations", "seed", "rank_mapping", "faults"}, "simulation"); !s)
+    return s;
+  auto mode = reader.text(node, "mode", "timing", {"timing"});
+  if (!mode) return mode.error();
+  auto iterations = reader.integer(node, "iterations", 1, 1, 1);
+  if (!iterations) return iterations.error();
+  auto seed = reader.integer(node, "seed", 0, 0, std::numeric_limits<std::int64_t>::max());
+  if (!seed) return seed.error();
+  auto mapping = reader.text(node, "rank_mapping", "block", {"block"});
+  if (!mapping) return mapping.error();
+  if (auto s = reader.checkKeys(node["faults"], {}, "simulation.faults"); !s) return s;
+  out = {*mode, static_cast<int>(*iterations), *seed, *mapping};
+  return {};
+}
+
+Status loadOutput(const topology::YamlReader& reader, const YAML::Node& node, int chips, OutputConfig& out) {
+  if (auto s = reader.checkKeys(node, {"trace", "level", "instruction_chips"}, "output"); !s) return s;
+  auto trace = reader.text(node, "trace", out.trace);
+  if (!trace) return trace.error();
+  auto level = reader.text(node, "level", "summary", {"summary"});
+  if (!level) return level.error();
+  out.trace = *trace;
+  out.level = *level;
+  const YAML::Node list = node ? node["instruction_chips"] : YAML::Node();
+  if (list && !(list.IsScalar() && list.as<std::string>() == "all")) {
+    auto chipsList = reader.integerList(node, "instruction_chips", 0, chips - 1);
+    if (!chipsList) return chipsList.error();
+    for (auto c : *chipsList) out.instructionChips.push_back(static_cast<int>(c));
+  }
+  return {};
+}
+
+}  // namespace
+
+Expected<RunConfig> loadRunConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return configError({path, 0, 0, ""}, "cannot open the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    return configError({path, e.mark.line + 1, e.mark.column + 1, ""}, "YAML syntax error: " + e.msg);
+  }
+  topology::YamlReader reader(path);
+  if (!root.IsMap()) return configError({path, 1, 1, ""}, "the config must be a mapping with a 'cluster' section");
+  if (auto s = reader.checkKeys(root, {"cluster", "model", "parallelism", "simulation", "training", "output"}, "config");
+      !s)
+    return s.error();
+
+  RunConfig config;
+  config.file = path;
+  auto cluster = topology::loadCluster(reader, root["cluster"]);
+  if (!cluster) return cluster.error();
+  config.cluster.emplace(std::move(*cluster));
+  auto model = frontend::loadModelSpec(reader, root["model"]);
+  if (!model) return model.error();
+  config.model = std::move(*model);
+  auto parallelism = partition::loadParallelism(reader, root["parallelism"]);
+  if (!parallelism) return parallelism.error();
+  config.parallelism = *parallelism;
+  if (auto s = loadSimulation(reader, root["simulation"], config.simulation); !s) return s.error();
+  if (auto s = reader.checkKeys(root["training"], {}, "training"); !s) return s.error();
+  if (auto s = loadOutput(reader, root["output"], config.cluster->chipCount(), config.output); !s) return s.error();
+
+  YAML::Node stored = YAML::Clone(root);
+  stored.remove("output");
+  YAML::Emitter emitter;
+  emitter << stored;
+  config.resolvedYaml = emitter.c_str();
+  return config;
+}
+
+}  // namespace tsp::runtime

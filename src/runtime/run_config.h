@@ -1,0 +1,44 @@
+// The whole config file: parsed once, each section handed to its layer, then immutable.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compile/frontend/model_config.h"
+#include "partition/plan.h"
+#include "support/expected.h"
+#include "topology/cluster.h"
+
+namespace tsp::runtime {
+
+/// The `simulation:` section.
+struct SimulationConfig {
+  std::string mode = "timing";
+  int iterations = 1;
+  std::int64_t seed = 0;
+  std::string rankMapping = "block";
+};
+
+/// The `output:` section (left out of the stored config: it does not change results).
+struct OutputConfig {
+  std::string trace = "out/trace.h5";
+  std::string level = "summary";
+  std::vector<int> instructionChips;  ///< empty: all
+};
+
+/// A loaded, validated config.
+struct RunConfig {
+  std::string file;
+  std::string resolvedYaml;  ///< the config as read, without `output`
+  std::optional<topology::Cluster> cluster;
+  frontend::ModelSpec model;
+  partition::ParallelismConfig parallelism;
+  SimulationConfig simulation;
+  OutputConfig output;
+};
+
+/// Reads and validates path; every mistake is a diagnostic with file:line:col.
+Expected<RunConfig> loadRunConfig(const std::string& path);
+
+}  // namespace tsp::runtime

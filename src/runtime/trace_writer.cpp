@@ -1,0 +1,254 @@
+// The HDF5 trace writer: parallel HDF5, chunked and compressed datasets, collective writes.
+#include "runtime/trace_writer.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+namespace tsp::runtime {
+
+namespace {
+
+// Closes an HDF5 handle at scope exit.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  operator hid_t() const { return id_; }  // NOLINT: used as the id it wraps
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+Diagnostic ioError(const std::string& what) { return makeError(ExitCode::kInternal, "HDF5: " + what); }
+
+hid_t ensureGroup(hid_t file, const char* path) {
+  if (H5Lexists(file, path, H5P_DEFAULT) > 0) return H5Gopen2(file, path, H5P_DEFAULT);
+  return H5Gcreate2(file, path, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+}
+
+Status stringAttribute(hid_t object, const char* name, const std::string& value) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const char* data = value.c_str();
+  if (!attr.ok() || H5Awrite(attr, type, &data) < 0) return ioError(fmt::format("cannot write attribute {}", name));
+  return {};
+}
+
+template <typename T>
+Status numberAttribute(hid_t object, const char* name, hid_t type, T value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  Handle attr(H5Acreate2(object, name, type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  if (!attr.ok() || H5Awrite(attr, type, &value) < 0) return ioError(fmt::format("cannot write attribute {}", name));
+  return {};
+}
+
+// Creates dataset `path` of shape dims and writes the rows (along dim 0) listed in `rows` from
+// `data` (rows in the order listed), collectively. Rows are grouped into contiguous runs.
+Status writeRows(hid_t file, const char* path, hid_t type, const std::vector<hsize_t>& dims,
+                 const std::vector<int>& rows, const void* data) {
+  const int rank = static_cast<int>(dims.size());
+  Handle fileSpace(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose);
+  Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  std::vector<hsize_t> chunk = dims;
+  hsize_t rowElements = 1;
+  for (int d = 1; d < rank; ++d) rowElements *= dims[d];
+  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], std::max<hsize_t>(1, 65536 / std::max<hsize_t>(1, rowElements))));
+  for (int d = 1; d < rank; ++d) chunk[d] = std::max<hsize_t>(1, dims[d]);
+  H5Pset_chunk(create, rank, chunk.data());
+  H5Pset_deflate(create, 4);
+  Handle dataset(H5Dcreate2(file, path, type, fileSpace, H5P_DEFAULT, create, H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return ioError(fmt::format("cannot create {}", path));
+
+  std::vector<hsize_t> memDims = dims;
+  memDims[0] = rows.size();
+  Handle memSpace(H5Screate_simple(rank, memDims.data(), nullptr), H5Sclose);
+  if (rows.empty()) {
+    H5Sselect_none(fileSpace);
+    H5Sselect_none(memSpace);
+  } else {
+    H5Sselect_none(fileSpace);
+    size_t i = 0;
+    while (i < rows.size()) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      std::vector<hsize_t> start(rank, 0), count = dims;
+      start[0] = static_cast<hsize_t>(rows[i]);
+      count[0] = j - i;
+      H5Sselect_hyperslab(fileSpace, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr);
+      i = j;
+    }
+  }
+  Handle transfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  H5Pset_dxpl_mpio(transfer, H5FD_MPIO_COLLECTIVE);
+  if (H5Dwrite(dataset, type, memSpace, fileSpace, transfer, data) < 0)
+    return ioError(fmt::format("cannot write {}", path));
+  return {};
+}
+
+hid_t chipRowType() {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ChipRow));
+  H5Tinsert(t, "chip", HOFFSET(ChipRow, chip), H5T_NATIVE_INT32);
+#define TSP_FIELD(name, member) H5Tinsert(t, name, HOFFSET(ChipRow, member), H5T_NATIVE_INT64)
+  TSP_FIELD("cycles", cycles);
+  TSP_FIELD("predicted_cycles", predictedCycles);
+  TSP_FIELD("lower_bound_cycles", lowerBoundCycles);
+  TSP_FIELD("instructions", instructions);
+  TSP_FIELD("busy_mem", busyMem);
+  TSP_FIELD("busy_vxm", busyVxm);
+  TSP_FIELD("busy_mxm", busyMxm);
+  TSP_FIELD("busy_sxm", busySxm);
+  TSP_FIELD("busy_c2c", busyC2c);
+  TSP_FIELD("bytes_sent", bytesSent);
+  TSP_FIELD("bytes_received", bytesReceived);
+  TSP_FIELD("sram_peak_bytes", sramPeakBytes);
+#undef TSP_FIELD
+  return t;
+}
+
+std::vector<int> rowsOfRank0(int rank, size_t count) {
+  std::vector<int> rows;
+  if (rank == 0)
+    for (size_t i = 0; i < count; ++i) rows.push_back(static_cast<int>(i));
+  return rows;
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(std::string tempPath, MPI_Comm comm, std::int64_t file)
+    : tempPath_(std::move(tempPath)), comm_(comm), file_(file) {
+  MPI_Comm_rank(comm_, &rank_);
+}
+
+TraceWriter::TraceWriter(TraceWriter&& other) noexcept
+    : tempPath_(std::move(other.tempPath_)), comm_(other.comm_), file_(other.file_), rank_(other.rank_) {
+  other.file_ = -1;
+}
+
+TraceWriter::~TraceWriter() {
+  if (file_ >= 0) discard();
+}
+
+Expected<TraceWriter> TraceWriter::create(const std::string& finalPath, MPI_Comm comm) {
+  const std::string temp = finalPath + ".tmp";
+  Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  H5Pset_fapl_mpio(access, comm, MPI_INFO_NULL);
+  hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access);
+  int okLocal = file >= 0, okAll = 0;
+  MPI_Allreduce(&okLocal, &okAll, 1, MPI_INT, MPI_MIN, comm);
+  if (!okAll) {
+    if (file >= 0) H5Fclose(file);
+    return makeError(ExitCode::kConfig, fmt::format("{}: cannot create the trace file (does the directory exist?)", temp));
+  }
+  return TraceWriter(temp, comm, file);
+}
+
+Status TraceWriter::writeMeta(const TraceMeta& meta) {
+  Handle group(ensureGroup(file_, "/meta"), H5Gclose);
+  Status s;
+  if (!(s = numberAttribute(group, "format_version", H5T_NATIVE_INT, kTraceFormatVersion))) return s;
+  for (auto [name, value] : {std::pair{"tool_version", &meta.toolVersion}, std::pair{"config_yaml", &meta.configYaml},
+                             std::pair{"plan_yaml", &meta.planYaml}, std::pair{"trace_level", &meta.traceLevel},
+                             std::pair{"rank_mapping", &meta.rankMapping}, std::pair{"created", &meta.created}})
+    if (!(s = stringAttribute(group, name, *value))) return s;
+  if (!(s = numberAttribute(group, "clock_mhz", H5T_NATIVE_DOUBLE, meta.clockMhz))) return s;
+  if (!(s = numberAttribute(group, "wall_seconds", H5T_NATIVE_DOUBLE, meta.wallSeconds))) return s;
+  if (!(s = numberAttribute(group, "chip_count", H5T_NATIVE_INT64, meta.chipCount))) return s;
+  if (!(s = numberAttribute(group, "link_count", H5T_NATIVE_INT64, meta.linkCount))) return s;
+  if (!(s = numberAttribute(group, "seed", H5T_NATIVE_INT64, meta.seed))) return s;
+  return numberAttribute(group, "ranks", H5T_NATIVE_INT, meta.ranks);
+}
+
+Status TraceWriter::writeChips(const std::vector<ChipRow>& localRows, std::int64_t chipCount) {
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  Handle type(chipRowType(), H5Tclose);
+  std::vector<int> rows;
+  for (const auto& r : localRows) rows.push_back(r.chip);
+  return writeRows(file_, "/summary/chips", type, {static_cast<hsize_t>(chipCount)}, rows, localRows.data());
+}
+
+Status TraceWriter::writeUnitBusy(const std::vector<int>& localChips, const std::vector<std::int64_t>& rows, int units,
+                                  std::int64_t chipCount) {
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  return writeRows(file_, "/summary/unit_busy_cycles", H5T_NATIVE_INT64,
+                   {static_cast<hsize_t>(chipCount), static_cast<hsize_t>(units)}, localChips, rows.data());
+}
+
+Status TraceWriter::writeTimeline(const std::vector<int>& localChips, const std::vector<float>& rows, int kinds,
+                                  int bins, std::int64_t binCycles, std::int64_t chipCount) {
+  Handle group(ensureGroup(file_, "/timeline"), H5Gclose);
+  if (auto s = writeRows(file_, "/timeline/utilization", H5T_NATIVE_FLOAT,
+                         {static_cast<hsize_t>(chipCount), static_cast<hsize_t>(kinds), static_cast<hsize_t>(bins)},
+                         localChips, rows.data());
+      !s)
+    return s;
+  Handle dataset(H5Dopen2(file_, "/timeline/utilization", H5P_DEFAULT), H5Dclose);
+  return numberAttribute(dataset, "bin_cycles", H5T_NATIVE_INT64, binCycles);
+}
+
+Status TraceWriter::writeUnits(const std::vector<UnitRow>& rows) {
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(UnitRow)), H5Tclose);
+  Handle kind(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(kind, sizeof(UnitRow::kind));
+  H5Tinsert(type, "unit", HOFFSET(UnitRow, unit), H5T_NATIVE_INT32);
+  H5Tinsert(type, "kind", HOFFSET(UnitRow, kind), kind);
+  H5Tinsert(type, "slice", HOFFSET(UnitRow, slice), H5T_NATIVE_INT32);
+  return writeRows(file_, "/summary/units", type, {rows.size()}, rowsOfRank0(rank_, rows.size()), rows.data());
+}
+
+Status TraceWriter::writeLinks(const std::vector<LinkRow>& rows) {
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(LinkRow)), H5Tclose);
+  H5Tinsert(type, "link", HOFFSET(LinkRow, link), H5T_NATIVE_INT32);
+  H5Tinsert(type, "a", HOFFSET(LinkRow, a), H5T_NATIVE_INT32);
+  H5Tinsert(type, "b", HOFFSET(LinkRow, b), H5T_NATIVE_INT32);
+  H5Tinsert(type, "bytes_ab", HOFFSET(LinkRow, bytesAb), H5T_NATIVE_INT64);
+  H5Tinsert(type, "bytes_ba", HOFFSET(LinkRow, bytesBa), H5T_NATIVE_INT64);
+  H5Tinsert(type, "busy_cycles_ab", HOFFSET(LinkRow, busyCyclesAb), H5T_NATIVE_INT64);
+  H5Tinsert(type, "busy_cycles_ba", HOFFSET(LinkRow, busyCyclesBa), H5T_NATIVE_INT64);
+  H5Tinsert(type, "latency_cycles", HOFFSET(LinkRow, latencyCycles), H5T_NATIVE_INT64);
+  H5Tinsert(type, "bytes_per_cycle", HOFFSET(LinkRow, bytesPerCycle), H5T_NATIVE_DOUBLE);
+  return writeRows(file_, "/summary/links", type, {rows.size()}, rowsOfRank0(rank_, rows.size()), rows.data());
+}
+
+Status TraceWriter::writeRun(const RunRow& row) {
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(RunRow)), H5Tclose);
+  H5Tinsert(type, "makespan_cycles", HOFFSET(RunRow, makespanCycles), H5T_NATIVE_INT64);
+  H5Tinsert(type, "makespan_seconds", HOFFSET(RunRow, makespanSeconds), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "throughput_per_second", HOFFSET(RunRow, throughputPerSecond), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "samples", HOFFSET(RunRow, samples), H5T_NATIVE_INT64);
+  H5Tinsert(type, "chips", HOFFSET(RunRow, chips), H5T_NATIVE_INT32);
+  H5Tinsert(type, "iterations", HOFFSET(RunRow, iterations), H5T_NATIVE_INT32);
+  return writeRows(file_, "/summary/run", type, {1}, rowsOfRank0(rank_, 1), &row);
+}
+
+Status TraceWriter::commit(const std::string& path) {
+  const herr_t closed = H5Fclose(file_);
+  file_ = -1;
+  int ok = closed >= 0;
+  if (rank_ == 0 && ok) ok = std::rename(tempPath_.c_str(), path.c_str()) == 0;
+  MPI_Bcast(&ok, 1, MPI_INT, 0, comm_);
+  if (!ok) return makeError(ExitCode::kInternal, fmt::format("cannot close or rename the trace into {}", path));
+  return {};
+}
+
+void TraceWriter::discard() {
+  if (file_ >= 0) H5Fclose(file_);
+  file_ = -1;
+  if (rank_ == 0) std::remove(tempPath_.c_str());
+}
+
+}  // namespace tsp::runtime

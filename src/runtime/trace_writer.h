@@ -1,0 +1,91 @@
+// The HDF5 trace (docs/trace-format.md): written collectively by all ranks under a temporary name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "support/expected.h"
+
+namespace tsp::runtime {
+
+/// Trace format version, stored as /meta format_version.
+inline constexpr int kTraceFormatVersion = 1;
+
+/// One row of /summary/chips.
+struct ChipRow {
+  std::int32_t chip;
+  std::int64_t cycles, predictedCycles, lowerBoundCycles, instructions;
+  std::int64_t busyMem, busyVxm, busyMxm, busySxm, busyC2c;
+  std::int64_t bytesSent, bytesReceived, sramPeakBytes;
+};
+
+/// One row of /summary/units.
+struct UnitRow {
+  std::int32_t unit;
+  char kind[8];
+  std::int32_t slice;
+};
+
+/// One row of /summary/links.
+struct LinkRow {
+  std::int32_t link, a, b;
+  std::int64_t bytesAb, bytesBa, busyCyclesAb, busyCyclesBa, latencyCycles;
+  double bytesPerCycle;
+};
+
+/// The single row of /summary/run.
+struct RunRow {
+  std::int64_t makespanCycles;
+  double makespanSeconds, throughputPerSecond;
+  std::int64_t samples;
+  std::int32_t chips, iterations;
+};
+
+/// String and number attributes of /meta.
+struct TraceMeta {
+  std::string toolVersion, configYaml, planYaml, traceLevel, rankMapping, created;
+  double clockMhz = 0, wallSeconds = 0;
+  std::int64_t chipCount = 0, linkCount = 0, seed = 0;
+  int ranks = 1;
+};
+
+/// Writes one trace file. Every call is collective over the communicator.
+class TraceWriter {
+ public:
+  /// Creates `finalPath`'s temporary sibling; nothing appears under finalPath until commit().
+  static Expected<TraceWriter> create(const std::string& finalPath, MPI_Comm comm);
+  TraceWriter(TraceWriter&& other) noexcept;
+  TraceWriter& operator=(TraceWriter&&) = delete;
+  ~TraceWriter();
+
+  Status writeMeta(const TraceMeta& meta);
+  /// Rows of the chips this rank owns (any order); the dataset has chipCount rows indexed by chip.
+  Status writeChips(const std::vector<ChipRow>& localRows, std::int64_t chipCount);
+  /// unit_busy_cycles rows [chips x units] for this rank's chips, in the order of localChips.
+  Status writeUnitBusy(const std::vector<int>& localChips, const std::vector<std::int64_t>& rows, int units,
+                       std::int64_t chipCount);
+  /// Timeline rows [chips x kinds x bins] for this rank's chips.
+  Status writeTimeline(const std::vector<int>& localChips, const std::vector<float>& rows, int kinds, int bins,
+                       std::int64_t binCycles, std::int64_t chipCount);
+  /// Rows identical on every rank (written by rank 0): units, links, run.
+  Status writeUnits(const std::vector<UnitRow>& rows);
+  Status writeLinks(const std::vector<LinkRow>& rows);
+  Status writeRun(const RunRow& row);
+
+  /// Closes and renames to `path` (the final name, or a .partial.h5 name).
+  Status commit(const std::string& path);
+  /// Closes and deletes the temporary file.
+  void discard();
+
+ private:
+  TraceWriter(std::string tempPath, MPI_Comm comm, std::int64_t file);
+  std::string tempPath_;
+  MPI_Comm comm_;
+  std::int64_t file_ = -1;
+  int rank_ = 0;
+};
+
+}  // namespace tsp::runtime

@@ -1,0 +1,50 @@
+// The utilisation timeline and the kernel back end's lifetime.
+#include "sim/utilization.h"
+
+#include <algorithm>
+
+#include <Kokkos_Core.hpp>
+
+namespace tsp::sim {
+
+void addToTimeline(std::vector<double>& timeline, const SimOptions& options, int kind, Cycle start, Cycle end,
+                   Cycle busy) {
+  if (end <= start || busy <= 0) return;
+  const double density = static_cast<double>(busy) / static_cast<double>(end - start);
+  const Cycle width = std::max<Cycle>(1, options.binCycles);
+  for (Cycle bin = start / width; bin < options.bins && bin * width < end; ++bin) {
+    const Cycle lo = std::max(start, bin * width), hi = std::min(end, (bin + 1) * width);
+    if (hi > lo) timeline[static_cast<size_t>(kind) * options.bins + bin] += density * static_cast<double>(hi - lo);
+  }
+}
+
+std::vector<float> normalizeTimeline(const std::vector<double>& timeline, const SimOptions& options,
+                                     const int unitsPerKind[]) {
+  const int bins = options.bins;
+  const double width = static_cast<double>(std::max<Cycle>(1, options.binCycles));
+  Kokkos::View<const double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> in(timeline.data(),
+                                                                                              timeline.size());
+  std::vector<float> out(timeline.size(), 0.0f);
+  Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> result(out.data(), out.size());
+  Kokkos::View<int*, Kokkos::HostSpace> units("units", topology::kUnitKindCount);
+  for (int k = 0; k < topology::kUnitKindCount; ++k) units(k) = unitsPerKind[k];
+  Kokkos::parallel_for(
+      "tsp.normalize_timeline", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, timeline.size()),
+      KOKKOS_LAMBDA(const size_t i) {
+        const int kind = static_cast<int>(i / bins);
+        const double capacity = width * (units(kind) > 0 ? units(kind) : 1);
+        result(i) = static_cast<float>(std::min(1.0, in(i) / capacity));
+      });
+  Kokkos::fence();
+  return out;
+}
+
+KernelRuntime::KernelRuntime() {
+  if (!Kokkos::is_initialized()) Kokkos::initialize();
+}
+
+KernelRuntime::~KernelRuntime() {
+  if (Kokkos::is_initialized()) Kokkos::finalize();
+}
+
+}  // namespace tsp::sim

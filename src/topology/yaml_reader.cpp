@@ -1,0 +1,122 @@
+// Typed, located YAML lookups.
+#include "topology/yaml_reader.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "support/strings.h"
+
+namespace tsp::topology {
+
+SourceLocation YamlReader::at(const YAML::Node& node) const {
+  SourceLocation where;
+  where.file = file_;
+  const YAML::Mark mark = node.Mark();
+  if (mark.line >= 0) {
+    where.line = mark.line + 1;
+    where.column = mark.column + 1;
+  }
+  return where;
+}
+
+Diagnostic YamlReader::error(const YAML::Node& node, const std::string& message) const {
+  return configError(at(node), message);
+}
+
+Status YamlReader::checkKeys(const YAML::Node& map, const std::vector<std::string>& allowed,
+                             const std::string& section) const {
+  if (!map || map.IsNull()) return {};
+  if (!map.IsMap()) return error(map, fmt::format("'{}' must be a mapping", section));
+  for (const auto& entry : map) {
+    const auto key = entry.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string message = fmt::format("unknown key '{}' in '{}'", key, section);
+    const std::string suggestion = closestMatch(key, allowed);
+    if (!suggestion.empty()) message += fmt::format(" (did you mean '{}'?)", suggestion);
+    return error(entry.first, message);
+  }
+  return {};
+}
+
+Status YamlReader::expectMap(const YAML::Node& node, const std::string& key) const {
+  if (!node || node.IsNull() || node.IsMap()) return {};
+  return error(node, fmt::format("'{}' must be a mapping", key));
+}
+
+namespace {
+template <typename T>
+bool convert(const YAML::Node& node, T& out) {
+  if (!node.IsScalar()) return false;
+  try {
+    out = node.as<T>();
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+}  // namespace
+
+Expected<std::int64_t> YamlReader::integer(const YAML::Node& map, const std::string& key,
+                                           std::int64_t fallback, std::int64_t lo, std::int64_t hi) const {
+  const YAML::Node node = map[key];
+  if (!node) return fallback;
+  std::int64_t value = 0;
+  if (!convert(node, value)) return error(node, fmt::format("'{}' must be an integer", key));
+  if (value < lo || value > hi)
+    return error(node, fmt::format("'{}' is {}, out of range [{}, {}]", key, value, lo, hi));
+  return value;
+}
+
+Expected<double> YamlReader::number(const YAML::Node& map, const std::string& key, double fallback,
+                                    double lo, double hi) const {
+  const YAML::Node node = map[key];
+  if (!node) return fallback;
+  double value = 0;
+  if (!convert(node, value)) return error(node, fmt::format("'{}' must be a number", key));
+  if (!(value >= lo && value <= hi))
+    return error(node, fmt::format("'{}' is {}, out of range [{}, {}]", key, value, lo, hi));
+  return value;
+}
+
+Expected<std::string> YamlReader::text(const YAML::Node& map, const std::string& key,
+                                       const std::string& fallback,
+                                       const std::vector<std::string>& choices) const {
+  const YAML::Node node = map[key];
+  if (!node) return fallback;
+  std::string value;
+  if (!convert(node, value)) return error(node, fmt::format("'{}' must be a string", key));
+  if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end()) {
+    std::string message = fmt::format("'{}' is '{}', expected one of: {}", key, value, join(choices, ", "));
+    const std::string suggestion = closestMatch(value, choices);
+    if (!suggestion.empty()) message += fmt::format(" (did you mean '{}'?)", suggestion);
+    return error(node, message);
+  }
+  return value;
+}
+
+Expected<bool> YamlReader::boolean(const YAML::Node& map, const std::string& key, bool fallback) const {
+  const YAML::Node node = map[key];
+  if (!node) return fallback;
+  bool value = false;
+  if (!convert(node, value)) return error(node, fmt::format("'{}' must be true or false", key));
+  return value;
+}
+
+Expected<std::vector<std::int64_t>> YamlReader::integerList(const YAML::Node& map, const std::string& key,
+                                                            std::int64_t lo, std::int64_t hi) const {
+  const YAML::Node node = map[key];
+  std::vector<std::int64_t> values;
+  if (!node) return values;
+  if (!node.IsSequence()) return error(node, fmt::format("'{}' must be a list of integers", key));
+  for (const auto& item : node) {
+    std::int64_t value = 0;
+    if (!convert(item, value)) return error(item, fmt::format("'{}' must be a list of integers", key));
+    if (value < lo || value > hi)
+      return error(item, fmt::format("'{}' entry {} is out of range [{}, {}]", key, value, lo, hi));
+    values.push_back(value);
+  }
+  return values;
+}
+
+}  // namespace tsp::topology
