@@ -1,0 +1,231 @@
+# tsp_trace_test: scripts/tsp-trace on synthetic traces of every trace level.
+"""Each subcommand, its outputs and its error messages."""
+
+import csv
+import io
+import json
+import tempfile
+import unittest
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from synthetic_trace import CLOCK_MHZ, KINDS, UNITS_PER_KIND, run_tool, write_trace
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+LEVELS = ("summary", "links", "instructions")
+
+
+class TspTraceTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.dir = Path(cls.tmp.name)
+        cls.traces, cls.chips = {}, {}
+        for level in LEVELS:
+            path = cls.dir / f"{level}.h5"
+            cls.chips[level] = write_trace(path, level, chips=4, plans=(level == "instructions"))
+            cls.traces[level] = path
+        cls.single = cls.dir / "single.h5"
+        write_trace(cls.single, "summary", chips=1)
+        cls.wide = cls.dir / "wide.h5"
+        write_trace(cls.wide, "links", chips=8, ranks=2)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def ok(self, *args):
+        result = run_tool(*args)
+        self.assertEqual(result.returncode, 0, f"tsp-trace {' '.join(map(str, args))}: {result.stderr}")
+        return result
+
+    def assertPng(self, path):
+        data = Path(path).read_bytes()
+        self.assertGreater(len(data), 1000)
+        self.assertEqual(data[:8], PNG_SIGNATURE)
+
+    def test_help(self):
+        self.assertIn("perfetto", self.ok("--help").stdout)
+        for command in ("summary", "timeline", "links", "compare", "perfetto", "plans"):
+            self.assertIn("usage: tsp-trace " + command, self.ok(command, "--help").stdout)
+
+    def test_summary_csv_has_one_correct_row_per_chip(self):
+        for level in LEVELS:
+            out = self.ok("summary", self.traces[level], "--format", "csv", "--what", "chips").stdout
+            rows = list(csv.DictReader(io.StringIO(out)))
+            expected = self.chips[level]
+            self.assertEqual(len(rows), len(expected))
+            for row, want in zip(rows, expected):
+                for field in expected.dtype.names:
+                    self.assertEqual(int(row[field]), int(want[field]), field)
+                mem_units = UNITS_PER_KIND["MEM"]
+                self.assertAlmostEqual(float(row["util_mem"]),
+                                       want["busy_mem"] / (want["cycles"] * mem_units))
+
+    def test_summary_json_all_tables(self):
+        doc = json.loads(self.ok("summary", self.traces["links"], "--format", "json").stdout)
+        self.assertEqual(sorted(doc), ["chips", "links", "run", "units"])
+        self.assertEqual(len(doc["chips"]), 4)
+        self.assertEqual(len(doc["units"]), 4 * len(KINDS))
+        self.assertEqual(doc["run"][0]["makespan_cycles"], 1300)
+        link0 = doc["links"][0]
+        self.assertAlmostEqual(link0["util_ab"], link0["busy_cycles_ab"] / 1300)
+
+    def test_summary_units_per_kind_and_per_unit(self):
+        path = self.traces["summary"]
+        with h5py.File(path, "r") as f:
+            busy = f["/summary/unit_busy_cycles"][()]
+            cycles = f["/summary/chips"]["cycles"]
+        records = json.loads(self.ok("summary", path, "--format", "json", "--what", "units").stdout)
+        vxm = [r for r in records if r["chip"] == 2 and r["kind"] == "VXM"][0]
+        lo = UNITS_PER_KIND["MEM"]
+        self.assertEqual(vxm["busy_cycles"], int(busy[2, lo:lo + 2].sum()))
+        self.assertAlmostEqual(vxm["utilization"], busy[2, lo:lo + 2].sum() / (2 * cycles[2]))
+        per_unit = json.loads(self.ok("summary", path, "--format", "json", "--what", "units",
+                                      "--per-unit").stdout)
+        self.assertEqual(len(per_unit), busy.size)
+        self.assertAlmostEqual(per_unit[5]["utilization"], busy[0, 5] / cycles[0])
+
+    def test_summary_table_and_csv_sections(self):
+        text = self.ok("summary", self.traces["summary"]).stdout
+        for name in ("chips:", "units:", "links:", "run:"):
+            self.assertIn(name, text)
+        sections = self.ok("summary", self.traces["summary"], "--format", "csv").stdout
+        self.assertIn("# run\nmakespan_cycles,", sections)
+
+    def test_summary_single_chip_has_no_links(self):
+        doc = json.loads(self.ok("summary", self.single, "--format", "json").stdout)
+        self.assertEqual(doc["links"], [])
+        self.assertEqual(doc["run"][0]["chips"], 1)
+
+    def test_timeline_every_level(self):
+        for level in LEVELS:
+            out = self.dir / f"timeline-{level}.png"
+            result = self.ok("timeline", self.traces[level], "-o", out, "--chips", "0,2")
+            self.assertPng(out)
+            fallback = "drawing /timeline/utilization" in result.stderr
+            self.assertEqual(fallback, level != "instructions")
+
+    def test_timeline_window_and_bad_chip(self):
+        out = self.dir / "window.png"
+        self.ok("timeline", self.traces["instructions"], "-o", out, "--start", "100", "--end", "400")
+        self.assertPng(out)
+        bad = run_tool("timeline", self.traces["summary"], "-o", out, "--chips", "0,9")
+        self.assertEqual(bad.returncode, 1)
+        self.assertIn("chip ids must be in 0..3", bad.stderr)
+
+    def test_links_circle_and_no_links(self):
+        out = self.dir / "links.png"
+        self.ok("links", self.wide, "-o", out)
+        self.assertPng(out)
+        out = self.dir / "links-single.png"
+        result = self.ok("links", self.single, "-o", out)
+        self.assertIn("no chip-to-chip links", result.stderr)
+        self.assertPng(out)
+
+    def test_links_matrix_for_large_cluster(self):
+        path = self.dir / "large.h5"
+        write_trace(path, "summary", chips=210)
+        out = self.dir / "links-large.png"
+        self.ok("links", path, "-o", out)
+        self.assertPng(out)
+
+    def test_compare_csv_and_png(self):
+        out = self.dir / "compare.png"
+        result = self.ok("compare", self.traces["summary"], self.single, self.wide, "-o", out, "--csv")
+        self.assertPng(out)
+        rows = list(csv.DictReader(io.StringIO(result.stdout)))
+        self.assertEqual([r["trace"] for r in rows], ["single", "summary", "wide"])
+        self.assertEqual([int(r["chips"]) for r in rows], [1, 4, 8])
+        self.assertEqual(rows[2]["dp"], "8")
+        by_ranks = self.ok("compare", self.wide, self.single, "--x", "ranks", "--csv").stdout
+        self.assertEqual([r["ranks"] for r in csv.DictReader(io.StringIO(by_ranks))], ["1", "2"])
+
+    def test_compare_needs_an_output(self):
+        result = run_tool("compare", self.single)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("give -o OUT.png, --csv", result.stderr)
+
+    def test_perfetto_instructions(self):
+        out = self.dir / "perfetto.json"
+        self.ok("perfetto", self.traces["instructions"], "-o", out)
+        events = json.loads(out.read_text())["traceEvents"]
+        with h5py.File(self.traces["instructions"], "r") as f:
+            rows = f["/events/instructions"][()]
+            c2c = f["/events/c2c"][()]
+        slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "c2c"]
+        self.assertEqual(len(slices), len(rows))
+        got = sorted((e["pid"], e["tid"], e["args"]["program_index"], e["ts"]) for e in slices)
+        want = sorted((int(r["chip"]), int(r["unit"]), int(r["program_index"]),
+                       float(r["start_cycle"]) / CLOCK_MHZ) for r in rows)
+        self.assertEqual(got, want)
+        self.assertEqual(slices[0]["name"], "Read")
+        self.assertEqual(sum(e["ph"] == "s" for e in events), len(c2c))
+        self.assertEqual(sum(e["ph"] == "f" for e in events), len(c2c))
+        self.assertTrue(any(e["ph"] == "C" for e in events))
+
+    def test_perfetto_without_events(self):
+        for level in ("summary", "links"):
+            out = self.dir / f"perfetto-{level}.json"
+            result = self.ok("perfetto", self.traces[level], "-o", out)
+            self.assertIn("writing utilisation counters", result.stderr)
+            events = json.loads(out.read_text())["traceEvents"]
+            counters = [e for e in events if e["ph"] == "C"]
+            self.assertTrue(counters)
+            self.assertTrue(all(0.0 <= e["args"]["busy"] <= 1.0 for e in counters))
+            c2c = [e for e in events if e.get("cat") == "c2c" and e["ph"] == "X"]
+            self.assertEqual(len(c2c) > 0, level == "links")
+
+    def test_plans(self):
+        out = self.dir / "plans.png"
+        self.ok("plans", self.traces["instructions"], "-o", out)
+        self.assertPng(out)
+        missing = run_tool("plans", self.traces["summary"], "-o", out)
+        self.assertEqual(missing.returncode, 1)
+        self.assertIn(f"no /search/plans in {self.traces['summary']}", missing.stderr)
+
+    def test_rejects_hdf5_file_that_is_not_a_trace(self):
+        path = self.dir / "other.h5"
+        with h5py.File(path, "w") as f:
+            f["data"] = np.arange(3)
+        for args in (("summary", path), ("timeline", path, "-o", self.dir / "x.png"),
+                     ("perfetto", path, "-o", self.dir / "x.json"), ("compare", path, "--csv")):
+            result = run_tool(*args)
+            self.assertEqual(result.returncode, 1)
+            self.assertEqual(result.stderr.strip(),
+                             f"tsp-trace: error: {path} is not a tsp-sim trace (no /meta/format_version)")
+
+    def test_rejects_meta_without_version(self):
+        path = self.dir / "noversion.h5"
+        with h5py.File(path, "w") as f:
+            f.create_group("meta").attrs["tool_version"] = "x"
+        result = run_tool("summary", path)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("is not a tsp-sim trace (no /meta/format_version)", result.stderr)
+
+    def test_rejects_text_file(self):
+        path = self.dir / "notes.txt"
+        path.write_text("not a trace\n")
+        result = run_tool("summary", path)
+        self.assertEqual(result.returncode, 1)
+        self.assertEqual(result.stderr.strip(), f"tsp-trace: error: {path} is not an HDF5 file")
+
+    def test_rejects_other_format_version(self):
+        path = self.dir / "future.h5"
+        write_trace(path, "summary", chips=2)
+        with h5py.File(path, "a") as f:
+            f["meta"].attrs["format_version"] = 2
+        result = run_tool("summary", path)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("format_version 2", result.stderr)
+
+    def test_unwritable_output(self):
+        result = run_tool("links", self.wide, "-o", self.dir / "missing-dir" / "x.png")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("cannot write", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
