@@ -19,14 +19,14 @@ Expected<ParallelismConfig> loadParallelism(const topology::YamlReader& reader, 
   auto objective = reader.text(node, "objective", "throughput", {"throughput", "latency", "chips"});
   if (!objective) return objective.error();
   config.objective = *objective;
-  const YAML::Node plan = node["plan"];
+  const YAML::Node plan = reader.child(node, "plan");
   if (plan && plan.IsMap()) {
     if (auto s = reader.checkKeys(plan, {"dp", "tp", "pp", "microbatches", "interleave"}, "parallelism.plan"); !s)
       return s.error();
     for (const char* key : {"dp", "tp", "microbatches", "interleave"}) {
       auto value = reader.integer(plan, key, 1, 1, 1);
       if (!value)
-        return reader.error(plan[key], fmt::format("parallelism.plan.{}: only 1 is supported by the pipeline planner "
+        return reader.error(reader.child(plan, key), fmt::format("parallelism.plan.{}: only 1 is supported by the pipeline planner "
                                                    "of this version",
                                                    key));
     }

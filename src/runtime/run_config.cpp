@@ -25,7 +25,7 @@ Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node
   if (!seed) return seed.error();
   auto mapping = reader.text(node, "rank_mapping", "block", {"block"});
   if (!mapping) return mapping.error();
-  if (auto s = reader.checkKeys(node["faults"], {}, "simulation.faults"); !s) return s;
+  if (auto s = reader.checkKeys(reader.child(node, "faults"), {}, "simulation.faults"); !s) return s;
   out = {*mode, static_cast<int>(*iterations), *seed, *mapping};
   return {};
 }
@@ -38,7 +38,7 @@ Status loadOutput(const topology::YamlReader& reader, const YAML::Node& node, in
   if (!level) return level.error();
   out.trace = *trace;
   out.level = *level;
-  const YAML::Node list = node ? node["instruction_chips"] : YAML::Node();
+  const YAML::Node list = reader.child(node, "instruction_chips");
   if (list && !(list.IsScalar() && list.as<std::string>() == "all")) {
     auto chipsList = reader.integerList(node, "instruction_chips", 0, chips - 1);
     if (!chipsList) return chipsList.error();
@@ -68,18 +68,18 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
 
   RunConfig config;
   config.file = path;
-  auto cluster = topology::loadCluster(reader, root["cluster"]);
+  auto cluster = topology::loadCluster(reader, reader.child(root, "cluster"));
   if (!cluster) return cluster.error();
   config.cluster.emplace(std::move(*cluster));
-  auto model = frontend::loadModelSpec(reader, root["model"]);
+  auto model = frontend::loadModelSpec(reader, reader.child(root, "model"));
   if (!model) return model.error();
   config.model = std::move(*model);
-  auto parallelism = partition::loadParallelism(reader, root["parallelism"]);
+  auto parallelism = partition::loadParallelism(reader, reader.child(root, "parallelism"));
   if (!parallelism) return parallelism.error();
   config.parallelism = *parallelism;
-  if (auto s = loadSimulation(reader, root["simulation"], config.simulation); !s) return s.error();
-  if (auto s = reader.checkKeys(root["training"], {}, "training"); !s) return s.error();
-  if (auto s = loadOutput(reader, root["output"], config.cluster->chipCount(), config.output); !s) return s.error();
+  if (auto s = loadSimulation(reader, reader.child(root, "simulation"), config.simulation); !s) return s.error();
+  if (auto s = reader.checkKeys(reader.child(root, "training"), {}, "training"); !s) return s.error();
+  if (auto s = loadOutput(reader, reader.child(root, "output"), config.cluster->chipCount(), config.output); !s) return s.error();
 
   YAML::Node stored = YAML::Clone(root);
   stored.remove("output");

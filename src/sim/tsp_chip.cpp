@@ -154,13 +154,16 @@ class TspChip final : public Chip {
     return {};
   }
 
-  // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval.
+  // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval,
+  // and exactly one run may be able to put a value there (two would share the stream cell).
   Status checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     const int slice = units_[inst.unit].slice;
     const Cycle firstRead = inst.issue;
+    std::optional<size_t> match;
+    int matchDistance = 0;
     for (size_t r = runs.size(); r-- > 0;) {
-      StreamRun& run = runs[r];
+      const StreamRun& run = runs[r];
       const int distance = ref.dir == Direction::kEast ? slice - run.slice : run.slice - slice;
       if (distance < 0) continue;
       const Cycle emitted = firstRead - distance;  // when value 0 of this read left the producer
@@ -172,15 +175,23 @@ class TspChip final : public Chip {
         const std::int64_t last = i0 + std::int64_t{inst.repeat - 1} * (inst.interval / run.interval);
         if (last >= run.count) continue;
       }
-      if (distance > run.reach) {
-        run.reach = distance;
-        if (auto s = checkCollisions(runs, r, ref.dir, inst, index, ref); !s) return s;
-      }
-      return {};
+      if (match)
+        return hazard(inst, index, firstRead,
+                      fmt::format("two values on stream {} {} at once at slice {} (instructions #{} and #{})", ref.id,
+                                  ref.dir == Direction::kEast ? "east" : "west", slice, runs[*match].programIndex,
+                                  run.programIndex));
+      match = r;
+      matchDistance = distance;
     }
-    return hazard(inst, index, firstRead,
-                  fmt::format("reads stream {} {} at slice {} but no value is passing there then (time of flight)",
-                              ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
+    if (!match)
+      return hazard(inst, index, firstRead,
+                    fmt::format("reads stream {} {} at slice {} but no value is passing there then (time of flight)",
+                                ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
+    if (matchDistance > runs[*match].reach) {
+      runs[*match].reach = matchDistance;
+      if (auto s = checkCollisions(runs, *match, ref.dir, inst, index, ref); !s) return s;
+    }
+    return {};
   }
 
   Status writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {

@@ -146,7 +146,7 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
   if (!(s = readInto(reader, node, "streams_per_direction", spec.streamsPerDirection, 1, 1024))) return s.error();
   if (!(s = readInto(reader, node, "ripple_cycles", spec.rippleCycles, 0, 1 << 16))) return s.error();
 
-  const YAML::Node mem = node["mem"];
+  const YAML::Node mem = reader.child(node, "mem");
   if (!(s = reader.checkKeys(mem, {"slices", "banks_per_slice", "addresses_per_slice", "bank_mapping", "bank_prime",
                                    "read_cycles", "write_cycles"},
                              "cluster.chip.mem")))
@@ -164,13 +164,13 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
                        : *mapping == "xor"  ? BankMapping::kXor
                                             : BankMapping::kPrimeModulo;
   }
-  const YAML::Node vxm = node["vxm"];
+  const YAML::Node vxm = reader.child(node, "vxm");
   if (!(s = reader.checkKeys(vxm, {"alu_groups", "cycles"}, "cluster.chip.vxm"))) return s.error();
   if (vxm) {
     if (!(s = readInto(reader, vxm, "alu_groups", spec.vxmAluGroups, 1, 1024))) return s.error();
     if (!(s = readInto(reader, vxm, "cycles", spec.vxmCycles, 1, 1 << 16))) return s.error();
   }
-  const YAML::Node mxm = node["mxm"];
+  const YAML::Node mxm = reader.child(node, "mxm");
   if (!(s = reader.checkKeys(mxm, {"planes", "plane_dim", "weight_install_cycles", "fp16_rate_divisor", "cycles"},
                              "cluster.chip.mxm")))
     return s.error();
@@ -182,13 +182,13 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
     if (!(s = readInto(reader, mxm, "fp16_rate_divisor", spec.mxmFp16RateDivisor, 1, 64))) return s.error();
     if (!(s = readInto(reader, mxm, "cycles", spec.mxmCycles, 1, 1 << 16))) return s.error();
   }
-  const YAML::Node sxm = node["sxm"];
+  const YAML::Node sxm = reader.child(node, "sxm");
   if (!(s = reader.checkKeys(sxm, {"units", "cycles"}, "cluster.chip.sxm"))) return s.error();
   if (sxm) {
     if (!(s = readInto(reader, sxm, "units", spec.sxmUnits, 1, 1024))) return s.error();
     if (!(s = readInto(reader, sxm, "cycles", spec.sxmCycles, 1, 1 << 16))) return s.error();
   }
-  const YAML::Node c2c = node["c2c"];
+  const YAML::Node c2c = reader.child(node, "c2c");
   if (!(s = reader.checkKeys(c2c, {"ports", "send_cycles", "receive_cycles", "forward_cycles", "framing_overhead"},
                              "cluster.chip.c2c")))
     return s.error();

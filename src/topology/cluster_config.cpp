@@ -28,16 +28,16 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   if (!node || node.IsNull()) return configError({reader.file(), 0, 0, ""}, "missing 'cluster' section");
   if (auto s = reader.checkKeys(node, {"chip", "topology", "link"}, "cluster"); !s) return s.error();
 
-  auto chip = loadChipSpec(reader, node["chip"]);
+  auto chip = loadChipSpec(reader, reader.child(node, "chip"));
   if (!chip) return chip.error();
 
-  const YAML::Node linkNode = node["link"];
+  const YAML::Node linkNode = reader.child(node, "link");
   if (auto s = reader.checkKeys(linkNode, kLinkKeys, "cluster.link"); !s) return s.error();
   auto defaults = readLinkFields(reader, linkNode, LinkDefaults{});
   if (!defaults) return defaults.error();
 
-  const YAML::Node topo = node["topology"];
-  if (!topo || !topo.IsMap()) return reader.error(topo ? topo : node, "'cluster.topology' must be a mapping with a 'kind'");
+  const YAML::Node topo = reader.child(node, "topology");
+  if (!topo || !topo.IsMap()) return reader.error(reader.either(topo, node), "'cluster.topology' must be a mapping with a 'kind'");
   if (auto s = reader.checkKeys(topo, {"kind", "chips", "dims", "chips_per_node", "nodes_per_rack", "racks",
                                        "global_links_per_chip", "links"},
                                 "cluster.topology");
@@ -54,7 +54,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   int chipCount = 0;
   std::vector<Link> links;
   if (*kind == "ring" || *kind == "fully-connected" || *kind == "explicit") {
-    if (!topo["chips"]) return reader.error(topo, fmt::format("a '{}' topology needs 'chips'", *kind));
+    if (!reader.child(topo, "chips")) return reader.error(topo, fmt::format("a '{}' topology needs 'chips'", *kind));
     auto chips = reader.integer(topo, "chips", 0, 1, kMaxChips);
     if (!chips) return chips.error();
     description.chips = static_cast<int>(*chips);
@@ -63,7 +63,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
     auto dims = reader.integerList(topo, "dims", 1, 1 << 16);
     if (!dims) return dims.error();
     if (dims->empty() || dims->size() > 3)
-      return reader.error(topo["dims"] ? topo["dims"] : topo, "'dims' must list 1 to 3 sizes");
+      return reader.error(reader.either(reader.child(topo, "dims"), topo), "'dims' must list 1 to 3 sizes");
     for (auto k : *dims) description.dims.push_back(static_cast<int>(k));
   }
   if (*kind == "dragonfly") {
@@ -82,7 +82,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   }
   if (*kind == "explicit") {
     chipCount = description.chips;
-    const YAML::Node list = topo["links"];
+    const YAML::Node list = reader.child(topo, "links");
     if (list && !list.IsSequence()) return reader.error(list, "'links' must be a list of {a, b} entries");
     std::vector<int> nextPort(chipCount, 0);
     for (const auto& entry : list) {
@@ -90,14 +90,14 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
                                     "cluster.topology.links[]");
           !s)
         return s.error();
-      if (!entry["a"] || !entry["b"]) return reader.error(entry, "a link needs both 'a' and 'b'");
+      if (!reader.child(entry, "a") || !reader.child(entry, "b")) return reader.error(entry, "a link needs both 'a' and 'b'");
       auto a = reader.integer(entry, "a", 0, 0, kMaxChips);
       if (!a) return a.error();
       auto b = reader.integer(entry, "b", 0, 0, kMaxChips);
       if (!b) return b.error();
       for (auto [key, value] : {std::pair{"a", *a}, std::pair{"b", *b}})
         if (value >= chipCount)
-          return reader.error(entry[key], fmt::format("link endpoint '{}' is chip {}, but the cluster has chips 0 to {}",
+          return reader.error(reader.child(entry, key), fmt::format("link endpoint '{}' is chip {}, but the cluster has chips 0 to {}",
                                                       key, value, chipCount - 1));
       if (*a == *b) return reader.error(entry, fmt::format("link joins chip {} to itself", *a));
       auto fields = readLinkFields(reader, entry, *defaults);
@@ -133,8 +133,8 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   }
   resolveLinkTiming(*chip, links);
   for (const auto& link : links)
-    if (link.latencyCycles < 1)
-      return reader.error(linkNode ? linkNode : topo,
+    if (link.latencyNs * chip->clockMhz / 1000.0 < 1.0)
+      return reader.error(reader.either(linkNode, topo),
                           fmt::format("link {} ({} - {}) is shorter than one cycle ({} ns at {} MHz)", link.id, link.a,
                                       link.b, link.latencyNs, chip->clockMhz));
 

@@ -9,9 +9,17 @@
 
 namespace tsp::topology {
 
+YAML::Node YamlReader::child(const YAML::Node& map, const std::string& key) const {
+  if (!map || !map.IsMap()) return YAML::Node();
+  const YAML::Node& constMap = map;  // const lookup: never inserts
+  YAML::Node found = constMap[key];
+  return found ? found : YAML::Node();
+}
+
 SourceLocation YamlReader::at(const YAML::Node& node) const {
   SourceLocation where;
   where.file = file_;
+  if (!node) return where;  // a missing node has no position
   const YAML::Mark mark = node.Mark();
   if (mark.line >= 0) {
     where.line = mark.line + 1;
@@ -59,8 +67,8 @@ bool convert(const YAML::Node& node, T& out) {
 
 Expected<std::int64_t> YamlReader::integer(const YAML::Node& map, const std::string& key,
                                            std::int64_t fallback, std::int64_t lo, std::int64_t hi) const {
-  const YAML::Node node = map[key];
-  if (!node) return fallback;
+  const YAML::Node node = child(map, key);
+  if (!node || node.IsNull()) return fallback;
   std::int64_t value = 0;
   if (!convert(node, value)) return error(node, fmt::format("'{}' must be an integer", key));
   if (value < lo || value > hi)
@@ -70,8 +78,8 @@ Expected<std::int64_t> YamlReader::integer(const YAML::Node& map, const std::str
 
 Expected<double> YamlReader::number(const YAML::Node& map, const std::string& key, double fallback,
                                     double lo, double hi) const {
-  const YAML::Node node = map[key];
-  if (!node) return fallback;
+  const YAML::Node node = child(map, key);
+  if (!node || node.IsNull()) return fallback;
   double value = 0;
   if (!convert(node, value)) return error(node, fmt::format("'{}' must be a number", key));
   if (!(value >= lo && value <= hi))
@@ -82,8 +90,8 @@ Expected<double> YamlReader::number(const YAML::Node& map, const std::string& ke
 Expected<std::string> YamlReader::text(const YAML::Node& map, const std::string& key,
                                        const std::string& fallback,
                                        const std::vector<std::string>& choices) const {
-  const YAML::Node node = map[key];
-  if (!node) return fallback;
+  const YAML::Node node = child(map, key);
+  if (!node || node.IsNull()) return fallback;
   std::string value;
   if (!convert(node, value)) return error(node, fmt::format("'{}' must be a string", key));
   if (!choices.empty() && std::find(choices.begin(), choices.end(), value) == choices.end()) {
@@ -96,8 +104,8 @@ Expected<std::string> YamlReader::text(const YAML::Node& map, const std::string&
 }
 
 Expected<bool> YamlReader::boolean(const YAML::Node& map, const std::string& key, bool fallback) const {
-  const YAML::Node node = map[key];
-  if (!node) return fallback;
+  const YAML::Node node = child(map, key);
+  if (!node || node.IsNull()) return fallback;
   bool value = false;
   if (!convert(node, value)) return error(node, fmt::format("'{}' must be true or false", key));
   return value;
@@ -105,9 +113,9 @@ Expected<bool> YamlReader::boolean(const YAML::Node& map, const std::string& key
 
 Expected<std::vector<std::int64_t>> YamlReader::integerList(const YAML::Node& map, const std::string& key,
                                                             std::int64_t lo, std::int64_t hi) const {
-  const YAML::Node node = map[key];
+  const YAML::Node node = child(map, key);
   std::vector<std::int64_t> values;
-  if (!node) return values;
+  if (!node || node.IsNull()) return values;
   if (!node.IsSequence()) return error(node, fmt::format("'{}' must be a list of integers", key));
   for (const auto& item : node) {
     std::int64_t value = 0;

@@ -18,6 +18,14 @@ class YamlReader {
 
   const std::string& file() const { return file_; }
 
+  /// map[key] when map is a mapping holding key; otherwise a null node (absent and null are alike).
+  YAML::Node child(const YAML::Node& map, const std::string& key) const;
+
+  /// `preferred` when it is present, else `fallback`: where to point an error about a missing value.
+  static const YAML::Node& either(const YAML::Node& preferred, const YAML::Node& fallback) {
+    return (preferred && !preferred.IsNull()) ? preferred : fallback;
+  }
+
   /// Where node sits in the file (1-based line and column).
   SourceLocation at(const YAML::Node& node) const;
 

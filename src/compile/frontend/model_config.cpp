@@ -29,21 +29,21 @@ Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML
   spec.builtin = *builtin;
   spec.onnxPath = *onnx;
 
-  const YAML::Node params = node["params"];
+  const YAML::Node params = reader.child(node, "params");
   if (auto s = reader.expectMap(params, "model.params"); !s) return s.error();
   for (const auto& entry : params) {
     if (!entry.second.IsScalar())
       return reader.error(entry.second, fmt::format("'model.params.{}' must be a scalar", entry.first.as<std::string>()));
     spec.params[entry.first.as<std::string>()] = entry.second.as<std::string>();
   }
-  const YAML::Node overrides = node["overrides"];
+  const YAML::Node overrides = reader.child(node, "overrides");
   if (auto s = reader.expectMap(overrides, "model.overrides"); !s) return s.error();
   for (const auto& entry : overrides) {
     auto value = reader.integer(overrides, entry.first.as<std::string>(), 0, 1, std::int64_t{1} << 40);
     if (!value) return value.error();
     spec.overrides[entry.first.as<std::string>()] = *value;
   }
-  const YAML::Node precision = node["precision"];
+  const YAML::Node precision = reader.child(node, "precision");
   if (auto s = reader.checkKeys(precision, {"weights", "activations", "accumulate"}, "model.precision"); !s)
     return s.error();
   const std::vector<std::string> storage = {"int8", "fp16", "bf16"};
@@ -58,7 +58,7 @@ Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML
   spec.precision.accumulate = *ir::parseDType(*accumulate);
   const bool intWeights = spec.precision.weights == ir::DType::kI8;
   if (intWeights != (spec.precision.accumulate == ir::DType::kI32))
-    return reader.error(precision ? precision : node,
+    return reader.error(reader.either(precision, node),
                         "model.precision: int8 weights accumulate in int32, fp16/bf16 in fp32");
   return spec;
 }

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Runs a config on 2 ranks and checks the trace against docs/trace-format.md and the --json summary."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+
+def main():
+    exe, config = sys.argv[1], sys.argv[2]
+    checks = []
+
+    def check(cond, what):
+        checks.append((bool(cond), what))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "trace.h5")
+        result = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", exe, "--config", config, "--out", out,
+                                 "--json", "--quiet"], capture_output=True, text=True, timeout=300)
+        check(result.returncode == 0, f"tsp-sim exits 0 (got {result.returncode}: {result.stderr.strip()})")
+        if result.returncode != 0:
+            print(result.stderr)
+            sys.exit(1)
+        summary = json.loads(result.stdout)
+        check(not os.path.exists(out + ".tmp"), "no temporary file is left behind")
+        with h5py.File(out, "r") as f:
+            meta = f["meta"].attrs
+            check(meta["format_version"] == 1, "format_version is 1")
+            check(meta["ranks"] == 2, "ranks attribute records 2 ranks")
+            check("output" not in str(meta["config_yaml"]), "stored config leaves out output.*")
+            check("pp:" in str(meta["plan_yaml"]), "plan YAML is stored")
+            chips = f["summary/chips"][:]
+            n = int(meta["chip_count"])
+            check(len(chips) == n, "one /summary/chips row per chip")
+            check(list(chips["chip"]) == list(range(n)), "rows are in chip order")
+            check(np.array_equal(chips["cycles"], chips["predicted_cycles"]),
+                  "simulated cycles equal the compiler's prediction on every chip")
+            check(np.all(chips["cycles"] >= chips["lower_bound_cycles"]), "cycles are at least the lower bound")
+            run = f["summary/run"][0]
+            check(run["makespan_cycles"] == chips["cycles"].max(), "makespan is the slowest chip")
+            check(run["makespan_cycles"] == summary["makespan_cycles"], "trace and --json agree on the makespan")
+            check(abs(run["makespan_seconds"] - run["makespan_cycles"] / (meta["clock_mhz"] * 1e6)) < 1e-12,
+                  "makespan seconds follow from the clock")
+            links = f["summary/links"][:]
+            check(len(links) == meta["link_count"], "one /summary/links row per link")
+            check(links["bytes_ab"].sum() + links["bytes_ba"].sum() == chips["bytes_sent"].sum(),
+                  "bytes on links equal bytes sent")
+            check(chips["bytes_sent"].sum() == chips["bytes_received"].sum(), "every byte sent is received")
+            busy = f["summary/unit_busy_cycles"][:]
+            check(busy.shape == (n, len(f["summary/units"])), "unit_busy_cycles is chips x units")
+            kinds = f["summary/units"]["kind"]
+            mxm = busy[:, kinds == b"MXM"].sum(axis=1)
+            check(np.array_equal(mxm, chips["busy_mxm"]), "per-unit busy cycles add up to the per-kind column")
+            util = f["timeline/utilization"]
+            check(util.shape[0] == n and util.shape[1] == 5, "timeline is chips x 5 kinds x bins")
+            check(float(np.max(util[:])) <= 1.0 and float(np.max(util[:])) > 0, "utilisation fractions in (0, 1]")
+            check(f["summary/chips"].chunks is not None and f["summary/chips"].compression == "gzip",
+                  "datasets are chunked and compressed")
+        for c in summary["chips"]:
+            check(c["predicted_cycles"] == c["simulated_cycles"], f"--json chip {c['chip']}: predicted == simulated")
+    failed = [w for ok, w in checks if not ok]
+    for ok, what in checks:
+        print(("ok: " if ok else "FAIL: ") + what)
+    print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
