@@ -131,16 +131,18 @@ Expected<ir::Graph> buildMlp(const ModelSpec& spec) {
   if (!output) return output.error();
   auto batch = params.integer("batch", spec.overrides.count("batch") ? spec.overrides.at("batch") : 8, 1, 1 << 20);
   if (!batch) return batch.error();
+  ir::Graph graph;
+  Builder types(graph);
+  if (auto s = readDType(params, spec, types); !s) return s.error();
   if (auto s = params.checkUnknown(); !s) return s.error();
 
-  ir::Graph graph;
-  const ir::DType act = spec.precision.activations;
+  const ir::DType act = types.activationType;
   ir::TensorId x = graph.addInput("x", {*batch, *input}, act);
   std::int64_t width = *input;
   for (int i = 0; i < *layers; ++i) {
     const std::int64_t next = i + 1 == *layers ? *output : *hidden;
-    const auto w = graph.addWeight(fmt::format("w{}", i), {width, next}, spec.precision.weights);
-    const auto b = graph.addWeight(fmt::format("b{}", i), {next}, spec.precision.weights);
+    const auto w = graph.addWeight(fmt::format("w{}", i), {width, next}, types.weightType);
+    const auto b = graph.addWeight(fmt::format("b{}", i), {next}, types.weightType);
     auto y = graph.addOp(ir::OpKind::kMatMul, fmt::format("fc{}", i), {x, w}, i);
     if (!y) return y.error();
     auto z = graph.addOp(ir::OpKind::kAdd, fmt::format("bias{}", i), {*y, b}, i);

@@ -349,9 +349,15 @@ Expected<ir::Graph> fuseOps(const ir::Graph& g) {
     }
   }
 
+  // A fused op is emitted where its last op was: every operand of the chain exists by then.
+  std::vector<ir::OpId> headOf(g.ops().size(), -1);
+  for (size_t i = 0; i < g.ops().size(); ++i)
+    if (!chainOf[i].empty()) headOf[chainOf[i].back()] = static_cast<ir::OpId>(i);
   Rewriter rw(g);
-  for (size_t i = 0; i < g.ops().size(); ++i) {
-    if (absorbed[i]) continue;
+  for (size_t position = 0; position < g.ops().size(); ++position) {
+    if (absorbed[position] && headOf[position] < 0) continue;
+    if (!absorbed[position] && !chainOf[position].empty()) continue;
+    const size_t i = headOf[position] >= 0 ? static_cast<size_t>(headOf[position]) : position;
     const auto& op = g.op(static_cast<ir::OpId>(i));
     if (chainOf[i].empty()) {
       if (auto s = rw.copy(op); !s) return s.error();
