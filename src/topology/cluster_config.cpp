@@ -82,7 +82,8 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
     description.globalLinksPerChip = static_cast<int>(*global);
     // Node-local links are on the board; rack and system links are cabled, at the cabled lane rate.
     LinkDefaults cabled = *defaults;
-    if (!reader.child(linkNode, "gbps_per_lane")) cabled.gbpsPerLane = chip->c2cCabledGbpsPerLane;
+    if (const YAML::Node given = reader.child(linkNode, "gbps_per_lane"); !given || given.IsNull())
+      cabled.gbpsPerLane = chip->c2cCabledGbpsPerLane;
     const std::pair<const char*, LinkDefaults> tiers[] = {{"node_link", *defaults}, {"rack_link", cabled}, {"system_link", cabled}};
     LinkDefaults* targets[] = {&description.nodeLink, &description.rackLink, &description.systemLink};
     for (int t = 0; t < 3; ++t) {
@@ -112,7 +113,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   if (*kind == "explicit") {
     chipCount = description.chips;
     const YAML::Node list = reader.child(topo, "links");
-    if (list && !list.IsSequence()) return reader.error(list, "'links' must be a list of {a, b} entries");
+    if (list && !list.IsNull() && !list.IsSequence()) return reader.error(list, "'links' must be a list of {a, b} entries");
     std::vector<int> nextPort(chipCount, 0);
     for (const auto& entry : list) {
       if (auto s = reader.checkKeys(entry, {"a", "b", "lanes", "gbps_per_lane", "latency_ns"},
