@@ -235,6 +235,32 @@ Status TraceWriter::writeRun(const RunRow& row) {
   return writeRows(file_, "/summary/run", type, {1}, rowsOfRank0(rank_, 1), &row);
 }
 
+Status TraceWriter::writeSearchPlans(const std::vector<SearchPlanRow>& rows) {
+  Handle group(ensureGroup(file_, "/search"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(SearchPlanRow)), H5Tclose);
+  Handle planType(H5Tcopy(H5T_C_S1), H5Tclose), splitType(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(planType, sizeof(SearchPlanRow::plan));
+  H5Tset_size(splitType, sizeof(SearchPlanRow::split));
+  H5Tinsert(type, "rank", HOFFSET(SearchPlanRow, rank), H5T_NATIVE_INT32);
+  H5Tinsert(type, "plan", HOFFSET(SearchPlanRow, plan), planType);
+  H5Tinsert(type, "split", HOFFSET(SearchPlanRow, split), splitType);
+  H5Tinsert(type, "dp", HOFFSET(SearchPlanRow, dp), H5T_NATIVE_INT32);
+  H5Tinsert(type, "tp", HOFFSET(SearchPlanRow, tp), H5T_NATIVE_INT32);
+  H5Tinsert(type, "pp", HOFFSET(SearchPlanRow, pp), H5T_NATIVE_INT32);
+  H5Tinsert(type, "microbatches", HOFFSET(SearchPlanRow, microbatches), H5T_NATIVE_INT32);
+  H5Tinsert(type, "interleave", HOFFSET(SearchPlanRow, interleave), H5T_NATIVE_INT32);
+  H5Tinsert(type, "chips", HOFFSET(SearchPlanRow, chips), H5T_NATIVE_INT32);
+  H5Tinsert(type, "iteration_cycles", HOFFSET(SearchPlanRow, iterationCycles), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "throughput_per_second", HOFFSET(SearchPlanRow, throughputPerSecond), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "latency_seconds", HOFFSET(SearchPlanRow, latencySeconds), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "memory_bytes", HOFFSET(SearchPlanRow, memoryBytes), H5T_NATIVE_INT64);
+  H5Tinsert(type, "bubble_fraction", HOFFSET(SearchPlanRow, bubbleFraction), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "comm_share", HOFFSET(SearchPlanRow, commShare), H5T_NATIVE_DOUBLE);
+  H5Tinsert(type, "feasible", HOFFSET(SearchPlanRow, feasible), H5T_NATIVE_UINT8);
+  H5Tinsert(type, "exact", HOFFSET(SearchPlanRow, exact), H5T_NATIVE_UINT8);
+  return writeRows(file_, "/search/plans", type, {rows.size()}, rowsOfRank0(rank_, rows.size()), rows.data());
+}
+
 Status TraceWriter::commit(const std::string& path) {
   const herr_t closed = H5Fclose(file_);
   file_ = -1;

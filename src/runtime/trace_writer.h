@@ -44,6 +44,18 @@ struct RunRow {
   std::int32_t chips, iterations;
 };
 
+/// One row of /search/plans: a ranked plan and its predicted figures.
+struct SearchPlanRow {
+  std::int32_t rank;
+  char plan[48];
+  char split[12];
+  std::int32_t dp, tp, pp, microbatches, interleave, chips;
+  double iterationCycles, throughputPerSecond, latencySeconds;
+  std::int64_t memoryBytes;
+  double bubbleFraction, commShare;
+  std::uint8_t feasible, exact;
+};
+
 /// String and number attributes of /meta.
 struct TraceMeta {
   std::string toolVersion, configYaml, planYaml, traceLevel, rankMapping, created;
@@ -74,6 +86,8 @@ class TraceWriter {
   Status writeUnits(const std::vector<UnitRow>& rows);
   Status writeLinks(const std::vector<LinkRow>& rows);
   Status writeRun(const RunRow& row);
+  /// The ranked plans of a search, best first (identical on every rank; written by rank 0).
+  Status writeSearchPlans(const std::vector<SearchPlanRow>& rows);
 
   /// Closes and renames to `path` (the final name, or a .partial.h5 name).
   Status commit(const std::string& path);
