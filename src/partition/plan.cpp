@@ -2,8 +2,11 @@
 #include "partition/plan.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -15,48 +18,156 @@ namespace tsp::partition {
 Expected<ParallelismConfig> loadParallelism(const topology::YamlReader& reader, const YAML::Node& node) {
   ParallelismConfig config;
   if (!node || node.IsNull()) return config;
-  if (auto s = reader.checkKeys(node, {"plan", "objective"}, "parallelism"); !s) return s.error();
+  if (auto s = reader.checkKeys(node, {"plan", "objective", "search_budget", "max_tp"}, "parallelism"); !s)
+    return s.error();
   auto objective = reader.text(node, "objective", "throughput", {"throughput", "latency", "chips"});
   if (!objective) return objective.error();
   config.objective = *objective;
+  auto budget = reader.integer(node, "search_budget", config.searchBudget, 1, 1'000'000'000);
+  if (!budget) return budget.error();
+  config.searchBudget = *budget;
+  auto maxTp = reader.integer(node, "max_tp", config.maxTp, 1, 4096);
+  if (!maxTp) return maxTp.error();
+  config.maxTp = static_cast<int>(*maxTp);
   const YAML::Node plan = reader.child(node, "plan");
+  if (plan) config.planWhere = reader.at(plan);
   if (plan && plan.IsMap()) {
-    if (auto s = reader.checkKeys(plan, {"dp", "tp", "pp", "microbatches", "interleave"}, "parallelism.plan"); !s)
+    if (auto s = reader.checkKeys(plan, {"dp", "tp", "pp", "microbatches", "interleave", "split"}, "parallelism.plan");
+        !s)
       return s.error();
-    for (const char* key : {"dp", "tp", "microbatches", "interleave"}) {
-      auto value = reader.integer(plan, key, 1, 1, 1);
-      if (!value)
-        return reader.error(reader.child(plan, key), fmt::format("parallelism.plan.{}: only 1 is supported by the pipeline planner "
-                                                   "of this version",
-                                                   key));
+    int* fields[] = {&config.dp, &config.tp, &config.microbatches, &config.interleave};
+    const char* keys[] = {"dp", "tp", "microbatches", "interleave"};
+    for (int i = 0; i < 4; ++i) {
+      auto value = reader.integer(plan, keys[i], 1, 1, 1 << 20);
+      if (!value) return value.error();
+      *fields[i] = static_cast<int>(*value);
     }
     auto pp = reader.integer(plan, "pp", 0, 1, 1 << 20);
     if (!pp) return pp.error();
-    config.plan = "fixed";
     config.pp = static_cast<int>(*pp);
+    auto split = reader.text(plan, "split", config.tp > 1 ? "megatron" : "none", {"none", "megatron", "2d", "spatial"});
+    if (!split) return split.error();
+    parseTensorSplit(*split, config.split);
+    if ((config.tp > 1) != (config.split != TensorSplit::kNone))
+      return reader.error(reader.child(plan, "split"), "parallelism.plan.split: 'none' goes with tp 1 and only with it");
+    config.plan = "fixed";
   } else {
-    auto text = reader.text(node, "plan", "auto", {"auto"});
+    auto text = reader.text(node, "plan", "auto");
     if (!text) return text.error();
+    if (*text != "auto") {
+      // A plan file, relative to the config's directory.
+      const auto dir = std::filesystem::path(reader.file()).parent_path();
+      config.planFile = std::filesystem::path(*text).is_absolute() || dir.empty() ? *text : (dir / *text).string();
+      config.plan = "file";
+    }
   }
   return config;
 }
 
-std::string Plan::canonical() const {
-  return fmt::format("dp{}-tp{}-pp{}-m{}-v{}", dp, tp, pp, microbatches, interleave);
-}
+std::string Plan::canonical() const { return candidate().canonical(); }
 
 std::string Plan::toYaml() const {
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "dp" << YAML::Value << dp << YAML::Key << "tp" << YAML::Value << tp
       << YAML::Key << "pp" << YAML::Value << pp << YAML::Key << "microbatches" << YAML::Value << microbatches
-      << YAML::Key << "interleave" << YAML::Value << interleave << YAML::Key << "stages" << YAML::Value
-      << YAML::BeginSeq;
+      << YAML::Key << "interleave" << YAML::Value << interleave;
+  if (tp > 1) out << YAML::Key << "split" << YAML::Value << tensorSplitName(split);
+  out << YAML::Key << "stages" << YAML::Value << YAML::BeginSeq;
   for (size_t s = 0; s < stageChip.size(); ++s)
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "first_layer" << YAML::Value << stageFirstLayer[s]
         << YAML::Key << "chip" << YAML::Value << stageChip[s] << YAML::Key << "estimated_cycles" << YAML::Value
         << stageCycles[s] << YAML::EndMap;
-  out << YAML::EndSeq << YAML::EndMap;
+  out << YAML::EndSeq;
+  if (!layerChunk.empty()) out << YAML::Key << "layer_chunk" << YAML::Value << YAML::Flow << layerChunk;
+  if (!placement.empty()) out << YAML::Key << "placement" << YAML::Value << YAML::Flow << placement;
+  out << YAML::EndMap;
   return out.c_str();
+}
+
+Expected<Plan> loadPlanFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return configError({path, 0, 0, ""}, "cannot open the plan file");
+  std::stringstream text;
+  text << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    return configError({path, e.mark.line + 1, e.mark.column + 1, ""}, "YAML syntax error in the plan file");
+  }
+  topology::YamlReader reader(path);
+  if (!root.IsMap()) return reader.error(root, "the plan file must be a mapping");
+  if (auto s = reader.checkKeys(root, {"dp", "tp", "pp", "microbatches", "interleave", "split", "stages", "layer_chunk",
+                                       "placement", "predicted"},
+                                "plan");
+      !s)
+    return s.error();
+  Plan plan;
+  int* fields[] = {&plan.dp, &plan.tp, &plan.pp, &plan.microbatches, &plan.interleave};
+  const char* keys[] = {"dp", "tp", "pp", "microbatches", "interleave"};
+  for (int i = 0; i < 5; ++i) {
+    auto value = reader.integer(root, keys[i], 1, 1, 1 << 20);
+    if (!value) return value.error();
+    *fields[i] = static_cast<int>(*value);
+  }
+  auto split = reader.text(root, "split", plan.tp > 1 ? "megatron" : "none", {"none", "megatron", "2d", "spatial"});
+  if (!split) return split.error();
+  parseTensorSplit(*split, plan.split);
+  const YAML::Node stages = reader.child(root, "stages");
+  if (!stages || !stages.IsSequence()) return reader.error(topology::YamlReader::either(stages, root), "the plan needs a 'stages' list");
+  if (static_cast<int>(stages.size()) != plan.pp)
+    return reader.error(stages, fmt::format("'stages' has {} entries but pp is {}", stages.size(), plan.pp));
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const YAML::Node stage = stages[s];
+    if (auto st = reader.checkKeys(stage, {"first_layer", "chip", "estimated_cycles"}, "plan.stages"); !st)
+      return st.error();
+    auto first = reader.integer(stage, "first_layer", -1, 0, 1 << 30);
+    if (!first) return first.error();
+    auto chip = reader.integer(stage, "chip", -1, 0, 1 << 30);
+    if (!chip) return chip.error();
+    auto cycles = reader.integer(stage, "estimated_cycles", 0, 0, std::numeric_limits<std::int64_t>::max());
+    if (!cycles) return cycles.error();
+    if (*first < 0 || *chip < 0) return reader.error(stage, "a stage needs 'first_layer' and 'chip'");
+    if ((s == 0 && *first != 0) || (s > 0 && *first <= plan.stageFirstLayer.back()))
+      return reader.error(reader.child(stage, "first_layer"),
+                          fmt::format("stage {}: first_layer {} must be 0 for the first stage and grow from stage to stage",
+                                      s, *first));
+    plan.stageFirstLayer.push_back(static_cast<int>(*first));
+    plan.stageChip.push_back(static_cast<int>(*chip));
+    plan.stageCycles.push_back(*cycles);
+  }
+  for (const char* key : {"layer_chunk", "placement"}) {
+    if (!reader.child(root, key)) continue;
+    auto list = reader.integerList(root, key, 0, 1 << 30);
+    if (!list) return list.error();
+    auto& target = std::string(key) == "layer_chunk" ? plan.layerChunk : plan.placement;
+    for (auto v : *list) target.push_back(static_cast<int>(v));
+  }
+  if (!plan.placement.empty() && static_cast<std::int64_t>(plan.placement.size()) != std::int64_t{plan.dp} * plan.tp * plan.pp)
+    return reader.error(reader.child(root, "placement"),
+                        fmt::format("'placement' has {} chips but dp x tp x pp is {}", plan.placement.size(),
+                                    std::int64_t{plan.dp} * plan.tp * plan.pp));
+  return plan;
+}
+
+Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster, const std::string& file) {
+  const SourceLocation where{file, 0, 0, ""};
+  for (size_t s = 0; s < plan.stageChip.size(); ++s) {
+    if (plan.stageChip[s] >= cluster.chipCount())
+      return configError(where, fmt::format("plan stage {}: chip {} is not in the cluster (chips 0 to {})", s,
+                                            plan.stageChip[s], cluster.chipCount() - 1));
+    if (plan.stageFirstLayer[s] >= layers)
+      return configError(where, fmt::format("plan stage {} starts at layer {} but the model has {} layers", s,
+                                            plan.stageFirstLayer[s], layers));
+  }
+  for (int chip : plan.placement)
+    if (chip >= cluster.chipCount())
+      return configError(where, fmt::format("plan placement: chip {} is not in the cluster (chips 0 to {})", chip,
+                                            cluster.chipCount() - 1));
+  if (!plan.layerChunk.empty() && static_cast<int>(plan.layerChunk.size()) != layers)
+    return configError(where, fmt::format("plan layer_chunk has {} entries but the model has {} layers",
+                                          plan.layerChunk.size(), layers));
+  return {};
 }
 
 std::vector<int> partitionChain(const std::vector<Cycle>& cost, int stages) {
@@ -151,7 +262,9 @@ std::vector<schedule::PipelineStage> stagesOf(const ir::Graph& graph, const Plan
   for (size_t op = 0; op < graph.ops().size(); ++op) {
     const int layer = graph.op(op).layer;
     int s = plan.pp - 1;
-    while (s > 0 && plan.stageFirstLayer[s] > layer) --s;
+    if (!plan.layerChunk.empty() && layer < static_cast<int>(plan.layerChunk.size())) s = plan.layerChunk[layer] % plan.pp;
+    else
+      while (s > 0 && plan.stageFirstLayer[s] > layer) --s;
     stages[s].ops.push_back(static_cast<ir::OpId>(op));
   }
   return stages;

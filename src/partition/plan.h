@@ -6,6 +6,7 @@
 
 #include "compile/ir/graph.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/cost_model.h"
 #include "support/expected.h"
 #include "topology/cluster.h"
 
@@ -16,26 +17,46 @@ namespace tsp::partition {
 
 /// The `parallelism:` section.
 struct ParallelismConfig {
-  std::string plan = "auto";  ///< auto, or a fixed pipeline given as {pp: N}
+  std::string plan = "auto";  ///< auto (search), fixed ({dp, tp, pp, ...} in the config) or file
   int pp = 0;                 ///< 0: one stage per chip (at most one per layer)
+  int dp = 1, tp = 1, microbatches = 1, interleave = 1;  ///< a fixed plan's other factors
+  TensorSplit split = TensorSplit::kNone;                ///< a fixed plan's tensor split (tp > 1)
+  std::string planFile;       ///< plan: FILE (relative to the config file's directory)
+  SourceLocation planWhere;   ///< where `plan` sits in the config, for errors about the plan
   std::string objective = "throughput";
+  std::int64_t searchBudget = 20000;  ///< candidates the search may evaluate
+  int maxTp = 64;                     ///< largest tensor-parallel group the search tries
 };
 
 /// Reads the `parallelism:` section.
 Expected<ParallelismConfig> loadParallelism(const topology::YamlReader& reader, const YAML::Node& node);
 
-/// A parallel plan. This version builds pipeline plans (dp = tp = 1).
+/// A parallel plan: dp x tp x pp (x microbatches, x interleave), its stages and placement.
 struct Plan {
   int dp = 1, tp = 1, pp = 1, microbatches = 1, interleave = 1;
+  TensorSplit split = TensorSplit::kNone;  ///< how a TP group splits each layer
   std::vector<int> stageFirstLayer;  ///< first layer of each stage; stage s ends before stage s+1's
-  std::vector<int> stageChip;        ///< chip of each stage
+  std::vector<int> stageChip;        ///< chip of each stage (replica 0, TP rank 0)
   std::vector<Cycle> stageCycles;    ///< estimated cycles of each stage
+  std::vector<int> layerChunk;       ///< chunk of each layer (chip = chunk % pp) for DAG or interleaved plans; else empty
+  std::vector<int> placement;        ///< chip of every rank (d pp + s) tp + t; empty for a pure pipeline
+
+  /// True when dp = tp = 1, one chunk per stage and one microbatch: what this build can execute.
+  bool purePipeline() const { return dp == 1 && tp == 1 && interleave == 1 && microbatches == 1; }
+  /// The search's candidate this plan realises.
+  Candidate candidate() const { return {split, dp, tp, pp, microbatches, interleave}; }
 
   /// The plan as YAML (the plan-file layout: dp, tp, pp, microbatches, interleave, stages).
   std::string toYaml() const;
-  /// One-line canonical form, e.g. "dp1-tp1-pp4-m1".
+  /// One-line canonical form, e.g. "dp1-tp1-pp4-m1-v1" (see Candidate::canonical).
   std::string canonical() const;
 };
+
+/// Reads a plan file (the layout Plan::toYaml writes); errors name file:line:col.
+Expected<Plan> loadPlanFile(const std::string& path);
+
+/// Checks a plan against a model of `layers` layers and a cluster: stage count, layer order, chips.
+Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster, const std::string& file);
 
 /// Splits a chain of layer costs into `stages` contiguous groups minimising the largest group:
 /// the seed's DP[i][p] = min over j of max(DP[j][p-1], sum(cost[j..i))). Returns first layers.

@@ -21,6 +21,7 @@
 #include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
+#include "partition/search.h"
 #include "runtime/pdes.h"
 #include "runtime/run_config.h"
 #include "runtime/trace_writer.h"
@@ -219,6 +220,199 @@ class ProgressLine {
   Clock::time_point start_, last_ = Clock::now();
 };
 
+// What the planning stage decided: the plan to run, and the search or the given plan's prediction.
+struct PlanChoice {
+  partition::Plan plan;
+  std::optional<partition::SearchResult> search;
+  std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
+  std::string planFile;                        ///< the file the plan came from, if any
+};
+
+// Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
+std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
+                                                            const std::vector<partition::EvaluatedCandidate>& mine) {
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  const int bytes = static_cast<int>(mine.size() * sizeof(partition::EvaluatedCandidate));
+  std::vector<int> counts(ranks), offsets(ranks, 0);
+  MPI_Allgather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  for (int r = 1; r < ranks; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
+  std::vector<partition::EvaluatedCandidate> all((offsets.back() + counts.back()) / sizeof(partition::EvaluatedCandidate));
+  MPI_Allgatherv(mine.data(), bytes, MPI_BYTE, all.data(), counts.data(), offsets.data(), MPI_BYTE, comm);
+  return all;
+}
+
+// The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
+// Until the sharding mechanism lands, auto runs the searched plan when it is a pure pipeline, and
+// otherwise the one-stage-per-chip pipeline (the summary names both).
+Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
+                                MPI_Comm comm) {
+  const topology::Cluster& cluster = *config.cluster;
+  const auto& parallelism = config.parallelism;
+  PlanChoice choice;
+  auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
+  if (!profile) return profile.error();
+  choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
+  if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
+  if (!choice.planFile.empty()) {
+    auto plan = partition::loadPlanFile(choice.planFile);
+    if (!plan) return plan.error();
+    if (auto s = partition::checkPlan(*plan, static_cast<int>(profile->layers.size()), cluster, choice.planFile); !s)
+      return s.error();
+    choice.plan = *plan;
+  } else if (parallelism.plan == "fixed" && !options.planFile) {
+    const partition::Candidate c{parallelism.split, parallelism.dp, parallelism.tp,
+                                 parallelism.pp > 0 ? parallelism.pp : 1, parallelism.microbatches,
+                                 parallelism.interleave};
+    if (c.dp == 1 && c.tp == 1 && c.microbatches == 1 && c.interleave == 1) {
+      auto plan = partition::planPipeline(graph, cluster, parallelism);
+      if (!plan) return plan.error();
+      choice.plan = *plan;
+    } else {
+      auto order = partition::localityOrder(cluster);
+      if (!order) return order.error();
+      auto plan = partition::buildPlan(cluster, *profile, c, *order);
+      if (!plan) return plan.error();
+      choice.plan = *plan;
+    }
+  } else {
+    partition::SearchOptions search;
+    search.objective = parallelism.objective;
+    search.budget = parallelism.searchBudget;
+    search.maxTp = parallelism.maxTp;
+    partition::SearchParallel parallel;
+    MPI_Comm_rank(comm, &parallel.rank);
+    MPI_Comm_size(comm, &parallel.size);
+    if (parallel.size > 1)
+      parallel.gather = [comm](const std::vector<partition::EvaluatedCandidate>& mine) {
+        return gatherCandidates(comm, mine);
+      };
+    auto result = partition::searchPlans(graph, cluster, *profile, search, parallel);
+    if (!result) return result.error();
+    choice.search = std::move(*result);
+    choice.plan = choice.search->best;
+    if (!choice.plan.purePipeline() && !options.searchOnly) {
+      auto plan = partition::planPipeline(graph, cluster, parallelism);
+      if (!plan) return plan.error();
+      choice.plan = *plan;
+    }
+    return choice;
+  }
+  auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
+  if (!given) return given.error();
+  choice.given = *given;
+  return choice;
+}
+
+const char* kShardingMissing =
+    "this build runs pure pipeline plans only (dp = tp = 1, one microbatch, no interleave): data- and "
+    "tensor-parallel, microbatched and interleaved plans need the sharding mechanism (one ir::Graph per chip "
+    "with scheduled collectives), which is not in this build yet; --search-only predicts the plan's cost";
+
+std::string planYamlPath(const std::string& trace) {
+  const std::string suffix = ".h5";
+  if (trace.size() > suffix.size() && trace.compare(trace.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return trace.substr(0, trace.size() - suffix.size()) + ".plan.yaml";
+  return trace + ".plan.yaml";
+}
+
+std::vector<SearchPlanRow> searchRows(const std::vector<partition::RankedPlan>& ranked) {
+  std::vector<SearchPlanRow> rows;
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const auto& r = ranked[i];
+    SearchPlanRow row{};
+    row.rank = static_cast<std::int32_t>(i);
+    std::snprintf(row.plan, sizeof row.plan, "%s", r.candidate.canonical().c_str());
+    std::snprintf(row.split, sizeof row.split, "%s", partition::tensorSplitName(r.candidate.split));
+    row.dp = r.candidate.dp;
+    row.tp = r.candidate.tp;
+    row.pp = r.candidate.pp;
+    row.microbatches = r.candidate.microbatches;
+    row.interleave = r.candidate.interleave;
+    row.chips = r.candidate.chips();
+    row.iterationCycles = r.cost.iterationCycles;
+    row.throughputPerSecond = r.cost.throughput;
+    row.latencySeconds = r.cost.latencySeconds;
+    row.memoryBytes = r.cost.memoryPerChip;
+    row.bubbleFraction = r.cost.bubbleFraction;
+    row.commShare = r.cost.commShare;
+    row.feasible = r.cost.fits ? 1 : 0;
+    row.exact = r.exact ? 1 : 0;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+nlohmann::json rankedJson(const partition::RankedPlan& r) {
+  return {{"plan", r.candidate.canonical()},
+          {"split", partition::tensorSplitName(r.candidate.split)},
+          {"chips", r.candidate.chips()},
+          {"iteration_cycles", r.cost.iterationCycles},
+          {"throughput_per_second", r.cost.throughput},
+          {"latency_seconds", r.cost.latencySeconds},
+          {"memory_bytes_per_chip", r.cost.memoryPerChip},
+          {"bubble_fraction", r.cost.bubbleFraction},
+          {"comm_share", r.cost.commShare},
+          {"copies", r.cost.copies},
+          {"exact", r.exact}};
+}
+
+// --search-only output: the ranked table (or JSON), the placement report, the fallback flag.
+void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool json) {
+  std::vector<partition::RankedPlan> ranked;
+  if (choice.search) ranked = choice.search->ranked;
+  else if (choice.given) ranked = {*choice.given};
+  if (json) {
+    nlohmann::json plans = nlohmann::json::array();
+    for (const auto& r : ranked) plans.push_back(rankedJson(r));
+    nlohmann::json j = {{"best", choice.plan.canonical()}, {"plans", plans}, {"plan_file", yamlPath}};
+    if (choice.search) {
+      const auto& s = *choice.search;
+      j["method"] = s.method;
+      j["space"] = s.spaceSize;
+      j["pruned"] = s.pruned;
+      j["evaluated"] = s.evaluated;
+      j["fallback_layers"] = s.fallbackLayers;
+      j["placement"] = {{"tp_average_hops", s.placement.tpAverageHops}, {"tp_max_hops", s.placement.tpMaxHops},
+                        {"pp_average_hops", s.placement.ppAverageHops}, {"pp_max_hops", s.placement.ppMaxHops},
+                        {"busiest_link", s.placement.busiestLink},
+                        {"busiest_link_bytes", s.placement.busiestLinkBytes},
+                        {"links_used", s.placement.linksUsed}};
+    }
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  if (choice.search) {
+    const auto& s = *choice.search;
+    fmt::print("search: {} over {} candidates ({} pruned on memory), {} evaluated\n", s.method, s.spaceSize, s.pruned,
+               s.evaluated);
+    if (s.fallbackLayers > 0)
+      fmt::print("note: {} layers costed by the FLOP-based estimate (the compiler cannot lower them yet: {})\n",
+                 s.fallbackLayers, s.fallbackReason);
+  }
+  fmt::print("\n{:>4} {:<28} {:>6} {:>14} {:>12} {:>10} {:>8} {:>8}\n", "rank", "plan", "chips", "samples/s",
+             "latency us", "MiB/chip", "bubble", "comm");
+  const size_t shown = std::min<size_t>(ranked.size(), 20);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto& r = ranked[i];
+    fmt::print("{:>4} {:<28} {:>6} {:>14.1f} {:>12.3f} {:>10.1f} {:>8.3f} {:>8.3f}{}\n", i, r.candidate.canonical(),
+               r.candidate.chips(), r.cost.throughput, r.cost.latencySeconds * 1e6,
+               static_cast<double>(r.cost.memoryPerChip) / (1 << 20), r.cost.bubbleFraction, r.cost.commShare,
+               r.exact ? "" : " *");
+  }
+  if (shown < ranked.size()) fmt::print("  ... {} more in /search/plans\n", ranked.size() - shown);
+  if (choice.search) {
+    const auto& p = choice.search->placement;
+    fmt::print("\n(* screening figures: contention of the first group only)\n");
+    fmt::print("placement:   TP ring hops {:.2f} avg, {} max; PP hops {:.2f} avg, {} max; {} links used\n",
+               p.tpAverageHops, p.tpMaxHops, p.ppAverageHops, p.ppMaxHops, p.linksUsed);
+    if (p.busiestLink >= 0)
+      fmt::print("busiest link: {} with {:.1f} KiB per iteration\n", p.busiestLink,
+                 static_cast<double>(p.busiestLinkBytes) / 1024);
+  }
+  fmt::print("best plan:   {} written to {}\n", choice.plan.canonical(), yamlPath);
+}
+
 }  // namespace
 
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
@@ -257,11 +451,56 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describeModel(config.model, *graph, options.json);
     return {};
   }
-  auto plan = partition::planPipeline(*graph, cluster, config.parallelism);
-  if (!plan) return failure(plan.error(), root);
+  auto choice = choosePlan(config, options, *graph, comm);
+  if (!choice) return failure(choice.error(), root);
+  const partition::Plan* plan = &choice->plan;
   if (options.describe == "plan") {
     if (root) describePlan(*plan, options.json);
     return {};
+  }
+  if (options.searchOnly) {
+    const std::string yamlPath = planYamlPath(config.output.trace);
+    Status written;
+    if (root) {
+      std::error_code ec;
+      const auto parent = std::filesystem::path(yamlPath).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+      std::ofstream out(yamlPath);
+      out << plan->toYaml() << "\n";
+      if (!out) written = makeError(ExitCode::kConfig, fmt::format("{}: cannot write the plan file", yamlPath));
+    }
+    int ok = written.ok();
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) return failure(root ? written.error() : makeError(ExitCode::kConfig, "cannot write the plan file"), root);
+    auto writer = TraceWriter::create(config.output.trace, comm);
+    if (!writer) return failure(writer.error(), root);
+    TraceMeta meta;
+    meta.toolVersion = toolVersion();
+    meta.configYaml = config.resolvedYaml;
+    meta.planYaml = plan->toYaml();
+    meta.traceLevel = config.output.level;
+    meta.rankMapping = config.simulation.rankMapping;
+    meta.clockMhz = cluster.chip().clockMhz;
+    meta.chipCount = cluster.chipCount();
+    meta.linkCount = static_cast<std::int64_t>(cluster.links().size());
+    meta.seed = config.simulation.seed;
+    meta.ranks = ranks;
+    meta.created = "";
+    Status s = writer->writeMeta(meta);
+    if (s) s = writer->writeSearchPlans(searchRows(choice->search ? choice->search->ranked
+                                                                   : std::vector<partition::RankedPlan>{*choice->given}));
+    if (!s) {
+      writer->discard();
+      return failure(s.error(), root);
+    }
+    if (auto c = writer->commit(config.output.trace); !c) return failure(c.error(), root);
+    if (root) printSearch(*choice, yamlPath, options.json);
+    return {};
+  }
+  if (!plan->purePipeline()) {
+    const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
+                                                           : config.parallelism.planWhere;
+    return failure(configError(where, fmt::format("plan {}: {}", plan->canonical(), kShardingMissing)), root);
   }
   auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster);
   if (!schedule) return failure(schedule.error(), root);
@@ -394,6 +633,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       (s = writer->writeTimeline(local, timeline, topology::kUnitKindCount, simOptions.bins, simOptions.binCycles,
                                  cluster.chipCount()))) {
   }
+  if (s && choice->search) s = writer->writeSearchPlans(searchRows(choice->search->ranked));
   if (!s) {
     writer->discard();
     return failure(s.error(), root);
@@ -428,6 +668,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"samples", run.samples},
                         {"chips_used", run.chips},
                         {"windows", outcome->windows},
+                        {"searched_plan", choice->search ? choice->search->best.canonical() : plan->canonical()},
                         {"trace", tracePath}};
     fmt::print("{}\n", j.dump(2));
     return {};
@@ -479,6 +720,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     fmt::print("busy link:   {} (chip {} - {}): {} KiB, {:.2f}% of the makespan\n", l.link, l.a, l.b,
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * std::max(l.busyCyclesAb, l.busyCyclesBa) / std::max<double>(1, run.makespanCycles));
   }
+  if (choice->search && choice->search->best.canonical() != plan->canonical())
+    fmt::print("search:      predicted best {} ({}); ran {}, the best plan this build can execute\n",
+               choice->search->best.canonical(), "needs the sharding mechanism", plan->canonical());
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

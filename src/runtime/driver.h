@@ -25,6 +25,8 @@ struct RunOptions {
   std::optional<std::string> passes;       ///< --passes: comma-separated pass pipeline
   std::optional<std::string> dumpIrAfter;  ///< --dump-ir-after: "import" or a pass of the pipeline
   std::optional<std::string> overrides;    ///< --override k=v[,k=v...]: symbolic dimension values
+  std::optional<std::string> planFile;     ///< --plan FILE (or "auto"): a plan instead of the config's
+  bool searchOnly = false;                 ///< --search-only: rank plans, write the best, simulate nothing
 };
 
 /// Result of a run: the exit code and whether this rank should print the diagnostic.

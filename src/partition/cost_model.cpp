@@ -1,0 +1,390 @@
+// The search's cost model: layer profiles (compute from the compiler) and alpha-beta plan costs.
+#include "partition/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compile/schedule/cluster_schedule.h"
+
+namespace tsp::partition {
+
+const char* tensorSplitName(TensorSplit split) {
+  switch (split) {
+    case TensorSplit::kNone: return "none";
+    case TensorSplit::kMegatron: return "megatron";
+    case TensorSplit::k2d: return "2d";
+    case TensorSplit::kSpatial: return "spatial";
+  }
+  return "none";
+}
+
+bool parseTensorSplit(const std::string& text, TensorSplit& split) {
+  for (TensorSplit s : {TensorSplit::kNone, TensorSplit::kMegatron, TensorSplit::k2d, TensorSplit::kSpatial})
+    if (text == tensorSplitName(s)) {
+      split = s;
+      return true;
+    }
+  return false;
+}
+
+std::string Candidate::canonical() const {
+  std::string text = fmt::format("dp{}-tp{}-pp{}-m{}-v{}", dp, tp, pp, microbatches, interleave);
+  if (split == TensorSplit::k2d || split == TensorSplit::kSpatial) text += std::string("-") + tensorSplitName(split);
+  return text;
+}
+
+namespace {
+
+bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
+  return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
+    return graph.tensor(t).role == ir::TensorRole::kWeight;
+  });
+}
+
+Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
+  Bytes bytes = 0;
+  for (ir::TensorId t : op.inputs)
+    if (graph.tensor(t).role == ir::TensorRole::kWeight) bytes += graph.tensor(t).bytes();
+  return bytes;
+}
+
+// A text that is equal for layers the compiler would lower identically (op kinds, shapes, dtypes,
+// roles), so that the 96 identical blocks of a GPT are estimated once.
+std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::string text;
+  std::map<ir::TensorId, int> local;
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    text += ir::opKindName(op.kind);
+    for (ir::TensorId t : op.inputs) {
+      const auto& tensor = graph.tensor(t);
+      auto found = local.find(t);
+      text += found != local.end() ? fmt::format("(%{})", found->second)
+                                   : fmt::format("({}:{}:{})", static_cast<int>(tensor.role), ir::dtypeName(tensor.dtype),
+                                                 fmt::join(tensor.shape, "x"));
+    }
+    for (ir::TensorId t : op.outputs) {
+      local.emplace(t, static_cast<int>(local.size()));
+      text += fmt::format("[{}]", fmt::join(graph.tensor(t).shape, "x"));
+    }
+    for (const auto& [key, value] : op.attrs)
+      if (const auto* ints = std::get_if<std::vector<std::int64_t>>(&value))
+        text += fmt::format("{}={}", key, fmt::join(*ints, ","));
+      else if (const auto* i = std::get_if<std::int64_t>(&value))
+        text += fmt::format("{}={}", key, *i);
+    text += ';';
+  }
+  return text;
+}
+
+// The layer's ops as a graph of their own (inputs from other layers become graph inputs), so that
+// the compiler's per-layer estimate can be asked for one layer at a time.
+Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  ir::Graph sub;
+  std::map<ir::TensorId, ir::TensorId> mapped;
+  auto leaf = [&](ir::TensorId t) -> ir::TensorId {
+    if (auto found = mapped.find(t); found != mapped.end()) return found->second;
+    const ir::Tensor& tensor = graph.tensor(t);
+    ir::TensorId id = 0;
+    switch (tensor.role) {
+      case ir::TensorRole::kWeight: id = sub.addWeight(tensor.name, tensor.shape, tensor.dtype, tensor.data); break;
+      case ir::TensorRole::kConstant:
+        id = tensor.data ? sub.addConstant(tensor.name, tensor.shape, tensor.dtype, tensor.data)
+                         : sub.addWeight(tensor.name, tensor.shape, tensor.dtype);
+        break;
+      case ir::TensorRole::kState: id = sub.addState(tensor.name, tensor.shape, tensor.dtype); break;
+      default: id = sub.addInput(tensor.name, tensor.shape, tensor.dtype); break;
+    }
+    mapped.emplace(t, id);
+    return id;
+  };
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    std::vector<ir::TensorId> inputs;
+    for (ir::TensorId t : op.inputs) inputs.push_back(leaf(t));
+    std::vector<std::string> names;
+    for (ir::TensorId t : op.outputs) names.push_back(graph.tensor(t).name);
+    auto outs = sub.addMultiOp(op.kind, op.name, inputs, op.attrs, 0, names);
+    if (!outs) return outs.error();
+    for (size_t i = 0; i < op.outputs.size() && i < outs->size(); ++i) mapped[op.outputs[i]] = (*outs)[i];
+  }
+  return sub;
+}
+
+}  // namespace
+
+Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
+  double macCycles = 0, vectorCycles = 0;
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    const std::int64_t flops = ir::opFlops(graph, op);
+    const ir::DType type = op.inputs.empty() ? ir::DType::kF16 : graph.tensor(op.inputs[0]).dtype;
+    const int width = std::max(1, ir::dtypeBytes(type));
+    if (ir::isMacOp(op.kind)) {
+      // INT8 runs at the full MXM rate; 2-byte types at 1/mxmFp16RateDivisor of it.
+      const double rate = static_cast<double>(chip.int8MacsPerCycle()) / (width >= 2 ? chip.mxmFp16RateDivisor : 1);
+      macCycles += static_cast<double>(flops) / 2.0 / rate;
+    } else {
+      // One element per lane byte-group per ALU group per cycle.
+      const double rate = static_cast<double>(chip.vectorBytes) / width * chip.vxmAluGroups;
+      vectorCycles += static_cast<double>(flops) / rate;
+    }
+  }
+  return static_cast<Cycle>(std::ceil(macCycles + vectorCycles)) + chip.rippleCycles;
+}
+
+Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples) {
+  ModelProfile profile;
+  profile.samples = std::max<std::int64_t>(1, samples);
+  const int layerCount = std::max(1, graph.layerCount());
+  profile.layers.resize(layerCount);
+  std::vector<std::vector<ir::OpId>> ops(layerCount);
+  for (size_t i = 0; i < graph.ops().size(); ++i) ops[graph.op(i).layer].push_back(static_cast<ir::OpId>(i));
+  for (ir::TensorId t : graph.inputs()) profile.inputBytes += graph.tensor(t).bytes();
+
+  // Cross-layer edges and the bytes each layer sends on.
+  std::set<std::pair<ir::TensorId, int>> seenEdge;
+  std::map<std::pair<int, int>, Bytes> edgeBytes;
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(i);
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (tensor.producer < 0) continue;
+      const int from = graph.op(tensor.producer).layer;
+      if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
+      edgeBytes[{from, op.layer}] += tensor.bytes();
+      if (op.layer != from + 1) profile.chain = false;
+    }
+  }
+  std::set<ir::TensorId> sentOn;
+  for (const auto& [key, bytes] : edgeBytes) profile.edges.push_back({key.first, key.second, bytes});
+  for (const auto& [tensorLayer, unused] : seenEdge) {
+    (void)unused;
+    if (sentOn.insert(tensorLayer).second) {
+      const ir::Tensor& tensor = graph.tensor(tensorLayer);
+      profile.layers[graph.op(tensor.producer).layer].outBytes += tensor.bytes();
+    }
+  }
+
+  // Weight matmuls in graph order alternate column- and row-parallel (Megatron pairs).
+  int weightMatmulIndex = 0;
+  Bytes lastColumnOutput = 0;
+  int lastColumnLayer = -1;
+  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  std::map<std::string, std::pair<Cycle, std::string>> estimated;  // signature -> (cycles, error or "")
+  for (int l = 0; l < layerCount; ++l) {
+    LayerProfile& layer = profile.layers[l];
+    std::set<ir::TensorId> leaves;
+    double convFlops = 0, allFlops = 0;
+    for (ir::OpId id : ops[l]) {
+      const ir::Op& op = graph.op(id);
+      Bytes live = 0;
+      for (ir::TensorId t : op.inputs) {
+        const ir::Tensor& tensor = graph.tensor(t);
+        if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation) {
+          if (!leaves.insert(t).second) continue;
+          if (tensor.role == ir::TensorRole::kState) layer.stateBytes += tensor.bytes();
+          else layer.weightBytes += tensor.bytes();
+        } else {
+          live += tensor.bytes();
+        }
+      }
+      for (ir::TensorId t : op.outputs) live += graph.tensor(t).bytes();
+      layer.peakBytes = std::max(layer.peakBytes, live);
+      const double flops = static_cast<double>(ir::opFlops(graph, op));
+      allFlops += flops;
+      if (isWeightMatmul(graph, op)) {
+        const Bytes out = graph.tensor(op.outputs[0]).bytes();
+        Bytes in = 0;
+        for (ir::TensorId t : op.inputs)
+          if (graph.tensor(t).role != ir::TensorRole::kWeight) in += graph.tensor(t).bytes();
+        layer.matmulIoBytes += in + out;
+        ++layer.weightMatmuls;
+        layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        if (weightMatmulIndex++ % 2 == 1) {
+          layer.allReduceBytes += out;
+          ++layer.allReduces;
+          lastColumnLayer = -1;
+        } else {
+          lastColumnOutput = out;
+          lastColumnLayer = l;
+        }
+      }
+      if (op.kind == ir::OpKind::kConv) {
+        layer.hasConv = profile.hasConv = true;
+        convFlops += flops;
+        layer.convWeightBytes += weightOperandBytes(graph, op);
+        layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        const auto kernel = op.intsAttr("kernel_shape", {1, 1});
+        const std::int64_t k = kernel.empty() ? 1 : kernel[0];
+        const auto& x = graph.tensor(op.inputs[0]);
+        if (k > 1 && x.shape.size() == 4) {
+          // A cut along the height exchanges k/2 rows each way: N x C x (k/2) x W per side.
+          layer.haloBytes += 2 * (k / 2) * x.shape[0] * x.shape[1] * x.shape[3] * ir::dtypeBytes(x.dtype);
+          ++layer.halos;
+        }
+      }
+    }
+    profile.hasWeightMatmul = profile.hasWeightMatmul || layer.weightMatmuls > 0;
+
+    // Compute: the compiler's estimate for the layer alone, once per distinct layer.
+    const std::string signature = layerSignature(graph, ops[l]);
+    auto found = estimated.find(signature);
+    if (found == estimated.end()) {
+      std::pair<Cycle, std::string> value{0, ""};
+      auto sub = layerGraph(graph, ops[l]);
+      if (!sub) {
+        value.second = sub.error().format();
+      } else {
+        auto cycles = schedule::estimateLayerCycles(*sub, chip);
+        if (cycles && !cycles->empty()) value.first = cycles->front();
+        else value.second = cycles ? "no layer" : cycles.error().format();
+      }
+      found = estimated.emplace(signature, value).first;
+    }
+    if (!found->second.second.empty()) {
+      layer.fallback = true;
+      layer.cycles = flopEstimateCycles(graph, ops[l], chip);
+      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.second;
+    } else {
+      layer.cycles = std::max<Cycle>(1, found->second.first);
+    }
+    layer.installCycles = std::min(layer.installCycles, layer.cycles);
+    layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
+  }
+  // A column-parallel matmul left without its row-parallel partner gathers its output.
+  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1) {
+    profile.layers[lastColumnLayer].allGatherBytes += lastColumnOutput;
+    ++profile.layers[lastColumnLayer].allGathers;
+  }
+  return profile;
+}
+
+namespace {
+
+// Per-microbatch figures of one layer under a candidate.
+struct LayerShare {
+  double compute = 0, comm = 0;
+};
+
+LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
+  const double install = static_cast<double>(layer.installCycles);
+  const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
+  LayerShare share;
+  const double t = c.tp;
+  switch (c.split) {
+    case TensorSplit::kNone: share.compute = scaled; break;
+    case TensorSplit::kMegatron:
+      share.compute = scaled / t;
+      // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
+      share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
+                   2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
+                       links.tp.contention +
+                   layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
+                   (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
+                       links.tp.contention;
+      break;
+    case TensorSplit::k2d: {
+      // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
+      // output along a column of q chips; a chip holds 1/q of each activation.
+      const double q = std::round(std::sqrt(t));
+      share.compute = scaled / t;
+      share.comm = layer.weightMatmuls * 2 * (q - 1) * static_cast<double>(links.tp.alpha) +
+                   (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q * frac * links.tp.cyclesPerByte *
+                       links.tp.contention;
+      break;
+    }
+    case TensorSplit::kSpatial: {
+      const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
+      share.compute = scaled * (conv / t + (1 - conv));
+      share.comm = layer.halos * static_cast<double>(links.tp.alpha) +
+                   static_cast<double>(layer.haloBytes) * frac * links.tp.cyclesPerByte * links.tp.contention;
+      break;
+    }
+  }
+  return share;
+}
+
+}  // namespace
+
+Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
+  std::vector<Bytes> inbound(stages.chunks, 0);
+  for (const auto& e : profile.edges)
+    if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) inbound[stages.layerChunk[e.to]] += e.bytes;
+  inbound[0] += profile.inputBytes;
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const int chip = stages.layerChunk[l] % c.pp;
+    const double replicated = c.split == TensorSplit::kSpatial ? static_cast<double>(layer.convWeightBytes) : 0.0;
+    weights[chip] += replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
+    state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
+    peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+  }
+  // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
+  // while the previous one is computed).
+  for (int k = 0; k < stages.chunks; ++k) stash[k % c.pp] += 2.0 * static_cast<double>(inbound[k]) * frac / c.tp;
+  double worst = 0;
+  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s]);
+  return static_cast<Bytes>(std::ceil(worst));
+}
+
+PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                           const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  PlanCost cost;
+  cost.memoryPerChip = memoryPerChip(profile, c, stages);
+  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0);
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    const LayerShare share = layerShare(profile.layers[l], c, links);
+    chunk[stages.layerChunk[l]] += share.compute + share.comm;
+    chunkComm[stages.layerChunk[l]] += share.comm;
+  }
+  // Stage-to-stage sends: each TP rank sends its 1/tp share of the activations.
+  if (stages.chunks > 1) {
+    std::vector<double> outbound(stages.chunks, 0);
+    for (const auto& e : profile.edges)
+      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
+    for (int k = 0; k < stages.chunks; ++k)
+      if (outbound[k] > 0) {
+        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
+        chunk[k] += send;
+        chunkComm[k] += send;
+      }
+  }
+  double tMax = 0, passSum = 0, busySum = 0, commSum = 0;
+  std::vector<double> chipLongest(c.pp, 0), chipBusy(c.pp, 0);
+  for (int k = 0; k < stages.chunks; ++k) {
+    tMax = std::max(tMax, chunk[k]);
+    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
+    chipBusy[k % c.pp] += chunk[k] * c.microbatches;
+    commSum += chunkComm[k] * c.microbatches;
+  }
+  for (int s = 0; s < c.pp; ++s) {
+    passSum += chipLongest[s] * (stages.chunks / c.pp);
+    busySum += chipBusy[s];
+  }
+  // (m v - 1) t_max + one pass through every chunk: (m + p - 1) t for v = 1 and equal stages,
+  // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
+  const double mv = static_cast<double>(c.microbatches) * c.interleave;
+  cost.chunkCycles = tMax;
+  cost.iterationCycles = (mv - 1) * tMax + passSum / c.interleave;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - busySum / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = busySum > 0 ? commSum / busySum : 0;
+  cost.copies = std::max(1, clusterChips / std::max(1, c.chips()));
+  const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
+  cost.latencySeconds = seconds;
+  cost.throughput = seconds > 0 ? static_cast<double>(profile.samples) * cost.copies / seconds : 0;
+  return cost;
+}
+
+}  // namespace tsp::partition

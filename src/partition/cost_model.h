@@ -1,0 +1,129 @@
+// The search's cost model: per-layer profiles of a model and the predicted cost of a hybrid plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compile/ir/graph.h"
+#include "support/expected.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::partition {
+
+/// How a tensor-parallel group of tp chips splits each layer (the splits the sharding mechanism offers).
+enum class TensorSplit : std::uint8_t {
+  kNone,      ///< tp = 1
+  kMegatron,  ///< column- then row-parallel matmuls, attention heads split: all-reduces
+  k2d,        ///< 2D matmul decomposition on a q x q grid (tp = q^2): all-gather + reduce-scatter over q
+  kSpatial,   ///< convolutions split along the image height: halo exchange with two neighbours
+};
+
+/// "none", "megatron", "2d" or "spatial".
+const char* tensorSplitName(TensorSplit split);
+/// The split named by text, or an error message in `error`.
+bool parseTensorSplit(const std::string& text, TensorSplit& split);
+
+/// What the cost model knows of one layer, for the whole batch on one chip.
+struct LayerProfile {
+  Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
+  Cycle installCycles = 0;   ///< the part of cycles spent installing matmul weights: paid per microbatch
+  bool fallback = false;     ///< true when cycles is the FLOP-based estimate, not the compiler's
+  Bytes weightBytes = 0;     ///< weights and constants
+  Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
+  Bytes stateBytes = 0;      ///< KV cache, proportional to the batch
+  Bytes outBytes = 0;        ///< activations this layer sends to later layers
+  Bytes peakBytes = 0;       ///< the largest live activation set of one op of the layer (inputs + outputs)
+  Bytes allReduceBytes = 0;  ///< Megatron: outputs of row-parallel matmuls (each one all-reduce)
+  int allReduces = 0;        ///< Megatron: number of those all-reduces
+  Bytes allGatherBytes = 0;  ///< Megatron: a column-parallel output with no row-parallel partner
+  int allGathers = 0;        ///< Megatron: number of those all-gathers
+  Bytes matmulIoBytes = 0;   ///< 2D: inputs plus outputs of the weight matmuls
+  int weightMatmuls = 0;     ///< matmuls with a weight operand
+  Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
+  int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
+  Cycle convCycles = 0;      ///< spatial: the part of cycles in convolutions (split; the rest is not)
+  bool hasConv = false;
+};
+
+/// An activation edge between two layers of a DAG model (from < to).
+struct LayerEdge {
+  int from = 0, to = 0;
+  Bytes bytes = 0;
+};
+
+/// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
+struct ModelProfile {
+  std::vector<LayerProfile> layers;
+  std::vector<LayerEdge> edges;  ///< every cross-layer activation edge
+  std::int64_t samples = 1;      ///< samples one iteration processes (the batch)
+  Bytes inputBytes = 0;          ///< graph inputs, fed to the first stage
+  bool chain = true;             ///< every cross-layer edge joins layer i to layer i + 1
+  bool hasWeightMatmul = false;
+  bool hasConv = false;
+  int fallbackLayers = 0;        ///< layers whose cycles are the FLOP-based estimate
+  std::string fallbackReason;    ///< the compiler's message for the first such layer
+};
+
+/// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
+/// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
+Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples);
+
+/// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
+/// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.
+Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip);
+
+/// Alpha-beta figures of one kind of communication on a placement (ring or point to point).
+struct LinkFigures {
+  Cycle alpha = 0;            ///< per message: the slowest route's latency plus send and receive
+  double cyclesPerByte = 0;   ///< 1 / the narrowest link bandwidth on the routes
+  int contention = 1;         ///< the most messages of this kind sharing one link direction at once
+  int maxHops = 0;            ///< the longest route
+  /// Cycles to move `bytes` once: alpha + bytes * beta * contention.
+  double transfer(double bytes) const { return static_cast<double>(alpha) + bytes * cyclesPerByte * contention; }
+};
+
+/// One candidate of the search space.
+struct Candidate {
+  TensorSplit split = TensorSplit::kNone;
+  int dp = 1, tp = 1, pp = 1, microbatches = 1, interleave = 1;
+
+  int chips() const { return dp * tp * pp; }
+  /// "dp2-tp8-pp4-m16-v1" (+ "-2d" / "-spatial" for those splits): the tie-breaking key.
+  std::string canonical() const;
+};
+
+/// Stage assignment of the layers: chunk of each layer (chunks = pp x interleave; chip = chunk % pp).
+struct StageAssignment {
+  std::vector<int> layerChunk;
+  int chunks = 1;
+};
+
+/// Predicted figures of one plan.
+struct PlanCost {
+  bool fits = false;
+  double iterationCycles = 0;   ///< one iteration: (m v - 1) t_max + sum over chips of their longest chunk
+  double chunkCycles = 0;       ///< the longest chunk time per microbatch (t_max)
+  double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
+  double latencySeconds = 0;    ///< one iteration's batch, first input to last output
+  Bytes memoryPerChip = 0;      ///< the fullest chip
+  double bubbleFraction = 0;    ///< idle share of the iteration, averaged over pipeline chips
+  double commShare = 0;         ///< communication share of the busy time
+  int copies = 1;               ///< copies of the plan the cluster holds
+};
+
+/// Communication figures the cost model needs for one candidate on its placement.
+struct CandidateLinks {
+  LinkFigures tp;  ///< ring of a tensor-parallel group
+  LinkFigures pp;  ///< stage-to-stage sends
+};
+
+/// Predicts the cost of a candidate with the given stages and link figures on chips of `chip`
+/// (clusterChips bounds the copies for the throughput figure).
+PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
+                           const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips);
+
+/// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
+Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);
+
+}  // namespace tsp::partition

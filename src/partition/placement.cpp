@@ -1,0 +1,189 @@
+// Placement: locality order (METIS nested bisection), rank-to-chip slices, route-based link figures.
+#include "partition/placement.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "partition/plan.h"
+
+namespace tsp::partition {
+
+namespace {
+
+constexpr int kMetisOrderMaxChips = 4096;
+
+// Orders `chips` by recursive METIS bisection of the link graph they induce: each half is a
+// tightly connected block, so consecutive slices of the order are close on the topology.
+Status bisect(const topology::Cluster& cluster, std::vector<int> chips, std::vector<int>& order) {
+  if (chips.size() <= 2) {
+    std::sort(chips.begin(), chips.end());
+    order.insert(order.end(), chips.begin(), chips.end());
+    return {};
+  }
+  std::map<int, int> local;
+  for (size_t i = 0; i < chips.size(); ++i) local[chips[i]] = static_cast<int>(i);
+  std::vector<int> xadj{0}, adjncy, weights;
+  for (int chip : chips) {
+    std::map<int, int> neighbours;  // multi-links become one weighted edge
+    for (const auto& [port, linkId] : cluster.linksOf(chip)) {
+      (void)port;
+      const int other = cluster.links()[linkId].other(chip);
+      if (auto found = local.find(other); found != local.end()) ++neighbours[found->second];
+    }
+    for (const auto& [v, w] : neighbours) {
+      adjncy.push_back(v);
+      weights.push_back(w);
+    }
+    xadj.push_back(static_cast<int>(adjncy.size()));
+  }
+  auto parts = partitionGraphKway(xadj, adjncy, {}, weights, 2);
+  if (!parts) return parts.error();
+  std::vector<int> halves[2];
+  for (size_t i = 0; i < chips.size(); ++i) halves[(*parts)[i] == 0 ? 0 : 1].push_back(chips[i]);
+  if (halves[0].empty() || halves[1].empty()) {  // a disconnected induced graph: split by id
+    std::sort(chips.begin(), chips.end());
+    halves[0].assign(chips.begin(), chips.begin() + static_cast<std::ptrdiff_t>(chips.size() / 2));
+    halves[1].assign(chips.begin() + static_cast<std::ptrdiff_t>(chips.size() / 2), chips.end());
+  }
+  // The half holding the lowest chip id goes first, so that the order starts at chip 0's block.
+  const int first = *std::min_element(halves[0].begin(), halves[0].end()) <
+                            *std::min_element(halves[1].begin(), halves[1].end())
+                        ? 0
+                        : 1;
+  if (auto s = bisect(cluster, halves[first], order); !s) return s;
+  return bisect(cluster, halves[1 - first], order);
+}
+
+// One message of a collective or pipeline: its route's cost and the link directions it uses.
+struct RouteUse {
+  Cycle latency = 0;
+  double cyclesPerByte = 0;
+  int hops = 0;
+};
+
+RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<int, int>* load) {
+  RouteUse use;
+  if (src == dst) return use;
+  const auto route = cluster.route(src, dst);
+  use.hops = static_cast<int>(route.size());
+  use.latency = cluster.routeLatency(route) + cluster.chip().c2cSendCycles + cluster.chip().c2cReceiveCycles;
+  double narrowest = 0;
+  for (const auto& hop : route) {
+    const auto& link = cluster.links()[hop.link];
+    narrowest = narrowest == 0 ? link.bytesPerCycle : std::min(narrowest, link.bytesPerCycle);
+    if (load) ++(*load)[hop.link * 2 + (hop.chip == link.a ? 0 : 1)];
+  }
+  use.cyclesPerByte = narrowest > 0 ? 1.0 / narrowest : 0;
+  return use;
+}
+
+int rankOf(int d, int s, int t, int tp, int pp) { return (d * pp + s) * tp + t; }
+
+}  // namespace
+
+Expected<std::vector<int>> localityOrder(const topology::Cluster& cluster) {
+  std::vector<int> ids(cluster.chipCount());
+  std::iota(ids.begin(), ids.end(), 0);
+  if (cluster.description().kind == "dragonfly" || cluster.chipCount() > kMetisOrderMaxChips) return ids;
+  std::vector<int> order;
+  order.reserve(ids.size());
+  if (auto s = bisect(cluster, ids, order); !s) return s.error();
+  return order;
+}
+
+Expected<std::vector<int>> placePlan(const topology::Cluster& cluster, const std::vector<int>& order, int dp, int tp,
+                                     int pp) {
+  const std::int64_t chips = std::int64_t{dp} * tp * pp;
+  if (chips > cluster.chipCount())
+    return makeError(ExitCode::kDoesNotFit, fmt::format("the plan needs {} chips; the cluster has {}", chips,
+                                                        cluster.chipCount()));
+  if (dp == 1 && tp == 1 && pp > 1) {
+    // The pipeline scheduler sends between directly linked chips: prefer such a path.
+    if (auto path = placePipeline(cluster, pp); path) return *path;
+  }
+  return std::vector<int>(order.begin(), order.begin() + chips);
+}
+
+CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
+                           int pp, int interleave, bool allGroups) {
+  CandidateLinks figures;
+  auto measure = [&](const std::vector<std::pair<int, int>>& messages) {
+    LinkFigures f;
+    std::map<int, int> load;
+    for (const auto& [src, dst] : messages) {
+      const RouteUse use = routeUse(cluster, src, dst, &load);
+      f.alpha = std::max(f.alpha, use.latency);
+      f.cyclesPerByte = std::max(f.cyclesPerByte, use.cyclesPerByte);
+      f.maxHops = std::max(f.maxHops, use.hops);
+    }
+    for (const auto& [key, count] : load) f.contention = std::max(f.contention, count);
+    return f;
+  };
+  std::vector<std::pair<int, int>> ring, sends;
+  if (tp > 1)
+    for (int d = 0; d < (allGroups ? dp : 1); ++d)
+      for (int s = 0; s < (allGroups ? pp : 1); ++s)
+        for (int t = 0; t < tp; ++t)
+          ring.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, s, (t + 1) % tp, tp, pp)]});
+  if (pp > 1)
+    for (int d = 0; d < (allGroups ? dp : 1); ++d)
+      for (int t = 0; t < (allGroups ? tp : 1); ++t)
+        for (int s = 0; s < pp; ++s) {
+          if (s + 1 == pp && interleave == 1) break;  // interleaved chunks wrap from the last chip to the first
+          sends.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, (s + 1) % pp, t, tp, pp)]});
+        }
+  figures.tp = measure(ring);
+  figures.pp = measure(sends);
+  return figures;
+}
+
+PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
+                                int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes) {
+  PlacementReport report;
+  std::map<int, Bytes> bytes;
+  auto carry = [&](int src, int dst, Bytes amount) {
+    if (src == dst) return 0;
+    const auto route = cluster.route(src, dst);
+    for (const auto& hop : route) {
+      const auto& link = cluster.links()[hop.link];
+      bytes[hop.link * 2 + (hop.chip == link.a ? 0 : 1)] += amount;
+    }
+    return static_cast<int>(route.size());
+  };
+  std::int64_t tpEdges = 0, tpHops = 0, ppEdges = 0, ppHops = 0;
+  for (int d = 0; d < dp; ++d)
+    for (int s = 0; s < pp; ++s)
+      for (int t = 0; t < tp && tp > 1; ++t) {
+        const int h = carry(placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, s, (t + 1) % tp, tp, pp)],
+                            tpEdgeBytes);
+        report.tpMaxHops = std::max(report.tpMaxHops, h);
+        tpHops += h;
+        ++tpEdges;
+      }
+  for (int d = 0; d < dp; ++d)
+    for (int t = 0; t < tp; ++t)
+      for (int s = 0; s + 1 < pp; ++s) {
+        const Bytes amount = s < static_cast<int>(ppEdgeBytes.size()) ? ppEdgeBytes[s] : 0;
+        const int h = carry(placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, s + 1, t, tp, pp)], amount);
+        report.ppMaxHops = std::max(report.ppMaxHops, h);
+        ppHops += h;
+        ++ppEdges;
+      }
+  report.tpAverageHops = tpEdges ? static_cast<double>(tpHops) / static_cast<double>(tpEdges) : 0;
+  report.ppAverageHops = ppEdges ? static_cast<double>(ppHops) / static_cast<double>(ppEdges) : 0;
+  std::map<int, bool> used;
+  for (const auto& [key, amount] : bytes) {
+    if (amount > report.busiestLinkBytes) {
+      report.busiestLinkBytes = amount;
+      report.busiestLink = key / 2;
+    }
+    used[key / 2] = true;
+  }
+  report.linksUsed = static_cast<int>(used.size());
+  return report;
+}
+
+}  // namespace tsp::partition

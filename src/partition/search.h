@@ -1,0 +1,80 @@
+// Hybrid parallelism search: dp x tp x pp x microbatches x interleave x tensor split, ranked by a cost model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "compile/ir/graph.h"
+#include "partition/cost_model.h"
+#include "partition/placement.h"
+#include "partition/plan.h"
+#include "support/expected.h"
+#include "topology/cluster.h"
+
+namespace tsp::partition {
+
+/// What the search optimises and how much it may evaluate (budgets in candidates, never seconds).
+struct SearchOptions {
+  std::string objective = "throughput";  ///< throughput | latency | chips
+  std::int64_t budget = 20000;           ///< candidates evaluated at most (screening and final)
+  int maxTp = 64;                        ///< largest TP group tried (powers of two)
+  int finalists = 16;                    ///< best screened candidates re-evaluated with every group's contention
+  int keep = 100;                        ///< ranked plans returned
+};
+
+/// One evaluated candidate (trivially copyable, so that ranks can exchange them as bytes).
+struct EvaluatedCandidate {
+  std::int64_t index = 0;  ///< position in the phase's candidate list
+  PlanCost cost;
+};
+
+/// Spreads candidate evaluation over ranks: rank evaluates the indices i with i % size == rank,
+/// and gather (given by the runtime, which owns MPI) returns the union of every rank's results.
+struct SearchParallel {
+  int rank = 0, size = 1;
+  std::function<std::vector<EvaluatedCandidate>(const std::vector<EvaluatedCandidate>&)> gather;
+};
+
+/// A ranked plan: the candidate, its predicted cost, and whether contention counted every group.
+struct RankedPlan {
+  Candidate candidate;
+  PlanCost cost;
+  bool exact = false;
+};
+
+/// What a search found.
+struct SearchResult {
+  std::vector<RankedPlan> ranked;  ///< best first (objective, then canonical string)
+  Plan best;                        ///< the first ranked plan with stages and placement
+  PlacementReport placement;        ///< hops and link load of best
+  std::int64_t spaceSize = 0;       ///< candidates in the space
+  std::int64_t pruned = 0;          ///< left out by the early memory check
+  std::int64_t evaluated = 0;       ///< candidates the cost model evaluated
+  std::string method;               ///< "exhaustive" or "hierarchical"
+  int fallbackLayers = 0;           ///< layers costed by the FLOP-based estimate
+  std::string fallbackReason;
+};
+
+/// True when a is better than b under the objective; ties by canonical string, so the order is total.
+bool betterPlan(const std::string& objective, const RankedPlan& a, const RankedPlan& b);
+
+/// Searches the plans of `graph` on `cluster`. Errors: kDoesNotFit naming the smallest chip count
+/// that would fit when no plan fits.
+Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Cluster& cluster,
+                                   const ModelProfile& profile, const SearchOptions& options,
+                                   const SearchParallel& parallel = {});
+
+/// Turns a candidate into a plan: stages (DP or METIS), placement, per-stage cycles.
+Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& profile, const Candidate& candidate,
+                         const std::vector<int>& order);
+
+/// Predicts the cost of a given plan (a plan file or a fixed plan) on its own stages and placement.
+Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan);
+
+/// Smallest dp = 1 plan (tp x pp chips) whose memory fits one chip's SRAM, ignoring the cluster's
+/// size; chips = 0 when none does (a single layer's share is too large even at the widest split).
+Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipSpec& chip, int maxTp);
+
+}  // namespace tsp::partition

@@ -1,0 +1,391 @@
+// Tests of the cost model, stage partition, placement and hybrid search on real models and clusters.
+#include "partition/search.h"
+
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <cstdio>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compile/frontend/builtin_models.h"
+#include "partition/stage_partition.h"
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::partition {
+namespace {
+
+topology::Cluster cluster(const std::string& yaml) {
+  topology::YamlReader reader("c.yaml");
+  auto c = topology::loadCluster(reader, YAML::Load(yaml));
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().format());
+  return *c;
+}
+
+ir::Graph model(const std::string& name, std::map<std::string, std::string> params,
+                frontend::Precision precision = {}) {
+  frontend::ModelSpec spec;
+  spec.builtin = name;
+  spec.params = std::move(params);
+  spec.precision = precision;
+  auto g = frontend::buildBuiltinModel(spec);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().format());
+  return *g;
+}
+
+ModelProfile profileOf(const ir::Graph& g, const topology::Cluster& c, std::int64_t samples) {
+  auto p = profileModel(g, c.chip(), samples);
+  EXPECT_TRUE(p.ok()) << (p.ok() ? "" : p.error().format());
+  return *p;
+}
+
+// Links that cost almost nothing: 64 lanes at 10 Tb/s each, ~1 ns.
+const char* kFreeRing = "{topology: {kind: ring, chips: 16}, link: {lanes: 64, gbps_per_lane: 10000, latency_ns: 1.2}}";
+
+TEST(CostModel, BubbleIsTheTextbookFractionOnUniformLayers) {
+  const auto c = cluster(kFreeRing);
+  // 16 identical layers (the last has no ReLU, a few hundred cycles of VXM out of thousands).
+  const auto g = model("mlp", {{"layers", "16"}, {"hidden", "1024"}, {"batch", "256"}});
+  const auto profile = profileOf(g, c, 256);
+  EXPECT_EQ(profile.fallbackLayers, 0);  // the compiler lowers every MLP layer
+  for (int p : {2, 4, 8, 16})
+    for (int m : {1, 2, 4, 8, 16, 32}) {
+      auto stages = assignStages(profile, p);
+      ASSERT_TRUE(stages.ok());
+      const Candidate cand{TensorSplit::kNone, 1, 1, p, m, 1};
+      auto order = localityOrder(c);
+      ASSERT_TRUE(order.ok());
+      auto placed = placePlan(c, *order, 1, 1, p);
+      ASSERT_TRUE(placed.ok());
+      const auto links = linkFigures(c, *placed, 1, 1, p, 1, true);
+      const PlanCost cost = evaluateCandidate(profile, cand, *stages, links, c.chip(), c.chipCount());
+      const double expected = static_cast<double>(p - 1) / (m + p - 1);
+      EXPECT_NEAR(cost.bubbleFraction, expected, 0.01) << "p " << p << " m " << m;
+    }
+}
+
+TEST(CostModel, InterleavingDividesTheBubbleByV) {
+  // A synthetic profile of 16 equal layers with no communication: bubble (p-1)/(m v + p - 1).
+  ModelProfile profile;
+  profile.samples = 64;
+  profile.layers.assign(16, LayerProfile{});
+  for (auto& l : profile.layers) l.cycles = 10000;
+  const auto c = cluster(kFreeRing);
+  for (int v : {1, 2, 4}) {
+    auto stages = assignStages(profile, 4 * v);
+    ASSERT_TRUE(stages.ok());
+    const PlanCost cost = evaluateCandidate(profile, {TensorSplit::kNone, 1, 1, 4, 8, v}, *stages, {}, c.chip(), 16);
+    EXPECT_NEAR(cost.bubbleFraction, 3.0 / (8.0 * v + 3.0), 1e-9) << "v " << v;
+  }
+}
+
+TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto profile = profileOf(g, c, 1);
+  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h.
+  const auto& block = profile.layers[1];
+  EXPECT_EQ(block.weightMatmuls, 4);
+  EXPECT_EQ(block.allReduces, 2);
+  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 256 * 2);
+  EXPECT_TRUE(profile.chain);
+}
+
+TEST(CostModel, FallbackIsFlaggedWhenTheCompilerCannotLowerALayer) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto profile = profileOf(g, c, 1);
+  EXPECT_GT(profile.fallbackLayers, 0);
+  EXPECT_FALSE(profile.fallbackReason.empty());
+  for (const auto& l : profile.layers) EXPECT_GT(l.cycles, 0);
+}
+
+TEST(StagePartition, DagStagesOnlyMoveForward) {
+  // Six layers with skip edges 0->3 and 2->5 (not a chain): METIS, then the forward fix-up.
+  ModelProfile profile;
+  profile.chain = false;
+  profile.layers.assign(6, LayerProfile{});
+  for (int l = 0; l < 6; ++l) profile.layers[l].cycles = 1000 * (l + 1);
+  for (int l = 0; l + 1 < 6; ++l) profile.edges.push_back({l, l + 1, 4096});
+  profile.edges.push_back({0, 3, 1 << 20});
+  profile.edges.push_back({2, 5, 1 << 20});
+  for (int chunks = 2; chunks <= 4; ++chunks) {
+    auto stages = partitionDagStages(profile, chunks);
+    ASSERT_TRUE(stages.ok());
+    for (const auto& e : profile.edges) EXPECT_LE(stages->layerChunk[e.from], stages->layerChunk[e.to]);
+    for (int k : stages->layerChunk) EXPECT_LT(k, chunks);
+    EXPECT_GT(*std::max_element(stages->layerChunk.begin(), stages->layerChunk.end()), 0);
+  }
+}
+
+TEST(Placement, TensorGroupsTakeTightBlocksOfAMesh) {
+  const auto c = cluster("{topology: {kind: mesh, dims: [4, 4]}}");
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  std::vector<int> sorted = *order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(sorted[i], i);
+  // Every group of 4 consecutive chips in the order lies within 2 hops of each other (a 2x2 block
+  // or a row); a random order would not.
+  for (int g = 0; g < 4; ++g)
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) EXPECT_LE(c.hops((*order)[4 * g + i], (*order)[4 * g + j]), 3);
+  auto placed = placePlan(c, *order, 4, 4, 1);
+  ASSERT_TRUE(placed.ok());
+  const auto links = linkFigures(c, *placed, 4, 4, 1, 1, true);
+  EXPECT_LE(links.tp.maxHops, 3);
+}
+
+TEST(Placement, DragonflyKeepsIdOrderAndReportsHops) {
+  const auto c = cluster("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 2}}");
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  for (int i = 0; i < c.chipCount(); ++i) EXPECT_EQ((*order)[i], i);
+  auto placed = placePlan(c, *order, 2, 8, 4);
+  ASSERT_TRUE(placed.ok());
+  const auto report = reportPlacement(c, *placed, 2, 8, 4, 1000, {10, 10, 10});
+  EXPECT_EQ(report.tpMaxHops, 1);  // a TP group of 8 is one fully connected node
+  EXPECT_GT(report.linksUsed, 0);
+  EXPECT_GT(report.busiestLinkBytes, 0);
+}
+
+Candidate bestPure(const topology::Cluster& c, const ModelProfile& profile, int which, RankedPlan& out) {
+  // which: 0 pure DP, 1 pure TP (Megatron), 2 pure PP; the best one that fits, or chips 0.
+  auto order = localityOrder(c);
+  bool found = false;
+  for (int n = 1; n <= c.chipCount(); ++n)
+    for (int m = 1; m <= profile.samples; m *= 2) {
+      Candidate cand{which == 1 && n > 1 ? TensorSplit::kMegatron : TensorSplit::kNone, which == 0 ? n : 1,
+                     which == 1 ? n : 1, which == 2 ? n : 1, m, 1};
+      if (cand.dp > 1 && profile.samples % cand.dp) continue;
+      if (which == 1 && (n & (n - 1))) continue;
+      if (static_cast<int>(profile.layers.size()) < cand.pp || (profile.samples / cand.dp) % m) continue;
+      auto plan = buildPlan(c, profile, cand, *order);
+      if (!plan) continue;
+      auto ranked = evaluatePlan(c, profile, *plan);
+      if (!ranked || !ranked->cost.fits) continue;
+      if (!found || betterPlan("throughput", *ranked, out)) out = *ranked;
+      found = true;
+    }
+  return found ? out.candidate : Candidate{TensorSplit::kNone, 0, 0, 0, 0, 0};
+}
+
+void expectNeverSlowerThanPure(const topology::Cluster& c, const ir::Graph& g, std::int64_t samples,
+                               std::int64_t budget) {
+  const auto profile = profileOf(g, c, samples);
+  SearchOptions options;
+  options.budget = budget;
+  auto result = searchPlans(g, c, profile, options);
+  ASSERT_TRUE(result.ok()) << result.error().format();
+  EXPECT_LE(result->evaluated, budget);
+  const RankedPlan& best = result->ranked.front();
+  EXPECT_TRUE(best.exact);
+  int compared = 0;
+  for (int which = 0; which < 3; ++which) {
+    RankedPlan pure;
+    if (bestPure(c, profile, which, pure).dp == 0) continue;
+    ++compared;
+    EXPECT_GE(best.cost.throughput, pure.cost.throughput * (1 - 1e-9))
+        << "searched " << best.candidate.canonical() << " vs pure " << pure.candidate.canonical() << " ("
+        << result->method << ")";
+  }
+  EXPECT_GE(compared, 2);  // at least pure DP and pure PP fit these models
+}
+
+TEST(Search, NeverSlowerThanPureDpTpOrPpExhaustive) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  expectNeverSlowerThanPure(c, model("mlp", {{"layers", "8"}, {"hidden", "2048"}, {"batch", "64"}}), 64, 100000);
+  const auto gpt = model("gpt", {{"layers", "4"}, {"hidden", "512"}, {"heads", "8"}, {"seq", "128"}, {"batch", "4"},
+                                 {"vocab", "1024"}});
+  expectNeverSlowerThanPure(c, gpt, 4, 100000);
+}
+
+TEST(Search, NeverSlowerThanPureDpTpOrPpHierarchical) {
+  const auto c = cluster("{topology: {kind: torus, dims: [4, 4]}}");
+  const auto g = model("mlp", {{"layers", "16"}, {"hidden", "4096"}, {"batch", "64"}});
+  const auto profile = profileOf(g, c, 64);
+  SearchOptions options;
+  options.budget = 300;
+  auto result = searchPlans(g, c, profile, options);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->method, "hierarchical");
+  expectNeverSlowerThanPure(c, g, 64, 300);
+}
+
+TEST(Search, DeterministicAndTiesBrokenByCanonicalString) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  auto a = searchPlans(g, c, profile, {});
+  auto b = searchPlans(g, c, profile, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(a->ranked.size(), b->ranked.size());
+  for (size_t i = 0; i < a->ranked.size(); ++i) EXPECT_EQ(a->ranked[i].candidate.canonical(), b->ranked[i].candidate.canonical());
+  for (size_t i = 0; i + 1 < a->ranked.size(); ++i) EXPECT_FALSE(betterPlan("throughput", a->ranked[i + 1], a->ranked[i]));
+  EXPECT_EQ(a->best.toYaml(), b->best.toYaml());
+}
+
+TEST(Search, ObjectivesChooseDifferently) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  SearchOptions latency, chips;
+  latency.objective = "latency";
+  chips.objective = "chips";
+  auto l = searchPlans(g, c, profile, latency);
+  auto k = searchPlans(g, c, profile, chips);
+  ASSERT_TRUE(l.ok() && k.ok());
+  EXPECT_EQ(k->ranked.front().candidate.chips(), 1);
+  EXPECT_GT(l->ranked.front().candidate.chips(), 1);  // splitting the batch over chips cuts latency
+  for (const auto& r : l->ranked) EXPECT_GE(r.cost.latencySeconds, l->ranked.front().cost.latencySeconds);
+}
+
+TEST(Search, ModelThatFitsNowhereNamesTheSmallestChipCount) {
+  const auto c = cluster("{topology: {kind: ring, chips: 2}}");
+  const auto g = model("mlp", {{"layers", "2"}, {"hidden", "16384"}, {"batch", "8"}});
+  const auto profile = profileOf(g, c, 8);
+  auto result = searchPlans(g, c, profile, {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.error().code, ExitCode::kDoesNotFit);
+  // 2 x 512 MiB of FP16 weights: 8 chips (tp 4 x pp 2) is the first split under 220 MiB each.
+  EXPECT_NE(result.error().message.find("the smallest chip count that would fit is 8 (dp1-tp4-pp2"), std::string::npos)
+      << result.error().message;
+}
+
+// An all-gather between threads standing in for MPI ranks (the runtime's gather uses MPI_Allgatherv).
+class ThreadGather {
+ public:
+  explicit ThreadGather(int size) : size_(size) {}
+  std::vector<EvaluatedCandidate> operator()(const std::vector<EvaluatedCandidate>& mine) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int generation = generation_;
+    pool_.insert(pool_.end(), mine.begin(), mine.end());
+    if (++arrived_ == size_) {
+      result_ = pool_;
+      pool_.clear();
+      arrived_ = 0;
+      ++generation_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return generation_ != generation; });
+    }
+    return result_;
+  }
+
+ private:
+  int size_, arrived_ = 0, generation_ = 0;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  std::vector<EvaluatedCandidate> pool_, result_;
+};
+
+TEST(Search, RanksEvaluatingSlicesGiveTheSerialRanking) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  SearchOptions options;
+  for (std::int64_t budget : {100000, 60}) {  // exhaustive, then hierarchical
+    options.budget = budget;
+    auto serial = searchPlans(g, c, profile, options);
+    ASSERT_TRUE(serial.ok());
+    for (int size : {2, 3}) {
+      ThreadGather gather(size);
+      std::vector<std::optional<Expected<SearchResult>>> results(size);
+      std::vector<std::thread> ranks;
+      for (int r = 0; r < size; ++r)
+        ranks.emplace_back([&, r] {
+          SearchParallel parallel{r, size, [&](const std::vector<EvaluatedCandidate>& mine) { return gather(mine); }};
+          results[r].emplace(searchPlans(g, c, profile, options, parallel));
+        });
+      for (auto& t : ranks) t.join();
+      for (int r = 0; r < size; ++r) {
+        ASSERT_TRUE(results[r]->ok());
+        const auto& mine = results[r]->value();
+        EXPECT_EQ(mine.evaluated, serial->evaluated);
+        ASSERT_EQ(mine.ranked.size(), serial->ranked.size());
+        for (size_t i = 0; i < mine.ranked.size(); ++i) {
+          EXPECT_EQ(mine.ranked[i].candidate.canonical(), serial->ranked[i].candidate.canonical());
+          EXPECT_EQ(mine.ranked[i].cost.throughput, serial->ranked[i].cost.throughput);
+        }
+      }
+    }
+  }
+}
+
+TEST(PlanFile, RoundTripsThroughYaml) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "8"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  for (const Candidate cand : {Candidate{TensorSplit::kMegatron, 2, 2, 2, 4, 1}, Candidate{TensorSplit::kNone, 1, 1, 4, 1, 2}}) {
+    auto plan = buildPlan(c, profile, cand, *order);
+    ASSERT_TRUE(plan.ok());
+    const std::string path = std::string(TSP_BINARY_DIR) + "/roundtrip.plan.yaml";
+    std::ofstream(path) << plan->toYaml();
+    auto back = loadPlanFile(path);
+    ASSERT_TRUE(back.ok()) << back.error().format();
+    EXPECT_EQ(back->toYaml(), plan->toYaml());
+    EXPECT_TRUE(checkPlan(*back, 8, c, path).ok());
+    auto a = evaluatePlan(c, profile, *plan), b = evaluatePlan(c, profile, *back);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->cost.iterationCycles, b->cost.iterationCycles);
+  }
+}
+
+// One case per plan-file error message.
+struct PlanFileError {
+  const char* text;
+  const char* message;
+};
+
+TEST(PlanFile, EveryErrorNamesWhere) {
+  const PlanFileError cases[] = {
+      {"dp: [1", "plan.yaml:1:1: YAML syntax error in the plan file"},
+      {"- 1", "plan.yaml:1:1: the plan file must be a mapping"},
+      {"dp: 1\nstage: []", "plan.yaml:2:1: unknown key 'stage' in 'plan'"},
+      {"dp: 1\npp: 2", "plan.yaml:1:1: the plan needs a 'stages' list"},
+      {"pp: 2\nstages: [{first_layer: 0, chip: 0}]", "plan.yaml:2:9: 'stages' has 1 entries but pp is 2"},
+      {"pp: 2\nstages: [{first_layer: 0, chip: 0}, {first_layer: 0, chip: 1}]",
+       "plan.yaml:2:51: stage 1: first_layer 0 must be 0 for the first stage and grow"},
+      {"pp: 1\nstages: [{chip: 0}]", "plan.yaml:2:10: a stage needs 'first_layer' and 'chip'"},
+      {"dp: 2\npp: 1\nstages: [{first_layer: 0, chip: 0}]\nplacement: [0]",
+       "plan.yaml:4:12: 'placement' has 1 chips but dp x tp x pp is 2"},
+  };
+  const std::string path = std::string(TSP_BINARY_DIR) + "/plan.yaml";
+  for (const auto& e : cases) {
+    std::ofstream(path) << e.text;
+    auto plan = loadPlanFile(path);
+    ASSERT_FALSE(plan.ok()) << e.text;
+    EXPECT_NE(plan.error().format().find(e.message), std::string::npos) << plan.error().format();
+  }
+  EXPECT_NE(loadPlanFile("/nonexistent/p.yaml").error().format().find("cannot open the plan file"), std::string::npos);
+  const auto c = cluster("{topology: {kind: ring, chips: 4}}");
+  Plan plan;
+  plan.pp = 1;
+  plan.stageFirstLayer = {0};
+  plan.stageChip = {9};
+  plan.stageCycles = {0};
+  EXPECT_NE(checkPlan(plan, 2, c, "p.yaml").error().message.find("stage 0: chip 9 is not in the cluster (chips 0 to 3)"),
+            std::string::npos);
+  plan.stageChip = {0};
+  plan.stageFirstLayer = {5};
+  EXPECT_NE(checkPlan(plan, 2, c, "p.yaml").error().message.find("starts at layer 5 but the model has 2 layers"),
+            std::string::npos);
+  plan.stageFirstLayer = {0};
+  plan.placement = {7};
+  EXPECT_NE(checkPlan(plan, 2, c, "p.yaml").error().message.find("placement: chip 7 is not in the cluster"),
+            std::string::npos);
+  plan.placement.clear();
+  plan.layerChunk = {0};
+  EXPECT_NE(checkPlan(plan, 2, c, "p.yaml").error().message.find("layer_chunk has 1 entries but the model has 2"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tsp::partition
