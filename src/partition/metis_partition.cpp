@@ -1,4 +1,6 @@
 // k-way graph partitioning through METIS (the only place METIS is called).
+#include <mutex>
+
 #include <fmt/format.h>
 #include <metis.h>
 
@@ -21,6 +23,9 @@ Expected<std::vector<int>> partitionGraphKway(const std::vector<int>& xadj, cons
   METIS_SetDefaultOptions(options);
   options[METIS_OPTION_SEED] = 1;  // deterministic across runs and ranks
   options[METIS_OPTION_CONTIG] = 0;
+  // METIS keeps global state (GKlib's memory core): calls from threads of one process take turns.
+  static std::mutex metisMutex;
+  std::lock_guard<std::mutex> lock(metisMutex);
   const int status = METIS_PartGraphKway(&n, &constraints, x.data(), a.data(), vw.empty() ? nullptr : vw.data(),
                                          nullptr, ew.empty() ? nullptr : ew.data(), &nparts, nullptr, nullptr, options,
                                          &objective, part.data());

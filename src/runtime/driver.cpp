@@ -226,6 +226,7 @@ struct PlanChoice {
   std::optional<partition::SearchResult> search;
   std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
   std::string planFile;                        ///< the file the plan came from, if any
+  std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -296,11 +297,14 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
       if (!plan) return plan.error();
       choice.plan = *plan;
     }
-    return choice;
   }
-  auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
-  if (!given) return given.error();
-  choice.given = *given;
+  if (!choice.search) {
+    auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
+    if (!given) return given.error();
+    choice.given = *given;
+  }
+  if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan); predicted)
+    choice.runPrediction = *predicted;
   return choice;
 }
 
@@ -669,6 +673,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"chips_used", run.chips},
                         {"windows", outcome->windows},
                         {"searched_plan", choice->search ? choice->search->best.canonical() : plan->canonical()},
+                        {"predicted_iteration_cycles",
+                         choice->runPrediction ? choice->runPrediction->cost.iterationCycles : 0.0},
                         {"trace", tracePath}};
     fmt::print("{}\n", j.dump(2));
     return {};
@@ -701,6 +707,11 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
   fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
+  if (choice->runPrediction)
+    fmt::print("predicted:   {:.0f} cycles by the search's cost model ({:+.1f}% from the simulation)\n",
+               choice->runPrediction->cost.iterationCycles,
+               100.0 * (choice->runPrediction->cost.iterationCycles - static_cast<double>(run.makespanCycles)) /
+                   std::max<double>(1, static_cast<double>(run.makespanCycles)));
   fmt::print("utilisation:");
   for (int k = 0; k < topology::kUnitKindCount; ++k)
     fmt::print(" {} {:.2f}%", topology::unitKindName(static_cast<topology::UnitKind>(k)),

@@ -1,0 +1,60 @@
+// Benchmarks of the hybrid parallelism search: GPT-3 175B on the 10,440-TSP dragonfly, on one core.
+#include <benchmark/benchmark.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compile/frontend/builtin_models.h"
+#include "partition/search.h"
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace {
+
+tsp::topology::Cluster dragonfly10440() {
+  tsp::topology::YamlReader reader(TSP_SOURCE_DIR "/configs/dragonfly-10440.yaml");
+  const YAML::Node root = YAML::LoadFile(reader.file());
+  auto cluster = tsp::topology::loadCluster(reader, root["cluster"]);
+  return std::move(*cluster);
+}
+
+// GPT-3 175B (Megatron Table 1 shape: 96 layers, hidden 12288, 96 heads), prefill of 8 x 2048 tokens, FP16.
+tsp::ir::Graph gpt3() {
+  tsp::frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", "96"}, {"hidden", "12288"}, {"heads", "96"}, {"seq", "2048"},
+                 {"batch", "8"},   {"vocab", "50257"},  {"dtype", "fp16"}};
+  return std::move(*tsp::frontend::buildBuiltinModel(spec));
+}
+
+// The full search: per-layer profile (compiler estimates or the FLOP fallback), enumeration,
+// memory pruning, hierarchical screening within the default budget, finalists with every group's
+// contention, the best plan's stages, placement and report.
+void BM_SearchGpt3OnDragonfly10440(benchmark::State& state) {
+  const auto cluster = dragonfly10440();
+  const auto graph = gpt3();
+  tsp::partition::SearchOptions options;
+  options.budget = state.range(0);
+  std::int64_t evaluated = 0, space = 0;
+  std::string best;
+  for (auto _ : state) {
+    auto profile = tsp::partition::profileModel(graph, cluster.chip(), 8);
+    if (!profile) {
+      state.SkipWithError(profile.error().format().c_str());
+      break;
+    }
+    auto result = tsp::partition::searchPlans(graph, cluster, *profile, options);
+    if (!result) {
+      state.SkipWithError(result.error().format().c_str());
+      break;
+    }
+    evaluated = result->evaluated;
+    space = result->spaceSize;
+    best = result->best.canonical();
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["candidates_evaluated"] = static_cast<double>(evaluated);
+  state.counters["space"] = static_cast<double>(space);
+  state.SetLabel(best);
+}
+BENCHMARK(BM_SearchGpt3OnDragonfly10440)->Arg(20000)->Arg(500)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+}  // namespace
