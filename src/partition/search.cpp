@@ -245,7 +245,7 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
       std::int64_t count = 0;
       for (int dp : dps) {
         if (std::int64_t{dp} * tp * pp > chips) break;
-        Shape shape{split, tp, pp, dp, divisorsOf(profile.samples / dp, 64), {1}};
+        Shape shape{split, tp, pp, dp, divisorsOf(profile.samples / dp, profile.samples), {1}};
         for (int v = 2; v <= 4 && pp > 1 && pp * v <= layers; v *= 2) shape.vs.push_back(v);
         count += static_cast<std::int64_t>(shape.ms.size() * shape.vs.size());
         variants.push_back(std::move(shape));
@@ -293,9 +293,12 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
     result.method = "hierarchical";
     std::vector<const Shape*> levelOne;
     for (const auto& s : shapes) levelOne.push_back(&s);
+    std::set<int> grid;  // pipeline depths level 1 looks at (all when the shapes fit the budget)
+    for (const auto& s : shapes) grid.insert(s.pp);
     if (static_cast<std::int64_t>(levelOne.size()) > screenBudget / 2) {
-      // Too many shapes: keep pipeline depths on a geometric grid (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, ...).
-      std::set<int> grid;
+      // Too many shapes: level 1 keeps pipeline depths on a geometric grid (1, 2, 3, 4, 5, 6, 7, 8,
+      // 10, 12, 15, ...); level 2 fills in the depths between grid points around the best shapes.
+      grid.clear();
       for (double p = 1; p <= layers; p = std::max(p + 1, std::floor(p * 1.25))) grid.insert(static_cast<int>(p));
       grid.insert(layers);
       std::vector<const Shape*> kept;
@@ -317,18 +320,40 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
     if (auto s = screen(reps); !s) return s.error();
     std::map<std::string, size_t> shapeOf;
     for (size_t i = 0; i < reps.size(); ++i) shapeOf[reps[i].canonical()] = i;
+    // Shapes by family (split, tp, dp), in pp order: level 2's neighbourhoods.
+    std::map<std::tuple<int, int, int>, std::vector<const Shape*>> family;
+    for (const auto& s : shapes) family[{static_cast<int>(s.split), s.tp, s.dp}].push_back(&s);
     std::vector<RankedPlan> firstLevel = screened;
     std::sort(firstLevel.begin(), firstLevel.end(),
               [&](const RankedPlan& a, const RankedPlan& b) { return betterPlan(options.objective, a, b); });
     std::set<std::string> seen;
-    for (const auto& r : screened) seen.insert(r.candidate.canonical());
+    for (const auto& c : reps) seen.insert(c.canonical());
+    bool spent = false;
     for (const auto& r : firstLevel) {
-      std::vector<Candidate> more;
-      for (const auto& c : expand(*levelOne[shapeOf[r.candidate.canonical()]]))
-        if (!seen.count(c.canonical())) more.push_back(c);
-      if (result.evaluated + static_cast<std::int64_t>(more.size()) > screenBudget) break;
-      for (const auto& c : more) seen.insert(c.canonical());
-      if (auto s = screen(more); !s) return s.error();
+      const Shape* rep = levelOne[shapeOf[r.candidate.canonical()]];
+      // The representative's shape, then the depths between its grid neighbours, nearest first.
+      auto next = grid.upper_bound(rep->pp);
+      auto prev = grid.lower_bound(rep->pp);
+      const int lo = prev == grid.begin() ? 1 : *std::prev(prev) + 1;
+      const int hi = next == grid.end() ? layers : *next - 1;
+      std::vector<const Shape*> around;
+      for (const Shape* s : family[{static_cast<int>(rep->split), rep->tp, rep->dp}])
+        if (s->pp >= lo && s->pp <= hi) around.push_back(s);
+      std::stable_sort(around.begin(), around.end(), [&](const Shape* a, const Shape* b) {
+        return std::abs(a->pp - rep->pp) < std::abs(b->pp - rep->pp);
+      });
+      for (const Shape* shape : around) {
+        std::vector<Candidate> more;
+        for (const auto& c : expand(*shape))
+          if (!seen.count(c.canonical())) more.push_back(c);
+        if (result.evaluated + static_cast<std::int64_t>(more.size()) > screenBudget) {
+          spent = true;
+          break;
+        }
+        for (const auto& c : more) seen.insert(c.canonical());
+        if (auto s = screen(more); !s) return s.error();
+      }
+      if (spent) break;
     }
   }
 

@@ -17,11 +17,11 @@ tsp::topology::Cluster dragonfly10440() {
 }
 
 // GPT-3 175B (Megatron Table 1 shape: 96 layers, hidden 12288, 96 heads), prefill of 8 x 2048 tokens, FP16.
-tsp::ir::Graph gpt3() {
+tsp::ir::Graph gpt3(int batch) {
   tsp::frontend::ModelSpec spec;
   spec.builtin = "gpt";
   spec.params = {{"layers", "96"}, {"hidden", "12288"}, {"heads", "96"}, {"seq", "2048"},
-                 {"batch", "8"},   {"vocab", "50257"},  {"dtype", "fp16"}};
+                 {"batch", std::to_string(batch)}, {"vocab", "50257"}, {"dtype", "fp16"}};
   return std::move(*tsp::frontend::buildBuiltinModel(spec));
 }
 
@@ -30,13 +30,14 @@ tsp::ir::Graph gpt3() {
 // contention, the best plan's stages, placement and report.
 void BM_SearchGpt3OnDragonfly10440(benchmark::State& state) {
   const auto cluster = dragonfly10440();
-  const auto graph = gpt3();
+  const int batch = static_cast<int>(state.range(1));
+  const auto graph = gpt3(batch);
   tsp::partition::SearchOptions options;
   options.budget = state.range(0);
   std::int64_t evaluated = 0, space = 0;
   std::string best;
   for (auto _ : state) {
-    auto profile = tsp::partition::profileModel(graph, cluster.chip(), 8);
+    auto profile = tsp::partition::profileModel(graph, cluster.chip(), batch);
     if (!profile) {
       state.SkipWithError(profile.error().format().c_str());
       break;
@@ -55,6 +56,13 @@ void BM_SearchGpt3OnDragonfly10440(benchmark::State& state) {
   state.counters["space"] = static_cast<double>(space);
   state.SetLabel(best);
 }
-BENCHMARK(BM_SearchGpt3OnDragonfly10440)->Arg(20000)->Arg(500)->Unit(benchmark::kMillisecond)->Iterations(1);
+// Args: budget (candidates), batch (more divisors: more dp and m choices).
+BENCHMARK(BM_SearchGpt3OnDragonfly10440)
+    ->Args({20000, 8})
+    ->Args({500, 8})
+    ->Args({20000, 1536})
+    ->Args({1000000, 1536})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
