@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", options.out, "trace path (HDF5)");
   app.add_option("--describe", options.describe, "print a description and exit")
       ->check(CLI::IsMember({"topology", "model", "plan"}));
+  app.add_option("--trace-level", options.traceLevel, "summary, links (adds C2C events) or instructions")
+      ->check(CLI::IsMember({"summary", "links", "instructions"}));
   app.add_option("--seed", options.seed, "seed of annealing and search (default 0)");
   app.add_flag("--json", options.json, "machine-readable output on stdout");
   app.add_flag("--quiet", options.quiet, "no progress line");

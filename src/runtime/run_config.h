@@ -17,7 +17,7 @@ struct SimulationConfig {
   std::string mode = "timing";
   int iterations = 1;
   std::int64_t seed = 0;
-  std::string rankMapping = "block";
+  std::string rankMapping = "block";  ///< block | metis
 };
 
 /// The `output:` section (left out of the stored config: it does not change results).
@@ -25,6 +25,7 @@ struct OutputConfig {
   std::string trace = "out/trace.h5";
   std::string level = "summary";
   std::vector<int> instructionChips;  ///< empty: all
+  std::int64_t eventBufferRows = 65536;  ///< event rows a rank buffers before the ranks flush together
 };
 
 /// A loaded, validated config.
