@@ -23,6 +23,7 @@ struct RunOptions {
   bool quiet = false;
   std::optional<std::string> emitPrograms;
   bool compileOnly = false;
+  std::optional<std::string> programs;  ///< --programs DIR: simulate programs emitted earlier
 };
 
 /// Result of a run: the exit code and whether this rank should print the diagnostic.

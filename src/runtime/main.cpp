@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_flag("--json", options.json, "machine-readable output on stdout");
   app.add_flag("--quiet", options.quiet, "no progress line");
   app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");
+  app.add_option("--programs", options.programs, "simulate the programs in DIR (written by --emit-programs) instead of compiling");
   app.add_flag("--compile-only", options.compileOnly, "stop after compiling (with --emit-programs)");
   app.set_version_flag("--version", tsp::runtime::toolVersion());
   app.footer(

@@ -44,6 +44,7 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     chips_.push_back(sim::makeTspChip(chip, spec, programs[chip], std::move(ports), options));
   }
   failed_.assign(chips_.size(), 0);
+  crossSends_.resize(chips_.size());
 
   // A burst issued at cycle t arrives no earlier than t + send latency + link latency: that is
   // how far a chip may run ahead of the chips that can send to it.
@@ -66,6 +67,17 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
       neighbours_.push_back(r);
     }
   toNeighbour_.resize(neighbours_.size());
+  // The schedule is static: the issue cycles of the sends that will cross ranks are known now.
+  for (size_t i = 0; i < chips_.size(); ++i) {
+    const int chip = mapping_.localChips[i];
+    for (const auto& inst : programs[chip]->instructions) {
+      if (inst.op != isa::Opcode::kC2cSend) continue;
+      const int linkId = inst.port >= 0 ? cluster.linkAt(chip, inst.port) : -1;
+      if (linkId >= 0 && mapping_.owner[cluster.links()[linkId].other(chip)] != rank_)
+        crossSends_[i].push_back(inst.issue);
+    }
+    std::sort(crossSends_[i].begin(), crossSends_[i].end());
+  }
   if (ranks_ > 1) {
     // Links are symmetric, so the neighbour lists are: sources and destinations are the same ranks.
     const int n = static_cast<int>(neighbours_.size());
@@ -76,6 +88,22 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
 
 ParallelSimulation::~ParallelSimulation() {
   if (neighbourComm_ != MPI_COMM_NULL) MPI_Comm_free(&neighbourComm_);
+}
+
+Cycle ParallelSimulation::nextCrossSend(Cycle from) const {
+  Cycle next = sim::kNever;
+  for (const auto& issues : crossSends_) {
+    auto it = std::lower_bound(issues.begin(), issues.end(), from);
+    if (it != issues.end()) next = std::min(next, *it);
+  }
+  return next;
+}
+
+Cycle ParallelSimulation::windowEnd(Cycle start, Cycle nextCrossSend) const {
+  // Nothing crosses ranks before nextCrossSend + the cross-rank latency; the window still ends
+  // within kMaxWindowCycles (unless the latency is longer) so that signals are seen in time.
+  const Cycle safe = std::max(saturatingAdd(start, window_), saturatingAdd(nextCrossSend, window_));
+  return std::max(saturatingAdd(start, window_), std::min(safe, saturatingAdd(start, kMaxWindowCycles)));
 }
 
 Cycle ParallelSimulation::nextLocalEvent() const {
@@ -147,35 +175,44 @@ void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
 Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atomic_t* interrupt,
                                                     const WindowHooks& hooks, bool& reportHere) {
   SimulationOutcome outcome;
-  long first = nextLocalEvent();
-  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_LONG, MPI_MIN, comm_);
-  Cycle windowStart = first == sim::kNever ? 0 : first;
-  bool done = first == sim::kNever;
+  long first[2] = {nextLocalEvent(), nextCrossSend(0)};
+  MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_LONG, MPI_MIN, comm_);
+  Cycle windowStart = first[0] == sim::kNever ? 0 : first[0];
+  Cycle crossSend = first[1];
+  bool done = first[0] == sim::kNever;
   std::vector<sim::C2CBurst> arrived;
   while (!done) {
-    const Cycle windowEnd = saturatingAdd(windowStart, window_);
+    const Cycle windowEnd = this->windowEnd(windowStart, crossSend);
     advanceLocal(windowStart, windowEnd, hooks, outcome.events);
-    exchange(arrived);
-    std::sort(arrived.begin(), arrived.end());
-    for (const auto& burst : arrived) chips_[localIndex_[burst.dstChip]]->deliver(burst);
-    arrived.clear();
+    const bool sending = std::any_of(toNeighbour_.begin(), toNeighbour_.end(), [](const auto& v) { return !v.empty(); });
 
-    // The one agreement of the window: next event, first failure, stop, flush, progress.
-    LongInt agreed[5] = {
+    // The one agreement of the window: next event (deliveries cannot change it: it is the next
+    // instruction's issue), first failure, stop, flush, progress, and whether any burst crosses ranks.
+    LongInt agreed[7] = {
         {nextLocalEvent(), 0},
         failure_ ? LongInt{failure_->issue, failure_->who * kCodeSlots + static_cast<int>(failure_->diagnostic.code)}
                  : LongInt{sim::kNever, INT_MAX},
         {*interrupt ? 0 : 1, 0},
         {hooks.wantsFlush && hooks.wantsFlush() ? 0 : 1, 0},
-        {rank_ == 0 && hooks.progressDue && hooks.progressDue() ? 0 : 1, 0}};
+        {rank_ == 0 && hooks.progressDue && hooks.progressDue() ? 0 : 1, 0},
+        {sending ? 0 : 1, 0},
+        {nextCrossSend(windowEnd), 0}};
     const LongInt mine = agreed[1];
-    MPI_Allreduce(MPI_IN_PLACE, agreed, 5, MPI_LONG_INT, MPI_MINLOC, comm_);
+    MPI_Allreduce(MPI_IN_PLACE, agreed, 7, MPI_LONG_INT, MPI_MINLOC, comm_);
+    crossSend = agreed[6].value;
     ++outcome.windows;
     outcome.reachedCycle = windowEnd;
     if (agreed[1].index != INT_MAX) {
       reportHere = failure_ && mine.value == agreed[1].value && mine.index == agreed[1].index;
       if (reportHere) return failure_->diagnostic;
       return makeError(static_cast<ExitCode>(agreed[1].index % kCodeSlots), "failed on another rank");
+    }
+    if (agreed[5].value == 0) {
+      // Most windows of a sparse run send nothing between ranks: they skip the exchange.
+      exchange(arrived);
+      std::sort(arrived.begin(), arrived.end());
+      for (const auto& burst : arrived) chips_[localIndex_[burst.dstChip]]->deliver(burst);
+      arrived.clear();
     }
     if (agreed[3].value == 0 && hooks.flush) {
       // Rare (once per buffer's worth of rows), so a second agreement on the outcome is cheap.

@@ -48,13 +48,16 @@ struct WindowHooks {
 
 /// The chips of this rank and the window loop that advances them in step with other ranks.
 ///
-/// A window is as long as the fastest C2C burst between two ranks (send latency + link latency),
-/// so nothing sent in a window is due on another rank before the window ends: the bursts that
-/// cross ranks are exchanged with the neighbouring ranks only, between windows. Inside a window a
+/// A window lasts at least as long as the fastest C2C burst between two ranks (send latency + link
+/// latency), so nothing sent in a window is due on another rank before the window ends; since the
+/// programs are scheduled statically, the next send that crosses ranks is known, and a window
+/// stretches to that send's cycle + the cross-rank latency (at most kMaxWindowCycles). The bursts
+/// that cross ranks are exchanged with the neighbouring ranks only, between windows. Inside a window a
 /// rank advances its own chips in sub-windows as long as its fastest internal burst, delivering
 /// between them, so every burst reaches its chip before it arrives whatever the mapping: results
 /// do not depend on the number of ranks. Ranks agree once per window, in one MPI_Allreduce, on the
-/// next event anywhere (idle windows are skipped), and on continue, flush, stop or fail.
+/// next event anywhere (idle windows are skipped), on continue, flush, stop or fail, and on
+/// whether any burst crosses ranks (windows that send nothing skip the exchange).
 class ParallelSimulation {
  public:
   ParallelSimulation(MPI_Comm comm, const topology::Cluster& cluster,
@@ -64,7 +67,7 @@ class ParallelSimulation {
   ParallelSimulation(const ParallelSimulation&) = delete;
   ParallelSimulation& operator=(const ParallelSimulation&) = delete;
 
-  /// The window length: the fastest burst between ranks, at most kMaxWindowCycles.
+  /// The shortest window: the fastest burst between ranks, at most kMaxWindowCycles.
   Cycle lookahead() const { return window_; }
   /// The sub-window length: the fastest burst between two chips of this rank, at most lookahead().
   Cycle innerLookahead() const { return inner_; }
@@ -90,6 +93,8 @@ class ParallelSimulation {
   };
 
   Cycle nextLocalEvent() const;
+  Cycle nextCrossSend(Cycle from) const;
+  Cycle windowEnd(Cycle start, Cycle nextCrossSend) const;
   void advanceLocal(Cycle windowStart, Cycle windowEnd, const WindowHooks& hooks, std::int64_t& events);
   void exchange(std::vector<sim::C2CBurst>& arrived);
 
@@ -99,6 +104,7 @@ class ParallelSimulation {
   RankMapping mapping_;
   std::vector<std::unique_ptr<sim::Chip>> chips_;
   std::vector<char> failed_;
+  std::vector<std::vector<Cycle>> crossSends_;  // per local chip: issues of its sends to other ranks
   std::vector<int> localIndex_;      // chip id -> index in chips_, or -1
   std::vector<int> neighbours_;
   std::vector<int> neighbourIndex_;  // rank -> index in neighbours_, or -1

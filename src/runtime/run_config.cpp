@@ -87,6 +87,8 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
 
   YAML::Node stored = YAML::Clone(root);
   stored.remove("output");
+  // How chips are spread over ranks does not change what is simulated (/meta rank_mapping says it).
+  if (stored["simulation"] && stored["simulation"].IsMap()) stored["simulation"].remove("rank_mapping");
   YAML::Emitter emitter;
   emitter << stored;
   config.resolvedYaml = emitter.c_str();

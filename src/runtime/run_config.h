@@ -31,7 +31,7 @@ struct OutputConfig {
 /// A loaded, validated config.
 struct RunConfig {
   std::string file;
-  std::string resolvedYaml;  ///< the config as read, without `output`
+  std::string resolvedYaml;  ///< the config as read, without `output` and `simulation.rank_mapping`
   std::optional<topology::Cluster> cluster;
   frontend::ModelSpec model;
   partition::ParallelismConfig parallelism;
