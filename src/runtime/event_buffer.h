@@ -35,15 +35,19 @@ class EventBuffer final : public sim::ChipObserver {
 
   /// Rows of the whole run in each table (the sizes of the datasets).
   std::int64_t c2cRowCount() const { return c2cOffset_.back(); }
+  /// Rows of /events/instructions over the whole run.
   std::int64_t instructionRowCount() const { return instructionOffset_.back(); }
+  /// The tables this buffer fills.
   const EventSelection& selection() const { return selection_; }
 
+  /// Records an executed instruction of a chip whose instructions are traced.
   void instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) override;
   /// Records bursts a local chip sent (in its send order).
   void recordBursts(const std::vector<sim::C2CBurst>& bursts);
 
   /// True when this rank holds at least the flush threshold of rows.
   bool wantsFlush() const { return buffered() >= flushRows_; }
+  /// Rows held now.
   std::int64_t buffered() const {
     return static_cast<std::int64_t>(c2c_.rows.size() + instructions_.rows.size());
   }

@@ -80,6 +80,7 @@ class ParallelSimulation {
   Expected<SimulationOutcome> run(const volatile std::sig_atomic_t* interrupt, const WindowHooks& hooks,
                                   bool& reportHere);
 
+  /// Which rank simulates which chip.
   const RankMapping& mapping() const { return mapping_; }
   /// Statistics of the i-th chip of mapping().localChips.
   const sim::ChipStats& stats(size_t localIndex) const { return chips_[localIndex]->stats(); }

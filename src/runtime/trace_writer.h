@@ -105,6 +105,7 @@ class TraceWriter {
   Status createInstructionEvents(std::int64_t rows, const std::string& opcodeNames);
   /// Writes this rank's buffered rows at their positions (collective: every rank calls, maybe with none).
   Status writeC2cEvents(const EventRows<C2cEventRow>& rows);
+  /// The same for /events/instructions.
   Status writeInstructionEvents(const EventRows<InstructionEventRow>& rows);
 
   /// Closes and renames to `path` (the final name, or a .partial.h5 name).
