@@ -1,4 +1,4 @@
-// Conservative PDES: cross-rank lookahead windows, exact sub-windows inside a rank, point-to-point exchange.
+// Conservative PDES: cross-rank lookahead windows, exact sub-windows inside a rank, neighbour exchange.
 #include "runtime/pdes.h"
 
 #include <algorithm>
@@ -78,12 +78,16 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     }
     std::sort(crossSends_[i].begin(), crossSends_[i].end());
   }
-  // Bursts travel on a communicator of their own, so that no other message can match them.
-  if (ranks_ > 1) MPI_Comm_dup(comm_, &burstComm_);
+  if (ranks_ > 1) {
+    // Links are symmetric, so the neighbour lists are: sources and destinations are the same ranks.
+    const int n = static_cast<int>(neighbours_.size());
+    MPI_Dist_graph_create_adjacent(comm_, n, neighbours_.data(), MPI_UNWEIGHTED, n, neighbours_.data(),
+                                   MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &neighbourComm_);
+  }
 }
 
 ParallelSimulation::~ParallelSimulation() {
-  if (burstComm_ != MPI_COMM_NULL) MPI_Comm_free(&burstComm_);
+  if (neighbourComm_ != MPI_COMM_NULL) MPI_Comm_free(&neighbourComm_);
 }
 
 Cycle ParallelSimulation::nextCrossSend(Cycle from) const {
@@ -144,26 +148,28 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
 }
 
 void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
-  if (burstComm_ == MPI_COMM_NULL) return;
-  // Point to point with the linked ranks only: one message each way per neighbour (maybe empty),
-  // its size read from the matched probe, so no separate round for the counts.
-  const int n = static_cast<int>(neighbours_.size());
-  std::vector<MPI_Request> sends(n);
-  for (int i = 0; i < n; ++i)
-    MPI_Isend(toNeighbour_[i].data(), static_cast<int>(toNeighbour_[i].size() * sizeof(sim::C2CBurst)), MPI_BYTE,
-              neighbours_[i], 0, burstComm_, &sends[i]);
-  for (int i = 0; i < n; ++i) {
-    MPI_Message message;
-    MPI_Status status;
-    MPI_Mprobe(neighbours_[i], 0, burstComm_, &message, &status);
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    const size_t before = arrived.size();
-    arrived.resize(before + bytes / sizeof(sim::C2CBurst));
-    MPI_Mrecv(arrived.data() + before, bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  if (neighbourComm_ == MPI_COMM_NULL) return;
+  const size_t n = neighbours_.size();
+  // Neighbourhood collectives: counts, then the bursts as bytes, with the linked ranks only.
+  std::vector<int> sendCounts(n + 1, 0), recvCounts(n + 1, 0), sendOffsets(n + 1, 0), recvOffsets(n + 1, 0);
+  std::vector<sim::C2CBurst> outgoing;
+  for (size_t i = 0; i < n; ++i) {
+    sendOffsets[i] = static_cast<int>(outgoing.size() * sizeof(sim::C2CBurst));
+    sendCounts[i] = static_cast<int>(toNeighbour_[i].size() * sizeof(sim::C2CBurst));
+    outgoing.insert(outgoing.end(), toNeighbour_[i].begin(), toNeighbour_[i].end());
+    toNeighbour_[i].clear();
   }
-  MPI_Waitall(n, sends.data(), MPI_STATUSES_IGNORE);
-  for (auto& bursts : toNeighbour_) bursts.clear();
+  MPI_Neighbor_alltoall(sendCounts.data(), 1, MPI_INT, recvCounts.data(), 1, MPI_INT, neighbourComm_);
+  int total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    recvOffsets[i] = total;
+    total += recvCounts[i];
+  }
+  std::vector<sim::C2CBurst> incoming(total / sizeof(sim::C2CBurst) + 1);
+  outgoing.resize(outgoing.size() + 1);  // never an empty buffer
+  MPI_Neighbor_alltoallv(outgoing.data(), sendCounts.data(), sendOffsets.data(), MPI_BYTE, incoming.data(),
+                         recvCounts.data(), recvOffsets.data(), MPI_BYTE, neighbourComm_);
+  arrived.insert(arrived.end(), incoming.begin(), incoming.begin() + total / sizeof(sim::C2CBurst));
 }
 
 Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atomic_t* interrupt,

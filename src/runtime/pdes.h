@@ -52,7 +52,7 @@ struct WindowHooks {
 /// latency), so nothing sent in a window is due on another rank before the window ends; since the
 /// programs are scheduled statically, the next send that crosses ranks is known, and a window
 /// stretches to that send's cycle + the cross-rank latency (at most kMaxWindowCycles). The bursts
-/// that cross ranks are exchanged point to point with the neighbouring ranks only, between windows. Inside a window a
+/// that cross ranks are exchanged with the neighbouring ranks only, between windows. Inside a window a
 /// rank advances its own chips in sub-windows as long as its fastest internal burst, delivering
 /// between them, so every burst reaches its chip before it arrives whatever the mapping: results
 /// do not depend on the number of ranks. Ranks agree once per window, in one MPI_Allreduce, on the
@@ -100,7 +100,7 @@ class ParallelSimulation {
   void exchange(std::vector<sim::C2CBurst>& arrived);
 
   MPI_Comm comm_;
-  MPI_Comm burstComm_ = MPI_COMM_NULL;
+  MPI_Comm neighbourComm_ = MPI_COMM_NULL;
   int rank_ = 0, ranks_ = 1, chipCount_ = 0;
   RankMapping mapping_;
   std::vector<std::unique_ptr<sim::Chip>> chips_;
