@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "partition/stage_partition.h"
 #include "topology/yaml_reader.h"
 
 namespace tsp::partition {
@@ -171,31 +172,7 @@ Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster,
 }
 
 std::vector<int> partitionChain(const std::vector<Cycle>& cost, int stages) {
-  const int n = static_cast<int>(cost.size());
-  stages = std::clamp(stages, 1, std::max(1, n));
-  std::vector<Cycle> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + cost[i];
-  constexpr Cycle kInf = std::numeric_limits<Cycle>::max();
-  // best[p][i]: the smallest largest-stage cost of splitting layers [0, i) into p stages.
-  std::vector<std::vector<Cycle>> best(stages + 1, std::vector<Cycle>(n + 1, kInf));
-  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
-  best[0][0] = 0;
-  for (int p = 1; p <= stages; ++p)
-    for (int i = p; i <= n; ++i)
-      for (int j = p - 1; j < i; ++j) {
-        if (best[p - 1][j] == kInf) continue;
-        const Cycle value = std::max(best[p - 1][j], prefix[i] - prefix[j]);
-        if (value < best[p][i]) {  // strict: ties keep the earliest cut, deterministically
-          best[p][i] = value;
-          cut[p][i] = j;
-        }
-      }
-  std::vector<int> first(stages);
-  for (int p = stages, i = n; p >= 1; --p) {
-    first[p - 1] = cut[p][i];
-    i = cut[p][i];
-  }
-  return first;
+  return ChainStages(cost).firstLayers(stages);
 }
 
 Expected<std::vector<int>> placePipeline(const topology::Cluster& cluster, int stages) {

@@ -36,18 +36,29 @@ std::vector<std::pair<TensorSplit, int>> tensorSplits(const ModelProfile& profil
   return out;
 }
 
+std::vector<Cycle> layerCycles(const ModelProfile& profile) {
+  std::vector<Cycle> cost;
+  for (const auto& layer : profile.layers) cost.push_back(layer.cycles);
+  return cost;
+}
+
 // Candidates and their evaluation, with the stage splits, placements and link figures cached.
 class Evaluator {
  public:
   Evaluator(const topology::Cluster& cluster, const ModelProfile& profile, std::vector<int> order)
-      : cluster_(cluster), profile_(profile), order_(std::move(order)) {}
+      : cluster_(cluster), profile_(profile), order_(std::move(order)), chain_(layerCycles(profile)) {}
 
   Expected<const StageAssignment*> stages(int chunks) {
     auto found = stages_.find(chunks);
     if (found == stages_.end()) {
-      auto assigned = assignStages(profile_, chunks);
-      if (!assigned) return assigned.error();
-      found = stages_.emplace(chunks, std::move(*assigned)).first;
+      // Chains share one DP table for every chunk count; DAGs ask METIS per count.
+      if (profile_.chain && chunks >= 1 && chunks <= static_cast<int>(profile_.layers.size())) {
+        found = stages_.emplace(chunks, chain_.assign(chunks)).first;
+      } else {
+        auto assigned = assignStages(profile_, chunks);
+        if (!assigned) return assigned.error();
+        found = stages_.emplace(chunks, std::move(*assigned)).first;
+      }
     }
     return &found->second;
   }
@@ -86,6 +97,7 @@ class Evaluator {
   const topology::Cluster& cluster_;
   const ModelProfile& profile_;
   std::vector<int> order_;
+  ChainStages chain_;
   std::map<int, StageAssignment> stages_;
   std::map<std::tuple<int, int, int>, std::vector<int>> placements_;
   std::map<std::tuple<int, int, int, bool, bool, int>, CandidateLinks> links_;
@@ -126,13 +138,14 @@ Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipS
   Candidate best;
   best.dp = 0;  // none yet
   std::map<int, StageAssignment> cache;
+  ChainStages chain(layerCycles(profile));
   for (const auto& [split, tp] : tensorSplits(profile, maxTp, maxTp))
     for (int pp = 1; pp <= layers; ++pp) {
       Candidate c{split, 1, tp, pp, static_cast<int>(std::min<std::int64_t>(profile.samples, 1 << 20)), 1};
       if (best.dp != 0 && c.chips() >= best.chips()) break;
       auto found = cache.find(pp);
       if (found == cache.end()) {
-        auto stages = assignStages(profile, pp);
+        auto stages = profile.chain ? Expected<StageAssignment>(chain.assign(pp)) : assignStages(profile, pp);
         if (!stages) continue;
         found = cache.emplace(pp, std::move(*stages)).first;
       }
@@ -214,10 +227,9 @@ Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelP
   return ranked;
 }
 
-Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Cluster& cluster,
-                                   const ModelProfile& profile, const SearchOptions& options,
+Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const ModelProfile& profile,
+                                   const SearchOptions& options,
                                    const SearchParallel& parallel) {
-  (void)graph;
   SearchResult result;
   result.fallbackLayers = profile.fallbackLayers;
   result.fallbackReason = profile.fallbackReason;
@@ -374,7 +386,6 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
 
   // Finalists: contention of every group that communicates at once; repeat until the best is exact.
   std::int64_t finalBudget = std::max<std::int64_t>(1, options.budget - result.evaluated);
-  size_t exactCount = 0;
   while (finalBudget > 0 && !screened.empty() && !screened.front().exact) {
     std::vector<Candidate> list;
     std::vector<size_t> where;
@@ -386,7 +397,6 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
     const auto costs = evaluateList(evaluator, list, true, parallel);
     result.evaluated += static_cast<std::int64_t>(list.size());
     finalBudget -= static_cast<std::int64_t>(list.size());
-    exactCount += list.size();
     for (size_t k = 0; k < list.size(); ++k) {
       screened[where[k]].cost = costs[k];
       screened[where[k]].exact = true;
@@ -427,7 +437,6 @@ Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Clust
   const std::vector<int>& placement =
       result.best.placement.empty() ? result.best.stageChip : result.best.placement;
   result.placement = reportPlacement(cluster, placement, c.dp, c.tp, c.pp, ringBytes, sends);
-  (void)exactCount;
   return result;
 }
 

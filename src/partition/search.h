@@ -60,10 +60,10 @@ struct SearchResult {
 /// True when a is better than b under the objective; ties by canonical string, so the order is total.
 bool betterPlan(const std::string& objective, const RankedPlan& a, const RankedPlan& b);
 
-/// Searches the plans of `graph` on `cluster`. Errors: kDoesNotFit naming the smallest chip count
+/// Searches the plans of a profiled model on `cluster`. Errors: kDoesNotFit naming the smallest chip count
 /// that would fit when no plan fits.
-Expected<SearchResult> searchPlans(const ir::Graph& graph, const topology::Cluster& cluster,
-                                   const ModelProfile& profile, const SearchOptions& options,
+Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const ModelProfile& profile,
+                                   const SearchOptions& options,
                                    const SearchParallel& parallel = {});
 
 /// Turns a candidate into a plan: stages (DP or METIS), placement, per-stage cycles.

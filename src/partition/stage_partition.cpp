@@ -2,6 +2,7 @@
 #include "partition/stage_partition.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include <fmt/format.h>
@@ -10,6 +11,84 @@
 
 namespace tsp::partition {
 
+namespace {
+constexpr Cycle kInfinite = std::numeric_limits<Cycle>::max();
+}  // namespace
+
+ChainStages::ChainStages(std::vector<Cycle> cost) : cost_(std::move(cost)) {
+  const int n = static_cast<int>(cost_.size());
+  prefix_.assign(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix_[i + 1] = prefix_[i] + cost_[i];
+  best_.push_back(std::vector<Cycle>(n + 1, kInfinite));
+  best_[0][0] = 0;
+  cut_.push_back(std::vector<int>(n + 1, 0));
+}
+
+void ChainStages::extendTo(int chunks) {
+  const int n = static_cast<int>(cost_.size());
+  while (static_cast<int>(best_.size()) <= chunks) {
+    const int p = static_cast<int>(best_.size());
+    const auto& prev = best_[p - 1];
+    std::vector<Cycle> row(n + 1, kInfinite);
+    std::vector<int> cut(n + 1, 0);
+    for (int i = p; i <= n; ++i) {
+      // j in [p-1, i-1]: prev[j] (finite there) grows with j, the last chunk prefix[i] - prefix[j] shrinks.
+      auto rising = [&](int j) { return prev[j]; };
+      auto falling = [&](int j) { return prefix_[i] - prefix_[j]; };
+      int lo = p - 1, hi = i;  // first j with rising >= falling, or i when none
+      while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (rising(mid) >= falling(mid)) hi = mid;
+        else lo = mid + 1;
+      }
+      const int k = lo;
+      const Cycle atK = k <= i - 1 ? rising(k) : kInfinite;
+      const Cycle beforeK = k > p - 1 ? falling(k - 1) : kInfinite;
+      if (beforeK <= atK) {
+        // The earliest j < k whose last chunk is as small as at k - 1 (falling is non-increasing).
+        int a = p - 1, b = k - 1;
+        while (a < b) {
+          const int mid = (a + b) / 2;
+          if (falling(mid) <= beforeK) b = mid;
+          else a = mid + 1;
+        }
+        row[i] = beforeK;
+        cut[i] = a;
+      } else {
+        row[i] = atK;
+        cut[i] = k;
+      }
+    }
+    best_.push_back(std::move(row));
+    cut_.push_back(std::move(cut));
+  }
+}
+
+std::vector<int> ChainStages::firstLayers(int chunks) {
+  const int n = static_cast<int>(cost_.size());
+  chunks = std::clamp(chunks, 1, std::max(1, n));
+  extendTo(chunks);
+  std::vector<int> first(chunks);
+  for (int p = chunks, i = n; p >= 1; --p) {
+    first[p - 1] = cut_[p][i];
+    i = cut_[p][i];
+  }
+  return first;
+}
+
+StageAssignment ChainStages::assign(int chunks) {
+  const int layers = static_cast<int>(cost_.size());
+  const auto first = firstLayers(chunks);
+  StageAssignment stages;
+  stages.chunks = static_cast<int>(first.size());
+  stages.layerChunk.assign(layers, 0);
+  for (int k = 0; k < stages.chunks; ++k) {
+    const int end = k + 1 < stages.chunks ? first[k + 1] : layers;
+    for (int l = first[k]; l < end; ++l) stages.layerChunk[l] = k;
+  }
+  return stages;
+}
+
 Expected<StageAssignment> assignStages(const ModelProfile& profile, int chunks) {
   const int layers = static_cast<int>(profile.layers.size());
   if (chunks < 1 || chunks > layers)
@@ -17,15 +96,7 @@ Expected<StageAssignment> assignStages(const ModelProfile& profile, int chunks) 
   if (!profile.chain) return partitionDagStages(profile, chunks);
   std::vector<Cycle> cost;
   for (const auto& layer : profile.layers) cost.push_back(layer.cycles);
-  const auto first = partitionChain(cost, chunks);
-  StageAssignment stages;
-  stages.chunks = chunks;
-  stages.layerChunk.assign(layers, 0);
-  for (int k = 0; k < chunks; ++k) {
-    const int end = k + 1 < chunks ? first[k + 1] : layers;
-    for (int l = first[k]; l < end; ++l) stages.layerChunk[l] = k;
-  }
-  return stages;
+  return ChainStages(std::move(cost)).assign(chunks);
 }
 
 Expected<StageAssignment> partitionDagStages(const ModelProfile& profile, int chunks) {

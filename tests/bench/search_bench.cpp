@@ -42,7 +42,7 @@ void BM_SearchGpt3OnDragonfly10440(benchmark::State& state) {
       state.SkipWithError(profile.error().format().c_str());
       break;
     }
-    auto result = tsp::partition::searchPlans(graph, cluster, *profile, options);
+    auto result = tsp::partition::searchPlans(cluster, *profile, options);
     if (!result) {
       state.SkipWithError(result.error().format().c_str());
       break;

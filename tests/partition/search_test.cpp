@@ -180,7 +180,7 @@ void expectNeverSlowerThanPure(const topology::Cluster& c, const ir::Graph& g, s
   const auto profile = profileOf(g, c, samples);
   SearchOptions options;
   options.budget = budget;
-  auto result = searchPlans(g, c, profile, options);
+  auto result = searchPlans(c, profile, options);
   ASSERT_TRUE(result.ok()) << result.error().format();
   EXPECT_LE(result->evaluated, budget);
   const RankedPlan& best = result->ranked.front();
@@ -211,7 +211,7 @@ TEST(Search, NeverSlowerThanPureDpTpOrPpHierarchical) {
   const auto profile = profileOf(g, c, 64);
   SearchOptions options;
   options.budget = 300;
-  auto result = searchPlans(g, c, profile, options);
+  auto result = searchPlans(c, profile, options);
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(result->method, "hierarchical");
   expectNeverSlowerThanPure(c, g, 64, 300);
@@ -221,8 +221,8 @@ TEST(Search, DeterministicAndTiesBrokenByCanonicalString) {
   const auto c = cluster("{topology: {kind: ring, chips: 8}}");
   const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
   const auto profile = profileOf(g, c, 16);
-  auto a = searchPlans(g, c, profile, {});
-  auto b = searchPlans(g, c, profile, {});
+  auto a = searchPlans(c, profile, {});
+  auto b = searchPlans(c, profile, {});
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->ranked.size(), b->ranked.size());
   for (size_t i = 0; i < a->ranked.size(); ++i) EXPECT_EQ(a->ranked[i].candidate.canonical(), b->ranked[i].candidate.canonical());
@@ -237,8 +237,8 @@ TEST(Search, ObjectivesChooseDifferently) {
   SearchOptions latency, chips;
   latency.objective = "latency";
   chips.objective = "chips";
-  auto l = searchPlans(g, c, profile, latency);
-  auto k = searchPlans(g, c, profile, chips);
+  auto l = searchPlans(c, profile, latency);
+  auto k = searchPlans(c, profile, chips);
   ASSERT_TRUE(l.ok() && k.ok());
   EXPECT_EQ(k->ranked.front().candidate.chips(), 1);
   EXPECT_GT(l->ranked.front().candidate.chips(), 1);  // splitting the batch over chips cuts latency
@@ -249,7 +249,7 @@ TEST(Search, ModelThatFitsNowhereNamesTheSmallestChipCount) {
   const auto c = cluster("{topology: {kind: ring, chips: 2}}");
   const auto g = model("mlp", {{"layers", "2"}, {"hidden", "16384"}, {"batch", "8"}});
   const auto profile = profileOf(g, c, 8);
-  auto result = searchPlans(g, c, profile, {});
+  auto result = searchPlans(c, profile, {});
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error().code, ExitCode::kDoesNotFit);
   // 2 x 512 MiB of FP16 weights: 8 chips (tp 4 x pp 2) is the first split under 220 MiB each.
@@ -291,7 +291,7 @@ TEST(Search, RanksEvaluatingSlicesGiveTheSerialRanking) {
   SearchOptions options;
   for (std::int64_t budget : {100000, 60}) {  // exhaustive, then hierarchical
     options.budget = budget;
-    auto serial = searchPlans(g, c, profile, options);
+    auto serial = searchPlans(c, profile, options);
     ASSERT_TRUE(serial.ok());
     for (int size : {2, 3}) {
       ThreadGather gather(size);
@@ -300,7 +300,7 @@ TEST(Search, RanksEvaluatingSlicesGiveTheSerialRanking) {
       for (int r = 0; r < size; ++r)
         ranks.emplace_back([&, r] {
           SearchParallel parallel{r, size, [&](const std::vector<EvaluatedCandidate>& mine) { return gather(mine); }};
-          results[r].emplace(searchPlans(g, c, profile, options, parallel));
+          results[r].emplace(searchPlans(c, profile, options, parallel));
         });
       for (auto& t : ranks) t.join();
       for (int r = 0; r < size; ++r) {
