@@ -8,6 +8,7 @@
 #include <thread>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -103,6 +104,39 @@ TEST(CostModel, FallbackIsFlaggedWhenTheCompilerCannotLowerALayer) {
   EXPECT_GT(profile.fallbackLayers, 0);
   EXPECT_FALSE(profile.fallbackReason.empty());
   for (const auto& l : profile.layers) EXPECT_GT(l.cycles, 0);
+}
+
+// The seed's DP written plainly, O(p n^2), ties to the earliest cut: the reference for ChainStages.
+std::vector<int> plainDp(const std::vector<Cycle>& cost, int stages) {
+  const int n = static_cast<int>(cost.size());
+  std::vector<Cycle> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + cost[i];
+  const Cycle inf = std::numeric_limits<Cycle>::max();
+  std::vector<std::vector<Cycle>> best(stages + 1, std::vector<Cycle>(n + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int p = 1; p <= stages; ++p)
+    for (int i = p; i <= n; ++i)
+      for (int j = p - 1; j < i; ++j)
+        if (best[p - 1][j] != inf && std::max(best[p - 1][j], prefix[i] - prefix[j]) < best[p][i]) {
+          best[p][i] = std::max(best[p - 1][j], prefix[i] - prefix[j]);
+          cut[p][i] = j;
+        }
+  std::vector<int> first(stages);
+  for (int p = stages, i = n; p >= 1; --p) i = first[p - 1] = cut[p][i];
+  return first;
+}
+
+TEST(StagePartition, ChainTableEqualsThePlainDpForEveryChunkCount) {
+  std::uint64_t state = 12345;
+  auto next = [&] { return (state = state * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<Cycle> cost(1 + next() % 30);
+    for (auto& c : cost) c = static_cast<Cycle>(next() % 4 == 0 ? 0 : next() % 50);  // zeros make ties
+    ChainStages table(cost);
+    for (int chunks = static_cast<int>(cost.size()); chunks >= 1; --chunks)
+      EXPECT_EQ(table.firstLayers(chunks), plainDp(cost, chunks)) << "trial " << trial << " chunks " << chunks;
+  }
 }
 
 TEST(StagePartition, DagStagesOnlyMoveForward) {
