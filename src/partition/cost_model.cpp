@@ -279,10 +279,13 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
   LayerShare share;
   const double t = c.tp;
+  // The convolution share of the layer: split by a spatial split only.
+  const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
   switch (c.split) {
     case TensorSplit::kNone: share.compute = scaled; break;
     case TensorSplit::kMegatron:
-      share.compute = scaled / t;
+      // Matmuls, attention heads and the elementwise work between them split; convolutions do not.
+      share.compute = scaled * (conv + (1 - conv) / t);
       // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
       share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
                    2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
@@ -295,14 +298,13 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
       // output along a column of q chips; a chip holds 1/q of each activation.
       const double q = std::round(std::sqrt(t));
-      share.compute = scaled / t;
+      share.compute = scaled * (conv + (1 - conv) / t);
       share.comm = layer.weightMatmuls * 2 * (q - 1) * static_cast<double>(links.tp.alpha) +
                    (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q * frac * links.tp.cyclesPerByte *
                        links.tp.contention;
       break;
     }
     case TensorSplit::kSpatial: {
-      const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
       share.compute = scaled * (conv / t + (1 - conv));
       share.comm = layer.halos * static_cast<double>(links.tp.alpha) +
                    static_cast<double>(layer.haloBytes) * frac * links.tp.cyclesPerByte * links.tp.contention;
@@ -324,7 +326,9 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerProfile& layer = profile.layers[l];
     const int chip = stages.layerChunk[l] % c.pp;
-    const double replicated = c.split == TensorSplit::kSpatial ? static_cast<double>(layer.convWeightBytes) : 0.0;
+    // Convolution weights are whole on every chip of a TP group (a spatial split cuts the image;
+    // Megatron and 2D splits leave convolutions replicated); the other weights are split tp ways.
+    const double replicated = c.tp > 1 ? static_cast<double>(layer.convWeightBytes) : 0.0;
     weights[chip] += replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
     state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
     peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);

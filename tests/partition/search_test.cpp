@@ -97,6 +97,26 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   EXPECT_TRUE(profile.chain);
 }
 
+TEST(CostModel, SpatialSplitsConvolutionsAndMegatronLeavesThemWhole) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("resnet50", {{"batch", "2"}, {"image", "64"}});
+  const auto profile = profileOf(g, c, 2);
+  ASSERT_TRUE(profile.hasConv);
+  auto stages = assignStages(profile, 1);
+  ASSERT_TRUE(stages.ok());
+  CandidateLinks links;
+  auto cost = [&](TensorSplit split, int tp) {
+    return evaluateCandidate(profile, {split, 1, tp, 1, 1, 1}, *stages, links, c.chip(), 16);
+  };
+  const double alone = cost(TensorSplit::kNone, 1).iterationCycles;
+  // With free links, a spatial split of 4 runs the convolutions (most of ResNet) 4 ways ...
+  EXPECT_LT(cost(TensorSplit::kSpatial, 4).iterationCycles, 0.5 * alone);
+  // ... while Megatron only splits the final matmul and its neighbours.
+  EXPECT_GT(cost(TensorSplit::kMegatron, 4).iterationCycles, 0.8 * alone);
+  // Convolution weights stay whole on every chip of either split.
+  EXPECT_GT(cost(TensorSplit::kSpatial, 4).memoryPerChip, cost(TensorSplit::kNone, 1).memoryPerChip / 2);
+}
+
 TEST(CostModel, FallbackIsFlaggedWhenTheCompilerCannotLowerALayer) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
