@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -20,6 +21,7 @@
 #include "compile/frontend/onnx_importer.h"
 #include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "runtime/pdes.h"
 #include "runtime/run_config.h"
@@ -219,6 +221,21 @@ class ProgressLine {
   Clock::time_point start_, last_ = Clock::now();
 };
 
+// nccl-tests figures of a collective run: time, algbw = bytes / time, busbw = algbw x the op's factor.
+nlohmann::json collectiveFigures(const schedule::CollectiveSchedule& c, const ir::Graph& graph, double seconds) {
+  const auto bytes = graph.op(0).intAttr("bytes", 0);
+  const int chips = static_cast<int>(c.plan.group.size());
+  const double algbw = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+  return {{"op", schedule::collectiveOpName(c.plan.op)},
+          {"algorithm", schedule::collectiveAlgorithmName(c.plan.algorithm)},
+          {"chips", chips},
+          {"bytes", bytes},
+          {"time_us", seconds * 1e6},
+          {"algbw_gbps", algbw},
+          {"busbw_gbps", algbw * schedule::busBandwidthFactor(c.plan.op, chips)},
+          {"predicted_cycles", c.cycles}};
+}
+
 }  // namespace
 
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
@@ -257,13 +274,34 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describeModel(config.model, *graph, options.json);
     return {};
   }
-  auto plan = partition::planPipeline(*graph, cluster, config.parallelism);
+  // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
+  std::optional<schedule::CollectiveSchedule> collective;
+  if (schedule::isCollectiveBenchmark(*graph)) {
+    auto c = schedule::compileCollectiveBenchmark(*graph, cluster);
+    if (!c) return failure(c.error(), root);
+    if (!c->executable && !options.describe)
+      return failure(makeError(ExitCode::kConfig,
+                               fmt::format("the {} {} routes messages through transit chips, which the simulator cannot "
+                                           "forward yet; use --describe plan for its compiled timing",
+                                           schedule::collectiveAlgorithmName(c->plan.algorithm),
+                                           schedule::collectiveOpName(c->plan.op))),
+                     root);
+    collective = std::move(*c);
+  }
+  auto plan = collective ? Expected<partition::Plan>(partition::Plan{})
+                         : partition::planPipeline(*graph, cluster, config.parallelism);
   if (!plan) return failure(plan.error(), root);
   if (options.describe == "plan") {
-    if (root) describePlan(*plan, options.json);
+    if (root && collective)
+      fmt::print("collective: {} {} over {} chips, {} steps, {} transfers, {} cycles predicted\n",
+                 schedule::collectiveAlgorithmName(collective->plan.algorithm),
+                 schedule::collectiveOpName(collective->plan.op), collective->plan.group.size(),
+                 collective->plan.steps.size(), collective->transfers.size(), collective->cycles);
+    else if (root) describePlan(*plan, options.json);
     return {};
   }
-  auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster);
+  auto schedule = collective ? Expected<schedule::ClusterSchedule>(collective->cluster)
+                             : schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster);
   if (!schedule) return failure(schedule.error(), root);
   if (options.emitPrograms) {
     Status s;
@@ -429,6 +467,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"chips_used", run.chips},
                         {"windows", outcome->windows},
                         {"trace", tracePath}};
+    if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -478,6 +517,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (l.bytesAb + l.bytesBa == 0) break;
     fmt::print("busy link:   {} (chip {} - {}): {} KiB, {:.2f}% of the makespan\n", l.link, l.a, l.b,
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * std::max(l.busyCyclesAb, l.busyCyclesBa) / std::max<double>(1, run.makespanCycles));
+  }
+  if (collective) {
+    const auto f = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    fmt::print("collective:  {} {} over {} chips, {} bytes: {:.3f} us, algbw {:.3f} GB/s, busbw {:.3f} GB/s\n",
+               f["algorithm"].get<std::string>(), f["op"].get<std::string>(), f["chips"].get<int>(),
+               f["bytes"].get<std::int64_t>(), f["time_us"].get<double>(), f["algbw_gbps"].get<double>(),
+               f["busbw_gbps"].get<double>());
   }
   fmt::print("trace:       {}\n", tracePath);
   return {};
