@@ -13,6 +13,7 @@
 #include <sstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "compile/frontend/onnx_importer.h"
 #include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "partition/search.h"
 #include "runtime/event_buffer.h"
@@ -268,6 +270,21 @@ class ProgressLine {
   Clock::time_point start_, last_;
 };
 
+// nccl-tests figures of a collective run: time, algbw = bytes / time, busbw = algbw x the op's factor.
+nlohmann::json collectiveFigures(const schedule::CollectiveSchedule& c, const ir::Graph& graph, double seconds) {
+  const auto bytes = graph.op(0).intAttr("bytes", 0);
+  const int chips = static_cast<int>(c.plan.group.size());
+  const double algbw = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+  return {{"op", schedule::collectiveOpName(c.plan.op)},
+          {"algorithm", schedule::collectiveAlgorithmName(c.plan.algorithm)},
+          {"chips", chips},
+          {"bytes", bytes},
+          {"time_us", seconds * 1e6},
+          {"algbw_gbps", algbw},
+          {"busbw_gbps", algbw * schedule::busBandwidthFactor(c.plan.op, chips)},
+          {"predicted_cycles", c.cycles}};
+}
+
 // All ranks learn whether a step that each rank ran locally succeeded everywhere; the lowest
 // failing rank reports, so that no rank starts collective I/O that others skip.
 Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
@@ -310,7 +327,7 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
 }
 
 // The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
-// Until the sharding mechanism lands, auto runs the searched plan when it is a pure pipeline, and
+// Until the runtime executes sharded plans, auto runs the searched plan when it is a pure pipeline, and
 // otherwise the one-stage-per-chip pipeline (the summary names both).
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm) {
@@ -376,8 +393,8 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
 
 const char* kShardingMissing =
     "this build runs pure pipeline plans only (dp = tp = 1, one microbatch, no interleave): data- and "
-    "tensor-parallel, microbatched and interleaved plans need the sharding mechanism (one ir::Graph per chip "
-    "with scheduled collectives), which is not in this build yet; --search-only predicts the plan's cost";
+    "tensor-parallel, microbatched and interleaved plans need the sharding mechanism's per-chip graphs scheduled "
+    "with their collectives, which the runtime does not run yet; --search-only predicts the plan's cost";
 
 std::string planYamlPath(const std::string& trace) {
   const std::string suffix = ".h5";
@@ -522,11 +539,34 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describeModel(config.model, *graph, options.json);
     return {};
   }
-  auto choice = choosePlan(config, options, *graph, comm);
+  // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
+  std::optional<schedule::CollectiveSchedule> collective;
+  if (schedule::isCollectiveBenchmark(*graph)) {
+    auto c = schedule::compileCollectiveBenchmark(*graph, cluster);
+    if (!c) return failure(c.error(), root);
+    if (!c->executable && !options.describe)
+      return failure(makeError(ExitCode::kConfig,
+                               fmt::format("the {} {} routes messages through transit chips, which the simulator cannot "
+                                           "forward yet; use --describe plan for its compiled timing",
+                                           schedule::collectiveAlgorithmName(c->plan.algorithm),
+                                           schedule::collectiveOpName(c->plan.op))),
+                     root);
+    collective = std::move(*c);
+  }
+  if (collective && options.searchOnly)
+    return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
+                                                "with no plan to search"),
+                   root);
+  auto choice = collective ? Expected<PlanChoice>(PlanChoice{}) : choosePlan(config, options, *graph, comm);
   if (!choice) return failure(choice.error(), root);
   const partition::Plan* plan = &choice->plan;
   if (options.describe == "plan") {
-    if (root) describePlan(*plan, options.json);
+    if (root && collective)
+      fmt::print("collective: {} {} over {} chips, {} steps, {} transfers, {} cycles predicted\n",
+                 schedule::collectiveAlgorithmName(collective->plan.algorithm),
+                 schedule::collectiveOpName(collective->plan.op), collective->plan.group.size(),
+                 collective->plan.steps.size(), collective->transfers.size(), collective->cycles);
+    else if (root) describePlan(*plan, options.json);
     return {};
   }
   if (options.searchOnly) {
@@ -579,6 +619,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
     compiled = std::move(*loaded);
+  } else if (collective) {
+    compiled = collective->cluster.programs;
   } else {
     auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster);
     if (!schedule) return failure(schedule.error(), root);
@@ -859,6 +901,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"peak_rss_bytes_all_ranks", rss[1]},
                         {"wall_seconds", wall},
                         {"trace", tracePath}};
+    if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -902,7 +945,14 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
              static_cast<double>(rss[0]) / (1 << 20), static_cast<double>(rss[1]) / 1024.0 / cluster.chipCount());
   if (choice->search && choice->search->best.canonical() != plan->canonical())
     fmt::print("search:      predicted best {} ({}); ran {}, the best plan this build can execute\n",
-               choice->search->best.canonical(), "needs the sharding mechanism", plan->canonical());
+               choice->search->best.canonical(), "needs sharded execution", plan->canonical());
+  if (collective) {
+    const auto f = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    fmt::print("collective:  {} {} over {} chips, {} bytes: {:.3f} us, algbw {:.3f} GB/s, busbw {:.3f} GB/s\n",
+               f["algorithm"].get<std::string>(), f["op"].get<std::string>(), f["chips"].get<int>(),
+               f["bytes"].get<std::int64_t>(), f["time_us"].get<double>(), f["algbw_gbps"].get<double>(),
+               f["busbw_gbps"].get<double>());
+  }
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }
