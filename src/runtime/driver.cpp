@@ -540,6 +540,10 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     return {};
   }
   // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
+  if (options.searchOnly && schedule::isCollectiveBenchmark(*graph))
+    return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
+                                                "with no plan to search"),
+                   root);
   std::optional<schedule::CollectiveSchedule> collective;
   if (schedule::isCollectiveBenchmark(*graph)) {
     auto c = schedule::compileCollectiveBenchmark(*graph, cluster);
@@ -553,10 +557,6 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                      root);
     collective = std::move(*c);
   }
-  if (collective && options.searchOnly)
-    return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
-                                                "with no plan to search"),
-                   root);
   auto choice = collective ? Expected<PlanChoice>(PlanChoice{}) : choosePlan(config, options, *graph, comm);
   if (!choice) return failure(choice.error(), root);
   const partition::Plan* plan = &choice->plan;
