@@ -77,6 +77,20 @@ struct ChipSpec {
   Cycle c2cForwardCycles = 12;  ///< per-hop cost of a transit chip forwarding a vector (assumed).
   double c2cFramingOverhead = 0.025;
 
+  /// Energy per operation (assumed 14 nm figures, docs/machine-model.md). Energy does not change
+  /// timing, so it is left out of canonical(): a program stays valid when only these change.
+  struct Energy {
+    double memReadPj = 400;       ///< one 320-byte SRAM read
+    double memWritePj = 450;      ///< one 320-byte SRAM write
+    double streamHopPj = 65;      ///< one vector moving one slice on a stream register
+    double vxmOpPj = 320;         ///< one ALU-group op on a vector (320 lanes, 32-bit)
+    double mxmVectorPj = 10240;   ///< one vector through one plane (102,400 MACs at 0.1 pJ)
+    double mxmInstallPj = 102400; ///< installing one plane's weights (1 pJ per weight byte)
+    double sxmOpPj = 150;         ///< one shift/permute of a vector
+    double c2cPjPerByte = 40;     ///< serdes and framing, 5 pJ/bit
+    double staticWatts = 60;      ///< leakage and clock tree while the program runs
+  } energy;
+
   /// Number of functional-slice positions on the east-west axis.
   int sliceCount() const;
   /// The ICU queue table: one entry per unit, in queue-id order (MEM, VXM, MXM, SXM, C2C).

@@ -109,8 +109,80 @@ TEST_F(ChipTest, IssueWhileBusy) {
   auto s = run(list);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kHazard);
-  EXPECT_NE(s.error().message.find("issued while the unit is busy until cycle 42"), std::string::npos);
+  EXPECT_NE(s.error().message.find("issued while the MEM read port is busy until cycle 42 (instruction #0)"),
+            std::string::npos)
+      << s.error().format();
   EXPECT_NE(s.error().message.find("chip 0, unit 0 (MEM 0"), std::string::npos);
+}
+
+TEST_F(ChipTest, TwoIssuesInOneCycleOnOneQueue) {
+  auto list = chain(0, 50, 10, 0, 1);
+  Instruction nop = inst(vxm(0), list[1].issue, Opcode::kNop);
+  list.push_back(nop);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("issued while the unit is busy until cycle"), std::string::npos)
+      << s.error().format();
+}
+
+// A MEM slice reads and writes in one cycle when the two accesses hit different banks.
+TEST_F(ChipTest, ReadAndWriteShareASliceOnDifferentBanks) {
+  auto list = chain(0, 50, 10, 0, 32);
+  Instruction read = inst(mem(50), list[2].issue + 1, Opcode::kMemRead, 8);
+  read.address = 0;  // bank (m % 2) while the write is at address 1 + m: bank (1 + m) % 2
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto s = run(list);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  EXPECT_EQ(chip_->stats().sramReads, 40);
+  EXPECT_EQ(chip_->stats().sramWrites, 32);
+  EXPECT_EQ(chip_->stats().bankConflicts, 0);
+}
+
+TEST_F(ChipTest, BankPortConflict) {
+  auto list = chain(0, 50, 10, 0, 32);
+  Instruction read = inst(mem(50), list[2].issue + 1, Opcode::kMemRead, 8);
+  read.address = 1;  // the same bank as the write in the same cycle
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("hazard at cycle " + std::to_string(read.issue) + ","), std::string::npos);
+  EXPECT_NE(s.error().message.find("bank port conflict on MEM slice 50 bank 1"), std::string::npos)
+      << s.error().format();
+}
+
+TEST_F(ChipTest, BankFieldMustMatchTheChipsMapping) {
+  auto list = chain(0, 50, 10, 0, 4);
+  list[0].bank = 1 - spec_.bankOf(list[0].address);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("disagrees with the chip's bank mapping"), std::string::npos);
+}
+
+TEST_F(ChipTest, StreamThatDoesNotExist) {
+  auto list = chain(0, 50, 10, 0, 4);
+  list[0].dst.id = static_cast<std::int16_t>(spec_.streamsPerDirection);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("stream 32 does not exist"), std::string::npos);
+}
+
+TEST_F(ChipTest, MalformedInstructions) {
+  Instruction bad = inst(vxm(0), 5, Opcode::kMemRead);
+  auto s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("opcode cannot run on this kind of unit"), std::string::npos);
+  bad = inst(vxm(0), 5, Opcode::kVxmUnary, 0);
+  s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("repeat and interval must be >= 1"), std::string::npos);
+  bad = inst(static_cast<int>(units_.size()), 5, Opcode::kNop);
+  s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("names unit 144, which does not exist"), std::string::npos);
 }
 
 TEST_F(ChipTest, ReadOffTheTimeOfFlight) {
