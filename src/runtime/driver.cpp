@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <unistd.h>
 
@@ -233,6 +234,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   sim::SimOptions simOptions;
   simOptions.bins = 64;
   simOptions.binCycles = std::max<Cycle>(1, ceilDiv(std::max<Cycle>(predictedMakespan, 1), simOptions.bins));
+  simOptions.faults = config.simulation.faults;
   ParallelSimulation simulation(comm, cluster, programs, blockMapping(cluster.chipCount(), ranks, rank), simOptions);
   ProgressLine progress(root && !options.quiet && !options.json, predictedMakespan);
   bool reportHere = false;
@@ -267,6 +269,24 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, linkTotals.data(), static_cast<int>(linkTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
+  // Simulator statistics beyond the trace rows: counted hazards (faults on), SRAM accesses, energy.
+  std::vector<long long> simTotals(sim::kHazardKindCount + 3, 0);
+  double energyJoules = 0;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const auto& st = simulation.stats(i);
+    for (int k = 0; k < sim::kHazardKindCount; ++k) simTotals[k] += st.hazards[k];
+    simTotals[sim::kHazardKindCount] += st.bankConflicts;
+    simTotals[sim::kHazardKindCount + 1] += st.sramReads + st.sramWrites;
+    simTotals[sim::kHazardKindCount + 2] += st.bytesSent;
+    energyJoules += st.energy.totalJ();
+  }
+  MPI_Allreduce(MPI_IN_PLACE, simTotals.data(), static_cast<int>(simTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &energyJoules, 1, MPI_DOUBLE, MPI_SUM, comm);
+  const long long hazardsCounted = std::accumulate(simTotals.begin(), simTotals.begin() + sim::kHazardKindCount, 0LL);
+  const double bankConflictRate = simTotals[sim::kHazardKindCount + 1] > 0
+                                      ? static_cast<double>(simTotals[sim::kHazardKindCount]) /
+                                            static_cast<double>(simTotals[sim::kHazardKindCount + 1])
+                                      : 0.0;
   std::vector<ChipRow> allRows(cluster.chipCount());
   {
     std::vector<int> counts(ranks), offsets(ranks);
@@ -359,7 +379,14 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"samples", run.samples},
                         {"chips_used", run.chips},
                         {"windows", outcome->windows},
+                        {"energy_joules", energyJoules},
+                        {"bank_conflict_rate", bankConflictRate},
+                        {"c2c_bytes", simTotals[sim::kHazardKindCount + 2]},
+                        {"faults_injected", simOptions.faults.enabled()},
+                        {"hazards_counted", hazardsCounted},
                         {"trace", tracePath}};
+    for (int k = 0; k < sim::kHazardKindCount; ++k)
+      j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -410,6 +437,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     fmt::print("busy link:   {} (chip {} - {}): {} KiB, {:.2f}% of the makespan\n", l.link, l.a, l.b,
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * std::max(l.busyCyclesAb, l.busyCyclesBa) / std::max<double>(1, run.makespanCycles));
   }
+  fmt::print("energy:      {:.3f} mJ estimated (per-op energies of the chip spec)\n", energyJoules * 1e3);
+  if (simOptions.faults.enabled())
+    fmt::print("faults:      {} hazards counted, bank-conflict rate {:.4f}\n", hazardsCounted, bankConflictRate);
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

@@ -115,6 +115,7 @@ class TspChip final : public Chip {
     inbound_.resize(ports_.size());
     consumed_.assign(ports_.size(), 0);
     planeReady_.assign(spec_.mxmPlanes, -1);
+    installsDone_.assign(spec_.mxmPlanes, 0);
     maxAddress_.assign(spec_.memSlices, -1);
     for (auto& p : portFree_) p.assign(spec_.memSlices, 0);
     for (auto& p : lastRun_) p.assign(spec_.memSlices, PortRun{});
@@ -136,6 +137,17 @@ class TspChip final : public Chip {
         if (list[a].unit != list[b].unit) return list[a].unit < list[b].unit;
         return a < b;
       });
+      // Out of program order, a compute could meet a stale or a later install: each compute
+      // records how many installs of its plane precede it in the program.
+      const int mxmFirst = spec_.firstUnit(UnitKind::kMxm), mxmEnd = mxmFirst + spec_.unitCount(UnitKind::kMxm);
+      std::vector<std::int32_t> installsSoFar(spec_.mxmPlanes, 0);
+      expectedInstalls_.assign(list.size(), 0);
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].unit < mxmFirst || list[i].unit >= mxmEnd) continue;
+        const int plane = (list[i].unit - mxmFirst) / 2;
+        if (list[i].op == Opcode::kMxmInstall) ++installsSoFar[plane];
+        expectedInstalls_[i] = installsSoFar[plane];
+      }
     }
   }
 
@@ -388,11 +400,20 @@ class TspChip final : public Chip {
     switch (inst.op) {
       case Opcode::kMxmInstall:
         planeReady_[unit.indexInKind / 2] = isa::completion(spec_, inst);
+        ++installsDone_[unit.indexInKind / 2];
         installs_ += inst.repeat;
         break;
       case Opcode::kMxmCompute: {
-        const Cycle ready = planeReady_[unit.indexInKind / 2];
-        if (ready < 0 || ready > inst.issue)
+        const int plane = unit.indexInKind / 2;
+        const Cycle ready = planeReady_[plane];
+        if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
+          if (auto s = hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
+                              installsDone_[plane] < expectedInstalls_[index]
+                                  ? "MXM compute before its weights are installed"
+                                  : "MXM compute after its weights were replaced by a later install");
+              !s)
+            return s;
+        } else if (ready < 0 || ready > inst.issue)
           if (auto s = hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
                               "MXM compute before its weights are installed");
               !s)
@@ -541,6 +562,8 @@ class TspChip final : public Chip {
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
   std::vector<Cycle> planeReady_;
+  std::vector<std::int32_t> installsDone_;       // per plane
+  std::vector<std::int32_t> expectedInstalls_;   // per instruction, under a stall fault only
   std::vector<std::int64_t> maxAddress_;
   std::vector<Cycle> portFree_[2];     // per MEM slice: the read and the write port
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 #include "compile/frontend/builtin_models.h"
 #include "compile/lower/stage_builder.h"
 
@@ -304,6 +307,199 @@ TEST_F(C2cTest, UnconnectedPort) {
   auto s = run({receive}, ports());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("port 5 is not connected"), std::string::npos);
+}
+
+// ---- Fault injection: hazards are counted instead of ending the run.
+
+class FaultTest : public ChipTest {
+ protected:
+  isa::Program mlpProgram() const {
+    frontend::ModelSpec model;
+    model.builtin = "mlp";
+    model.params = {{"layers", "2"}, {"hidden", "640"}, {"batch", "16"}};
+    const ir::Graph g = *frontend::buildBuiltinModel(model);
+    lower::StageBuilder builder(spec_, g);
+    std::vector<ir::OpId> ops;
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+    for (size_t i = 0; i < ops.size();) i += *builder.lowerOp(ops[i], ops, i);
+    return builder.finish();
+  }
+  Status runWith(const isa::Program& program, const SimOptions& options) {
+    chip_ = makeTspChip(0, spec_, std::make_shared<isa::Program>(program), std::vector<PortBinding>(spec_.c2cPorts),
+                        options);
+    return chip_->advanceTo(kNever);
+  }
+};
+
+TEST_F(FaultTest, OffByDefault) {
+  EXPECT_FALSE(SimOptions{}.faults.enabled());
+  auto list = chain(0, 50, 10, 0, 8);
+  list[1].issue += 1;
+  list[2].issue += 1;
+  EXPECT_FALSE(run(list).ok());  // the same late read with faults off ends the run
+}
+
+TEST_F(FaultTest, StalledUnitIsCountedAndTheRunGoesOn) {
+  const isa::Program program = mlpProgram();
+  const Instruction& first = *std::find_if(program.instructions.begin(), program.instructions.end(),
+                                           [](const Instruction& i) { return i.op == Opcode::kMemRead; });
+  SimOptions options;
+  options.faults.stallUnit = first.unit;
+  options.faults.stallCycle = first.issue;
+  options.faults.stallCycles = 3;
+  auto s = runWith(program, options);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const auto& st = chip_->stats();
+  EXPECT_EQ(st.instructions, static_cast<std::int64_t>(program.instructions.size()));
+  EXPECT_EQ(st.unitStall[first.unit], 3);
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kTimeOfFlight)], 0);
+  EXPECT_GT(st.hazardCount(), 0);
+  EXPECT_NE(st.firstHazard.find("time of flight"), std::string::npos) << st.firstHazard;
+}
+
+TEST_F(FaultTest, StalledInstallLeavesComputesWithoutTheirWeights) {
+  const isa::Program program = mlpProgram();
+  const Instruction& install = *std::find_if(program.instructions.begin(), program.instructions.end(),
+                                             [](const Instruction& i) { return i.op == Opcode::kMxmInstall; });
+  SimOptions options;
+  options.faults.stallUnit = install.unit;
+  options.faults.stallCycles = 100;
+  ASSERT_TRUE(runWith(program, options).ok());
+  const auto& st = chip_->stats();
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kWeightsMissing)], 0);
+  EXPECT_NE(st.firstHazard.find("before its weights are installed"), std::string::npos) << st.firstHazard;
+  options.faults.stallUnit = install.unit + 1;  // now the computes run late, after the next install
+  options.faults.stallCycle = program.instructions.back().issue / 2;
+  ASSERT_TRUE(runWith(program, options).ok());
+  EXPECT_GT(chip_->stats().hazards[static_cast<int>(HazardKind::kWeightsMissing)], 0);
+}
+
+TEST_F(FaultTest, StallOnAnotherChipChangesNothing) {
+  const isa::Program program = mlpProgram();
+  SimOptions options;
+  options.faults.stallChip = 5;
+  options.faults.stallUnit = program.instructions.front().unit;
+  options.faults.stallCycles = 3;
+  ASSERT_TRUE(runWith(program, options).ok());
+  EXPECT_EQ(chip_->stats().hazardCount(), 0);
+  EXPECT_EQ(chip_->stats().cycles, program.predictedCycles);
+}
+
+TEST_F(FaultTest, StalledUnitCanCauseABankConflict) {
+  // A long read on MEM slice 50 overlaps a chain's write there, always on the other bank; a
+  // one-cycle stall of the slice's queue after the read started moves the write onto the read's bank.
+  auto list = chain(0, 50, 10, 0, 4);
+  list[2].address = 1;
+  Instruction read = inst(mem(50), list[2].issue - 10, Opcode::kMemRead, 40);
+  read.address = 0;
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = list;
+  isa::canonicalize(*program);
+  ASSERT_TRUE(makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), SimOptions{})
+                  ->advanceTo(kNever)
+                  .ok());
+  SimOptions options;
+  options.faults.stallUnit = mem(50);
+  options.faults.stallCycle = read.issue + 1;
+  options.faults.stallCycles = 1;
+  chip_ = makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), options);
+  ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+  const auto& st = chip_->stats();
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kBankConflict)], 0);
+  EXPECT_GT(st.bankConflicts, 0);
+  EXPECT_DOUBLE_EQ(st.bankConflictRate(),
+                   static_cast<double>(st.bankConflicts) / static_cast<double>(st.sramReads + st.sramWrites));
+}
+
+TEST_F(C2cTest, LinkJitterDelaysArrivalsDeterministically) {
+  std::vector<Cycle> arrivals;
+  for (std::uint64_t seed : {1u, 1u, 2u, 3u, 4u, 5u, 6u, 7u}) {
+    SimOptions options;
+    options.faults.linkJitterCycles = 9;
+    options.faults.seed = seed;
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = sendChain(0, 4, 20);
+    chip_ = makeTspChip(0, spec_, program, ports(), options);
+    ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+    auto bursts = chip_->takeOutgoing();
+    ASSERT_EQ(bursts.size(), 1u);
+    const Cycle onTime = program->instructions[1].issue + spec_.c2cSendCycles + 225;
+    EXPECT_GE(bursts[0].firstArrive, onTime);
+    EXPECT_LE(bursts[0].firstArrive, onTime + 9);
+    arrivals.push_back(bursts[0].firstArrive - onTime);
+  }
+  EXPECT_EQ(arrivals[0], arrivals[1]);  // the same seed gives the same draw
+  EXPECT_TRUE(std::any_of(arrivals.begin(), arrivals.end(), [](Cycle c) { return c > 0; }));
+}
+
+TEST_F(C2cTest, LateArrivalIsCountedWithFaultsOn) {
+  Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
+  receive.port = 0;
+  receive.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {receive};
+  SimOptions options;
+  options.faults.linkJitterCycles = 4;
+  chip_ = makeTspChip(1, spec_, program, ports(), options);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 303;  // as a jittered link would deliver it
+  burst.vectors = 4;
+  burst.interval = 20;
+  chip_->deliver(burst);
+  ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+  EXPECT_EQ(chip_->stats().hazards[static_cast<int>(HazardKind::kReceiveEarly)], 1);
+  EXPECT_EQ(chip_->stats().instructions, 1);
+}
+
+// ---- Statistics.
+
+TEST_F(ChipTest, UtilisationSramAndStreamStatistics) {
+  const auto c = chain(0, 50, 10, 0, 32);
+  ASSERT_TRUE(run(c).ok());
+  const auto& st = chip_->stats();
+  EXPECT_EQ(st.sramReads, 32);
+  EXPECT_EQ(st.sramWrites, 32);
+  // Each value travels from the MEM slice to the VXM and from the VXM to the other MEM slice.
+  const std::int64_t hops = std::abs(slice(vxm(0)) - slice(mem(0))) + std::abs(slice(mem(50)) - slice(vxm(0)));
+  EXPECT_EQ(st.streamHops, 32 * hops);
+  EXPECT_DOUBLE_EQ(unitUtilization(spec_, st, vxm(0)), 32.0 / static_cast<double>(st.cycles));
+  EXPECT_DOUBLE_EQ(unitUtilization(spec_, st, mem(0)), 32.0 / (2.0 * static_cast<double>(st.cycles)));
+  EXPECT_EQ(st.hazardCount(), 0);
+  EXPECT_EQ(st.bankConflictRate(), 0.0);
+  for (Cycle stall : st.unitStall) EXPECT_EQ(stall, 0);
+}
+
+TEST_F(ChipTest, EnergyFollowsThePerOpFigures) {
+  spec_.energy.memReadPj = 1000;
+  spec_.energy.memWritePj = 2000;
+  spec_.energy.vxmOpPj = 500;
+  spec_.energy.streamHopPj = 10;
+  spec_.energy.staticWatts = 90;
+  ASSERT_TRUE(run(chain(0, 50, 10, 0, 32)).ok());
+  const auto& st = chip_->stats();
+  EXPECT_NEAR(st.energy.memJ, 32 * 3000e-12, 1e-15);
+  EXPECT_NEAR(st.energy.vxmJ, 32 * 500e-12, 1e-15);
+  EXPECT_NEAR(st.energy.streamJ, static_cast<double>(st.streamHops) * 10e-12, 1e-15);
+  EXPECT_NEAR(st.energy.staticJ, 90.0 * static_cast<double>(st.cycles) / 900e6, 1e-15);
+  EXPECT_EQ(st.energy.mxmJ, 0.0);
+  EXPECT_NEAR(st.energy.totalJ(), st.energy.memJ + st.energy.vxmJ + st.energy.streamJ + st.energy.staticJ, 1e-18);
+}
+
+TEST_F(C2cTest, C2cBytesAndEnergy) {
+  ASSERT_TRUE(run(sendChain(0, 4, 20), ports()).ok());
+  EXPECT_EQ(chip_->stats().bytesSent, 4 * 320);
+  EXPECT_NEAR(chip_->stats().energy.c2cJ, 4 * 320 * spec_.energy.c2cPjPerByte * 1e-12, 1e-18);
+}
+
+TEST(HazardKinds, EveryKindHasAName) {
+  std::set<std::string> names;
+  for (int k = 0; k < kHazardKindCount; ++k) names.insert(hazardKindName(static_cast<HazardKind>(k)));
+  EXPECT_EQ(names.size(), static_cast<size_t>(kHazardKindCount));
+  EXPECT_EQ(names.count("?"), 0u);
 }
 
 }  // namespace
