@@ -1,7 +1,6 @@
 // The cycle-accurate TSP chip: executes a Program as events of known length and checks every hazard.
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <numeric>
 #include <optional>
 
@@ -36,6 +35,30 @@ struct StreamRun {
   Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
   int lowSlice(Direction dir) const { return dir == Direction::kEast ? slice : slice - reach; }
   int highSlice(Direction dir) const { return dir == Direction::kEast ? slice + reach : slice; }
+};
+
+// The live runs of one stream, oldest first. A vector with a moving head instead of a deque: an
+// unused stream then costs no allocation, which keeps a chip instance small.
+class StreamQueue {
+ public:
+  bool empty() const { return head_ == runs_.size(); }
+  size_t size() const { return runs_.size() - head_; }
+  StreamRun& operator[](size_t i) { return runs_[head_ + i]; }
+  const StreamRun& operator[](size_t i) const { return runs_[head_ + i]; }
+  StreamRun& front() { return runs_[head_]; }
+  void push_back(const StreamRun& run) { runs_.push_back(run); }
+  void pop_front() {
+    if (++head_ * 2 >= runs_.size()) {  // compact once half the storage is dead
+      runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  auto begin() const { return runs_.begin() + static_cast<std::ptrdiff_t>(head_); }
+  auto end() const { return runs_.end(); }
+
+ private:
+  std::vector<StreamRun> runs_;
+  size_t head_ = 0;
 };
 
 // Smallest common point of {a + i*da, i < na} and {b + j*db, j < nb}, or -1 (points are >= 0 here
@@ -158,16 +181,16 @@ class TspChip final : public Chip {
       const Instruction& inst = list[index];
       const Cycle delay = stallOn_ ? stallDelay(inst) : 0;
       if (inst.issue + delay >= end) break;
-      Status s;
+      bool ok;
       if (delay == 0) {
-        s = execute(inst, static_cast<std::int64_t>(index));
+        ok = execute(inst, static_cast<std::int64_t>(index));
       } else {
         Instruction shifted = inst;
         shifted.issue += delay;
         if (inst.unit >= 0 && inst.unit < static_cast<int>(units_.size())) stats_.unitStall[inst.unit] = delay;
-        s = execute(shifted, static_cast<std::int64_t>(index));
+        ok = execute(shifted, static_cast<std::int64_t>(index));
       }
-      if (!s) return s;
+      if (!ok) return *failure_;
       ++next_;
     }
     if (next_ == list.size() && !finished_) finish();
@@ -206,20 +229,25 @@ class TspChip final : public Chip {
   }
 
   // A hazard of the machine's timing: ends the run, or with faults injected is counted and the run goes on.
-  Status hazard(HazardKind kind, const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) {
+  // Returns whether the run goes on; the failure is kept for advanceTo.
+  bool hazard(HazardKind kind, const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) {
     Diagnostic d = describe(inst, index, cycle, what);
-    if (!countHazards_) return d;
+    if (!countHazards_) {
+      failure_ = std::move(d);
+      return false;
+    }
     if (stats_.hazardCount() == 0) stats_.firstHazard = d.message;
     ++stats_.hazards[static_cast<int>(kind)];
-    return {};
+    return true;
   }
 
   // A malformed program (a compiler bug, not a timing fault): always ends the run.
-  Status malformed(const Instruction& inst, std::int64_t index, const std::string& what) const {
-    return describe(inst, index, inst.issue, what);
+  bool malformed(const Instruction& inst, std::int64_t index, const std::string& what) {
+    failure_ = describe(inst, index, inst.issue, what);
+    return false;
   }
 
-  std::deque<StreamRun>& runsOf(isa::StreamRef ref) {
+  StreamQueue& runsOf(isa::StreamRef ref) {
     return streams_[static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id];
   }
 
@@ -232,24 +260,22 @@ class TspChip final : public Chip {
     return dir == Direction::kEast ? *tau + slice : *tau - slice;
   }
 
-  Status checkCollisions(std::deque<StreamRun>& runs, size_t changed, Direction dir, const Instruction& inst,
+  bool checkCollisions(StreamQueue& runs, size_t changed, Direction dir, const Instruction& inst,
                          std::int64_t index, isa::StreamRef ref) {
     for (size_t r = 0; r < runs.size(); ++r) {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
-        if (auto s = hazard(HazardKind::kStreamCollision, inst, index, *cycle,
+        if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
                             fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
                                         dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
-                                        runs[changed].programIndex));
-            !s)
-          return s;
+                                        runs[changed].programIndex))) return false;
     }
-    return {};
+    return true;
   }
 
   // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval,
   // and exactly one run may be able to put a value there (two would share the stream cell).
-  Status checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     const int slice = units_[inst.unit].slice;
     const Cycle firstRead = inst.issue;
@@ -260,8 +286,12 @@ class TspChip final : public Chip {
       const int distance = ref.dir == Direction::kEast ? slice - run.slice : run.slice - slice;
       if (distance < 0) continue;
       const Cycle emitted = firstRead - distance;  // when value 0 of this read left the producer
-      if (emitted < run.first || (emitted - run.first) % run.interval != 0) continue;
-      const std::int64_t i0 = (emitted - run.first) / run.interval;
+      if (emitted < run.first) continue;
+      std::int64_t i0 = emitted - run.first;  // most runs issue every cycle: no division then
+      if (run.interval != 1) {
+        if (i0 % run.interval != 0) continue;
+        i0 /= run.interval;
+      }
       if (i0 >= run.count) continue;
       if (inst.repeat > 1) {
         if (inst.interval % run.interval != 0) continue;
@@ -282,12 +312,12 @@ class TspChip final : public Chip {
                                 ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
     if (matchDistance > runs[*match].reach) {
       runs[*match].reach = matchDistance;
-      if (auto s = checkCollisions(runs, *match, ref.dir, inst, index, ref); !s) return s;
+      if (!checkCollisions(runs, *match, ref.dir, inst, index, ref)) return false;
     }
-    return {};
+    return true;
   }
 
-  Status writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - spec_.sliceCount() - 1;
@@ -326,7 +356,7 @@ class TspChip final : public Chip {
   }
 
   // MEM: one read and one write port per slice; a read and a write in one cycle must use different banks.
-  Status memAccess(const Instruction& inst, std::int64_t index) {
+  bool memAccess(const Instruction& inst, std::int64_t index) {
     const int slice = units_[inst.unit].indexInKind;
     const Port port = inst.op == Opcode::kMemRead ? kReadPort : kWritePort;
     const char* portName = port == kReadPort ? "read" : "write";
@@ -341,11 +371,9 @@ class TspChip final : public Chip {
                     fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last,
                                 spec_.addressesPerSlice));
     if (inst.issue < portFree_[port][slice])
-      if (auto s = hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
+      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
                           fmt::format("issued while the MEM {} port is busy until cycle {} (instruction #{})",
-                                      portName, portFree_[port][slice], lastRun_[port][slice].programIndex));
-          !s)
-        return s;
+                                      portName, portFree_[port][slice], lastRun_[port][slice].programIndex))) return false;
     maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], std::max<std::int64_t>(inst.address, last));
     PortRun run{inst.issue, inst.interval, inst.repeat, inst.address, inst.stride, index};
     const PortRun& other = lastRun_[1 - port][slice];
@@ -354,26 +382,28 @@ class TspChip final : public Chip {
       const std::int64_t conflicts = bankConflicts(run, other, countHazards_, at);
       if (conflicts > 0) {
         stats_.bankConflicts += conflicts;
-        if (auto s = hazard(HazardKind::kBankConflict, inst, index, at,
+        if (!hazard(HazardKind::kBankConflict, inst, index, at,
                             fmt::format("bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
                                         "(instructions #{} and #{})",
                                         slice, spec_.bankOf(static_cast<int>(run.address + (at - run.first) /
                                                                                  run.interval * run.stride)),
-                                        other.programIndex, index));
-            !s)
-          return s;
+                                        other.programIndex, index))) return false;
       }
     }
     lastRun_[port][slice] = run;
     portFree_[port][slice] = isa::unitFreeAt(spec_, inst);
     (port == kReadPort ? stats_.sramReads : stats_.sramWrites) += inst.repeat;
-    return {};
+    return true;
   }
 
-  Status execute(const Instruction& inst, std::int64_t index) {
+  bool execute(const Instruction& inst, std::int64_t index) {
     if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size()))
-      return makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
-                                                      id_, index, inst.unit));
+    {
+      failure_ = makeError(ExitCode::kHazard,
+                           fmt::format("chip {}: instruction #{} names unit {}, which does not exist", id_, index,
+                                       inst.unit));
+      return false;
+    }
     const auto& unit = units_[inst.unit];
     if (inst.repeat < 1 || inst.interval < 1) return malformed(inst, index, "repeat and interval must be >= 1");
     if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != unit.kind)
@@ -384,18 +414,16 @@ class TspChip final : public Chip {
                          fmt::format("stream {} does not exist (the chip has {} per direction)", ref->id,
                                      spec_.streamsPerDirection));
     if (inst.issue < unitFree_[inst.unit])
-      if (auto s = hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
-                          fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit]));
-          !s)
-        return s;
+      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
+                          fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit]))) return false;
 
     const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
     if (memAccessOp)
-      if (auto s = memAccess(inst, index); !s) return s;
+      if (!memAccess(inst, index)) return false;
     if (inst.src.valid())
-      if (auto s = checkRead(inst, index, inst.src); !s) return s;
+      if (!checkRead(inst, index, inst.src)) return false;
     if (inst.src2.valid())
-      if (auto s = checkRead(inst, index, inst.src2); !s) return s;
+      if (!checkRead(inst, index, inst.src2)) return false;
 
     switch (inst.op) {
       case Opcode::kMxmInstall:
@@ -407,17 +435,13 @@ class TspChip final : public Chip {
         const int plane = unit.indexInKind / 2;
         const Cycle ready = planeReady_[plane];
         if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
-          if (auto s = hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
+          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
                               installsDone_[plane] < expectedInstalls_[index]
                                   ? "MXM compute before its weights are installed"
-                                  : "MXM compute after its weights were replaced by a later install");
-              !s)
-            return s;
+                                  : "MXM compute after its weights were replaced by a later install")) return false;
         } else if (ready < 0 || ready > inst.issue)
-          if (auto s = hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
-                              "MXM compute before its weights are installed");
-              !s)
-            return s;
+          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
+                              "MXM compute before its weights are installed")) return false;
         mxmVectors_ += inst.repeat;
         break;
       }
@@ -426,12 +450,12 @@ class TspChip final : public Chip {
       case Opcode::kC2cSend: case Opcode::kC2cReceive:
         if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
           return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
-        if (auto s = inst.op == Opcode::kC2cSend ? send(inst, index) : receive(inst, index); !s) return s;
+        if (!(inst.op == Opcode::kC2cSend ? send(inst, index) : receive(inst, index))) return false;
         break;
       default: break;
     }
     if (inst.dst.valid())
-      if (auto s = writeStream(inst, index, inst.dst); !s) return s;
+      if (!writeStream(inst, index, inst.dst)) return false;
 
     // A MEM queue dispatches one instruction per cycle; its repeats then run on the port (memAccess).
     unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : isa::unitFreeAt(spec_, inst);
@@ -442,23 +466,19 @@ class TspChip final : public Chip {
                   inst.issue + Cycle{inst.repeat - 1} * inst.interval + isa::busyPerIssue(spec_, inst), busy);
     lastCompletion_ = std::max(lastCompletion_, isa::completion(spec_, inst));
     ++stats_.instructions;
-    return {};
+    return true;
   }
 
-  Status send(const Instruction& inst, std::int64_t index) {
+  bool send(const Instruction& inst, std::int64_t index) {
     const PortBinding& port = ports_[inst.port];
     const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
     if (inst.issue < linkFree_[inst.port])
-      if (auto s = hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                          fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port]));
-          !s)
-        return s;
+      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
+                          fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port]))) return false;
     if (inst.repeat > 1 && inst.interval < serialization)
-      if (auto s = hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
+      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
                           fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
-                                      inst.interval, port.link, serialization));
-          !s)
-        return s;
+                                      inst.interval, port.link, serialization))) return false;
     linkFree_[inst.port] = inst.issue + Cycle{inst.repeat - 1} * inst.interval + serialization;
     C2CBurst burst;
     burst.srcChip = id_;
@@ -484,11 +504,11 @@ class TspChip final : public Chip {
         use.bytes += burst.bytes;
         use.busyCycles += Cycle{inst.repeat} * serialization;
       }
-    return {};
+    return true;
   }
 
   // Takes inst.repeat vectors from the port, in arrival order; vector j is read at issue + j*interval.
-  Status receive(const Instruction& inst, std::int64_t index) {
+  bool receive(const Instruction& inst, std::int64_t index) {
     auto& queue = inbound_[inst.port];
     std::int64_t needed = inst.repeat, j = 0;
     while (needed > 0) {
@@ -504,11 +524,9 @@ class TspChip final : public Chip {
         const Cycle arrive = burst.firstArrive + (consumed + k) * burst.interval;
         const Cycle read = inst.issue + (j + k) * inst.interval;
         if (arrive > read) {
-          if (auto s = hazard(HazardKind::kReceiveEarly, inst, index, read,
+          if (!hazard(HazardKind::kReceiveEarly, inst, index, read,
                               fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})",
-                                          inst.port, arrive));
-              !s)
-            return s;
+                                          inst.port, arrive))) return false;
           break;
         }
       }
@@ -520,7 +538,7 @@ class TspChip final : public Chip {
         consumed = 0;
       }
     }
-    return {};
+    return true;
   }
 
   void finish() {
@@ -555,6 +573,7 @@ class TspChip final : public Chip {
   std::vector<PortBinding> ports_;
   SimOptions options_;
   bool countHazards_ = false;
+  std::optional<Diagnostic> failure_;  // the hazard or malformed instruction that ended the run
   bool stallOn_ = false;
   std::vector<size_t> order_;  // event order under a stall fault; empty otherwise
   size_t next_ = 0;
@@ -567,7 +586,7 @@ class TspChip final : public Chip {
   std::vector<std::int64_t> maxAddress_;
   std::vector<Cycle> portFree_[2];     // per MEM slice: the read and the write port
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
-  std::vector<std::deque<StreamRun>> streams_;  // [direction][stream id]
+  std::vector<StreamQueue> streams_;  // [direction][stream id]
   std::vector<std::vector<C2CBurst>> inbound_;
   std::vector<std::int64_t> consumed_;
   std::vector<C2CBurst> outgoing_;
