@@ -68,16 +68,23 @@ void describeTopology(const topology::Cluster& cluster, bool json) {
                         {"min_link_latency_cycles", s.minLatencyCycles},
                         {"max_link_latency_cycles", s.maxLatencyCycles},
                         {"injection_bytes_per_second", s.injectionBytesPerSecond}};
+    if (cluster.description().kind == "dragonfly") {
+      j["rack_bisection_links"] = s.rackBisectionLinks;
+      j["rack_bisection_bytes_per_second"] = s.rackBisectionBytesPerSecond;
+    }
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("topology: {} ({} links)\n", topologyName(cluster), s.links);
   fmt::print("  degree:            {} to {}\n", s.minDegree, s.maxDegree);
   fmt::print("  diameter:          {} hops{}\n", s.diameterHops, s.hopsExact ? "" : " (sampled sources)");
-  fmt::print("  average hops:      {:.3f}\n", s.averageHops);
+  fmt::print("  average hops:      {:.3f}{}\n", s.averageHops, s.hopsExact ? "" : " (sampled sources)");
   fmt::print("  bisection:         {} links{}\n", s.bisectionLinks, s.bisectionExact ? "" : " (upper bound)");
   fmt::print("  link latency:      {} to {} cycles\n", s.minLatencyCycles, s.maxLatencyCycles);
   fmt::print("  injection bandwidth: {:.1f} GB/s\n", s.injectionBytesPerSecond / 1e9);
+  if (cluster.description().kind == "dragonfly")
+    fmt::print("  rack bisection:    {} links, {:.2f} TB/s per direction\n", s.rackBisectionLinks,
+               s.rackBisectionBytesPerSecond / 1e12);
 }
 
 void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool json) {
