@@ -32,9 +32,9 @@ struct UnitInfo {
 };
 
 /// The machine model of one TSP (DESIGN.md section 3). Fields are added with a version bump, never
-/// silently re-purposed (version 2 added the C2C lane figures).
+/// silently re-purposed (version 2 added the C2C lane figures, version 3 the per-op energies).
 struct ChipSpec {
-  static constexpr int kInterfaceVersion = 2;
+  static constexpr int kInterfaceVersion = 3;
 
   std::string preset = "groq-tsp-v1";
   double clockMhz = 900.0;

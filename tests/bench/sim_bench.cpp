@@ -29,16 +29,23 @@ ir::Graph bertShard(int layers) {
   const auto dt = ir::DType::kF16;
   ir::TensorId x = g.addInput("x", {128, 768}, dt);
   for (int l = 0; l < layers; ++l) {
-    const std::string p = "l" + std::to_string(l) + ".";
-    auto qkv = *g.addOp(ir::OpKind::kMatMul, p + "qkv", {x, g.addWeight(p + "wqkv", {768, 2304}, dt)}, l);
+    std::string p = "l";
+    p += std::to_string(l);
+    p += '.';
+    auto n = [&p](const char* what) {
+      std::string name = p;
+      name += what;
+      return name;
+    };
+    auto qkv = *g.addOp(ir::OpKind::kMatMul, n("qkv"), {x, g.addWeight(n("wqkv"), {768, 2304}, dt)}, l);
     g.markOutput(qkv);
-    auto attn = *g.addOp(ir::OpKind::kMatMul, p + "attn_out", {x, g.addWeight(p + "wo", {768, 768}, dt)}, l);
-    auto h = *g.addOp(ir::OpKind::kAdd, p + "residual1", {attn, x}, l);
-    auto up = *g.addOp(ir::OpKind::kMatMul, p + "ffn_up", {h, g.addWeight(p + "w1", {768, 3072}, dt)}, l);
-    up = *g.addOp(ir::OpKind::kAdd, p + "ffn_bias", {up, g.addWeight(p + "b1", {3072}, dt)}, l);
-    up = *g.addOp(ir::OpKind::kGelu, p + "gelu", {up}, l);
-    auto down = *g.addOp(ir::OpKind::kMatMul, p + "ffn_down", {up, g.addWeight(p + "w2", {3072, 768}, dt)}, l);
-    x = *g.addOp(ir::OpKind::kAdd, p + "residual2", {down, h}, l);
+    auto attn = *g.addOp(ir::OpKind::kMatMul, n("attn_out"), {x, g.addWeight(n("wo"), {768, 768}, dt)}, l);
+    auto h = *g.addOp(ir::OpKind::kAdd, n("residual1"), {attn, x}, l);
+    auto up = *g.addOp(ir::OpKind::kMatMul, n("ffn_up"), {h, g.addWeight(n("w1"), {768, 3072}, dt)}, l);
+    up = *g.addOp(ir::OpKind::kAdd, n("ffn_bias"), {up, g.addWeight(n("b1"), {3072}, dt)}, l);
+    up = *g.addOp(ir::OpKind::kGelu, n("gelu"), {up}, l);
+    auto down = *g.addOp(ir::OpKind::kMatMul, n("ffn_down"), {up, g.addWeight(n("w2"), {3072, 768}, dt)}, l);
+    x = *g.addOp(ir::OpKind::kAdd, n("residual2"), {down, h}, l);
   }
   g.markOutput(x);
   return g;
