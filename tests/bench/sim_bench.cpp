@@ -5,7 +5,7 @@
 #include <malloc.h>
 
 #include "compile/frontend/builtin_models.h"
-#include "compile/lower/stage_builder.h"
+#include "compile/schedule/cluster_schedule.h"
 #include "sim/chip.h"
 
 namespace {
@@ -51,12 +51,16 @@ ir::Graph bertShard(int layers) {
   return g;
 }
 
+// The whole graph as one pipeline stage on a one-chip cluster, through the cluster scheduler: the
+// compiler's entry point the runtime uses.
 isa::Program compile(const topology::ChipSpec& chip, const ir::Graph& g) {
-  lower::StageBuilder builder(chip, g);
-  std::vector<ir::OpId> ops;
-  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  for (size_t i = 0; i < ops.size();) i += *builder.lowerOp(ops[i], ops, i);
-  return builder.finish();
+  topology::TopologyDescription single;
+  single.kind = "explicit";
+  single.chips = 1;
+  const topology::Cluster cluster(chip, single, 1, {});
+  schedule::PipelineStage stage;
+  for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+  return std::move(schedule::scheduleCluster(g, {stage}, cluster)->programs.front());
 }
 
 void BM_CompileMlpLayer(benchmark::State& state) {
