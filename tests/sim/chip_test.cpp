@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <set>
 
+#include <yaml-cpp/yaml.h>
+
+#include "topology/yaml_reader.h"
+
 #include "compile/frontend/builtin_models.h"
 #include "compile/lower/stage_builder.h"
 
@@ -513,6 +517,24 @@ TEST(HazardKinds, EveryKindHasAName) {
   for (int k = 0; k < kHazardKindCount; ++k) names.insert(hazardKindName(static_cast<HazardKind>(k)));
   EXPECT_EQ(names.size(), static_cast<size_t>(kHazardKindCount));
   EXPECT_EQ(names.count("?"), 0u);
+}
+
+TEST(ChipEnergy, YamlKeysAndTheHash) {
+  const topology::YamlReader reader("chip.yaml");
+  auto spec = topology::loadChipSpec(reader, YAML::Load("energy: {mem_read_pj: 1000, static_watts: 75.5}"));
+  ASSERT_TRUE(spec.ok()) << spec.error().format();
+  EXPECT_EQ(spec->energy.memReadPj, 1000);
+  EXPECT_EQ(spec->energy.staticWatts, 75.5);
+  EXPECT_EQ(spec->energy.memWritePj, topology::ChipSpec{}.energy.memWritePj);
+  // Energy does not change timing: programs compiled for the preset stay valid.
+  EXPECT_EQ(spec->hash(), topology::ChipSpec{}.hash());
+  auto bad = topology::loadChipSpec(reader, YAML::Load("energy: {mem_reed_pj: 1}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().format().find("unknown key 'mem_reed_pj' in 'cluster.chip.energy'"), std::string::npos)
+      << bad.error().format();
+  bad = topology::loadChipSpec(reader, YAML::Load("energy: {vxm_op_pj: -1}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().format().find("'vxm_op_pj' is -1, out of range"), std::string::npos) << bad.error().format();
 }
 
 }  // namespace
