@@ -148,10 +148,15 @@ class TspChip final : public Chip {
       if (ports_[p].link >= 0) stats_.links.push_back({ports_[p].link, ports_[p].aToB, 0, 0});
     const auto& f = options_.faults;
     stallOn_ = f.stallUnit >= 0 && f.stallCycles > 0 && (f.stallChip < 0 || f.stallChip == id_);
-    if (stallOn_) {
-      // A stall moves one queue's instructions later: the event order is rebuilt on the effective
-      // issue cycles, still (cycle, unit, program index).
-      const auto& list = program_->instructions;
+    // Events run in (cycle, unit, program index) order. A canonical program is in that order
+    // already; one that is not (made by hand, or by another tool), or a stall that moves one
+    // queue's instructions later, gets an explicit order rather than the list's.
+    const auto& list = program_->instructions;
+    const bool canonical = std::is_sorted(list.begin(), list.end(), [](const Instruction& a, const Instruction& b) {
+      return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
+    });
+    reordered_ = stallOn_ || !canonical;
+    if (reordered_) {
       order_.resize(list.size());
       std::iota(order_.begin(), order_.end(), size_t{0});
       std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
@@ -160,6 +165,8 @@ class TspChip final : public Chip {
         if (list[a].unit != list[b].unit) return list[a].unit < list[b].unit;
         return a < b;
       });
+    }
+    if (stallOn_) {
       // Out of program order, a compute could meet a stale or a later install: each compute
       // records how many installs of its plane precede it in the program.
       const int mxmFirst = spec_.firstUnit(UnitKind::kMxm), mxmEnd = mxmFirst + spec_.unitCount(UnitKind::kMxm);
@@ -177,7 +184,7 @@ class TspChip final : public Chip {
   Status advanceTo(Cycle end) override {
     const auto& list = program_->instructions;
     while (next_ < list.size()) {
-      const size_t index = stallOn_ ? order_[next_] : next_;
+      const size_t index = reordered_ ? order_[next_] : next_;
       const Instruction& inst = list[index];
       const Cycle delay = stallOn_ ? stallDelay(inst) : 0;
       if (inst.issue + delay >= end) break;
@@ -208,7 +215,7 @@ class TspChip final : public Chip {
   Cycle nextEventCycle() const override {
     const auto& list = program_->instructions;
     if (next_ >= list.size()) return kNever;
-    const Instruction& inst = list[stallOn_ ? order_[next_] : next_];
+    const Instruction& inst = list[reordered_ ? order_[next_] : next_];
     return inst.issue + (stallOn_ ? stallDelay(inst) : 0);
   }
 
@@ -216,6 +223,7 @@ class TspChip final : public Chip {
 
  private:
   Cycle stallDelay(const Instruction& inst) const {
+    if (!stallOn_) return 0;
     const auto& f = options_.faults;
     return inst.unit == f.stallUnit && inst.issue >= f.stallCycle ? f.stallCycles : 0;
   }
@@ -575,7 +583,8 @@ class TspChip final : public Chip {
   bool countHazards_ = false;
   std::optional<Diagnostic> failure_;  // the hazard or malformed instruction that ended the run
   bool stallOn_ = false;
-  std::vector<size_t> order_;  // event order under a stall fault; empty otherwise
+  bool reordered_ = false;
+  std::vector<size_t> order_;  // event order when the list is not in it (or under a stall); else empty
   size_t next_ = 0;
   bool finished_ = false;
   std::vector<Cycle> unitFree_;

@@ -109,6 +109,23 @@ TEST_F(ChipTest, CompiledProgramSimulatesInExactlyThePredictedCycles) {
   EXPECT_EQ(chip_->stats().cycles, program.predictedCycles);
 }
 
+TEST_F(ChipTest, EventsRunInCycleOrderWhateverTheListOrder) {
+  auto list = chain(0, 50, 10, 0, 32);
+  auto other = chain(1, 51, 100, 4, 8);
+  list.insert(list.end(), other.begin(), other.end());
+  std::reverse(list.begin(), list.end());  // not canonical: the simulator orders the events itself
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = list;
+  chip_ = makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), SimOptions{});
+  EXPECT_EQ(chip_->nextEventCycle(), 10);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const Cycle cycles = chip_->stats().cycles;
+  ASSERT_TRUE(run(list).ok());  // the same instructions in canonical order
+  EXPECT_EQ(chip_->stats().cycles, cycles);
+  EXPECT_EQ(chip_->stats().instructions, 6);
+}
+
 TEST_F(ChipTest, IssueWhileBusy) {
   auto list = chain(0, 50, 10, 0, 32);
   auto again = chain(0, 51, 20, 4, 4);  // MEM slice 0 is still reading
