@@ -339,7 +339,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   }
   MPI_Allreduce(MPI_IN_PLACE, linkTotals.data(), static_cast<int>(linkTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
   // Simulator statistics beyond the trace rows: counted hazards (faults on), SRAM accesses, energy.
-  std::vector<long long> simTotals(sim::kHazardKindCount + 3, 0);
+  std::vector<long long> simTotals(sim::kHazardKindCount + 4, 0);
   double energyJoules = 0;
   for (size_t i = 0; i < local.size(); ++i) {
     const auto& st = simulation.stats(i);
@@ -347,6 +347,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     simTotals[sim::kHazardKindCount] += st.bankConflicts;
     simTotals[sim::kHazardKindCount + 1] += st.sramReads + st.sramWrites;
     simTotals[sim::kHazardKindCount + 2] += st.bytesSent;
+    for (Cycle stall : st.unitStall) simTotals[sim::kHazardKindCount + 3] += stall;
     energyJoules += st.energy.totalJ();
   }
   MPI_Allreduce(MPI_IN_PLACE, simTotals.data(), static_cast<int>(simTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
@@ -451,6 +452,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"energy_joules", energyJoules},
                         {"bank_conflict_rate", bankConflictRate},
                         {"c2c_bytes", simTotals[sim::kHazardKindCount + 2]},
+                        {"sram_accesses", simTotals[sim::kHazardKindCount + 1]},
+                        {"stall_cycles", simTotals[sim::kHazardKindCount + 3]},
                         {"faults_injected", simOptions.faults.enabled()},
                         {"hazards_counted", hazardsCounted},
                         {"trace", tracePath}};

@@ -49,6 +49,8 @@ def main():
             check(one["hazards_by_kind"]["receive_early"] > 0, "link jitter makes receives early")
             check(one["hazards_by_kind"]["weights_missing"] > 0, "a stalled install queue leaves computes without weights")
             check(one["hazards_counted"] == sum(one["hazards_by_kind"].values()), "hazard kinds add up")
+            check(one["stall_cycles"] == 60, "the stalled queue's stall cycles are reported")
+            check(clean is None or clean["stall_cycles"] == 0, "no stall without a fault")
             check(results[0]["hazards_by_kind"] == results[1]["hazards_by_kind"] and
                   results[0]["chips"] == results[1]["chips"], "the same hazards on 1 and 2 ranks")
     failed = [w for ok, w in checks if not ok]
