@@ -274,9 +274,10 @@ class TspChip final : public Chip {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
         if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
-                            fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
-                                        dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
-                                        runs[changed].programIndex))) return false;
+                    fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
+                                dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
+                                runs[changed].programIndex)))
+          return false;
     }
     return true;
   }
@@ -375,13 +376,14 @@ class TspChip final : public Chip {
                        fmt::format("bank field {} disagrees with the chip's bank mapping (address {} is in bank {})",
                                    inst.bank, inst.address, spec_.bankOf(inst.address)));
     if (inst.address < 0 || inst.address >= spec_.addressesPerSlice || last < 0 || last >= spec_.addressesPerSlice)
-      return hazard(HazardKind::kSramRange, inst, index, inst.issue,
-                    fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last,
-                                spec_.addressesPerSlice));
+      return hazard(
+          HazardKind::kSramRange, inst, index, inst.issue,
+          fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last, spec_.addressesPerSlice));
     if (inst.issue < portFree_[port][slice])
       if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
-                          fmt::format("issued while the MEM {} port is busy until cycle {} (instruction #{})",
-                                      portName, portFree_[port][slice], lastRun_[port][slice].programIndex))) return false;
+                  fmt::format("issued while the MEM {} port is busy until cycle {} (instruction #{})", portName,
+                              portFree_[port][slice], lastRun_[port][slice].programIndex)))
+        return false;
     maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], std::max<std::int64_t>(inst.address, last));
     PortRun run{inst.issue, inst.interval, inst.repeat, inst.address, inst.stride, index};
     const PortRun& other = lastRun_[1 - port][slice];
@@ -390,12 +392,12 @@ class TspChip final : public Chip {
       const std::int64_t conflicts = bankConflicts(run, other, countHazards_, at);
       if (conflicts > 0) {
         stats_.bankConflicts += conflicts;
+        const int bank = spec_.bankOf(static_cast<int>(run.address + (at - run.first) / run.interval * run.stride));
         if (!hazard(HazardKind::kBankConflict, inst, index, at,
-                            fmt::format("bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
-                                        "(instructions #{} and #{})",
-                                        slice, spec_.bankOf(static_cast<int>(run.address + (at - run.first) /
-                                                                                 run.interval * run.stride)),
-                                        other.programIndex, index))) return false;
+                    fmt::format("bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
+                                "(instructions #{} and #{})",
+                                slice, bank, other.programIndex, index)))
+          return false;
       }
     }
     lastRun_[port][slice] = run;
@@ -405,11 +407,10 @@ class TspChip final : public Chip {
   }
 
   bool execute(const Instruction& inst, std::int64_t index) {
-    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size()))
-    {
-      failure_ = makeError(ExitCode::kHazard,
-                           fmt::format("chip {}: instruction #{} names unit {}, which does not exist", id_, index,
-                                       inst.unit));
+    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
+      failure_ =
+          makeError(ExitCode::kHazard,
+                    fmt::format("chip {}: instruction #{} names unit {}, which does not exist", id_, index, inst.unit));
       return false;
     }
     const auto& unit = units_[inst.unit];
@@ -423,7 +424,8 @@ class TspChip final : public Chip {
                                      spec_.streamsPerDirection));
     if (inst.issue < unitFree_[inst.unit])
       if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
-                          fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit]))) return false;
+                  fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit])))
+        return false;
 
     const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
     if (memAccessOp)
@@ -444,12 +446,14 @@ class TspChip final : public Chip {
         const Cycle ready = planeReady_[plane];
         if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
           if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
-                              installsDone_[plane] < expectedInstalls_[index]
-                                  ? "MXM compute before its weights are installed"
-                                  : "MXM compute after its weights were replaced by a later install")) return false;
+                      installsDone_[plane] < expectedInstalls_[index]
+                          ? "MXM compute before its weights are installed"
+                          : "MXM compute after its weights were replaced by a later install"))
+            return false;
         } else if (ready < 0 || ready > inst.issue)
           if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
-                              "MXM compute before its weights are installed")) return false;
+                      "MXM compute before its weights are installed"))
+            return false;
         mxmVectors_ += inst.repeat;
         break;
       }
@@ -482,11 +486,13 @@ class TspChip final : public Chip {
     const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
     if (inst.issue < linkFree_[inst.port])
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                          fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port]))) return false;
+                  fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
+        return false;
     if (inst.repeat > 1 && inst.interval < serialization)
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                          fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
-                                      inst.interval, port.link, serialization))) return false;
+                  fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
+                              inst.interval, port.link, serialization)))
+        return false;
     linkFree_[inst.port] = inst.issue + Cycle{inst.repeat - 1} * inst.interval + serialization;
     C2CBurst burst;
     burst.srcChip = id_;
@@ -532,9 +538,10 @@ class TspChip final : public Chip {
         const Cycle arrive = burst.firstArrive + (consumed + k) * burst.interval;
         const Cycle read = inst.issue + (j + k) * inst.interval;
         if (arrive > read) {
-          if (!hazard(HazardKind::kReceiveEarly, inst, index, read,
-                              fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})",
-                                          inst.port, arrive))) return false;
+          if (!hazard(
+                  HazardKind::kReceiveEarly, inst, index, read,
+                  fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})", inst.port, arrive)))
+            return false;
           break;
         }
       }
