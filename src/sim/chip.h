@@ -119,10 +119,21 @@ struct FaultOptions {
   bool enabled() const { return linkJitterCycles > 0 || (stallUnit >= 0 && stallCycles > 0); }
 };
 
+/// Told of every instruction a chip executes (trace level `instructions`). Called in event order
+/// per chip, (cycle, unit, program index): the program's order unless a stall fault moves a queue's
+/// instructions; C2C bursts need no observer: the runtime sees them in takeOutgoing().
+class ChipObserver {
+ public:
+  virtual ~ChipObserver() = default;
+  /// Instruction `programIndex` of chip's program ran on its unit from `start` until `end` (exclusive).
+  virtual void instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) = 0;
+};
+
 /// Options of a simulation run.
 struct SimOptions {
   Cycle binCycles = 1;  ///< width of a utilisation-timeline bin
   int bins = 64;
+  ChipObserver* observer = nullptr;  ///< not owned; null: nobody listens
   FaultOptions faults;
 };
 

@@ -478,6 +478,8 @@ class TspChip final : public Chip {
                   inst.issue + Cycle{inst.repeat - 1} * inst.interval + isa::busyPerIssue(spec_, inst), busy);
     lastCompletion_ = std::max(lastCompletion_, isa::completion(spec_, inst));
     ++stats_.instructions;
+    // The instruction's own end (for MEM, its port's), not the queue's next dispatch cycle.
+    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, isa::unitFreeAt(spec_, inst));
     return true;
   }
 

@@ -134,5 +134,3 @@ void BM_MemoryPerChipBertShard(benchmark::State& state) {
 BENCHMARK(BM_MemoryPerChipBertShard)->Arg(64)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
-
-BENCHMARK_MAIN();
