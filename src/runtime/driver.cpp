@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <numeric>
 #include <memory>
 #include <optional>
 #include <sys/resource.h>
@@ -692,6 +693,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   simOptions.bins = 64;
   simOptions.binCycles = std::max<Cycle>(1, ceilDiv(std::max<Cycle>(predictedMakespan, 1), simOptions.bins));
   simOptions.observer = selection.instructions ? &events : nullptr;
+  simOptions.faults = config.simulation.faults;
   ParallelSimulation simulation(comm, cluster, programs, std::move(*mapping), simOptions);
   ProgressLine progress(root && !options.quiet && !options.json, predictedMakespan);
   WindowHooks hooks;
@@ -741,6 +743,25 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     }
   }
   MPI_Allreduce(MPI_IN_PLACE, linkTotals.data(), static_cast<int>(linkTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
+  // Simulator statistics beyond the trace rows: counted hazards (faults on), SRAM accesses, energy.
+  // Energy is summed in whole picojoules so that the total does not depend on how chips are spread over ranks.
+  std::vector<long long> simTotals(sim::kHazardKindCount + 5, 0);
+  for (size_t i = 0; i < local.size(); ++i) {
+    const auto& st = simulation.stats(i);
+    for (int k = 0; k < sim::kHazardKindCount; ++k) simTotals[k] += st.hazards[k];
+    simTotals[sim::kHazardKindCount] += st.bankConflicts;
+    simTotals[sim::kHazardKindCount + 1] += st.sramReads + st.sramWrites;
+    simTotals[sim::kHazardKindCount + 2] += st.bytesSent;
+    for (Cycle stall : st.unitStall) simTotals[sim::kHazardKindCount + 3] += stall;
+    simTotals[sim::kHazardKindCount + 4] += std::llround(st.energy.totalJ() * 1e12);
+  }
+  MPI_Allreduce(MPI_IN_PLACE, simTotals.data(), static_cast<int>(simTotals.size()), MPI_LONG_LONG, MPI_SUM, comm);
+  const double energyJoules = static_cast<double>(simTotals[sim::kHazardKindCount + 4]) * 1e-12;
+  const long long hazardsCounted = std::accumulate(simTotals.begin(), simTotals.begin() + sim::kHazardKindCount, 0LL);
+  const double bankConflictRate = simTotals[sim::kHazardKindCount + 1] > 0
+                                      ? static_cast<double>(simTotals[sim::kHazardKindCount]) /
+                                            static_cast<double>(simTotals[sim::kHazardKindCount + 1])
+                                      : 0.0;
   std::vector<ChipRow> allRows(cluster.chipCount());
   {
     std::vector<int> counts(ranks), offsets(ranks);
@@ -900,7 +921,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"peak_rss_bytes_max_rank", rss[0]},
                         {"peak_rss_bytes_all_ranks", rss[1]},
                         {"wall_seconds", wall},
+                        {"energy_joules", energyJoules},
+                        {"bank_conflict_rate", bankConflictRate},
+                        {"c2c_bytes", simTotals[sim::kHazardKindCount + 2]},
+                        {"sram_accesses", simTotals[sim::kHazardKindCount + 1]},
+                        {"stall_cycles", simTotals[sim::kHazardKindCount + 3]},
+                        {"faults_injected", simOptions.faults.enabled()},
+                        {"hazards_counted", hazardsCounted},
                         {"trace", tracePath}};
+    for (int k = 0; k < sim::kHazardKindCount; ++k)
+      j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("{}\n", j.dump(2));
     return {};
@@ -953,6 +983,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                f["bytes"].get<std::int64_t>(), f["time_us"].get<double>(), f["algbw_gbps"].get<double>(),
                f["busbw_gbps"].get<double>());
   }
+  fmt::print("energy:      {:.3f} mJ estimated (per-op energies of the chip spec)\n", energyJoules * 1e3);
+  if (simOptions.faults.enabled())
+    fmt::print("faults:      {} hazards counted, bank-conflict rate {:.4f}\n", hazardsCounted, bankConflictRate);
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

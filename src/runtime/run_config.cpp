@@ -14,7 +14,34 @@ namespace tsp::runtime {
 
 namespace {
 
-Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node, SimulationConfig& out) {
+// simulation.faults: link jitter and a stalled unit, validated against the cluster's chips and queues.
+Status loadFaults(const topology::YamlReader& reader, const YAML::Node& node, const topology::Cluster& cluster,
+                  sim::FaultOptions& out) {
+  if (auto s = reader.checkKeys(node, {"link_jitter_cycles", "stall_chip", "stall_unit", "stall_cycle", "stall_cycles"},
+                                "simulation.faults");
+      !s)
+    return s;
+  constexpr std::int64_t kMaxCycle = std::int64_t{1} << 48;
+  auto jitter = reader.integer(node, "link_jitter_cycles", 0, 0, 1 << 20);
+  if (!jitter) return jitter.error();
+  auto chip = reader.integer(node, "stall_chip", -1, -1, cluster.chipCount() - 1);
+  if (!chip) return chip.error();
+  auto unit = reader.integer(node, "stall_unit", -1, -1, cluster.chip().icuQueues - 1);
+  if (!unit) return unit.error();
+  auto cycle = reader.integer(node, "stall_cycle", 0, 0, kMaxCycle);
+  if (!cycle) return cycle.error();
+  auto cycles = reader.integer(node, "stall_cycles", 0, 0, kMaxCycle);
+  if (!cycles) return cycles.error();
+  out.linkJitterCycles = *jitter;
+  out.stallChip = static_cast<int>(*chip);
+  out.stallUnit = static_cast<int>(*unit);
+  out.stallCycle = *cycle;
+  out.stallCycles = *cycles;
+  return {};
+}
+
+Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node, const topology::Cluster& cluster,
+                      SimulationConfig& out) {
   if (auto s = reader.checkKeys(node, {"mode", "iterations", "seed", "rank_mapping", "faults"}, "simulation"); !s)
     return s;
   auto mode = reader.text(node, "mode", "timing", {"timing"});
@@ -25,8 +52,9 @@ Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node
   if (!seed) return seed.error();
   auto mapping = reader.text(node, "rank_mapping", "block", {"block", "metis"});
   if (!mapping) return mapping.error();
-  if (auto s = reader.checkKeys(reader.child(node, "faults"), {}, "simulation.faults"); !s) return s;
-  out = {*mode, static_cast<int>(*iterations), *seed, *mapping};
+  out = {*mode, static_cast<int>(*iterations), *seed, *mapping, {}};
+  if (auto s = loadFaults(reader, reader.child(node, "faults"), cluster, out.faults); !s) return s;
+  out.faults.seed = static_cast<std::uint64_t>(*seed);
   return {};
 }
 
@@ -81,7 +109,7 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
   auto parallelism = partition::loadParallelism(reader, reader.child(root, "parallelism"));
   if (!parallelism) return parallelism.error();
   config.parallelism = *parallelism;
-  if (auto s = loadSimulation(reader, reader.child(root, "simulation"), config.simulation); !s) return s.error();
+  if (auto s = loadSimulation(reader, reader.child(root, "simulation"), *config.cluster, config.simulation); !s) return s.error();
   if (auto s = reader.checkKeys(reader.child(root, "training"), {}, "training"); !s) return s.error();
   if (auto s = loadOutput(reader, reader.child(root, "output"), config.cluster->chipCount(), config.output); !s) return s.error();
 

@@ -7,6 +7,7 @@
 
 #include "compile/frontend/model_config.h"
 #include "partition/plan.h"
+#include "sim/chip.h"
 #include "support/expected.h"
 #include "topology/cluster.h"
 
@@ -18,6 +19,7 @@ struct SimulationConfig {
   int iterations = 1;
   std::int64_t seed = 0;
   std::string rankMapping = "block";  ///< block | metis
+  sim::FaultOptions faults;            ///< `faults:`, off by default; seeded from `seed`
 };
 
 /// The `output:` section (left out of the stored config: it does not change results).

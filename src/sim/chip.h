@@ -1,8 +1,10 @@
 // The chip interface the runtime drives, and the cycle-accurate TSP chip that implements it.
 #pragma once
 
+#include <array>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compile/isa/program.h"
@@ -52,20 +54,74 @@ struct LinkUse {
   Cycle busyCycles = 0;
 };
 
+/// The kinds of hazard the simulator finds (DESIGN.md section 4).
+enum class HazardKind : std::uint8_t {
+  kUnitBusy,         ///< an issue while the unit (or the MEM port it needs) is busy
+  kStreamCollision,  ///< two values in one stream cell
+  kTimeOfFlight,     ///< a consumer reading a value that is not passing its slice then
+  kBankConflict,     ///< a read and a write on one MEM slice and bank in one cycle
+  kLinkBusy,         ///< a C2C send on a busy link, or faster than the link
+  kReceiveEarly,     ///< a C2C receive before the vector arrived
+  kSramRange,        ///< an SRAM address out of range
+  kWeightsMissing,   ///< an MXM compute before its plane's weights are installed
+};
+inline constexpr int kHazardKindCount = 8;
+
+/// Short name of a hazard kind ("unit_busy", ...), as reported in statistics.
+const char* hazardKindName(HazardKind kind);
+
+/// Per-operation energy totals of one chip, in joules (per-op figures from ChipSpec::energy).
+struct EnergyEstimate {
+  double memJ = 0, streamJ = 0, vxmJ = 0, mxmJ = 0, sxmJ = 0, c2cJ = 0, staticJ = 0;
+  /// Sum of every part.
+  double totalJ() const { return memJ + streamJ + vxmJ + mxmJ + sxmJ + c2cJ + staticJ; }
+};
+
 /// What one chip did: the /summary/chips row, the unit busy cycles and the utilisation timeline.
 struct ChipStats {
   Cycle cycles = 0;  ///< last completion + ripple; 0 for an idle chip
   std::int64_t instructions = 0;
-  std::vector<Cycle> unitBusy;            ///< per ICU queue
+  std::vector<Cycle> unitBusy;            ///< per ICU queue (a MEM queue adds its read and write port cycles)
   Cycle kindBusy[topology::kUnitKindCount] = {};
   Bytes bytesSent = 0, bytesReceived = 0;
   Bytes sramPeakBytes = 0;
   std::vector<LinkUse> links;
   std::vector<float> utilization;         ///< [kind][bin], busy fraction
+  std::vector<Cycle> unitStall;           ///< per ICU queue: cycles its issue was held back by an injected stall
+  std::int64_t sramReads = 0, sramWrites = 0;  ///< vector accesses
+  std::int64_t bankConflicts = 0;         ///< cycles a read and a write met on one slice and bank (faults on)
+  std::int64_t streamHops = 0;            ///< vector-slice moves on the stream registers
+  std::array<std::int64_t, kHazardKindCount> hazards = {};  ///< counted hazards (faults on), by kind
+  std::string firstHazard;                ///< message of the first counted hazard
+  EnergyEstimate energy;
+
+  /// Counted hazards of every kind.
+  std::int64_t hazardCount() const;
+  /// Bank conflicts per SRAM access (0 with no access).
+  double bankConflictRate() const;
 };
 
-/// Told of every instruction a chip executes (trace level `instructions`). Called in program
-/// order per chip; C2C bursts need no observer: the runtime sees them in takeOutgoing().
+/// Busy fraction of one ICU queue over the chip's cycles: busy / (ports x cycles), a MEM slice
+/// having a read and a write port.
+double unitUtilization(const topology::ChipSpec& spec, const ChipStats& stats, int unit);
+
+/// Fault injection for robustness studies (`simulation.faults`); everything off by default.
+/// With any fault on, hazards are counted in ChipStats instead of ending the run.
+struct FaultOptions {
+  Cycle linkJitterCycles = 0;  ///< each C2C burst arrives 0..J cycles late, drawn from (seed, chip, link, send)
+  int stallChip = -1;          ///< chip whose unit stalls; -1: every chip
+  int stallUnit = -1;          ///< ICU queue that stalls; -1: none
+  Cycle stallCycle = 0;        ///< first cycle of the stall
+  Cycle stallCycles = 0;       ///< length: the queue's instructions from stallCycle on issue this much later
+  std::uint64_t seed = 0;
+
+  /// True when some fault is injected.
+  bool enabled() const { return linkJitterCycles > 0 || (stallUnit >= 0 && stallCycles > 0); }
+};
+
+/// Told of every instruction a chip executes (trace level `instructions`). Called in event order
+/// per chip, (cycle, unit, program index): the program's order unless a stall fault moves a queue's
+/// instructions; C2C bursts need no observer: the runtime sees them in takeOutgoing().
 class ChipObserver {
  public:
   virtual ~ChipObserver() = default;
@@ -78,6 +134,7 @@ struct SimOptions {
   Cycle binCycles = 1;  ///< width of a utilisation-timeline bin
   int bins = 64;
   ChipObserver* observer = nullptr;  ///< not owned; null: nobody listens
+  FaultOptions faults;
 };
 
 /// The chip interface (version 1): the runtime advances chips in windows, moves C2C bursts
@@ -87,7 +144,8 @@ class Chip {
   static constexpr int kInterfaceVersion = 1;
   virtual ~Chip() = default;
 
-  /// Executes every event with cycle < end; a hazard ends the run with a diagnostic (exit 4).
+  /// Executes every event with cycle < end; a hazard ends the run with a diagnostic (exit 4),
+  /// unless faults are injected: then it is counted in stats() and the run goes on.
   virtual Status advanceTo(Cycle end) = 0;
   /// Hands the chip a burst arriving on one of its ports.
   virtual void deliver(const C2CBurst& burst) = 0;

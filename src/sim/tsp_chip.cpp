@@ -1,8 +1,6 @@
 // The cycle-accurate TSP chip: executes a Program as events of known length and checks every hazard.
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <map>
 #include <numeric>
 #include <optional>
 
@@ -37,6 +35,30 @@ struct StreamRun {
   Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
   int lowSlice(Direction dir) const { return dir == Direction::kEast ? slice : slice - reach; }
   int highSlice(Direction dir) const { return dir == Direction::kEast ? slice + reach : slice; }
+};
+
+// The live runs of one stream, oldest first. A vector with a moving head instead of a deque: an
+// unused stream then costs no allocation, which keeps a chip instance small.
+class StreamQueue {
+ public:
+  bool empty() const { return head_ == runs_.size(); }
+  size_t size() const { return runs_.size() - head_; }
+  StreamRun& operator[](size_t i) { return runs_[head_ + i]; }
+  const StreamRun& operator[](size_t i) const { return runs_[head_ + i]; }
+  StreamRun& front() { return runs_[head_]; }
+  void push_back(const StreamRun& run) { runs_.push_back(run); }
+  void pop_front() {
+    if (++head_ * 2 >= runs_.size()) {  // compact once half the storage is dead
+      runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  auto begin() const { return runs_.begin() + static_cast<std::ptrdiff_t>(head_); }
+  auto end() const { return runs_.end(); }
+
+ private:
+  std::vector<StreamRun> runs_;
+  size_t head_ = 0;
 };
 
 // Smallest common point of {a + i*da, i < na} and {b + j*db, j < nb}, or -1 (points are >= 0 here
@@ -80,27 +102,102 @@ std::optional<std::int64_t> firstCommon(std::int64_t a, std::int64_t da, std::in
   return static_cast<std::int64_t>(x0);
 }
 
+// SplitMix64: a well-mixed hash of (seed, chip, link, cycle) for fault draws that do not depend on
+// the order in which events run, or on how chips are spread over ranks.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Accesses of one MEM instruction to one port of its slice: access j in cycle first + j*interval
+// at address + j*stride.
+struct PortRun {
+  Cycle first = 0;
+  Cycle interval = 1;
+  std::int64_t count = 0;
+  std::int64_t address = 0;
+  std::int64_t stride = 0;
+  std::int64_t programIndex = -1;
+  Cycle last() const { return first + (count - 1) * interval; }
+};
+
+enum Port { kReadPort = 0, kWritePort = 1 };
+
 class TspChip final : public Chip {
  public:
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), units_(spec.units()), program_(std::move(program)), ports_(std::move(ports)),
-        options_(options) {
+        options_(options), countHazards_(options.faults.enabled()) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
+    stats_.unitStall.assign(units_.size(), 0);
     linkFree_.assign(ports_.size(), 0);
     inbound_.resize(ports_.size());
+    consumed_.assign(ports_.size(), 0);
     planeReady_.assign(spec_.mxmPlanes, -1);
+    installsDone_.assign(spec_.mxmPlanes, 0);
     maxAddress_.assign(spec_.memSlices, -1);
+    for (auto& p : portFree_) p.assign(spec_.memSlices, 0);
+    for (auto& p : lastRun_) p.assign(spec_.memSlices, PortRun{});
+    streams_.resize(2 * static_cast<size_t>(spec_.streamsPerDirection));
     timeline_.assign(static_cast<size_t>(topology::kUnitKindCount) * options_.bins, 0.0);
     for (size_t p = 0; p < ports_.size(); ++p)
       if (ports_[p].link >= 0) stats_.links.push_back({ports_[p].link, ports_[p].aToB, 0, 0});
+    const auto& f = options_.faults;
+    stallOn_ = f.stallUnit >= 0 && f.stallCycles > 0 && (f.stallChip < 0 || f.stallChip == id_);
+    // Events run in (cycle, unit, program index) order. A canonical program is in that order
+    // already; one that is not (made by hand, or by another tool), or a stall that moves one
+    // queue's instructions later, gets an explicit order rather than the list's.
+    const auto& list = program_->instructions;
+    const bool canonical = std::is_sorted(list.begin(), list.end(), [](const Instruction& a, const Instruction& b) {
+      return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
+    });
+    reordered_ = stallOn_ || !canonical;
+    if (reordered_) {
+      order_.resize(list.size());
+      std::iota(order_.begin(), order_.end(), size_t{0});
+      std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+        const Cycle ea = list[a].issue + stallDelay(list[a]), eb = list[b].issue + stallDelay(list[b]);
+        if (ea != eb) return ea < eb;
+        if (list[a].unit != list[b].unit) return list[a].unit < list[b].unit;
+        return a < b;
+      });
+    }
+    if (stallOn_) {
+      // Out of program order, a compute could meet a stale or a later install: each compute
+      // records how many installs of its plane precede it in the program.
+      const int mxmFirst = spec_.firstUnit(UnitKind::kMxm), mxmEnd = mxmFirst + spec_.unitCount(UnitKind::kMxm);
+      std::vector<std::int32_t> installsSoFar(spec_.mxmPlanes, 0);
+      expectedInstalls_.assign(list.size(), 0);
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (list[i].unit < mxmFirst || list[i].unit >= mxmEnd) continue;
+        const int plane = (list[i].unit - mxmFirst) / 2;
+        if (list[i].op == Opcode::kMxmInstall) ++installsSoFar[plane];
+        expectedInstalls_[i] = installsSoFar[plane];
+      }
+    }
   }
 
   Status advanceTo(Cycle end) override {
     const auto& list = program_->instructions;
-    while (next_ < list.size() && list[next_].issue < end) {
-      if (auto s = execute(list[next_], static_cast<std::int64_t>(next_)); !s) return s;
+    while (next_ < list.size()) {
+      const size_t index = reordered_ ? order_[next_] : next_;
+      const Instruction& inst = list[index];
+      const Cycle delay = stallOn_ ? stallDelay(inst) : 0;
+      if (inst.issue + delay >= end) break;
+      bool ok;
+      if (delay == 0) {
+        ok = execute(inst, static_cast<std::int64_t>(index));
+      } else {
+        Instruction shifted = inst;
+        shifted.issue += delay;
+        if (inst.unit >= 0 && inst.unit < static_cast<int>(units_.size())) stats_.unitStall[inst.unit] = delay;
+        ok = execute(shifted, static_cast<std::int64_t>(index));
+      }
+      if (!ok) return *failure_;
       ++next_;
     }
     if (next_ == list.size() && !finished_) finish();
@@ -116,13 +213,22 @@ class TspChip final : public Chip {
   std::vector<C2CBurst> takeOutgoing() override { return std::exchange(outgoing_, {}); }
 
   Cycle nextEventCycle() const override {
-    return next_ < program_->instructions.size() ? program_->instructions[next_].issue : kNever;
+    const auto& list = program_->instructions;
+    if (next_ >= list.size()) return kNever;
+    const Instruction& inst = list[reordered_ ? order_[next_] : next_];
+    return inst.issue + (stallOn_ ? stallDelay(inst) : 0);
   }
 
   const ChipStats& stats() const override { return stats_; }
 
  private:
-  Diagnostic hazard(const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) const {
+  Cycle stallDelay(const Instruction& inst) const {
+    if (!stallOn_) return 0;
+    const auto& f = options_.faults;
+    return inst.unit == f.stallUnit && inst.issue >= f.stallCycle ? f.stallCycles : 0;
+  }
+
+  Diagnostic describe(const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) const {
     const auto& unit = units_[inst.unit];
     return makeError(ExitCode::kHazard,
                      fmt::format("hazard at cycle {}, chip {}, unit {} ({} {} at slice {}), instruction #{} ({}): {}",
@@ -130,7 +236,28 @@ class TspChip final : public Chip {
                                  unit.slice, index, isa::opcodeName(inst.op), what));
   }
 
-  std::deque<StreamRun>& runsOf(isa::StreamRef ref) { return streams_[{ref.id, static_cast<int>(ref.dir)}]; }
+  // A hazard of the machine's timing: ends the run, or with faults injected is counted and the run goes on.
+  // Returns whether the run goes on; the failure is kept for advanceTo.
+  bool hazard(HazardKind kind, const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) {
+    Diagnostic d = describe(inst, index, cycle, what);
+    if (!countHazards_) {
+      failure_ = std::move(d);
+      return false;
+    }
+    if (stats_.hazardCount() == 0) stats_.firstHazard = d.message;
+    ++stats_.hazards[static_cast<int>(kind)];
+    return true;
+  }
+
+  // A malformed program (a compiler bug, not a timing fault): always ends the run.
+  bool malformed(const Instruction& inst, std::int64_t index, const std::string& what) {
+    failure_ = describe(inst, index, inst.issue, what);
+    return false;
+  }
+
+  StreamQueue& runsOf(isa::StreamRef ref) {
+    return streams_[static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id];
+  }
 
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
@@ -141,22 +268,23 @@ class TspChip final : public Chip {
     return dir == Direction::kEast ? *tau + slice : *tau - slice;
   }
 
-  Status checkCollisions(std::deque<StreamRun>& runs, size_t changed, Direction dir, const Instruction& inst,
+  bool checkCollisions(StreamQueue& runs, size_t changed, Direction dir, const Instruction& inst,
                          std::int64_t index, isa::StreamRef ref) {
     for (size_t r = 0; r < runs.size(); ++r) {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
-        return hazard(inst, index, *cycle,
-                      fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
-                                  dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
-                                  runs[changed].programIndex));
+        if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
+                    fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
+                                dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
+                                runs[changed].programIndex)))
+          return false;
     }
-    return {};
+    return true;
   }
 
   // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval,
   // and exactly one run may be able to put a value there (two would share the stream cell).
-  Status checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     const int slice = units_[inst.unit].slice;
     const Cycle firstRead = inst.issue;
@@ -167,8 +295,12 @@ class TspChip final : public Chip {
       const int distance = ref.dir == Direction::kEast ? slice - run.slice : run.slice - slice;
       if (distance < 0) continue;
       const Cycle emitted = firstRead - distance;  // when value 0 of this read left the producer
-      if (emitted < run.first || (emitted - run.first) % run.interval != 0) continue;
-      const std::int64_t i0 = (emitted - run.first) / run.interval;
+      if (emitted < run.first) continue;
+      std::int64_t i0 = emitted - run.first;  // most runs issue every cycle: no division then
+      if (run.interval != 1) {
+        if (i0 % run.interval != 0) continue;
+        i0 /= run.interval;
+      }
       if (i0 >= run.count) continue;
       if (inst.repeat > 1) {
         if (inst.interval % run.interval != 0) continue;
@@ -176,7 +308,7 @@ class TspChip final : public Chip {
         if (last >= run.count) continue;
       }
       if (match)
-        return hazard(inst, index, firstRead,
+        return hazard(HazardKind::kStreamCollision, inst, index, firstRead,
                       fmt::format("two values on stream {} {} at once at slice {} (instructions #{} and #{})", ref.id,
                                   ref.dir == Direction::kEast ? "east" : "west", slice, runs[*match].programIndex,
                                   run.programIndex));
@@ -184,21 +316,24 @@ class TspChip final : public Chip {
       matchDistance = distance;
     }
     if (!match)
-      return hazard(inst, index, firstRead,
+      return hazard(HazardKind::kTimeOfFlight, inst, index, firstRead,
                     fmt::format("reads stream {} {} at slice {} but no value is passing there then (time of flight)",
                                 ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
     if (matchDistance > runs[*match].reach) {
       runs[*match].reach = matchDistance;
-      if (auto s = checkCollisions(runs, *match, ref.dir, inst, index, ref); !s) return s;
+      if (!checkCollisions(runs, *match, ref.dir, inst, index, ref)) return false;
     }
-    return {};
+    return true;
   }
 
-  Status writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - spec_.sliceCount() - 1;
-    while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) runs.pop_front();
+    while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
+      stats_.streamHops += runs.front().count * runs.front().reach;
+      runs.pop_front();
+    }
     StreamRun run;
     run.slice = units_[inst.unit].slice;
     run.first = inst.issue + isa::resultLatency(spec_, inst);
@@ -209,51 +344,133 @@ class TspChip final : public Chip {
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
   }
 
-  Status execute(const Instruction& inst, std::int64_t index) {
-    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size()))
-      return makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
-                                                      id_, index, inst.unit));
+  // Cycles in which a read run and a write run of one slice hit the same bank (the two ports
+  // share a bank's single array). Stops at the first unless every one is to be counted.
+  std::int64_t bankConflicts(const PortRun& a, const PortRun& b, bool all, Cycle& firstCycle) const {
+    const auto common = firstCommon(a.first, a.interval, a.count, b.first, b.interval, b.count);
+    if (!common) return 0;
+    const Cycle da = a.count == 1 ? 1 : a.interval, db = b.count == 1 ? 1 : b.interval;
+    const Cycle period = std::lcm(da, db);
+    const Cycle hi = std::min(a.last(), b.last());
+    std::int64_t found = 0;
+    for (Cycle x = *common; x <= hi; x += period) {
+      const std::int64_t i = (x - a.first) / a.interval, j = (x - b.first) / b.interval;
+      if (spec_.bankOf(static_cast<int>(a.address + i * a.stride)) !=
+          spec_.bankOf(static_cast<int>(b.address + j * b.stride)))
+        continue;
+      if (found++ == 0) firstCycle = x;
+      if (!all) break;
+    }
+    return found;
+  }
+
+  // MEM: one read and one write port per slice; a read and a write in one cycle must use different banks.
+  bool memAccess(const Instruction& inst, std::int64_t index) {
+    const int slice = units_[inst.unit].indexInKind;
+    const Port port = inst.op == Opcode::kMemRead ? kReadPort : kWritePort;
+    const char* portName = port == kReadPort ? "read" : "write";
+    const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
+    if (inst.bank >= 0 && inst.address >= 0 && inst.address < spec_.addressesPerSlice &&
+        inst.bank != spec_.bankOf(inst.address))
+      return malformed(inst, index,
+                       fmt::format("bank field {} disagrees with the chip's bank mapping (address {} is in bank {})",
+                                   inst.bank, inst.address, spec_.bankOf(inst.address)));
+    if (inst.address < 0 || inst.address >= spec_.addressesPerSlice || last < 0 || last >= spec_.addressesPerSlice)
+      return hazard(
+          HazardKind::kSramRange, inst, index, inst.issue,
+          fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last, spec_.addressesPerSlice));
+    if (inst.issue < portFree_[port][slice])
+      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
+                  fmt::format("issued while the MEM {} port is busy until cycle {} (instruction #{})", portName,
+                              portFree_[port][slice], lastRun_[port][slice].programIndex)))
+        return false;
+    maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], std::max<std::int64_t>(inst.address, last));
+    PortRun run{inst.issue, inst.interval, inst.repeat, inst.address, inst.stride, index};
+    const PortRun& other = lastRun_[1 - port][slice];
+    if (other.count > 0 && other.last() >= run.first) {
+      Cycle at = 0;
+      const std::int64_t conflicts = bankConflicts(run, other, countHazards_, at);
+      if (conflicts > 0) {
+        stats_.bankConflicts += conflicts;
+        const int bank = spec_.bankOf(static_cast<int>(run.address + (at - run.first) / run.interval * run.stride));
+        if (!hazard(HazardKind::kBankConflict, inst, index, at,
+                    fmt::format("bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
+                                "(instructions #{} and #{})",
+                                slice, bank, other.programIndex, index)))
+          return false;
+      }
+    }
+    lastRun_[port][slice] = run;
+    portFree_[port][slice] = isa::unitFreeAt(spec_, inst);
+    (port == kReadPort ? stats_.sramReads : stats_.sramWrites) += inst.repeat;
+    return true;
+  }
+
+  bool execute(const Instruction& inst, std::int64_t index) {
+    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
+      failure_ =
+          makeError(ExitCode::kHazard,
+                    fmt::format("chip {}: instruction #{} names unit {}, which does not exist", id_, index, inst.unit));
+      return false;
+    }
     const auto& unit = units_[inst.unit];
-    if (inst.repeat < 1 || inst.interval < 1) return hazard(inst, index, inst.issue, "repeat and interval must be >= 1");
+    if (inst.repeat < 1 || inst.interval < 1) return malformed(inst, index, "repeat and interval must be >= 1");
     if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != unit.kind)
-      return hazard(inst, index, inst.issue, "opcode cannot run on this kind of unit");
+      return malformed(inst, index, "opcode cannot run on this kind of unit");
+    for (const isa::StreamRef* ref : {&inst.src, &inst.src2, &inst.dst})
+      if (ref->valid() && ref->id >= spec_.streamsPerDirection)
+        return malformed(inst, index,
+                         fmt::format("stream {} does not exist (the chip has {} per direction)", ref->id,
+                                     spec_.streamsPerDirection));
     if (inst.issue < unitFree_[inst.unit])
-      return hazard(inst, index, inst.issue,
-                    fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit]));
+      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
+                  fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit])))
+        return false;
 
-    if (inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) {
-      const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
-      if (inst.address < 0 || inst.address >= spec_.addressesPerSlice || last < 0 || last >= spec_.addressesPerSlice)
-        return hazard(inst, index, inst.issue,
-                      fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last,
-                                  spec_.addressesPerSlice));
-      maxAddress_[unit.indexInKind] = std::max<std::int64_t>(maxAddress_[unit.indexInKind], std::max<std::int64_t>(inst.address, last));
-    }
+    const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
+    if (memAccessOp)
+      if (!memAccess(inst, index)) return false;
     if (inst.src.valid())
-      if (auto s = checkRead(inst, index, inst.src); !s) return s;
+      if (!checkRead(inst, index, inst.src)) return false;
     if (inst.src2.valid())
-      if (auto s = checkRead(inst, index, inst.src2); !s) return s;
+      if (!checkRead(inst, index, inst.src2)) return false;
 
-    if (inst.op == Opcode::kMxmInstall) planeReady_[unit.indexInKind / 2] = isa::completion(spec_, inst);
-    if (inst.op == Opcode::kMxmCompute) {
-      const Cycle ready = planeReady_[unit.indexInKind / 2];
-      if (ready < 0 || ready > inst.issue)
-        return hazard(inst, index, inst.issue, "MXM compute before its weights are installed");
-    }
-    if (inst.op == Opcode::kC2cSend || inst.op == Opcode::kC2cReceive) {
-      if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
-        return hazard(inst, index, inst.issue, fmt::format("C2C port {} is not connected", inst.port));
-    }
-    if (inst.op == Opcode::kC2cSend) {
-      if (auto s = send(inst, index); !s) return s;
-    }
-    if (inst.op == Opcode::kC2cReceive) {
-      if (auto s = receive(inst, index); !s) return s;
+    switch (inst.op) {
+      case Opcode::kMxmInstall:
+        planeReady_[unit.indexInKind / 2] = isa::completion(spec_, inst);
+        ++installsDone_[unit.indexInKind / 2];
+        installs_ += inst.repeat;
+        break;
+      case Opcode::kMxmCompute: {
+        const int plane = unit.indexInKind / 2;
+        const Cycle ready = planeReady_[plane];
+        if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
+          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
+                      installsDone_[plane] < expectedInstalls_[index]
+                          ? "MXM compute before its weights are installed"
+                          : "MXM compute after its weights were replaced by a later install"))
+            return false;
+        } else if (ready < 0 || ready > inst.issue)
+          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
+                      "MXM compute before its weights are installed"))
+            return false;
+        mxmVectors_ += inst.repeat;
+        break;
+      }
+      case Opcode::kVxmUnary: case Opcode::kVxmBinary: vxmVectors_ += inst.repeat; break;
+      case Opcode::kSxmShift: sxmVectors_ += inst.repeat; break;
+      case Opcode::kC2cSend: case Opcode::kC2cReceive:
+        if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
+          return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
+        if (!(inst.op == Opcode::kC2cSend ? send(inst, index) : receive(inst, index))) return false;
+        break;
+      default: break;
     }
     if (inst.dst.valid())
-      if (auto s = writeStream(inst, index, inst.dst); !s) return s;
+      if (!writeStream(inst, index, inst.dst)) return false;
 
-    unitFree_[inst.unit] = isa::unitFreeAt(spec_, inst);
+    // A MEM queue dispatches one instruction per cycle; its repeats then run on the port (memAccess).
+    unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : isa::unitFreeAt(spec_, inst);
     const Cycle busy = isa::busyPerIssue(spec_, inst) * inst.repeat;
     stats_.unitBusy[inst.unit] += busy;
     stats_.kindBusy[static_cast<int>(unit.kind)] += busy;
@@ -261,20 +478,23 @@ class TspChip final : public Chip {
                   inst.issue + Cycle{inst.repeat - 1} * inst.interval + isa::busyPerIssue(spec_, inst), busy);
     lastCompletion_ = std::max(lastCompletion_, isa::completion(spec_, inst));
     ++stats_.instructions;
-    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, unitFree_[inst.unit]);
-    return {};
+    // The instruction's own end (for MEM, its port's), not the queue's next dispatch cycle.
+    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, isa::unitFreeAt(spec_, inst));
+    return true;
   }
 
-  Status send(const Instruction& inst, std::int64_t index) {
+  bool send(const Instruction& inst, std::int64_t index) {
     const PortBinding& port = ports_[inst.port];
     const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
     if (inst.issue < linkFree_[inst.port])
-      return hazard(inst, index, inst.issue,
-                    fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port]));
+      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
+                  fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
+        return false;
     if (inst.repeat > 1 && inst.interval < serialization)
-      return hazard(inst, index, inst.issue,
-                    fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
-                                inst.interval, port.link, serialization));
+      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
+                  fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
+                              inst.interval, port.link, serialization)))
+        return false;
     linkFree_[inst.port] = inst.issue + Cycle{inst.repeat - 1} * inst.interval + serialization;
     C2CBurst burst;
     burst.srcChip = id_;
@@ -284,6 +504,12 @@ class TspChip final : public Chip {
     burst.link = port.link;
     burst.sendCycle = inst.issue;
     burst.firstArrive = inst.issue + spec_.c2cSendCycles + port.latencyCycles;
+    if (const Cycle jitter = options_.faults.linkJitterCycles; jitter > 0) {
+      const std::uint64_t draw = mix(mix(mix(options_.faults.seed ^ static_cast<std::uint64_t>(id_)) ^
+                                         static_cast<std::uint64_t>(port.link)) ^
+                                     static_cast<std::uint64_t>(inst.issue));
+      burst.firstArrive += static_cast<Cycle>(draw % static_cast<std::uint64_t>(jitter + 1));
+    }
     burst.vectors = inst.repeat;
     burst.interval = inst.interval;
     burst.bytes = Bytes{inst.repeat} * spec_.vectorBytes;
@@ -294,48 +520,67 @@ class TspChip final : public Chip {
         use.bytes += burst.bytes;
         use.busyCycles += Cycle{inst.repeat} * serialization;
       }
-    return {};
+    return true;
   }
 
   // Takes inst.repeat vectors from the port, in arrival order; vector j is read at issue + j*interval.
-  Status receive(const Instruction& inst, std::int64_t index) {
+  bool receive(const Instruction& inst, std::int64_t index) {
     auto& queue = inbound_[inst.port];
     std::int64_t needed = inst.repeat, j = 0;
     while (needed > 0) {
       if (queue.empty())
-        return hazard(inst, index, inst.issue + j * inst.interval,
+        return hazard(HazardKind::kReceiveEarly, inst, index, inst.issue + j * inst.interval,
                       fmt::format("C2C receive on port {} before the data has arrived (no vector in flight)",
                                   inst.port));
       C2CBurst& burst = queue.front();
-      const std::int64_t take = std::min<std::int64_t>(needed, burst.vectors - consumed_[inst.port]);
+      std::int64_t& consumed = consumed_[inst.port];
+      const std::int64_t take = std::min<std::int64_t>(needed, burst.vectors - consumed);
       // Both sequences are arithmetic: checking the first and last vector of the segment suffices.
       for (std::int64_t k : {std::int64_t{0}, take - 1}) {
-        const Cycle arrive = burst.firstArrive + (consumed_[inst.port] + k) * burst.interval;
+        const Cycle arrive = burst.firstArrive + (consumed + k) * burst.interval;
         const Cycle read = inst.issue + (j + k) * inst.interval;
-        if (arrive > read)
-          return hazard(inst, index, read,
-                        fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})", inst.port,
-                                    arrive));
+        if (arrive > read) {
+          if (!hazard(
+                  HazardKind::kReceiveEarly, inst, index, read,
+                  fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})", inst.port, arrive)))
+            return false;
+          break;
+        }
       }
-      consumed_[inst.port] += take;
+      consumed += take;
       needed -= take;
       j += take;
-      if (consumed_[inst.port] == burst.vectors) {
+      if (consumed == burst.vectors) {
         queue.erase(queue.begin());
-        consumed_[inst.port] = 0;
+        consumed = 0;
       }
     }
-    return {};
+    return true;
   }
 
   void finish() {
     finished_ = true;
     stats_.cycles = stats_.instructions > 0 ? lastCompletion_ + spec_.rippleCycles : 0;
-    for (int a : maxAddress_)
+    for (std::int64_t a : maxAddress_)
       if (a >= 0) stats_.sramPeakBytes += Bytes{a + 1} * spec_.vectorBytes;
+    for (const auto& runs : streams_)
+      for (const auto& run : runs) stats_.streamHops += run.count * run.reach;
     int counts[topology::kUnitKindCount];
     for (int k = 0; k < topology::kUnitKindCount; ++k) counts[k] = spec_.unitCount(static_cast<UnitKind>(k));
+    counts[static_cast<int>(UnitKind::kMem)] *= 2;  // a read and a write port per slice
     stats_.utilization = normalizeTimeline(timeline_, options_, counts);
+
+    const auto& e = spec_.energy;
+    constexpr double kPj = 1e-12;
+    auto& out = stats_.energy;
+    out.memJ = (static_cast<double>(stats_.sramReads) * e.memReadPj +
+                static_cast<double>(stats_.sramWrites) * e.memWritePj) * kPj;
+    out.streamJ = static_cast<double>(stats_.streamHops) * e.streamHopPj * kPj;
+    out.vxmJ = static_cast<double>(vxmVectors_) * e.vxmOpPj * kPj;
+    out.mxmJ = (static_cast<double>(mxmVectors_) * e.mxmVectorPj + static_cast<double>(installs_) * e.mxmInstallPj) * kPj;
+    out.sxmJ = static_cast<double>(sxmVectors_) * e.sxmOpPj * kPj;
+    out.c2cJ = static_cast<double>(stats_.bytesSent) * e.c2cPjPerByte * kPj;
+    out.staticJ = e.staticWatts * static_cast<double>(stats_.cycles) / (spec_.clockMhz * 1e6);
   }
 
   int id_;
@@ -344,22 +589,59 @@ class TspChip final : public Chip {
   std::shared_ptr<const isa::Program> program_;
   std::vector<PortBinding> ports_;
   SimOptions options_;
+  bool countHazards_ = false;
+  std::optional<Diagnostic> failure_;  // the hazard or malformed instruction that ended the run
+  bool stallOn_ = false;
+  bool reordered_ = false;
+  std::vector<size_t> order_;  // event order when the list is not in it (or under a stall); else empty
   size_t next_ = 0;
   bool finished_ = false;
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
   std::vector<Cycle> planeReady_;
+  std::vector<std::int32_t> installsDone_;       // per plane
+  std::vector<std::int32_t> expectedInstalls_;   // per instruction, under a stall fault only
   std::vector<std::int64_t> maxAddress_;
-  std::map<std::pair<int, int>, std::deque<StreamRun>> streams_;
+  std::vector<Cycle> portFree_[2];     // per MEM slice: the read and the write port
+  std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
+  std::vector<StreamQueue> streams_;  // [direction][stream id]
   std::vector<std::vector<C2CBurst>> inbound_;
-  std::map<int, std::int64_t> consumed_;
+  std::vector<std::int64_t> consumed_;
   std::vector<C2CBurst> outgoing_;
   std::vector<double> timeline_;
   Cycle lastCompletion_ = 0;
+  std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;
   ChipStats stats_;
 };
 
 }  // namespace
+
+const char* hazardKindName(HazardKind kind) {
+  switch (kind) {
+    case HazardKind::kUnitBusy: return "unit_busy";
+    case HazardKind::kStreamCollision: return "stream_collision";
+    case HazardKind::kTimeOfFlight: return "time_of_flight";
+    case HazardKind::kBankConflict: return "bank_conflict";
+    case HazardKind::kLinkBusy: return "link_busy";
+    case HazardKind::kReceiveEarly: return "receive_early";
+    case HazardKind::kSramRange: return "sram_range";
+    case HazardKind::kWeightsMissing: return "weights_missing";
+  }
+  return "?";
+}
+
+std::int64_t ChipStats::hazardCount() const { return std::accumulate(hazards.begin(), hazards.end(), std::int64_t{0}); }
+
+double ChipStats::bankConflictRate() const {
+  const std::int64_t accesses = sramReads + sramWrites;
+  return accesses > 0 ? static_cast<double>(bankConflicts) / static_cast<double>(accesses) : 0.0;
+}
+
+double unitUtilization(const topology::ChipSpec& spec, const ChipStats& stats, int unit) {
+  if (stats.cycles <= 0 || unit < 0 || unit >= static_cast<int>(stats.unitBusy.size())) return 0.0;
+  const int ports = unit < spec.firstUnit(UnitKind::kMem) + spec.memSlices && unit >= spec.firstUnit(UnitKind::kMem) ? 2 : 1;
+  return static_cast<double>(stats.unitBusy[unit]) / (static_cast<double>(ports) * static_cast<double>(stats.cycles));
+}
 
 std::unique_ptr<Chip> makeTspChip(int chipId, const topology::ChipSpec& spec,
                                   std::shared_ptr<const isa::Program> program, std::vector<PortBinding> ports,

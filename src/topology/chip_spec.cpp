@@ -127,7 +127,7 @@ Status readNumber(const YamlReader& reader, const YAML::Node& map, const std::st
 Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node) {
   if (auto s = reader.checkKeys(node, {"preset", "clock_mhz", "superlanes", "lanes_per_superlane", "vector_bytes",
                                        "icu_queues", "streams_per_direction", "ripple_cycles", "mem", "vxm", "mxm",
-                                       "sxm", "c2c"},
+                                       "sxm", "c2c", "energy"},
                                 "cluster.chip");
       !s)
     return s.error();
@@ -202,6 +202,20 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
     if (!(s = readInto(reader, c2c, "lanes_per_link", spec.c2cLanesPerLink, 1, 64))) return s.error();
     if (!(s = readNumber(reader, c2c, "gbps_per_lane", spec.c2cGbpsPerLane, 1e-3, 1e4))) return s.error();
     if (!(s = readNumber(reader, c2c, "cabled_gbps_per_lane", spec.c2cCabledGbpsPerLane, 1e-3, 1e4))) return s.error();
+  }
+  const YAML::Node energy = reader.child(node, "energy");
+  if (!(s = reader.checkKeys(energy, {"mem_read_pj", "mem_write_pj", "stream_hop_pj", "vxm_op_pj", "mxm_vector_pj",
+                                      "mxm_install_pj", "sxm_op_pj", "c2c_pj_per_byte", "static_watts"},
+                             "cluster.chip.energy")))
+    return s.error();
+  if (energy) {
+    auto& e = spec.energy;
+    const std::pair<const char*, double*> fields[] = {
+        {"mem_read_pj", &e.memReadPj},       {"mem_write_pj", &e.memWritePj},   {"stream_hop_pj", &e.streamHopPj},
+        {"vxm_op_pj", &e.vxmOpPj},           {"mxm_vector_pj", &e.mxmVectorPj}, {"mxm_install_pj", &e.mxmInstallPj},
+        {"sxm_op_pj", &e.sxmOpPj},           {"c2c_pj_per_byte", &e.c2cPjPerByte}, {"static_watts", &e.staticWatts}};
+    for (const auto& [key, field] : fields)
+      if (!(s = readNumber(reader, energy, key, *field, 0, 1e12))) return s.error();
   }
 
   int queues = 0;

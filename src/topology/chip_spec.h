@@ -32,7 +32,8 @@ struct UnitInfo {
 };
 
 /// The machine model of one TSP (DESIGN.md section 3). Fields are added with a version bump, never
-/// silently re-purposed (version 2 added the C2C lane figures).
+/// silently re-purposed (version 2 added the C2C lane figures). The per-op energies came without a
+/// bump: the version enters the hash, and figures that do not change timing must not invalidate programs.
 struct ChipSpec {
   static constexpr int kInterfaceVersion = 2;
 
@@ -79,6 +80,20 @@ struct ChipSpec {
   int c2cLanesPerLink = 4;              ///< serdes lanes per C2C link: the default of every link.
   double c2cGbpsPerLane = 30.0;         ///< lane rate on the board (node-local links).
   double c2cCabledGbpsPerLane = 28.0;   ///< lane rate over a cable (dragonfly rack and system links).
+
+  /// Energy per operation (assumed 14 nm figures, docs/machine-model.md). Energy does not change
+  /// timing, so it is left out of canonical(): a program stays valid when only these change.
+  struct Energy {
+    double memReadPj = 400;       ///< one 320-byte SRAM read
+    double memWritePj = 450;      ///< one 320-byte SRAM write
+    double streamHopPj = 65;      ///< one vector moving one slice on a stream register
+    double vxmOpPj = 320;         ///< one ALU-group op on a vector (320 lanes, 32-bit)
+    double mxmVectorPj = 10240;   ///< one vector through one plane (102,400 MACs at 0.1 pJ)
+    double mxmInstallPj = 102400; ///< installing one plane's weights (1 pJ per weight byte)
+    double sxmOpPj = 150;         ///< one shift/permute of a vector
+    double c2cPjPerByte = 40;     ///< serdes and framing, 5 pJ/bit
+    double staticWatts = 60;      ///< leakage and clock tree while the program runs
+  } energy;
 
   /// Number of functional-slice positions on the east-west axis.
   int sliceCount() const;

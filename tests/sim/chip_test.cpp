@@ -3,6 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "topology/yaml_reader.h"
+
 #include "compile/frontend/builtin_models.h"
 #include "compile/lower/stage_builder.h"
 
@@ -102,6 +109,23 @@ TEST_F(ChipTest, CompiledProgramSimulatesInExactlyThePredictedCycles) {
   EXPECT_EQ(chip_->stats().cycles, program.predictedCycles);
 }
 
+TEST_F(ChipTest, EventsRunInCycleOrderWhateverTheListOrder) {
+  auto list = chain(0, 50, 10, 0, 32);
+  auto other = chain(1, 51, 100, 4, 8);
+  list.insert(list.end(), other.begin(), other.end());
+  std::reverse(list.begin(), list.end());  // not canonical: the simulator orders the events itself
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = list;
+  chip_ = makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), SimOptions{});
+  EXPECT_EQ(chip_->nextEventCycle(), 10);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const Cycle cycles = chip_->stats().cycles;
+  ASSERT_TRUE(run(list).ok());  // the same instructions in canonical order
+  EXPECT_EQ(chip_->stats().cycles, cycles);
+  EXPECT_EQ(chip_->stats().instructions, 6);
+}
+
 TEST_F(ChipTest, IssueWhileBusy) {
   auto list = chain(0, 50, 10, 0, 32);
   auto again = chain(0, 51, 20, 4, 4);  // MEM slice 0 is still reading
@@ -109,8 +133,80 @@ TEST_F(ChipTest, IssueWhileBusy) {
   auto s = run(list);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kHazard);
-  EXPECT_NE(s.error().message.find("issued while the unit is busy until cycle 42"), std::string::npos);
+  EXPECT_NE(s.error().message.find("issued while the MEM read port is busy until cycle 42 (instruction #0)"),
+            std::string::npos)
+      << s.error().format();
   EXPECT_NE(s.error().message.find("chip 0, unit 0 (MEM 0"), std::string::npos);
+}
+
+TEST_F(ChipTest, TwoIssuesInOneCycleOnOneQueue) {
+  auto list = chain(0, 50, 10, 0, 1);
+  Instruction nop = inst(vxm(0), list[1].issue, Opcode::kNop);
+  list.push_back(nop);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("issued while the unit is busy until cycle"), std::string::npos)
+      << s.error().format();
+}
+
+// A MEM slice reads and writes in one cycle when the two accesses hit different banks.
+TEST_F(ChipTest, ReadAndWriteShareASliceOnDifferentBanks) {
+  auto list = chain(0, 50, 10, 0, 32);
+  Instruction read = inst(mem(50), list[2].issue + 1, Opcode::kMemRead, 8);
+  read.address = 0;  // bank (m % 2) while the write is at address 1 + m: bank (1 + m) % 2
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto s = run(list);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  EXPECT_EQ(chip_->stats().sramReads, 40);
+  EXPECT_EQ(chip_->stats().sramWrites, 32);
+  EXPECT_EQ(chip_->stats().bankConflicts, 0);
+}
+
+TEST_F(ChipTest, BankPortConflict) {
+  auto list = chain(0, 50, 10, 0, 32);
+  Instruction read = inst(mem(50), list[2].issue + 1, Opcode::kMemRead, 8);
+  read.address = 1;  // the same bank as the write in the same cycle
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("hazard at cycle " + std::to_string(read.issue) + ","), std::string::npos);
+  EXPECT_NE(s.error().message.find("bank port conflict on MEM slice 50 bank 1"), std::string::npos)
+      << s.error().format();
+}
+
+TEST_F(ChipTest, BankFieldMustMatchTheChipsMapping) {
+  auto list = chain(0, 50, 10, 0, 4);
+  list[0].bank = 1 - spec_.bankOf(list[0].address);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("disagrees with the chip's bank mapping"), std::string::npos);
+}
+
+TEST_F(ChipTest, StreamThatDoesNotExist) {
+  auto list = chain(0, 50, 10, 0, 4);
+  list[0].dst.id = static_cast<std::int16_t>(spec_.streamsPerDirection);
+  auto s = run(list);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("stream 32 does not exist"), std::string::npos);
+}
+
+TEST_F(ChipTest, MalformedInstructions) {
+  Instruction bad = inst(vxm(0), 5, Opcode::kMemRead);
+  auto s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("opcode cannot run on this kind of unit"), std::string::npos);
+  bad = inst(vxm(0), 5, Opcode::kVxmUnary, 0);
+  s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("repeat and interval must be >= 1"), std::string::npos);
+  bad = inst(static_cast<int>(units_.size()), 5, Opcode::kNop);
+  s = run({bad});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("names unit 144, which does not exist"), std::string::npos);
 }
 
 TEST_F(ChipTest, ReadOffTheTimeOfFlight) {
@@ -232,6 +328,230 @@ TEST_F(C2cTest, UnconnectedPort) {
   auto s = run({receive}, ports());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("port 5 is not connected"), std::string::npos);
+}
+
+// ---- Fault injection: hazards are counted instead of ending the run.
+
+class FaultTest : public ChipTest {
+ protected:
+  // Two weight tiles on MXM plane 0: install, then 16 rows from MEM slice 2 through the plane, then
+  // the next install once the plane's compute queue is done, and its 16 rows.
+  isa::Program matmulProgram() const {
+    const int installUnit = spec_.firstUnit(UnitKind::kMxm), computeUnit = installUnit + 1;
+    const Cycle flight = spec_.memReadCycles + std::abs(slice(computeUnit) - slice(mem(2)));
+    isa::Program program;
+    Cycle installAt = 0;
+    for (int tile = 0; tile < 2; ++tile) {
+      Instruction install = inst(installUnit, installAt, Opcode::kMxmInstall);
+      install.address = 320 * tile;
+      Instruction read = inst(mem(2), installAt + spec_.mxmWeightInstallCycles, Opcode::kMemRead, 16);
+      read.address = 16 * tile;
+      read.stride = 1;
+      read.dst = {3, Direction::kWest};
+      Instruction compute = inst(computeUnit, read.issue + flight, Opcode::kMxmCompute, 16);
+      compute.src = read.dst;
+      program.instructions.insert(program.instructions.end(), {install, read, compute});
+      installAt = compute.issue + 16;
+    }
+    isa::canonicalize(program);
+    return program;
+  }
+  Status runWith(const isa::Program& program, const SimOptions& options) {
+    chip_ = makeTspChip(0, spec_, std::make_shared<isa::Program>(program), std::vector<PortBinding>(spec_.c2cPorts),
+                        options);
+    return chip_->advanceTo(kNever);
+  }
+};
+
+TEST_F(FaultTest, OffByDefault) {
+  EXPECT_FALSE(SimOptions{}.faults.enabled());
+  auto list = chain(0, 50, 10, 0, 8);
+  list[1].issue += 1;
+  list[2].issue += 1;
+  EXPECT_FALSE(run(list).ok());  // the same late read with faults off ends the run
+}
+
+TEST_F(FaultTest, StalledUnitIsCountedAndTheRunGoesOn) {
+  const isa::Program program = matmulProgram();
+  const Instruction& first = *std::find_if(program.instructions.begin(), program.instructions.end(),
+                                           [](const Instruction& i) { return i.op == Opcode::kMemRead; });
+  SimOptions options;
+  options.faults.stallUnit = first.unit;
+  options.faults.stallCycle = first.issue;
+  options.faults.stallCycles = 3;
+  auto s = runWith(program, options);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const auto& st = chip_->stats();
+  EXPECT_EQ(st.instructions, static_cast<std::int64_t>(program.instructions.size()));
+  EXPECT_EQ(st.unitStall[first.unit], 3);
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kTimeOfFlight)], 0);
+  EXPECT_GT(st.hazardCount(), 0);
+  EXPECT_NE(st.firstHazard.find("time of flight"), std::string::npos) << st.firstHazard;
+}
+
+TEST_F(FaultTest, StalledInstallLeavesComputesWithoutTheirWeights) {
+  const isa::Program program = matmulProgram();
+  const Instruction& install = *std::find_if(program.instructions.begin(), program.instructions.end(),
+                                             [](const Instruction& i) { return i.op == Opcode::kMxmInstall; });
+  SimOptions options;
+  options.faults.stallUnit = install.unit;
+  options.faults.stallCycles = 100;
+  ASSERT_TRUE(runWith(program, options).ok());
+  const auto& st = chip_->stats();
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kWeightsMissing)], 0);
+  EXPECT_NE(st.firstHazard.find("before its weights are installed"), std::string::npos) << st.firstHazard;
+  options.faults.stallUnit = install.unit + 1;  // now the first compute runs late, after the next install
+  options.faults.stallCycle = 0;
+  ASSERT_TRUE(runWith(program, options).ok());
+  EXPECT_GT(chip_->stats().hazards[static_cast<int>(HazardKind::kWeightsMissing)], 0);
+}
+
+TEST_F(FaultTest, StallOnAnotherChipChangesNothing) {
+  const isa::Program program = matmulProgram();
+  SimOptions options;
+  options.faults.stallChip = 5;
+  options.faults.stallUnit = program.instructions.front().unit;
+  options.faults.stallCycles = 3;
+  ASSERT_TRUE(runWith(program, SimOptions{}).ok());
+  const Cycle clean = chip_->stats().cycles;
+  ASSERT_TRUE(runWith(program, options).ok());
+  EXPECT_EQ(chip_->stats().hazardCount(), 0);
+  EXPECT_EQ(chip_->stats().cycles, clean);
+}
+
+TEST_F(FaultTest, StalledUnitCanCauseABankConflict) {
+  // A long read on MEM slice 50 overlaps a chain's write there, always on the other bank; a
+  // one-cycle stall of the slice's queue after the read started moves the write onto the read's bank.
+  auto list = chain(0, 50, 10, 0, 4);
+  list[2].address = 1;
+  Instruction read = inst(mem(50), list[2].issue - 10, Opcode::kMemRead, 40);
+  read.address = 0;
+  read.stride = 1;
+  read.dst = {9, Direction::kEast};
+  list.push_back(read);
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = list;
+  isa::canonicalize(*program);
+  ASSERT_TRUE(makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), SimOptions{})
+                  ->advanceTo(kNever)
+                  .ok());
+  SimOptions options;
+  options.faults.stallUnit = mem(50);
+  options.faults.stallCycle = read.issue + 1;
+  options.faults.stallCycles = 1;
+  chip_ = makeTspChip(0, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), options);
+  ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+  const auto& st = chip_->stats();
+  EXPECT_GT(st.hazards[static_cast<int>(HazardKind::kBankConflict)], 0);
+  EXPECT_GT(st.bankConflicts, 0);
+  EXPECT_DOUBLE_EQ(st.bankConflictRate(),
+                   static_cast<double>(st.bankConflicts) / static_cast<double>(st.sramReads + st.sramWrites));
+}
+
+TEST_F(C2cTest, LinkJitterDelaysArrivalsDeterministically) {
+  std::vector<Cycle> arrivals;
+  for (std::uint64_t seed : {1u, 1u, 2u, 3u, 4u, 5u, 6u, 7u}) {
+    SimOptions options;
+    options.faults.linkJitterCycles = 9;
+    options.faults.seed = seed;
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = sendChain(0, 4, 20);
+    chip_ = makeTspChip(0, spec_, program, ports(), options);
+    ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+    auto bursts = chip_->takeOutgoing();
+    ASSERT_EQ(bursts.size(), 1u);
+    const Cycle onTime = program->instructions[1].issue + spec_.c2cSendCycles + 225;
+    EXPECT_GE(bursts[0].firstArrive, onTime);
+    EXPECT_LE(bursts[0].firstArrive, onTime + 9);
+    arrivals.push_back(bursts[0].firstArrive - onTime);
+  }
+  EXPECT_EQ(arrivals[0], arrivals[1]);  // the same seed gives the same draw
+  EXPECT_TRUE(std::any_of(arrivals.begin(), arrivals.end(), [](Cycle c) { return c > 0; }));
+}
+
+TEST_F(C2cTest, LateArrivalIsCountedWithFaultsOn) {
+  Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
+  receive.port = 0;
+  receive.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {receive};
+  SimOptions options;
+  options.faults.linkJitterCycles = 4;
+  chip_ = makeTspChip(1, spec_, program, ports(), options);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 303;  // as a jittered link would deliver it
+  burst.vectors = 4;
+  burst.interval = 20;
+  chip_->deliver(burst);
+  ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+  EXPECT_EQ(chip_->stats().hazards[static_cast<int>(HazardKind::kReceiveEarly)], 1);
+  EXPECT_EQ(chip_->stats().instructions, 1);
+}
+
+// ---- Statistics.
+
+TEST_F(ChipTest, UtilisationSramAndStreamStatistics) {
+  const auto c = chain(0, 50, 10, 0, 32);
+  ASSERT_TRUE(run(c).ok());
+  const auto& st = chip_->stats();
+  EXPECT_EQ(st.sramReads, 32);
+  EXPECT_EQ(st.sramWrites, 32);
+  // Each value travels from the MEM slice to the VXM and from the VXM to the other MEM slice.
+  const std::int64_t hops = std::abs(slice(vxm(0)) - slice(mem(0))) + std::abs(slice(mem(50)) - slice(vxm(0)));
+  EXPECT_EQ(st.streamHops, 32 * hops);
+  EXPECT_DOUBLE_EQ(unitUtilization(spec_, st, vxm(0)), 32.0 / static_cast<double>(st.cycles));
+  EXPECT_DOUBLE_EQ(unitUtilization(spec_, st, mem(0)), 32.0 / (2.0 * static_cast<double>(st.cycles)));
+  EXPECT_EQ(st.hazardCount(), 0);
+  EXPECT_EQ(st.bankConflictRate(), 0.0);
+  for (Cycle stall : st.unitStall) EXPECT_EQ(stall, 0);
+}
+
+TEST_F(ChipTest, EnergyFollowsThePerOpFigures) {
+  spec_.energy.memReadPj = 1000;
+  spec_.energy.memWritePj = 2000;
+  spec_.energy.vxmOpPj = 500;
+  spec_.energy.streamHopPj = 10;
+  spec_.energy.staticWatts = 90;
+  ASSERT_TRUE(run(chain(0, 50, 10, 0, 32)).ok());
+  const auto& st = chip_->stats();
+  EXPECT_NEAR(st.energy.memJ, 32 * 3000e-12, 1e-15);
+  EXPECT_NEAR(st.energy.vxmJ, 32 * 500e-12, 1e-15);
+  EXPECT_NEAR(st.energy.streamJ, static_cast<double>(st.streamHops) * 10e-12, 1e-15);
+  EXPECT_NEAR(st.energy.staticJ, 90.0 * static_cast<double>(st.cycles) / 900e6, 1e-15);
+  EXPECT_EQ(st.energy.mxmJ, 0.0);
+  EXPECT_NEAR(st.energy.totalJ(), st.energy.memJ + st.energy.vxmJ + st.energy.streamJ + st.energy.staticJ, 1e-18);
+}
+
+TEST_F(C2cTest, C2cBytesAndEnergy) {
+  ASSERT_TRUE(run(sendChain(0, 4, 20), ports()).ok());
+  EXPECT_EQ(chip_->stats().bytesSent, 4 * 320);
+  EXPECT_NEAR(chip_->stats().energy.c2cJ, 4 * 320 * spec_.energy.c2cPjPerByte * 1e-12, 1e-18);
+}
+
+TEST(HazardKinds, EveryKindHasAName) {
+  std::set<std::string> names;
+  for (int k = 0; k < kHazardKindCount; ++k) names.insert(hazardKindName(static_cast<HazardKind>(k)));
+  EXPECT_EQ(names.size(), static_cast<size_t>(kHazardKindCount));
+  EXPECT_EQ(names.count("?"), 0u);
+}
+
+TEST(ChipEnergy, YamlKeysAndTheHash) {
+  const topology::YamlReader reader("chip.yaml");
+  auto spec = topology::loadChipSpec(reader, YAML::Load("energy: {mem_read_pj: 1000, static_watts: 75.5}"));
+  ASSERT_TRUE(spec.ok()) << spec.error().format();
+  EXPECT_EQ(spec->energy.memReadPj, 1000);
+  EXPECT_EQ(spec->energy.staticWatts, 75.5);
+  EXPECT_EQ(spec->energy.memWritePj, topology::ChipSpec{}.energy.memWritePj);
+  // Energy does not change timing: programs compiled for the preset stay valid.
+  EXPECT_EQ(spec->hash(), topology::ChipSpec{}.hash());
+  auto bad = topology::loadChipSpec(reader, YAML::Load("energy: {mem_reed_pj: 1}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().format().find("unknown key 'mem_reed_pj' in 'cluster.chip.energy'"), std::string::npos)
+      << bad.error().format();
+  bad = topology::loadChipSpec(reader, YAML::Load("energy: {vxm_op_pj: -1}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().format().find("'vxm_op_pj' is -1, out of range"), std::string::npos) << bad.error().format();
 }
 
 }  // namespace

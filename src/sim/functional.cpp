@@ -1,0 +1,182 @@
+// Functional-mode arithmetic: binary16 conversion, MXM and VXM kernels on Kokkos, the tolerance check.
+#include "sim/functional.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <Kokkos_Core.hpp>
+#include <fmt/format.h>
+
+namespace tsp::sim {
+
+namespace {
+
+using Host = Kokkos::DefaultHostExecutionSpace;
+template <typename T>
+using HostView = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// The FP32 lane function of a VXM op; binary functions read b.
+KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b) {
+  switch (func) {
+    case isa::VxmFunc::kAdd: return a + b;
+    case isa::VxmFunc::kSub: return a - b;
+    case isa::VxmFunc::kMul: return a * b;
+    case isa::VxmFunc::kRelu: return a > 0.0f ? a : 0.0f;
+    case isa::VxmFunc::kGelu: return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f));  // ONNX Gelu (erf form)
+    case isa::VxmFunc::kTanh: return std::tanh(a);
+    case isa::VxmFunc::kExp: return std::exp(a);
+    case isa::VxmFunc::kRsqrt: return 1.0f / std::sqrt(a);
+    default: return a;  // kConvert: FP16 to FP16 is the identity
+  }
+}
+
+bool isBinary(isa::VxmFunc func) {
+  return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul;
+}
+
+const char* funcName(isa::VxmFunc func) {
+  switch (func) {
+    case isa::VxmFunc::kNone: return "None";
+    case isa::VxmFunc::kAdd: return "Add";
+    case isa::VxmFunc::kSub: return "Sub";
+    case isa::VxmFunc::kMul: return "Mul";
+    case isa::VxmFunc::kRelu: return "Relu";
+    case isa::VxmFunc::kGelu: return "Gelu";
+    case isa::VxmFunc::kTanh: return "Tanh";
+    case isa::VxmFunc::kExp: return "Exp";
+    case isa::VxmFunc::kRsqrt: return "Rsqrt";
+    case isa::VxmFunc::kConvert: return "Convert";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::uint16_t floatToHalf(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u)  // infinity, or NaN kept quiet
+    return static_cast<std::uint16_t>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to infinity
+  if (magnitude < 0x38800000u) {
+    // Below 2^-14: a subnormal, value / 2^-24 rounded to nearest even (the scaling is exact).
+    float scaled;
+    std::memcpy(&scaled, &magnitude, sizeof scaled);
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>(std::nearbyint(scaled * 16777216.0f)));
+  }
+  std::uint32_t half = ((((magnitude >> 23) - 127 + 15) << 10) | ((magnitude & 0x7fffffu) >> 13));
+  const std::uint32_t rest = magnitude & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // a carry moves into the exponent
+  return static_cast<std::uint16_t>(sign | half);
+}
+
+float halfToFloat(std::uint16_t bits) {
+  const std::uint32_t sign = (bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  const std::uint32_t out =
+      exponent == 31 ? (sign | 0x7f800000u | (mantissa << 13)) : (sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+  float value;
+  std::memcpy(&value, &out, sizeof value);
+  return value;
+}
+
+void mxmAccumulateInt8(const std::int8_t* x, const std::int8_t* w, std::int32_t* acc, int rows, int k, int n) {
+  const HostView<const std::int8_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  const HostView<std::int32_t> av(acc, static_cast<size_t>(rows) * n);
+  Kokkos::parallel_for(
+      "tsp.mxm_int8", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
+      KOKKOS_LAMBDA(const int r, const int j) {
+        std::int32_t sum = 0;  // |sum| <= 320 * 128 * 128: no overflow
+        for (int i = 0; i < k; ++i)
+          sum += static_cast<std::int32_t>(xv(static_cast<size_t>(r) * k + i)) * wv(static_cast<size_t>(i) * n + j);
+        av(static_cast<size_t>(r) * n + j) += sum;
+      });
+  Kokkos::fence();
+}
+
+void mxmAccumulateFp16(const std::uint16_t* x, const std::uint16_t* w, float* acc, int rows, int k, int n) {
+  const HostView<const std::uint16_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  const HostView<float> av(acc, static_cast<size_t>(rows) * n);
+  Kokkos::parallel_for(
+      "tsp.mxm_fp16", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
+      KOKKOS_LAMBDA(const int r, const int j) {
+        float sum = av(static_cast<size_t>(r) * n + j);
+        for (int i = 0; i < k; ++i)
+          sum += halfToFloat(xv(static_cast<size_t>(r) * k + i)) * halfToFloat(wv(static_cast<size_t>(i) * n + j));
+        av(static_cast<size_t>(r) * n + j) = sum;
+      });
+  Kokkos::fence();
+}
+
+void emitFp16(const float* acc, std::uint16_t* out, std::size_t count) {
+  const HostView<const float> av(acc, count);
+  const HostView<std::uint16_t> ov(out, count);
+  Kokkos::parallel_for(
+      "tsp.emit_fp16", Kokkos::RangePolicy<Host>(0, count),
+      KOKKOS_LAMBDA(const std::size_t i) { ov(i) = floatToHalf(av(i)); });
+  Kokkos::fence();
+}
+
+void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
+             std::size_t count) {
+  const HostView<const std::uint16_t> av(a, count), bv(isBinary(func) ? b : a, count);
+  const HostView<std::uint16_t> ov(out, count);
+  Kokkos::parallel_for(
+      "tsp.vxm_fp16", Kokkos::RangePolicy<Host>(0, count), KOKKOS_LAMBDA(const std::size_t i) {
+        ov(i) = floatToHalf(applyFloat(func, halfToFloat(av(i)), halfToFloat(bv(i))));
+      });
+  Kokkos::fence();
+}
+
+Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
+                std::size_t count) {
+  if (func != isa::VxmFunc::kAdd && func != isa::VxmFunc::kSub && func != isa::VxmFunc::kMul &&
+      func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert)
+    return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", funcName(func)));
+  const HostView<const std::int32_t> av(a, count), bv(isBinary(func) ? b : a, count);
+  const HostView<std::int32_t> ov(out, count);
+  Kokkos::parallel_for(
+      "tsp.vxm_int32", Kokkos::RangePolicy<Host>(0, count), KOKKOS_LAMBDA(const std::size_t i) {
+        // Two's-complement wrap, computed unsigned so that overflow is defined.
+        const auto x = static_cast<std::uint32_t>(av(i)), y = static_cast<std::uint32_t>(bv(i));
+        std::uint32_t r = x;
+        if (func == isa::VxmFunc::kAdd) r = x + y;
+        if (func == isa::VxmFunc::kSub) r = x - y;
+        if (func == isa::VxmFunc::kMul) r = x * y;
+        if (func == isa::VxmFunc::kRelu) r = av(i) > 0 ? x : 0u;
+        ov(i) = static_cast<std::int32_t>(r);
+      });
+  Kokkos::fence();
+  return {};
+}
+
+Tolerance fp16Tolerance(std::int64_t reductionLength) {
+  return {std::ldexp(1.0, -14), std::ldexp(1.0, -10) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
+}
+
+Tolerance integerTolerance() { return {0.0, 0.0}; }
+
+Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
+                            std::size_t count, const Tolerance& tolerance) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const double s = simulated[i], r = reference[i];
+    bool ok;
+    if (std::isnan(r) || std::isnan(s)) ok = std::isnan(r) && std::isnan(s);
+    else if (std::isinf(r) || std::isinf(s)) ok = s == r;
+    else ok = std::fabs(s - r) <= tolerance.atol + tolerance.rtol * std::fabs(r);
+    if (!ok)
+      return makeError(ExitCode::kFunctionalMismatch,
+                       fmt::format("functional output '{}' differs from the reference at element {}: simulated {}, "
+                                   "reference {}, allowed |difference| <= {} + {} * |reference|",
+                                   tensor, i, s, r, tolerance.atol, tolerance.rtol));
+  }
+  return {};
+}
+
+}  // namespace tsp::sim

@@ -1,0 +1,51 @@
+// Functional-mode arithmetic: FP16 storage with FP32 accumulation, INT8 with INT32, as Kokkos kernels.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "compile/isa/program.h"
+#include "support/expected.h"
+
+namespace tsp::sim {
+
+/// IEEE 754 binary16 bits of a float, rounded to nearest, ties to even (overflow gives infinity).
+std::uint16_t floatToHalf(float value);
+/// The float value of IEEE 754 binary16 bits (exact).
+float halfToFloat(std::uint16_t bits);
+
+/// One MXM plane step over a block of rows, INT8 x INT8 into INT32 accumulators:
+/// acc[r][j] += sum_k x[r][k] * w[k][j] (row-major x: rows x k, w: k x n, acc: rows x n).
+void mxmAccumulateInt8(const std::int8_t* x, const std::int8_t* w, std::int32_t* acc, int rows, int k, int n);
+/// The same in FP16 x FP16 with FP32 accumulation: products and sums are FP32, never rounded to FP16.
+void mxmAccumulateFp16(const std::uint16_t* x, const std::uint16_t* w, float* acc, int rows, int k, int n);
+/// FP32 accumulators to FP16 storage (when a compute with a destination emits its row).
+void emitFp16(const float* acc, std::uint16_t* out, std::size_t count);
+
+/// A VXM ALU op on FP16 vectors: lanes are computed in FP32 and stored back as FP16. `b` is read by
+/// the binary functions (Add, Sub, Mul) only.
+void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
+             std::size_t count);
+/// A VXM ALU op on INT32 lanes (Add, Sub, Mul wrap as two's complement; Relu; Convert is the identity).
+/// Transcendental functions have no integer form: an error naming the function.
+Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
+                std::size_t count);
+
+/// The agreement rule of functional mode: |sim - ref| <= atol + rtol * |ref|.
+struct Tolerance {
+  double atol = 0.0;
+  double rtol = 0.0;
+};
+/// FP16 storage: rtol = 2^-10 * sqrt(K), K the reduction length (1 for elementwise results), and
+/// atol = 2^-14 (the smallest normal FP16: sums that cancel to near zero keep an absolute error).
+Tolerance fp16Tolerance(std::int64_t reductionLength);
+/// Integers are exact.
+Tolerance integerTolerance();
+
+/// Compares a simulated tensor with the reference element by element; the first element outside
+/// the tolerance is a diagnostic with exit code 6 naming the tensor, the index and both values.
+Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
+                            std::size_t count, const Tolerance& tolerance);
+
+}  // namespace tsp::sim

@@ -1,0 +1,122 @@
+// Agreement: with no fault injected, every chip's simulated cycles equal the compiler's prediction.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+#include "compile/frontend/builtin_models.h"
+#include "compile/schedule/cluster_schedule.h"
+#include "partition/plan.h"
+#include "sim/chip.h"
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::sim {
+namespace {
+
+class KokkosEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { runtime_ = std::make_unique<KernelRuntime>(); }
+  void TearDown() override { runtime_.reset(); }
+
+ private:
+  std::unique_ptr<KernelRuntime> runtime_;
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+topology::Cluster ring(int chips) {
+  const topology::YamlReader reader("ring.yaml");
+  const std::string text = "topology: {kind: ring, chips: " + std::to_string(chips) + "}\n";
+  auto cluster = topology::loadCluster(reader, YAML::Load(text));
+  EXPECT_TRUE(cluster.ok());
+  return std::move(*cluster);
+}
+
+// The chips of a cluster run in windows no longer than the shortest send-to-arrival time, bursts
+// delivered between windows: the runtime's conservative scheme, in one process.
+struct ClusterRun {
+  std::vector<std::unique_ptr<Chip>> chips;
+  Status status;
+};
+
+ClusterRun simulate(const topology::Cluster& cluster, const std::vector<isa::Program>& programs) {
+  const auto& spec = cluster.chip();
+  ClusterRun out;
+  for (int c = 0; c < cluster.chipCount(); ++c) {
+    std::vector<PortBinding> ports(spec.c2cPorts);
+    for (const auto& [port, linkId] : cluster.linksOf(c)) {
+      const auto& link = cluster.links()[linkId];
+      ports[port] = {linkId, link.other(c), link.portOn(link.other(c)), link.a == c, link.latencyCycles,
+                     link.bytesPerCycle};
+    }
+    out.chips.push_back(makeTspChip(c, spec, std::make_shared<isa::Program>(programs[c]), ports, SimOptions{}));
+  }
+  const Cycle lookahead = spec.c2cSendCycles + std::max<Cycle>(1, cluster.minLinkLatency());
+  Cycle start = 0;
+  while (true) {
+    std::vector<C2CBurst> bursts;
+    for (auto& chip : out.chips) {
+      if (auto s = chip->advanceTo(start + lookahead); !s) {
+        out.status = s;
+        return out;
+      }
+      for (auto& b : chip->takeOutgoing()) bursts.push_back(b);
+    }
+    std::sort(bursts.begin(), bursts.end());
+    for (const auto& b : bursts) out.chips[b.dstChip]->deliver(b);
+    Cycle next = kNever;
+    for (auto& chip : out.chips) next = std::min(next, chip->nextEventCycle());
+    if (next == kNever) break;
+    start = std::max(start + lookahead, next);
+  }
+  return out;
+}
+
+struct Case {
+  int chips;
+  int layers, hidden, batch;
+  ir::DType dtype;
+};
+
+class Agreement : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Agreement, SimulatedCyclesEqualThePrediction) {
+  const Case c = GetParam();
+  const topology::Cluster cluster = ring(c.chips);
+  frontend::ModelSpec model;
+  model.builtin = "mlp";
+  model.params = {{"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
+                  {"batch", std::to_string(c.batch)}};
+  model.precision.weights = model.precision.activations = c.dtype;
+  model.precision.accumulate = c.dtype == ir::DType::kI8 ? ir::DType::kI32 : ir::DType::kF32;
+  const ir::Graph graph = *frontend::buildBuiltinModel(model);
+  auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
+  ASSERT_TRUE(plan.ok()) << plan.error().format();
+  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  ClusterRun run = simulate(cluster, schedule->programs);
+  ASSERT_TRUE(run.status.ok()) << run.status.error().format();
+  std::int64_t instructions = 0;
+  Bytes sent = 0;
+  for (int chip = 0; chip < c.chips; ++chip) {
+    EXPECT_EQ(run.chips[chip]->stats().cycles, schedule->programs[chip].predictedCycles) << "chip " << chip;
+    EXPECT_EQ(run.chips[chip]->stats().hazardCount(), 0);
+    instructions += run.chips[chip]->stats().instructions;
+    sent += run.chips[chip]->stats().bytesSent;
+  }
+  EXPECT_GT(instructions, 0);
+  if (c.chips > 1) {
+    EXPECT_GT(sent, 0);  // the pipeline's activations crossed links
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,
+                         ::testing::Values(Case{1, 1, 320, 1, ir::DType::kI8}, Case{1, 3, 640, 24, ir::DType::kF16},
+                                           Case{2, 2, 1024, 8, ir::DType::kI8}, Case{4, 4, 2048, 64, ir::DType::kF16},
+                                           Case{4, 8, 512, 16, ir::DType::kI8}, Case{3, 3, 4096, 4, ir::DType::kF16},
+                                           Case{8, 8, 1280, 32, ir::DType::kI8}));
+
+}  // namespace
+}  // namespace tsp::sim

@@ -1,0 +1,179 @@
+// Tests of the functional-mode kernels against hand-computed values, and of the tolerance rule.
+#include "sim/functional.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "sim/chip.h"
+
+namespace tsp::sim {
+namespace {
+
+class KokkosEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { runtime_ = std::make_unique<KernelRuntime>(); }
+  void TearDown() override { runtime_.reset(); }
+
+ private:
+  std::unique_ptr<KernelRuntime> runtime_;
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+TEST(Half, KnownEncodings) {
+  EXPECT_EQ(floatToHalf(0.0f), 0x0000);
+  EXPECT_EQ(floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(floatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(floatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(floatToHalf(0.5f), 0x3800);
+  EXPECT_EQ(floatToHalf(65504.0f), 0x7bff);                      // largest finite
+  EXPECT_EQ(floatToHalf(65519.0f), 0x7bff);                      // rounds down
+  EXPECT_EQ(floatToHalf(65520.0f), 0x7c00);                      // the tie goes to infinity (even)
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -24)), 0x0001);         // smallest subnormal
+  EXPECT_EQ(floatToHalf(std::ldexp(1.0f, -25)), 0x0000);         // the tie to even is zero
+  EXPECT_EQ(floatToHalf(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(floatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(floatToHalf(std::nanf("")) & 0x7c00, 0x7c00);
+  EXPECT_NE(floatToHalf(std::nanf("")) & 0x03ff, 0);
+}
+
+TEST(Half, RoundsToNearestEven) {
+  EXPECT_EQ(floatToHalf(2049.0f), floatToHalf(2048.0f));  // halfway between 2048 and 2050: even
+  EXPECT_EQ(floatToHalf(2051.0f), floatToHalf(2052.0f));  // halfway between 2050 and 2052: even
+  EXPECT_EQ(halfToFloat(floatToHalf(2050.0f)), 2050.0f);
+  EXPECT_EQ(halfToFloat(floatToHalf(1.0f + std::ldexp(1.0f, -11))), 1.0f);  // tie below, even
+  EXPECT_EQ(halfToFloat(floatToHalf(1.0f + 3 * std::ldexp(1.0f, -11))), 1.0f + std::ldexp(1.0f, -9));
+}
+
+TEST(Half, EveryHalfRoundTrips) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    const float f = halfToFloat(h);
+    if (std::isnan(f)) {
+      EXPECT_EQ((h & 0x7c00), 0x7c00);
+      continue;
+    }
+    ASSERT_EQ(floatToHalf(f), h) << "bits " << bits;
+  }
+  EXPECT_EQ(halfToFloat(0x3555), 0.333251953125f);
+}
+
+TEST(MxmKernels, Int8AccumulatesInInt32) {
+  // x: 2 x 3, w: 3 x 2, by hand: [1 2 3; -4 5 -6] x [7 8; 9 10; 11 -12].
+  const std::vector<std::int8_t> x = {1, 2, 3, -4, 5, -6};
+  const std::vector<std::int8_t> w = {7, 8, 9, 10, 11, -12};
+  std::vector<std::int32_t> acc = {100, 0, 0, -1};
+  mxmAccumulateInt8(x.data(), w.data(), acc.data(), 2, 3, 2);
+  // Rows: 7+18+33 = 58, 8+20-36 = -8; -28+45-66 = -49, -32+50+72 = 90; added to the accumulators.
+  EXPECT_EQ(acc, (std::vector<std::int32_t>{100 + 58, 0 - 8, 0 - 49, -1 + 90}));
+}
+
+TEST(MxmKernels, Int8ExtremesOverAFullPlaneDoNotOverflow) {
+  const int k = 320;
+  const std::vector<std::int8_t> x(k, -128), w(k, -128);
+  std::int32_t acc = 0;
+  mxmAccumulateInt8(x.data(), w.data(), &acc, 1, k, 1);
+  EXPECT_EQ(acc, 320 * 16384);
+  mxmAccumulateInt8(x.data(), w.data(), &acc, 1, k, 1);  // the second K tile adds on
+  EXPECT_EQ(acc, 2 * 320 * 16384);
+}
+
+TEST(MxmKernels, Fp16AccumulatesInFp32) {
+  // 2048 + 1 + 1 + 1 + 1: FP16 accumulation would stay at 2048 (spacing 2 there); FP32 gives 2052.
+  const std::vector<std::uint16_t> x = {floatToHalf(2048), floatToHalf(1), floatToHalf(1), floatToHalf(1),
+                                        floatToHalf(1)};
+  const std::vector<std::uint16_t> w(5, floatToHalf(1));
+  float acc = 0;
+  mxmAccumulateFp16(x.data(), w.data(), &acc, 1, 5, 1);
+  EXPECT_EQ(acc, 2052.0f);
+  std::uint16_t out = 0;
+  emitFp16(&acc, &out, 1);
+  EXPECT_EQ(halfToFloat(out), 2052.0f);
+}
+
+TEST(MxmKernels, Fp16MatrixByHand) {
+  // [0.5 -1.5] x [2 0.25; 4 -8] = [0.5*2 - 1.5*4, 0.5*0.25 + 1.5*8] = [-5, 12.125]
+  const std::vector<std::uint16_t> x = {floatToHalf(0.5f), floatToHalf(-1.5f)};
+  const std::vector<std::uint16_t> w = {floatToHalf(2), floatToHalf(0.25f), floatToHalf(4), floatToHalf(-8)};
+  std::vector<float> acc(2, 0.0f);
+  mxmAccumulateFp16(x.data(), w.data(), acc.data(), 1, 2, 2);
+  EXPECT_EQ(acc, (std::vector<float>{-5.0f, 12.125f}));
+}
+
+TEST(VxmKernels, Fp16Functions) {
+  const std::vector<std::uint16_t> a = {floatToHalf(-1.0f), floatToHalf(0.0f), floatToHalf(1.0f), floatToHalf(4.0f)};
+  const std::vector<std::uint16_t> b = {floatToHalf(0.5f), floatToHalf(2.0f), floatToHalf(-3.0f), floatToHalf(0.25f)};
+  std::vector<std::uint16_t> out(4);
+  auto values = [&] {
+    std::vector<float> v;
+    for (auto h : out) v.push_back(halfToFloat(h));
+    return v;
+  };
+  vxmFp16(isa::VxmFunc::kAdd, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(values(), (std::vector<float>{-0.5f, 2.0f, -2.0f, 4.25f}));
+  vxmFp16(isa::VxmFunc::kMul, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(values(), (std::vector<float>{-0.5f, 0.0f, -3.0f, 1.0f}));
+  vxmFp16(isa::VxmFunc::kSub, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(values(), (std::vector<float>{-1.5f, -2.0f, 4.0f, 3.75f}));
+  vxmFp16(isa::VxmFunc::kRelu, a.data(), nullptr, out.data(), 4);
+  EXPECT_EQ(values(), (std::vector<float>{0.0f, 0.0f, 1.0f, 4.0f}));
+  vxmFp16(isa::VxmFunc::kRsqrt, a.data() + 3, nullptr, out.data(), 1);
+  EXPECT_EQ(halfToFloat(out[0]), 0.5f);
+  // Gelu(1) = 0.5 * (1 + erf(1/sqrt 2)) = 0.841345, stored as FP16 0.8413 (0x3abb).
+  vxmFp16(isa::VxmFunc::kGelu, a.data() + 2, nullptr, out.data(), 1);
+  EXPECT_EQ(out[0], floatToHalf(0.8413447f));
+  vxmFp16(isa::VxmFunc::kExp, a.data() + 1, nullptr, out.data(), 1);
+  EXPECT_EQ(halfToFloat(out[0]), 1.0f);
+  vxmFp16(isa::VxmFunc::kTanh, a.data() + 1, nullptr, out.data(), 1);
+  EXPECT_EQ(halfToFloat(out[0]), 0.0f);
+}
+
+TEST(VxmKernels, Int32FunctionsAndTheirLimits) {
+  const std::vector<std::int32_t> a = {-7, 0, 2147483647, 5};
+  const std::vector<std::int32_t> b = {3, -2, 1, 5};
+  std::vector<std::int32_t> out(4);
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kAdd, a.data(), b.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{-4, -2, -2147483647 - 1, 10}));  // wraps
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kMul, a.data(), b.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{-21, 0, 2147483647, 25}));
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kRelu, a.data(), nullptr, out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{0, 0, 2147483647, 5}));
+  auto s = vxmInt32(isa::VxmFunc::kExp, a.data(), nullptr, out.data(), 4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("VXM function Exp has no integer form"), std::string::npos);
+}
+
+TEST(Tolerance, Fp16GrowsWithTheReductionLength) {
+  EXPECT_DOUBLE_EQ(fp16Tolerance(1).rtol, 1.0 / 1024);
+  EXPECT_DOUBLE_EQ(fp16Tolerance(4096).rtol, 64.0 / 1024);
+  EXPECT_DOUBLE_EQ(integerTolerance().rtol, 0.0);
+  EXPECT_DOUBLE_EQ(integerTolerance().atol, 0.0);
+}
+
+TEST(Tolerance, MismatchIsExitCodeSix) {
+  const std::vector<float> ref = {1.0f, -100.0f, 0.0f};
+  std::vector<float> sim = {1.0f + 1.0f / 1024, -100.0f * (1 + 1.0f / 1100), 0.00006f};
+  EXPECT_TRUE(compareWithReference("y", sim.data(), ref.data(), 3, fp16Tolerance(1)).ok());
+  sim[1] = -100.0f * (1 + 1.0f / 1000);  // beyond 2^-10 relative
+  auto s = compareWithReference("y", sim.data(), ref.data(), 3, fp16Tolerance(1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kFunctionalMismatch);
+  EXPECT_NE(s.error().message.find("functional output 'y' differs from the reference at element 1"),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_TRUE(compareWithReference("y", sim.data(), ref.data(), 3, fp16Tolerance(4)).ok());  // K = 4 doubles rtol
+  const std::vector<float> ints = {3.0f, -5.0f};
+  std::vector<float> off = {3.0f, -4.0f};
+  EXPECT_FALSE(compareWithReference("q", off.data(), ints.data(), 2, integerTolerance()).ok());
+  const std::vector<float> nan = {std::nanf("")};
+  EXPECT_TRUE(compareWithReference("n", nan.data(), nan.data(), 1, integerTolerance()).ok());
+  EXPECT_FALSE(compareWithReference("n", ints.data(), nan.data(), 1, integerTolerance()).ok());
+}
+
+}  // namespace
+}  // namespace tsp::sim
