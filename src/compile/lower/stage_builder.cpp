@@ -38,6 +38,9 @@ Expected<TensorPlacement> StageBuilder::allocate(ir::TensorId tensor, std::int64
   for (const auto& [id, placement] : placements_)
     if (id != tensor) avoid.insert(placement.memUnit.begin(), placement.memUnit.end());
   TensorPlacement placement;
+  placement.name = graph_.tensor(tensor).name;
+  placement.dtype = static_cast<std::int32_t>(graph_.tensor(tensor).dtype);
+  placement.resident = what == "tensor";
   placement.rows = rows;
   placement.tiles = tiles;
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
@@ -404,6 +407,8 @@ isa::Program StageBuilder::finish() {
   const bool empty = program_.instructions.empty();
   program_.predictedCycles = empty ? 0 : last + chip_.rippleCycles;
   program_.lowerBoundCycles = empty ? 0 : *std::max_element(busy.begin(), busy.end()) + chip_.rippleCycles;
+  program_.tensors.clear();
+  for (const auto& [id, placement] : placements_) program_.tensors.push_back(placement);
   return program_;
 }
 

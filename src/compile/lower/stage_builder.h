@@ -17,14 +17,8 @@
 
 namespace tsp::lower {
 
-/// Where a tensor's vectors sit in SRAM: `tiles` column blocks of `rows` vectors each,
-/// tile t at (slice[t], address[t]) with consecutive addresses per row.
-struct TensorPlacement {
-  std::int64_t rows = 0;
-  int tiles = 0;
-  std::vector<int> memUnit;  ///< MEM queue id of each tile
-  std::vector<int> address;  ///< first address of each tile
-};
+/// Where a tensor's vectors sit in SRAM (the Program's placement table entry).
+using TensorPlacement = isa::TensorPlacement;
 
 /// A burst of vectors that leaves this chip on a port: what the cluster scheduler hands to the
 /// receiving chip (its arrival times follow from the send timing and the link).
