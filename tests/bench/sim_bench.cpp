@@ -2,7 +2,7 @@
 #include <benchmark/benchmark.h>
 
 #include "compile/frontend/builtin_models.h"
-#include "compile/lower/stage_builder.h"
+#include "compile/schedule/shard_compiler.h"
 #include "sim/chip.h"
 
 namespace {
@@ -18,11 +18,9 @@ ir::Graph mlp(int layers, int hidden, int batch) {
 }
 
 isa::Program compile(const topology::ChipSpec& chip, const ir::Graph& g) {
-  lower::StageBuilder builder(chip, g);
   std::vector<ir::OpId> ops;
   for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  for (size_t i = 0; i < ops.size();) i += *builder.lowerOp(ops[i], ops, i);
-  return builder.finish();
+  return schedule::compileShard(chip, g, ops, {}, {})->program;
 }
 
 void BM_CompileMlpLayer(benchmark::State& state) {

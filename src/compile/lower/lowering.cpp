@@ -1,0 +1,481 @@
+// Lowering per op kind: MXM matmuls, VXM elementwise ops, C2C transfers; SRAM placement with reuse.
+#include "compile/lower/lowering.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+namespace tsp::lower {
+
+using isa::Instruction;
+using isa::Opcode;
+using schedule::Step;
+using schedule::Task;
+using topology::UnitKind;
+
+std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
+  const std::int64_t cols = tensor.shape.empty() ? 1 : tensor.shape.back();
+  const std::int64_t rows = tensor.shape.empty() ? 1 : tensor.elements() / std::max<std::int64_t>(cols, 1);
+  const int tiles = static_cast<int>(ceilDiv(cols * ir::dtypeBytes(tensor.dtype), chip.vectorBytes));
+  return {rows, tiles};
+}
+
+MatMulTiling chooseMatMulTiling(const topology::ChipSpec& chip, std::int64_t m, std::int64_t k, std::int64_t n,
+                                int elementBytes, std::int64_t sramBudgetElements) {
+  MatMulTiling best;
+  const int plane = chip.vectorBytes / std::max(1, elementBytes);  // elements per vector and per plane side
+  const int tk = plane, tn = plane;
+  const std::int64_t maxTm = std::min<std::int64_t>(m, chip.addressesPerSlice);
+  // The fill of one tile: MEM read, MXM and write latencies plus the widest slice distance.
+  const Cycle fill = chip.memReadCycles + chip.mxmCycles + chip.memWriteCycles + chip.sliceCount();
+  for (std::int64_t tm = maxTm; tm >= 1; tm = tm > 1 ? (tm + 1) / 2 : 0) {
+    if (tm * tk + std::int64_t{tk} * tn + tm * tn > sramBudgetElements) continue;
+    const std::int64_t tiles = ceilDiv(m, tm) * ceilDiv(n, tn) * ceilDiv(k, tk);
+    // A tile streams tm rows; a weight install hides behind it (double buffer) unless it is longer.
+    const Cycle tTile = std::max<Cycle>(tm, chip.mxmWeightInstallCycles);
+    const Cycle cycles = tiles * tTile + fill;
+    if (best.tm == 0 || cycles < best.cycles) best = {static_cast<int>(tm), tk, tn, cycles};
+    if (tm == 1) break;
+  }
+  return best;
+}
+
+namespace {
+
+Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval = 1) {
+  Instruction inst;
+  inst.unit = unit;
+  inst.op = op;
+  inst.repeat = static_cast<std::int32_t>(repeat);
+  inst.interval = interval;
+  return inst;
+}
+
+isa::VxmFunc funcOf(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
+    case ir::OpKind::kRelu: return isa::VxmFunc::kRelu;
+    case ir::OpKind::kGelu: return isa::VxmFunc::kGelu;
+    default: return isa::VxmFunc::kNone;
+  }
+}
+
+// A tensor's SRAM tiles with the tasks that write and read each of them.
+struct TensorState {
+  isa::TensorPlacement placement;
+  std::vector<alloc::Block> blocks;
+  std::vector<std::vector<std::pair<int, int>>> writers;  // per tile: (task, step)
+  std::vector<std::pair<int, int>> readers;               // (task, step) of every read
+  bool pinned = false;                                     // never freed (resident, sent, graph output)
+};
+
+class Lowering {
+ public:
+  Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
+      : chip_(chip), graph_(graph), out_(out), problem_(out.problem) {}
+
+  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
+  Status receive(const ReceivePlan& plan);
+  Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status send(const SendPlan& plan, std::vector<int>& tasks);
+  void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
+  void finish();
+  bool placed(ir::TensorId t) const { return tensors_.count(t) > 0; }
+  TensorState& state(ir::TensorId t) { return tensors_.at(t); }
+
+ private:
+  Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status lowerElementwise(const ir::Op& op);
+  // A read step of rows [row0, row0+rows) of tile `tile`, depending on the tile's writers.
+  Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast);
+  void dependOnWriters(ir::TensorId tensor, int tile, int task, int step);
+  void noteWriter(ir::TensorId tensor, int tile, int task, int step);
+  std::set<int> slicesOf(ir::TensorId tensor) const;
+
+  const topology::ChipSpec& chip_;
+  const ir::Graph& graph_;
+  LoweredShard& out_;
+  schedule::Problem& problem_;
+  std::map<ir::TensorId, TensorState> tensors_;
+  // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
+  std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
+  std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
+  int plane_ = 0;                   // the next MXM plane to hand an output tile
+  std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
+};
+
+std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
+  std::set<int> s;
+  auto it = tensors_.find(tensor);
+  if (it != tensors_.end())
+    for (const auto& b : it->second.blocks) s.insert(b.slice);
+  return s;
+}
+
+Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid) {
+  if (placed(tensor)) return {};
+  const ir::Tensor& t = graph_.tensor(tensor);
+  const auto [rows, tiles] = vectorShape(chip_, t);
+  if (rows > chip_.addressesPerSlice)
+    return makeError(ExitCode::kDoesNotFit,
+                     fmt::format("tensor '{}' does not fit in SRAM: a tile of {} rows needs {} bytes on one MEM slice, "
+                                 "which has {} bytes",
+                                 t.name, rows, rows * chip_.vectorBytes, Bytes{chip_.addressesPerSlice} * chip_.vectorBytes));
+  TensorState st;
+  st.placement.name = t.name;
+  st.placement.dtype = static_cast<std::int32_t>(t.dtype);
+  st.placement.rows = rows;
+  st.placement.tiles = tiles;
+  st.placement.resident = resident;
+  st.pinned = resident;
+  st.writers.resize(tiles);
+  const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  for (int k = 0; k < tiles; ++k) {
+    auto block = out_.sram.allocate(static_cast<int>(rows), avoid);
+    if (!block) {
+      const Bytes needed = out_.sram.inUse() + Bytes{rows} * (tiles - k) * chip_.vectorBytes;
+      return makeError(ExitCode::kDoesNotFit,
+                       fmt::format("shard does not fit in SRAM: tensor '{}' needs {} bytes with {} bytes live, {} bytes "
+                                   "needed, {} bytes available",
+                                   t.name, Bytes{rows} * tiles * chip_.vectorBytes, out_.sram.inUse(), needed,
+                                   out_.sram.capacity()));
+    }
+    st.blocks.push_back(*block);
+    st.placement.memUnit.push_back(memFirst + block->slice);
+    st.placement.address.push_back(block->address);
+  }
+  tensors_.emplace(tensor, std::move(st));
+  return {};
+}
+
+void Lowering::dependOnWriters(ir::TensorId tensor, int tile, int task, int step) {
+  for (const auto& [wt, ws] : tensors_.at(tensor).writers[tile]) problem_.addDataDependence(wt, ws, task, step);
+}
+
+void Lowering::noteWriter(ir::TensorId tensor, int tile, int task, int step) {
+  TensorState& st = tensors_.at(tensor);
+  st.writers[tile].push_back({task, step});
+  // Write after read: space reused from a freed tensor is written only after its last read.
+  const alloc::Block& mine = st.blocks[tile];
+  auto it = freed_.find(mine.slice);
+  if (it == freed_.end()) return;
+  for (const auto& [block, readers] : it->second) {
+    if (block.address >= mine.address + mine.rows || mine.address >= block.address + block.rows) continue;
+    for (const auto& [rt, rs] : readers) {
+      const Instruction& r = problem_.tasks()[rt].steps[rs].inst;
+      problem_.addDependence({rt, rs, task, step, Cycle{r.repeat} * r.interval});
+    }
+  }
+}
+
+Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast) {
+  const TensorState& st = tensors_.at(tensor);
+  Step s;
+  s.inst = makeInst(st.placement.memUnit[tile], Opcode::kMemRead, rows);
+  s.inst.address = st.placement.address[tile] + static_cast<int>(broadcast ? 0 : row0);
+  s.inst.stride = broadcast ? 0 : 1;
+  return s;
+}
+
+Status Lowering::receive(const ReceivePlan& plan) {
+  if (auto s = place(plan.tensor, false); !s) return s;
+  TensorState& st = tensors_.at(plan.tensor);
+  st.pinned = true;
+  const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
+  for (int t = 0; t < st.placement.tiles; ++t) {
+    Task task;
+    task.name = fmt::format("receive {} tile {}", st.placement.name, t);
+    task.release = plan.arrivals.at(t);
+    Step rx;
+    rx.inst = makeInst(unit, Opcode::kC2cReceive, st.placement.rows, plan.interval);
+    rx.inst.port = plan.port;
+    Step write;
+    write.inst = makeInst(st.placement.memUnit[t], Opcode::kMemWrite, st.placement.rows, plan.interval);
+    write.inst.address = st.placement.address[t];
+    write.inst.stride = 1;
+    write.producer = 0;
+    task.steps = {rx, write};
+    const int id = problem_.addTask(std::move(task));
+    noteWriter(plan.tensor, t, id, 1);
+    // The port hands out vectors in arrival order: receives on one port keep that order.
+    auto last = lastReceive_.find(plan.port);
+    if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
+    lastReceive_[plan.port] = id;
+  }
+  return {};
+}
+
+Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
+  if (!placed(plan.tensor))
+    return makeError(ExitCode::kInternal, fmt::format("send of '{}', which is not on this chip", graph_.tensor(plan.tensor).name));
+  TensorState& st = tensors_.at(plan.tensor);
+  const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
+  for (int t = 0; t < st.placement.tiles; ++t) {
+    Task task;
+    task.name = fmt::format("send {} tile {}", st.placement.name, t);
+    task.deadline = plan.deadline;
+    Step read = readStep(plan.tensor, t, 0, st.placement.rows, false);
+    read.inst.interval = plan.interval;
+    Step tx;
+    tx.inst = makeInst(unit, Opcode::kC2cSend, st.placement.rows, plan.interval);
+    tx.inst.port = plan.port;
+    tx.producer = 0;
+    tx.linkBusy = plan.linkBusy;
+    task.steps = {read, tx};
+    const int id = problem_.addTask(std::move(task));
+    dependOnWriters(plan.tensor, t, id, 0);
+    st.readers.push_back({id, 0});
+    tasks.push_back(id);
+  }
+  return {};
+}
+
+Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
+  const ir::Op& op = graph_.op(opId);
+  for (ir::TensorId in : op.inputs)
+    if (!placed(in)) {
+      if (graph_.tensor(in).producer >= 0)
+        return makeError(ExitCode::kInternal, fmt::format("op '{}' reads '{}', which is not on this chip", op.name,
+                                                          graph_.tensor(in).name));
+      if (auto s = place(in, true); !s) return s;
+    }
+  consumed = 1;
+  switch (op.kind) {
+    case ir::OpKind::kMatMul: return lowerMatMul(op, ops, position, consumed);
+    case ir::OpKind::kAdd:
+    case ir::OpKind::kRelu:
+    case ir::OpKind::kGelu: return lowerElementwise(op);
+    default: break;
+  }
+  return modelError(op.name, fmt::format("op kind {} cannot be lowered", ir::opKindName(op.kind)));
+}
+
+Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
+  const ir::Tensor& x = graph_.tensor(op.inputs[0]);
+  const ir::Tensor& w = graph_.tensor(op.inputs[1]);
+  if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
+    return modelError(op.name, "activations and weights must have the same storage width");
+  // Epilogue fusion: a bias Add of a 1-D weight and an activation that are the sole users.
+  auto soleUserIs = [&](ir::TensorId t, size_t at, std::initializer_list<ir::OpKind> kinds) -> const ir::Op* {
+    if (at >= ops.size() || graph_.tensor(t).users.size() != 1 || graph_.tensor(t).users[0] != ops[at]) return nullptr;
+    const ir::Op& next = graph_.op(ops[at]);
+    return std::find(kinds.begin(), kinds.end(), next.kind) != kinds.end() ? &next : nullptr;
+  };
+  ir::TensorId out = op.outputs[0];
+  ir::TensorId biasTensor = -1;
+  if (const ir::Op* add = soleUserIs(out, position + 1, {ir::OpKind::kAdd})) {
+    const ir::TensorId other = add->inputs[0] == out ? add->inputs[1] : add->inputs[0];
+    if (graph_.tensor(other).producer < 0 && graph_.tensor(other).shape.size() == 1) {
+      biasTensor = other;
+      out = add->outputs[0];
+      ++consumed;
+      if (auto s = place(other, true); !s) return s;
+    }
+  }
+  const ir::Op* activation = soleUserIs(out, position + consumed, {ir::OpKind::kRelu, ir::OpKind::kGelu});
+  if (activation) {
+    out = activation->outputs[0];
+    ++consumed;
+  }
+  std::set<int> avoid = slicesOf(op.inputs[0]);
+  for (int s : slicesOf(biasTensor)) avoid.insert(s);
+  if (auto s = place(out, false, avoid); !s) return s;
+
+  const TensorState& xs = tensors_.at(op.inputs[0]);
+  const TensorState& ws = tensors_.at(op.inputs[1]);
+  const TensorState& ys = tensors_.at(out);
+  const int eb = ir::dtypeBytes(x.dtype);
+  const std::int64_t m = xs.placement.rows, kDim = x.shape.back(), nDim = w.shape.back();
+  const MatMulTiling tiling =
+      chooseMatMulTiling(chip_, m, kDim, nDim, eb, chip_.sramBytes() / (3 * std::max(1, eb)));
+  const int kTiles = xs.placement.tiles, nTiles = ys.placement.tiles;
+  const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
+  // Counted at the INT8 rate: an FP16 MAC takes the plane time of fp16_rate_divisor INT8 MACs.
+  out_.macs += m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
+  if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
+  const int weightRowsPerTile = tiling.tk;
+
+  for (int n = 0; n < nTiles; ++n) {
+    const int plane = plane_;
+    plane_ = (plane_ + 1) % chip_.mxmPlanes;
+    const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
+    for (std::int64_t m0 = 0; m0 < m; m0 += tiling.tm) {
+      const std::int64_t rows = std::min<std::int64_t>(tiling.tm, m - m0);
+      for (int k = 0; k < kTiles; ++k) {
+        // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
+        Task install;
+        install.name = fmt::format("{} install k{} n{}", op.name, k, n);
+        Step ins;
+        ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
+        ins.inst.address = ws.placement.address[n % ws.placement.tiles] +
+                           static_cast<int>(std::min<std::int64_t>(std::int64_t{k} * weightRowsPerTile, ws.placement.rows - 1));
+        install.steps = {ins};
+        const int it = problem_.addTask(std::move(install));
+        for (const auto& [wt, wst] : ws.writers[n % ws.placement.tiles]) problem_.addDataDependence(wt, wst, it, 0);
+
+        Task compute;
+        compute.name = fmt::format("{} m{} k{} n{}", op.name, m0, k, n);
+        compute.steps.push_back(readStep(op.inputs[0], k, m0, rows, false));
+        Step mxm;
+        mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
+        mxm.producer = 0;
+        compute.steps.push_back(mxm);
+        int writeStep = -1;
+        const bool last = k + 1 == kTiles;
+        if (last) {
+          int tail = 1;
+          if (biasTensor >= 0) {
+            Step add;
+            add.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmBinary, rows);
+            add.inst.func = isa::VxmFunc::kAdd;
+            add.producer = tail;
+            add.producer2 = static_cast<int>(compute.steps.size()) + 1;
+            compute.steps.push_back(add);
+            tail = static_cast<int>(compute.steps.size()) - 1;
+            const TensorState& bs = tensors_.at(biasTensor);
+            compute.steps.push_back(readStep(biasTensor, n % bs.placement.tiles, 0, rows, true));
+          }
+          if (activation) {
+            Step act;
+            act.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, rows);
+            act.inst.func = funcOf(activation->kind);
+            act.producer = tail;
+            compute.steps.push_back(act);
+            tail = static_cast<int>(compute.steps.size()) - 1;
+          }
+          Step write;
+          write.inst = makeInst(ys.placement.memUnit[n], Opcode::kMemWrite, rows);
+          write.inst.address = ys.placement.address[n] + static_cast<int>(m0);
+          write.inst.stride = 1;
+          write.producer = tail;
+          compute.steps.push_back(write);
+          writeStep = static_cast<int>(compute.steps.size()) - 1;
+        }
+        const int ct = problem_.addTask(std::move(compute));
+        dependOnWriters(op.inputs[0], k, ct, 0);
+        tensors_.at(op.inputs[0]).readers.push_back({ct, 0});
+        if (biasTensor >= 0 && last) tensors_.at(biasTensor).readers.push_back({ct, 3});
+        if (writeStep >= 0) noteWriter(out, n, ct, writeStep);
+        // The plane's sequence: install j -> compute j -> install j+1 (issued after compute j, so
+        // the simulator sees compute j use the weights installed before it) -> compute j+1.
+        problem_.addDataDependence(it, 0, ct, 1);
+        const auto [prevInstall, prevCompute] = planeLast_[plane];
+        if (prevCompute >= 0) {
+          problem_.addDependence({prevCompute, 1, it, 0, 1});
+          const Instruction& pc = problem_.tasks()[prevCompute].steps[1].inst;
+          problem_.addDependence({prevCompute, 1, ct, 1, Cycle{pc.repeat} * pc.interval});
+        }
+        (void)prevInstall;
+        planeLast_[plane] = {it, ct};
+      }
+    }
+  }
+  return {};
+}
+
+Status Lowering::lowerElementwise(const ir::Op& op) {
+  const ir::TensorId out = op.outputs[0];
+  std::set<int> avoid;
+  for (ir::TensorId in : op.inputs)
+    for (int s : slicesOf(in)) avoid.insert(s);
+  if (auto s = place(out, false, avoid); !s) return s;
+  const TensorState& ys = tensors_.at(out);
+  const std::int64_t rows = ys.placement.rows;
+  const std::int64_t chunk = std::min<std::int64_t>(rows, chip_.addressesPerSlice);
+  for (int t = 0; t < ys.placement.tiles; ++t)
+    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const std::int64_t n = std::min(chunk, rows - r0);
+      Task task;
+      task.name = fmt::format("{} tile {}", op.name, t);
+      auto input = [&](ir::TensorId in) {
+        const TensorState& is = tensors_.at(in);
+        return readStep(in, t % is.placement.tiles, r0, n, is.placement.rows != rows);
+      };
+      task.steps.push_back(input(op.inputs[0]));
+      Step alu;
+      alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), op.inputs.size() == 2 ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
+      alu.inst.func = funcOf(op.kind);
+      alu.producer = 0;
+      if (op.inputs.size() == 2) alu.producer2 = 2;
+      task.steps.push_back(alu);
+      if (op.inputs.size() == 2) task.steps.push_back(input(op.inputs[1]));
+      Step write;
+      write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, n);
+      write.inst.address = ys.placement.address[t] + static_cast<int>(r0);
+      write.inst.stride = 1;
+      write.producer = 1;
+      task.steps.push_back(write);
+      const int id = problem_.addTask(std::move(task));
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const int step = i == 0 ? 0 : 2;
+        const TensorState& is = tensors_.at(op.inputs[i]);
+        dependOnWriters(op.inputs[i], t % is.placement.tiles, id, step);
+        tensors_.at(op.inputs[i]).readers.push_back({id, step});
+      }
+      noteWriter(out, t, id, static_cast<int>(op.inputs.size()) + 1);
+    }
+  return {};
+}
+
+void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {
+  // A tensor is dead once every user among this shard's ops has been lowered.
+  std::set<ir::OpId> pending(ops.begin() + static_cast<std::ptrdiff_t>(done), ops.end());
+  for (auto it = tensors_.begin(); it != tensors_.end(); ++it) {
+    TensorState& st = it->second;
+    if (st.pinned || st.blocks.empty() || keep.count(it->first)) continue;
+    const auto& users = graph_.tensor(it->first).users;
+    if (std::any_of(users.begin(), users.end(), [&](ir::OpId u) { return pending.count(u) > 0; })) continue;
+    if (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); }))
+      continue;
+    for (const auto& b : st.blocks) {
+      out_.sram.release(b);
+      freed_[b.slice].push_back({b, st.readers});
+    }
+    st.blocks.clear();
+  }
+}
+
+void Lowering::finish() {
+  for (const auto& [id, st] : tensors_) out_.tensors.push_back(st.placement);
+  std::vector<Cycle> planeBusy(chip_.mxmPlanes, 0);
+  for (const auto& task : problem_.tasks())
+    for (const auto& s : task.steps)
+      if (s.inst.op == Opcode::kMxmCompute)
+        planeBusy[(s.inst.unit - chip_.firstUnit(UnitKind::kMxm)) / 2] += Cycle{s.inst.repeat} * s.inst.interval;
+  out_.matmulLowerBound = planeBusy.empty() ? 0 : *std::max_element(planeBusy.begin(), planeBusy.end());
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                                   const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
+  auto out = std::make_unique<LoweredShard>(chip);
+  Lowering lowering(chip, graph, *out);
+  for (ir::TensorId t : interface.resident)
+    if (auto s = lowering.place(t, true); !s) return s.error();
+  // Receives in arrival order per port, so that receive j consumes burst j.
+  std::vector<ReceivePlan> receives = interface.receives;
+  std::stable_sort(receives.begin(), receives.end(), [](const ReceivePlan& a, const ReceivePlan& b) {
+    return a.arrivals.front() < b.arrivals.front();
+  });
+  for (const auto& r : receives)
+    if (auto s = lowering.receive(r); !s) return s.error();
+  std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
+  for (const auto& s : interface.sends) keep.insert(s.tensor);
+  for (size_t i = 0; i < ops.size();) {
+    int consumed = 1;
+    if (auto s = lowering.lowerOp(ops[i], ops, i, consumed); !s) return s.error();
+    i += static_cast<size_t>(consumed);
+    lowering.freeDead(ops, i, keep);
+  }
+  for (const auto& plan : interface.sends) {
+    out->sendTasks.emplace_back();
+    if (auto s = lowering.send(plan, out->sendTasks.back()); !s) return s.error();
+  }
+  lowering.finish();
+  out->problem.finalize();
+  return out;
+}
+
+}  // namespace tsp::lower
