@@ -8,13 +8,12 @@ namespace tsp::alloc {
 
 InterferenceGraph buildInterference(const schedule::Problem& problem, const schedule::Schedule& schedule) {
   const auto& edges = problem.streamEdges();
-  const Cycle horizon = problem.chip().sliceCount();
   InterferenceGraph g;
   g.neighbours.resize(edges.size());
   std::vector<int> order(edges.size());
   for (size_t e = 0; e < edges.size(); ++e) order[e] = static_cast<int>(e);
-  auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].firstValue; };
-  auto end = [&](int e) { return schedule.start[edges[e].task] + edges[e].lastValue + edges[e].reach + horizon; };
+  auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].tauFirst(); };
+  auto end = [&](int e) { return schedule.start[edges[e].task] + edges[e].tauLast(); };
   std::sort(order.begin(), order.end(), [&](int a, int b) { return begin(a) != begin(b) ? begin(a) < begin(b) : a < b; });
   for (size_t i = 0; i < order.size(); ++i)
     for (size_t j = i + 1; j < order.size() && begin(order[j]) <= end(order[i]); ++j) {

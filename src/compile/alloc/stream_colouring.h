@@ -8,7 +8,7 @@
 namespace tsp::alloc {
 
 /// The interference graph of one schedule's stream edges: two edges interfere when they are in
-/// the same direction and would put values in one (slice, cycle) cell of a register.
+/// the same direction and their moving-frame ranges overlap (schedule::streamEdgesConflict).
 struct InterferenceGraph {
   std::vector<std::vector<int>> neighbours;  ///< per stream edge, sorted
 };

@@ -302,7 +302,10 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
     const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
     for (std::int64_t m0 = 0; m0 < m; m0 += tiling.tm) {
       const std::int64_t rows = std::min<std::int64_t>(tiling.tm, m - m0);
-      for (int k = 0; k < kTiles; ++k) {
+      // Planes start at different K tiles so that, running together, they read different MEM slices.
+      const int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
+      for (int step = 0; step < kTiles; ++step) {
+        const int k = (step + rotation) % kTiles;
         // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
         Task install;
         install.name = fmt::format("{} install k{} n{}", op.name, k, n);
@@ -322,7 +325,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         mxm.producer = 0;
         compute.steps.push_back(mxm);
         int writeStep = -1;
-        const bool last = k + 1 == kTiles;
+        const bool last = step + 1 == kTiles;
         if (last) {
           int tail = 1;
           if (biasTensor >= 0) {

@@ -32,7 +32,8 @@ Expected<AnnealResult> anneal(const Problem& problem, const Schedule& list, cons
   result.schedule = list;
   result.listMakespan = list.makespan;
   const std::int64_t n = static_cast<std::int64_t>(problem.tasks().size());
-  if (options.annealMoves <= 0 || n < 2) return result;
+  const std::int64_t moves = std::min(options.annealMoves, options.annealWork / std::max<std::int64_t>(1, n));
+  if (moves <= 0 || n < 2) return result;
 
   auto energy = [&](const Schedule& s) {
     return static_cast<double>(s.makespan) +
@@ -50,7 +51,7 @@ Expected<AnnealResult> anneal(const Problem& problem, const Schedule& list, cons
   double reward[2] = {0, 0};
   std::int64_t tries[2] = {0, 0};
 
-  for (std::int64_t move = 0; move < options.annealMoves; ++move) {
+  for (std::int64_t move = 0; move < moves; ++move) {
     int arm = 0;
     if (tries[0] == 0) arm = 0;
     else if (tries[1] == 0) arm = 1;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <queue>
 
 #include <fmt/format.h>
@@ -17,12 +18,13 @@ namespace {
 // Busy windows of one resource: sorted, disjoint, touching windows merged.
 class Timeline {
  public:
-  // End of the first busy window overlapping [begin, end), or -1 when the range is free.
-  Cycle conflictEnd(Cycle begin, Cycle end) const {
+  // End of the first busy window overlapping [begin, end), or nullopt when the range is free
+  // (moving-frame coordinates may be negative, so no sentinel value will do).
+  std::optional<Cycle> conflictEnd(Cycle begin, Cycle end) const {
     auto it = std::upper_bound(windows_.begin(), windows_.end(), begin,
                                [](Cycle b, const std::pair<Cycle, Cycle>& w) { return b < w.second; });
     if (it != windows_.end() && it->first < end) return it->second;
-    return -1;
+    return std::nullopt;
   }
   void insert(Cycle begin, Cycle end) {
     auto it = std::lower_bound(windows_.begin(), windows_.end(), std::make_pair(begin, end));
@@ -141,7 +143,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       const Step& st = task.steps[k];
       if (st.inst.op != Opcode::kMemRead && st.inst.op != Opcode::kMemWrite) continue;
       ++s.memAccesses;
-      if (unitLine[st.inst.unit].conflictEnd(earliest + st.offset, earliest + problem.unitEnd(t, static_cast<int>(k))) >= 0)
+      if (unitLine[st.inst.unit].conflictEnd(earliest + st.offset, earliest + problem.unitEnd(t, static_cast<int>(k))))
         ++s.delayedMemAccesses;
     }
 
@@ -149,12 +151,14 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
     for (bool placed = false; !placed;) {
       placed = true;
       Cycle next = base;
+      std::fill(chosenUnit.begin(), chosenUnit.end(), -1);
+      std::fill(chosenStream.begin(), chosenStream.end(), -1);
       for (size_t k = 0; k < task.steps.size() && placed; ++k) {
         const Step& st = task.steps[k];
         const Cycle b = base + st.offset, e = base + problem.unitEnd(t, static_cast<int>(k));
         if (pooledUnit(chip, st.inst.unit)) {
           // Any free ALU group; the earliest-freeing one bounds the retry otherwise.
-          Cycle soonest = -1;
+          std::optional<Cycle> soonest;
           for (int g = 0; g < chip.vxmAluGroups; ++g) {
             const int u = vxmFirst + g;
             bool takenHere = false;
@@ -162,31 +166,29 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
               takenHere |= chosenUnit[j] == u && task.steps[j].offset < problem.unitEnd(t, static_cast<int>(k)) &&
                            st.offset < problem.unitEnd(t, static_cast<int>(j));
             if (takenHere) continue;
-            const Cycle c = unitLine[u].conflictEnd(b, e);
-            if (c < 0) {
+            const auto c = unitLine[u].conflictEnd(b, e);
+            if (!c) {
               chosenUnit[k] = u;
               break;
             }
-            soonest = soonest < 0 ? c : std::min(soonest, c);
+            soonest = soonest ? std::min(*soonest, *c) : *c;
           }
           if (chosenUnit[k] < 0) {
             placed = false;
-            next = std::max(next, soonest < 0 ? base + 1 : soonest - st.offset);
+            next = std::max(next, soonest ? *soonest - st.offset : base + 1);
           }
         } else {
-          const Cycle c = unitLine[st.inst.unit].conflictEnd(b, e);
-          if (c >= 0) {
+          if (const auto c = unitLine[st.inst.unit].conflictEnd(b, e)) {
             placed = false;
-            next = std::max(next, c - st.offset);
+            next = std::max(next, *c - st.offset);
           } else {
             chosenUnit[k] = st.inst.unit;
           }
           if (placed && st.inst.op == Opcode::kC2cSend) {
             const Cycle le = b + Cycle{st.inst.repeat - 1} * st.inst.interval + st.linkBusy;
-            const Cycle lc = linkLine[st.inst.port].conflictEnd(b, le);
-            if (lc >= 0) {
+            if (const auto lc = linkLine[st.inst.port].conflictEnd(b, le)) {
               placed = false;
-              next = std::max(next, lc - st.offset);
+              next = std::max(next, *lc - st.offset);
             }
           }
         }
@@ -194,23 +196,24 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       if (placed && options.limitStreamPressure) {
         for (int e = eb; e < ee && placed; ++e) {
           const StreamEdge& edge = edges[e];
-          const Cycle b = base + edge.firstValue, en = base + edge.lastValue + edge.reach + 1;
+          const Cycle b = base + edge.tauFirst(), en = base + edge.tauLast() + 1;
           auto& lines = streamLine[static_cast<int>(edge.dir)];
-          Cycle soonest = -1;
+          std::optional<Cycle> soonest;
           for (int id = 0; id < chip.streamsPerDirection; ++id) {
             bool takenHere = false;
-            for (int j = eb; j < e; ++j) takenHere |= chosenStream[j - eb] == id && edges[j].dir == edge.dir;
+            for (int j = eb; j < e; ++j)
+              takenHere |= chosenStream[j - eb] == id && streamEdgesConflict(edges[j], 0, edge, 0);
             if (takenHere) continue;
-            const Cycle c = lines[id].conflictEnd(b, en);
-            if (c < 0) {
+            const auto c = lines[id].conflictEnd(b, en);
+            if (!c) {
               chosenStream[e - eb] = id;
               break;
             }
-            soonest = soonest < 0 ? c : std::min(soonest, c);
+            soonest = soonest ? std::min(*soonest, *c) : *c;
           }
           if (chosenStream[e - eb] < 0) {
             placed = false;
-            next = std::max(next, soonest < 0 ? base + 1 : soonest - edge.firstValue);
+            next = std::max(next, soonest ? *soonest - edge.tauFirst() : base + 1);
           }
         }
       }
@@ -236,8 +239,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       const StreamEdge& edge = edges[e];
       if (options.limitStreamPressure) {
         s.streamId[e] = chosenStream[e - eb];
-        streamLine[static_cast<int>(edge.dir)][s.streamId[e]].insert(base + edge.firstValue,
-                                                                     base + edge.lastValue + edge.reach + 1);
+        streamLine[static_cast<int>(edge.dir)][s.streamId[e]].insert(base + edge.tauFirst(), base + edge.tauLast() + 1);
       }
     }
     for (const Dependence* d : succ[t])

@@ -17,6 +17,9 @@ struct Options {
   double gamma = 4.0;
   /// Simulated annealing moves after the list schedule; 0 keeps the list schedule.
   std::int64_t annealMoves = 0;
+  /// A second budget in task placements: moves are capped at annealWork / tasks, so that large
+  /// shards anneal less instead of compiling for minutes (still a step count, never a time).
+  std::int64_t annealWork = 50'000'000;
   /// Moves between temperature steps T_{k+1} = 0.95 T_k.
   std::int64_t movesPerTemperature = 8;
   /// Energy = makespan + lambda * (1 - utilisation) * (list makespan), so utilisation weighs in cycles.

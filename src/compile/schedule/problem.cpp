@@ -155,6 +155,17 @@ Status Problem::check() const {
     }
     for (size_t p = 0; p < steps.size(); ++p)
       if (consumers[p] > 1) return bad(t, fmt::format("step {} feeds {} consumers; this problem form allows one", p, consumers[p]));
+    // A task needing more registers at once than a direction has can never be placed.
+    const auto [eb, ee] = edgesOf(t);
+    for (int e = eb; e < ee; ++e) {
+      int live = 0;
+      for (int f = eb; f < ee; ++f)
+        live += edges_[f].dir == edges_[e].dir && edges_[f].tauFirst() <= edges_[e].tauFirst() &&
+                edges_[e].tauFirst() <= edges_[f].tauLast();
+      if (live > chip_->streamsPerDirection)
+        return bad(t, fmt::format("needs {} stream registers {} at once, the chip has {}", live,
+                                  edges_[e].dir == Direction::kEast ? "eastward" : "westward", chip_->streamsPerDirection));
+    }
     // A task that collides with itself can never be placed.
     for (size_t a = 0; a < steps.size(); ++a)
       for (size_t b = a + 1; b < steps.size(); ++b) {
@@ -200,28 +211,8 @@ Status Problem::check() const {
   return {};
 }
 
-namespace {
-
-// The moving-frame extent of a stream edge: every value is one point tau (cycle - slice eastward,
-// cycle + slice westward); it covers slices [lo, hi].
-struct Occupancy {
-  Cycle tauFirst, tauLast;
-  int lo, hi;
-};
-
-Occupancy occupancyOf(const StreamEdge& e, Cycle start) {
-  const bool east = e.dir == Direction::kEast;
-  const Cycle first = start + e.firstValue, last = start + e.lastValue;
-  return {east ? first - e.slice : first + e.slice, east ? last - e.slice : last + e.slice,
-          east ? e.slice : e.slice - e.reach, east ? e.slice + e.reach : e.slice};
-}
-
-}  // namespace
-
 bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b, Cycle startB) {
-  if (a.dir != b.dir) return false;
-  const Occupancy x = occupancyOf(a, startA), y = occupancyOf(b, startB);
-  return x.lo <= y.hi && y.lo <= x.hi && x.tauFirst <= y.tauLast && y.tauFirst <= x.tauLast;
+  return a.dir == b.dir && startA + a.tauFirst() <= startB + b.tauLast() && startB + b.tauFirst() <= startA + a.tauLast();
 }
 
 Status verify(const Problem& problem, const Schedule& schedule) {
@@ -282,14 +273,13 @@ Status verify(const Problem& problem, const Schedule& schedule) {
     byRegister[{static_cast<int>(edges[e].dir), id}].push_back(static_cast<int>(e));
   }
   for (auto& [reg, list] : byRegister) {
-    auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].firstValue; };
+    auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].tauFirst(); };
     std::sort(list.begin(), list.end(), [&](int a, int b) { return begin(a) < begin(b); });
     for (size_t i = 0; i < list.size(); ++i)
       for (size_t j = i + 1; j < list.size(); ++j) {
         const StreamEdge& a = edges[list[i]];
         const StreamEdge& b = edges[list[j]];
-        // Values live at most lastValue + sliceCount cycles: later edges cannot meet this one.
-        if (begin(list[j]) > schedule.start[a.task] + a.lastValue + chip.sliceCount()) break;
+        if (begin(list[j]) > schedule.start[a.task] + a.tauLast()) break;  // sorted: no later edge meets a
         if (streamEdgesConflict(a, schedule.start[a.task], b, schedule.start[b.task]))
           return bad(b.task, fmt::format("stream {} {} holds two values at once (task {} step {} and this task step {})",
                                          reg.second, reg.first == 0 ? "east" : "west", a.task, a.step, b.step));

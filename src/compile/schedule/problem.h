@@ -45,6 +45,10 @@ struct StreamEdge {
   Cycle firstValue = 0;    ///< offset in the task of the first value's entry on the stream
   Cycle lastValue = 0;     ///< offset of the last value's entry
   int slice = 0;           ///< producer slice
+  /// The moving-frame coordinate of a value is tau = cycle - slice eastward, cycle + slice westward;
+  /// the values of this edge cover tau in [start + tauFirst(), start + tauLast()].
+  Cycle tauFirst() const { return firstValue + (dir == isa::Direction::kEast ? -slice : slice); }
+  Cycle tauLast() const { return lastValue + (dir == isa::Direction::kEast ? -slice : slice); }
 };
 
 /// The scheduling problem of one chip. finalize() derives offsets and stream edges; check()
@@ -73,8 +77,10 @@ class Problem {
   const std::vector<StreamEdge>& streamEdges() const { return edges_; }
   /// Stream edges of a task: [first, last) into streamEdges().
   std::pair<int, int> edgesOf(int task) const { return {edgeBegin_[task], edgeBegin_[task + 1]}; }
-  /// Slice of a unit.
-  int sliceOf(int unit) const { return units_[unit].slice; }
+  /// Slice of a unit (0 for a unit that does not exist: check() reports it).
+  int sliceOf(int unit) const {
+    return unit >= 0 && unit < static_cast<int>(units_.size()) ? units_[unit].slice : 0;
+  }
   const std::vector<topology::UnitInfo>& units() const { return units_; }
   /// Tasks in a topological order of the dependences (valid after a successful check()).
   const std::vector<int>& topologicalOrder() const { return topo_; }
@@ -110,8 +116,9 @@ struct Schedule {
   std::int64_t memAccesses = 0;
 };
 
-/// Do two stream edges, started at the given task starts, ever put values in one (slice, cycle) cell of
-/// a register (exact for one value a cycle, conservative for sparser runs)?
+/// May two stream edges, started at the given task starts, not share a register? The simulator treats
+/// a value as able to reach every slice downstream of its producer, so two values of one direction
+/// interfere when their moving-frame coordinates tau overlap, wherever their producers sit.
 bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b, Cycle startB);
 
 /// Does the schedule respect every dependence, release, deadline, unit, link and stream-register
