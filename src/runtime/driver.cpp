@@ -1,6 +1,8 @@
 // The tsp-sim run, stage by stage; every stage either succeeds on all ranks or fails on all.
 #include "runtime/driver.h"
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "compile/frontend/builtin_models.h"
+#include "compile/frontend/onnx_importer.h"
+#include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
 #include "runtime/pdes.h"
@@ -67,30 +71,93 @@ void describeTopology(const topology::Cluster& cluster, bool json) {
                         {"min_link_latency_cycles", s.minLatencyCycles},
                         {"max_link_latency_cycles", s.maxLatencyCycles},
                         {"injection_bytes_per_second", s.injectionBytesPerSecond}};
+    if (cluster.description().kind == "dragonfly") {
+      j["rack_bisection_links"] = s.rackBisectionLinks;
+      j["rack_bisection_bytes_per_second"] = s.rackBisectionBytesPerSecond;
+    }
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("topology: {} ({} links)\n", topologyName(cluster), s.links);
   fmt::print("  degree:            {} to {}\n", s.minDegree, s.maxDegree);
   fmt::print("  diameter:          {} hops{}\n", s.diameterHops, s.hopsExact ? "" : " (sampled sources)");
-  fmt::print("  average hops:      {:.3f}\n", s.averageHops);
+  fmt::print("  average hops:      {:.3f}{}\n", s.averageHops, s.hopsExact ? "" : " (sampled sources)");
   fmt::print("  bisection:         {} links{}\n", s.bisectionLinks, s.bisectionExact ? "" : " (upper bound)");
   fmt::print("  link latency:      {} to {} cycles\n", s.minLatencyCycles, s.maxLatencyCycles);
   fmt::print("  injection bandwidth: {:.1f} GB/s\n", s.injectionBytesPerSecond / 1e9);
+  if (cluster.description().kind == "dragonfly")
+    fmt::print("  rack bisection:    {} links, {:.2f} TB/s per direction\n", s.rackBisectionLinks,
+               s.rackBisectionBytesPerSecond / 1e12);
 }
 
 void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool json) {
+  std::map<std::string, std::int64_t> byOp;
+  for (const auto& op : graph.ops()) ++byOp[ir::opKindName(op.kind)];
+  const auto live = passes::analyzeLiveness(graph);
   if (json) {
     nlohmann::json j = {{"model", spec.describe()},
                         {"nodes", graph.ops().size()},
+                        {"nodes_by_op", byOp},
                         {"layers", graph.layerCount()},
                         {"parameters", graph.parameters()},
-                        {"flops", graph.flops()}};
+                        {"flops", graph.flops()},
+                        {"matmul_flops", graph.macFlops()},
+                        {"weight_bytes", graph.weightBytes()},
+                        {"kv_cache_bytes", graph.stateBytes()},
+                        {"peak_activation_bytes", live.peakLiveBytes}};
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("model: {}\n  nodes: {}  layers: {}  parameters: {}  flops: {}\n\n{}", spec.describe(),
-             graph.ops().size(), graph.layerCount(), graph.parameters(), graph.flops(), graph.print());
+  fmt::print("model: {}\n  nodes: {}  layers: {}  parameters: {}  flops: {} (matmul {})\n", spec.describe(),
+             graph.ops().size(), graph.layerCount(), graph.parameters(), graph.flops(), graph.macFlops());
+  fmt::print("  weight bytes: {}  KV-cache bytes: {}  peak activation bytes: {}\n  nodes by op:\n",
+             graph.weightBytes(), graph.stateBytes(), live.peakLiveBytes);
+  for (const auto& [op, count] : byOp) fmt::print("    {:<20} {}\n", op, count);
+}
+
+// "k=v[,k=v...]" of --override into integer bindings.
+Expected<std::map<std::string, std::int64_t>> parseOverrides(const std::string& text) {
+  std::map<std::string, std::int64_t> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t eq = item.find('=');
+    std::int64_t value = 0;
+    const char* first = eq == std::string::npos ? nullptr : item.data() + eq + 1;
+    auto [end, ec] = first ? std::from_chars(first, item.data() + item.size(), value)
+                           : std::from_chars_result{nullptr, std::errc::invalid_argument};
+    if (eq == std::string::npos || eq == 0 || ec != std::errc() || end != item.data() + item.size() || value < 1)
+      return makeError(ExitCode::kConfig, fmt::format("--override: '{}' is not name=positive-integer", item));
+    out[item.substr(0, eq)] = value;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The model's graph: imported or generated, then run through the pass pipeline.
+Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions& options, bool root) {
+  auto pipeline = passes::parsePipeline(options.passes.value_or(passes::defaultPipeline()));
+  if (!pipeline) return pipeline.error();
+  if (options.dumpIrAfter && *options.dumpIrAfter != "import" &&
+      std::none_of(pipeline->begin(), pipeline->end(), [&](const passes::Pass* p) { return p->name == *options.dumpIrAfter; }))
+    return makeError(ExitCode::kConfig, fmt::format("--dump-ir-after: '{}' is not 'import' or a pass of the pipeline '{}'",
+                                                    *options.dumpIrAfter, options.passes.value_or(passes::defaultPipeline())));
+  Expected<ir::Graph> graph = [&]() -> Expected<ir::Graph> {
+    if (spec.onnxPath.empty()) return frontend::buildBuiltinModel(spec);
+    frontend::ImportOptions import;
+    import.overrides = spec.overrides;
+    import.precision = spec.precision;
+    import.loadWeights = false;  // timing runs need shapes only
+    return frontend::importOnnx(spec.onnxPath, import);
+  }();
+  if (!graph) return graph.error();
+  auto dump = [&](const std::string& pass, const ir::Graph& g) {
+    if (root && options.dumpIrAfter && *options.dumpIrAfter == pass) fmt::print("// IR after {}\n{}", pass, g.print());
+  };
+  dump("import", *graph);
+  return passes::runPipeline(std::move(*graph), *pipeline, dump);
 }
 
 void describePlan(const partition::Plan& plan, bool json) {
@@ -191,12 +258,14 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describeTopology(cluster, options.json);
     return {};
   }
-  if (!config.model.onnxPath.empty())
-    return failure(modelError(config.model.onnxPath, "ONNX models are not supported by this build's front end; use a "
-                                                     "built-in model (builtin: mlp)"),
-                   root);
-  auto graph = frontend::buildBuiltinModel(config.model);
+  if (options.overrides) {
+    auto overrides = parseOverrides(*options.overrides);
+    if (!overrides) return failure(overrides.error(), root);
+    for (const auto& [k, v] : *overrides) config.model.overrides[k] = v;
+  }
+  auto graph = buildModel(config.model, options, root);
   if (!graph) return failure(graph.error(), root);
+  if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
     if (root) describeModel(config.model, *graph, options.json);
     return {};

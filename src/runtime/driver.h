@@ -22,6 +22,9 @@ struct RunOptions {
   bool quiet = false;
   std::optional<std::string> emitPrograms;
   bool compileOnly = false;
+  std::optional<std::string> passes;       ///< --passes: comma-separated pass pipeline
+  std::optional<std::string> dumpIrAfter;  ///< --dump-ir-after: "import" or a pass of the pipeline
+  std::optional<std::string> overrides;    ///< --override k=v[,k=v...]: symbolic dimension values
 };
 
 /// Result of a run: the exit code and whether this rank should print the diagnostic.

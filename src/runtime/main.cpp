@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", options.quiet, "no progress line");
   app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");
   app.add_flag("--compile-only", options.compileOnly, "stop after compiling (with --emit-programs)");
+  app.add_option("--override", options.overrides, "bind symbolic ONNX dimensions: k=v[,k=v...] (as model.overrides)");
+  app.add_option("--passes", options.passes, "graph pass pipeline, e.g. fold,cse,dce,layout,fuse (default fold,cse,dce)");
+  app.add_option("--dump-ir-after", options.dumpIrAfter, "print the IR after this pass (or 'import') to stdout");
   app.set_version_flag("--version", tsp::runtime::toolVersion());
   app.footer(
       "Exit codes: 0 success; 1 usage or config error; 2 model error; 3 does not fit; 4 hazard;\n"

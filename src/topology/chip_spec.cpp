@@ -87,12 +87,12 @@ int ChipSpec::bankOf(int address) const {
 std::string ChipSpec::canonical() const {
   return fmt::format(
       "v{};clock={};superlanes={};lanes={};vector={};queues={};streams={};ripple={};"
-      "mem={},{},{},{},{},{},{};vxm={},{};mxm={},{},{},{},{};sxm={},{};c2c={},{},{},{},{}",
+      "mem={},{},{},{},{},{},{};vxm={},{};mxm={},{},{},{},{};sxm={},{};c2c={},{},{},{},{},{},{},{}",
       kInterfaceVersion, clockMhz, superlanes, lanesPerSuperlane, vectorBytes, icuQueues, streamsPerDirection,
       rippleCycles, memSlices, banksPerSlice, addressesPerSlice, static_cast<int>(bankMapping), bankPrime,
       memReadCycles, memWriteCycles, vxmAluGroups, vxmCycles, mxmPlanes, mxmPlaneDim, mxmWeightInstallCycles,
       mxmFp16RateDivisor, mxmCycles, sxmUnits, sxmCycles, c2cPorts, c2cSendCycles, c2cReceiveCycles,
-      c2cForwardCycles, c2cFramingOverhead);
+      c2cForwardCycles, c2cFramingOverhead, c2cLanesPerLink, c2cGbpsPerLane, c2cCabledGbpsPerLane);
 }
 
 std::uint64_t ChipSpec::hash() const { return fnv1a(canonical()); }
@@ -189,7 +189,8 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
     if (!(s = readInto(reader, sxm, "cycles", spec.sxmCycles, 1, 1 << 16))) return s.error();
   }
   const YAML::Node c2c = reader.child(node, "c2c");
-  if (!(s = reader.checkKeys(c2c, {"ports", "send_cycles", "receive_cycles", "forward_cycles", "framing_overhead"},
+  if (!(s = reader.checkKeys(c2c, {"ports", "send_cycles", "receive_cycles", "forward_cycles", "framing_overhead",
+                                   "lanes_per_link", "gbps_per_lane", "cabled_gbps_per_lane"},
                              "cluster.chip.c2c")))
     return s.error();
   if (c2c) {
@@ -198,6 +199,9 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
     if (!(s = readInto(reader, c2c, "receive_cycles", spec.c2cReceiveCycles, 0, 1 << 16))) return s.error();
     if (!(s = readInto(reader, c2c, "forward_cycles", spec.c2cForwardCycles, 0, 1 << 16))) return s.error();
     if (!(s = readNumber(reader, c2c, "framing_overhead", spec.c2cFramingOverhead, 0, 0.99))) return s.error();
+    if (!(s = readInto(reader, c2c, "lanes_per_link", spec.c2cLanesPerLink, 1, 64))) return s.error();
+    if (!(s = readNumber(reader, c2c, "gbps_per_lane", spec.c2cGbpsPerLane, 1e-3, 1e4))) return s.error();
+    if (!(s = readNumber(reader, c2c, "cabled_gbps_per_lane", spec.c2cCabledGbpsPerLane, 1e-3, 1e4))) return s.error();
   }
 
   int queues = 0;

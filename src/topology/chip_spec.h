@@ -31,10 +31,10 @@ struct UnitInfo {
   int indexInKind;  ///< 0-based among units of the same kind.
 };
 
-/// The machine model of one TSP (DESIGN.md section 3). Version 1 of this interface is frozen:
-/// fields are added with a version bump, never silently re-purposed.
+/// The machine model of one TSP (DESIGN.md section 3). Fields are added with a version bump, never
+/// silently re-purposed (version 2 added the C2C lane figures).
 struct ChipSpec {
-  static constexpr int kInterfaceVersion = 1;
+  static constexpr int kInterfaceVersion = 2;
 
   std::string preset = "groq-tsp-v1";
   double clockMhz = 900.0;
@@ -76,6 +76,9 @@ struct ChipSpec {
   Cycle c2cReceiveCycles = 8;   ///< d_func of a C2C receive: serdes to stream (assumed).
   Cycle c2cForwardCycles = 12;  ///< per-hop cost of a transit chip forwarding a vector (assumed).
   double c2cFramingOverhead = 0.025;
+  int c2cLanesPerLink = 4;              ///< serdes lanes per C2C link: the default of every link.
+  double c2cGbpsPerLane = 30.0;         ///< lane rate on the board (node-local links).
+  double c2cCabledGbpsPerLane = 28.0;   ///< lane rate over a cable (dragonfly rack and system links).
 
   /// Number of functional-slice positions on the east-west axis.
   int sliceCount() const;

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +9,12 @@
 #include "topology/chip_spec.h"
 
 namespace tsp::topology {
+
+/// Which level of a hierarchical topology a link belongs to (kDirect for flat topologies).
+enum class LinkTier : std::uint8_t { kDirect, kNode, kRack, kSystem };
+
+/// "direct", "node", "rack" or "system".
+const char* linkTierName(LinkTier tier);
 
 /// One bidirectional C2C link between port portA of chip a and port portB of chip b.
 struct Link {
@@ -19,6 +24,7 @@ struct Link {
   int lanes = 4;
   double gbpsPerLane = 30.0;
   double latencyNs = 250.0;
+  LinkTier tier = LinkTier::kDirect;
   Cycle latencyCycles = 0;     ///< latencyNs at the chip clock, rounded up.
   double bytesPerCycle = 0.0;  ///< payload bandwidth per direction after framing.
 
@@ -34,13 +40,42 @@ struct Hop {
   int link;
 };
 
+/// Default link parameters applied to every generated link (and to explicit links that omit them).
+struct LinkDefaults {
+  int lanes = 4;
+  double gbpsPerLane = 30.0;
+  double latencyNs = 250.0;
+};
+
 /// The generator and its parameters, as given in the config.
 struct TopologyDescription {
   std::string kind = "ring";  ///< ring | mesh | torus | fully-connected | dragonfly | explicit
   std::vector<int> dims;      ///< mesh / torus
   int chips = 0;              ///< ring, fully-connected, explicit
-  int chipsPerNode = 8, nodesPerRack = 9, racks = 1, globalLinksPerChip = 4;  ///< dragonfly
-  int portsPerChip = 16;      ///< C2C ports of the chip, the budget the dragonfly wiring spreads
+  /// Dragonfly: chips per node, nodes per rack, racks, and rack (global) ports per chip.
+  int chipsPerNode = 8, nodesPerRack = 9, racks = 1, globalLinksPerChip = 4;
+  int portsPerChip = 16;  ///< C2C ports of the chip, the budget the dragonfly wiring spreads
+  /// Dragonfly: link parameters of each tier (node-local, rack, system).
+  LinkDefaults nodeLink, rackLink, systemLink;
+
+  /// Dragonfly: links joining every pair of nodes of a rack.
+  int linksPerNodePair() const {
+    return nodesPerRack > 1 ? globalLinksPerChip * chipsPerNode / (nodesPerRack - 1) : 0;
+  }
+  /// Dragonfly: ports per chip left for links to other racks.
+  int systemPortsPerChip() const { return portsPerChip - (chipsPerNode - 1) - globalLinksPerChip; }
+};
+
+/// Exact hop distances and next hops of one cluster; one implementation per generator.
+class Router {
+ public:
+  virtual ~Router() = default;
+  /// Minimal hop count from src to dst (-1 when unreachable).
+  virtual int distance(int src, int dst) const = 0;
+  /// The link a route from chip at (not dst) towards dst leaves on.
+  virtual int nextLink(int at, int dst) const = 0;
+  /// True when distance() holds for every pair without a breadth-first search per query.
+  virtual bool compact() const = 0;
 };
 
 /// A whole cluster: one chip spec, the links and the routes between chips. Immutable once built.
@@ -48,44 +83,48 @@ class Cluster {
  public:
   Cluster(ChipSpec chip, TopologyDescription description, int chipCount, std::vector<Link> links);
 
+  /// The chip spec shared by every chip.
   const ChipSpec& chip() const { return chip_; }
+  /// The generator and parameters the cluster came from.
   const TopologyDescription& description() const { return description_; }
+  /// Number of chips; chip ids are 0 to chipCount() - 1.
   int chipCount() const { return chipCount_; }
+  /// Every link, indexed by link id.
   const std::vector<Link>& links() const { return links_; }
   /// The links of chip, as (port, link id), sorted by port.
   const std::vector<std::pair<int, int>>& linksOf(int chip) const { return adjacency_[chip]; }
   /// The link on port of chip, or -1 when the port is unconnected.
   int linkAt(int chip, int port) const;
 
-  /// Minimal route from src to dst (empty when src == dst); ties broken by lowest chip id.
+  /// Minimal route from src to dst (empty when src == dst): dimension order on mesh and torus,
+  /// otherwise at each chip the minimal next hop towards the lowest chip id.
   std::vector<Hop> route(int src, int dst) const;
+  /// Minimal hop count between two chips, exact and without all-pairs tables.
+  int hops(int src, int dst) const { return router_->distance(src, dst); }
   /// Hop counts from src to every chip (breadth-first, minimal).
   std::vector<int> hopsFrom(int src) const;
   /// Cycles for one vector to travel a route: link latencies plus forwarding at transit chips.
   Cycle routeLatency(const std::vector<Hop>& route) const;
+  /// Cycles of the route from src to dst.
+  Cycle routeLatency(int src, int dst) const { return routeLatency(route(src, dst)); }
+  /// Dense hop matrix (row src, column dst); for clusters up to maxChips chips, else empty.
+  std::vector<std::vector<int>> hopMatrix(int maxChips = 4096) const;
+  /// Dense route-latency matrix in cycles; for clusters up to maxChips chips, else empty.
+  std::vector<std::vector<Cycle>> latencyMatrix(int maxChips = 4096) const;
   /// Smallest link latency in cycles.
   Cycle minLinkLatency() const;
   /// True when every chip can reach every other.
   bool connected() const;
+  /// The routing engine (exact distances, next hops).
+  const Router& router() const { return *router_; }
 
  private:
-  const std::vector<int>& parentsTowards(int dst) const;
-
   ChipSpec chip_;
   TopologyDescription description_;
   int chipCount_;
   std::vector<Link> links_;
   std::vector<std::vector<std::pair<int, int>>> adjacency_;
-  // Breadth-first trees towards each destination, built on first use (routing is cheap to ask
-  // for a few destinations and must not cost all-pairs memory on a 10,440-chip system).
-  mutable std::map<int, std::vector<int>> parentLinkTowards_;
-};
-
-/// Default link parameters applied to every generated link.
-struct LinkDefaults {
-  int lanes = 4;
-  double gbpsPerLane = 30.0;
-  double latencyNs = 250.0;
+  std::shared_ptr<const Router> router_;  // immutable, shared by copies of the cluster
 };
 
 /// The link list of a generator (no explicit links): ring, mesh, torus, fully-connected, dragonfly.
@@ -101,12 +140,16 @@ struct TopologySummary {
   int links = 0;
   int minDegree = 0, maxDegree = 0;
   int diameterHops = 0;
-  double averageHops = 0.0;
+  double averageHops = 0.0;    ///< over ordered pairs of distinct chips
   bool hopsExact = true;       ///< false when hop figures were sampled from a subset of sources
   std::int64_t bisectionLinks = 0;
   bool bisectionExact = true;  ///< false when bisection is a heuristic upper bound
   Cycle minLatencyCycles = 0, maxLatencyCycles = 0;
   double injectionBytesPerSecond = 0.0;  ///< sum over chips of their links' outgoing bandwidth
+  /// Dragonfly only: the cut between two halves of one rack inside the system (local, rack and
+  /// system links of one half), in links and in payload bytes per second in one direction.
+  std::int64_t rackBisectionLinks = 0;
+  double rackBisectionBytesPerSecond = 0.0;
 };
 
 /// Computes the summary figures of a cluster.

@@ -33,13 +33,14 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
 
   const YAML::Node linkNode = reader.child(node, "link");
   if (auto s = reader.checkKeys(linkNode, kLinkKeys, "cluster.link"); !s) return s.error();
-  auto defaults = readLinkFields(reader, linkNode, LinkDefaults{});
+  // The chip's serdes figures are the defaults of every link.
+  auto defaults = readLinkFields(reader, linkNode, LinkDefaults{chip->c2cLanesPerLink, chip->c2cGbpsPerLane, 250.0});
   if (!defaults) return defaults.error();
 
   const YAML::Node topo = reader.child(node, "topology");
   if (!topo || !topo.IsMap()) return reader.error(reader.either(topo, node), "'cluster.topology' must be a mapping with a 'kind'");
   if (auto s = reader.checkKeys(topo, {"kind", "chips", "dims", "chips_per_node", "nodes_per_rack", "racks",
-                                       "global_links_per_chip", "links"},
+                                       "global_links_per_chip", "node_link", "rack_link", "system_link", "links"},
                                 "cluster.topology");
       !s)
     return s.error();
@@ -79,11 +80,40 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
     description.nodesPerRack = static_cast<int>(*perRack);
     description.racks = static_cast<int>(*racks);
     description.globalLinksPerChip = static_cast<int>(*global);
+    // Node-local links are on the board; rack and system links are cabled, at the cabled lane rate.
+    LinkDefaults cabled = *defaults;
+    if (const YAML::Node given = reader.child(linkNode, "gbps_per_lane"); !given || given.IsNull())
+      cabled.gbpsPerLane = chip->c2cCabledGbpsPerLane;
+    const std::pair<const char*, LinkDefaults> tiers[] = {{"node_link", *defaults}, {"rack_link", cabled}, {"system_link", cabled}};
+    LinkDefaults* targets[] = {&description.nodeLink, &description.rackLink, &description.systemLink};
+    for (int t = 0; t < 3; ++t) {
+      const YAML::Node tierNode = reader.child(topo, tiers[t].first);
+      if (auto s = reader.checkKeys(tierNode, kLinkKeys, fmt::format("cluster.topology.{}", tiers[t].first)); !s)
+        return s.error();
+      auto fields = readLinkFields(reader, tierNode, tiers[t].second);
+      if (!fields) return fields.error();
+      *targets[t] = *fields;
+    }
   }
+  // Size limits: chip ids are ints, and the dragonfly's hop table holds one byte per (chip of a rack, chip).
+  std::int64_t total = description.chips;
+  if (*kind == "mesh" || *kind == "torus") {
+    total = 1;
+    for (int k : description.dims) total *= k;
+  }
+  std::int64_t limit = kMaxChips;
+  if (*kind == "dragonfly") {
+    const std::int64_t perRack = std::int64_t{description.chipsPerNode} * description.nodesPerRack;
+    total = perRack * description.racks;
+    limit = std::min<std::int64_t>(kMaxChips, (std::int64_t{1} << 28) / perRack);
+  }
+  if (total > limit)
+    return reader.error(topo, fmt::format("the '{}' topology has {} chips, more than the {} this build supports", *kind,
+                                          total, limit));
   if (*kind == "explicit") {
     chipCount = description.chips;
     const YAML::Node list = reader.child(topo, "links");
-    if (list && !list.IsSequence()) return reader.error(list, "'links' must be a list of {a, b} entries");
+    if (list && !list.IsNull() && !list.IsSequence()) return reader.error(list, "'links' must be a list of {a, b} entries");
     std::vector<int> nextPort(chipCount, 0);
     for (const auto& entry : list) {
       if (auto s = reader.checkKeys(entry, {"a", "b", "lanes", "gbps_per_lane", "latency_ns"},

@@ -1,9 +1,13 @@
 // The `model:` section and the --model argument.
 #include "compile/frontend/model_config.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "compile/frontend/builtin_models.h"
 #include "topology/yaml_reader.h"
 
 namespace tsp::frontend {
@@ -20,7 +24,7 @@ Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML
   if (!node || node.IsNull()) return configError({reader.file(), 0, 0, ""}, "missing 'model' section");
   if (auto s = reader.checkKeys(node, {"onnx", "builtin", "params", "overrides", "precision"}, "model"); !s)
     return s.error();
-  auto builtin = reader.text(node, "builtin", "", {"mlp"});
+  auto builtin = reader.text(node, "builtin", "", builtinModelNames());
   if (!builtin) return builtin.error();
   auto onnx = reader.text(node, "onnx", "");
   if (!onnx) return onnx.error();
@@ -85,8 +89,10 @@ Expected<ModelSpec> parseModelArgument(const std::string& argument, ModelSpec ba
     base.params[item.substr(0, eq)] = item.substr(eq + 1);
     comma = next;
   }
-  if (base.builtin != "mlp")
-    return makeError(ExitCode::kConfig, fmt::format("--model: unknown built-in model '{}' (available: mlp)", base.builtin));
+  const auto& names = builtinModelNames();
+  if (std::find(names.begin(), names.end(), base.builtin) == names.end())
+    return makeError(ExitCode::kConfig, fmt::format("--model: unknown built-in model '{}' (available: {})", base.builtin,
+                                                    fmt::join(names, ", ")));
   return base;
 }
 

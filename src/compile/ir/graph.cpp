@@ -1,10 +1,11 @@
-// The graph IR: construction, shape inference, printing and whole-graph figures.
+// The graph IR: construction, names of kinds and dtypes, attributes and whole-graph figures.
 #include "compile/ir/graph.h"
 
 #include <algorithm>
+#include <array>
+#include <cassert>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 namespace tsp::ir {
 
@@ -12,7 +13,7 @@ int dtypeBytes(DType type) {
   switch (type) {
     case DType::kF32: case DType::kI32: return 4;
     case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI8: return 1;
+    case DType::kI8: case DType::kBool: return 1;
     case DType::kI64: return 8;
   }
   return 1;
@@ -26,26 +27,85 @@ const char* dtypeName(DType type) {
     case DType::kI8: return "int8";
     case DType::kI32: return "int32";
     case DType::kI64: return "int64";
+    case DType::kBool: return "bool";
   }
   return "?";
 }
 
 Expected<DType> parseDType(const std::string& text) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kI32, DType::kI64})
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kI32, DType::kI64, DType::kBool})
     if (text == dtypeName(t)) return t;
   return makeError(ExitCode::kModel, fmt::format("unknown dtype '{}'", text));
 }
 
+bool isFloat(DType type) { return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16; }
+
+namespace {
+
+constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames = {
+    "Input", "Weight",
+    "MatMul", "Gemm", "Conv",
+    "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Where",
+    "Relu", "Gelu", "Tanh", "Sigmoid", "Exp", "Sqrt", "Erf",
+    "Softmax", "LayerNormalization", "BatchNormalization", "ReduceMean", "ReduceSum", "ReduceMax",
+    "Reshape", "Transpose", "Flatten", "Concat", "Split", "Slice", "Gather", "Unsqueeze", "Squeeze", "Cast", "Expand",
+    "Identity",
+    "MaxPool", "AveragePool", "GlobalAveragePool",
+    "Shape", "ConstantOfShape", "Range",
+    "AllReduce", "AllGather", "ReduceScatter", "Send", "Recv",
+    "FusedMatMul", "FusedElementwise"};
+
+}  // namespace
+
 const char* opKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kInput: return "Input";
-    case OpKind::kWeight: return "Weight";
-    case OpKind::kMatMul: return "MatMul";
-    case OpKind::kAdd: return "Add";
-    case OpKind::kRelu: return "Relu";
-    case OpKind::kGelu: return "Gelu";
-  }
-  return "?";
+  const auto index = static_cast<size_t>(kind);
+  return index < kOpNames.size() ? kOpNames[index] : "?";
+}
+
+std::optional<OpKind> parseOpKind(const std::string& text) {
+  for (size_t i = 0; i < kOpNames.size(); ++i)
+    if (text == kOpNames[i]) return static_cast<OpKind>(i);
+  return std::nullopt;
+}
+
+bool hasSideEffects(OpKind kind) {
+  return kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kAllReduce ||
+         kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+}
+
+bool isMacOp(OpKind kind) {
+  return kind == OpKind::kMatMul || kind == OpKind::kGemm || kind == OpKind::kConv || kind == OpKind::kFusedMatMul;
+}
+
+std::int64_t Op::intAttr(const std::string& key, std::int64_t fallback) const {
+  auto found = attrs.find(key);
+  if (found == attrs.end()) return fallback;
+  if (auto* i = std::get_if<std::int64_t>(&found->second)) return *i;
+  if (auto* f = std::get_if<double>(&found->second)) return static_cast<std::int64_t>(*f);
+  return fallback;
+}
+
+double Op::floatAttr(const std::string& key, double fallback) const {
+  auto found = attrs.find(key);
+  if (found == attrs.end()) return fallback;
+  if (auto* f = std::get_if<double>(&found->second)) return *f;
+  if (auto* i = std::get_if<std::int64_t>(&found->second)) return static_cast<double>(*i);
+  return fallback;
+}
+
+std::vector<std::int64_t> Op::intsAttr(const std::string& key, std::vector<std::int64_t> fallback) const {
+  auto found = attrs.find(key);
+  if (found == attrs.end()) return fallback;
+  if (auto* v = std::get_if<std::vector<std::int64_t>>(&found->second)) return *v;
+  if (auto* i = std::get_if<std::int64_t>(&found->second)) return {*i};
+  return fallback;
+}
+
+std::string Op::stringAttr(const std::string& key, const std::string& fallback) const {
+  auto found = attrs.find(key);
+  if (found == attrs.end()) return fallback;
+  if (auto* s = std::get_if<std::string>(&found->second)) return *s;
+  return fallback;
 }
 
 std::int64_t Tensor::elements() const {
@@ -54,76 +114,90 @@ std::int64_t Tensor::elements() const {
   return n;
 }
 
-TensorId Graph::addTensor(const std::string& name, std::vector<std::int64_t> shape, DType dtype, OpId producer) {
+TensorId Graph::addTensor(const std::string& name, std::vector<std::int64_t> shape, DType dtype, OpId producer,
+                          TensorRole role) {
   Tensor t;
   t.name = name;
   t.shape = std::move(shape);
   t.dtype = dtype;
   t.producer = producer;
+  t.role = role;
   tensors_.push_back(std::move(t));
-  return static_cast<TensorId>(tensors_.size() - 1);
+  const auto id = static_cast<TensorId>(tensors_.size() - 1);
+  byName_.emplace(name, id);
+  return id;
 }
 
 TensorId Graph::addInput(const std::string& name, std::vector<std::int64_t> shape, DType dtype) {
-  const TensorId id = addTensor(name, std::move(shape), dtype, -1);
+  const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kInput);
   inputs_.push_back(id);
   return id;
 }
 
-TensorId Graph::addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype) {
-  const TensorId id = addTensor(name, std::move(shape), dtype, -1);
+TensorId Graph::addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
+                          std::shared_ptr<const std::vector<double>> data) {
+  const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kWeight);
+  tensors_[id].data = std::move(data);
   weights_.push_back(id);
   return id;
 }
 
+TensorId Graph::addConstant(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
+                            std::shared_ptr<const std::vector<double>> data) {
+  const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kConstant);
+  assert(data && static_cast<std::int64_t>(data->size()) == tensors_[id].elements() && "one value per element");
+  tensors_[id].data = std::move(data);
+  constants_.push_back(id);
+  return id;
+}
+
+TensorId Graph::addState(const std::string& name, std::vector<std::int64_t> shape, DType dtype) {
+  const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kState);
+  states_.push_back(id);
+  return id;
+}
+
 Expected<TensorId> Graph::addOp(OpKind kind, const std::string& name, std::vector<TensorId> inputs, int layer) {
+  return addOp(kind, name, std::move(inputs), Attrs{}, layer);
+}
+
+Expected<TensorId> Graph::addOp(OpKind kind, const std::string& name, std::vector<TensorId> inputs, Attrs attrs,
+                                int layer) {
+  auto outs = addMultiOp(kind, name, std::move(inputs), std::move(attrs), layer);
+  if (!outs) return outs.error();
+  if (outs->empty()) return modelError(name, fmt::format("{} has no output", opKindName(kind)));
+  return outs->front();
+}
+
+Expected<std::vector<TensorId>> Graph::addMultiOp(OpKind kind, const std::string& name, std::vector<TensorId> inputs,
+                                                  Attrs attrs, int layer, std::vector<std::string> outputNames) {
   for (TensorId in : inputs)
     if (in < 0 || in >= static_cast<TensorId>(tensors_.size()))
       return modelError(name, "input tensor does not exist");
-  std::vector<std::int64_t> shape;
-  const DType dtype = tensors_[inputs.at(0)].dtype;
-  switch (kind) {
-    case OpKind::kMatMul: {
-      if (inputs.size() != 2) return modelError(name, "MatMul takes 2 inputs");
-      const auto& a = tensors_[inputs[0]].shape;
-      const auto& b = tensors_[inputs[1]].shape;
-      if (a.size() < 2 || b.size() != 2) return modelError(name, "MatMul needs a [..,M,K] x [K,N] pair");
-      if (a.back() != b[0])
-        return modelError(name, fmt::format("MatMul inner dimensions differ: {} vs {}", a.back(), b[0]));
-      shape = a;
-      shape.back() = b[1];
-      break;
-    }
-    case OpKind::kAdd: {
-      if (inputs.size() != 2) return modelError(name, "Add takes 2 inputs");
-      const auto& a = tensors_[inputs[0]].shape;
-      const auto& b = tensors_[inputs[1]].shape;
-      // Numpy-style broadcasting from the right.
-      const size_t rank = std::max(a.size(), b.size());
-      shape.assign(rank, 1);
-      for (size_t i = 0; i < rank; ++i) {
-        const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-        const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-        if (da != db && da != 1 && db != 1)
-          return modelError(name, fmt::format("Add shapes do not broadcast: [{}] and [{}]", fmt::join(a, ","),
-                                              fmt::join(b, ",")));
-        shape[i] = std::max(da, db);
-      }
-      break;
-    }
-    case OpKind::kRelu:
-    case OpKind::kGelu:
-      if (inputs.size() != 1) return modelError(name, fmt::format("{} takes 1 input", opKindName(kind)));
-      shape = tensors_[inputs[0]].shape;
-      break;
-    default:
-      return modelError(name, "not an op kind that computes");
-  }
+  if (kind == OpKind::kInput || kind == OpKind::kWeight || kind == OpKind::kCount)
+    return modelError(name, "not an op kind that computes");
+  auto types = inferTypes(*this, kind, name, inputs, attrs);
+  if (!types) return types.error();
   const OpId opId = static_cast<OpId>(ops_.size());
-  const TensorId out = addTensor(name + ".out", shape, dtype, opId);
-  for (TensorId in : inputs) tensors_[in].users.push_back(opId);
-  ops_.push_back(Op{kind, name, std::move(inputs), {out}, {}, layer});
-  return out;
+  std::vector<TensorId> outs;
+  for (size_t i = 0; i < types->size(); ++i) {
+    std::string outName = i < outputNames.size() && !outputNames[i].empty()
+                              ? outputNames[i]
+                              : (i == 0 ? name + ".out" : fmt::format("{}.out{}", name, i));
+    outs.push_back(addTensor(outName, std::move((*types)[i].shape), (*types)[i].dtype, opId, TensorRole::kActivation));
+  }
+  for (TensorId in : inputs) {
+    auto& users = tensors_[in].users;
+    if (users.empty() || users.back() != opId) users.push_back(opId);
+  }
+  ops_.push_back(Op{kind, name, std::move(inputs), outs, std::move(attrs), layer});
+  return outs;
+}
+
+std::optional<TensorId> Graph::findTensor(const std::string& name) const {
+  auto found = byName_.find(name);
+  if (found == byName_.end()) return std::nullopt;
+  return found->second;
 }
 
 int Graph::layerCount() const {
@@ -140,28 +214,88 @@ std::int64_t Graph::parameters() const {
 
 std::int64_t Graph::flops() const {
   std::int64_t total = 0;
-  for (const auto& op : ops_) {
-    const auto& out = tensors_[op.outputs[0]];
-    if (op.kind == OpKind::kMatMul) total += 2 * out.elements() * tensors_[op.inputs[1]].shape[0];
-    else total += out.elements();
-  }
+  for (const auto& op : ops_) total += opFlops(*this, op);
   return total;
 }
 
-std::string Graph::print() const {
-  std::string text;
-  auto describe = [&](TensorId id) {
-    const auto& t = tensors_[id];
-    return fmt::format("%{}: {}[{}]", t.name, dtypeName(t.dtype), fmt::join(t.shape, "x"));
-  };
-  for (TensorId w : weights_) text += fmt::format("weight {}\n", describe(w));
-  for (const auto& op : ops_) {
-    std::vector<std::string> ins;
-    for (TensorId in : op.inputs) ins.push_back("%" + tensors_[in].name);
-    text += fmt::format("{} = {} {}  // layer {}\n", describe(op.outputs[0]), opKindName(op.kind), fmt::join(ins, ", "),
-                        op.layer);
+std::int64_t Graph::macFlops() const {
+  std::int64_t total = 0;
+  for (const auto& op : ops_)
+    if (isMacOp(op.kind)) total += opFlops(*this, op);
+  return total;
+}
+
+std::int64_t Graph::weightBytes() const {
+  std::int64_t n = 0;
+  for (TensorId w : weights_) n += tensors_[w].bytes();
+  for (TensorId c : constants_) n += tensors_[c].bytes();
+  return n;
+}
+
+std::int64_t Graph::stateBytes() const {
+  std::int64_t n = 0;
+  for (TensorId s : states_) n += tensors_[s].bytes();
+  return n;
+}
+
+std::int64_t opFlops(const Graph& graph, const Op& op) {
+  auto elements = [&](TensorId t) { return graph.tensor(t).elements(); };
+  const std::int64_t out = op.outputs.empty() ? 0 : elements(op.outputs[0]);
+  switch (op.kind) {
+    case OpKind::kMatMul: {
+      const auto& a = graph.tensor(op.inputs[0]).shape;
+      return 2 * out * (a.empty() ? 1 : a.back());
+    }
+    case OpKind::kFusedMatMul: {
+      const auto& a = graph.tensor(op.inputs[0]).shape;
+      const std::int64_t epilogue = (op.inputs.size() > 2 ? out : 0) + (op.hasAttr("activation") ? out : 0);
+      return 2 * out * (a.empty() ? 1 : a.back()) + epilogue;
+    }
+    case OpKind::kGemm: {
+      const auto& a = graph.tensor(op.inputs[0]).shape;
+      const std::int64_t k = op.intAttr("transA", 0) ? a[0] : a[1];
+      return 2 * out * k + (op.inputs.size() > 2 ? out : 0);
+    }
+    case OpKind::kConv: {
+      const auto& w = graph.tensor(op.inputs[1]).shape;
+      std::int64_t perOutput = 1;
+      for (size_t i = 1; i < w.size(); ++i) perOutput *= w[i];
+      return 2 * out * perOutput + (op.inputs.size() > 2 ? out : 0);
+    }
+    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
+    case OpKind::kEqual: case OpKind::kWhere: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kTanh:
+    case OpKind::kSigmoid: case OpKind::kExp: case OpKind::kSqrt: case OpKind::kErf:
+      return out;
+    case OpKind::kFusedElementwise:
+      return out * static_cast<std::int64_t>(op.intsAttr("steps").size() / 3);
+    case OpKind::kSoftmax: case OpKind::kLayerNormalization:
+      return 5 * out;
+    case OpKind::kBatchNormalization:
+      return 2 * out;
+    case OpKind::kReduceMean: case OpKind::kReduceSum: case OpKind::kReduceMax: case OpKind::kAllReduce:
+    case OpKind::kReduceScatter: case OpKind::kGlobalAveragePool:
+      return elements(op.inputs[0]);
+    case OpKind::kMaxPool: case OpKind::kAveragePool: {
+      std::int64_t window = 1;
+      for (auto k : op.intsAttr("kernel_shape")) window *= k;
+      return out * window;
+    }
+    default:
+      return 0;
   }
-  return text;
+}
+
+std::optional<std::vector<std::int64_t>> broadcastShapes(const std::vector<std::int64_t>& a,
+                                                         const std::vector<std::int64_t>& b) {
+  const size_t rank = std::max(a.size(), b.size());
+  std::vector<std::int64_t> shape(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    shape[i] = da == 1 ? db : da;
+  }
+  return shape;
 }
 
 }  // namespace tsp::ir

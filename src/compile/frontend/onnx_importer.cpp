@@ -1,0 +1,789 @@
+// The ONNX importer: initializers (inline or external), inputs with bound dimensions, nodes in
+// topological order, shape inputs turned into attributes and shape subgraphs folded to constants.
+#include "compile/frontend/onnx_importer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <queue>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <onnx/onnx_pb.h>
+
+namespace tsp::frontend {
+
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using ir::TensorId;
+using Shape = std::vector<std::int64_t>;
+using Data = std::shared_ptr<const std::vector<double>>;
+
+constexpr int kMinOpset = 13;
+constexpr int kMaxOpset = 17;
+// Folded results larger than this stay ops: a constant of this size is a tensor, not a shape.
+constexpr std::int64_t kMaxFoldElements = std::int64_t{1} << 22;
+
+std::optional<DType> dtypeOf(int onnxType) {
+  switch (onnxType) {
+    case onnx::TensorProto::FLOAT: return DType::kF32;
+    case onnx::TensorProto::FLOAT16: return DType::kF16;
+    case onnx::TensorProto::BFLOAT16: return DType::kBF16;
+    case onnx::TensorProto::INT8: return DType::kI8;
+    case onnx::TensorProto::INT32: return DType::kI32;
+    case onnx::TensorProto::INT64: return DType::kI64;
+    case onnx::TensorProto::BOOL: return DType::kBool;
+    default: return std::nullopt;
+  }
+}
+
+std::string onnxTypeName(int onnxType) {
+  return onnx::TensorProto_DataType_IsValid(onnxType)
+             ? onnx::TensorProto_DataType_Name(static_cast<onnx::TensorProto_DataType>(onnxType))
+             : fmt::format("type {}", onnxType);
+}
+
+double halfToDouble(std::uint16_t h) {
+  const int sign = h >> 15, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+  double v;
+  if (exponent == 0) v = std::ldexp(mantissa, -24);
+  else if (exponent == 31) v = mantissa ? std::nan("") : HUGE_VAL;
+  else v = std::ldexp(mantissa + 1024, exponent - 25);
+  return sign ? -v : v;
+}
+
+double bf16ToDouble(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Decodes little-endian raw bytes of an ONNX tensor into doubles.
+Expected<std::vector<double>> decodeRaw(const std::string& raw, int onnxType, std::int64_t elements,
+                                        const std::string& what) {
+  auto dtype = dtypeOf(onnxType);
+  if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(onnxType)));
+  const int width = ir::dtypeBytes(*dtype);
+  if (static_cast<std::int64_t>(raw.size()) != elements * width)
+    return modelError(what, fmt::format("tensor data has {} bytes, its shape needs {}", raw.size(), elements * width));
+  std::vector<double> out(static_cast<size_t>(elements));
+  const char* p = raw.data();
+  for (std::int64_t i = 0; i < elements; ++i, p += width) {
+    switch (*dtype) {
+      case DType::kF32: { float f; std::memcpy(&f, p, 4); out[i] = f; break; }
+      case DType::kF16: { std::uint16_t h; std::memcpy(&h, p, 2); out[i] = halfToDouble(h); break; }
+      case DType::kBF16: { std::uint16_t h; std::memcpy(&h, p, 2); out[i] = bf16ToDouble(h); break; }
+      case DType::kI8: out[i] = static_cast<std::int8_t>(*p); break;
+      case DType::kI32: { std::int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
+      case DType::kI64: { std::int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<double>(v); break; }
+      case DType::kBool: out[i] = *p != 0; break;
+    }
+  }
+  return out;
+}
+
+std::int64_t elementsOf(const onnx::TensorProto& t) {
+  std::int64_t n = 1;
+  for (auto d : t.dims()) n *= d;
+  return n;
+}
+
+// Values of a TensorProto: inline (raw or typed fields) or from its external file. Returns
+// nullptr when the data is external and the file is absent or loading was not asked for.
+Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
+                            const std::string& what) {
+  const std::int64_t n = elementsOf(t);
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    if (!load) return Data{};
+    std::string location;
+    std::int64_t offset = 0, length = -1;
+    for (const auto& entry : t.external_data()) {
+      if (entry.key() == "location") location = entry.value();
+      if (entry.key() == "offset") offset = std::stoll(entry.value());
+      if (entry.key() == "length") length = std::stoll(entry.value());
+    }
+    const auto file = dir / location;
+    std::ifstream in(file, std::ios::binary);
+    if (location.empty() || !in) return Data{};
+    auto dtype = dtypeOf(t.data_type());
+    if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
+    if (length < 0) length = n * ir::dtypeBytes(*dtype);
+    std::string raw(static_cast<size_t>(length), '\0');
+    in.seekg(offset);
+    in.read(raw.data(), length);
+    if (!in) return modelError(what, fmt::format("external data {} is shorter than offset {} + length {}", file.string(),
+                                                 offset, length));
+    auto values = decodeRaw(raw, t.data_type(), n, what);
+    if (!values) return values.error();
+    return std::make_shared<const std::vector<double>>(std::move(*values));
+  }
+  if (!t.raw_data().empty()) {
+    auto values = decodeRaw(t.raw_data(), t.data_type(), n, what);
+    if (!values) return values.error();
+    return std::make_shared<const std::vector<double>>(std::move(*values));
+  }
+  std::vector<double> values;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: values.assign(t.float_data().begin(), t.float_data().end()); break;
+    case onnx::TensorProto::INT64: for (auto v : t.int64_data()) values.push_back(static_cast<double>(v)); break;
+    case onnx::TensorProto::INT32: case onnx::TensorProto::INT8: case onnx::TensorProto::BOOL:
+      values.assign(t.int32_data().begin(), t.int32_data().end());
+      break;
+    case onnx::TensorProto::FLOAT16:
+      for (auto v : t.int32_data()) values.push_back(halfToDouble(static_cast<std::uint16_t>(v)));
+      break;
+    case onnx::TensorProto::BFLOAT16:
+      for (auto v : t.int32_data()) values.push_back(bf16ToDouble(static_cast<std::uint16_t>(v)));
+      break;
+    default:
+      return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
+  }
+  if (static_cast<std::int64_t>(values.size()) != n)
+    return modelError(what, fmt::format("tensor has {} values, its shape needs {}", values.size(), n));
+  return std::make_shared<const std::vector<double>>(std::move(values));
+}
+
+// The layer of a node from a block index in its name ("/model/layers.3/...", "h.11", "blocks_2").
+std::optional<int> blockIndexOf(const std::string& name) {
+  static const std::set<std::string> kBlockWords = {"layers", "layer", "h", "blocks", "block"};
+  std::vector<std::string> parts;
+  std::string current;
+  for (char c : name) {
+    if (c == '/' || c == '.' || c == ':') {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  parts.push_back(current);
+  auto number = [](const std::string& s) -> std::optional<int> {
+    if (s.empty() || s.size() > 6 || !std::all_of(s.begin(), s.end(), ::isdigit)) return std::nullopt;
+    return std::stoi(s);
+  };
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (kBlockWords.count(parts[i]) && i + 1 < parts.size())
+      if (auto n = number(parts[i + 1])) return n;
+    const auto underscore = parts[i].rfind('_');
+    if (underscore != std::string::npos && kBlockWords.count(parts[i].substr(0, underscore)))
+      if (auto n = number(parts[i].substr(underscore + 1))) return n;
+  }
+  return std::nullopt;
+}
+
+// Explicit pads for an auto_pad mode (SAME_UPPER, SAME_LOWER, VALID) over the spatial dims.
+Shape resolveAutoPad(const std::string& mode, const Shape& in, const Shape& kernel, const Shape& strides,
+                     const Shape& dilations) {
+  const size_t n = kernel.size();
+  Shape pads(2 * n, 0);
+  if (mode != "SAME_UPPER" && mode != "SAME_LOWER") return pads;
+  for (size_t i = 0; i < n; ++i) {
+    const std::int64_t out = (in[i] + strides[i] - 1) / strides[i];
+    const std::int64_t total = std::max<std::int64_t>(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in[i]);
+    const std::int64_t small = total / 2;
+    pads[i] = mode == "SAME_UPPER" ? small : total - small;
+    pads[n + i] = total - pads[i];
+  }
+  return pads;
+}
+
+class Importer {
+ public:
+  Importer(const onnx::ModelProto& model, std::filesystem::path dir, std::string file, const ImportOptions& options)
+      : model_(model), dir_(std::move(dir)), file_(std::move(file)), options_(options) {}
+
+  Expected<ir::Graph> run() {
+    if (auto s = checkOpset(); !s) return s.error();
+    const auto& g = model_.graph();
+    for (const auto& init : g.initializer())
+      if (auto s = addInitializer(init); !s) return s.error();
+    for (const auto& input : g.input())
+      if (auto s = addInput(input); !s) return s.error();
+    auto order = topologicalOrder();
+    if (!order) return order.error();
+    assignLayers(*order);
+    for (int index : *order)
+      if (auto s = addNode(g.node(index), layer_[index]); !s) return s.error();
+    for (const auto& output : g.output()) {
+      auto id = lookup(output.name());
+      if (!id) return modelError(output.name(), "graph output is not produced by any node");
+      graph_.markOutput(*id);
+    }
+    return std::move(graph_);
+  }
+
+ private:
+  Status checkOpset() {
+    bool found = false;
+    for (const auto& opset : model_.opset_import()) {
+      if (!opset.domain().empty() && opset.domain() != "ai.onnx") continue;
+      found = true;
+      opset_ = static_cast<int>(opset.version());
+    }
+    if (!found) return modelError(file_, "the model imports no ONNX opset");
+    if (opset_ < kMinOpset || opset_ > kMaxOpset)
+      return modelError(file_, fmt::format("opset {} is not supported (supported: {} to {})", opset_, kMinOpset,
+                                           kMaxOpset));
+    return {};
+  }
+
+  // Float storage dtype of imported FP32 tensors: the configured precision, or FP32.
+  DType storage(DType dtype, bool weight) const {
+    if (dtype != DType::kF32 || !options_.precision) return dtype;
+    return weight ? options_.precision->weights : options_.precision->activations;
+  }
+
+  Status addInitializer(const onnx::TensorProto& t) {
+    auto dtype = dtypeOf(t.data_type());
+    if (!dtype)
+      return modelError(t.name(), fmt::format("initializer type {} is not supported", onnxTypeName(t.data_type())));
+    const Shape shape(t.dims().begin(), t.dims().end());
+    const bool parameter = ir::isFloat(*dtype) || *dtype == DType::kI8;
+    auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name());
+    if (!data) return data.error();
+    if (parameter) {
+      initializers_.insert(t.name());
+      return bindName(t.name(), graph_.addWeight(t.name(), shape, storage(*dtype, true), *data));
+    }
+    if (!*data) return modelError(t.name(), "integer initializer has no data (its external file is missing)");
+    initializers_.insert(t.name());
+    return bindName(t.name(), graph_.addConstant(t.name(), shape, *dtype, *data));
+  }
+
+  Status addInput(const onnx::ValueInfoProto& input) {
+    if (initializers_.count(input.name())) return {};
+    const std::string& name = input.name();
+    if (!input.type().has_tensor_type()) return modelError(name, "graph input is not a tensor");
+    const auto& tt = input.type().tensor_type();
+    auto dtype = dtypeOf(tt.elem_type());
+    if (!dtype)
+      return modelError(name, fmt::format("graph input type {} is not supported", onnxTypeName(tt.elem_type())));
+    auto known = options_.constantInputs.find(name);
+    if (known != options_.constantInputs.end()) {
+      return bindName(name, graph_.addConstant(name, known->second.shape, *dtype,
+                                               std::make_shared<const std::vector<double>>(known->second.data)));
+    }
+    Shape shape;
+    for (int i = 0; i < tt.shape().dim_size(); ++i) {
+      const auto& dim = tt.shape().dim(i);
+      if (dim.has_dim_value()) {
+        shape.push_back(dim.dim_value());
+        continue;
+      }
+      const std::string symbol = dim.has_dim_param() ? dim.dim_param() : "";
+      auto bound = options_.overrides.find(symbol);
+      if (symbol.empty() || bound == options_.overrides.end())
+        return modelError(name, fmt::format("dimension {} of input '{}' is dynamic ({}) and has no value{}; bind it "
+                                            "with --override {}=N{}",
+                                            i, name, symbol.empty() ? "unnamed" : "'" + symbol + "'", firstUser(name),
+                                            symbol.empty() ? "NAME" : symbol,
+                                            symbol.empty() ? " after naming it in the model" : ""));
+      shape.push_back(bound->second);
+    }
+    // Index inputs are narrowed to INT32, the widest integer the chip computes with.
+    const DType stored = *dtype == DType::kI64 ? DType::kI32 : storage(*dtype, false);
+    return bindName(name, graph_.addInput(name, shape, stored));
+  }
+
+  // " (used by node N, op T, opset V)" for the first node reading tensor, or "".
+  std::string firstUser(const std::string& tensor) const {
+    for (int i = 0; i < model_.graph().node_size(); ++i) {
+      const auto& node = model_.graph().node(i);
+      for (const auto& in : node.input())
+        if (in == tensor) return fmt::format(" (used by node '{}', op {}, opset {})", nodeName(node, i), node.op_type(), opset_);
+    }
+    return "";
+  }
+
+  static std::string nodeName(const onnx::NodeProto& node, int index) {
+    if (!node.name().empty()) return node.name();
+    return fmt::format("{}_{}", node.op_type(), index);
+  }
+
+  Status bindName(const std::string& name, TensorId id) {
+    byName_[name] = id;
+    return {};
+  }
+
+  std::optional<TensorId> lookup(const std::string& name) const {
+    auto found = byName_.find(name);
+    if (found == byName_.end()) return std::nullopt;
+    return found->second;
+  }
+
+  // Kahn's algorithm, ready nodes taken in file order: exporters write topological files, and
+  // this keeps their order while accepting files that are not.
+  Expected<std::vector<int>> topologicalOrder() {
+    const auto& g = model_.graph();
+    std::unordered_map<std::string, int> producer;
+    for (int i = 0; i < g.node_size(); ++i)
+      for (const auto& out : g.node(i).output())
+        if (!out.empty()) producer[out] = i;
+    std::vector<int> pending(g.node_size(), 0);
+    std::vector<std::vector<int>> users(g.node_size());
+    for (int i = 0; i < g.node_size(); ++i) {
+      std::set<int> seen;
+      for (const auto& in : g.node(i).input()) {
+        if (in.empty()) continue;
+        auto p = producer.find(in);
+        if (p != producer.end()) {
+          if (seen.insert(p->second).second) {
+            ++pending[i];
+            users[p->second].push_back(i);
+          }
+        } else if (!byName_.count(in)) {
+          return modelError(nodeName(g.node(i), i), fmt::format("{} (opset {}): input '{}' is not defined",
+                                                               g.node(i).op_type(), opset_, in));
+        }
+      }
+    }
+    std::priority_queue<int, std::vector<int>, std::greater<>> ready;
+    for (int i = 0; i < g.node_size(); ++i)
+      if (pending[i] == 0) ready.push(i);
+    std::vector<int> order;
+    while (!ready.empty()) {
+      const int i = ready.top();
+      ready.pop();
+      order.push_back(i);
+      for (int u : users[i])
+        if (--pending[u] == 0) ready.push(u);
+    }
+    if (static_cast<int>(order.size()) != g.node_size())
+      return modelError(file_, "the graph has a cycle");
+    return order;
+  }
+
+  // Layers: the block index in node names (layers.N, h.N, blocks.N) + 1, the stem being layer 0
+  // and unnamed nodes following their predecessor; without such names every MatMul, Gemm or Conv
+  // starts a new layer. Layers never decrease along the topological order.
+  void assignLayers(const std::vector<int>& order) {
+    const auto& g = model_.graph();
+    layer_.assign(g.node_size(), 0);
+    std::vector<std::optional<int>> named(g.node_size());
+    bool anyNamed = false;
+    for (int i : order) {
+      const auto& node = g.node(i);
+      named[i] = blockIndexOf(node.name());
+      if (!named[i] && node.output_size() > 0) named[i] = blockIndexOf(node.output(0));
+      anyNamed = anyNamed || named[i].has_value();
+    }
+    int current = 0, macs = 0;
+    for (int i : order) {
+      const std::string& type = g.node(i).op_type();
+      if (anyNamed) {
+        if (named[i]) current = std::max(current, *named[i] + 1);
+      } else if (type == "MatMul" || type == "Gemm" || type == "Conv") {
+        current = macs++;
+      }
+      layer_[i] = current;
+    }
+  }
+
+  // Values of a constant input, or an error saying the node needs it constant.
+  Expected<std::vector<std::int64_t>> constInts(const onnx::NodeProto& node, const std::string& nodeId, int input) {
+    const auto& name = node.input(input);
+    auto id = lookup(name);
+    if (!id || !graph_.tensor(*id).data)
+      return modelError(nodeId, fmt::format("{} (opset {}): input {} ('{}') must be a constant; it depends on "
+                                            "values only known at run time",
+                                            node.op_type(), opset_, input, name));
+    std::vector<std::int64_t> out;
+    for (double v : *graph_.tensor(*id).data)
+      out.push_back(v >= 9.2e18 ? std::numeric_limits<std::int64_t>::max()
+                                : v <= -9.2e18 ? std::numeric_limits<std::int64_t>::min() : static_cast<std::int64_t>(v));
+    return out;
+  }
+
+  bool hasInput(const onnx::NodeProto& node, int i) const { return node.input_size() > i && !node.input(i).empty(); }
+
+  Expected<ir::Attrs> convertAttributes(const onnx::NodeProto& node, const std::string& nodeId) {
+    ir::Attrs attrs;
+    for (const auto& a : node.attribute()) {
+      switch (a.type()) {
+        case onnx::AttributeProto::INT: attrs[a.name()] = static_cast<std::int64_t>(a.i()); break;
+        case onnx::AttributeProto::FLOAT: attrs[a.name()] = static_cast<double>(a.f()); break;
+        case onnx::AttributeProto::STRING: attrs[a.name()] = a.s(); break;
+        case onnx::AttributeProto::INTS:
+          attrs[a.name()] = std::vector<std::int64_t>(a.ints().begin(), a.ints().end());
+          break;
+        case onnx::AttributeProto::FLOATS:
+          attrs[a.name()] = std::vector<double>(a.floats().begin(), a.floats().end());
+          break;
+        case onnx::AttributeProto::TENSOR: break;  // read by the op that has one (Constant, ConstantOfShape)
+        default:
+          return modelError(nodeId, fmt::format("{} (opset {}): attribute '{}' has an unsupported type",
+                                                node.op_type(), opset_, a.name()));
+      }
+    }
+    return attrs;
+  }
+
+  Status unsupported(const onnx::NodeProto& node, const std::string& nodeId, const std::string& why) {
+    return modelError(nodeId, fmt::format("{} (opset {}): {}", node.op_type(), opset_, why));
+  }
+
+  Status addConstantTensor(const std::string& name, const ir::Value& value) {
+    return bindName(name, graph_.addConstant(name, value.shape, value.dtype,
+                                             std::make_shared<const std::vector<double>>(value.data)));
+  }
+
+  Status addNode(const onnx::NodeProto& node, int layer) {
+    const int index = nodeIndex_++;
+    const std::string nodeId = nodeName(node, index);
+    const std::string& type = node.op_type();
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      return unsupported(node, nodeId, fmt::format("op domain '{}' is not supported", node.domain()));
+    auto converted = convertAttributes(node, nodeId);
+    if (!converted) return converted.error();
+    ir::Attrs attrs = std::move(*converted);
+
+    if (type == "Constant") return addConstantNode(node, nodeId);
+
+    static const std::map<std::string, OpKind> kDirect = {
+        {"MatMul", OpKind::kMatMul}, {"Gemm", OpKind::kGemm}, {"Conv", OpKind::kConv}, {"Add", OpKind::kAdd},
+        {"Sub", OpKind::kSub}, {"Mul", OpKind::kMul}, {"Div", OpKind::kDiv}, {"Pow", OpKind::kPow},
+        {"Equal", OpKind::kEqual}, {"Where", OpKind::kWhere}, {"Relu", OpKind::kRelu}, {"Tanh", OpKind::kTanh},
+        {"Sigmoid", OpKind::kSigmoid}, {"Exp", OpKind::kExp}, {"Sqrt", OpKind::kSqrt}, {"Erf", OpKind::kErf},
+        {"Softmax", OpKind::kSoftmax}, {"LayerNormalization", OpKind::kLayerNormalization},
+        {"BatchNormalization", OpKind::kBatchNormalization}, {"ReduceMean", OpKind::kReduceMean},
+        {"ReduceSum", OpKind::kReduceSum}, {"ReduceMax", OpKind::kReduceMax}, {"Reshape", OpKind::kReshape},
+        {"Transpose", OpKind::kTranspose}, {"Flatten", OpKind::kFlatten}, {"Concat", OpKind::kConcat},
+        {"Split", OpKind::kSplit}, {"Slice", OpKind::kSlice}, {"Gather", OpKind::kGather},
+        {"Unsqueeze", OpKind::kUnsqueeze}, {"Squeeze", OpKind::kSqueeze}, {"Cast", OpKind::kCast},
+        {"Expand", OpKind::kExpand}, {"Identity", OpKind::kIdentity}, {"MaxPool", OpKind::kMaxPool},
+        {"AveragePool", OpKind::kAveragePool}, {"GlobalAveragePool", OpKind::kGlobalAveragePool},
+        {"Shape", OpKind::kShape}, {"ConstantOfShape", OpKind::kConstantOfShape}, {"Range", OpKind::kRange}};
+    auto found = kDirect.find(type);
+    if (found == kDirect.end()) return unsupported(node, nodeId, fmt::format("unsupported op '{}'", type));
+    const OpKind kind = found->second;
+
+    // Inputs that are data: the rest are shape inputs turned into attributes below.
+    int dataInputs = node.input_size();
+    auto intsFrom = [&](int input, const std::string& key) -> Status {
+      if (!hasInput(node, input)) return {};
+      auto values = constInts(node, nodeId, input);
+      if (!values) return values.error();
+      attrs[key] = *values;
+      return {};
+    };
+    switch (kind) {
+      case OpKind::kReshape: case OpKind::kExpand:
+        if (node.input_size() != 2) return unsupported(node, nodeId, "takes 2 inputs");
+        if (auto s = intsFrom(1, "shape"); !s) return s;
+        dataInputs = 1;
+        break;
+      case OpKind::kUnsqueeze: case OpKind::kSqueeze: case OpKind::kReduceSum:
+        if (auto s = intsFrom(1, "axes"); !s) return s;
+        dataInputs = 1;
+        break;
+      case OpKind::kSlice:
+        if (node.input_size() < 3) return unsupported(node, nodeId, "takes 3 to 5 inputs");
+        if (auto s = intsFrom(1, "starts"); !s) return s;
+        if (auto s = intsFrom(2, "ends"); !s) return s;
+        if (auto s = intsFrom(3, "axes"); !s) return s;
+        if (auto s = intsFrom(4, "steps"); !s) return s;
+        dataInputs = 1;
+        break;
+      case OpKind::kSplit: {
+        if (hasInput(node, 1)) {
+          if (auto s = intsFrom(1, "split"); !s) return s;
+        } else if (!attrs.count("split")) {
+          auto in = lookup(node.input(0));
+          if (!in) return unsupported(node, nodeId, "input is not defined");
+          const auto& shape = graph_.tensor(*in).shape;
+          std::int64_t axis = ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("axis", 0);
+          if (axis < 0) axis += static_cast<std::int64_t>(shape.size());
+          if (axis < 0 || axis >= static_cast<std::int64_t>(shape.size()))
+            return unsupported(node, nodeId, fmt::format("axis {} is out of range", axis));
+          const std::int64_t parts = node.output_size();
+          const std::int64_t each = (shape[axis] + parts - 1) / parts;
+          std::vector<std::int64_t> split;
+          for (std::int64_t p = 0, left = shape[axis]; p < parts; ++p, left -= each) split.push_back(std::min(each, left));
+          attrs["split"] = split;
+        }
+        dataInputs = 1;
+        break;
+      }
+      case OpKind::kConstantOfShape: {
+        if (auto s = intsFrom(0, "shape"); !s) return s;
+        dataInputs = 0;
+        attrs["dtype"] = std::string("fp32");
+        for (const auto& a : node.attribute())
+          if (a.name() == "value") {
+            auto v = tensorValues(a.t(), dir_, true, nodeId);
+            if (!v) return v.error();
+            auto dtype = dtypeOf(a.t().data_type());
+            if (!dtype || !*v || (*v)->size() != 1) return unsupported(node, nodeId, "value must be a 1-element tensor");
+            attrs["value"] = (**v)[0];
+            attrs["dtype"] = std::string(ir::dtypeName(*dtype));
+          }
+        break;
+      }
+      case OpKind::kCast: {
+        auto to = dtypeOf(static_cast<int>(ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("to", 0)));
+        if (!to)
+          return unsupported(node, nodeId, fmt::format("cast to {} is not supported",
+                                                       onnxTypeName(static_cast<int>(std::get<std::int64_t>(attrs["to"])))));
+        attrs["to"] = std::string(ir::dtypeName(*to));
+        break;
+      }
+      case OpKind::kGemm:
+        break;
+      case OpKind::kConv: case OpKind::kMaxPool: case OpKind::kAveragePool:
+        if (auto s = normalizeWindow(node, nodeId, kind, attrs); !s) return s;
+        break;
+      case OpKind::kReduceMean: case OpKind::kReduceMax:
+        break;
+      case OpKind::kBatchNormalization:
+        if (ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("training_mode", 0) != 0)
+          return unsupported(node, nodeId, "training_mode is not supported (inference only)");
+        attrs.erase("training_mode");
+        attrs.erase("momentum");
+        break;
+      default:
+        break;
+    }
+    if (kind == OpKind::kMaxPool && node.output_size() > 1 && !node.output(1).empty())
+      return unsupported(node, nodeId, "the Indices output is not supported");
+    if (kind == OpKind::kMaxPool) attrs.erase("storage_order");
+    if (kind == OpKind::kBatchNormalization && node.output_size() > 1)
+      return unsupported(node, nodeId, "running mean and variance outputs are training outputs, not supported");
+    if (kind == OpKind::kLayerNormalization) attrs.erase("stash_type");
+    if (kind == OpKind::kSoftmax && !attrs.count("axis")) attrs["axis"] = std::int64_t{-1};
+
+    std::vector<TensorId> inputs;
+    for (int i = 0; i < dataInputs; ++i) {
+      if (node.input(i).empty()) {
+        if (kind == OpKind::kGemm || kind == OpKind::kConv || kind == OpKind::kLayerNormalization) continue;
+        return unsupported(node, nodeId, fmt::format("optional input {} left empty is not supported", i));
+      }
+      auto id = lookup(node.input(i));
+      if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i)));
+      inputs.push_back(*id);
+    }
+    if (kind == OpKind::kCast && options_.precision && std::get<std::string>(attrs["to"]) == "fp32")
+      attrs["to"] = std::string(ir::dtypeName(options_.precision->activations));
+
+    std::vector<std::string> outNames;
+    const int primaryOutputs = kind == OpKind::kLayerNormalization ? 1 : node.output_size();
+    for (int i = 0; i < primaryOutputs; ++i) outNames.push_back(node.output(i));
+
+    // Fold: every input known (Shape needs only its input's shape) and the result small.
+    bool foldable = kind != OpKind::kMatMul && kind != OpKind::kGemm && kind != OpKind::kConv;
+    for (TensorId in : inputs) foldable = foldable && graph_.tensor(in).data != nullptr;
+    if (kind == OpKind::kShape || kind == OpKind::kConstantOfShape || kind == OpKind::kRange) foldable = true;
+    if (foldable) {
+      auto types = ir::inferTypes(graph_, kind, nodeId, inputs, attrs);
+      if (!types) return withOp(types.error(), node);
+      std::int64_t elements = 0;
+      for (const auto& t : *types) {
+        std::int64_t n = 1;
+        for (auto d : t.shape) n *= d;
+        elements += n;
+      }
+      if (elements <= kMaxFoldElements || kind == OpKind::kShape) {
+        std::vector<ir::Value> values;
+        std::vector<const ir::Value*> pointers;
+        values.reserve(inputs.size());
+        for (TensorId in : inputs) {
+          const auto& t = graph_.tensor(in);
+          values.push_back(ir::Value{t.dtype, t.shape, t.data ? *t.data : std::vector<double>{}});
+        }
+        for (const auto& v : values) pointers.push_back(&v);
+        auto outs = ir::evaluateOp(kind, nodeId, attrs, pointers, *types);
+        if (!outs) return withOp(outs.error(), node);
+        for (size_t i = 0; i < outs->size() && i < outNames.size(); ++i)
+          if (!outNames[i].empty())
+            if (auto s = addConstantTensor(outNames[i], (*outs)[i]); !s) return s;
+        if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+        return {};
+      }
+    }
+    auto outs = graph_.addMultiOp(kind, nodeId, inputs, attrs, layer, outNames);
+    if (!outs) return withOp(outs.error(), node);
+    for (size_t i = 0; i < outs->size(); ++i)
+      if (!outNames[i].empty()) byName_[outNames[i]] = (*outs)[i];
+    if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+    return {};
+  }
+
+  // LayerNormalization's optional Mean and InvStdDev outputs, built from primitive ops.
+  Status layerNormStatistics(const onnx::NodeProto& node, const std::string& nodeId, const std::vector<TensorId>& inputs,
+                             const ir::Attrs& attrs, int layer) {
+    const bool wantMean = node.output_size() > 1 && !node.output(1).empty();
+    const bool wantInv = node.output_size() > 2 && !node.output(2).empty();
+    if (!wantMean && !wantInv) return {};
+    const ir::Op op{OpKind::kLayerNormalization, "", {}, {}, attrs, 0};
+    const auto& shape = graph_.tensor(inputs[0]).shape;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    std::int64_t axis = op.intAttr("axis", -1);
+    if (axis < 0) axis += rank;
+    std::vector<std::int64_t> axes;
+    for (std::int64_t a = axis; a < rank; ++a) axes.push_back(a);
+    const DType statType = DType::kF32;
+    auto step = [&](OpKind kind, const std::string& suffix, std::vector<TensorId> ins, ir::Attrs a,
+                    const std::string& outName = "") -> Expected<TensorId> {
+      auto outs = graph_.addMultiOp(kind, nodeId + suffix, std::move(ins), std::move(a), layer, {outName});
+      if (!outs) return withOp(outs.error(), node);
+      return outs->front();
+    };
+    auto mean = step(OpKind::kReduceMean, "/mean", {inputs[0]}, {{"axes", axes}, {"keepdims", std::int64_t{1}}},
+                     wantMean ? node.output(1) : "");
+    if (!mean) return mean.error();
+    if (wantMean) byName_[node.output(1)] = *mean;
+    if (!wantInv) return {};
+    auto centered = step(OpKind::kSub, "/centered", {inputs[0], *mean}, {});
+    if (!centered) return centered.error();
+    auto squared = step(OpKind::kMul, "/squared", {*centered, *centered}, {});
+    if (!squared) return squared.error();
+    auto var = step(OpKind::kReduceMean, "/var", {*squared}, {{"axes", axes}, {"keepdims", std::int64_t{1}}});
+    if (!var) return var.error();
+    const TensorId eps = graph_.addConstant(nodeId + "/epsilon", {}, statType,
+                                            std::make_shared<const std::vector<double>>(1, op.floatAttr("epsilon", 1e-5)));
+    const TensorId one = graph_.addConstant(nodeId + "/one", {}, statType, std::make_shared<const std::vector<double>>(1, 1.0));
+    auto sum = step(OpKind::kAdd, "/var_eps", {*var, eps}, {});
+    if (!sum) return sum.error();
+    auto root = step(OpKind::kSqrt, "/std", {*sum}, {});
+    if (!root) return root.error();
+    auto inv = step(OpKind::kDiv, "/inv_std", {one, *root}, {}, node.output(2));
+    if (!inv) return inv.error();
+    byName_[node.output(2)] = *inv;
+    return {};
+  }
+
+  // Conv and pools: explicit kernel_shape, strides, dilations and pads; auto_pad resolved.
+  Status normalizeWindow(const onnx::NodeProto& node, const std::string& nodeId, OpKind kind, ir::Attrs& attrs) {
+    auto in = lookup(node.input(0));
+    if (!in) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(0)));
+    const auto& x = graph_.tensor(*in).shape;
+    if (x.size() < 3) return unsupported(node, nodeId, "needs an input [N,C,spatial...]");
+    const size_t spatial = x.size() - 2;
+    const ir::Op view{kind, "", {}, {}, attrs, 0};
+    Shape kernel = view.intsAttr("kernel_shape");
+    if (kind == OpKind::kConv && kernel.empty()) {
+      auto w = lookup(node.input(1));
+      if (!w) return unsupported(node, nodeId, "weight is not defined");
+      const auto& ws = graph_.tensor(*w).shape;
+      if (ws.size() == x.size()) kernel.assign(ws.begin() + 2, ws.end());
+    }
+    if (kernel.size() != spatial) return unsupported(node, nodeId, "kernel_shape does not match the input's rank");
+    const Shape strides = view.intsAttr("strides", Shape(spatial, 1));
+    const Shape dilations = view.intsAttr("dilations", Shape(spatial, 1));
+    const std::string autoPad = view.stringAttr("auto_pad", "NOTSET");
+    if (autoPad != "NOTSET") {
+      if (strides.size() != spatial || dilations.size() != spatial)
+        return unsupported(node, nodeId, "strides and dilations must match the spatial rank");
+      attrs["pads"] = resolveAutoPad(autoPad, Shape(x.begin() + 2, x.end()), kernel, strides, dilations);
+    }
+    attrs.erase("auto_pad");
+    attrs["kernel_shape"] = kernel;
+    return {};
+  }
+
+  Status addConstantNode(const onnx::NodeProto& node, const std::string& nodeId) {
+    if (node.attribute_size() != 1) return unsupported(node, nodeId, "needs exactly one value attribute");
+    const auto& a = node.attribute(0);
+    ir::Value v;
+    if (a.name() == "value") {
+      auto dtype = dtypeOf(a.t().data_type());
+      if (!dtype)
+        return unsupported(node, nodeId, fmt::format("constant type {} is not supported", onnxTypeName(a.t().data_type())));
+      auto data = tensorValues(a.t(), dir_, true, nodeId);
+      if (!data) return data.error();
+      if (!*data) return unsupported(node, nodeId, "external constant data is missing");
+      v = ir::Value{*dtype, Shape(a.t().dims().begin(), a.t().dims().end()), **data};
+    } else if (a.name() == "value_float") {
+      v = ir::Value{DType::kF32, {}, {a.f()}};
+    } else if (a.name() == "value_floats") {
+      v = ir::Value{DType::kF32, {a.floats_size()}, std::vector<double>(a.floats().begin(), a.floats().end())};
+    } else if (a.name() == "value_int") {
+      v = ir::Value{DType::kI64, {}, {static_cast<double>(a.i())}};
+    } else if (a.name() == "value_ints") {
+      v = ir::Value{DType::kI64, {a.ints_size()}, {}};
+      for (auto i : a.ints()) v.data.push_back(static_cast<double>(i));
+    } else {
+      return unsupported(node, nodeId, fmt::format("attribute '{}' is not supported", a.name()));
+    }
+    return addConstantTensor(node.output(0), v);
+  }
+
+  Diagnostic withOp(Diagnostic d, const onnx::NodeProto& node) const {
+    const std::string prefix = fmt::format("{} (opset {}): ", node.op_type(), opset_);
+    if (d.message.rfind(prefix, 0) != 0) d.message = prefix + d.message;
+    return d;
+  }
+
+  const onnx::ModelProto& model_;
+  std::filesystem::path dir_;
+  std::string file_;
+  const ImportOptions& options_;
+  ir::Graph graph_;
+  int opset_ = 0;
+  int nodeIndex_ = 0;
+  std::set<std::string> initializers_;
+  std::unordered_map<std::string, TensorId> byName_;
+  std::vector<int> layer_;
+};
+
+Expected<std::string> readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return modelError(path, "cannot open the ONNX file");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+Expected<onnx::ModelProto> parseModel(const std::string& path) {
+  auto bytes = readFile(path);
+  if (!bytes) return bytes.error();
+  onnx::ModelProto model;
+  if (!model.ParseFromString(*bytes) || !model.has_graph())
+    return modelError(path, "not a valid ONNX model (the protobuf does not parse or has no graph)");
+  return model;
+}
+
+}  // namespace
+
+Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& options) {
+  auto model = parseModel(path);
+  if (!model) return model.error();
+  const auto dir = std::filesystem::path(path).parent_path();
+  return Importer(*model, dir, path, options).run();
+}
+
+Expected<std::vector<std::string>> onnxInputNames(const std::string& path) {
+  auto model = parseModel(path);
+  if (!model) return model.error();
+  std::set<std::string> initializers;
+  for (const auto& init : model->graph().initializer()) initializers.insert(init.name());
+  std::vector<std::string> names;
+  for (const auto& input : model->graph().input())
+    if (!initializers.count(input.name())) names.push_back(input.name());
+  return names;
+}
+
+Expected<ir::Value> readTensorProtoFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return modelError(path, "cannot open the tensor file");
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  onnx::TensorProto t;
+  if (!t.ParseFromString(bytes.str())) return modelError(path, "not a valid onnx.TensorProto");
+  auto dtype = dtypeOf(t.data_type());
+  if (!dtype) return modelError(path, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
+  auto data = tensorValues(t, std::filesystem::path(path).parent_path(), true, path);
+  if (!data) return data.error();
+  if (!*data) return modelError(path, "external tensor data is missing");
+  return ir::Value{*dtype, Shape(t.dims().begin(), t.dims().end()), **data};
+}
+
+}  // namespace tsp::frontend

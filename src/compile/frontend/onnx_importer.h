@@ -1,0 +1,38 @@
+// The ONNX importer: an ONNX file (opsets 13 to 17) into an ir::Graph with static shapes.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "compile/frontend/model_config.h"
+#include "compile/ir/graph.h"
+#include "compile/ir/interpreter.h"
+#include "support/expected.h"
+
+namespace tsp::frontend {
+
+/// Choices of one import.
+struct ImportOptions {
+  /// Values of symbolic dimensions (dim_param), e.g. batch=8, seq=2048.
+  std::map<std::string, std::int64_t> overrides;
+  /// Load floating-point initializer values (inline or external) when they are present. Without
+  /// them the graph has shapes and dtypes only, enough for timing runs and --describe.
+  bool loadWeights = true;
+  /// How FP32 tensors are stored on chip; nullopt keeps FP32 (the reference interpreter's view).
+  std::optional<Precision> precision;
+  /// Graph inputs whose values are known at import: they become constants and fold.
+  std::map<std::string, ir::Value> constantInputs;
+};
+
+/// Imports the ONNX model at path. Errors are model errors naming the node, its op type and the
+/// opset (or the file when it cannot be read or parsed).
+Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& options = {});
+
+/// Reads a serialized onnx.TensorProto (the ONNX backend tests' input_N.pb / output_N.pb).
+Expected<ir::Value> readTensorProtoFile(const std::string& path);
+
+/// The names of a model's graph inputs that are not initializers, in order.
+Expected<std::vector<std::string>> onnxInputNames(const std::string& path);
+
+}  // namespace tsp::frontend

@@ -1,0 +1,490 @@
+// Shape inference: the output shapes and dtypes of every op kind, or an error naming the op.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compile/ir/graph.h"
+
+namespace tsp::ir {
+
+namespace {
+
+using Shape = std::vector<std::int64_t>;
+
+std::string shapeText(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ",")); }
+
+// An attribute reader bound to one op being added, for the kinds whose attributes decide shapes.
+struct AttrView {
+  const Attrs& attrs;
+  std::int64_t integer(const std::string& key, std::int64_t fallback) const {
+    Op op{OpKind::kIdentity, "", {}, {}, attrs, 0};
+    return op.intAttr(key, fallback);
+  }
+  Shape ints(const std::string& key, Shape fallback = {}) const {
+    Op op{OpKind::kIdentity, "", {}, {}, attrs, 0};
+    return op.intsAttr(key, std::move(fallback));
+  }
+  std::string text(const std::string& key, const std::string& fallback) const {
+    Op op{OpKind::kIdentity, "", {}, {}, attrs, 0};
+    return op.stringAttr(key, fallback);
+  }
+};
+
+// Normalises a possibly negative axis against rank; nullopt when out of range.
+std::optional<std::int64_t> normAxis(std::int64_t axis, std::int64_t rank) {
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+// Output spatial extent of a sliding window; pads are all begins then all ends.
+std::int64_t windowOut(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
+                       std::int64_t padBegin, std::int64_t padEnd, bool ceilMode) {
+  const std::int64_t span = in + padBegin + padEnd - dilation * (kernel - 1) - 1;
+  if (span < 0) return 0;
+  std::int64_t out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
+  // With ceil_mode the last window must start inside the input or its begin padding.
+  if (ceilMode && (out - 1) * stride >= in + padBegin) --out;
+  return out;
+}
+
+}  // namespace
+
+std::int64_t sliceStart(std::int64_t start, std::int64_t dim, std::int64_t step) {
+  if (start < 0) start += dim;
+  return step > 0 ? std::clamp<std::int64_t>(start, 0, dim) : std::clamp<std::int64_t>(start, 0, dim - 1);
+}
+
+Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, const std::string& name,
+                                             const std::vector<TensorId>& inputs, const Attrs& attrs) {
+  const AttrView at{attrs};
+  const char* opName = opKindName(kind);
+  auto need = [&](size_t lo, size_t hi) -> Status {
+    if (inputs.size() < lo || inputs.size() > hi) {
+      if (lo == hi) return modelError(name, fmt::format("{} takes {} input{}", opName, lo, lo == 1 ? "" : "s"));
+      return modelError(name, fmt::format("{} takes {} to {} inputs, got {}", opName, lo, hi, inputs.size()));
+    }
+    return {};
+  };
+  auto shapeOf = [&](size_t i) -> const Shape& { return graph.tensor(inputs[i]).shape; };
+  auto typeOf = [&](size_t i) { return graph.tensor(inputs[i]).dtype; };
+  auto one = [](Shape s, DType t) { return std::vector<TensorType>{TensorType{std::move(s), t}}; };
+  auto axisError = [&](std::int64_t axis, size_t rank) {
+    return modelError(name, fmt::format("{} axis {} is out of range for rank {}", opName, axis, rank));
+  };
+
+  switch (kind) {
+    case OpKind::kMatMul:
+    case OpKind::kFusedMatMul: {
+      if (auto s = kind == OpKind::kMatMul ? need(2, 2) : need(2, 3); !s) return s.error();
+      Shape a = shapeOf(0), b = shapeOf(1);
+      if (a.empty() || b.empty()) return modelError(name, fmt::format("{} operands must have rank >= 1", opName));
+      const bool aVec = a.size() == 1, bVec = b.size() == 1;
+      if (aVec) a.insert(a.begin(), 1);
+      if (bVec) b.push_back(1);
+      const std::int64_t k = a.back(), kb = b[b.size() - 2];
+      if (k != kb) return modelError(name, fmt::format("{} inner dimensions differ: {} vs {}", opName, k, kb));
+      auto batch = broadcastShapes(Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+      if (!batch)
+        return modelError(name, fmt::format("{} batch dimensions do not broadcast: {} and {}", opName, shapeText(a),
+                                            shapeText(b)));
+      Shape out = *batch;
+      if (!aVec) out.push_back(a[a.size() - 2]);
+      if (!bVec) out.push_back(b.back());
+      if (inputs.size() == 3 && !broadcastShapes(out, shapeOf(2)))
+        return modelError(name, fmt::format("{} bias {} does not broadcast to {}", opName, shapeText(shapeOf(2)),
+                                            shapeText(out)));
+      return one(out, typeOf(0));
+    }
+    case OpKind::kGemm: {
+      if (auto s = need(2, 3); !s) return s.error();
+      const Shape& a = shapeOf(0);
+      const Shape& b = shapeOf(1);
+      if (a.size() != 2 || b.size() != 2) return modelError(name, "Gemm operands must be 2-D");
+      const bool ta = at.integer("transA", 0) != 0, tb = at.integer("transB", 0) != 0;
+      const std::int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1];
+      const std::int64_t kb = tb ? b[1] : b[0], n = tb ? b[0] : b[1];
+      if (k != kb) return modelError(name, fmt::format("Gemm inner dimensions differ: {} vs {}", k, kb));
+      if (inputs.size() == 3 && !broadcastShapes({m, n}, shapeOf(2)))
+        return modelError(name, fmt::format("Gemm C {} does not broadcast to [{},{}]", shapeText(shapeOf(2)), m, n));
+      return one({m, n}, typeOf(0));
+    }
+    case OpKind::kConv: {
+      if (auto s = need(2, 3); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      const Shape& w = shapeOf(1);
+      if (x.size() < 3 || w.size() != x.size())
+        return modelError(name, fmt::format("Conv needs X [N,C,spatial...] and W of the same rank, got {} and {}",
+                                            shapeText(x), shapeText(w)));
+      const size_t spatial = x.size() - 2;
+      const std::int64_t group = at.integer("group", 1);
+      if (group < 1 || x[1] % group != 0 || w[0] % group != 0)
+        return modelError(name, fmt::format("Conv group {} does not divide channels {} and filters {}", group, x[1],
+                                            w[0]));
+      if (w[1] * group != x[1])
+        return modelError(name, fmt::format("Conv weight has {} input channels per group, the input {} in {} groups",
+                                            w[1], x[1], group));
+      if (inputs.size() == 3 && (shapeOf(2).size() != 1 || shapeOf(2)[0] != w[0]))
+        return modelError(name, fmt::format("Conv bias must be [{}]", w[0]));
+      const Shape strides = at.ints("strides", Shape(spatial, 1));
+      const Shape dilations = at.ints("dilations", Shape(spatial, 1));
+      const Shape pads = at.ints("pads", Shape(2 * spatial, 0));
+      const Shape kernel = at.ints("kernel_shape", Shape(w.begin() + 2, w.end()));
+      if (strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial ||
+          kernel.size() != spatial)
+        return modelError(name, "Conv strides, dilations, kernel_shape and pads must match the spatial rank");
+      Shape out = {x[0], w[0]};
+      for (size_t i = 0; i < spatial; ++i) {
+        if (strides[i] < 1 || dilations[i] < 1) return modelError(name, "Conv strides and dilations must be >= 1");
+        out.push_back(windowOut(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[spatial + i], false));
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
+    case OpKind::kEqual: {
+      if (auto s = need(2, 2); !s) return s.error();
+      auto out = broadcastShapes(shapeOf(0), shapeOf(1));
+      if (!out)
+        return modelError(name, fmt::format("{} shapes do not broadcast: {} and {}", opName, shapeText(shapeOf(0)),
+                                            shapeText(shapeOf(1))));
+      return one(*out, kind == OpKind::kEqual ? DType::kBool : typeOf(0));
+    }
+    case OpKind::kWhere: {
+      if (auto s = need(3, 3); !s) return s.error();
+      auto out = broadcastShapes(shapeOf(0), shapeOf(1));
+      if (out) out = broadcastShapes(*out, shapeOf(2));
+      if (!out)
+        return modelError(name, fmt::format("Where shapes do not broadcast: {}, {} and {}", shapeText(shapeOf(0)),
+                                            shapeText(shapeOf(1)), shapeText(shapeOf(2))));
+      return one(*out, typeOf(1));
+    }
+    case OpKind::kFusedElementwise: {
+      if (inputs.empty()) return modelError(name, "FusedElementwise takes at least 1 input");
+      Shape out = shapeOf(0);
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        auto b = broadcastShapes(out, shapeOf(i));
+        if (!b) return modelError(name, "FusedElementwise inputs do not broadcast");
+        out = *b;
+      }
+      const auto steps = at.ints("steps");
+      if (steps.empty() || steps.size() % 3 != 0) return modelError(name, "FusedElementwise needs steps (3 per op)");
+      return one(out, at.text("dtype", "") == "bool" ? DType::kBool : typeOf(0));
+    }
+    case OpKind::kRelu: case OpKind::kGelu: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kExp:
+    case OpKind::kSqrt: case OpKind::kErf: case OpKind::kIdentity:
+      if (auto s = need(1, 1); !s) return s.error();
+      return one(shapeOf(0), typeOf(0));
+    case OpKind::kSoftmax: {
+      if (auto s = need(1, 1); !s) return s.error();
+      if (!normAxis(at.integer("axis", -1), static_cast<std::int64_t>(shapeOf(0).size())))
+        return axisError(at.integer("axis", -1), shapeOf(0).size());
+      return one(shapeOf(0), typeOf(0));
+    }
+    case OpKind::kLayerNormalization: {
+      if (auto s = need(2, 3); !s) return s.error();
+      const auto rank = static_cast<std::int64_t>(shapeOf(0).size());
+      auto axis = normAxis(at.integer("axis", -1), rank);
+      if (!axis) return axisError(at.integer("axis", -1), shapeOf(0).size());
+      const Shape normalized(shapeOf(0).begin() + *axis, shapeOf(0).end());
+      for (size_t i = 1; i < inputs.size(); ++i)
+        if (!broadcastShapes(normalized, shapeOf(i)) || shapeOf(i).size() > normalized.size())
+          return modelError(name, fmt::format("LayerNormalization scale/bias {} do not match the normalised shape {}",
+                                              shapeText(shapeOf(i)), shapeText(normalized)));
+      return one(shapeOf(0), typeOf(0));
+    }
+    case OpKind::kBatchNormalization: {
+      if (auto s = need(5, 5); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      if (x.size() < 2) return modelError(name, "BatchNormalization needs X of rank >= 2");
+      for (size_t i = 1; i < 5; ++i)
+        if (shapeOf(i) != Shape{x[1]})
+          return modelError(name, fmt::format("BatchNormalization parameter {} must be [{}], got {}", i, x[1],
+                                              shapeText(shapeOf(i))));
+      return one(x, typeOf(0));
+    }
+    case OpKind::kReduceMean: case OpKind::kReduceSum: case OpKind::kReduceMax: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      const auto rank = static_cast<std::int64_t>(x.size());
+      Shape axes = at.ints("axes");
+      const bool keep = at.integer("keepdims", 1) != 0;
+      std::vector<bool> reduced(x.size(), axes.empty() && at.integer("noop_with_empty_axes", 0) == 0);
+      for (auto a : axes) {
+        auto n = normAxis(a, rank);
+        if (!n) return axisError(a, x.size());
+        reduced[*n] = true;
+      }
+      Shape out;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (!reduced[i]) out.push_back(x[i]);
+        else if (keep) out.push_back(1);
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kReshape: {
+      if (auto s = need(1, 1); !s) return s.error();
+      Shape target = at.ints("shape");
+      if (!at.attrs.count("shape")) return modelError(name, "Reshape needs a constant target shape");
+      const std::int64_t total = graph.tensor(inputs[0]).elements();
+      const bool allowZero = at.integer("allowzero", 0) != 0;
+      int inferred = -1;
+      std::int64_t known = 1;
+      for (size_t i = 0; i < target.size(); ++i) {
+        if (target[i] == 0 && !allowZero) {
+          if (i >= shapeOf(0).size()) return modelError(name, "Reshape copies a dimension the input does not have");
+          target[i] = shapeOf(0)[i];
+        }
+        if (target[i] == -1) {
+          if (inferred >= 0) return modelError(name, "Reshape has more than one -1 dimension");
+          inferred = static_cast<int>(i);
+          continue;
+        }
+        if (target[i] < 0) return modelError(name, fmt::format("Reshape dimension {} is negative", target[i]));
+        known *= target[i];
+      }
+      if (inferred >= 0) {
+        if (known == 0 || total % known != 0)
+          return modelError(name, fmt::format("Reshape cannot infer -1 from {} elements into {}", total,
+                                              shapeText(at.ints("shape"))));
+        target[inferred] = total / known;
+        known *= target[inferred];
+      }
+      if (known != total)
+        return modelError(name, fmt::format("Reshape of {} ({} elements) into {} ({} elements)", shapeText(shapeOf(0)),
+                                            total, shapeText(target), known));
+      return one(target, typeOf(0));
+    }
+    case OpKind::kTranspose: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      Shape perm = at.ints("perm");
+      if (perm.empty()) {
+        perm.resize(x.size());
+        std::iota(perm.rbegin(), perm.rend(), 0);
+      }
+      Shape sorted = perm;
+      std::sort(sorted.begin(), sorted.end());
+      Shape identity(x.size());
+      std::iota(identity.begin(), identity.end(), 0);
+      if (sorted != identity)
+        return modelError(name, fmt::format("Transpose perm {} is not a permutation of rank {}", shapeText(perm),
+                                            x.size()));
+      Shape out;
+      for (auto p : perm) out.push_back(x[p]);
+      return one(out, typeOf(0));
+    }
+    case OpKind::kFlatten: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      const auto rank = static_cast<std::int64_t>(x.size());
+      std::int64_t axis = at.integer("axis", 1);
+      if (axis < -rank || axis > rank) return axisError(axis, x.size());
+      if (axis < 0) axis += rank;
+      std::int64_t outer = 1, inner = 1;
+      for (std::int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= x[i];
+      return one({outer, inner}, typeOf(0));
+    }
+    case OpKind::kConcat: {
+      if (inputs.empty()) return modelError(name, "Concat takes at least 1 input");
+      Shape out = shapeOf(0);
+      auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(out.size()));
+      if (!axis) return axisError(at.integer("axis", 0), out.size());
+      for (size_t i = 1; i < inputs.size(); ++i) {
+        const Shape& s = shapeOf(i);
+        if (s.size() != out.size()) return modelError(name, "Concat inputs differ in rank");
+        for (size_t d = 0; d < s.size(); ++d)
+          if (static_cast<std::int64_t>(d) != *axis && s[d] != out[d])
+            return modelError(name, fmt::format("Concat inputs differ outside axis {}: {} and {}", *axis,
+                                                shapeText(shapeOf(0)), shapeText(s)));
+        out[*axis] += s[*axis];
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kSplit: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(x.size()));
+      if (!axis) return axisError(at.integer("axis", 0), x.size());
+      const Shape split = at.ints("split");
+      if (std::accumulate(split.begin(), split.end(), std::int64_t{0}) != x[*axis] || split.empty())
+        return modelError(name, fmt::format("Split sizes {} do not add up to dimension {}", shapeText(split), x[*axis]));
+      std::vector<TensorType> outs;
+      for (auto part : split) {
+        Shape s = x;
+        s[*axis] = part;
+        outs.push_back({s, typeOf(0)});
+      }
+      return outs;
+    }
+    case OpKind::kSlice: {
+      if (auto s = need(1, 1); !s) return s.error();
+      Shape out = shapeOf(0);
+      const auto rank = static_cast<std::int64_t>(out.size());
+      const Shape starts = at.ints("starts"), ends = at.ints("ends");
+      Shape axes = at.ints("axes"), steps = at.ints("steps");
+      if (axes.empty())
+        for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<std::int64_t>(i));
+      if (steps.empty()) steps.assign(starts.size(), 1);
+      if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+        return modelError(name, "Slice starts, ends, axes and steps differ in length");
+      for (size_t i = 0; i < starts.size(); ++i) {
+        auto axis = normAxis(axes[i], rank);
+        if (!axis) return axisError(axes[i], out.size());
+        if (steps[i] == 0) return modelError(name, "Slice step is 0");
+        const std::int64_t dim = shapeOf(0)[*axis];
+        const std::int64_t b = sliceStart(starts[i], dim, steps[i]);
+        std::int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
+        e = steps[i] > 0 ? std::clamp<std::int64_t>(e, 0, dim) : std::clamp<std::int64_t>(e, -1, dim - 1);
+        const std::int64_t n = steps[i] > 0 ? (e - b + steps[i] - 1) / steps[i] : (b - e + (-steps[i]) - 1) / -steps[i];
+        out[*axis] = std::max<std::int64_t>(0, n);
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kGather: {
+      if (auto s = need(2, 2); !s) return s.error();
+      const Shape& data = shapeOf(0);
+      auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(data.size()));
+      if (!axis) return axisError(at.integer("axis", 0), data.size());
+      if (isFloat(typeOf(1))) return modelError(name, "Gather indices must be integers");
+      Shape out(data.begin(), data.begin() + *axis);
+      out.insert(out.end(), shapeOf(1).begin(), shapeOf(1).end());
+      out.insert(out.end(), data.begin() + *axis + 1, data.end());
+      return one(out, typeOf(0));
+    }
+    case OpKind::kUnsqueeze: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape axes = at.ints("axes");
+      const auto rank = static_cast<std::int64_t>(shapeOf(0).size() + axes.size());
+      std::vector<bool> inserted(rank, false);
+      for (auto a : axes) {
+        auto n = normAxis(a, rank);
+        if (!n || inserted[*n]) return modelError(name, fmt::format("Unsqueeze axis {} is invalid for rank {}", a, rank));
+        inserted[*n] = true;
+      }
+      Shape out;
+      size_t next = 0;
+      for (std::int64_t i = 0; i < rank; ++i) out.push_back(inserted[i] ? 1 : shapeOf(0)[next++]);
+      return one(out, typeOf(0));
+    }
+    case OpKind::kSqueeze: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      const Shape axes = at.ints("axes");
+      std::vector<bool> drop(x.size(), false);
+      if (axes.empty())
+        for (size_t i = 0; i < x.size(); ++i) drop[i] = x[i] == 1;
+      for (auto a : axes) {
+        auto n = normAxis(a, static_cast<std::int64_t>(x.size()));
+        if (!n) return axisError(a, x.size());
+        if (x[*n] != 1) return modelError(name, fmt::format("Squeeze of axis {} whose size is {}", a, x[*n]));
+        drop[*n] = true;
+      }
+      Shape out;
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!drop[i]) out.push_back(x[i]);
+      return one(out, typeOf(0));
+    }
+    case OpKind::kCast: {
+      if (auto s = need(1, 1); !s) return s.error();
+      auto to = parseDType(at.text("to", ""));
+      if (!to) return modelError(name, fmt::format("Cast to unknown dtype '{}'", at.text("to", "")));
+      return one(shapeOf(0), *to);
+    }
+    case OpKind::kExpand: {
+      if (auto s = need(1, 1); !s) return s.error();
+      auto out = broadcastShapes(shapeOf(0), at.ints("shape"));
+      if (!out)
+        return modelError(name, fmt::format("Expand of {} to {} does not broadcast", shapeText(shapeOf(0)),
+                                            shapeText(at.ints("shape"))));
+      return one(*out, typeOf(0));
+    }
+    case OpKind::kMaxPool: case OpKind::kAveragePool: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape& x = shapeOf(0);
+      if (x.size() < 3) return modelError(name, fmt::format("{} needs X [N,C,spatial...]", opName));
+      const size_t spatial = x.size() - 2;
+      const Shape kernel = at.ints("kernel_shape");
+      const Shape strides = at.ints("strides", Shape(spatial, 1));
+      const Shape dilations = at.ints("dilations", Shape(spatial, 1));
+      const Shape pads = at.ints("pads", Shape(2 * spatial, 0));
+      if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial ||
+          pads.size() != 2 * spatial)
+        return modelError(name, fmt::format("{} kernel_shape, strides, dilations and pads must match the spatial rank",
+                                            opName));
+      Shape out = {x[0], x[1]};
+      const bool ceilMode = at.integer("ceil_mode", 0) != 0;
+      for (size_t i = 0; i < spatial; ++i) {
+        if (strides[i] < 1 || dilations[i] < 1) return modelError(name, "pool strides and dilations must be >= 1");
+        out.push_back(windowOut(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[spatial + i], ceilMode));
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kGlobalAveragePool: {
+      if (auto s = need(1, 1); !s) return s.error();
+      Shape out = shapeOf(0);
+      if (out.size() < 3) return modelError(name, "GlobalAveragePool needs X [N,C,spatial...]");
+      std::fill(out.begin() + 2, out.end(), 1);
+      return one(out, typeOf(0));
+    }
+    case OpKind::kShape: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const auto rank = static_cast<std::int64_t>(shapeOf(0).size());
+      std::int64_t start = at.integer("start", 0), end = at.integer("end", rank);
+      if (start < 0) start += rank;
+      if (end < 0) end += rank;
+      start = std::clamp<std::int64_t>(start, 0, rank);
+      end = std::clamp<std::int64_t>(end, 0, rank);
+      return one({std::max<std::int64_t>(0, end - start)}, DType::kI64);
+    }
+    case OpKind::kConstantOfShape: {
+      if (auto s = need(0, 0); !s) return s.error();
+      auto dtype = parseDType(at.text("dtype", "fp32"));
+      if (!dtype) return modelError(name, "ConstantOfShape has an unknown dtype");
+      return one(at.ints("shape"), *dtype);
+    }
+    case OpKind::kRange: {
+      if (auto s = need(3, 3); !s) return s.error();
+      for (size_t i = 0; i < 3; ++i)
+        if (!graph.tensor(inputs[i]).data || graph.tensor(inputs[i]).elements() != 1)
+          return modelError(name, "Range needs constant scalar start, limit and delta");
+      const double start = graph.tensor(inputs[0]).data->at(0), limit = graph.tensor(inputs[1]).data->at(0),
+                   delta = graph.tensor(inputs[2]).data->at(0);
+      if (delta == 0) return modelError(name, "Range delta is 0");
+      const auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
+      return one({n}, typeOf(0));
+    }
+    case OpKind::kAllReduce: case OpKind::kAllGather: case OpKind::kReduceScatter: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const std::int64_t group = at.integer("group", 1);
+      if (group < 1) return modelError(name, fmt::format("{} group must be >= 1", opName));
+      Shape out = shapeOf(0);
+      if (kind == OpKind::kAllReduce) return one(out, typeOf(0));
+      auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(out.size()));
+      if (!axis) return axisError(at.integer("axis", 0), out.size());
+      if (kind == OpKind::kAllGather) {
+        out[*axis] *= group;
+      } else {
+        if (out[*axis] % group != 0)
+          return modelError(name, fmt::format("ReduceScatter of dimension {} over {} chips", out[*axis], group));
+        out[*axis] /= group;
+      }
+      return one(out, typeOf(0));
+    }
+    case OpKind::kSend:
+      if (auto s = need(1, 1); !s) return s.error();
+      return std::vector<TensorType>{};
+    case OpKind::kRecv: {
+      if (auto s = need(0, 0); !s) return s.error();
+      auto dtype = parseDType(at.text("dtype", "fp16"));
+      if (!dtype) return modelError(name, "Recv has an unknown dtype");
+      return one(at.ints("shape"), *dtype);
+    }
+    case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
+      break;
+  }
+  return modelError(name, "not an op kind that computes");
+}
+
+}  // namespace tsp::ir

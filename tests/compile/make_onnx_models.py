@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Writes the small ONNX models the importer tests read, with numpy reference outputs.
+
+Usage: make_onnx_models.py OUTDIR. Nothing is downloaded; every model is built here with the
+onnx helper API, so the tests regenerate them on each run.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def save(model, path, **kwargs):
+    onnx.checker.check_model(model)
+    onnx.save(model, path, **kwargs)
+
+
+def write_tensor(array, path):
+    with open(path, "wb") as f:
+        f.write(numpy_helper.from_array(array).SerializeToString())
+
+
+def mlp_with_external_weights(out):
+    """MatMul + bias + Relu, MatMul; the weights live in an external file next to the model."""
+    rng = np.random.default_rng(1)
+    w0 = rng.standard_normal((16, 32)).astype(np.float32)
+    b0 = rng.standard_normal((32,)).astype(np.float32)
+    w1 = rng.standard_normal((32, 8)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["h0"], name="/layers.0/fc"),
+        helper.make_node("Add", ["h0", "b0"], ["h1"], name="/layers.0/bias"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="/layers.0/relu"),
+        helper.make_node("MatMul", ["h2", "w1"], ["y"], name="/layers.1/fc"),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+        [numpy_helper.from_array(w0, "w0"), numpy_helper.from_array(b0, "b0"), numpy_helper.from_array(w1, "w1")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    save(model, os.path.join(out, "mlp_external.onnx"), save_as_external_data=True,
+         all_tensors_to_one_file=True, location="mlp_external.weights", size_threshold=0)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    y = np.maximum(x @ w0 + b0, 0) @ w1
+    write_tensor(x, os.path.join(out, "mlp_external_input.pb"))
+    write_tensor(y.astype(np.float32), os.path.join(out, "mlp_external_output.pb"))
+
+
+def shape_subgraph(out):
+    """PyTorch-style dynamic reshape without constant folding: Shape -> Gather -> Unsqueeze -> Concat -> Reshape."""
+    i64 = lambda name, values: numpy_helper.from_array(np.array(values, dtype=np.int64), name)
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["b"], name="gather_batch", axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes0"], ["b1"], name="unsqueeze"),
+        helper.make_node("Concat", ["b1", "minus1"], ["target"], name="concat", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"], name="reshape"),
+        helper.make_node("Range", ["r0", "r_limit", "r1"], ["idx"], name="range"),
+        helper.make_node("Cast", ["idx"], ["idx_f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Add", ["flat", "idx_f"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "shape_subgraph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 12])],
+        [i64("zero", 0), i64("axes0", [0]), i64("minus1", [-1]), i64("r0", 0), i64("r_limit", 12), i64("r1", 1)])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)]), os.path.join(out, "shape_subgraph.onnx"))
+
+
+def single_op(out, name, op_type, opset=13, **attrs):
+    """One node on a [2,3] input: for the unsupported-op and opset errors."""
+    node = helper.make_node(op_type, ["x"], ["y"], name=name, **attrs)
+    graph = helper.make_graph([node], name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.save(model, os.path.join(out, name + ".onnx"))
+
+
+def unnamed_dynamic(out):
+    """An input whose dimension has neither a value nor a name."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "dyn", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "unnamed_dim.onnx"))
+
+
+def gpt_like(out, blocks, width):
+    """A chain of named transformer-ish blocks for the layer rule: /h.N/... names."""
+    rng = np.random.default_rng(2)
+    nodes, inits = [], []
+    prev = "x"
+    for i in range(blocks):
+        w = f"h.{i}.w"
+        inits.append(numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), w))
+        nodes.append(helper.make_node("MatMul", [prev, w], [f"/h.{i}/mm"], name=f"/h.{i}/MatMul"))
+        nodes.append(helper.make_node("Tanh", [f"/h.{i}/mm"], [f"/h.{i}/out"], name=f"/h.{i}/Tanh"))
+        prev = f"/h.{i}/out"
+    nodes.append(helper.make_node("Softmax", [prev], ["y"], name="head_softmax", axis=-1))
+    graph = helper.make_graph(nodes, "gpt_like", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, width])], inits)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "gpt_like.onnx"))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    mlp_with_external_weights(out)
+    shape_subgraph(out)
+    single_op(out, "unsupported_op", "Hardmax")
+    single_op(out, "old_opset", "Relu", opset=9)
+    unnamed_dynamic(out)
+    gpt_like(out, 3, 8)
+    with open(os.path.join(out, "corrupt.onnx"), "wb") as f:
+        f.write(b"\x08\x07this is not a protobuf model\xff\xff\xff")
+
+
+if __name__ == "__main__":
+    main()

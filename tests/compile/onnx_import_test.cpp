@@ -1,0 +1,101 @@
+// Tests of the ONNX importer on models made by tests/compile/make_onnx_models.py at test time.
+#include "compile/frontend/onnx_importer.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+namespace tsp::frontend {
+namespace {
+
+class OnnxImport : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::string(TSP_BINARY_DIR) + "/tests/compile/onnx_models";
+    const std::string command = std::string(TSP_PYTHON) + " " + TSP_SOURCE_DIR + "/tests/compile/make_onnx_models.py " + dir_;
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static std::string path(const std::string& name) { return dir_ + "/" + name; }
+  static std::string dir_;
+};
+std::string OnnxImport::dir_;
+
+TEST_F(OnnxImport, ExternalWeightsAreReadForShapesOnlyWhenAsked) {
+  ImportOptions options;
+  options.overrides = {{"batch", 4}};
+  options.loadWeights = false;
+  options.precision = Precision{};  // fp16 storage
+  auto g = importOnnx(path("mlp_external.onnx"), options);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  EXPECT_EQ(g->parameters(), 16 * 32 + 32 + 32 * 8);
+  for (auto w : g->weights()) {
+    EXPECT_EQ(g->tensor(w).data, nullptr);
+    EXPECT_EQ(g->tensor(w).dtype, ir::DType::kF16);
+  }
+  EXPECT_EQ(g->tensor(g->outputs()[0]).shape, (std::vector<std::int64_t>{4, 8}));
+  EXPECT_EQ(g->layerCount(), 3);  // /layers.0/ -> 1, /layers.1/ -> 2, stem 0 empty
+}
+
+TEST_F(OnnxImport, ExternalWeightsLoadAndComputeTheReference) {
+  ImportOptions options;
+  options.overrides = {{"batch", 4}};
+  auto g = importOnnx(path("mlp_external.onnx"), options);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  auto x = readTensorProtoFile(path("mlp_external_input.pb"));
+  auto expected = readTensorProtoFile(path("mlp_external_output.pb"));
+  ASSERT_TRUE(x.ok() && expected.ok());
+  auto y = ir::interpret(*g, {*x});
+  ASSERT_TRUE(y.ok()) << y.error().format();
+  ASSERT_EQ((*y)[0].data.size(), expected->data.size());
+  for (size_t i = 0; i < expected->data.size(); ++i) EXPECT_NEAR((*y)[0].data[i], expected->data[i], 1e-4);
+}
+
+TEST_F(OnnxImport, ExternalFileMissingStillGivesShapes) {
+  const auto copy = path("copied/mlp_external.onnx");
+  std::filesystem::create_directories(path("copied"));
+  std::filesystem::copy_file(path("mlp_external.onnx"), copy, std::filesystem::copy_options::overwrite_existing);
+  ImportOptions options;
+  options.overrides = {{"batch", 2}};
+  auto g = importOnnx(copy, options);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  EXPECT_EQ(g->parameters(), 800);
+  EXPECT_EQ(g->tensor(g->weights()[0]).data, nullptr);
+}
+
+TEST_F(OnnxImport, ShapeSubgraphsFoldToAStaticGraph) {
+  ImportOptions options;
+  options.overrides = {{"batch", 5}};
+  auto g = importOnnx(path("shape_subgraph.onnx"), options);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  ASSERT_EQ(g->ops().size(), 2u);  // Shape, Gather, Unsqueeze, Concat, Range and Cast folded
+  EXPECT_EQ(g->op(0).kind, ir::OpKind::kReshape);
+  EXPECT_EQ(g->op(0).intsAttr("shape"), (std::vector<std::int64_t>{5, -1}));
+  EXPECT_EQ(g->tensor(g->outputs()[0]).shape, (std::vector<std::int64_t>{5, 12}));
+}
+
+TEST_F(OnnxImport, LayersFollowBlockNames) {
+  auto g = importOnnx(path("gpt_like.onnx"));
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  std::vector<int> layers;
+  for (const auto& op : g->ops()) layers.push_back(op.layer);
+  EXPECT_EQ(layers, (std::vector<int>{1, 1, 2, 2, 3, 3, 3}));  // h.N -> N+1; the head follows the last block
+}
+
+TEST_F(OnnxImport, ErrorsNameTheNodeTheOpAndTheOpset) {
+  EXPECT_EQ(importOnnx(path("unsupported_op.onnx")).error().format(),
+            "node 'unsupported_op': Hardmax (opset 13): unsupported op 'Hardmax'");
+  EXPECT_EQ(importOnnx(path("old_opset.onnx")).error().format(),
+            "node '" + path("old_opset.onnx") + "': opset 9 is not supported (supported: 13 to 17)");
+  EXPECT_EQ(importOnnx(path("corrupt.onnx")).error().format(),
+            "node '" + path("corrupt.onnx") + "': not a valid ONNX model (the protobuf does not parse or has no graph)");
+  EXPECT_EQ(importOnnx(path("nope.onnx")).error().code, ExitCode::kModel);
+  const auto dynamic = importOnnx(path("mlp_external.onnx"));
+  EXPECT_EQ(dynamic.error().format(),
+            "node 'x': dimension 0 of input 'x' is dynamic ('batch') and has no value (used by node '/layers.0/fc', op "
+            "MatMul, opset 13); bind it with --override batch=N");
+  EXPECT_EQ(importOnnx(path("unnamed_dim.onnx")).error().code, ExitCode::kModel);
+}
+
+}  // namespace
+}  // namespace tsp::frontend
