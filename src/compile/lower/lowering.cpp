@@ -52,11 +52,20 @@ Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval = 1)
   return inst;
 }
 
+// The VXM function of an elementwise op kind; ops without their own ALU function use the one of
+// the same cost (one pass through an ALU): Div multiplies by a reciprocal, Sigmoid and Erf are
+// evaluated through Exp and TanH.
 isa::VxmFunc funcOf(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
+    case ir::OpKind::kSub: return isa::VxmFunc::kSub;
+    case ir::OpKind::kMul: case ir::OpKind::kDiv: case ir::OpKind::kPow: return isa::VxmFunc::kMul;
     case ir::OpKind::kRelu: return isa::VxmFunc::kRelu;
     case ir::OpKind::kGelu: return isa::VxmFunc::kGelu;
+    case ir::OpKind::kTanh: case ir::OpKind::kErf: return isa::VxmFunc::kTanh;
+    case ir::OpKind::kExp: case ir::OpKind::kSigmoid: return isa::VxmFunc::kExp;
+    case ir::OpKind::kSqrt: return isa::VxmFunc::kRsqrt;
+    case ir::OpKind::kCast: return isa::VxmFunc::kConvert;
     default: return isa::VxmFunc::kNone;
   }
 }
@@ -87,6 +96,8 @@ class Lowering {
  private:
   Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerElementwise(const ir::Op& op);
+  Status lowerNormalization(const ir::Op& op);
+  Status lowerDataMovement(const ir::Op& op);
   // A read step of rows [row0, row0+rows) of tile `tile`, depending on the tile's writers.
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast);
   void dependOnWriters(ir::TensorId tensor, int tile, int task, int step);
@@ -101,7 +112,7 @@ class Lowering {
   // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
   std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
   std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
-  int plane_ = 0;                   // the next MXM plane to hand an output tile
+  std::vector<Cycle> planeLoad_;    // per MXM plane: compute cycles handed to it so far
   std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
 };
 
@@ -131,15 +142,17 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.pinned = resident;
   st.writers.resize(tiles);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  const Bytes liveBefore = out_.sram.inUse();
   for (int k = 0; k < tiles; ++k) {
     auto block = out_.sram.allocate(static_cast<int>(rows), avoid);
     if (!block) {
-      const Bytes needed = out_.sram.inUse() + Bytes{rows} * (tiles - k) * chip_.vectorBytes;
+      const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
       return makeError(ExitCode::kDoesNotFit,
-                       fmt::format("shard does not fit in SRAM: tensor '{}' needs {} bytes with {} bytes live, {} bytes "
-                                   "needed, {} bytes available",
-                                   t.name, Bytes{rows} * tiles * chip_.vectorBytes, out_.sram.inUse(), needed,
-                                   out_.sram.capacity()));
+                       fmt::format("shard does not fit in SRAM: needs {} bytes, {} bytes available (tensor '{}' of {} "
+                                   "bytes with {} bytes live{})",
+                                   needed, out_.sram.capacity(), t.name, Bytes{rows} * tiles * chip_.vectorBytes,
+                                   liveBefore,
+                                   needed <= out_.sram.capacity() ? ", no slice has a free run of its tile's rows" : ""));
     }
     st.blocks.push_back(*block);
     st.placement.memUnit.push_back(memFirst + block->slice);
@@ -241,11 +254,20 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (auto s = place(in, true); !s) return s;
     }
   consumed = 1;
+  // One lowering per family of op kinds; a new kind joins the family whose units it uses.
   switch (op.kind) {
-    case ir::OpKind::kMatMul: return lowerMatMul(op, ops, position, consumed);
-    case ir::OpKind::kAdd:
-    case ir::OpKind::kRelu:
-    case ir::OpKind::kGelu: return lowerElementwise(op);
+    case ir::OpKind::kMatMul:
+    case ir::OpKind::kGemm:
+    case ir::OpKind::kFusedMatMul: return lowerMatMul(op, ops, position, consumed);
+    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
+    case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
+    case ir::OpKind::kSigmoid: case ir::OpKind::kExp: case ir::OpKind::kSqrt: case ir::OpKind::kErf:
+    case ir::OpKind::kCast: return lowerElementwise(op);
+    case ir::OpKind::kSoftmax:
+    case ir::OpKind::kLayerNormalization: return lowerNormalization(op);
+    case ir::OpKind::kTranspose: case ir::OpKind::kReshape: case ir::OpKind::kFlatten:
+    case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze: case ir::OpKind::kIdentity:
+    case ir::OpKind::kExpand: return lowerDataMovement(op);
     default: break;
   }
   return modelError(op.name, fmt::format("op kind {} cannot be lowered", ir::opKindName(op.kind)));
@@ -264,7 +286,19 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   };
   ir::TensorId out = op.outputs[0];
   ir::TensorId biasTensor = -1;
-  if (const ir::Op* add = soleUserIs(out, position + 1, {ir::OpKind::kAdd})) {
+  ir::OpKind activationKind = ir::OpKind::kIdentity;
+  if (op.kind != ir::OpKind::kMatMul) {
+    // Gemm's C and FusedMatMul's bias are the epilogue's bias; FusedMatMul names its activation.
+    if (op.inputs.size() >= 3) {
+      biasTensor = op.inputs[2];
+      if (auto s = place(biasTensor, graph_.tensor(biasTensor).producer < 0); !s) return s;
+    }
+    if (op.hasAttr("activation")) {
+      const auto kind = ir::parseOpKind(op.stringAttr("activation", ""));
+      if (!kind) return modelError(op.name, fmt::format("activation '{}' cannot be fused", op.stringAttr("activation", "")));
+      activationKind = *kind;
+    }
+  } else if (const ir::Op* add = soleUserIs(out, position + 1, {ir::OpKind::kAdd})) {
     const ir::TensorId other = add->inputs[0] == out ? add->inputs[1] : add->inputs[0];
     if (graph_.tensor(other).producer < 0 && graph_.tensor(other).shape.size() == 1) {
       biasTensor = other;
@@ -273,11 +307,13 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
       if (auto s = place(other, true); !s) return s;
     }
   }
-  const ir::Op* activation = soleUserIs(out, position + consumed, {ir::OpKind::kRelu, ir::OpKind::kGelu});
-  if (activation) {
-    out = activation->outputs[0];
-    ++consumed;
-  }
+  if (op.kind == ir::OpKind::kMatMul)
+    if (const ir::Op* act = soleUserIs(out, position + consumed, {ir::OpKind::kRelu, ir::OpKind::kGelu})) {
+      out = act->outputs[0];
+      activationKind = act->kind;
+      ++consumed;
+    }
+  const bool activation = activationKind != ir::OpKind::kIdentity;
   std::set<int> avoid = slicesOf(op.inputs[0]);
   for (int s : slicesOf(biasTensor)) avoid.insert(s);
   if (auto s = place(out, false, avoid); !s) return s;
@@ -286,22 +322,36 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const TensorState& ws = tensors_.at(op.inputs[1]);
   const TensorState& ys = tensors_.at(out);
   const int eb = ir::dtypeBytes(x.dtype);
-  const std::int64_t m = xs.placement.rows, kDim = x.shape.back(), nDim = w.shape.back();
+  // Batched weights ([..., K, N], attention's activations x activations): batch b multiplies rows
+  // [b*m, (b+1)*m) of X by weight rows [b*K, (b+1)*K).
+  const std::int64_t nDim = w.shape.back();
+  const std::int64_t kDim = w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
+  const std::int64_t batches = std::max<std::int64_t>(1, w.elements() / std::max<std::int64_t>(1, kDim * nDim));
+  const std::int64_t m = xs.placement.rows / batches;
   const MatMulTiling tiling =
       chooseMatMulTiling(chip_, m, kDim, nDim, eb, chip_.sramBytes() / (3 * std::max(1, eb)));
   const int kTiles = xs.placement.tiles, nTiles = ys.placement.tiles;
   const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
   // Counted at the INT8 rate: an FP16 MAC takes the plane time of fp16_rate_divisor INT8 MACs.
-  out_.macs += m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
+  out_.macs += batches * m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
   if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
   const int weightRowsPerTile = tiling.tk;
 
-  for (int n = 0; n < nTiles; ++n) {
-    const int plane = plane_;
-    plane_ = (plane_ + 1) % chip_.mxmPlanes;
-    const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
-    for (std::int64_t m0 = 0; m0 < m; m0 += tiling.tm) {
-      const std::int64_t rows = std::min<std::int64_t>(tiling.tm, m - m0);
+  // When the output tiles do not spread evenly over the planes, shorter row blocks let every plane
+  // take an equal share, as long as a block still hides a weight install behind its stream.
+  std::int64_t tm = tiling.tm;
+  if ((batches * nTiles) % chip_.mxmPlanes != 0 && m >= std::int64_t{chip_.mxmPlanes} * 2 * chip_.mxmWeightInstallCycles)
+    tm = std::min<std::int64_t>(tm, ceilDiv(m, chip_.mxmPlanes));
+  if (planeLoad_.empty()) planeLoad_.assign(chip_.mxmPlanes, 0);
+
+  for (std::int64_t batch = 0; batch < batches; ++batch)
+  for (int n = 0; n < nTiles; ++n)
+    for (std::int64_t m0 = 0; m0 < m; m0 += tm) {
+      const std::int64_t rows = std::min<std::int64_t>(tm, m - m0);
+      // Each (tile, row block) goes to the least loaded plane (lowest index on ties).
+      const int plane = static_cast<int>(std::min_element(planeLoad_.begin(), planeLoad_.end()) - planeLoad_.begin());
+      planeLoad_[plane] += kTiles * std::max<Cycle>(rows, chip_.mxmWeightInstallCycles);
+      const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
       // Planes start at different K tiles so that, running together, they read different MEM slices.
       const int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
       for (int step = 0; step < kTiles; ++step) {
@@ -312,14 +362,15 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         Step ins;
         ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
         ins.inst.address = ws.placement.address[n % ws.placement.tiles] +
-                           static_cast<int>(std::min<std::int64_t>(std::int64_t{k} * weightRowsPerTile, ws.placement.rows - 1));
+                           static_cast<int>(std::min<std::int64_t>(batch * kDim + std::int64_t{k} * weightRowsPerTile,
+                                                                   ws.placement.rows - 1));
         install.steps = {ins};
         const int it = problem_.addTask(std::move(install));
         for (const auto& [wt, wst] : ws.writers[n % ws.placement.tiles]) problem_.addDataDependence(wt, wst, it, 0);
 
         Task compute;
         compute.name = fmt::format("{} m{} k{} n{}", op.name, m0, k, n);
-        compute.steps.push_back(readStep(op.inputs[0], k, m0, rows, false));
+        compute.steps.push_back(readStep(op.inputs[0], k, batch * m + m0, rows, false));
         Step mxm;
         mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
         mxm.producer = 0;
@@ -337,19 +388,20 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
             compute.steps.push_back(add);
             tail = static_cast<int>(compute.steps.size()) - 1;
             const TensorState& bs = tensors_.at(biasTensor);
-            compute.steps.push_back(readStep(biasTensor, n % bs.placement.tiles, 0, rows, true));
+            compute.steps.push_back(readStep(biasTensor, n % bs.placement.tiles, batch * m + m0, rows,
+                                             bs.placement.rows != ys.placement.rows));
           }
           if (activation) {
             Step act;
             act.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, rows);
-            act.inst.func = funcOf(activation->kind);
+            act.inst.func = funcOf(activationKind);
             act.producer = tail;
             compute.steps.push_back(act);
             tail = static_cast<int>(compute.steps.size()) - 1;
           }
           Step write;
           write.inst = makeInst(ys.placement.memUnit[n], Opcode::kMemWrite, rows);
-          write.inst.address = ys.placement.address[n] + static_cast<int>(m0);
+          write.inst.address = ys.placement.address[n] + static_cast<int>(batch * m + m0);
           write.inst.stride = 1;
           write.producer = tail;
           compute.steps.push_back(write);
@@ -358,7 +410,11 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         const int ct = problem_.addTask(std::move(compute));
         dependOnWriters(op.inputs[0], k, ct, 0);
         tensors_.at(op.inputs[0]).readers.push_back({ct, 0});
-        if (biasTensor >= 0 && last) tensors_.at(biasTensor).readers.push_back({ct, 3});
+        if (biasTensor >= 0 && last) {
+          const TensorState& bs = tensors_.at(biasTensor);
+          dependOnWriters(biasTensor, n % bs.placement.tiles, ct, 3);
+          tensors_.at(biasTensor).readers.push_back({ct, 3});
+        }
         if (writeStep >= 0) noteWriter(out, n, ct, writeStep);
         // The plane's sequence: install j -> compute j -> install j+1 (issued after compute j, so
         // the simulator sees compute j use the weights installed before it) -> compute j+1.
@@ -373,7 +429,6 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         planeLast_[plane] = {it, ct};
       }
     }
-  }
   return {};
 }
 
@@ -421,6 +476,115 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
   return {};
 }
 
+Status Lowering::lowerNormalization(const ir::Op& op) {
+  // Two passes over the row (DESIGN: VXM): a statistics pass per tile (Softmax: exp and sum;
+  // LayerNorm: mean and variance) whose results stay in the ALU, then, once every tile of the
+  // row has been seen, a normalising pass per tile (scale, plus LayerNorm's gamma and beta).
+  const ir::TensorId in = op.inputs[0], out = op.outputs[0];
+  if (auto s = place(out, false, slicesOf(in)); !s) return s;
+  const TensorState& xs = tensors_.at(in);
+  const TensorState& ys = tensors_.at(out);
+  const std::int64_t rows = ys.placement.rows;
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  const bool layerNorm = op.kind == ir::OpKind::kLayerNormalization;
+  std::vector<int> stats;
+  for (int t = 0; t < xs.placement.tiles; ++t) {
+    Task task;
+    task.name = fmt::format("{} statistics tile {}", op.name, t);
+    task.steps.push_back(readStep(in, t, 0, xs.placement.rows, false));
+    Step alu;
+    alu.inst = makeInst(vxm, Opcode::kVxmUnary, xs.placement.rows);
+    alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
+    alu.producer = 0;
+    task.steps.push_back(alu);
+    const int id = problem_.addTask(std::move(task));
+    dependOnWriters(in, t, id, 0);
+    tensors_.at(in).readers.push_back({id, 0});
+    stats.push_back(id);
+  }
+  for (int t = 0; t < ys.placement.tiles; ++t) {
+    Task task;
+    task.name = fmt::format("{} normalise tile {}", op.name, t);
+    task.steps.push_back(readStep(in, t % xs.placement.tiles, 0, rows, false));
+    Step scale;
+    scale.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
+    scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
+    scale.producer = 0;
+    task.steps.push_back(scale);
+    int tail = 1;
+    std::vector<std::pair<ir::TensorId, int>> sides;
+    if (layerNorm)
+      for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
+        if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
+        const TensorState& ps = tensors_.at(op.inputs[i]);
+        Step alu;
+        alu.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+        alu.inst.func = i == 1 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
+        alu.producer = tail;
+        alu.producer2 = static_cast<int>(task.steps.size()) + 1;
+        task.steps.push_back(alu);
+        tail = static_cast<int>(task.steps.size()) - 1;
+        task.steps.push_back(readStep(op.inputs[i], t % ps.placement.tiles, 0, rows, ps.placement.rows != rows));
+        sides.push_back({op.inputs[i], static_cast<int>(task.steps.size()) - 1});
+      }
+    Step write;
+    write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, rows);
+    write.inst.address = ys.placement.address[t];
+    write.inst.stride = 1;
+    write.producer = tail;
+    task.steps.push_back(write);
+    const int writeStep = static_cast<int>(task.steps.size()) - 1;
+    const int id = problem_.addTask(std::move(task));
+    for (int st : stats) problem_.addDependence({st, 1, id, 0, Cycle{rows}});
+    dependOnWriters(in, t % xs.placement.tiles, id, 0);
+    tensors_.at(in).readers.push_back({id, 0});
+    for (const auto& [tensor, step] : sides) {
+      dependOnWriters(tensor, t % tensors_.at(tensor).placement.tiles, id, step);
+      tensors_.at(tensor).readers.push_back({id, step});
+    }
+    noteWriter(out, t, id, writeStep);
+  }
+  return {};
+}
+
+Status Lowering::lowerDataMovement(const ir::Op& op) {
+  // Transposes, reshapes and their kin move every vector of the tensor once through the SXM
+  // (shift/permute/transpose), which re-forms vectors in the output's layout. The timing model
+  // streams output tile t from input tile t mod T_in: the same number of vectors, read at the
+  // input's real addresses (wrapping when the output has more rows than the input).
+  const ir::TensorId in = op.inputs[0], out = op.outputs[0];
+  if (auto s = place(out, false, slicesOf(in)); !s) return s;
+  const TensorState& xs = tensors_.at(in);
+  const TensorState& ys = tensors_.at(out);
+  const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
+  for (int t = 0; t < ys.placement.tiles; ++t)
+    for (std::int64_t r0 = 0; r0 < ys.placement.rows; r0 += xs.placement.rows) {
+      const std::int64_t n = std::min(xs.placement.rows, ys.placement.rows - r0);
+      const int tile = t % xs.placement.tiles;
+      Task task;
+      task.name = fmt::format("{} tile {} rows {}", op.name, t, r0);
+      task.steps.push_back(readStep(in, tile, 0, n, false));
+      Step shift;
+      // West-half tiles use a west SXM, east-half tiles an east one: the shortest streams.
+      const bool west = chip_.units()[xs.placement.memUnit[tile]].slice < chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+      shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + t % std::max(1, chip_.sxmUnits / 2),
+                            Opcode::kSxmShift, n);
+      shift.producer = 0;
+      task.steps.push_back(shift);
+      Step write;
+      write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, n);
+      write.inst.address = ys.placement.address[t] + static_cast<int>(r0);
+      write.inst.stride = 1;
+      write.producer = 1;
+      task.steps.push_back(write);
+      const int id = problem_.addTask(std::move(task));
+      dependOnWriters(in, tile, id, 0);
+      tensors_.at(in).readers.push_back({id, 0});
+      noteWriter(out, t, id, 2);
+    }
+  return {};
+}
+
 void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {
   // A tensor is dead once every user among this shard's ops has been lowered.
   std::set<ir::OpId> pending(ops.begin() + static_cast<std::ptrdiff_t>(done), ops.end());
@@ -455,7 +619,20 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
   auto out = std::make_unique<LoweredShard>(chip);
   Lowering lowering(chip, graph, *out);
-  for (ir::TensorId t : interface.resident)
+  // Resident tensors first, longest tiles first (first fit decreasing): a weight tile may need a
+  // whole slice, which small activations placed earlier would have broken up.
+  std::vector<ir::TensorId> resident = interface.resident;
+  std::set<ir::TensorId> seen(resident.begin(), resident.end());
+  for (ir::OpId op : ops)
+    for (ir::TensorId in : graph.op(op).inputs)
+      if (graph.tensor(in).producer < 0 && seen.insert(in).second) resident.push_back(in);
+  for (const auto& r : interface.receives) {
+    resident.erase(std::remove(resident.begin(), resident.end(), r.tensor), resident.end());
+  }
+  std::stable_sort(resident.begin(), resident.end(), [&](ir::TensorId a, ir::TensorId b) {
+    return vectorShape(chip, graph.tensor(a)).first > vectorShape(chip, graph.tensor(b)).first;
+  });
+  for (ir::TensorId t : resident)
     if (auto s = lowering.place(t, true); !s) return s.error();
   // Receives in arrival order per port, so that receive j consumes burst j.
   std::vector<ReceivePlan> receives = interface.receives;
