@@ -91,6 +91,7 @@ class Lowering {
   void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
   void finish();
   bool placed(ir::TensorId t) const { return tensors_.count(t) > 0; }
+  std::set<int> slicesOf(ir::TensorId tensor) const;
   TensorState& state(ir::TensorId t) { return tensors_.at(t); }
 
  private:
@@ -102,7 +103,6 @@ class Lowering {
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast);
   void dependOnWriters(ir::TensorId tensor, int tile, int task, int step);
   void noteWriter(ir::TensorId tensor, int tile, int task, int step);
-  std::set<int> slicesOf(ir::TensorId tensor) const;
 
   const topology::ChipSpec& chip_;
   const ir::Graph& graph_;
@@ -251,7 +251,11 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (graph_.tensor(in).producer >= 0)
         return makeError(ExitCode::kInternal, fmt::format("op '{}' reads '{}', which is not on this chip", op.name,
                                                           graph_.tensor(in).name));
-      if (auto s = place(in, true); !s) return s;
+      // Not on the MEM slices of the op's other inputs: one task never reads one slice twice at once.
+      std::set<int> avoid;
+      for (ir::TensorId other : op.inputs)
+        for (int s : slicesOf(other)) avoid.insert(s);
+      if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
   // One lowering per family of op kinds; a new kind joins the family whose units it uses.
@@ -619,21 +623,32 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
   auto out = std::make_unique<LoweredShard>(chip);
   Lowering lowering(chip, graph, *out);
-  // Resident tensors first, longest tiles first (first fit decreasing): a weight tile may need a
-  // whole slice, which small activations placed earlier would have broken up.
+  // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
+  // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
+  // placed when an op first reads them, away from the slices of that op's other inputs.
   std::vector<ir::TensorId> resident = interface.resident;
   std::set<ir::TensorId> seen(resident.begin(), resident.end());
   for (ir::OpId op : ops)
     for (ir::TensorId in : graph.op(op).inputs)
-      if (graph.tensor(in).producer < 0 && seen.insert(in).second) resident.push_back(in);
-  for (const auto& r : interface.receives) {
+      if (graph.tensor(in).producer < 0 && seen.insert(in).second &&
+          vectorShape(chip, graph.tensor(in)).first >= chip.addressesPerSlice / 8)
+        resident.push_back(in);
+  for (const auto& r : interface.receives)
     resident.erase(std::remove(resident.begin(), resident.end(), r.tensor), resident.end());
-  }
   std::stable_sort(resident.begin(), resident.end(), [&](ir::TensorId a, ir::TensorId b) {
     return vectorShape(chip, graph.tensor(a)).first > vectorShape(chip, graph.tensor(b)).first;
   });
-  for (ir::TensorId t : resident)
-    if (auto s = lowering.place(t, true); !s) return s.error();
+  for (ir::TensorId t : resident) {
+    std::set<int> avoid;  // slices of tensors read by the same op
+    for (ir::OpId op : ops) {
+      const auto& ins = graph.op(op).inputs;
+      if (std::find(ins.begin(), ins.end(), t) == ins.end()) continue;
+      for (ir::TensorId other : ins)
+        if (other != t)
+          for (int s : lowering.slicesOf(other)) avoid.insert(s);
+    }
+    if (auto s = lowering.place(t, true, avoid); !s) return s.error();
+  }
   // Receives in arrival order per port, so that receive j consumes burst j.
   std::vector<ReceivePlan> receives = interface.receives;
   std::stable_sort(receives.begin(), receives.end(), [](const ReceivePlan& a, const ReceivePlan& b) {
