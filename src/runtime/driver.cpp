@@ -4,13 +4,16 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <map>
 #include <memory>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -21,7 +24,9 @@
 #include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
+#include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
+#include "runtime/rank_mapping.h"
 #include "runtime/run_config.h"
 #include "runtime/trace_writer.h"
 #include "sim/chip.h"
@@ -196,13 +201,15 @@ Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& pro
       text << isa::toText(programs[chip], spec);
       if (!out || !binary || !text) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, it->second));
     }
-    const std::string report = fmt::format("report_chip{}.json", chip);
-    if (chip < reports.size()) {
+    nlohmann::json entry = {{"chip", chip}, {"program", it->second}};
+    if (chip < reports.size()) {  // programs read back with --programs have no report
+      const std::string report = fmt::format("report_chip{}.json", chip);
       std::ofstream out(std::filesystem::path(dir) / report);
       out << schedule::reportJson(reports[chip]) << "\n";
       if (!out) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, report));
+      entry["report"] = report;
     }
-    chips.push_back({{"chip", chip}, {"program", it->second}, {"report", report}});
+    chips.push_back(entry);
   }
   std::ofstream out(std::filesystem::path(dir) / "manifest.json");
   out << manifest.dump(2) << "\n";
@@ -210,27 +217,88 @@ Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& pro
   return {};
 }
 
-// Rank-0 progress line on stderr: simulated cycles, windows, events/s, ETA (at most once a second).
+// Reads the programs written by --emit-programs: the manifest names one program file per chip.
+Expected<std::vector<isa::Program>> loadPrograms(const std::string& dir, const topology::Cluster& cluster) {
+  const std::string manifestPath = (std::filesystem::path(dir) / "manifest.json").string();
+  std::ifstream in(manifestPath);
+  if (!in) return makeError(ExitCode::kConfig, fmt::format("{}: cannot open the program manifest", manifestPath));
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json manifest = nlohmann::json::parse(text.str(), nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != "tsp-programs" ||
+      !manifest.contains("chips") || !manifest["chips"].is_array())
+    return makeError(ExitCode::kConfig, fmt::format("{}: not a tsp-sim program manifest", manifestPath));
+  const auto& chips = manifest["chips"];
+  if (static_cast<int>(chips.size()) != cluster.chipCount())
+    return makeError(ExitCode::kConfig, fmt::format("{}: lists {} chips, the cluster has {}", manifestPath,
+                                                    chips.size(), cluster.chipCount()));
+  std::vector<isa::Program> programs(cluster.chipCount());
+  std::map<std::string, isa::Program> read;  // shared program files are read once
+  for (const auto& entry : chips) {
+    const int chip = entry.value("chip", -1);
+    const std::string file = entry.value("program", "");
+    if (chip < 0 || chip >= cluster.chipCount() || file.empty())
+      return makeError(ExitCode::kConfig, fmt::format("{}: an entry needs a chip in [0, {}) and a program file",
+                                                      manifestPath, cluster.chipCount()));
+    auto found = read.find(file);
+    if (found == read.end()) {
+      const std::string path = (std::filesystem::path(dir) / file).string();
+      std::ifstream programIn(path);
+      if (!programIn) return makeError(ExitCode::kConfig, fmt::format("{}: cannot open the program file", path));
+      std::stringstream programText;
+      programText << programIn.rdbuf();
+      auto program = isa::deserialize(programText.str(), cluster.chip(), path);
+      if (!program) return program.error();
+      found = read.emplace(file, std::move(*program)).first;
+    }
+    programs[chip] = found->second;
+  }
+  return programs;
+}
+
+// Rank-0 progress line on stderr: simulated cycles, windows, events/s over all ranks, ETA. The
+// first comes after the first window (the user sees the simulation start), then one a second.
 class ProgressLine {
  public:
-  ProgressLine(bool enabled, Cycle expected) : enabled_(enabled), expected_(expected), start_(Clock::now()) {}
-  void update(Cycle cycle, std::int64_t windows, std::int64_t events) {
-    if (!enabled_) return;
-    const auto now = Clock::now();
-    if (now - last_ < std::chrono::seconds(1)) return;
-    last_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
-    const double fraction = expected_ > 0 ? std::min(1.0, static_cast<double>(cycle) / static_cast<double>(expected_)) : 0;
+  ProgressLine(bool enabled, Cycle expected) : enabled_(enabled), expected_(expected), start_(Clock::now()), last_(start_) {}
+  bool due() const { return enabled_ && (!printed_ || Clock::now() - last_ >= std::chrono::seconds(1)); }
+  void print(const ProgressReport& report) {
+    printed_ = true;
+    last_ = Clock::now();
+    const double seconds = std::chrono::duration<double>(last_ - start_).count();
+    const double fraction =
+        expected_ > 0 ? std::min(1.0, static_cast<double>(report.cycle) / static_cast<double>(expected_)) : 0;
     const double eta = fraction > 0 ? seconds * (1 - fraction) / fraction : 0;
-    fmt::print(stderr, "tsp-sim: cycle {} of ~{} ({:.0f}%), {} windows, {:.3g} events/s on rank 0, ETA {:.0f} s\n",
-               cycle, expected_, 100 * fraction, windows, events / std::max(seconds, 1e-9), eta);
+    fmt::print(stderr, "tsp-sim: progress: cycle {} of ~{} ({:.0f}%), {} windows, {:.3g} events/s, ETA {:.0f} s\n",
+               std::min(report.cycle, expected_), expected_, 100 * fraction, report.windows,
+               static_cast<double>(report.events) / std::max(seconds, 1e-9), eta);
+    std::fflush(stderr);
   }
 
  private:
   bool enabled_;
+  bool printed_ = false;
   Cycle expected_;
-  Clock::time_point start_, last_ = Clock::now();
+  Clock::time_point start_, last_;
 };
+
+// All ranks learn whether a step that each rank ran locally succeeded everywhere; the lowest
+// failing rank reports, so that no rank starts collective I/O that others skip.
+Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  int failing = local.ok() ? INT_MAX : rank;
+  MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm);
+  if (failing == INT_MAX) return {};
+  reportHere = failing == rank;
+  return local.ok() ? makeError(ExitCode::kInternal, "failed on another rank") : local;
+}
+
+long long peakRssBytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<long long>(usage.ru_maxrss) * 1024;
+}
 
 }  // namespace
 
@@ -253,6 +321,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   }
   if (options.out) config.output.trace = *options.out;
   if (options.seed) config.simulation.seed = *options.seed;
+  if (options.traceLevel) config.output.level = *options.traceLevel;
 
   if (options.describe == "topology") {
     if (root) describeTopology(cluster, options.json);
@@ -276,20 +345,31 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describePlan(*plan, options.json);
     return {};
   }
-  schedule::Options compileOptions;
-  compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
-  compileOptions.annealMoves = 256;
-  auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions);
-  if (!schedule) return failure(schedule.error(), root);
+  // Programs come from the compiler, or from a directory written earlier by --emit-programs.
+  std::vector<isa::Program> compiled;
+  std::vector<schedule::CompileReport> reports;
+  if (options.programs) {
+    auto loaded = loadPrograms(*options.programs, cluster);
+    if (!loaded) return failure(loaded.error(), root);
+    compiled = std::move(*loaded);
+  } else {
+    schedule::Options compileOptions;
+    compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
+    compileOptions.annealMoves = 256;
+    auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions);
+    if (!schedule) return failure(schedule.error(), root);
+    compiled = std::move(schedule->programs);
+    reports = std::move(schedule->reports);
+  }
   if (options.emitPrograms) {
     Status s;
-    if (root) s = emitPrograms(*options.emitPrograms, schedule->programs, schedule->reports, cluster.chip());
+    if (root) s = emitPrograms(*options.emitPrograms, compiled, reports, cluster.chip());
     int ok = s.ok();
     MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
     if (!ok) return failure(root ? s.error() : makeError(ExitCode::kConfig, "cannot emit programs"), root);
   }
   if (options.compileOnly) {
-    if (root && !options.quiet) fmt::print("compiled {} programs into {}\n", schedule->programs.size(), *options.emitPrograms);
+    if (root && !options.quiet) fmt::print("compiled {} programs into {}\n", compiled.size(), *options.emitPrograms);
     return {};
   }
 
@@ -297,12 +377,19 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   std::map<std::uint64_t, std::shared_ptr<const isa::Program>> unique;
   std::vector<std::shared_ptr<const isa::Program>> programs;
   Cycle predictedMakespan = 0;
-  for (const auto& p : schedule->programs) {
+  for (const auto& p : compiled) {
     auto& shared = unique[p.contentHash()];
     if (!shared) shared = std::make_shared<const isa::Program>(p);
     programs.push_back(shared);
     predictedMakespan = std::max(predictedMakespan, p.predictedCycles);
   }
+
+  // Chips go to ranks before anything is written, so that too many ranks fail in seconds.
+  std::vector<std::int64_t> chipWeights;
+  for (const auto& p : programs) chipWeights.push_back(static_cast<std::int64_t>(p->instructions.size()));
+  auto mapping = mapChipsToRanks(config.simulation.rankMapping, cluster, chipWeights, ranks, rank);
+  if (!mapping) return failure(mapping.error(), root);
+  const std::int64_t cut = cutLinks(cluster, *mapping);
 
   // The trace file is created before simulating so that a bad path fails in seconds, not hours.
   if (root) {
@@ -314,18 +401,55 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   auto writer = TraceWriter::create(config.output.trace, comm);
   if (!writer) return failure(writer.error(), root);
 
+  // Event tables are sized before the run: every row's place in the file is known.
+  EventSelection selection;
+  selection.c2c = config.output.level != "summary";
+  selection.instructions = config.output.level == "instructions";
+  selection.instructionChips = config.output.instructionChips;
+  EventBuffer events(cluster.chip(), programs, selection, config.output.eventBufferRows);
+  if (auto s = selection.c2c ? events.check() : Status{}; !s) {
+    writer->discard();
+    return failure(s.error(), root);
+  }
+  {
+    Status s;
+    if (selection.c2c) s = writer->createC2cEvents(events.c2cRowCount());
+    if (s && selection.instructions) s = writer->createInstructionEvents(events.instructionRowCount(), opcodeNames());
+    bool reportHere = root;
+    if (auto agreed = agreeAll(s, comm, reportHere); !agreed) {
+      writer->discard();
+      return failure(agreed.error(), reportHere);
+    }
+  }
+
   sim::KernelRuntime kernels;
   sim::SimOptions simOptions;
   simOptions.bins = 64;
   simOptions.binCycles = std::max<Cycle>(1, ceilDiv(std::max<Cycle>(predictedMakespan, 1), simOptions.bins));
-  ParallelSimulation simulation(comm, cluster, programs, blockMapping(cluster.chipCount(), ranks, rank), simOptions);
+  simOptions.observer = selection.instructions ? &events : nullptr;
+  ParallelSimulation simulation(comm, cluster, programs, std::move(*mapping), simOptions);
   ProgressLine progress(root && !options.quiet && !options.json, predictedMakespan);
+  WindowHooks hooks;
+  if (selection.c2c) {
+    hooks.sent = [&](const std::vector<sim::C2CBurst>& bursts) { events.recordBursts(bursts); };
+    hooks.wantsFlush = [&] { return events.wantsFlush(); };
+    hooks.flush = [&] { return events.flush(*writer); };
+  }
+  hooks.progressDue = [&] { return progress.due(); };
+  hooks.progress = [&](const ProgressReport& report) { progress.print(report); };
   bool reportHere = false;
-  auto outcome = simulation.run(
-      interrupt, [&](Cycle c, std::int64_t w, std::int64_t e) { progress.update(c, w, e); }, reportHere);
+  auto outcome = simulation.run(interrupt, hooks, reportHere);
   if (!outcome) {
     writer->discard();
     return failure(outcome.error(), reportHere);
+  }
+  if (selection.c2c) {
+    reportHere = root;
+    const Status flushed = events.flush(*writer);
+    if (auto agreed = agreeAll(flushed, comm, reportHere); !agreed) {
+      writer->discard();
+      return failure(agreed.error(), reportHere);
+    }
   }
 
   // Gather what the chips did.
@@ -394,6 +518,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   meta.linkCount = static_cast<std::int64_t>(cluster.links().size());
   meta.seed = config.simulation.seed;
   meta.ranks = ranks;
+  meta.partial = outcome->interrupted;
+  meta.reachedCycle = outcome->reachedCycle;
   // Every rank writes the same attribute values: rank 0's clock decides.
   double wall = std::chrono::duration<double>(Clock::now() - wallStart).count();
   MPI_Bcast(&wall, 1, MPI_DOUBLE, 0, comm);
@@ -422,7 +548,50 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                                          tracePath)),
                    root);
 
+  // Memory per rank, for the summary (peak resident set of each rank).
+  const long long mine[2] = {peakRssBytes(), events.peakBuffered()};
+  long long maxima[2] = {0, 0}, rssSum = 0;
+  MPI_Reduce(mine, maxima, 2, MPI_LONG_LONG, MPI_MAX, 0, comm);
+  MPI_Reduce(&mine[0], &rssSum, 1, MPI_LONG_LONG, MPI_SUM, 0, comm);
+  const long long rss[2] = {maxima[0], rssSum}, bufferPeak = maxima[1];
   if (!root) return {};
+
+  // Imbalance between the chips the plan uses: busy cycles summed over all units of a chip.
+  std::int64_t busiestChip = -1, busiestBusy = 0;
+  double busySum = 0;
+  for (const auto& row : allRows) {
+    if (row.instructions == 0) continue;
+    const std::int64_t busy = row.busyMem + row.busyVxm + row.busyMxm + row.busySxm + row.busyC2c;
+    busySum += static_cast<double>(busy);
+    if (busiestChip < 0 || busy > busiestBusy) {
+      busiestChip = row.chip;
+      busiestBusy = busy;
+    }
+  }
+  const double imbalance =
+      run.chips > 0 && busySum > 0 ? static_cast<double>(busiestBusy) / (busySum / static_cast<double>(run.chips)) : 1.0;
+  // Utilisation of each kind of unit over the makespan, across the chips the plan uses.
+  double kindBusy[topology::kUnitKindCount] = {};
+  for (const auto& row : allRows) {
+    const std::int64_t busy[] = {row.busyMem, row.busyVxm, row.busyMxm, row.busySxm, row.busyC2c};
+    for (int k = 0; k < topology::kUnitKindCount; ++k) kindBusy[k] += static_cast<double>(busy[k]);
+  }
+  auto kindUtilisation = [&](int k) {
+    const double capacity = static_cast<double>(std::max<Cycle>(run.makespanCycles, 1)) * std::max(run.chips, 1) *
+                            spec.unitCount(static_cast<topology::UnitKind>(k));
+    return capacity > 0 ? kindBusy[k] / capacity : 0.0;
+  };
+  std::vector<LinkRow> busiest = linkRows;
+  std::sort(busiest.begin(), busiest.end(), [](const LinkRow& a, const LinkRow& b) {
+    const auto ba = std::max(a.busyCyclesAb, a.busyCyclesBa), bb = std::max(b.busyCyclesAb, b.busyCyclesBa);
+    return ba != bb ? ba > bb : a.link < b.link;
+  });
+  while (!busiest.empty() && busiest.back().bytesAb + busiest.back().bytesBa == 0) busiest.pop_back();
+  busiest.resize(std::min<size_t>(busiest.size(), 5));
+  auto linkUtilisation = [&](const LinkRow& l) {
+    return static_cast<double>(std::max(l.busyCyclesAb, l.busyCyclesBa)) / std::max<double>(1, run.makespanCycles);
+  };
+
   if (options.json) {
     nlohmann::json chips = nlohmann::json::array();
     for (const auto& row : allRows)
@@ -434,6 +603,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                        {"bytes_sent", row.bytesSent},
                        {"bytes_received", row.bytesReceived},
                        {"sram_peak_bytes", row.sramPeakBytes}});
+    nlohmann::json utilisation;
+    for (int k = 0; k < topology::kUnitKindCount; ++k)
+      utilisation[topology::unitKindName(static_cast<topology::UnitKind>(k))] = kindUtilisation(k);
+    nlohmann::json links = nlohmann::json::array();
+    for (const auto& l : busiest)
+      links.push_back({{"link", l.link}, {"a", l.a}, {"b", l.b}, {"bytes", l.bytesAb + l.bytesBa},
+                       {"utilisation", linkUtilisation(l)}});
     nlohmann::json j = {{"tool", toolVersion()},
                         {"model", config.model.describe()},
                         {"plan", plan->canonical()},
@@ -443,58 +619,55 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"throughput_per_second", run.throughputPerSecond},
                         {"samples", run.samples},
                         {"chips_used", run.chips},
+                        {"utilisation", utilisation},
+                        {"busiest_links", links},
+                        {"imbalance", imbalance},
+                        {"ranks", ranks},
+                        {"rank_mapping", config.simulation.rankMapping},
+                        {"cut_links", cut},
+                        {"window_cycles", simulation.lookahead()},
                         {"windows", outcome->windows},
+                        {"event_buffer_peak_rows", bufferPeak},
+                        {"peak_rss_bytes_max_rank", rss[0]},
+                        {"peak_rss_bytes_all_ranks", rss[1]},
+                        {"wall_seconds", wall},
                         {"trace", tracePath}};
     fmt::print("{}\n", j.dump(2));
     return {};
   }
   fmt::print("{}: {} on {} ({}), plan {}\n\n", toolVersion(), config.model.describe(), topologyName(cluster),
              spec.preset, plan->canonical());
-  fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}\n", "chip", "predicted", "simulated",
-             "lower bnd", "instr", "MEM %", "MXM %", "VXM %", "sent KiB", "SRAM KiB");
-  double cycleSum = 0;
-  Cycle cycleMax = 0;
-  double kindBusy[topology::kUnitKindCount] = {}, kindCapacity[topology::kUnitKindCount] = {};
+  fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10}\n", "chip", "predicted",
+             "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "C2C %", "sent KiB", "SRAM KiB");
   for (const auto& row : allRows) {
     if (row.instructions == 0) continue;
+    // A chip's utilisation is over its own cycles: how busy it was while it had work.
     const double c = static_cast<double>(std::max<Cycle>(row.cycles, 1));
     auto pct = [&](std::int64_t busy, topology::UnitKind kind) {
       return 100.0 * static_cast<double>(busy) / (c * spec.unitCount(kind));
     };
-    fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>8.2f} {:>8.2f} {:>8.2f} {:>10.1f} {:>10.1f}\n", row.chip,
-               row.predictedCycles, row.cycles, row.lowerBoundCycles, row.instructions,
-               pct(row.busyMem, topology::UnitKind::kMem), pct(row.busyMxm, topology::UnitKind::kMxm),
-               pct(row.busyVxm, topology::UnitKind::kVxm), row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
-    cycleSum += static_cast<double>(row.cycles);
-    cycleMax = std::max(cycleMax, row.cycles);
-    const std::int64_t busy[] = {row.busyMem, row.busyVxm, row.busyMxm, row.busySxm, row.busyC2c};
-    for (int k = 0; k < topology::kUnitKindCount; ++k) {
-      kindBusy[k] += static_cast<double>(busy[k]);
-      kindCapacity[k] += c * spec.unitCount(static_cast<topology::UnitKind>(k));
-    }
+    fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>10.1f} {:>10.1f}\n",
+               row.chip, row.predictedCycles, row.cycles, row.lowerBoundCycles, row.instructions,
+               pct(row.busyMem, topology::UnitKind::kMem), pct(row.busyVxm, topology::UnitKind::kVxm),
+               pct(row.busyMxm, topology::UnitKind::kMxm), pct(row.busySxm, topology::UnitKind::kSxm),
+               pct(row.busyC2c, topology::UnitKind::kC2c), row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
   }
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
   fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
   fmt::print("utilisation:");
   for (int k = 0; k < topology::kUnitKindCount; ++k)
-    fmt::print(" {} {:.2f}%", topology::unitKindName(static_cast<topology::UnitKind>(k)),
-               kindCapacity[k] > 0 ? 100 * kindBusy[k] / kindCapacity[k] : 0.0);
-  fmt::print("  (busy cycles over chips used)\n");
+    fmt::print(" {} {:.2f}%", topology::unitKindName(static_cast<topology::UnitKind>(k)), 100 * kindUtilisation(k));
+  fmt::print("  (busy unit-cycles over makespan x units of the {} chips used)\n", run.chips);
   if (run.chips > 0)
-    fmt::print("imbalance:   busiest chip {:.2f}x the mean\n",
-               static_cast<double>(cycleMax) / (cycleSum / static_cast<double>(run.chips)));
-  std::vector<LinkRow> busiest = linkRows;
-  std::sort(busiest.begin(), busiest.end(), [](const LinkRow& a, const LinkRow& b) {
-    const auto ba = std::max(a.busyCyclesAb, a.busyCyclesBa), bb = std::max(b.busyCyclesAb, b.busyCyclesBa);
-    return ba != bb ? ba > bb : a.link < b.link;
-  });
-  for (size_t i = 0; i < std::min<size_t>(3, busiest.size()); ++i) {
-    const auto& l = busiest[i];
-    if (l.bytesAb + l.bytesBa == 0) break;
-    fmt::print("busy link:   {} (chip {} - {}): {} KiB, {:.2f}% of the makespan\n", l.link, l.a, l.b,
-               (l.bytesAb + l.bytesBa) / 1024, 100.0 * std::max(l.busyCyclesAb, l.busyCyclesBa) / std::max<double>(1, run.makespanCycles));
-  }
+    fmt::print("imbalance:   busiest chip {} has {:.2f}x the mean busy cycles\n", busiestChip, imbalance);
+  for (const auto& l : busiest)
+    fmt::print("busy link:   {} (chip {} - {}): {} KiB, busy {:.2f}% of the makespan\n", l.link, l.a, l.b,
+               (l.bytesAb + l.bytesBa) / 1024, 100.0 * linkUtilisation(l));
+  fmt::print("simulation:  {} ranks, {} mapping ({} links cut), {} windows of up to {} cycles, {:.2f} s\n", ranks,
+             config.simulation.rankMapping, cut, outcome->windows, simulation.lookahead(), wall);
+  fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",
+             static_cast<double>(rss[0]) / (1 << 20), static_cast<double>(rss[1]) / 1024.0 / cluster.chipCount());
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

@@ -18,10 +18,12 @@ struct RunOptions {
   std::optional<std::string> out;    ///< --out override
   std::optional<std::string> describe;
   std::optional<std::int64_t> seed;
+  std::optional<std::string> traceLevel;  ///< --trace-level override of output.level
   bool json = false;
   bool quiet = false;
   std::optional<std::string> emitPrograms;
   bool compileOnly = false;
+  std::optional<std::string> programs;  ///< --programs DIR: simulate programs emitted earlier
   std::optional<std::string> passes;       ///< --passes: comma-separated pass pipeline
   std::optional<std::string> dumpIrAfter;  ///< --dump-ir-after: "import" or a pass of the pipeline
   std::optional<std::string> overrides;    ///< --override k=v[,k=v...]: symbolic dimension values

@@ -32,10 +32,13 @@ int main(int argc, char** argv) {
   app.add_option("--out", options.out, "trace path (HDF5)");
   app.add_option("--describe", options.describe, "print a description and exit")
       ->check(CLI::IsMember({"topology", "model", "plan"}));
+  app.add_option("--trace-level", options.traceLevel, "summary, links (adds C2C events) or instructions")
+      ->check(CLI::IsMember({"summary", "links", "instructions"}));
   app.add_option("--seed", options.seed, "seed of annealing and search (default 0)");
   app.add_flag("--json", options.json, "machine-readable output on stdout");
   app.add_flag("--quiet", options.quiet, "no progress line");
   app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");
+  app.add_option("--programs", options.programs, "simulate the programs in DIR (written by --emit-programs) instead of compiling");
   app.add_flag("--compile-only", options.compileOnly, "stop after compiling (with --emit-programs)");
   app.add_option("--override", options.overrides, "bind symbolic ONNX dimensions: k=v[,k=v...] (as model.overrides)");
   app.add_option("--passes", options.passes, "graph pass pipeline, e.g. fold,cse,dce,layout,fuse (default fold,cse,dce)");

@@ -1,4 +1,4 @@
-// Conservative PDES: fixed-lookahead windows, C2C bursts exchanged between windows, idle windows skipped.
+// Conservative PDES: cross-rank lookahead windows, exact sub-windows inside a rank, neighbour exchange.
 #include "runtime/pdes.h"
 
 #include <algorithm>
@@ -9,25 +9,26 @@
 
 namespace tsp::runtime {
 
-RankMapping blockMapping(int chips, int ranks, int rank) {
-  RankMapping mapping;
-  mapping.owner.resize(chips);
-  const int base = chips / ranks, extra = chips % ranks;
-  int chip = 0;
-  for (int r = 0; r < ranks; ++r) {
-    const int count = base + (r < extra ? 1 : 0);
-    for (int i = 0; i < count; ++i, ++chip) {
-      mapping.owner[chip] = r;
-      if (r == rank) mapping.localChips.push_back(chip);
-    }
-  }
-  return mapping;
-}
+namespace {
+
+static_assert(sizeof(long) == sizeof(Cycle), "MPI_LONG_INT carries cycles");
+
+// The MPI_LONG_INT pair: MPI_MINLOC keeps the smallest value and, among equals, the smallest index.
+struct LongInt {
+  long value;
+  int index;
+};
+
+Cycle saturatingAdd(Cycle a, Cycle b) { return a > sim::kNever - b ? sim::kNever : a + b; }
+
+constexpr int kCodeSlots = 8;  // failure index = who * kCodeSlots + exit code
+
+}  // namespace
 
 ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& cluster,
                                        const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                        RankMapping mapping, const sim::SimOptions& options)
-    : comm_(comm), mapping_(std::move(mapping)) {
+    : comm_(comm), chipCount_(cluster.chipCount()), mapping_(std::move(mapping)) {
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &ranks_);
   const auto& spec = cluster.chip();
@@ -42,88 +43,201 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     localIndex_[chip] = static_cast<int>(chips_.size());
     chips_.push_back(sim::makeTspChip(chip, spec, programs[chip], std::move(ports), options));
   }
-  // Every burst takes at least the send latency plus one link latency from issue to arrival,
-  // so a window of that length never needs a vector from the same window. The same window on
-  // every rank count keeps results identical however the chips are spread.
-  lookahead_ = std::max<Cycle>(1, spec.c2cSendCycles + std::max<Cycle>(1, cluster.minLinkLatency()));
+  failed_.assign(chips_.size(), 0);
+  crossSends_.resize(chips_.size());
+
+  // A burst issued at cycle t arrives no earlier than t + send latency + link latency: that is
+  // how far a chip may run ahead of the chips that can send to it.
+  Cycle cross = sim::kNever, inner = sim::kNever;
+  std::vector<char> isNeighbour(ranks_, 0);
+  for (const auto& link : cluster.links()) {
+    const Cycle burst = spec.c2cSendCycles + std::max<Cycle>(1, link.latencyCycles);
+    const int ra = mapping_.owner[link.a], rb = mapping_.owner[link.b];
+    if (ra != rb) cross = std::min(cross, burst);
+    if (ra == rank_ && rb == rank_) inner = std::min(inner, burst);
+    if (ra == rank_ && rb != rank_) isNeighbour[rb] = 1;
+    if (rb == rank_ && ra != rank_) isNeighbour[ra] = 1;
+  }
+  window_ = std::max<Cycle>(1, std::min(cross, kMaxWindowCycles));
+  inner_ = std::max<Cycle>(1, std::min(inner, window_));
+  neighbourIndex_.assign(ranks_, -1);
+  for (int r = 0; r < ranks_; ++r)
+    if (isNeighbour[r]) {
+      neighbourIndex_[r] = static_cast<int>(neighbours_.size());
+      neighbours_.push_back(r);
+    }
+  toNeighbour_.resize(neighbours_.size());
+  // The schedule is static: the issue cycles of the sends that will cross ranks are known now.
+  for (size_t i = 0; i < chips_.size(); ++i) {
+    const int chip = mapping_.localChips[i];
+    for (const auto& inst : programs[chip]->instructions) {
+      if (inst.op != isa::Opcode::kC2cSend) continue;
+      const int linkId = inst.port >= 0 ? cluster.linkAt(chip, inst.port) : -1;
+      if (linkId >= 0 && mapping_.owner[cluster.links()[linkId].other(chip)] != rank_)
+        crossSends_[i].push_back(inst.issue);
+    }
+    std::sort(crossSends_[i].begin(), crossSends_[i].end());
+  }
+  if (ranks_ > 1) {
+    // Links are symmetric, so the neighbour lists are: sources and destinations are the same ranks.
+    const int n = static_cast<int>(neighbours_.size());
+    MPI_Dist_graph_create_adjacent(comm_, n, neighbours_.data(), MPI_UNWEIGHTED, n, neighbours_.data(),
+                                   MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &neighbourComm_);
+  }
+}
+
+ParallelSimulation::~ParallelSimulation() {
+  if (neighbourComm_ != MPI_COMM_NULL) MPI_Comm_free(&neighbourComm_);
+}
+
+Cycle ParallelSimulation::nextCrossSend(Cycle from) const {
+  Cycle next = sim::kNever;
+  for (const auto& issues : crossSends_) {
+    auto it = std::lower_bound(issues.begin(), issues.end(), from);
+    if (it != issues.end()) next = std::min(next, *it);
+  }
+  return next;
+}
+
+Cycle ParallelSimulation::windowEnd(Cycle start, Cycle nextCrossSend) const {
+  // Nothing crosses ranks before nextCrossSend + the cross-rank latency; the window still ends
+  // within kMaxWindowCycles (unless the latency is longer) so that signals are seen in time.
+  const Cycle safe = std::max(saturatingAdd(start, window_), saturatingAdd(nextCrossSend, window_));
+  return std::max(saturatingAdd(start, window_), std::min(safe, saturatingAdd(start, kMaxWindowCycles)));
+}
+
+Cycle ParallelSimulation::nextLocalEvent() const {
+  Cycle next = sim::kNever;
+  for (size_t i = 0; i < chips_.size(); ++i)
+    if (!failed_[i]) next = std::min(next, chips_[i]->nextEventCycle());
+  return next;
+}
+
+void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const WindowHooks& hooks,
+                                      std::int64_t& events) {
+  std::vector<sim::C2CBurst> local;
+  Cycle start = std::max(windowStart, nextLocalEvent());
+  while (start < windowEnd) {
+    const Cycle end = std::min(windowEnd, saturatingAdd(start, inner_));
+    for (size_t i = 0; i < chips_.size(); ++i) {
+      if (failed_[i] || chips_[i]->nextEventCycle() >= end) continue;
+      const std::int64_t before = chips_[i]->stats().instructions;
+      if (auto s = chips_[i]->advanceTo(end); !s) {
+        // Chips keep running to the window's end so that the first failure in (cycle, chip)
+        // order is found whatever the mapping; a failed chip stops where it failed.
+        failed_[i] = 1;
+        const Cycle issue = chips_[i]->nextEventCycle();
+        const int chip = mapping_.localChips[i];
+        if (!failure_ || std::pair(issue, chip) < std::pair(failure_->issue, failure_->who))
+          failure_ = Failure{issue, chip, s.error()};
+      }
+      events += chips_[i]->stats().instructions - before;
+      auto sent = chips_[i]->takeOutgoing();
+      if (sent.empty()) continue;
+      if (hooks.sent) hooks.sent(sent);
+      for (const auto& burst : sent) {
+        if (localIndex_[burst.dstChip] >= 0) local.push_back(burst);
+        else toNeighbour_[neighbourIndex_[mapping_.owner[burst.dstChip]]].push_back(burst);
+      }
+    }
+    std::sort(local.begin(), local.end());  // (arrive, src chip, link, send cycle): rank-independent
+    for (const auto& burst : local) chips_[localIndex_[burst.dstChip]]->deliver(burst);
+    local.clear();
+    start = std::max(end, nextLocalEvent());
+  }
+}
+
+void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
+  if (neighbourComm_ == MPI_COMM_NULL) return;
+  const size_t n = neighbours_.size();
+  // Neighbourhood collectives: counts, then the bursts as bytes, with the linked ranks only.
+  std::vector<int> sendCounts(n + 1, 0), recvCounts(n + 1, 0), sendOffsets(n + 1, 0), recvOffsets(n + 1, 0);
+  std::vector<sim::C2CBurst> outgoing;
+  for (size_t i = 0; i < n; ++i) {
+    sendOffsets[i] = static_cast<int>(outgoing.size() * sizeof(sim::C2CBurst));
+    sendCounts[i] = static_cast<int>(toNeighbour_[i].size() * sizeof(sim::C2CBurst));
+    outgoing.insert(outgoing.end(), toNeighbour_[i].begin(), toNeighbour_[i].end());
+    toNeighbour_[i].clear();
+  }
+  MPI_Neighbor_alltoall(sendCounts.data(), 1, MPI_INT, recvCounts.data(), 1, MPI_INT, neighbourComm_);
+  int total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    recvOffsets[i] = total;
+    total += recvCounts[i];
+  }
+  std::vector<sim::C2CBurst> incoming(total / sizeof(sim::C2CBurst) + 1);
+  outgoing.resize(outgoing.size() + 1);  // never an empty buffer
+  MPI_Neighbor_alltoallv(outgoing.data(), sendCounts.data(), sendOffsets.data(), MPI_BYTE, incoming.data(),
+                         recvCounts.data(), recvOffsets.data(), MPI_BYTE, neighbourComm_);
+  arrived.insert(arrived.end(), incoming.begin(), incoming.begin() + total / sizeof(sim::C2CBurst));
 }
 
 Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atomic_t* interrupt,
-                                                    const ProgressCallback& progress, bool& reportHere) {
+                                                    const WindowHooks& hooks, bool& reportHere) {
   SimulationOutcome outcome;
-  std::optional<Diagnostic> failure;
-  std::int64_t events = 0;
-  Cycle start = sim::kNever;
-  for (const auto& chip : chips_) start = std::min(start, chip->nextEventCycle());
-  {
-    long long local = start, global = 0;
-    MPI_Allreduce(&local, &global, 1, MPI_LONG_LONG, MPI_MIN, comm_);
-    start = global;
-  }
-  Cycle windowStart = start == sim::kNever ? 0 : start;
-  bool done = start == sim::kNever;
-  std::vector<std::vector<sim::C2CBurst>> toRank(ranks_);
-  std::vector<int> sendCounts(ranks_), recvCounts(ranks_), sendOffsets(ranks_), recvOffsets(ranks_);
+  long first[2] = {nextLocalEvent(), nextCrossSend(0)};
+  MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_LONG, MPI_MIN, comm_);
+  Cycle windowStart = first[0] == sim::kNever ? 0 : first[0];
+  Cycle crossSend = first[1];
+  bool done = first[0] == sim::kNever;
+  std::vector<sim::C2CBurst> arrived;
   while (!done) {
-    const Cycle windowEnd = windowStart + lookahead_;
-    std::vector<sim::C2CBurst> arrived;
-    for (size_t i = 0; i < chips_.size() && !failure; ++i) {
-      const std::int64_t before = chips_[i]->stats().instructions;
-      if (auto s = chips_[i]->advanceTo(windowEnd); !s) failure = s.error();
-      events += chips_[i]->stats().instructions - before;
-      for (auto& burst : chips_[i]->takeOutgoing()) {
-        if (localIndex_[burst.dstChip] >= 0) arrived.push_back(burst);
-        else toRank[mapping_.owner[burst.dstChip]].push_back(burst);
-      }
-    }
-    // Exchange the bursts that cross ranks (sizes first, then the bursts as bytes).
-    std::vector<sim::C2CBurst> outgoing;
-    for (int r = 0; r < ranks_; ++r) {
-      sendOffsets[r] = static_cast<int>(outgoing.size() * sizeof(sim::C2CBurst));
-      sendCounts[r] = static_cast<int>(toRank[r].size() * sizeof(sim::C2CBurst));
-      outgoing.insert(outgoing.end(), toRank[r].begin(), toRank[r].end());
-      toRank[r].clear();
-    }
-    MPI_Alltoall(sendCounts.data(), 1, MPI_INT, recvCounts.data(), 1, MPI_INT, comm_);
-    int total = 0;
-    for (int r = 0; r < ranks_; ++r) {
-      recvOffsets[r] = total;
-      total += recvCounts[r];
-    }
-    std::vector<sim::C2CBurst> incoming(total / sizeof(sim::C2CBurst));
-    MPI_Alltoallv(outgoing.data(), sendCounts.data(), sendOffsets.data(), MPI_BYTE, incoming.data(),
-                  recvCounts.data(), recvOffsets.data(), MPI_BYTE, comm_);
-    arrived.insert(arrived.end(), incoming.begin(), incoming.end());
-    std::sort(arrived.begin(), arrived.end());  // (arrive, src chip, link, send cycle): rank-independent
-    for (const auto& burst : arrived) chips_[localIndex_[burst.dstChip]]->deliver(burst);
+    const Cycle windowEnd = this->windowEnd(windowStart, crossSend);
+    advanceLocal(windowStart, windowEnd, hooks, outcome.events);
+    const bool sending = std::any_of(toNeighbour_.begin(), toNeighbour_.end(), [](const auto& v) { return !v.empty(); });
 
-    // One agreement per window: the next event anywhere, and continue / stop / fail.
-    Cycle next = sim::kNever;
-    for (const auto& chip : chips_) next = std::min(next, chip->nextEventCycle());
-    const long long code = failure ? static_cast<long long>(failure->code) : (*interrupt ? -1 : 0);
-    long long local[3] = {next, -std::max(code, 0LL), code < 0 ? 1 : 0}, global[3];
-    long long localMin[2] = {local[0], local[1]};
-    long long globalMin[2];
-    MPI_Allreduce(localMin, globalMin, 2, MPI_LONG_LONG, MPI_MIN, comm_);
-    MPI_Allreduce(&local[2], &global[2], 1, MPI_LONG_LONG, MPI_MAX, comm_);
+    // The one agreement of the window: next event (deliveries cannot change it: it is the next
+    // instruction's issue), first failure, stop, flush, progress, and whether any burst crosses ranks.
+    LongInt agreed[7] = {
+        {nextLocalEvent(), 0},
+        failure_ ? LongInt{failure_->issue, failure_->who * kCodeSlots + static_cast<int>(failure_->diagnostic.code)}
+                 : LongInt{sim::kNever, INT_MAX},
+        {*interrupt ? 0 : 1, 0},
+        {hooks.wantsFlush && hooks.wantsFlush() ? 0 : 1, 0},
+        {rank_ == 0 && hooks.progressDue && hooks.progressDue() ? 0 : 1, 0},
+        {sending ? 0 : 1, 0},
+        {nextCrossSend(windowEnd), 0}};
+    const LongInt mine = agreed[1];
+    MPI_Allreduce(MPI_IN_PLACE, agreed, 7, MPI_LONG_INT, MPI_MINLOC, comm_);
+    crossSend = agreed[6].value;
     ++outcome.windows;
     outcome.reachedCycle = windowEnd;
-    if (globalMin[1] < 0) {
-      // Some rank failed: the lowest failing rank reports.
-      const int mine = failure ? rank_ : INT_MAX;
-      int lowest = INT_MAX;
-      MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm_);
-      reportHere = lowest == rank_;
-      if (failure) return *failure;
-      return makeError(static_cast<ExitCode>(-globalMin[1]), "failed on another rank");
+    if (agreed[1].index != INT_MAX) {
+      reportHere = failure_ && mine.value == agreed[1].value && mine.index == agreed[1].index;
+      if (reportHere) return failure_->diagnostic;
+      return makeError(static_cast<ExitCode>(agreed[1].index % kCodeSlots), "failed on another rank");
     }
-    if (global[2] > 0) {
+    if (agreed[5].value == 0) {
+      // Most windows of a sparse run send nothing between ranks: they skip the exchange.
+      exchange(arrived);
+      std::sort(arrived.begin(), arrived.end());
+      for (const auto& burst : arrived) chips_[localIndex_[burst.dstChip]]->deliver(burst);
+      arrived.clear();
+    }
+    if (agreed[3].value == 0 && hooks.flush) {
+      // Rare (once per buffer's worth of rows), so a second agreement on the outcome is cheap.
+      const Status flushed = hooks.flush();
+      int ok = flushed.ok(), allOk = 0;
+      MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm_);
+      if (!allOk) {
+        int lowest = ok ? INT_MAX : rank_;
+        MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm_);
+        reportHere = lowest == rank_;
+        if (!ok) return flushed.error();
+        return makeError(ExitCode::kInternal, "writing the trace failed on another rank");
+      }
+    }
+    if (agreed[2].value == 0) {
       outcome.interrupted = true;
       return outcome;
     }
-    if (progress) progress(windowEnd, outcome.windows, events);
-    if (globalMin[0] == sim::kNever) break;
-    windowStart = std::max(windowEnd, static_cast<Cycle>(globalMin[0]));
+    if (agreed[4].value == 0) {
+      long long events = outcome.events, total = 0;
+      MPI_Reduce(&events, &total, 1, MPI_LONG_LONG, MPI_SUM, 0, comm_);
+      if (rank_ == 0 && hooks.progress) hooks.progress({windowEnd, outcome.windows, total});
+    }
+    if (agreed[0].value == sim::kNever) break;
+    windowStart = std::max(windowEnd, static_cast<Cycle>(agreed[0].value));
   }
   // Chips without a program never ran their finish step: advancing past the end does it.
   for (auto& chip : chips_) (void)chip->advanceTo(sim::kNever);

@@ -23,7 +23,7 @@ Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node
   if (!iterations) return iterations.error();
   auto seed = reader.integer(node, "seed", 0, 0, std::numeric_limits<std::int64_t>::max());
   if (!seed) return seed.error();
-  auto mapping = reader.text(node, "rank_mapping", "block", {"block"});
+  auto mapping = reader.text(node, "rank_mapping", "block", {"block", "metis"});
   if (!mapping) return mapping.error();
   if (auto s = reader.checkKeys(reader.child(node, "faults"), {}, "simulation.faults"); !s) return s;
   out = {*mode, static_cast<int>(*iterations), *seed, *mapping};
@@ -31,13 +31,17 @@ Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node
 }
 
 Status loadOutput(const topology::YamlReader& reader, const YAML::Node& node, int chips, OutputConfig& out) {
-  if (auto s = reader.checkKeys(node, {"trace", "level", "instruction_chips"}, "output"); !s) return s;
+  if (auto s = reader.checkKeys(node, {"trace", "level", "instruction_chips", "event_buffer_rows"}, "output"); !s)
+    return s;
   auto trace = reader.text(node, "trace", out.trace);
   if (!trace) return trace.error();
-  auto level = reader.text(node, "level", "summary", {"summary"});
+  auto level = reader.text(node, "level", "summary", {"summary", "links", "instructions"});
   if (!level) return level.error();
+  auto bufferRows = reader.integer(node, "event_buffer_rows", out.eventBufferRows, 1, std::int64_t{1} << 32);
+  if (!bufferRows) return bufferRows.error();
   out.trace = *trace;
   out.level = *level;
+  out.eventBufferRows = *bufferRows;
   const YAML::Node list = reader.child(node, "instruction_chips");
   if (list && !(list.IsScalar() && list.as<std::string>() == "all")) {
     auto chipsList = reader.integerList(node, "instruction_chips", 0, chips - 1);
@@ -83,6 +87,8 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
 
   YAML::Node stored = YAML::Clone(root);
   stored.remove("output");
+  // How chips are spread over ranks does not change what is simulated (/meta rank_mapping says it).
+  if (stored["simulation"] && stored["simulation"].IsMap()) stored["simulation"].remove("rank_mapping");
   YAML::Emitter emitter;
   emitter << stored;
   config.resolvedYaml = emitter.c_str();

@@ -17,7 +17,7 @@ struct SimulationConfig {
   std::string mode = "timing";
   int iterations = 1;
   std::int64_t seed = 0;
-  std::string rankMapping = "block";
+  std::string rankMapping = "block";  ///< block | metis
 };
 
 /// The `output:` section (left out of the stored config: it does not change results).
@@ -25,12 +25,13 @@ struct OutputConfig {
   std::string trace = "out/trace.h5";
   std::string level = "summary";
   std::vector<int> instructionChips;  ///< empty: all
+  std::int64_t eventBufferRows = 65536;  ///< event rows a rank buffers before the ranks flush together
 };
 
 /// A loaded, validated config.
 struct RunConfig {
   std::string file;
-  std::string resolvedYaml;  ///< the config as read, without `output`
+  std::string resolvedYaml;  ///< the config as read, without `output` and `simulation.rank_mapping`
   std::optional<topology::Cluster> cluster;
   frontend::ModelSpec model;
   partition::ParallelismConfig parallelism;

@@ -1,6 +1,7 @@
 // The HDF5 trace writer: parallel HDF5, chunked and compressed datasets, collective writes.
 #include "runtime/trace_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -117,6 +118,77 @@ hid_t chipRowType() {
   return t;
 }
 
+hid_t c2cEventType() {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(C2cEventRow));
+  H5Tinsert(t, "src_chip", HOFFSET(C2cEventRow, srcChip), H5T_NATIVE_INT32);
+  H5Tinsert(t, "dst_chip", HOFFSET(C2cEventRow, dstChip), H5T_NATIVE_INT32);
+  H5Tinsert(t, "link", HOFFSET(C2cEventRow, link), H5T_NATIVE_INT32);
+  H5Tinsert(t, "send_cycle", HOFFSET(C2cEventRow, sendCycle), H5T_NATIVE_INT64);
+  H5Tinsert(t, "arrive_cycle", HOFFSET(C2cEventRow, arriveCycle), H5T_NATIVE_INT64);
+  H5Tinsert(t, "bytes", HOFFSET(C2cEventRow, bytes), H5T_NATIVE_INT64);
+  H5Tinsert(t, "vectors", HOFFSET(C2cEventRow, vectors), H5T_NATIVE_INT32);
+  H5Tinsert(t, "interval", HOFFSET(C2cEventRow, interval), H5T_NATIVE_INT32);
+  return t;
+}
+
+hid_t instructionEventType() {
+  hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(InstructionEventRow));
+  H5Tinsert(t, "chip", HOFFSET(InstructionEventRow, chip), H5T_NATIVE_INT32);
+  H5Tinsert(t, "unit", HOFFSET(InstructionEventRow, unit), H5T_NATIVE_INT32);
+  H5Tinsert(t, "slice", HOFFSET(InstructionEventRow, slice), H5T_NATIVE_INT32);
+  H5Tinsert(t, "opcode", HOFFSET(InstructionEventRow, opcode), H5T_NATIVE_INT16);
+  H5Tinsert(t, "program_index", HOFFSET(InstructionEventRow, programIndex), H5T_NATIVE_INT64);
+  H5Tinsert(t, "start_cycle", HOFFSET(InstructionEventRow, startCycle), H5T_NATIVE_INT64);
+  H5Tinsert(t, "end_cycle", HOFFSET(InstructionEventRow, endCycle), H5T_NATIVE_INT64);
+  H5Tinsert(t, "repeat", HOFFSET(InstructionEventRow, repeat), H5T_NATIVE_INT32);
+  return t;
+}
+
+// Rows of an event table stream in during the run, so the table is extendible and its chunks are
+// sized for streaming; rows never written (a partial trace) read as the fill value, all -1.
+template <typename Row>
+Status createEventTable(hid_t file, const char* path, hid_t type, std::int64_t rows) {
+  const hsize_t dims[1] = {static_cast<hsize_t>(rows)}, maxDims[1] = {H5S_UNLIMITED};
+  Handle space(H5Screate_simple(1, dims, maxDims), H5Sclose);
+  Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  const hsize_t chunk[1] = {std::clamp<hsize_t>(static_cast<hsize_t>(rows), 1, 16384)};
+  H5Pset_chunk(create, 1, chunk);
+  H5Pset_deflate(create, 4);
+  Row fill;
+  std::memset(&fill, 0xff, sizeof fill);
+  H5Pset_fill_value(create, type, &fill);
+  Handle dataset(H5Dcreate2(file, path, type, space, H5P_DEFAULT, create, H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return ioError(fmt::format("cannot create {}", path));
+  return {};
+}
+
+// Writes rows at ascending positions of a 1-D table, collectively (a rank may have none).
+template <typename Row>
+Status writeEventRows(hid_t file, const char* path, hid_t type, const EventRows<Row>& rows) {
+  Handle dataset(H5Dopen2(file, path, H5P_DEFAULT), H5Dclose);
+  if (!dataset.ok()) return ioError(fmt::format("cannot open {}", path));
+  Handle fileSpace(H5Dget_space(dataset), H5Sclose);
+  H5Sselect_none(fileSpace);
+  const hsize_t memDims[1] = {std::max<hsize_t>(1, rows.rows.size())};
+  Handle memSpace(H5Screate_simple(1, memDims, nullptr), H5Sclose);
+  if (rows.rows.empty()) {
+    H5Sselect_none(memSpace);
+  } else {
+    for (size_t i = 0; i < rows.positions.size();) {
+      size_t j = i + 1;
+      while (j < rows.positions.size() && rows.positions[j] == rows.positions[j - 1] + 1) ++j;
+      const hsize_t start[1] = {static_cast<hsize_t>(rows.positions[i])}, count[1] = {j - i};
+      H5Sselect_hyperslab(fileSpace, H5S_SELECT_OR, start, nullptr, count, nullptr);
+      i = j;
+    }
+  }
+  Handle transfer(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  H5Pset_dxpl_mpio(transfer, H5FD_MPIO_COLLECTIVE);
+  if (H5Dwrite(dataset, type, memSpace, fileSpace, transfer, rows.rows.data()) < 0)
+    return ioError(fmt::format("cannot write {}", path));
+  return {};
+}
+
 std::vector<int> rowsOfRank0(int rank, size_t count) {
   std::vector<int> rows;
   if (rank == 0)
@@ -167,6 +239,8 @@ Status TraceWriter::writeMeta(const TraceMeta& meta) {
   if (!(s = numberAttribute(group, "chip_count", H5T_NATIVE_INT64, meta.chipCount))) return s;
   if (!(s = numberAttribute(group, "link_count", H5T_NATIVE_INT64, meta.linkCount))) return s;
   if (!(s = numberAttribute(group, "seed", H5T_NATIVE_INT64, meta.seed))) return s;
+  if (!(s = numberAttribute(group, "partial", H5T_NATIVE_INT, meta.partial ? 1 : 0))) return s;
+  if (meta.partial && !(s = numberAttribute(group, "reached_cycle", H5T_NATIVE_INT64, meta.reachedCycle))) return s;
   return numberAttribute(group, "ranks", H5T_NATIVE_INT, meta.ranks);
 }
 
@@ -233,6 +307,30 @@ Status TraceWriter::writeRun(const RunRow& row) {
   H5Tinsert(type, "chips", HOFFSET(RunRow, chips), H5T_NATIVE_INT32);
   H5Tinsert(type, "iterations", HOFFSET(RunRow, iterations), H5T_NATIVE_INT32);
   return writeRows(file_, "/summary/run", type, {1}, rowsOfRank0(rank_, 1), &row);
+}
+
+Status TraceWriter::createC2cEvents(std::int64_t rows) {
+  Handle group(ensureGroup(file_, "/events"), H5Gclose);
+  Handle type(c2cEventType(), H5Tclose);
+  return createEventTable<C2cEventRow>(file_, "/events/c2c", type, rows);
+}
+
+Status TraceWriter::createInstructionEvents(std::int64_t rows, const std::string& opcodeNames) {
+  Handle group(ensureGroup(file_, "/events"), H5Gclose);
+  Handle type(instructionEventType(), H5Tclose);
+  if (auto s = createEventTable<InstructionEventRow>(file_, "/events/instructions", type, rows); !s) return s;
+  Handle dataset(H5Dopen2(file_, "/events/instructions", H5P_DEFAULT), H5Dclose);
+  return stringAttribute(dataset, "opcode_names", opcodeNames);
+}
+
+Status TraceWriter::writeC2cEvents(const EventRows<C2cEventRow>& rows) {
+  Handle type(c2cEventType(), H5Tclose);
+  return writeEventRows(file_, "/events/c2c", type, rows);
+}
+
+Status TraceWriter::writeInstructionEvents(const EventRows<InstructionEventRow>& rows) {
+  Handle type(instructionEventType(), H5Tclose);
+  return writeEventRows(file_, "/events/instructions", type, rows);
 }
 
 Status TraceWriter::commit(const std::string& path) {

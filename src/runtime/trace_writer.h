@@ -44,12 +44,36 @@ struct RunRow {
   std::int32_t chips, iterations;
 };
 
+/// One row of /events/c2c: one C2C burst (a send instruction's vectors on one link).
+struct C2cEventRow {
+  std::int32_t srcChip, dstChip, link;
+  std::int64_t sendCycle, arriveCycle, bytes;
+  std::int32_t vectors, interval;
+};
+
+/// One row of /events/instructions: one executed instruction.
+struct InstructionEventRow {
+  std::int32_t chip, unit, slice;
+  std::int16_t opcode;
+  std::int64_t programIndex, startCycle, endCycle;
+  std::int32_t repeat;
+};
+
+/// Rows of an event table bound for given rows of the file (positions fixed before the run).
+template <typename Row>
+struct EventRows {
+  std::vector<std::int64_t> positions;  ///< ascending
+  std::vector<Row> rows;                ///< rows[i] goes to positions[i]
+};
+
 /// String and number attributes of /meta.
 struct TraceMeta {
   std::string toolVersion, configYaml, planYaml, traceLevel, rankMapping, created;
   double clockMhz = 0, wallSeconds = 0;
   std::int64_t chipCount = 0, linkCount = 0, seed = 0;
   int ranks = 1;
+  bool partial = false;       ///< a signal stopped the run (a .partial.h5 file)
+  std::int64_t reachedCycle = 0;  ///< partial traces: every event before this cycle is in the file
 };
 
 /// Writes one trace file. Every call is collective over the communicator.
@@ -74,6 +98,15 @@ class TraceWriter {
   Status writeUnits(const std::vector<UnitRow>& rows);
   Status writeLinks(const std::vector<LinkRow>& rows);
   Status writeRun(const RunRow& row);
+
+  /// Creates /events/c2c with `rows` rows (unwritten rows read as -1), extendible, chunked, compressed.
+  Status createC2cEvents(std::int64_t rows);
+  /// Creates /events/instructions with `rows` rows and the opcode_names attribute.
+  Status createInstructionEvents(std::int64_t rows, const std::string& opcodeNames);
+  /// Writes this rank's buffered rows at their positions (collective: every rank calls, maybe with none).
+  Status writeC2cEvents(const EventRows<C2cEventRow>& rows);
+  /// The same for /events/instructions.
+  Status writeInstructionEvents(const EventRows<InstructionEventRow>& rows);
 
   /// Closes and renames to `path` (the final name, or a .partial.h5 name).
   Status commit(const std::string& path);

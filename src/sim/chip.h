@@ -64,10 +64,20 @@ struct ChipStats {
   std::vector<float> utilization;         ///< [kind][bin], busy fraction
 };
 
+/// Told of every instruction a chip executes (trace level `instructions`). Called in program
+/// order per chip; C2C bursts need no observer: the runtime sees them in takeOutgoing().
+class ChipObserver {
+ public:
+  virtual ~ChipObserver() = default;
+  /// Instruction `programIndex` of chip's program ran on its unit from `start` until `end` (exclusive).
+  virtual void instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) = 0;
+};
+
 /// Options of a simulation run.
 struct SimOptions {
   Cycle binCycles = 1;  ///< width of a utilisation-timeline bin
   int bins = 64;
+  ChipObserver* observer = nullptr;  ///< not owned; null: nobody listens
 };
 
 /// The chip interface (version 1): the runtime advances chips in windows, moves C2C bursts

@@ -261,6 +261,7 @@ class TspChip final : public Chip {
                   inst.issue + Cycle{inst.repeat - 1} * inst.interval + isa::busyPerIssue(spec_, inst), busy);
     lastCompletion_ = std::max(lastCompletion_, isa::completion(spec_, inst));
     ++stats_.instructions;
+    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, unitFree_[inst.unit]);
     return {};
   }
 

@@ -53,5 +53,3 @@ void BM_SimulateMlp(benchmark::State& state) {
 BENCHMARK(BM_SimulateMlp)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-BENCHMARK_MAIN();

@@ -85,7 +85,7 @@ class Lowering {
       : chip_(chip), graph_(graph), out_(out), problem_(out.problem) {}
 
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
-  Status receive(const ReceivePlan& plan);
+  Status receive(const ReceivePlan& plan, std::vector<int>& tasks);
   Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status send(const SendPlan& plan, std::vector<int>& tasks);
   void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
@@ -191,7 +191,7 @@ Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::i
   return s;
 }
 
-Status Lowering::receive(const ReceivePlan& plan) {
+Status Lowering::receive(const ReceivePlan& plan, std::vector<int>& tasks) {
   if (auto s = place(plan.tensor, false); !s) return s;
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
@@ -199,7 +199,7 @@ Status Lowering::receive(const ReceivePlan& plan) {
   for (int t = 0; t < st.placement.tiles; ++t) {
     Task task;
     task.name = fmt::format("receive {} tile {}", st.placement.name, t);
-    task.release = plan.arrivals.at(t);
+    task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t);
     Step rx;
     rx.inst = makeInst(unit, Opcode::kC2cReceive, st.placement.rows, plan.interval);
     rx.inst.port = plan.port;
@@ -210,6 +210,7 @@ Status Lowering::receive(const ReceivePlan& plan) {
     write.producer = 0;
     task.steps = {rx, write};
     const int id = problem_.addTask(std::move(task));
+    tasks.push_back(id);
     noteWriter(plan.tensor, t, id, 1);
     // The port hands out vectors in arrival order: receives on one port keep that order.
     auto last = lastReceive_.find(plan.port);
@@ -652,10 +653,13 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   // Receives in arrival order per port, so that receive j consumes burst j.
   std::vector<ReceivePlan> receives = interface.receives;
   std::stable_sort(receives.begin(), receives.end(), [](const ReceivePlan& a, const ReceivePlan& b) {
+    if ((a.mirrorsSend >= 0) != (b.mirrorsSend >= 0)) return a.mirrorsSend < 0;
+    if (a.mirrorsSend >= 0) return a.mirrorsSend < b.mirrorsSend;
     return a.arrivals.front() < b.arrivals.front();
   });
-  for (const auto& r : receives)
-    if (auto s = lowering.receive(r); !s) return s.error();
+  std::vector<std::vector<int>> receiveTasks(receives.size());
+  for (size_t i = 0; i < receives.size(); ++i)
+    if (auto s = lowering.receive(receives[i], receiveTasks[i]); !s) return s.error();
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
   for (size_t i = 0; i < ops.size();) {
@@ -667,6 +671,14 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   for (const auto& plan : interface.sends) {
     out->sendTasks.emplace_back();
     if (auto s = lowering.send(plan, out->sendTasks.back()); !s) return s.error();
+  }
+  for (size_t i = 0; i < receives.size(); ++i) {
+    const int mirror = receives[i].mirrorsSend;
+    if (mirror < 0) continue;
+    if (mirror >= static_cast<int>(out->sendTasks.size()) || out->sendTasks[mirror].size() != receiveTasks[i].size())
+      return makeError(ExitCode::kInternal, "a mirrored receive names a send of another shape");
+    for (size_t t = 0; t < receiveTasks[i].size(); ++t)
+      out->problem.addDependence({out->sendTasks[mirror][t], 1, receiveTasks[i][t], 0, receives[i].sendToArrival});
   }
   lowering.finish();
   out->problem.finalize();

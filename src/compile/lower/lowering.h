@@ -34,6 +34,11 @@ struct ReceivePlan {
   int port = 0;
   std::vector<Cycle> arrivals;
   int interval = 1;
+  /// Steady state of identical chips in a ring: when >= 0, burst t arrives `sendToArrival` cycles
+  /// after this chip's own send of tile t of interface.sends[mirrorsSend] (a dependence, not a
+  /// fixed time); `arrivals` is then ignored.
+  int mirrorsSend = -1;
+  Cycle sendToArrival = 0;
 };
 
 /// A tensor leaving on a C2C port, tile by tile.

@@ -80,6 +80,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
     }
     Options shardOptions = options;
     shardOptions.seed = options.seed * 1000003ULL + s;  // one random stream per (seed, stage)
+    shardOptions.annealWork = options.annealWork / static_cast<std::int64_t>(stages.size());
     auto compiled = compileShard(chip, graph, stage.ops, interface, shardOptions);
     if (!compiled) return compiled.error();
     for (size_t i = 0; i < sendKeys.size(); ++i) {

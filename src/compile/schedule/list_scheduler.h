@@ -19,7 +19,8 @@ struct Options {
   std::int64_t annealMoves = 0;
   /// A second budget in task placements: moves are capped at annealWork / tasks, so that large
   /// shards anneal less instead of compiling for minutes (still a step count, never a time).
-  std::int64_t annealWork = 50'000'000;
+  /// scheduleCluster divides it evenly among the stages.
+  std::int64_t annealWork = 5'000'000;
   /// Moves between temperature steps T_{k+1} = 0.95 T_k.
   std::int64_t movesPerTemperature = 8;
   /// Energy = makespan + lambda * (1 - utilisation) * (list makespan), so utilisation weighs in cycles.

@@ -116,6 +116,38 @@ TEST(ShardCompiler, ReceivesAreReleaseTimes) {
   EXPECT_GE(compiled->report.criticalPath, 500 + 15 * 20);
 }
 
+TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
+  // A ring of identical chips: step 1's input arrives from the left neighbour, which sent it when
+  // this chip sent its own step-0 output.
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x0 = g.addInput("x0", {16, 320}, ir::DType::kI8);
+  const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
+  const auto y0 = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
+  lower::ShardInterface interface;
+  lower::SendPlan send;
+  send.tensor = y0;
+  send.port = 1;
+  send.interval = 20;
+  send.linkBusy = 20;
+  interface.sends.push_back(send);
+  lower::ReceivePlan receive;
+  receive.tensor = x1;
+  receive.port = 2;
+  receive.interval = 20;
+  receive.mirrorsSend = 0;
+  receive.sendToArrival = 300;
+  interface.receives.push_back(receive);
+  auto compiled = compileShard(chip, g, {0, 1}, interface, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  ASSERT_EQ(compiled->sendIssues.size(), 1u);
+  Cycle receiveIssue = -1;
+  for (const auto& i : compiled->program.instructions)
+    if (i.op == isa::Opcode::kC2cReceive) receiveIssue = i.issue;
+  EXPECT_GE(receiveIssue, compiled->sendIssues[0][0] + 300);
+}
+
 TEST(ShardCompiler, Int8MatMulReachesTheMxmUtilisationTarget) {
   topology::ChipSpec chip;
   const ir::Graph g = matmul(2304, 4096, 1280, ir::DType::kI8);

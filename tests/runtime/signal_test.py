@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A signal from a batch scheduler stops a run at a window boundary: exit 7, a valid NAME.partial.h5
+and nothing under the final name. The signal is sent once the first progress line shows that the
+simulation runs (no sleeps)."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+checks = []
+
+
+def check(cond, what):
+    checks.append((bool(cond), what))
+    print(("ok: " if cond else "FAIL: ") + what)
+
+
+def interrupt(launcher, exe, config, sig, tmp, name):
+    out = os.path.join(tmp, f"{name}.h5")
+    cmd = launcher + [exe, "--config", config, "--out", out]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = False
+    for line in proc.stderr:
+        if line.startswith("tsp-sim: progress:"):
+            seen = True
+            proc.send_signal(sig)
+            break
+    rest = proc.stderr.read()
+    try:
+        code = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        check(False, f"{name}: the run ends after {sig.name}")
+        return None, "", out
+    check(seen, f"{name}: a progress line appears while simulating")
+    return code, rest, out
+
+
+def valid_partial(name, out, stderr):
+    partial = out[:-3] + ".partial.h5"
+    check("interrupted at cycle" in stderr and partial in stderr, f"{name}: says where it stopped and where the partial trace is")
+    check(not os.path.exists(out), f"{name}: nothing under the final name")
+    check(not os.path.exists(out + ".tmp"), f"{name}: no temporary file left")
+    check(os.path.exists(partial), f"{name}: {os.path.basename(partial)} is written")
+    if not os.path.exists(partial):
+        return
+    with h5py.File(partial, "r") as f:
+        meta = f["meta"].attrs
+        check(meta["format_version"] == 1 and meta["partial"] == 1, f"{name}: a version-1 trace marked partial")
+        reached = int(meta["reached_cycle"])
+        check(0 < reached, f"{name}: reached_cycle {reached} is recorded")
+        chips = f["summary/chips"][:]
+        check(len(chips) == meta["chip_count"], f"{name}: one /summary/chips row per chip")
+        c2c = f["events/c2c"][:]
+        written = c2c[c2c["src_chip"] >= 0]
+        check(len(written) > 0 and len(written) < len(c2c), f"{name}: some but not all C2C rows are written")
+        check(np.all(written["send_cycle"] < reached), f"{name}: every written C2C row was sent before reached_cycle")
+        check(written["bytes"].sum() == chips["bytes_sent"].sum(), f"{name}: C2C rows add up to the bytes sent so far")
+
+
+def main():
+    exe, config = sys.argv[1], sys.argv[2]
+    mpirun = ["mpirun", "-np", "2", "--oversubscribe"]
+    with tempfile.TemporaryDirectory() as tmp:
+        # SIGUSR1 is forwarded by mpirun to every rank: the job exits 7.
+        code, err, out = interrupt(mpirun, exe, config, signal.SIGUSR1, tmp, "mpirun-usr1")
+        check(code == 7, f"mpirun-usr1: exit code 7 (got {code})")
+        valid_partial("mpirun-usr1", out, err)
+        # SIGTERM: mpirun forwards it to the ranks, which write the partial trace and exit 7, but
+        # mpirun itself reports the job as killed (its own code), so only the trace is checked.
+        code, err, out = interrupt(mpirun, exe, config, signal.SIGTERM, tmp, "mpirun-term")
+        check(code not in (0, None), f"mpirun-term: the job does not report success (got {code})")
+        valid_partial("mpirun-term", out, err)
+        # SIGTERM to the process itself, as srun or a scheduler delivers it to each task: exit 7.
+        code, err, out = interrupt([], exe, config, signal.SIGTERM, tmp, "direct-term")
+        check(code == 7, f"direct-term: exit code 7 (got {code})")
+        valid_partial("direct-term", out, err)
+    failed = [w for ok, w in checks if not ok]
+    print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
