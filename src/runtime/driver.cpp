@@ -13,6 +13,7 @@
 #include <sstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "compile/frontend/onnx_importer.h"
 #include "compile/passes/passes.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
@@ -282,6 +284,21 @@ class ProgressLine {
   Clock::time_point start_, last_;
 };
 
+// nccl-tests figures of a collective run: time, algbw = bytes / time, busbw = algbw x the op's factor.
+nlohmann::json collectiveFigures(const schedule::CollectiveSchedule& c, const ir::Graph& graph, double seconds) {
+  const auto bytes = graph.op(0).intAttr("bytes", 0);
+  const int chips = static_cast<int>(c.plan.group.size());
+  const double algbw = seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
+  return {{"op", schedule::collectiveOpName(c.plan.op)},
+          {"algorithm", schedule::collectiveAlgorithmName(c.plan.algorithm)},
+          {"chips", chips},
+          {"bytes", bytes},
+          {"time_us", seconds * 1e6},
+          {"algbw_gbps", algbw},
+          {"busbw_gbps", algbw * schedule::busBandwidthFactor(c.plan.op, chips)},
+          {"predicted_cycles", c.cycles}};
+}
+
 // All ranks learn whether a step that each rank ran locally succeeded everywhere; the lowest
 // failing rank reports, so that no rank starts collective I/O that others skip.
 Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
@@ -339,10 +356,30 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) describeModel(config.model, *graph, options.json);
     return {};
   }
-  auto plan = partition::planPipeline(*graph, cluster, config.parallelism);
+  // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
+  std::optional<schedule::CollectiveSchedule> collective;
+  if (schedule::isCollectiveBenchmark(*graph)) {
+    auto c = schedule::compileCollectiveBenchmark(*graph, cluster);
+    if (!c) return failure(c.error(), root);
+    if (!c->executable && !options.describe)
+      return failure(makeError(ExitCode::kConfig,
+                               fmt::format("the {} {} routes messages through transit chips, which the simulator cannot "
+                                           "forward yet; use --describe plan for its compiled timing",
+                                           schedule::collectiveAlgorithmName(c->plan.algorithm),
+                                           schedule::collectiveOpName(c->plan.op))),
+                     root);
+    collective = std::move(*c);
+  }
+  auto plan = collective ? Expected<partition::Plan>(partition::Plan{})
+                         : partition::planPipeline(*graph, cluster, config.parallelism);
   if (!plan) return failure(plan.error(), root);
   if (options.describe == "plan") {
-    if (root) describePlan(*plan, options.json);
+    if (root && collective)
+      fmt::print("collective: {} {} over {} chips, {} steps, {} transfers, {} cycles predicted\n",
+                 schedule::collectiveAlgorithmName(collective->plan.algorithm),
+                 schedule::collectiveOpName(collective->plan.op), collective->plan.group.size(),
+                 collective->plan.steps.size(), collective->transfers.size(), collective->cycles);
+    else if (root) describePlan(*plan, options.json);
     return {};
   }
   // Programs come from the compiler, or from a directory written earlier by --emit-programs.
@@ -352,6 +389,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
     compiled = std::move(*loaded);
+  } else if (collective) {
+    compiled = collective->cluster.programs;
   } else {
     schedule::Options compileOptions;
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
@@ -632,6 +671,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                         {"peak_rss_bytes_all_ranks", rss[1]},
                         {"wall_seconds", wall},
                         {"trace", tracePath}};
+    if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -668,6 +708,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
              config.simulation.rankMapping, cut, outcome->windows, simulation.lookahead(), wall);
   fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",
              static_cast<double>(rss[0]) / (1 << 20), static_cast<double>(rss[1]) / 1024.0 / cluster.chipCount());
+  if (collective) {
+    const auto f = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    fmt::print("collective:  {} {} over {} chips, {} bytes: {:.3f} us, algbw {:.3f} GB/s, busbw {:.3f} GB/s\n",
+               f["algorithm"].get<std::string>(), f["op"].get<std::string>(), f["chips"].get<int>(),
+               f["bytes"].get<std::int64_t>(), f["time_us"].get<double>(), f["algbw_gbps"].get<double>(),
+               f["busbw_gbps"].get<double>());
+  }
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

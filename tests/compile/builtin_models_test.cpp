@@ -109,7 +109,7 @@ TEST(Builtin, UnknownModelListsTheChoices) {
   ModelSpec spec;
   spec.builtin = "gpt5";
   EXPECT_EQ(buildBuiltinModel(spec).error().format(),
-            "node 'builtin:gpt5': unknown built-in model (available: mlp, gpt, llama, bert, resnet50)");
+            "node 'builtin:gpt5': unknown built-in model (available: mlp, gpt, llama, bert, resnet50, collective)");
 }
 
 }  // namespace

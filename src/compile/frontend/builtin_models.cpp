@@ -442,10 +442,42 @@ Expected<ir::Graph> buildResnet50(const ModelSpec& spec) {
   return graph;
 }
 
+// One collective over the cluster (nccl-tests style): `bytes` per chip as [vectors, 320] int8, and one
+// op that names the collective; `chips` = 0 means every chip of the cluster.
+Expected<ir::Graph> buildCollective(const ModelSpec& spec) {
+  ParamReader params(spec);
+  auto op = params.text("op", "allreduce", {"allreduce", "allgather", "reducescatter", "alltoall", "broadcast"});
+  if (!op) return op.error();
+  auto bytes = params.integer("bytes", 1 << 20, 1, std::int64_t{1} << 36);
+  if (!bytes) return bytes.error();
+  auto chips = params.integer("chips", 0, 0, 1 << 20);
+  if (!chips) return chips.error();
+  auto algorithm = params.text("algorithm", "auto", {"auto", "ring", "tree", "halving-doubling", "hierarchical"});
+  if (!algorithm) return algorithm.error();
+  if (auto s = params.checkUnknown(); !s) return s.error();
+  if (*chips == 1) return modelError("builtin:collective", "parameter 'chips' must be 0 (all) or at least 2");
+  ir::Graph graph;
+  const auto x = graph.addInput("x", {(*bytes + 319) / 320, 320}, ir::DType::kI8);
+  ir::Attrs attrs{{"collective", *op}, {"bytes", *bytes}, {"chips", *chips}, {"algorithm", *algorithm}};
+  if (*op == "broadcast") {
+    attrs["peer"] = std::int64_t{-1};  // every other chip
+    auto sent = graph.addMultiOp(OpKind::kSend, "broadcast", {x}, attrs, 0);
+    if (!sent) return sent.error();
+    return graph;
+  }
+  attrs["group"] = std::int64_t{1};  // shapes are one chip's; the cluster decides the group
+  const OpKind kind = *op == "allreduce" ? OpKind::kAllReduce : *op == "allgather" ? OpKind::kAllGather
+                      : *op == "reducescatter" ? OpKind::kReduceScatter : OpKind::kAllToAll;
+  auto y = graph.addOp(kind, *op, {x}, attrs, 0);
+  if (!y) return y.error();
+  graph.markOutput(*y);
+  return graph;
+}
+
 }  // namespace
 
 const std::vector<std::string>& builtinModelNames() {
-  static const std::vector<std::string> kNames = {"mlp", "gpt", "llama", "bert", "resnet50"};
+  static const std::vector<std::string> kNames = {"mlp", "gpt", "llama", "bert", "resnet50", "collective"};
   return kNames;
 }
 
@@ -455,6 +487,7 @@ Expected<ir::Graph> buildBuiltinModel(const ModelSpec& spec) {
   if (spec.builtin == "llama") return buildDecoder(spec, true);
   if (spec.builtin == "bert") return buildBert(spec);
   if (spec.builtin == "resnet50") return buildResnet50(spec);
+  if (spec.builtin == "collective") return buildCollective(spec);
   return modelError("builtin:" + spec.builtin,
                     fmt::format("unknown built-in model (available: {})", fmt::join(builtinModelNames(), ", ")));
 }

@@ -53,7 +53,8 @@ constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames 
     "MaxPool", "AveragePool", "GlobalAveragePool",
     "Shape", "ConstantOfShape", "Range",
     "AllReduce", "AllGather", "ReduceScatter", "Send", "Recv",
-    "FusedMatMul", "FusedElementwise"};
+    "FusedMatMul", "FusedElementwise",
+    "AllToAll"};
 
 }  // namespace
 
@@ -70,7 +71,7 @@ std::optional<OpKind> parseOpKind(const std::string& text) {
 
 bool hasSideEffects(OpKind kind) {
   return kind == OpKind::kSend || kind == OpKind::kRecv || kind == OpKind::kAllReduce ||
-         kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+         kind == OpKind::kAllGather || kind == OpKind::kReduceScatter || kind == OpKind::kAllToAll;
 }
 
 bool isMacOp(OpKind kind) {

@@ -48,6 +48,8 @@ enum class OpKind : std::uint8_t {
   kAllReduce, kAllGather, kReduceScatter, kSend, kRecv,
   // Made by the fusion pass.
   kFusedMatMul, kFusedElementwise,
+  // Communication inserted by the sharding pass: split_axis chunks exchanged, joined on concat_axis.
+  kAllToAll,
   kCount  ///< number of kinds, not a kind
 };
 

@@ -579,7 +579,7 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
       for (size_t i = 0; i < y->data.size(); ++i) y->data[i] = start + static_cast<double>(i) * delta;
       return finish();
     }
-    case OpKind::kAllReduce: case OpKind::kAllGather: case OpKind::kReduceScatter:
+    case OpKind::kAllReduce: case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllToAll:
       if (op.intAttr("group", 1) != 1)
         return modelError(name, fmt::format("{} over {} chips needs the other chips' values; the reference "
                                             "interpreter runs the unpartitioned graph", opKindName(kind),

@@ -472,6 +472,20 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       }
       return one(out, typeOf(0));
     }
+    case OpKind::kAllToAll: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const std::int64_t group = at.integer("group", 1);
+      Shape out = shapeOf(0);
+      auto split = normAxis(at.integer("split_axis", 0), static_cast<std::int64_t>(out.size()));
+      auto concat = normAxis(at.integer("concat_axis", 0), static_cast<std::int64_t>(out.size()));
+      if (!split) return axisError(at.integer("split_axis", 0), out.size());
+      if (!concat) return axisError(at.integer("concat_axis", 0), out.size());
+      if (group < 1 || out[*split] % group != 0)
+        return modelError(name, fmt::format("AllToAll of dimension {} over {} chips", out[*split], group));
+      out[*split] /= group;
+      out[*concat] *= group;
+      return one(out, typeOf(0));
+    }
     case OpKind::kSend:
       if (auto s = need(1, 1); !s) return s.error();
       return std::vector<TensorType>{};

@@ -1,0 +1,98 @@
+// Collectives: ring, tree, recursive halving/doubling and hierarchical algorithms, scheduled as C2C
+// transfers on the cluster's routes (links occupied cycle by cycle) and lowered to per-chip programs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compile/isa/program.h"
+#include "compile/schedule/cluster_schedule.h"
+#include "support/expected.h"
+#include "topology/cluster.h"
+
+namespace tsp::schedule {
+
+/// The collectives of nccl-tests.
+enum class CollectiveOp : std::uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
+/// Algorithms; kAuto chooses by message size and topology (chooseAlgorithm).
+enum class CollectiveAlgorithm : std::uint8_t { kAuto, kRing, kTree, kHalvingDoubling, kHierarchical };
+
+const char* collectiveOpName(CollectiveOp op);
+const char* collectiveAlgorithmName(CollectiveAlgorithm algorithm);
+/// The op named "allreduce", "allgather", "reducescatter", "alltoall" or "broadcast".
+Expected<CollectiveOp> parseCollectiveOp(const std::string& text);
+
+/// One message of an algorithm step: `vectors` 320-byte vectors from src to dst; reduce: the
+/// receiver adds them into its data (VXM) instead of storing them.
+struct CollectiveMessage {
+  int src = 0, dst = 0;
+  std::int64_t vectors = 0;
+  bool reduce = false;
+};
+
+/// An algorithm unrolled: steps of messages; a chip starts step s+1 once its step-s messages are in.
+struct CollectivePlan {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  CollectiveAlgorithm algorithm = CollectiveAlgorithm::kRing;
+  std::vector<int> group;        ///< chips, in algorithm order (ring order for rings)
+  std::int64_t vectorsPerChip = 0;
+  std::vector<std::vector<CollectiveMessage>> steps;
+};
+
+/// The algorithm for op over group: tree (or halving/doubling on fully-connected power-of-two groups)
+/// below 64 KiB per chip, hierarchical on dragonflies spanning several nodes, else ring.
+CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
+                                    const topology::Cluster& cluster);
+
+/// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on 2-D meshes and tori).
+std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
+
+/// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps.
+Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
+                                        std::int64_t bytes, const topology::Cluster& cluster);
+
+/// One scheduled message on its route.
+struct RoutedTransfer {
+  int srcChip = 0, dstChip = 0;
+  std::vector<int> links;  ///< per hop
+  Cycle sendCycle = 0;     ///< issue of the send
+  Cycle arriveCycle = 0;   ///< first vector at the destination
+  std::int64_t vectors = 0;
+  int interval = 1;
+};
+
+/// The schedule of a collective: every message with its route and cycles, the program of every chip
+/// (when every message is a single hop: the simulator has no transit-forward instruction), and the time.
+struct CollectiveSchedule {
+  CollectivePlan plan;
+  std::vector<RoutedTransfer> transfers;
+  ClusterSchedule cluster;       ///< programs (empty when not executable) and the C2C transfers
+  bool executable = false;       ///< every message uses a direct link
+  Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
+};
+
+/// Schedules plan on the cluster: messages in (step, src, dst) order at the earliest cycle their
+/// sender's data, units, streams and every link of the route allow; a transit chip adds
+/// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once.
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster);
+
+/// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
+/// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and
+/// reduce-scatter (p-1)alpha + ((p-1)/p) n beta.
+double alphaBetaCycles(CollectiveOp op, int p, double bytes, double alpha, double beta);
+
+/// The on-chip turnaround of one ring step (cycles besides link latency and serialisation), from the chip spec.
+Cycle ringTurnaroundCycles(const topology::ChipSpec& chip, bool reduce);
+
+/// True for the graph of builtin:collective: a single op carrying a `collective` attribute.
+bool isCollectiveBenchmark(const ir::Graph& graph);
+
+/// Plans and schedules the collective of a builtin:collective graph over the cluster (all chips, or
+/// chips 0..K-1 with chips=K); errors name the parameter.
+Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, const topology::Cluster& cluster);
+
+/// nccl-tests' bus-bandwidth factor: 2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter and all-to-all, 1 broadcast.
+double busBandwidthFactor(CollectiveOp op, int n);
+
+}  // namespace tsp::schedule

@@ -1,0 +1,104 @@
+// Sharding: device meshes, tensor sharding specs, GSPMD-style propagation and resharding collectives.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compile/ir/graph.h"
+#include "compile/ir/iteration_space.h"
+#include "partition/sharding_analysis.h"
+#include "support/expected.h"
+
+namespace tsp::partition {
+
+/// A logical device mesh: named axes with sizes; device ids are mixed-radix, the last axis fastest.
+struct Mesh {
+  std::vector<std::string> axisNames;
+  std::vector<int> axisSizes;
+
+  int devices() const;
+  /// The axis called name, or -1.
+  int axis(const std::string& name) const;
+  /// The coordinate of device on every axis.
+  std::vector<int> coords(int device) const;
+  int device(const std::vector<int>& coords) const;
+  /// The devices that differ from device only on axis, in coordinate order.
+  std::vector<int> group(int device, int axis) const;
+};
+
+/// A tensor's sharding: for each tensor dim the mesh axis it is split over (block split) or -1,
+/// and the mesh axes over which it holds partial sums still to be added.
+struct TensorSharding {
+  std::vector<int> dimAxis;
+  std::vector<int> partialAxes;  ///< sorted
+
+  /// Fully replicated sharding of a rank-`rank` tensor.
+  static TensorSharding replicated(size_t rank) { return {std::vector<int>(rank, -1), {}}; }
+  /// The (mesh axis -> tensor dim) list.
+  std::vector<std::pair<int, int>> entries() const;
+  bool isReplicated() const;
+  /// "[tp,-] partial(dp)" with mesh axis names.
+  std::string text(const Mesh& mesh) const;
+  friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
+};
+
+/// Resharding step kinds, each one collective (or local slice) over one mesh axis.
+enum class ReshardKind : std::uint8_t {
+  kAllReduce,      ///< partial -> replicated
+  kReduceScatter,  ///< partial -> split on a dim
+  kAllGather,      ///< split on a dim -> replicated
+  kAllToAll,       ///< split on one dim -> split on another
+  kSlice,          ///< replicated -> split (local, no communication)
+  kHalo,           ///< split -> split with the neighbours' edge elements (Send/Recv to neighbours)
+};
+
+/// "AllReduce", "ReduceScatter", "AllGather", "AllToAll", "Slice" or "Halo".
+const char* reshardKindName(ReshardKind kind);
+
+/// One resharding step on one mesh axis.
+struct ReshardStep {
+  ReshardKind kind;
+  int axis = -1;
+  int dim = -1;       ///< the tensor dim gathered, scattered, sliced, or haloed (AllToAll: the new split dim)
+  int fromDim = -1;   ///< AllToAll: the old split dim
+  std::int64_t haloBefore = 0, haloAfter = 0;  ///< kHalo: elements from the previous and next device
+};
+
+/// Where specs disagree: the operand `operand` of op `op` (op == -1: graph output `operand`) moves
+/// from `from` to `to` through `steps`, in order.
+struct Reshard {
+  ir::OpId op = -1;
+  int operand = 0;
+  ir::TensorId tensor = -1;
+  TensorSharding from, to;
+  std::vector<ReshardStep> steps;
+};
+
+/// The result of propagation: every tensor's sharding, every op's split of its iteration dims
+/// (mesh axis or -1 per dim), and the resharding between them.
+struct ShardingPlan {
+  Mesh mesh;
+  std::vector<TensorSharding> tensors;
+  std::vector<std::vector<int>> opDimAxis;
+  std::vector<Reshard> reshards;
+
+  /// Reshards of one kind (any axis).
+  int count(ReshardKind kind) const;
+};
+
+/// Propagates annotations (tensor -> sharding; unannotated graph inputs are replicated, unannotated
+/// weights and constants take the layout their first consumer wants) through the graph in
+/// topological order, GSPMD style, and records a reshard wherever an op's operand spec disagrees.
+/// Graph outputs end without partial sums. Errors name the tensor or op.
+Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
+                                          const std::map<ir::TensorId, TensorSharding>& annotations);
+
+/// The reshard steps from `from` to `to` (halo steps are added by propagation, not here).
+std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSharding& to);
+
+/// The local shape of a tensor of `shape` under sharding on mesh (block split; dims must divide).
+std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, const TensorSharding& sharding,
+                                     const Mesh& mesh);
+
+}  // namespace tsp::partition

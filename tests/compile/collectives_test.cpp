@@ -1,0 +1,162 @@
+// Tests of collectives: algorithm steps, schedules on routes, link exclusivity, shared programs, alpha-beta times.
+#include "compile/schedule/collectives.h"
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::schedule {
+namespace {
+
+topology::Cluster clusterOf(const std::string& yaml) {
+  topology::YamlReader reader("test.yaml");
+  auto cluster = topology::loadCluster(reader, YAML::Load(yaml));
+  EXPECT_TRUE(cluster.ok());
+  return *cluster;
+}
+
+std::vector<int> allChips(const topology::Cluster& c) {
+  std::vector<int> g(c.chipCount());
+  for (int i = 0; i < c.chipCount(); ++i) g[i] = i;
+  return g;
+}
+
+CollectiveSchedule run(const topology::Cluster& c, CollectiveOp op, CollectiveAlgorithm a, std::int64_t bytes) {
+  auto plan = planCollective(op, a, allChips(c), bytes, c);
+  EXPECT_TRUE(plan.ok()) << (plan.ok() ? "" : plan.error().format());
+  auto s = scheduleCollective(*plan, c);
+  EXPECT_TRUE(s.ok());
+  return *s;
+}
+
+// The alpha-beta model of REFERENCES.md: alpha = link latency + the on-chip turnaround, beta = the
+// per-vector serialisation (rounded to cycles, framing included) per byte.
+double formula(const topology::Cluster& c, CollectiveOp op, std::int64_t bytes) {
+  const auto& link = c.links()[0];
+  const double beta = linkVectorInterval(c.chip(), link) / static_cast<double>(c.chip().vectorBytes);
+  const bool reduce = op != CollectiveOp::kAllGather;
+  const double alpha = static_cast<double>(link.latencyCycles + ringTurnaroundCycles(c.chip(), reduce));
+  return alphaBetaCycles(op, c.chipCount(), static_cast<double>(bytes), alpha, beta);
+}
+
+TEST(Collectives, RingAllReduceWithinTwoPercentOfAlphaBeta) {
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 16}}");
+  for (std::int64_t bytes : {std::int64_t{1} << 20, std::int64_t{16} << 20, std::int64_t{64} << 20}) {
+    const auto s = run(ring, CollectiveOp::kAllReduce, CollectiveAlgorithm::kRing, bytes);
+    EXPECT_TRUE(s.executable);
+    EXPECT_EQ(s.plan.steps.size(), 30u);
+    const double want = formula(ring, CollectiveOp::kAllReduce, bytes);
+    EXPECT_NEAR(static_cast<double>(s.cycles), want, 0.02 * want) << bytes << " bytes";
+  }
+}
+
+TEST(Collectives, AllGatherAndReduceScatterOnEveryTopology) {
+  for (const char* yaml : {"{topology: {kind: ring, chips: 8}}", "{topology: {kind: torus, dims: [4, 4]}}",
+                           "{topology: {kind: fully-connected, chips: 8}}"}) {
+    const auto c = clusterOf(yaml);
+    for (auto op : {CollectiveOp::kAllGather, CollectiveOp::kReduceScatter, CollectiveOp::kAllReduce}) {
+      const auto s = run(c, op, CollectiveAlgorithm::kRing, std::int64_t{4} << 20);
+      EXPECT_TRUE(s.executable) << yaml;
+      const double want = formula(c, op, std::int64_t{4} << 20);
+      EXPECT_NEAR(static_cast<double>(s.cycles), want, 0.02 * want) << yaml << " " << collectiveOpName(op);
+    }
+  }
+}
+
+// No directed link carries two vectors at once, on multi-hop routes too.
+TEST(Collectives, NoLinkCarriesTwoVectorsAtOnce) {
+  const auto c = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  for (auto a : {CollectiveAlgorithm::kHierarchical, CollectiveAlgorithm::kTree, CollectiveAlgorithm::kRing}) {
+    const auto s = run(c, CollectiveOp::kAllReduce, a, 1 << 20);
+    std::map<std::pair<int, int>, std::vector<std::pair<Cycle, Cycle>>> windows;
+    for (const auto& t : s.transfers) {
+      Cycle at = t.sendCycle + c.chip().c2cSendCycles;
+      int chip = t.srcChip;
+      for (int link : t.links) {
+        const auto& l = c.links()[link];
+        windows[{link, chip == l.a ? 0 : 1}].push_back({at, at + t.vectors * t.interval});
+        at += l.latencyCycles + c.chip().c2cForwardCycles;
+        chip = l.other(chip);
+      }
+      EXPECT_EQ(chip, t.dstChip);
+    }
+    for (auto& [key, list] : windows) {
+      std::sort(list.begin(), list.end());
+      for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first) << "link " << key.first;
+    }
+  }
+}
+
+TEST(Collectives, IdenticalShardsShareOneProgram) {
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 16}}");
+  const auto s = run(ring, CollectiveOp::kAllReduce, CollectiveAlgorithm::kRing, 1 << 20);
+  std::set<std::uint64_t> hashes;
+  for (const auto& p : s.cluster.programs) hashes.insert(p.contentHash());
+  EXPECT_LE(hashes.size(), 3u);  // relocatable: ports, not chip ids
+}
+
+TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
+  const auto fc = clusterOf("{topology: {kind: fully-connected, chips: 8}}");
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 8}}");
+  const auto df = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(fc), 4096, fc), CollectiveAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(ring), 4096, ring), CollectiveAlgorithm::kTree);
+  EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(ring), 1 << 20, ring), CollectiveAlgorithm::kRing);
+  EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(df), 1 << 20, df), CollectiveAlgorithm::kHierarchical);
+  // Halving/doubling: log2(p) exchanges each way, halves of the data.
+  const auto hd = run(fc, CollectiveOp::kAllReduce, CollectiveAlgorithm::kHalvingDoubling, 8 * 320 * 8);
+  ASSERT_EQ(hd.plan.steps.size(), 6u);
+  EXPECT_EQ(hd.plan.steps[0][0].vectors, 32);
+  EXPECT_EQ(hd.plan.steps[2][0].vectors, 8);
+  EXPECT_TRUE(hd.executable);
+}
+
+TEST(Collectives, BusBandwidthFactors) {
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(CollectiveOp::kAllReduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(CollectiveOp::kAllGather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(busBandwidthFactor(CollectiveOp::kBroadcast, 8), 1.0);
+}
+
+TEST(Collectives, Errors) {
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 6}}");
+  auto hd = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHalvingDoubling, allChips(ring), 1024, ring);
+  ASSERT_FALSE(hd.ok());
+  EXPECT_EQ(hd.error().format(), "halving-doubling needs a power-of-two group, not 6");
+  auto tree = planCollective(CollectiveOp::kAllGather, CollectiveAlgorithm::kTree, allChips(ring), 1024, ring);
+  ASSERT_FALSE(tree.ok());
+  EXPECT_EQ(tree.error().format(), "the tree algorithm runs all-reduce and broadcast, not allgather");
+  auto hier = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(ring), 1024, ring);
+  ASSERT_FALSE(hier.ok());
+  EXPECT_EQ(hier.error().format(), "the hierarchical algorithm needs whole dragonfly nodes");
+  auto chip = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kRing, {0, 9}, 1024, ring);
+  ASSERT_FALSE(chip.ok());
+  EXPECT_EQ(chip.error().format(), "collective chip 9 is not in the cluster of 6 chips");
+}
+
+// The validation table of docs/validation.md: printed, so the document's figures can be regenerated.
+TEST(Collectives, ValidationTable) {
+  for (const char* yaml : {"{topology: {kind: ring, chips: 16}}", "{topology: {kind: torus, dims: [4, 4]}}",
+                           "{topology: {kind: fully-connected, chips: 8}}",
+                           "{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}"}) {
+    const auto c = clusterOf(yaml);
+    for (auto op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+      const std::int64_t bytes = std::int64_t{64} << 20;
+      const auto s = run(c, op, CollectiveAlgorithm::kAuto, bytes);
+      const double want = formula(c, op, bytes);
+      std::printf("| %s | %s | %s | %d | %lld | %.0f | %+.2f%% |\n", c.description().kind.c_str(), collectiveOpName(op),
+                  collectiveAlgorithmName(s.plan.algorithm), c.chipCount(), static_cast<long long>(s.cycles), want,
+                  100.0 * (static_cast<double>(s.cycles) - want) / want);
+      EXPECT_GT(s.cycles, 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tsp::schedule
