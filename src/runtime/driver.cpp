@@ -183,7 +183,9 @@ void describePlan(const partition::Plan& plan, bool json) {
   fmt::print("{}\n", plan.toYaml());
 }
 
-Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs) {
+// Writes each distinct program (JSON, binary .tspp, readable .txt), a compile report per chip, and a manifest.
+Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs,
+                    const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return makeError(ExitCode::kConfig, fmt::format("{}: cannot create directory: {}", dir, ec.message()));
@@ -196,9 +198,22 @@ Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& pro
     if (fresh) {
       std::ofstream out(std::filesystem::path(dir) / it->second);
       out << isa::serialize(programs[chip]);
-      if (!out) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, it->second));
+      const std::string stem = it->second.substr(0, it->second.size() - 5);
+      std::ofstream binary(std::filesystem::path(dir) / (stem + ".tspp"), std::ios::binary);
+      binary << isa::serializeBinary(programs[chip]);
+      std::ofstream text(std::filesystem::path(dir) / (stem + ".txt"));
+      text << isa::toText(programs[chip], spec);
+      if (!out || !binary || !text) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, it->second));
     }
-    chips.push_back({{"chip", chip}, {"program", it->second}});
+    nlohmann::json entry = {{"chip", chip}, {"program", it->second}};
+    if (chip < reports.size()) {  // programs read back with --programs have no report
+      const std::string report = fmt::format("report_chip{}.json", chip);
+      std::ofstream out(std::filesystem::path(dir) / report);
+      out << schedule::reportJson(reports[chip]) << "\n";
+      if (!out) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, report));
+      entry["report"] = report;
+    }
+    chips.push_back(entry);
   }
   std::ofstream out(std::filesystem::path(dir) / "manifest.json");
   out << manifest.dump(2) << "\n";
@@ -616,6 +631,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   }
   // Programs come from the compiler, or from a directory written earlier by --emit-programs.
   std::vector<isa::Program> compiled;
+  std::vector<schedule::CompileReport> reports;
   if (options.programs) {
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
@@ -623,13 +639,17 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   } else if (collective) {
     compiled = collective->cluster.programs;
   } else {
-    auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster);
+    schedule::Options compileOptions;
+    compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
+    compileOptions.annealMoves = 256;
+    auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions);
     if (!schedule) return failure(schedule.error(), root);
     compiled = std::move(schedule->programs);
+    reports = std::move(schedule->reports);
   }
   if (options.emitPrograms) {
     Status s;
-    if (root) s = emitPrograms(*options.emitPrograms, compiled);
+    if (root) s = emitPrograms(*options.emitPrograms, compiled, reports, cluster.chip());
     int ok = s.ok();
     MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
     if (!ok) return failure(root ? s.error() : makeError(ExitCode::kConfig, "cannot emit programs"), root);

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "compile/lower/stage_builder.h"
+#include "compile/schedule/shard_compiler.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "runtime/pdes.h"
 #include "topology/cluster_config.h"
@@ -68,22 +68,31 @@ Expected<RingWorkload> ringWorkload(const topology::Cluster& cluster, int steps,
     const std::pair<int, int> ports{out.portOn(c), in.portOn(c)};
     auto& program = byPorts[ports];
     if (!program) {
-      lower::StageBuilder builder(chip, w.graph);
+      // One shard for all steps: step s+1's input arrives from the left neighbour, which runs the
+      // same program, so its arrival is this chip's own send of step s + the link.
       const int interval = schedule::linkVectorInterval(chip, out);
+      std::vector<ir::OpId> ops;
+      lower::ShardInterface interface;
       for (int s = 0; s < steps; ++s) {
-        for (size_t i = 0; i < layerOps[s].size();) {
-          auto consumed = builder.lowerOp(layerOps[s][i], layerOps[s], i);
-          if (!consumed) return consumed.error();
-          i += *consumed;
-        }
+        ops.insert(ops.end(), layerOps[s].begin(), layerOps[s].end());
         if (s + 1 == steps) break;
-        auto bursts = builder.send(outputs[s], ports.first, interval);
-        if (!bursts) return bursts.error();
-        std::vector<Cycle> arrivals;
-        for (const auto& b : *bursts) arrivals.push_back(b.issue + chip.c2cSendCycles + in.latencyCycles);
-        if (auto st = builder.receive(inputs[s + 1], ports.second, arrivals, interval); !st) return st.error();
+        lower::SendPlan send;
+        send.tensor = outputs[s];
+        send.port = ports.first;
+        send.interval = interval;
+        send.linkBusy = interval;
+        interface.sends.push_back(send);
+        lower::ReceivePlan receive;
+        receive.tensor = inputs[s + 1];
+        receive.port = ports.second;
+        receive.interval = interval;
+        receive.mirrorsSend = s;
+        receive.sendToArrival = chip.c2cSendCycles + in.latencyCycles;
+        interface.receives.push_back(receive);
       }
-      program = std::make_shared<const isa::Program>(builder.finish());
+      auto compiled = schedule::compileShard(chip, w.graph, ops, interface, {});
+      if (!compiled) return compiled.error();
+      program = std::make_shared<const isa::Program>(compiled->program);
     }
     w.programs.push_back(program);
   }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 namespace tsp::isa {
 namespace {
 
@@ -20,6 +22,15 @@ Program sample() {
   read.repeat = 64;
   p.instructions.push_back(read);
   p.predictedCycles = 99;
+  TensorPlacement t;
+  t.name = "x";
+  t.dtype = 3;
+  t.rows = 64;
+  t.tiles = 2;
+  t.memUnit = {3, 50};
+  t.address = {100, 0};
+  t.resident = true;
+  p.tensors.push_back(t);
   return p;
 }
 
@@ -55,6 +66,70 @@ TEST(Program, RefusesAnotherVersion) {
   auto back = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
   ASSERT_FALSE(back.ok());
   EXPECT_NE(back.error().message.find("version 99"), std::string::npos);
+}
+
+TEST(Program, RoundTripsThroughTheBinaryForm) {
+  const Program p = sample();
+  const std::string bytes = serializeBinary(p);
+  auto back = deserializeBinary(bytes, topology::ChipSpec{}, "p.bin");
+  ASSERT_TRUE(back.ok()) << back.error().format();
+  EXPECT_EQ(*back, p);
+}
+
+TEST(Program, BinaryFormRefusesBadInput) {
+  const topology::ChipSpec chip;
+  auto notProgram = deserializeBinary("hello world", chip, "p.bin");
+  ASSERT_FALSE(notProgram.ok());
+  EXPECT_NE(notProgram.error().message.find("not a tsp-sim binary program file"), std::string::npos);
+
+  Program p = sample();
+  p.version = 7;
+  auto version = deserializeBinary(serializeBinary(p), chip, "p.bin");
+  ASSERT_FALSE(version.ok());
+  EXPECT_NE(version.error().message.find("version 7 is not supported"), std::string::npos);
+
+  topology::ChipSpec other;
+  other.vxmCycles = 9;
+  auto otherChip = deserializeBinary(serializeBinary(sample()), other, "p.bin");
+  ASSERT_FALSE(otherChip.ok());
+  EXPECT_NE(otherChip.error().message.find("compiled for another chip"), std::string::npos);
+
+  std::string bytes = serializeBinary(sample());
+  auto truncated = deserializeBinary(bytes.substr(0, 20), chip, "p.bin");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.error().message.find("truncated header"), std::string::npos);
+  auto cut = deserializeBinary(bytes.substr(0, bytes.size() - 3), chip, "p.bin");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_NE(cut.error().message.find("bad tensor table"), std::string::npos);
+  auto trailing = deserializeBinary(bytes + "x", chip, "p.bin");
+  ASSERT_FALSE(trailing.ok());
+  EXPECT_NE(trailing.error().message.find("trailing bytes"), std::string::npos);
+  std::string badOp = bytes;
+  badOp[8 + 4 + 8 + 8 + 8 + 8 + 8 + 4 + 8] = 100;  // the first instruction's opcode
+  auto op = deserializeBinary(badOp, chip, "p.bin");
+  ASSERT_FALSE(op.ok());
+  EXPECT_NE(op.error().message.find("bad instruction record"), std::string::npos);
+}
+
+TEST(Program, JsonFormRefusesAMalformedProgram) {
+  auto back = deserialize(R"({"format":"tsp-program","version":2,"chip_spec_hash":")" +
+                              fmt::format("{:016x}", topology::ChipSpec{}.hash()) + R"("})",
+                          topology::ChipSpec{}, "p.json");
+  ASSERT_FALSE(back.ok());
+  EXPECT_NE(back.error().message.find("malformed program"), std::string::npos);
+  auto junk = deserialize("[1,2]", topology::ChipSpec{}, "p.json");
+  ASSERT_FALSE(junk.ok());
+  EXPECT_NE(junk.error().message.find("not a tsp-sim program file"), std::string::npos);
+}
+
+TEST(Program, TextFormNamesUnitsAndTensors) {
+  const std::string text = toText(sample(), topology::ChipSpec{});
+  EXPECT_NE(text.find("MemRead"), std::string::npos);
+  EXPECT_NE(text.find("MEM3"), std::string::npos);
+  EXPECT_NE(text.find("dst=W5"), std::string::npos);
+  EXPECT_NE(text.find("addr=100 bank=1"), std::string::npos);
+  EXPECT_NE(text.find("repeat=64,1"), std::string::npos);
+  EXPECT_NE(text.find("# tensor x rows 64 tiles 2 resident: 3@100 50@0"), std::string::npos);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include "topology/yaml_reader.h"
 
 #include "compile/frontend/builtin_models.h"
-#include "compile/lower/stage_builder.h"
+#include "compile/schedule/shard_compiler.h"
 
 namespace tsp::sim {
 namespace {
@@ -99,11 +99,11 @@ TEST_F(ChipTest, CompiledProgramSimulatesInExactlyThePredictedCycles) {
   model.builtin = "mlp";
   model.params = {{"layers", "3"}, {"hidden", "640"}, {"batch", "24"}};
   const ir::Graph g = *frontend::buildBuiltinModel(model);
-  lower::StageBuilder builder(spec_, g);
   std::vector<ir::OpId> ops;
   for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  for (size_t i = 0; i < ops.size();) i += *builder.lowerOp(ops[i], ops, i);
-  const isa::Program program = builder.finish();
+  auto compiled = schedule::compileShard(spec_, g, ops, {}, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  const isa::Program program = compiled->program;
   auto status = run(program.instructions);
   ASSERT_TRUE(status.ok()) << status.error().format();
   EXPECT_EQ(chip_->stats().cycles, program.predictedCycles);

@@ -2,6 +2,7 @@
 #include "compile/isa/program.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -103,6 +104,23 @@ Instruction fromJson(const nlohmann::json& j) {
   return i;
 }
 
+nlohmann::json toJson(const TensorPlacement& t) {
+  return {{"name", t.name}, {"dtype", t.dtype},     {"rows", t.rows},
+          {"tiles", t.tiles}, {"mem_unit", t.memUnit}, {"address", t.address}, {"resident", t.resident}};
+}
+
+TensorPlacement placementFromJson(const nlohmann::json& j) {
+  TensorPlacement t;
+  t.name = j.at("name");
+  t.dtype = j.at("dtype");
+  t.rows = j.at("rows");
+  t.tiles = j.at("tiles");
+  t.memUnit = j.at("mem_unit").get<std::vector<std::int32_t>>();
+  t.address = j.at("address").get<std::vector<std::int32_t>>();
+  t.resident = j.at("resident");
+  return t;
+}
+
 }  // namespace
 
 std::uint64_t Program::contentHash() const { return fnv1a(serialize(*this)); }
@@ -118,6 +136,8 @@ std::string serialize(const Program& program) {
   doc["fields"] = "unit,issue,opcode,func,src,src_dir,src2,src2_dir,dst,dst_dir,address,bank,stride,port,repeat,interval";
   auto& list = doc["instructions"] = nlohmann::json::array();
   for (const auto& inst : program.instructions) list.push_back(toJson(inst));
+  auto& tensors = doc["tensors"] = nlohmann::json::array();
+  for (const auto& t : program.tensors) tensors.push_back(toJson(t));
   return doc.dump();
 }
 
@@ -142,10 +162,195 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
     program.lowerBoundCycles = doc.at("lower_bound_cycles");
     program.sramBytes = doc.at("sram_bytes");
     for (const auto& j : doc.at("instructions")) program.instructions.push_back(fromJson(j));
+    for (const auto& j : doc.at("tensors")) program.tensors.push_back(placementFromJson(j));
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
   return program;
+}
+
+namespace {
+
+constexpr char kBinaryMagic[8] = {'T', 'S', 'P', 'P', 'R', 'O', 'G', '\0'};
+
+// Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
+// not match on a big-endian reader, which then refuses the file instead of misreading it).
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(T value) {
+    char raw[sizeof(T)];
+    std::memcpy(raw, &value, sizeof(T));
+    out_.append(raw, sizeof(T));
+  }
+  void putText(const std::string& text) {
+    put<std::uint32_t>(static_cast<std::uint32_t>(text.size()));
+    out_ += text;
+  }
+  std::string take() { return std::move(out_); }
+  void raw(const char* data, size_t n) { out_.append(data, n); }
+
+ private:
+  std::string out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(const std::string& in) : in_(in) {}
+  template <typename T>
+  bool get(T& value) {
+    if (pos_ + sizeof(T) > in_.size()) return false;
+    std::memcpy(&value, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool getText(std::string& text) {
+    std::uint32_t n = 0;
+    if (!get(n) || pos_ + n > in_.size()) return false;
+    text.assign(in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+void putRef(ByteWriter& w, StreamRef r) {
+  w.put<std::int16_t>(r.id);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(r.dir));
+}
+
+bool getRef(ByteReader& r, StreamRef& ref) {
+  std::uint8_t dir = 0;
+  if (!r.get(ref.id) || !r.get(dir) || dir > 1) return false;
+  ref.dir = static_cast<Direction>(dir);
+  return true;
+}
+
+}  // namespace
+
+std::string serializeBinary(const Program& program) {
+  ByteWriter w;
+  w.raw(kBinaryMagic, sizeof kBinaryMagic);
+  w.put<std::int32_t>(program.version);
+  w.put<std::uint64_t>(program.chipSpecHash);
+  w.put<std::int64_t>(program.predictedCycles);
+  w.put<std::int64_t>(program.lowerBoundCycles);
+  w.put<std::int64_t>(program.sramBytes);
+  w.put<std::uint64_t>(program.instructions.size());
+  for (const auto& i : program.instructions) {
+    w.put<std::int32_t>(i.unit);
+    w.put<std::int64_t>(i.issue);
+    w.put<std::uint8_t>(static_cast<std::uint8_t>(i.op));
+    w.put<std::uint8_t>(static_cast<std::uint8_t>(i.func));
+    putRef(w, i.src);
+    putRef(w, i.src2);
+    putRef(w, i.dst);
+    for (std::int32_t v : {i.address, i.bank, i.stride, i.port, i.repeat, i.interval}) w.put<std::int32_t>(v);
+  }
+  w.put<std::uint64_t>(program.tensors.size());
+  for (const auto& t : program.tensors) {
+    w.putText(t.name);
+    w.put<std::int32_t>(t.dtype);
+    w.put<std::int64_t>(t.rows);
+    w.put<std::int32_t>(t.tiles);
+    for (std::int32_t k = 0; k < t.tiles; ++k) {
+      w.put<std::int32_t>(t.memUnit[k]);
+      w.put<std::int32_t>(t.address[k]);
+    }
+    w.put<std::uint8_t>(t.resident ? 1 : 0);
+  }
+  return w.take();
+}
+
+Expected<Program> deserializeBinary(const std::string& bytes, const topology::ChipSpec& chip, const std::string& file) {
+  auto fail = [&](const std::string& message) {
+    return makeError(ExitCode::kConfig, fmt::format("{}: {}", file, message));
+  };
+  if (bytes.size() < sizeof kBinaryMagic || std::memcmp(bytes.data(), kBinaryMagic, sizeof kBinaryMagic) != 0)
+    return fail("not a tsp-sim binary program file");
+  const std::string body = bytes.substr(sizeof kBinaryMagic);
+  ByteReader r(body);
+  Program program;
+  std::int32_t version = 0;
+  if (!r.get(version)) return fail("malformed program: truncated header");
+  program.version = version;
+  if (program.version != kProgramVersion)
+    return fail(fmt::format("program format version {} is not supported (this build reads {})", program.version,
+                            kProgramVersion));
+  std::uint64_t hash = 0;
+  if (!r.get(hash)) return fail("malformed program: truncated header");
+  if (hash != chip.hash())
+    return fail(fmt::format("program was compiled for another chip (spec hash {:016x} , this chip {:016x})", hash,
+                            chip.hash()));
+  program.chipSpecHash = hash;
+  std::uint64_t count = 0;
+  if (!r.get(program.predictedCycles) || !r.get(program.lowerBoundCycles) || !r.get(program.sramBytes) ||
+      !r.get(count))
+    return fail("malformed program: truncated header");
+  // Each record takes at least 40 bytes: a count larger than the file is a corrupt header.
+  if (count > body.size() / 40) return fail("malformed program: instruction count exceeds the file");
+  program.instructions.resize(count);
+  for (auto& i : program.instructions) {
+    std::uint8_t op = 0, func = 0;
+    bool ok = r.get(i.unit) && r.get(i.issue) && r.get(op) && r.get(func) && getRef(r, i.src) &&
+              getRef(r, i.src2) && getRef(r, i.dst) && r.get(i.address) && r.get(i.bank) && r.get(i.stride) &&
+              r.get(i.port) && r.get(i.repeat) && r.get(i.interval);
+    if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(VxmFunc::kConvert))
+      return fail("malformed program: bad instruction record");
+    i.op = static_cast<Opcode>(op);
+    i.func = static_cast<VxmFunc>(func);
+  }
+  if (!r.get(count) || count > body.size()) return fail("malformed program: bad tensor table");
+  program.tensors.resize(count);
+  for (auto& t : program.tensors) {
+    std::uint8_t resident = 0;
+    if (!r.getText(t.name) || !r.get(t.dtype) || !r.get(t.rows) || !r.get(t.tiles) || t.tiles < 0 ||
+        static_cast<size_t>(t.tiles) > body.size())
+      return fail("malformed program: bad tensor table");
+    t.memUnit.resize(t.tiles);
+    t.address.resize(t.tiles);
+    for (std::int32_t k = 0; k < t.tiles; ++k)
+      if (!r.get(t.memUnit[k]) || !r.get(t.address[k])) return fail("malformed program: bad tensor table");
+    if (!r.get(resident)) return fail("malformed program: bad tensor table");
+    t.resident = resident != 0;
+  }
+  if (!r.done()) return fail("malformed program: trailing bytes");
+  return program;
+}
+
+std::string toText(const Program& program, const topology::ChipSpec& chip) {
+  const auto units = chip.units();
+  std::string out = fmt::format(
+      "# tsp-program v{} chip-spec {:016x}\n# predicted_cycles {} lower_bound_cycles {} sram_bytes {} "
+      "instructions {}\n",
+      program.version, program.chipSpecHash, program.predictedCycles, program.lowerBoundCycles, program.sramBytes,
+      program.instructions.size());
+  for (const auto& t : program.tensors) {
+    out += fmt::format("# tensor {} rows {} tiles {}{}:", t.name, t.rows, t.tiles, t.resident ? " resident" : "");
+    for (std::int32_t k = 0; k < t.tiles; ++k) out += fmt::format(" {}@{}", t.memUnit[k], t.address[k]);
+    out += "\n";
+  }
+  auto ref = [](const char* name, StreamRef r) {
+    return r.valid() ? fmt::format(" {}={}{}", name, r.dir == Direction::kEast ? 'E' : 'W', r.id) : std::string();
+  };
+  static const char* kFuncs[] = {"", "add", "sub", "mul", "relu", "gelu", "tanh", "exp", "rsqrt", "convert"};
+  for (const auto& i : program.instructions) {
+    const bool known = i.unit >= 0 && i.unit < static_cast<int>(units.size());
+    out += fmt::format("{:>10} q{:<3} {}{:<2} s{:<3} {}", i.issue, i.unit,
+                       known ? topology::unitKindName(units[i.unit].kind) : "?",
+                       known ? units[i.unit].indexInKind : -1, known ? units[i.unit].slice : -1, opcodeName(i.op));
+    if (i.func != VxmFunc::kNone) out += fmt::format(".{}", kFuncs[static_cast<int>(i.func)]);
+    out += ref("src", i.src) + ref("src2", i.src2) + ref("dst", i.dst);
+    if (i.address >= 0) out += fmt::format(" addr={} bank={} stride={}", i.address, i.bank, i.stride);
+    if (i.port >= 0) out += fmt::format(" port={}", i.port);
+    if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);
+    out += "\n";
+  }
+  return out;
 }
 
 }  // namespace tsp::isa

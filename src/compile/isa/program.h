@@ -12,7 +12,8 @@
 namespace tsp::isa {
 
 /// Program format version; the on-disk form records it and the simulator refuses others.
-inline constexpr int kProgramVersion = 1;
+/// Version 2 added the tensor placement table and the binary form.
+inline constexpr int kProgramVersion = 2;
 
 /// Instruction opcodes. Each runs on a unit of one kind (unitKindOf).
 enum class Opcode : std::uint8_t {
@@ -75,6 +76,19 @@ Cycle completion(const topology::ChipSpec& chip, const Instruction& inst);
 /// First cycle at which the unit may issue again.
 Cycle unitFreeAt(const topology::ChipSpec& chip, const Instruction& inst);
 
+/// Where one tensor sits in SRAM: `tiles` column blocks of `rows` vectors each, tile t at
+/// (memUnit[t], address[t]) with consecutive addresses per row. Functional mode reads values from here.
+struct TensorPlacement {
+  std::string name;          ///< the graph tensor's name
+  std::int32_t dtype = 0;    ///< ir::DType as an integer (isa does not depend on the IR)
+  std::int64_t rows = 0;
+  std::int32_t tiles = 0;
+  std::vector<std::int32_t> memUnit;  ///< MEM queue id of each tile
+  std::vector<std::int32_t> address;  ///< first address of each tile
+  bool resident = false;     ///< in SRAM before the program starts (a weight or a graph input)
+  friend bool operator==(const TensorPlacement&, const TensorPlacement&) = default;
+};
+
 /// One chip's program. Carries no end cycles: the simulator derives them from the chip spec.
 struct Program {
   int version = kProgramVersion;
@@ -83,6 +97,7 @@ struct Program {
   Cycle predictedCycles = 0;              ///< compiler's prediction of the chip's completion
   Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
   Bytes sramBytes = 0;                    ///< SRAM the program allocates
+  std::vector<TensorPlacement> tensors;   ///< every tensor the program keeps in SRAM, by name
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;
@@ -96,5 +111,13 @@ void canonicalize(Program& program);
 std::string serialize(const Program& program);
 /// Reads the on-disk form; refuses another version or a program made for another chip.
 Expected<Program> deserialize(const std::string& text, const topology::ChipSpec& chip, const std::string& file);
+
+/// The compact binary on-disk form (little-endian, magic "TSPPROG\0", same content as the JSON form).
+std::string serializeBinary(const Program& program);
+/// Reads the binary form; the same refusals as deserialize().
+Expected<Program> deserializeBinary(const std::string& bytes, const topology::ChipSpec& chip, const std::string& file);
+
+/// A readable listing, one instruction a line with its unit's kind, index and slice (not read back).
+std::string toText(const Program& program, const topology::ChipSpec& chip);
 
 }  // namespace tsp::isa

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "compile/lower/stage_builder.h"
+#include "compile/lower/lowering.h"
 
 namespace tsp::schedule {
 
@@ -26,10 +26,11 @@ int directLink(const topology::Cluster& cluster, int a, int b) {
 }  // namespace
 
 Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vector<PipelineStage>& stages,
-                                          const topology::Cluster& cluster) {
+                                          const topology::Cluster& cluster, const Options& options) {
   const auto& chip = cluster.chip();
   ClusterSchedule result;
   result.programs.resize(cluster.chipCount());
+  result.reports.resize(cluster.chipCount());
   for (auto& p : result.programs) p.chipSpecHash = chip.hash();
 
   std::vector<int> stageOf(graph.ops().size(), -1);
@@ -41,20 +42,16 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
 
   for (size_t s = 0; s < stages.size(); ++s) {
     const PipelineStage& stage = stages[s];
-    lower::StageBuilder builder(chip, graph);
-    // Receive what earlier stages send here, in tensor order (the order the senders used).
+    lower::ShardInterface interface;
+    // Receives are release times: the arrivals of what earlier stages sent here.
     for (auto& [key, bursts] : inbound) {
       if (key.second != static_cast<int>(s)) continue;
-      std::vector<Cycle> arrivals;
-      for (const auto& b : bursts) arrivals.push_back(b.arriveCycle);
-      const auto& link = cluster.links()[bursts.front().link];
-      if (auto st = builder.receive(key.first, link.portOn(stage.chip), arrivals, bursts.front().interval); !st)
-        return st.error();
-    }
-    for (size_t i = 0; i < stage.ops.size();) {
-      auto consumed = builder.lowerOp(stage.ops[i], stage.ops, i);
-      if (!consumed) return consumed.error();
-      i += *consumed;
+      lower::ReceivePlan plan;
+      plan.tensor = key.first;
+      plan.port = cluster.links()[bursts.front().link].portOn(stage.chip);
+      plan.interval = bursts.front().interval;
+      for (const auto& b : bursts) plan.arrivals.push_back(b.arriveCycle);
+      interface.receives.push_back(plan);
     }
     // Send every tensor made here that a later stage reads, once per destination stage.
     std::set<std::pair<ir::TensorId, int>> outgoing;
@@ -62,7 +59,9 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
       for (ir::TensorId out : graph.op(op).outputs)
         for (ir::OpId user : graph.tensor(out).users)
           if (stageOf[user] > static_cast<int>(s)) outgoing.insert({out, stageOf[user]});
-    for (const auto& [tensor, dstStage] : outgoing) {
+    std::vector<std::pair<ir::TensorId, int>> sendKeys(outgoing.begin(), outgoing.end());
+    std::vector<int> sendLinks;
+    for (const auto& [tensor, dstStage] : sendKeys) {
       const int dstChip = stages[dstStage].chip;
       const int linkId = directLink(cluster, stage.chip, dstChip);
       if (linkId < 0)
@@ -71,24 +70,40 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
                                      "needs pipeline neighbours on neighbouring chips",
                                      s, dstStage, stage.chip, dstChip));
       const auto& link = cluster.links()[linkId];
-      const int interval = linkVectorInterval(chip, link);
-      auto bursts = builder.send(tensor, link.portOn(stage.chip), interval);
-      if (!bursts) return bursts.error();
-      for (const auto& b : *bursts) {
+      lower::SendPlan plan;
+      plan.tensor = tensor;
+      plan.port = link.portOn(stage.chip);
+      plan.interval = linkVectorInterval(chip, link);
+      plan.linkBusy = plan.interval;
+      interface.sends.push_back(plan);
+      sendLinks.push_back(linkId);
+    }
+    Options shardOptions = options;
+    shardOptions.seed = options.seed * 1000003ULL + s;  // one random stream per (seed, stage)
+    shardOptions.annealWork = options.annealWork / static_cast<std::int64_t>(stages.size());
+    auto compiled = compileShard(chip, graph, stage.ops, interface, shardOptions);
+    if (!compiled) return compiled.error();
+    for (size_t i = 0; i < sendKeys.size(); ++i) {
+      const auto& link = cluster.links()[sendLinks[i]];
+      const int dstChip = stages[sendKeys[i].second].chip;
+      const auto [rows, tiles] = lower::vectorShape(chip, graph.tensor(sendKeys[i].first));
+      (void)tiles;
+      for (Cycle issue : compiled->sendIssues[i]) {
         C2CTransfer t;
         t.srcChip = stage.chip;
         t.dstChip = dstChip;
-        t.link = linkId;
-        t.sendCycle = b.issue;
-        t.arriveCycle = b.issue + chip.c2cSendCycles + link.latencyCycles;
-        t.vectors = b.vectors;
-        t.interval = b.interval;
-        t.bytes = Bytes{b.vectors} * chip.vectorBytes;
-        inbound[{tensor, dstStage}].push_back(t);
+        t.link = sendLinks[i];
+        t.sendCycle = issue;
+        t.arriveCycle = issue + chip.c2cSendCycles + link.latencyCycles;
+        t.vectors = static_cast<int>(rows);
+        t.interval = interface.sends[i].interval;
+        t.bytes = Bytes{rows} * chip.vectorBytes;
+        inbound[sendKeys[i]].push_back(t);
         result.transfers.push_back(t);
       }
     }
-    result.programs[stage.chip] = builder.finish();
+    result.programs[stage.chip] = std::move(compiled->program);
+    result.reports[stage.chip] = compiled->report;
   }
   return result;
 }
@@ -97,19 +112,19 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
   std::vector<std::vector<ir::OpId>> layers(graph.layerCount());
   for (size_t op = 0; op < graph.ops().size(); ++op) layers[graph.op(op).layer].push_back(static_cast<ir::OpId>(op));
   std::vector<Cycle> cycles;
+  Options options;  // list schedule only: the partitioner compares layers, annealing would not change the ranking
   for (const auto& ops : layers) {
-    lower::StageBuilder builder(chip, graph);
+    lower::ShardInterface interface;
     // A layer alone: its inputs from other layers are taken as resident.
+    std::set<ir::TensorId> resident;
     for (ir::OpId op : ops)
       for (ir::TensorId in : graph.op(op).inputs)
         if (graph.tensor(in).producer >= 0 && graph.op(graph.tensor(in).producer).layer != graph.op(op).layer)
-          if (auto s = builder.placeResident(in); !s) return s.error();
-    for (size_t i = 0; i < ops.size();) {
-      auto consumed = builder.lowerOp(ops[i], ops, i);
-      if (!consumed) return consumed.error();
-      i += *consumed;
-    }
-    cycles.push_back(builder.finish().predictedCycles);
+          resident.insert(in);
+    interface.resident.assign(resident.begin(), resident.end());
+    auto compiled = compileShard(chip, graph, ops, interface, options);
+    if (!compiled) return compiled.error();
+    cycles.push_back(compiled->program.predictedCycles);
   }
   return cycles;
 }

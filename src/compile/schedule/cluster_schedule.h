@@ -5,6 +5,7 @@
 
 #include "compile/ir/graph.h"
 #include "compile/isa/program.h"
+#include "compile/schedule/shard_compiler.h"
 #include "support/expected.h"
 #include "topology/cluster.h"
 
@@ -29,6 +30,7 @@ struct C2CTransfer {
 /// A Program for every chip of the cluster (empty for idle chips) and the C2C schedule.
 struct ClusterSchedule {
   std::vector<isa::Program> programs;
+  std::vector<CompileReport> reports;  ///< per chip (zeros for idle chips)
   std::vector<C2CTransfer> transfers;
 };
 
@@ -37,8 +39,9 @@ int linkVectorInterval(const topology::ChipSpec& chip, const topology::Link& lin
 
 /// Schedules the stages in order; a tensor produced on one stage and used on a later one travels
 /// over the direct link between their chips: its receives are release times for the consumer.
+/// Each chip is compiled by compileShard() with `options` (its seed mixed with the stage index).
 Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vector<PipelineStage>& stages,
-                                          const topology::Cluster& cluster);
+                                          const topology::Cluster& cluster, const Options& options = {});
 
 /// Predicted cycles of each layer run alone on one chip: the per-op estimates the partitioner uses.
 Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip);

@@ -1,0 +1,77 @@
+// Lowering: one chip's share of a graph into a scheduling problem of stream-connected instruction tasks.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "compile/alloc/sram_allocator.h"
+#include "compile/ir/graph.h"
+#include "compile/isa/program.h"
+#include "compile/schedule/problem.h"
+#include "support/expected.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::lower {
+
+/// Vector geometry of a tensor: rows (all dims but the last) and 320-byte tiles per row.
+std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const ir::Tensor& tensor);
+
+/// The matmul tiling the seed's cost model picks: T_m rows per stream, T_k x T_n weights per plane.
+struct MatMulTiling {
+  int tm = 0, tk = 0, tn = 0;  ///< elements
+  Cycle cycles = 0;            ///< the cost model's estimate for one plane doing all tiles
+};
+/// Minimises (M N K / (T_m T_n T_k)) * t_tile + overhead subject to
+/// T_m*T_k + T_k*T_n + T_m*T_n <= sramBudget elements (seed, loop tiling); T_k and T_n are the
+/// plane's shape at the dtype (320 INT8, 160 FP16), T_m is bounded by a MEM slice's addresses.
+MatMulTiling chooseMatMulTiling(const topology::ChipSpec& chip, std::int64_t m, std::int64_t k, std::int64_t n,
+                                int elementBytes, std::int64_t sramBudgetElements);
+
+/// A tensor arriving on a C2C port: one burst per tile, burst t's first vector arriving at arrivals[t].
+struct ReceivePlan {
+  ir::TensorId tensor = -1;
+  int port = 0;
+  std::vector<Cycle> arrivals;
+  int interval = 1;
+  /// Steady state of identical chips in a ring: when >= 0, burst t arrives `sendToArrival` cycles
+  /// after this chip's own send of tile t of interface.sends[mirrorsSend] (a dependence, not a
+  /// fixed time); `arrivals` is then ignored.
+  int mirrorsSend = -1;
+  Cycle sendToArrival = 0;
+};
+
+/// A tensor leaving on a C2C port, tile by tile.
+struct SendPlan {
+  ir::TensorId tensor = -1;
+  int port = 0;
+  int interval = 1;    ///< cycles between vectors (the link's rate)
+  Cycle linkBusy = 1;  ///< cycles the link carries one vector
+  Cycle deadline = -1; ///< latest start of the first burst (set by the cluster scheduler), -1: none
+};
+
+/// What crosses the shard's boundary.
+struct ShardInterface {
+  std::vector<ReceivePlan> receives;
+  std::vector<SendPlan> sends;
+  /// Tensors made elsewhere that are already in SRAM when the program starts.
+  std::vector<ir::TensorId> resident;
+};
+
+/// A lowered shard: the problem, where every tensor sits, and the tasks that send.
+struct LoweredShard {
+  explicit LoweredShard(const topology::ChipSpec& chip) : problem(chip), sram(chip) {}
+  schedule::Problem problem;
+  alloc::SramAllocator sram;                  ///< its state after lowering: spill slots come from here
+  std::vector<isa::TensorPlacement> tensors;  ///< in tensor-id order
+  std::vector<std::vector<int>> sendTasks;    ///< per SendPlan, one task per tile; step 1 is the send
+  Cycle matmulLowerBound = 0;                 ///< cycles the busiest MXM plane computes (for reports)
+  std::int64_t macs = 0;                      ///< matmul MACs, at the INT8 rate (FP16 counts fp16_rate_divisor each)
+};
+
+/// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
+/// the SRAM is an error (exit 3) stating the bytes needed and available.
+Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                                   const std::vector<ir::OpId>& ops, const ShardInterface& interface);
+
+}  // namespace tsp::lower

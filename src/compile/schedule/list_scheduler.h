@@ -1,0 +1,48 @@
+// List scheduling of a one-chip problem with the seed's priority, and the order-driven decoder annealing uses.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "compile/schedule/problem.h"
+#include "support/expected.h"
+
+namespace tsp::schedule {
+
+/// Options of the one-chip scheduler. Every budget is a count of steps, never a time.
+struct Options {
+  /// priority(v) = alpha*CP(v) + beta*r(v)/R_avg + gamma*fanout(v) (seed, stage 1); CP in cycles.
+  double alpha = 1.0;
+  double beta = 16.0;
+  double gamma = 4.0;
+  /// Simulated annealing moves after the list schedule; 0 keeps the list schedule.
+  std::int64_t annealMoves = 0;
+  /// A second budget in task placements: moves are capped at annealWork / tasks, so that large
+  /// shards anneal less instead of compiling for minutes (still a step count, never a time).
+  /// scheduleCluster divides it evenly among the stages.
+  std::int64_t annealWork = 5'000'000;
+  /// Moves between temperature steps T_{k+1} = 0.95 T_k.
+  std::int64_t movesPerTemperature = 8;
+  /// Energy = makespan + lambda * (1 - utilisation) * (list makespan), so utilisation weighs in cycles.
+  double lambda = 0.05;
+  /// Seeds the annealer's random stream (with the shard index mixed in by the caller).
+  std::uint64_t seed = 0;
+  /// Keep at most streamsPerDirection values in flight per direction at any cycle, so that the
+  /// register colouring always has a solution; off only to exercise spilling.
+  bool limitStreamPressure = true;
+};
+
+/// The seed's priority of every task.
+std::vector<double> priorities(const Problem& problem, const Options& options);
+
+/// Places tasks one at a time, each at its earliest feasible start; `rank[t]` orders the ready
+/// tasks (smaller first, ties by index). Fails when a deadline cannot be met.
+Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std::int64_t>& rank, const Options& options);
+
+/// List scheduling: ranks by decreasing priority. check() must have succeeded.
+Expected<Schedule> scheduleList(const Problem& problem, const Options& options);
+
+/// The rank vector list scheduling uses (position of each task in decreasing priority).
+std::vector<std::int64_t> priorityRank(const Problem& problem, const Options& options);
+
+}  // namespace tsp::schedule

@@ -1,0 +1,357 @@
+// The one-chip scheduling problem: offsets from the time of flight, well-formedness, verification, bounds.
+#include "compile/schedule/problem.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+namespace tsp::schedule {
+
+using isa::Direction;
+using isa::Opcode;
+using topology::UnitKind;
+
+bool pooledUnit(const topology::ChipSpec& chip, int unit) {
+  const int first = chip.firstUnit(UnitKind::kVxm);
+  return unit >= first && unit < first + chip.vxmAluGroups;
+}
+
+Problem::Problem(const topology::ChipSpec& chip) : chip_(&chip), units_(chip.units()) {}
+
+int Problem::addTask(Task task) {
+  tasks_.push_back(std::move(task));
+  return static_cast<int>(tasks_.size()) - 1;
+}
+
+void Problem::addDataDependence(int from, int fromStep, int to, int toStep) {
+  const isa::Instruction& w = tasks_[from].steps[fromStep].inst;
+  const Cycle done = Cycle{w.repeat - 1} * w.interval + isa::resultLatency(*chip_, w);
+  deps_.push_back({from, fromStep, to, toStep, done});
+}
+
+Cycle Problem::unitEnd(int task, int step) const {
+  const Step& s = tasks_[task].steps[step];
+  return s.offset + Cycle{s.inst.repeat - 1} * s.inst.interval + isa::busyPerIssue(*chip_, s.inst);
+}
+
+Cycle Problem::completionOffset(int task, int step) const {
+  const Step& s = tasks_[task].steps[step];
+  return s.offset + Cycle{s.inst.repeat - 1} * s.inst.interval + isa::resultLatency(*chip_, s.inst);
+}
+
+std::int64_t Problem::instructionCount() const {
+  std::int64_t n = 0;
+  for (const auto& t : tasks_) n += static_cast<std::int64_t>(t.steps.size());
+  return n;
+}
+
+void Problem::finalize() {
+  edges_.clear();
+  edgeBegin_.assign(1, 0);
+  span_.clear();
+  for (size_t ti = 0; ti < tasks_.size(); ++ti) {
+    auto& steps = tasks_[ti].steps;
+    const size_t n = steps.size();
+    std::vector<std::optional<Cycle>> offset(n);
+    auto flight = [&](int p, int k) {
+      return isa::resultLatency(*chip_, steps[p].inst) + std::abs(sliceOf(steps[p].inst.unit) - sliceOf(steps[k].inst.unit));
+    };
+    // Propagate along stream edges in both directions until every step of the tree has an offset.
+    if (n > 0) offset[0] = 0;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t k = 0; k < n; ++k)
+        for (int p : {steps[k].producer, steps[k].producer2}) {
+          if (p < 0 || p >= static_cast<int>(n)) continue;
+          if (offset[p] && !offset[k]) offset[k] = *offset[p] + flight(p, static_cast<int>(k)), changed = true;
+          if (offset[k] && !offset[p]) offset[p] = *offset[k] - flight(p, static_cast<int>(k)), changed = true;
+        }
+      if (!changed)
+        for (size_t k = 0; k < n; ++k)
+          if (!offset[k]) {  // a second tree in one task: starts at 0 too
+            offset[k] = 0;
+            changed = true;
+            break;
+          }
+    }
+    Cycle lo = 0;
+    for (auto& o : offset) lo = std::min(lo, *o);
+    for (size_t k = 0; k < n; ++k) steps[k].offset = *offset[k] - lo;
+
+    for (size_t p = 0; p < n; ++p) {
+      StreamEdge e;
+      bool used = false;
+      for (size_t k = 0; k < n; ++k)
+        if (steps[k].producer == static_cast<int>(p) || steps[k].producer2 == static_cast<int>(p)) {
+          const int delta = sliceOf(steps[k].inst.unit) - sliceOf(steps[p].inst.unit);
+          e.dir = delta >= 0 ? Direction::kEast : Direction::kWest;
+          e.reach = std::max(e.reach, std::abs(delta));
+          used = true;
+        }
+      if (!used) continue;
+      e.task = static_cast<int>(ti);
+      e.step = static_cast<int>(p);
+      e.slice = sliceOf(steps[p].inst.unit);
+      e.firstValue = steps[p].offset + isa::resultLatency(*chip_, steps[p].inst);
+      e.lastValue = e.firstValue + Cycle{steps[p].inst.repeat - 1} * steps[p].inst.interval;
+      edges_.push_back(e);
+    }
+    edgeBegin_.push_back(static_cast<int>(edges_.size()));
+    Cycle span = 0;
+    for (size_t k = 0; k < n; ++k)
+      span = std::max({span, completionOffset(static_cast<int>(ti), static_cast<int>(k)),
+                       unitEnd(static_cast<int>(ti), static_cast<int>(k))});
+    span_.push_back(span);
+  }
+}
+
+Status Problem::check() const {
+  auto bad = [&](int task, const std::string& what) {
+    return makeError(ExitCode::kInternal, fmt::format("scheduling problem: task {} ('{}'): {}", task,
+                                                      task < static_cast<int>(tasks_.size()) ? tasks_[task].name : "?",
+                                                      what));
+  };
+  if (static_cast<int>(span_.size()) != static_cast<int>(tasks_.size()))
+    return makeError(ExitCode::kInternal, "scheduling problem: finalize() was not called after the last change");
+  for (size_t ti = 0; ti < tasks_.size(); ++ti) {
+    const int t = static_cast<int>(ti);
+    const auto& steps = tasks_[ti].steps;
+    if (steps.empty()) return bad(t, "has no instructions");
+    if (tasks_[ti].deadline >= 0 && tasks_[ti].deadline < tasks_[ti].release)
+      return bad(t, fmt::format("deadline {} is before its release {}", tasks_[ti].deadline, tasks_[ti].release));
+    std::vector<int> consumers(steps.size(), 0);
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const auto& inst = steps[k].inst;
+      if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size()))
+        return bad(t, fmt::format("step {} names unit {}, which does not exist", k, inst.unit));
+      if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != units_[inst.unit].kind)
+        return bad(t, fmt::format("step {}: {} cannot run on a {} unit", k, isa::opcodeName(inst.op),
+                                  topology::unitKindName(units_[inst.unit].kind)));
+      if (inst.repeat < 1 || inst.interval < 1) return bad(t, fmt::format("step {}: repeat and interval must be >= 1", k));
+      if (inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) {
+        const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
+        if (inst.address < 0 || last < 0 || inst.address >= chip_->addressesPerSlice || last >= chip_->addressesPerSlice)
+          return bad(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
+                                    chip_->addressesPerSlice));
+      }
+      for (int p : {steps[k].producer, steps[k].producer2}) {
+        if (p < 0) continue;
+        if (p >= static_cast<int>(steps.size()) || p == static_cast<int>(k))
+          return bad(t, fmt::format("step {} reads step {}, which is not another step of the task", k, p));
+        ++consumers[p];
+        const auto& src = steps[p].inst;
+        if (src.repeat != inst.repeat || src.interval != inst.interval)
+          return bad(t, fmt::format("step {} reads {} values every {} cycles from step {}, which makes {} every {}", k,
+                                    inst.repeat, inst.interval, p, src.repeat, src.interval));
+        const Cycle expected = steps[p].offset + isa::resultLatency(*chip_, src) +
+                               std::abs(sliceOf(src.unit) - sliceOf(inst.unit));
+        if (steps[k].offset != expected)
+          return bad(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}", k,
+                                    steps[k].offset, p, expected));
+      }
+    }
+    for (size_t p = 0; p < steps.size(); ++p)
+      if (consumers[p] > 1) return bad(t, fmt::format("step {} feeds {} consumers; this problem form allows one", p, consumers[p]));
+    // A task needing more registers at once than a direction has can never be placed.
+    const auto [eb, ee] = edgesOf(t);
+    for (int e = eb; e < ee; ++e) {
+      int live = 0;
+      for (int f = eb; f < ee; ++f)
+        live += edges_[f].dir == edges_[e].dir && edges_[f].tauFirst() <= edges_[e].tauFirst() &&
+                edges_[e].tauFirst() <= edges_[f].tauLast();
+      if (live > chip_->streamsPerDirection)
+        return bad(t, fmt::format("needs {} stream registers {} at once, the chip has {}", live,
+                                  edges_[e].dir == Direction::kEast ? "eastward" : "westward", chip_->streamsPerDirection));
+    }
+    // A task that collides with itself can never be placed.
+    for (size_t a = 0; a < steps.size(); ++a)
+      for (size_t b = a + 1; b < steps.size(); ++b) {
+        if (steps[a].inst.unit != steps[b].inst.unit || pooledUnit(*chip_, steps[a].inst.unit)) continue;
+        if (steps[a].offset < unitEnd(t, static_cast<int>(b)) && steps[b].offset < unitEnd(t, static_cast<int>(a)))
+          return bad(t, fmt::format("steps {} and {} use unit {} at the same time", a, b, steps[a].inst.unit));
+      }
+  }
+  // Acyclic dependences (Kahn, smallest index first so the order is canonical).
+  std::vector<int> indegree(tasks_.size(), 0);
+  std::vector<std::vector<int>> succ(tasks_.size());
+  for (const auto& d : deps_) {
+    if (d.from < 0 || d.to < 0 || d.from >= static_cast<int>(tasks_.size()) || d.to >= static_cast<int>(tasks_.size()) ||
+        d.fromStep < 0 || d.toStep < 0 || d.fromStep >= static_cast<int>(tasks_[d.from].steps.size()) ||
+        d.toStep >= static_cast<int>(tasks_[d.to].steps.size()))
+      return makeError(ExitCode::kInternal,
+                       fmt::format("scheduling problem: dependence {}.{} -> {}.{} names a missing step", d.from,
+                                   d.fromStep, d.to, d.toStep));
+    if (d.from == d.to) return bad(d.from, "depends on itself");
+    ++indegree[d.to];
+    succ[d.from].push_back(d.to);
+  }
+  std::vector<int> ready;
+  for (size_t t = 0; t < tasks_.size(); ++t)
+    if (indegree[t] == 0) ready.push_back(static_cast<int>(t));
+  std::make_heap(ready.begin(), ready.end(), std::greater<>());
+  topo_.clear();
+  while (!ready.empty()) {
+    std::pop_heap(ready.begin(), ready.end(), std::greater<>());
+    const int t = ready.back();
+    ready.pop_back();
+    topo_.push_back(t);
+    for (int s : succ[t])
+      if (--indegree[s] == 0) {
+        ready.push_back(s);
+        std::push_heap(ready.begin(), ready.end(), std::greater<>());
+      }
+  }
+  if (topo_.size() != tasks_.size()) {
+    for (size_t t = 0; t < tasks_.size(); ++t)
+      if (indegree[t] > 0) return bad(static_cast<int>(t), "lies on a dependence cycle");
+  }
+  return {};
+}
+
+bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b, Cycle startB) {
+  return a.dir == b.dir && startA + a.tauFirst() <= startB + b.tauLast() && startB + b.tauFirst() <= startA + a.tauLast();
+}
+
+Status verify(const Problem& problem, const Schedule& schedule) {
+  const auto& tasks = problem.tasks();
+  const auto& chip = problem.chip();
+  auto bad = [&](int task, const std::string& what) {
+    return makeError(ExitCode::kInternal,
+                     fmt::format("schedule: task {} ('{}'): {}", task, tasks[task].name, what));
+  };
+  if (schedule.start.size() != tasks.size() || schedule.streamId.size() != problem.streamEdges().size())
+    return makeError(ExitCode::kInternal, "schedule: sizes do not match the problem");
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    if (schedule.start[t] < tasks[t].release)
+      return bad(static_cast<int>(t), fmt::format("starts at {} before its release {}", schedule.start[t], tasks[t].release));
+    if (tasks[t].deadline >= 0 && schedule.start[t] > tasks[t].deadline)
+      return bad(static_cast<int>(t), fmt::format("starts at {} after its deadline {}", schedule.start[t], tasks[t].deadline));
+  }
+  for (const auto& d : problem.dependences()) {
+    const Cycle from = schedule.start[d.from] + tasks[d.from].steps[d.fromStep].offset;
+    const Cycle to = schedule.start[d.to] + tasks[d.to].steps[d.toStep].offset;
+    if (to < from + d.latency)
+      return bad(d.to, fmt::format("step {} issues at {}, before task {} step {} allows ({})", d.toStep, to, d.from,
+                                   d.fromStep, from + d.latency));
+  }
+  // Units and links: busy windows on one resource never overlap.
+  struct Window { Cycle begin, end; int task; };
+  std::map<int, std::vector<Window>> busy;
+  const int links = static_cast<int>(problem.units().size());
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const Step& s = tasks[t].steps[k];
+      const int unit = schedule.unitOf[schedule.stepBase[t] + k];
+      if (unit < 0 || unit >= links || (unit != s.inst.unit && !(pooledUnit(chip, unit) && pooledUnit(chip, s.inst.unit))))
+        return bad(static_cast<int>(t), fmt::format("step {} placed on unit {}, which cannot run it", k, unit));
+      const Cycle issue = schedule.start[t] + s.offset;
+      busy[unit].push_back({issue, schedule.start[t] + problem.unitEnd(static_cast<int>(t), static_cast<int>(k)),
+                            static_cast<int>(t)});
+      if (s.inst.op == Opcode::kC2cSend)
+        busy[links + s.inst.port].push_back(
+            {issue, issue + Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy, static_cast<int>(t)});
+    }
+  for (auto& [resource, windows] : busy) {
+    std::sort(windows.begin(), windows.end(), [](const Window& a, const Window& b) { return a.begin < b.begin; });
+    for (size_t i = 1; i < windows.size(); ++i)
+      if (windows[i].begin < windows[i - 1].end)
+        return bad(windows[i].task,
+                   fmt::format("{} {} is busy until {} (task {}) when this task needs it at {}",
+                               resource < links ? "unit" : "link of port", resource < links ? resource : resource - links,
+                               windows[i - 1].end, windows[i - 1].task, windows[i].begin));
+  }
+  // Stream registers: per (direction, register), no two edges share a moving-frame cell.
+  const auto& edges = problem.streamEdges();
+  std::map<std::pair<int, int>, std::vector<int>> byRegister;
+  for (size_t e = 0; e < edges.size(); ++e) {
+    const int id = schedule.streamId[e];
+    if (id < 0 || id >= chip.streamsPerDirection)
+      return bad(edges[e].task, fmt::format("step {} has no stream register (id {})", edges[e].step, id));
+    byRegister[{static_cast<int>(edges[e].dir), id}].push_back(static_cast<int>(e));
+  }
+  for (auto& [reg, list] : byRegister) {
+    auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].tauFirst(); };
+    std::sort(list.begin(), list.end(), [&](int a, int b) { return begin(a) < begin(b); });
+    for (size_t i = 0; i < list.size(); ++i)
+      for (size_t j = i + 1; j < list.size(); ++j) {
+        const StreamEdge& a = edges[list[i]];
+        const StreamEdge& b = edges[list[j]];
+        if (begin(list[j]) > schedule.start[a.task] + a.tauLast()) break;  // sorted: no later edge meets a
+        if (streamEdgesConflict(a, schedule.start[a.task], b, schedule.start[b.task]))
+          return bad(b.task, fmt::format("stream {} {} holds two values at once (task {} step {} and this task step {})",
+                                         reg.second, reg.first == 0 ? "east" : "west", a.task, a.step, b.step));
+      }
+  }
+  return {};
+}
+
+LowerBound lowerBound(const Problem& problem) {
+  const auto& tasks = problem.tasks();
+  const auto& chip = problem.chip();
+  LowerBound bound;
+  if (tasks.empty()) return bound;
+  std::vector<Cycle> earliest(tasks.size(), 0);
+  std::vector<std::vector<const Dependence*>> preds(tasks.size());
+  for (const auto& d : problem.dependences()) preds[d.to].push_back(&d);
+  Cycle cp = 0;
+  for (int t : problem.topologicalOrder()) {
+    Cycle e = tasks[t].release;
+    for (const Dependence* d : preds[t])
+      e = std::max(e, earliest[d->from] + tasks[d->from].steps[d->fromStep].offset + d->latency -
+                          tasks[t].steps[d->toStep].offset);
+    earliest[t] = e;
+    cp = std::max(cp, e + problem.span(t));
+  }
+  std::vector<Cycle> load(problem.units().size() + chip.c2cPorts, 0);
+  Cycle pool = 0;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const Step& s = tasks[t].steps[k];
+      const Cycle b = problem.unitEnd(static_cast<int>(t), static_cast<int>(k)) - s.offset;
+      if (pooledUnit(chip, s.inst.unit)) pool += b;
+      else load[s.inst.unit] += b;
+      if (s.inst.op == Opcode::kC2cSend)
+        load[problem.units().size() + s.inst.port] += Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
+    }
+  Cycle busiest = ceilDiv(pool, chip.vxmAluGroups);
+  for (Cycle l : load) busiest = std::max(busiest, l);
+  bound.criticalPath = cp + chip.rippleCycles;
+  bound.busiestResource = busiest + chip.rippleCycles;
+  return bound;
+}
+
+std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule) {
+  const auto& tasks = problem.tasks();
+  const auto& chip = problem.chip();
+  std::vector<isa::Instruction> out;
+  out.reserve(static_cast<size_t>(problem.instructionCount()));
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const auto [eb, ee] = problem.edgesOf(static_cast<int>(t));
+    auto streamOf = [&](int step) -> isa::StreamRef {
+      for (int e = eb; e < ee; ++e)
+        if (problem.streamEdges()[e].step == step)
+          return {static_cast<std::int16_t>(schedule.streamId[e]), problem.streamEdges()[e].dir};
+      return {};
+    };
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const Step& s = tasks[t].steps[k];
+      isa::Instruction inst = s.inst;
+      inst.issue = schedule.start[t] + s.offset;
+      inst.unit = schedule.unitOf[schedule.stepBase[t] + k];
+      inst.dst = streamOf(static_cast<int>(k));
+      inst.src = s.producer >= 0 ? streamOf(s.producer) : isa::StreamRef{};
+      inst.src2 = s.producer2 >= 0 ? streamOf(s.producer2) : isa::StreamRef{};
+      if (inst.address >= 0) inst.bank = chip.bankOf(inst.address);
+      out.push_back(inst);
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const isa::Instruction& a, const isa::Instruction& b) {
+    return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
+  });
+  return out;
+}
+
+}  // namespace tsp::schedule

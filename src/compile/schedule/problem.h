@@ -1,0 +1,143 @@
+// The one-chip scheduling problem: rigid stream-connected tasks, dependences, resources; check() and verify().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compile/isa/program.h"
+#include "support/expected.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::schedule {
+
+/// One instruction of a task. Its issue is the task's start plus `offset`, which the stream
+/// time-of-flight rule fixes: a consumer issues at producer issue + d_func + |delta slice|.
+struct Step {
+  isa::Instruction inst;  ///< unit, opcode, operands; issue and stream ids are filled in by scheduling
+  int producer = -1;      ///< step of the same task whose result is this step's src, or -1
+  int producer2 = -1;     ///< step whose result is src2, or -1
+  Cycle offset = 0;       ///< set by Problem::finalize()
+  Cycle linkBusy = 0;     ///< C2C send: cycles the link needs per vector (serialization)
+};
+
+/// A rigid group of instructions joined by streams: when its first step issues, every other step
+/// issues at its fixed offset. The scheduler places tasks; instructions never move inside one.
+struct Task {
+  std::vector<Step> steps;
+  std::string name;      ///< model op and tile, for diagnostics
+  Cycle release = 0;     ///< the task may not start earlier (a receive: the data's arrival)
+  Cycle deadline = -1;   ///< the task must start by then (a send the cluster scheduler timed), -1: none
+};
+
+/// issue(to.toStep) >= issue(from.fromStep) + latency.
+struct Dependence {
+  int from = 0, fromStep = 0;
+  int to = 0, toStep = 0;
+  Cycle latency = 0;
+  friend bool operator==(const Dependence&, const Dependence&) = default;
+};
+
+/// A stream value run of one step: who produces it, its direction and how far it travels.
+struct StreamEdge {
+  int task = 0, step = 0;  ///< the producing step
+  isa::Direction dir = isa::Direction::kEast;
+  int reach = 0;           ///< slices to the farthest consumer
+  Cycle firstValue = 0;    ///< offset in the task of the first value's entry on the stream
+  Cycle lastValue = 0;     ///< offset of the last value's entry
+  int slice = 0;           ///< producer slice
+  /// The moving-frame coordinate of a value is tau = cycle - slice eastward, cycle + slice westward;
+  /// the values of this edge cover tau in [start + tauFirst(), start + tauLast()].
+  Cycle tauFirst() const { return firstValue + (dir == isa::Direction::kEast ? -slice : slice); }
+  Cycle tauLast() const { return lastValue + (dir == isa::Direction::kEast ? -slice : slice); }
+};
+
+/// The scheduling problem of one chip. finalize() derives offsets and stream edges; check()
+/// says whether the input is well formed before any algorithm runs.
+class Problem {
+ public:
+  explicit Problem(const topology::ChipSpec& chip);
+
+  /// Appends a task and returns its index.
+  int addTask(Task task);
+  /// Adds a dependence between steps of two tasks.
+  void addDependence(const Dependence& dep) { deps_.push_back(dep); }
+  /// A data dependence: `to` may read only after `from`'s last repeat iteration completed.
+  void addDataDependence(int from, int fromStep, int to, int toStep);
+  /// Derives step offsets (time of flight) and stream edges; call after the last change.
+  void finalize();
+  /// Is the problem well formed: units exist and fit their opcodes, offsets respect the time of flight,
+  /// no task collides with itself, the dependence graph is acyclic? Errors name the task.
+  Status check() const;
+
+  const topology::ChipSpec& chip() const { return *chip_; }
+  const std::vector<Task>& tasks() const { return tasks_; }
+  std::vector<Task>& mutableTasks() { return tasks_; }
+  const std::vector<Dependence>& dependences() const { return deps_; }
+  std::vector<Dependence>& mutableDependences() { return deps_; }
+  const std::vector<StreamEdge>& streamEdges() const { return edges_; }
+  /// Stream edges of a task: [first, last) into streamEdges().
+  std::pair<int, int> edgesOf(int task) const { return {edgeBegin_[task], edgeBegin_[task + 1]}; }
+  /// Slice of a unit (0 for a unit that does not exist: check() reports it).
+  int sliceOf(int unit) const {
+    return unit >= 0 && unit < static_cast<int>(units_.size()) ? units_[unit].slice : 0;
+  }
+  const std::vector<topology::UnitInfo>& units() const { return units_; }
+  /// Tasks in a topological order of the dependences (valid after a successful check()).
+  const std::vector<int>& topologicalOrder() const { return topo_; }
+  /// Number of stream values (instructions with a dst) and instructions in all.
+  std::int64_t instructionCount() const;
+
+  /// Offset of a step's last unit-busy cycle + 1 relative to the task start.
+  Cycle unitEnd(int task, int step) const;
+  /// Offset relative to the task start at which the step's last result is ready.
+  Cycle completionOffset(int task, int step) const;
+  /// Offset relative to the task start after which every step of the task has completed.
+  Cycle span(int task) const { return span_[task]; }
+
+ private:
+  const topology::ChipSpec* chip_;
+  std::vector<topology::UnitInfo> units_;
+  std::vector<Task> tasks_;
+  std::vector<Dependence> deps_;
+  std::vector<StreamEdge> edges_;
+  std::vector<int> edgeBegin_;
+  std::vector<Cycle> span_;
+  mutable std::vector<int> topo_;
+};
+
+/// A schedule: each task's start, each stream edge's register, and the predicted completion.
+struct Schedule {
+  std::vector<Cycle> start;      ///< per task: issue of step offset 0
+  std::vector<int> streamId;     ///< per stream edge: register in its direction
+  std::vector<int> unitOf;       ///< per task and step, flattened: the unit chosen (VXM groups are a pool)
+  std::vector<int> stepBase;     ///< per task: first index into unitOf
+  Cycle makespan = 0;            ///< last completion + ripple (what the simulator will count)
+  std::int64_t delayedMemAccesses = 0;  ///< MEM steps placed later than their data allowed: port busy
+  std::int64_t memAccesses = 0;
+};
+
+/// May two stream edges, started at the given task starts, not share a register? The simulator treats
+/// a value as able to reach every slice downstream of its producer, so two values of one direction
+/// interfere when their moving-frame coordinates tau overlap, wherever their producers sit.
+bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b, Cycle startB);
+
+/// Does the schedule respect every dependence, release, deadline, unit, link and stream-register
+/// constraint (values on one register never share a (slice, cycle) cell)? Errors name the task.
+Status verify(const Problem& problem, const Schedule& schedule);
+
+/// Lower bounds of a problem: no schedule finishes earlier than either.
+struct LowerBound {
+  Cycle criticalPath = 0;     ///< longest dependence chain from the releases, + ripple
+  Cycle busiestResource = 0;  ///< most loaded unit, link or pool, + ripple
+  Cycle value() const { return std::max(criticalPath, busiestResource); }
+};
+/// Computes both bounds (check() must have succeeded).
+LowerBound lowerBound(const Problem& problem);
+
+/// The scheduled instructions, with issue cycles, units and stream ids, in canonical order.
+std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule);
+
+/// Is a unit one of an interchangeable pool (the VXM ALU groups, which share one slice)?
+bool pooledUnit(const topology::ChipSpec& chip, int unit);
+
+}  // namespace tsp::schedule

@@ -1,0 +1,253 @@
+// The one-chip compiler pipeline: lower, schedule, anneal, colour streams (spilling to SRAM), verify, emit.
+#include "compile/schedule/shard_compiler.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "compile/alloc/stream_colouring.h"
+#include "compile/schedule/annealer.h"
+
+namespace tsp::schedule {
+
+using isa::Opcode;
+using topology::UnitKind;
+
+std::string reportJson(const CompileReport& r) {
+  nlohmann::json util;
+  for (int k = 0; k < topology::kUnitKindCount; ++k)
+    util[topology::unitKindName(static_cast<UnitKind>(k))] = r.utilisation[k];
+  nlohmann::json j = {{"cycles", r.cycles},
+                      {"list_cycles", r.listCycles},
+                      {"lower_bound_cycles", r.lowerBound},
+                      {"critical_path_cycles", r.criticalPath},
+                      {"busiest_resource_cycles", r.busiestResource},
+                      {"makespan_over_lower_bound",
+                       r.lowerBound > 0 ? static_cast<double>(r.cycles) / static_cast<double>(r.lowerBound) : 1.0},
+                      {"utilisation", util},
+                      {"mxm_mac_utilisation", r.mxmMacUtilisation},
+                      {"sram_peak_bytes", r.sramPeakBytes},
+                      {"sram_capacity_bytes", r.sramCapacityBytes},
+                      {"spills", r.spills},
+                      {"stream_registers", {{"east", r.streamRegisters[0]}, {"west", r.streamRegisters[1]}}},
+                      {"mem_accesses", r.memAccesses},
+                      {"bank_conflict_rate", r.bankConflictRate()},
+                      {"tasks", r.tasks},
+                      {"instructions", r.instructions},
+                      {"anneal_moves", r.annealMoves},
+                      {"anneal_accepted", r.annealAccepted}};
+  return j.dump(2);
+}
+
+Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
+  Problem& problem = shard.problem;
+  const auto& chip = problem.chip();
+  const int t = edge.task, p = edge.step;
+  const Task original = problem.tasks()[t];
+  const int n = static_cast<int>(original.steps.size());
+  int consumer = -1;
+  for (int k = 0; k < n; ++k)
+    if (original.steps[k].producer == p || original.steps[k].producer2 == p) consumer = k;
+  if (consumer < 0) return makeError(ExitCode::kInternal, "spill of a stream edge without a consumer");
+
+  // The two halves of the task's tree once the edge p -> consumer is cut.
+  std::vector<int> side(n, -1);
+  std::vector<int> work = {p};
+  side[p] = 0;
+  while (!work.empty()) {
+    const int v = work.back();
+    work.pop_back();
+    for (int w = 0; w < n; ++w) {
+      const bool linked = original.steps[w].producer == v || original.steps[w].producer2 == v ||
+                          original.steps[v].producer == w || original.steps[v].producer2 == w;
+      const bool cut = (v == p && w == consumer) || (v == consumer && w == p);
+      if (linked && !cut && side[w] < 0) side[w] = 0, work.push_back(w);
+    }
+  }
+  for (int k = 0; k < n; ++k)
+    if (side[k] < 0) side[k] = 1;
+
+  std::set<int> avoid;
+  for (const auto& s : original.steps)
+    if (problem.units()[s.inst.unit].kind == UnitKind::kMem) avoid.insert(problem.units()[s.inst.unit].indexInKind);
+  const auto& src = original.steps[p].inst;
+  auto slot = shard.sram.allocate(src.repeat, avoid);
+  if (!slot)
+    return makeError(ExitCode::kDoesNotFit,
+                     fmt::format("shard does not fit in SRAM: a stream spill of task '{}' needs {} bytes, {} bytes "
+                                 "live, {} bytes available",
+                                 original.name, Bytes{src.repeat} * chip.vectorBytes, shard.sram.inUse(),
+                                 shard.sram.capacity()));
+  const int memUnit = chip.firstUnit(UnitKind::kMem) + slot->slice;
+
+  Task halves[2];
+  std::vector<int> newIndex(n, -1);
+  for (int k = 0; k < n; ++k) {
+    newIndex[k] = static_cast<int>(halves[side[k]].steps.size()) + (side[k] == 1 ? 1 : 0);
+    halves[side[k]].steps.push_back(original.steps[k]);
+  }
+  // Half 1 starts with the MEM read of the slot; its steps shift by one.
+  schedule::Step read;
+  read.inst.unit = memUnit;
+  read.inst.op = Opcode::kMemRead;
+  read.inst.repeat = src.repeat;
+  read.inst.interval = src.interval;
+  read.inst.address = slot->address;
+  read.inst.stride = 1;
+  halves[1].steps.insert(halves[1].steps.begin(), read);
+  for (int h = 0; h < 2; ++h)
+    for (auto& s : halves[h].steps) {
+      if (&s == &halves[1].steps[0] && h == 1) continue;
+      for (int* ref : {&s.producer, &s.producer2}) {
+        if (*ref < 0) continue;
+        if (side[*ref] == h) *ref = newIndex[*ref];
+        else *ref = 0;  // the cut edge: in half 1 the consumer now reads the slot
+      }
+    }
+  schedule::Step write;
+  write.inst.unit = memUnit;
+  write.inst.op = Opcode::kMemWrite;
+  write.inst.repeat = src.repeat;
+  write.inst.interval = src.interval;
+  write.inst.address = slot->address;
+  write.inst.stride = 1;
+  write.producer = newIndex[p];
+  halves[0].steps.push_back(write);
+  const int writeStep = static_cast<int>(halves[0].steps.size()) - 1;
+  for (int h = 0; h < 2; ++h) {
+    halves[h].name = fmt::format("{} (spill {})", original.name, h == 0 ? "store" : "load");
+    halves[h].release = original.release;
+    const bool hasSend = std::any_of(halves[h].steps.begin(), halves[h].steps.end(),
+                                     [](const Step& s) { return s.inst.op == Opcode::kC2cSend; });
+    halves[h].deadline = hasSend ? original.deadline : -1;
+  }
+  problem.mutableTasks()[t] = halves[0];
+  const int second = problem.addTask(halves[1]);
+  for (auto& d : problem.mutableDependences()) {
+    if (d.from == t) {
+      if (side[d.fromStep] == 1) d.from = second;
+      d.fromStep = newIndex[d.fromStep];
+    }
+    if (d.to == t) {
+      if (side[d.toStep] == 1) d.to = second;
+      d.toStep = newIndex[d.toStep];
+    }
+  }
+  problem.addDataDependence(t, writeStep, second, 0);
+  // A send task whose C2C send moved to the second half is now that half.
+  for (auto& tasks : shard.sendTasks)
+    for (int& task : tasks)
+      if (task == t)
+        for (int k = 0; k < n; ++k)
+          if (original.steps[k].inst.op == Opcode::kC2cSend && side[k] == 1) task = second;
+  problem.finalize();
+  return {};
+}
+
+namespace {
+
+void fillReport(const Problem& problem, const Schedule& schedule, const lower::LoweredShard& shard, CompileReport& r) {
+  const auto& chip = problem.chip();
+  Cycle kindBusy[topology::kUnitKindCount] = {};
+  const auto& tasks = problem.tasks();
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const auto kind = problem.units()[tasks[t].steps[k].inst.unit].kind;
+      kindBusy[static_cast<int>(kind)] +=
+          problem.unitEnd(static_cast<int>(t), static_cast<int>(k)) - tasks[t].steps[k].offset;
+    }
+  for (int k = 0; k < topology::kUnitKindCount; ++k) {
+    const double capacity = static_cast<double>(chip.unitCount(static_cast<UnitKind>(k))) * static_cast<double>(schedule.makespan);
+    r.utilisation[k] = capacity > 0 ? static_cast<double>(kindBusy[k]) / capacity : 0.0;
+  }
+  r.mxmMacUtilisation = schedule.makespan > 0 ? static_cast<double>(shard.macs) /
+                                                    (static_cast<double>(chip.int8MacsPerCycle()) * static_cast<double>(schedule.makespan))
+                                              : 0.0;
+  r.memAccesses = schedule.memAccesses;
+  r.delayedMemAccesses = schedule.delayedMemAccesses;
+  r.tasks = static_cast<std::int64_t>(tasks.size());
+  r.instructions = problem.instructionCount();
+}
+
+}  // namespace
+
+Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                     const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface,
+                                     const Options& options) {
+  auto lowered = lower::lowerShard(chip, graph, ops, interface);
+  if (!lowered) return lowered.error();
+  lower::LoweredShard& shard = **lowered;
+  Problem& problem = shard.problem;
+  CompiledShard result;
+  CompileReport& report = result.report;
+
+  constexpr int kSpillRounds = 4;
+  Schedule schedule;
+  for (int round = 0;; ++round) {
+    if (auto s = problem.check(); !s) return s.error();
+    // The last round keeps stream pressure within the registers, so a colouring always exists.
+    Options roundOptions = options;
+    if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
+    auto list = scheduleList(problem, roundOptions);
+    if (!list) return list.error();
+    report.listCycles = list->makespan;
+    auto annealed = anneal(problem, *list, roundOptions);
+    if (!annealed) return annealed.error();
+    report.annealMoves = annealed->moves;
+    report.annealAccepted = annealed->accepted;
+    schedule = std::move(annealed->schedule);
+    const alloc::StreamColouring colouring = alloc::colourStreams(problem, schedule);
+    if (colouring.spilled.empty()) {
+      schedule.streamId = colouring.streamId;
+      report.streamRegisters[0] = colouring.registersUsed[0];
+      report.streamRegisters[1] = colouring.registersUsed[1];
+      break;
+    }
+    if (round == kSpillRounds) {
+      // The scheduler's own register choice is a valid colouring when pressure was limited.
+      report.streamRegisters[0] = report.streamRegisters[1] = chip.streamsPerDirection;
+      break;
+    }
+    // Spill cheapest-first edges one task at a time (a task split twice in a round would renumber).
+    std::set<int> split;
+    const auto edges = problem.streamEdges();
+    for (int e : colouring.spilled) {
+      if (split.count(edges[e].task)) continue;
+      split.insert(edges[e].task);
+      if (auto s = spillEdge(shard, edges[e]); !s) return s.error();
+      ++report.spills;
+    }
+  }
+  if (auto s = verify(problem, schedule); !s) return s.error();
+
+  const LowerBound bound = lowerBound(problem);
+  report.cycles = schedule.makespan;
+  report.lowerBound = bound.value();
+  report.criticalPath = bound.criticalPath;
+  report.busiestResource = bound.busiestResource;
+  report.sramPeakBytes = shard.sram.peak();
+  report.sramCapacityBytes = shard.sram.capacity();
+  fillReport(problem, schedule, shard, report);
+
+  isa::Program& program = result.program;
+  program.chipSpecHash = chip.hash();
+  program.instructions = emitInstructions(problem, schedule);
+  program.predictedCycles = schedule.makespan;
+  program.lowerBoundCycles = bound.value();
+  program.sramBytes = shard.sram.peak();
+  program.tensors = shard.tensors;
+  for (const auto& tasks : shard.sendTasks) {
+    result.sendIssues.emplace_back();
+    for (int t : tasks) {
+      Cycle issue = -1;
+      for (const auto& s : problem.tasks()[t].steps)
+        if (s.inst.op == Opcode::kC2cSend) issue = schedule.start[t] + s.offset;
+      result.sendIssues.back().push_back(issue);
+    }
+  }
+  return result;
+}
+
+}  // namespace tsp::schedule

@@ -1,0 +1,60 @@
+// The one-chip compiler: lowering, list scheduling, annealing, stream colouring with spills, the Program.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compile/ir/graph.h"
+#include "compile/isa/program.h"
+#include "compile/lower/lowering.h"
+#include "compile/schedule/list_scheduler.h"
+#include "support/expected.h"
+
+namespace tsp::schedule {
+
+/// The compile report of one chip: what the schedule achieved against what any schedule could.
+struct CompileReport {
+  Cycle cycles = 0;            ///< predicted (== simulated) cycles
+  Cycle listCycles = 0;        ///< the list schedule's cycles, before annealing
+  Cycle lowerBound = 0;        ///< max(critical path, busiest resource)
+  Cycle criticalPath = 0;
+  Cycle busiestResource = 0;
+  double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
+  double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)
+  Bytes sramPeakBytes = 0;
+  Bytes sramCapacityBytes = 0;
+  int spills = 0;              ///< stream edges sent through SRAM because no register was free
+  int streamRegisters[2] = {0, 0};  ///< registers used eastward, westward
+  std::int64_t memAccesses = 0;
+  std::int64_t delayedMemAccesses = 0;  ///< MEM accesses the scheduler delayed: their slice port was busy
+  double bankConflictRate() const {
+    return memAccesses > 0 ? static_cast<double>(delayedMemAccesses) / static_cast<double>(memAccesses) : 0.0;
+  }
+  std::int64_t tasks = 0;
+  std::int64_t instructions = 0;
+  std::int64_t annealMoves = 0;
+  std::int64_t annealAccepted = 0;
+};
+
+/// The report as JSON text (the `report_*.json` next to emitted programs).
+std::string reportJson(const CompileReport& report);
+
+/// One compiled chip: its program, report, and the issue cycle of every send burst
+/// (per SendPlan of the interface, one per tile).
+struct CompiledShard {
+  isa::Program program;
+  CompileReport report;
+  std::vector<std::vector<Cycle>> sendIssues;
+};
+
+/// Compiles one chip's ops. Receives are release times and sends may carry deadlines (the cluster
+/// scheduler's); the result is verified before it is returned.
+Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                     const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface,
+                                     const Options& options);
+
+/// Splits a spilled stream edge of a lowered shard: the producer's values go to an SRAM slot and a
+/// MEM read brings them back to the consumer, in a second task that depends on the first.
+Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge);
+
+}  // namespace tsp::schedule

@@ -1,0 +1,163 @@
+// Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
+// (makespan over lower bound, MXM utilisation) reported as counters.
+#include <benchmark/benchmark.h>
+
+#include "compile/frontend/builtin_models.h"
+#include "compile/schedule/annealer.h"
+#include "compile/schedule/shard_compiler.h"
+
+namespace {
+
+using namespace tsp;
+
+ir::Graph builtin(const std::string& name, std::map<std::string, std::string> params, const char* dtype = "fp16") {
+  frontend::ModelSpec spec;
+  spec.builtin = name;
+  spec.params = std::move(params);
+  spec.precision.weights = spec.precision.activations = *ir::parseDType(dtype);
+  if (std::string(dtype) == "int8") spec.precision.accumulate = ir::DType::kI32;
+  return *frontend::buildBuiltinModel(spec);
+}
+
+ir::Graph matmul(std::int64_t m, std::int64_t k, std::int64_t n) {
+  ir::Graph g;
+  const auto x = g.addInput("x", {m, k}, ir::DType::kI8);
+  const auto w = g.addWeight("w", {k, n}, ir::DType::kI8);
+  g.markOutput(*g.addOp(ir::OpKind::kMatMul, "mm", {x, w}, 0));
+  return g;
+}
+
+// The ops of one layer, with the tensors it reads from other layers resident.
+std::pair<std::vector<ir::OpId>, lower::ShardInterface> layerShard(const ir::Graph& g, int layer) {
+  std::vector<ir::OpId> ops;
+  std::set<ir::TensorId> resident;
+  for (size_t i = 0; i < g.ops().size(); ++i)
+    if (g.op(static_cast<ir::OpId>(i)).layer == layer) ops.push_back(static_cast<ir::OpId>(i));
+  for (ir::OpId op : ops)
+    for (ir::TensorId in : g.op(op).inputs)
+      if (g.tensor(in).producer >= 0 && g.op(g.tensor(in).producer).layer != layer) resident.insert(in);
+  lower::ShardInterface interface;
+  interface.resident.assign(resident.begin(), resident.end());
+  return {ops, interface};
+}
+
+void report(benchmark::State& state, const schedule::CompileReport& r) {
+  state.counters["cycles"] = static_cast<double>(r.cycles);
+  state.counters["list_cycles"] = static_cast<double>(r.listCycles);
+  state.counters["lower_bound"] = static_cast<double>(r.lowerBound);
+  state.counters["critical_path"] = static_cast<double>(r.criticalPath);
+  state.counters["busiest"] = static_cast<double>(r.busiestResource);
+  state.counters["ratio"] = static_cast<double>(r.cycles) / static_cast<double>(std::max<Cycle>(1, r.lowerBound));
+  state.counters["mxm_util"] = r.mxmMacUtilisation;
+  state.counters["bank_conflicts"] = r.bankConflictRate();
+  state.counters["instructions"] = static_cast<double>(r.instructions);
+}
+
+// List scheduling alone on a BERT-base-sized FFN stack: the speed target (>= 1 M instructions/s).
+void BM_ListScheduleInstructionsPerSecond(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("mlp", {{"layers", std::to_string(state.range(0))}, {"hidden", "3072"},
+                                      {"input", "768"}, {"batch", "512"}});
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  auto lowered = lower::lowerShard(chip, g, ops, {});
+  if (!lowered.ok() || !(*lowered)->problem.check().ok()) {
+    state.SkipWithError("lowering failed");
+    return;
+  }
+  const auto& problem = (*lowered)->problem;
+  std::int64_t scheduled = 0;
+  for (auto _ : state) {
+    auto s = schedule::scheduleList(problem, {});
+    benchmark::DoNotOptimize(s);
+    scheduled += problem.instructionCount();
+  }
+  state.counters["instructions/s"] = benchmark::Counter(static_cast<double>(scheduled), benchmark::Counter::kIsRate);
+  state.counters["instructions"] = static_cast<double>(problem.instructionCount());
+}
+BENCHMARK(BM_ListScheduleInstructionsPerSecond)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond);
+
+// The whole pipeline (lower, schedule, 256 annealing moves, colour, verify, emit).
+void BM_CompileShard(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("mlp", {{"layers", "4"}, {"hidden", "3072"}, {"input", "768"}, {"batch", "512"}});
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  schedule::Options o;
+  o.annealMoves = state.range(0);
+  std::int64_t scheduled = 0;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, {}, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    scheduled += c->report.instructions;
+    last = c->report;
+  }
+  report(state, last);
+  state.counters["instructions/s"] = benchmark::Counter(static_cast<double>(scheduled), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CompileShard)->Arg(0)->Arg(256)->Unit(benchmark::kMillisecond);
+
+// Quality: the published >= 80 % MXM utilisation on [2304x4096]x[4096xN] INT8.
+void BM_QualityInt8MatMul(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = matmul(2304, 4096, state.range(0));
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, {0}, {}, {});
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_QualityInt8MatMul)->Arg(1280)->Arg(2560)->Arg(4096)->Unit(benchmark::kMillisecond);
+
+// Quality: one built-in transformer layer (BERT-base shapes, layer 1: attention + FFN) alone on a chip.
+void BM_QualityTransformerLayer(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("bert", {{"layers", "1"}, {"hidden", "768"}, {"heads", "12"}, {"ffn", "3072"},
+                                       {"seq", "128"}, {"batch", std::to_string(state.range(0))}});
+  const auto [ops, interface] = layerShard(g, 1);
+  schedule::Options o;
+  o.annealMoves = 256;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, interface, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_QualityTransformerLayer)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond);
+
+// Quality: an MLP shard (the quickstart's layers) with annealing.
+void BM_QualityMlp(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("mlp", {{"layers", "2"}, {"hidden", "2048"}, {"batch", std::to_string(state.range(0))}});
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  schedule::Options o;
+  o.annealMoves = 256;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, {}, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_QualityMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
+
+}  // namespace

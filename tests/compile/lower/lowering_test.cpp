@@ -1,0 +1,131 @@
+// Tests of lowering: tiling cost model, tasks per op kind, SRAM placement and reuse, does-not-fit errors.
+#include "compile/lower/lowering.h"
+
+#include <gtest/gtest.h>
+
+#include "compile/test_problems.h"
+
+namespace tsp::lower {
+namespace {
+
+std::vector<ir::OpId> allOps(const ir::Graph& g) {
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  return ops;
+}
+
+TEST(Tiling, PlaneShapeAndTheSramConstraint) {
+  topology::ChipSpec chip;
+  const auto int8 = chooseMatMulTiling(chip, 2304, 4096, 4096, 1, chip.sramBytes() / 3);
+  EXPECT_EQ(int8.tk, 320);
+  EXPECT_EQ(int8.tn, 320);
+  EXPECT_EQ(int8.tm, 2304);  // the longest stream hides the most installs
+  const auto fp16 = chooseMatMulTiling(chip, 64, 1024, 1024, 2, chip.sramBytes() / 6);
+  EXPECT_EQ(fp16.tk, 160);
+  // A tight budget forces shorter streams: T_m*T_k + T_k*T_n + T_m*T_n <= budget.
+  const auto tight = chooseMatMulTiling(chip, 2304, 4096, 4096, 1, 320 * 320 + 2 * 320 * 300);
+  EXPECT_LE(std::int64_t{tight.tm} * 320 * 2 + 320 * 320, 320 * 320 + 2 * 320 * 300);
+  EXPECT_GT(tight.tm, 0);
+  // Streams shorter than a weight install cannot hide it: the model charges the install.
+  const auto shortRows = chooseMatMulTiling(chip, 8, 320, 320, 1, chip.sramBytes() / 3);
+  EXPECT_GE(shortRows.cycles, chip.mxmWeightInstallCycles);
+}
+
+TEST(Lowering, MatMulBecomesInstallsAndStreams) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(1, 640, 16, "int8");  // K = N = 640: 2 x 2 tiles
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& p = (*lowered)->problem;
+  int installs = 0, computes = 0, writes = 0, biasAdds = 0;
+  for (const auto& t : p.tasks())
+    for (const auto& s : t.steps) {
+      installs += s.inst.op == isa::Opcode::kMxmInstall;
+      computes += s.inst.op == isa::Opcode::kMxmCompute;
+      writes += s.inst.op == isa::Opcode::kMemWrite;
+      biasAdds += s.inst.op == isa::Opcode::kVxmBinary;
+      if (s.inst.op == isa::Opcode::kMxmCompute) {
+        EXPECT_EQ(s.inst.repeat, 16);  // one Repeat per stream
+      }
+    }
+  EXPECT_EQ(installs, 4);
+  EXPECT_EQ(computes, 4);
+  EXPECT_EQ(writes, 2);    // one output write per N tile, on the last K tile
+  EXPECT_EQ(biasAdds, 2);  // the bias Add is fused
+  EXPECT_TRUE(p.check().ok());
+  EXPECT_EQ((*lowered)->macs, 16 * 640 * 640);
+}
+
+TEST(Lowering, ElementwiseGoesToTheVxm) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto a = g.addInput("a", {8, 320}, ir::DType::kF16);
+  const auto b = g.addInput("b", {8, 320}, ir::DType::kF16);
+  const auto s = *g.addOp(ir::OpKind::kAdd, "add", {a, b}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kGelu, "gelu", {s}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok());
+  const auto& p = (*lowered)->problem;
+  ASSERT_EQ(p.tasks().size(), 4u);  // 2 tiles x 2 ops
+  EXPECT_EQ(p.tasks()[0].steps[1].inst.op, isa::Opcode::kVxmBinary);
+  EXPECT_EQ(p.tasks()[2].steps[1].inst.func, isa::VxmFunc::kGelu);
+  // Gelu reads what Add wrote: data dependences join the tiles.
+  EXPECT_EQ(p.dependences().size(), 2u);
+}
+
+TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
+  topology::ChipSpec chip;
+  chip.memSlices = 4;  // few slices so that space must be reused
+  chip.addressesPerSlice = 64;
+  chip.icuQueues = 4 + 16 + 8 + 16 + 16;
+  ir::Graph g;
+  ir::TensorId x = g.addInput("x", {32, 160}, ir::DType::kF16);
+  for (int i = 0; i < 6; ++i) x = *g.addOp(ir::OpKind::kRelu, std::string("r").append(std::to_string(i)), {x}, 0);
+  g.markOutput(x);
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  // Seven 32-row tensors in 4 x 64 addresses: only reuse makes them fit; the peak stays small.
+  EXPECT_LE((*lowered)->sram.peak(), 3 * 32 * chip.vectorBytes);
+  bool war = false;
+  for (const auto& d : (*lowered)->problem.dependences())
+    war |= (*lowered)->problem.tasks()[d.from].steps[d.fromStep].inst.op == isa::Opcode::kMemRead;
+  EXPECT_TRUE(war);  // a write into reused space waits for the old tensor's last read
+}
+
+TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
+  topology::ChipSpec chip;
+  chip.memSlices = 4;
+  chip.icuQueues = 4 + 16 + 8 + 16 + 16;
+  const ir::Graph g = testing::mlp(1, 1024, 8);  // 1024x1024 fp16 = 2 MiB of weights; 4 slices hold 10 MiB
+  const ir::Graph big = testing::mlp(2, 4096, 8);
+  EXPECT_TRUE(lowerShard(chip, g, allOps(g), {}).ok());
+  auto r = lowerShard(chip, big, allOps(big), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
+  EXPECT_NE(r.error().message.find("shard does not fit in SRAM"), std::string::npos);
+  EXPECT_NE(r.error().message.find("bytes, 10485760 bytes available (tensor 'w"), std::string::npos);
+}
+
+TEST(Lowering, ATileLongerThanASliceIsAnError) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(1, 320, 9000);  // 9000 rows > 8192 addresses
+  auto r = lowerShard(chip, g, allOps(g), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
+  EXPECT_NE(r.error().message.find("a tile of 9000 rows needs 2880000 bytes on one MEM slice, which has 2621440 bytes"),
+            std::string::npos);
+}
+
+TEST(Lowering, MixedStorageWidthsNameTheNode) {
+  topology::ChipSpec chip;
+  ir::Graph mixed;
+  const auto x = mixed.addInput("x", {8, 320}, ir::DType::kI8);
+  const auto w = mixed.addWeight("w", {320, 320}, ir::DType::kF16);
+  mixed.addOp(ir::OpKind::kMatMul, "mm", {x, w}, 0).value();
+  auto width = lowerShard(chip, mixed, {0}, {});
+  ASSERT_FALSE(width.ok());
+  EXPECT_EQ(width.error().format(), "node 'mm': activations and weights must have the same storage width");
+}
+
+}  // namespace
+}  // namespace tsp::lower

@@ -1,0 +1,312 @@
+// Tests of the scheduling problem: check() of the input and verify() of a schedule, one per message.
+#include "compile/schedule/problem.h"
+
+#include <gtest/gtest.h>
+
+#include "compile/schedule/list_scheduler.h"
+#include "compile/test_problems.h"
+
+namespace tsp::schedule {
+namespace {
+
+using testing::chainTask;
+
+std::string checkError(const Problem& p) {
+  auto s = p.check();
+  return s.ok() ? std::string() : s.error().message;
+}
+
+TEST(Problem, OffsetsFollowTheTimeOfFlight) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  p.addTask(chainTask(chip, 0, 50, 8, "a"));
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  const auto& steps = p.tasks()[0].steps;
+  const auto units = chip.units();
+  EXPECT_EQ(steps[0].offset, 0);
+  EXPECT_EQ(steps[1].offset, chip.memReadCycles + std::abs(units[steps[0].inst.unit].slice - units[steps[1].inst.unit].slice));
+  EXPECT_EQ(steps[2].offset,
+            steps[1].offset + chip.vxmCycles + std::abs(units[steps[1].inst.unit].slice - units[steps[2].inst.unit].slice));
+  ASSERT_EQ(p.streamEdges().size(), 2u);
+  EXPECT_EQ(p.streamEdges()[0].dir, isa::Direction::kEast);  // MEM 0 is west of the VXM
+  EXPECT_EQ(p.streamEdges()[1].dir, isa::Direction::kEast);  // MEM 50 is east of it
+}
+
+TEST(Problem, SideOperandsAreAlignedBackwards) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  Task t = chainTask(chip, 0, 60, 4, "binary");
+  t.steps[1].inst.op = isa::Opcode::kVxmBinary;
+  t.steps[1].producer2 = 3;
+  Step side = t.steps[0];
+  side.inst.unit = chip.firstUnit(topology::UnitKind::kMem) + 80;  // east of the VXM: a westward stream
+  t.steps.push_back(side);
+  p.addTask(t);
+  p.finalize();
+  ASSERT_TRUE(p.check().ok()) << checkError(p);
+  EXPECT_EQ(p.streamEdges().size(), 3u);
+  bool west = false;
+  for (const auto& e : p.streamEdges()) west |= e.dir == isa::Direction::kWest;
+  EXPECT_TRUE(west);
+}
+
+TEST(ProblemCheck, RejectsEachMalformedInput) {
+  topology::ChipSpec chip;
+  {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 4, "a"));
+    EXPECT_NE(checkError(p).find("finalize() was not called"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    p.addTask(Task{{}, "empty", 0, -1});
+    p.finalize();
+    EXPECT_NE(checkError(p).find("has no instructions"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "late");
+    t.release = 10;
+    t.deadline = 5;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("deadline 5 is before its release 10"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "nounit");
+    t.steps[2].inst.unit = 9999;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("step 2 names unit 9999, which does not exist"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "wrongkind");
+    t.steps[1].inst.unit = chip.firstUnit(topology::UnitKind::kSxm);
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("VxmUnary cannot run on a SXM unit"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "repeat");
+    t.steps[0].inst.repeat = 0;
+    t.steps[1].inst.repeat = 0;
+    t.steps[2].inst.repeat = 0;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("repeat and interval must be >= 1"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "address");
+    t.steps[2].inst.address = chip.addressesPerSlice - 2;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("SRAM addresses"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "rates");
+    t.steps[2].inst.repeat = 3;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("reads 3 values every 1 cycles from step 1, which makes 4 every 1"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 4, "offset"));
+    p.finalize();
+    p.mutableTasks()[0].steps[2].offset += 1;
+    EXPECT_NE(checkError(p).find("but the time of flight from step 1 gives"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "fanout");
+    t.steps.push_back(t.steps[2]);
+    t.steps[3].inst.unit = chip.firstUnit(topology::UnitKind::kMem) + 2;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("feeds 2 consumers"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 5, 5, 400, "self");
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("steps 0 and 2 use unit"), std::string::npos);
+  }
+  {
+    topology::ChipSpec one = chip;
+    one.streamsPerDirection = 1;
+    Problem p(one);
+    p.addTask(chainTask(one, 0, 60, 40, "registers"));  // both streams run eastward at once
+    p.finalize();
+    EXPECT_NE(checkError(p).find("needs 2 stream registers eastward at once, the chip has 1"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 4, "a"));
+    p.addDependence({0, 0, 3, 0, 1});
+    p.finalize();
+    EXPECT_NE(checkError(p).find("names a missing step"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 4, "a"));
+    p.addDependence({0, 0, 0, 1, 1});
+    p.finalize();
+    EXPECT_NE(checkError(p).find("depends on itself"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 4, "a"));
+    p.addTask(chainTask(chip, 2, 3, 4, "b"));
+    p.addDataDependence(0, 2, 1, 0);
+    p.addDataDependence(1, 2, 0, 0);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("lies on a dependence cycle"), std::string::npos);
+  }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "badproducer");
+    t.steps[1].producer = 1;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("which is not another step of the task"), std::string::npos);
+  }
+}
+
+// A valid two-task schedule to break one constraint at a time.
+struct Fixture {
+  topology::ChipSpec chip;
+  Problem problem{chip};
+  Schedule schedule;
+  Fixture() {
+    chip.c2cPorts = 16;
+    problem.addTask(chainTask(chip, 0, 1, 16, "a"));
+    problem.addTask(chainTask(chip, 2, 3, 16, "b"));
+    problem.addDataDependence(0, 2, 1, 0);
+    problem.finalize();
+    EXPECT_TRUE(problem.check().ok());
+    schedule = *scheduleList(problem, {});
+    EXPECT_TRUE(verify(problem, schedule).ok());
+  }
+  std::string error() {
+    auto s = verify(problem, schedule);
+    return s.ok() ? std::string() : s.error().message;
+  }
+};
+
+TEST(Verify, CatchesABrokenDependence) {
+  Fixture f;
+  f.schedule.start[1] = f.schedule.start[0];
+  EXPECT_NE(f.error().find("before task 0 step 2 allows"), std::string::npos);
+}
+
+TEST(Verify, CatchesAnEarlyStartAndAMissedDeadline) {
+  Fixture f;
+  f.problem.mutableTasks()[0].release = 5;
+  f.problem.finalize();
+  EXPECT_NE(f.error().find("before its release 5"), std::string::npos);
+  f.problem.mutableTasks()[0].release = 0;
+  f.problem.mutableTasks()[1].deadline = 1;
+  f.problem.finalize();
+  EXPECT_NE(f.error().find("after its deadline 1"), std::string::npos);
+}
+
+TEST(Verify, CatchesABusyUnit) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  p.addTask(chainTask(chip, 0, 1, 16, "a"));
+  p.addTask(chainTask(chip, 0, 3, 16, "b"));  // reads the same MEM slice
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  Schedule s = *scheduleList(p, {});
+  ASSERT_TRUE(verify(p, s).ok());
+  s.start[1] = s.start[0] + 3;
+  auto v = verify(p, s);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("unit 0 is busy until"), std::string::npos);
+}
+
+TEST(Verify, CatchesAWrongUnitAndAMissingRegister) {
+  Fixture f;
+  f.schedule.unitOf[0] = f.chip.firstUnit(topology::UnitKind::kSxm);
+  EXPECT_NE(f.error().find("which cannot run it"), std::string::npos);
+  Fixture g;
+  g.schedule.streamId[0] = -1;
+  EXPECT_NE(g.error().find("has no stream register"), std::string::npos);
+}
+
+TEST(Verify, CatchesTwoValuesOnOneStreamCell) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  p.addTask(chainTask(chip, 0, 1, 16, "a"));
+  p.addTask(chainTask(chip, 2, 3, 16, "b"));
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  Schedule s = *scheduleList(p, {});
+  // Same start, same registers: the read streams of both tasks overlap on their way to the VXM
+  // (the VXM pool hands them different ALU groups).
+  s.start[1] = s.start[0];
+  s.unitOf[s.stepBase[1] + 1] = s.unitOf[s.stepBase[0] + 1] + 1;
+  s.streamId = std::vector<int>(s.streamId.size(), 0);
+  auto v = verify(p, s);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("holds two values at once"), std::string::npos);
+}
+
+TEST(Verify, CatchesABusyLink) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  for (int i = 0; i < 2; ++i) {
+    Task t;
+    t.name = std::string("send").append(std::to_string(i));
+    Step read, tx;
+    read.inst.unit = chip.firstUnit(topology::UnitKind::kMem) + i;
+    read.inst.op = isa::Opcode::kMemRead;
+    read.inst.address = 0;
+    read.inst.stride = 1;
+    read.inst.repeat = 8;
+    read.inst.interval = 20;
+    tx.inst.unit = chip.firstUnit(topology::UnitKind::kC2c) + 3;
+    tx.inst.op = isa::Opcode::kC2cSend;
+    tx.inst.port = 3;
+    tx.inst.repeat = 8;
+    tx.inst.interval = 20;
+    tx.linkBusy = 20;
+    tx.producer = 0;
+    t.steps = {read, tx};
+    p.addTask(t);
+  }
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  Schedule s = *scheduleList(p, {});
+  ASSERT_TRUE(verify(p, s).ok());
+  EXPECT_GE(std::abs(s.start[1] - s.start[0]), 8 * 20);
+  // The unit is free one cycle after the last vector leaves; the link needs 19 more.
+  s.start[1] = s.start[0] + 7 * 20 + 1;
+  auto v = verify(p, s);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("link of port 3 is busy"), std::string::npos);
+}
+
+TEST(LowerBound, IsTheLargerOfCriticalPathAndBusiestResource) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  for (int i = 0; i < 4; ++i) p.addTask(chainTask(chip, 0, 1 + i, 100, std::string("t").append(std::to_string(i))));  // all read MEM 0
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  const LowerBound b = lowerBound(p);
+  EXPECT_EQ(b.busiestResource, 400 + chip.rippleCycles);
+  EXPECT_EQ(b.criticalPath, p.span(0) + chip.rippleCycles);
+  EXPECT_EQ(b.value(), std::max(b.busiestResource, b.criticalPath));
+  const Schedule s = *scheduleList(p, {});
+  EXPECT_GE(s.makespan, b.value());
+}
+
+}  // namespace
+}  // namespace tsp::schedule

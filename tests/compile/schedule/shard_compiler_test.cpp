@@ -1,0 +1,194 @@
+// End-to-end tests of the one-chip compiler: verified programs that simulate in exactly the predicted
+// cycles, spills through SRAM, seeds, quality against the lower bound, and golden programs.
+#include "compile/schedule/shard_compiler.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "sim/chip.h"
+#include "compile/test_problems.h"
+
+namespace tsp::schedule {
+namespace {
+
+std::vector<ir::OpId> allOps(const ir::Graph& g) {
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  return ops;
+}
+
+// Runs a program on the cycle-accurate chip; returns its cycle count or the hazard.
+Expected<Cycle> simulate(const topology::ChipSpec& chip, const isa::Program& program) {
+  sim::KernelRuntime kernels;
+  auto c = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(program), {}, {});
+  if (auto s = c->advanceTo(sim::kNever); !s) return s.error();
+  return c->stats().cycles;
+}
+
+ir::Graph matmul(std::int64_t m, std::int64_t k, std::int64_t n, ir::DType dtype) {
+  ir::Graph g;
+  const auto x = g.addInput("x", {m, k}, dtype);
+  const auto w = g.addWeight("w", {k, n}, dtype);
+  g.markOutput(*g.addOp(ir::OpKind::kMatMul, "mm", {x, w}, 0));
+  return g;
+}
+
+TEST(ShardCompiler, ProgramsSimulateInExactlyThePredictedCycles) {
+  topology::ChipSpec chip;
+  struct Case { int layers, hidden, batch; const char* dtype; };
+  for (const Case c : {Case{1, 320, 8, "int8"}, Case{3, 640, 24, "fp16"}, Case{2, 1000, 100, "int8"},
+                       Case{4, 2048, 64, "fp16"}}) {
+    const ir::Graph g = testing::mlp(c.layers, c.hidden, c.batch, c.dtype);
+    Options o;
+    o.annealMoves = 20;
+    auto compiled = compileShard(chip, g, allOps(g), {}, o);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+    auto cycles = simulate(chip, compiled->program);
+    ASSERT_TRUE(cycles.ok()) << c.hidden << ": " << cycles.error().format();
+    EXPECT_EQ(*cycles, compiled->program.predictedCycles) << c.hidden;
+    EXPECT_GE(compiled->program.predictedCycles, compiled->report.lowerBound);
+    EXPECT_LE(compiled->report.cycles, compiled->report.listCycles);
+    EXPECT_EQ(compiled->report.spills, 0);
+  }
+}
+
+TEST(ShardCompiler, SpillsGoThroughSramAndStillSimulateExactly) {
+  topology::ChipSpec chip;
+  chip.streamsPerDirection = 3;
+  const ir::Graph g = testing::mlp(2, 960, 40, "int8");
+  Options o;
+  o.limitStreamPressure = false;  // let the scheduler overcommit registers so that colouring spills
+  auto compiled = compileShard(chip, g, allOps(g), {}, o);
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  EXPECT_GT(compiled->report.spills, 0);
+  auto cycles = simulate(chip, compiled->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, compiled->program.predictedCycles);
+}
+
+TEST(ShardCompiler, TheSameSeedGivesTheSameProgram) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(2, 960, 48);
+  Options o;
+  o.annealMoves = 100;
+  o.seed = 3;
+  const auto a = compileShard(chip, g, allOps(g), {}, o)->program;
+  const auto b = compileShard(chip, g, allOps(g), {}, o)->program;
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.contentHash(), b.contentHash());
+}
+
+TEST(ShardCompiler, PlacementTableNamesEveryTensor) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(2, 320, 8);
+  const auto program = compileShard(chip, g, allOps(g), {}, {})->program;
+  std::set<std::string> names;
+  for (const auto& t : program.tensors) names.insert(t.name);
+  for (const char* n : {"x", "w0", "b0", "w1", "b1", "relu0.out"}) EXPECT_TRUE(names.count(n)) << n;
+  for (const auto& t : program.tensors) {
+    EXPECT_EQ(t.memUnit.size(), static_cast<size_t>(t.tiles));
+    const std::set<std::string> resident = {"x", "w0", "b0", "w1", "b1"};
+    EXPECT_EQ(t.resident, resident.count(t.name) > 0) << t.name;
+  }
+}
+
+TEST(ShardCompiler, ReceivesAreReleaseTimes) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(1, 320, 16, "int8");
+  lower::ShardInterface interface;
+  lower::ReceivePlan rx;
+  rx.tensor = g.inputs()[0];
+  rx.port = 2;
+  rx.arrivals = {500};
+  rx.interval = 20;
+  interface.receives.push_back(rx);
+  auto compiled = compileShard(chip, g, allOps(g), interface, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  Cycle receiveIssue = -1, firstCompute = -1;
+  for (const auto& i : compiled->program.instructions) {
+    if (i.op == isa::Opcode::kC2cReceive) receiveIssue = i.issue;
+    if (i.op == isa::Opcode::kMxmCompute && firstCompute < 0) firstCompute = i.issue;
+  }
+  EXPECT_GE(receiveIssue, 500);
+  EXPECT_GT(firstCompute, receiveIssue + 15 * 20);  // after the last received vector is in SRAM
+  EXPECT_GE(compiled->report.criticalPath, 500 + 15 * 20);
+}
+
+TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
+  // A ring of identical chips: step 1's input arrives from the left neighbour, which sent it when
+  // this chip sent its own step-0 output.
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x0 = g.addInput("x0", {16, 320}, ir::DType::kI8);
+  const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
+  const auto y0 = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
+  lower::ShardInterface interface;
+  lower::SendPlan send;
+  send.tensor = y0;
+  send.port = 1;
+  send.interval = 20;
+  send.linkBusy = 20;
+  interface.sends.push_back(send);
+  lower::ReceivePlan receive;
+  receive.tensor = x1;
+  receive.port = 2;
+  receive.interval = 20;
+  receive.mirrorsSend = 0;
+  receive.sendToArrival = 300;
+  interface.receives.push_back(receive);
+  auto compiled = compileShard(chip, g, {0, 1}, interface, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  ASSERT_EQ(compiled->sendIssues.size(), 1u);
+  Cycle receiveIssue = -1;
+  for (const auto& i : compiled->program.instructions)
+    if (i.op == isa::Opcode::kC2cReceive) receiveIssue = i.issue;
+  EXPECT_GE(receiveIssue, compiled->sendIssues[0][0] + 300);
+}
+
+TEST(ShardCompiler, Int8MatMulReachesTheMxmUtilisationTarget) {
+  topology::ChipSpec chip;
+  const ir::Graph g = matmul(2304, 4096, 1280, ir::DType::kI8);
+  auto compiled = compileShard(chip, g, allOps(g), {}, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  EXPECT_GE(compiled->report.mxmMacUtilisation, 0.80);
+  EXPECT_LE(static_cast<double>(compiled->report.cycles), 1.10 * static_cast<double>(compiled->report.lowerBound));
+  auto cycles = simulate(chip, compiled->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, compiled->program.predictedCycles);
+}
+
+// Golden programs: the readable form of tiny graphs, regenerated only on purpose
+// (TSP_REGENERATE_GOLDEN=1).
+void expectGolden(const std::string& name, const std::string& text) {
+  const std::string path = std::string(TSP_SOURCE_DIR) + "/tests/golden/compile/" + name;
+  if (std::getenv("TSP_REGENERATE_GOLDEN")) {
+    std::ofstream(path) << text;
+    GTEST_SKIP() << "regenerated " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing golden file " << path;
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(text, expected.str()) << name;
+}
+
+TEST(ShardCompiler, GoldenTinyMlpInt8) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(2, 320, 4, "int8");
+  expectGolden("mlp2_320_b4_int8.txt", isa::toText(compileShard(chip, g, allOps(g), {}, {})->program, chip));
+}
+
+TEST(ShardCompiler, GoldenTinyElementwiseFp16) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto a = g.addInput("a", {6, 320}, ir::DType::kF16);
+  const auto b = g.addInput("b", {6, 320}, ir::DType::kF16);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "relu", {*g.addOp(ir::OpKind::kAdd, "add", {a, b}, 0)}, 0));
+  expectGolden("add_relu_6x320_fp16.txt", isa::toText(compileShard(chip, g, allOps(g), {}, {})->program, chip));
+}
+
+}  // namespace
+}  // namespace tsp::schedule
