@@ -564,13 +564,6 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (schedule::isCollectiveBenchmark(*graph)) {
     auto c = schedule::compileCollectiveBenchmark(*graph, cluster);
     if (!c) return failure(c.error(), root);
-    if (!c->executable && !options.describe)
-      return failure(makeError(ExitCode::kConfig,
-                               fmt::format("the {} {} routes messages through transit chips, which the simulator cannot "
-                                           "forward yet; use --describe plan for its compiled timing",
-                                           schedule::collectiveAlgorithmName(c->plan.algorithm),
-                                           schedule::collectiveOpName(c->plan.op))),
-                     root);
     collective = std::move(*c);
   }
   auto choice = collective ? Expected<PlanChoice>(PlanChoice{}) : choosePlan(config, options, *graph, comm);

@@ -52,7 +52,9 @@ EventBuffer::EventBuffer(const topology::ChipSpec& spec,
   for (size_t chip = 0; chip < chips; ++chip) {
     const auto& list = programs_[chip]->instructions;
     const auto sendCount = std::count_if(list.begin(), list.end(),
-                                         [](const isa::Instruction& i) { return i.op == isa::Opcode::kC2cSend; });
+                                         [](const isa::Instruction& i) {
+                                           return i.op == isa::Opcode::kC2cSend || i.op == isa::Opcode::kC2cForward;
+                                         });
     c2cOffset_[chip + 1] = c2cOffset_[chip] + (selection_.c2c ? sendCount : 0);
     instructionOffset_[chip + 1] =
         instructionOffset_[chip] + (recorded_[chip] ? static_cast<std::int64_t>(list.size()) : 0);

@@ -51,7 +51,8 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
   Cycle cross = sim::kNever, inner = sim::kNever;
   std::vector<char> isNeighbour(ranks_, 0);
   for (const auto& link : cluster.links()) {
-    const Cycle burst = spec.c2cSendCycles + std::max<Cycle>(1, link.latencyCycles);
+    // A burst leaves a send after c2c.send_cycles and a transit chip's forward after c2c.forward_cycles.
+    const Cycle burst = std::min(spec.c2cSendCycles, spec.c2cForwardCycles) + std::max<Cycle>(1, link.latencyCycles);
     const int ra = mapping_.owner[link.a], rb = mapping_.owner[link.b];
     if (ra != rb) cross = std::min(cross, burst);
     if (ra == rank_ && rb == rank_) inner = std::min(inner, burst);
@@ -71,7 +72,7 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
   for (size_t i = 0; i < chips_.size(); ++i) {
     const int chip = mapping_.localChips[i];
     for (const auto& inst : programs[chip]->instructions) {
-      if (inst.op != isa::Opcode::kC2cSend) continue;
+      if (inst.op != isa::Opcode::kC2cSend && inst.op != isa::Opcode::kC2cForward) continue;
       const int linkId = inst.port >= 0 ? cluster.linkAt(chip, inst.port) : -1;
       if (linkId >= 0 && mapping_.owner[cluster.links()[linkId].other(chip)] != rank_)
         crossSends_[i].push_back(inst.issue);

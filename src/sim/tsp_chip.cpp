@@ -459,11 +459,20 @@ class TspChip final : public Chip {
       }
       case Opcode::kVxmUnary: case Opcode::kVxmBinary: vxmVectors_ += inst.repeat; break;
       case Opcode::kSxmShift: sxmVectors_ += inst.repeat; break;
-      case Opcode::kC2cSend: case Opcode::kC2cReceive:
+      case Opcode::kC2cSend: case Opcode::kC2cReceive: case Opcode::kC2cForward: {
         if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
           return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
-        if (!(inst.op == Opcode::kC2cSend ? send(inst, index) : receive(inst, index))) return false;
+        // A forward runs on the queue of the port its vectors arrive on.
+        const int inPort = unit.indexInKind;
+        if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
+          return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
+        if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles)) return false;
+        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port)) return false;
+        if (inst.op == Opcode::kC2cForward &&
+            !(receive(inst, index, inPort) && send(inst, index, inst.issue + spec_.c2cForwardCycles)))
+          return false;
         break;
+      }
       default: break;
     }
     if (inst.dst.valid())
@@ -483,10 +492,12 @@ class TspChip final : public Chip {
     return true;
   }
 
-  bool send(const Instruction& inst, std::int64_t index) {
+  // Puts inst.repeat vectors on the link of inst.port, the first entering the link at `onLink`
+  // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles).
+  bool send(const Instruction& inst, std::int64_t index, Cycle onLink) {
     const PortBinding& port = ports_[inst.port];
     const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
-    if (inst.issue < linkFree_[inst.port])
+    if (onLink < linkFree_[inst.port])
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
                   fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
         return false;
@@ -495,7 +506,7 @@ class TspChip final : public Chip {
                   fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
                               inst.interval, port.link, serialization)))
         return false;
-    linkFree_[inst.port] = inst.issue + Cycle{inst.repeat - 1} * inst.interval + serialization;
+    linkFree_[inst.port] = onLink + Cycle{inst.repeat - 1} * inst.interval + serialization;
     C2CBurst burst;
     burst.srcChip = id_;
     burst.srcPort = inst.port;
@@ -503,7 +514,7 @@ class TspChip final : public Chip {
     burst.dstPort = port.peerPort;
     burst.link = port.link;
     burst.sendCycle = inst.issue;
-    burst.firstArrive = inst.issue + spec_.c2cSendCycles + port.latencyCycles;
+    burst.firstArrive = onLink + port.latencyCycles;
     if (const Cycle jitter = options_.faults.linkJitterCycles; jitter > 0) {
       const std::uint64_t draw = mix(mix(mix(options_.faults.seed ^ static_cast<std::uint64_t>(id_)) ^
                                          static_cast<std::uint64_t>(port.link)) ^
@@ -523,17 +534,17 @@ class TspChip final : public Chip {
     return true;
   }
 
-  // Takes inst.repeat vectors from the port, in arrival order; vector j is read at issue + j*interval.
-  bool receive(const Instruction& inst, std::int64_t index) {
-    auto& queue = inbound_[inst.port];
+  // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue + j*interval.
+  bool receive(const Instruction& inst, std::int64_t index, int from) {
+    auto& queue = inbound_[from];
     std::int64_t needed = inst.repeat, j = 0;
     while (needed > 0) {
       if (queue.empty())
         return hazard(HazardKind::kReceiveEarly, inst, index, inst.issue + j * inst.interval,
                       fmt::format("C2C receive on port {} before the data has arrived (no vector in flight)",
-                                  inst.port));
+                                  from));
       C2CBurst& burst = queue.front();
-      std::int64_t& consumed = consumed_[inst.port];
+      std::int64_t& consumed = consumed_[from];
       const std::int64_t take = std::min<std::int64_t>(needed, burst.vectors - consumed);
       // Both sequences are arithmetic: checking the first and last vector of the segment suffices.
       for (std::int64_t k : {std::int64_t{0}, take - 1}) {
@@ -542,7 +553,7 @@ class TspChip final : public Chip {
         if (arrive > read) {
           if (!hazard(
                   HazardKind::kReceiveEarly, inst, index, read,
-                  fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})", inst.port, arrive)))
+                  fmt::format("C2C receive on port {} reads a vector before it arrives (cycle {})", from, arrive)))
             return false;
           break;
         }

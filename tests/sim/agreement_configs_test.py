@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Every shipped config, simulated with no fault: each chip's simulated cycles equal the compiler's prediction."""
+"""Every shipped config, simulated with no fault: each chip's simulated cycles equal the compiler's prediction.
+
+Extra arguments CONFIG_STEM|MODEL run a shipped config with --model MODEL too (e.g. multi-hop collectives)."""
 import glob
 import json
 import os
@@ -11,12 +13,15 @@ import tempfile
 def main():
     exe, configs = sys.argv[1], sys.argv[2]
     failed = []
-    files = sorted(glob.glob(os.path.join(configs, "*.yaml")))
+    runs = [(os.path.basename(p), p, []) for p in sorted(glob.glob(os.path.join(configs, "*.yaml")))]
+    for extra in sys.argv[3:]:
+        stem, model = extra.split("|", 1)
+        runs.append((f"{stem}.yaml with {model}", os.path.join(configs, stem + ".yaml"), ["--model", model]))
+    files = runs
     with tempfile.TemporaryDirectory() as tmp:
-        for path in files:
-            name = os.path.basename(path)
-            result = subprocess.run([exe, "--config", path, "--out", os.path.join(tmp, name + ".h5"), "--json",
-                                     "--quiet"], capture_output=True, text=True, timeout=600)
+        for index, (name, path, extra_args) in enumerate(runs):
+            result = subprocess.run([exe, "--config", path, "--out", os.path.join(tmp, f"run{index}.h5"), "--json",
+                                     "--quiet"] + extra_args, capture_output=True, text=True, timeout=600)
             if result.returncode != 0:
                 failed.append(f"{name}: exit {result.returncode}: {result.stderr.strip()}")
                 continue

@@ -23,6 +23,7 @@ const char* opcodeName(Opcode op) {
     case Opcode::kSxmShift: return "SxmShift";
     case Opcode::kC2cSend: return "C2cSend";
     case Opcode::kC2cReceive: return "C2cReceive";
+    case Opcode::kC2cForward: return "C2cForward";
     case Opcode::kCount: break;
   }
   return "?";
@@ -34,7 +35,7 @@ UnitKind unitKindOf(Opcode op) {
     case Opcode::kVxmUnary: case Opcode::kVxmBinary: return UnitKind::kVxm;
     case Opcode::kMxmInstall: case Opcode::kMxmCompute: return UnitKind::kMxm;
     case Opcode::kSxmShift: return UnitKind::kSxm;
-    case Opcode::kC2cSend: case Opcode::kC2cReceive: return UnitKind::kC2c;
+    case Opcode::kC2cSend: case Opcode::kC2cReceive: case Opcode::kC2cForward: return UnitKind::kC2c;
     default: return UnitKind::kMem;
   }
 }
@@ -50,6 +51,7 @@ Cycle resultLatency(const topology::ChipSpec& chip, const Instruction& inst) {
     case Opcode::kSxmShift: return chip.sxmCycles;
     case Opcode::kC2cSend: return chip.c2cSendCycles;
     case Opcode::kC2cReceive: return chip.c2cReceiveCycles;
+    case Opcode::kC2cForward: return chip.c2cForwardCycles;
     case Opcode::kCount: break;
   }
   return 0;

@@ -27,6 +27,8 @@ enum class Opcode : std::uint8_t {
   kSxmShift,    ///< SXM: shift/permute src onto dst
   kC2cSend,     ///< C2C: src stream vector out of port
   kC2cReceive,  ///< C2C: vector arrived on port onto dst stream
+  kC2cForward,  ///< C2C, on the queue of the port vectors arrive on: pass them on out of `port`, using no
+                ///< streams (a transit chip of a multi-hop route; c2c.forward_cycles)
   kCount
 };
 

@@ -375,6 +375,17 @@ class ChipChains {
     return isa::completion(chip_, wr);
   }
 
+  /// First cycle the queue of `port` may issue again.
+  Cycle portQueueFree(int port) const { return unitFree_[chip_.firstUnit(UnitKind::kC2c) + port]; }
+
+  /// A transit hop: vectors arriving on inPort leave on outPort, issued at the first arrival.
+  void forward(int inPort, int outPort, std::int64_t vectors, int interval, Cycle issue) {
+    Instruction f = make(chip_.firstUnit(UnitKind::kC2c) + inPort, Opcode::kC2cForward, issue, vectors, interval);
+    f.port = outPort;
+    linkFree_[outPort] = std::max(linkFree_[outPort], issue + chip_.c2cForwardCycles + Cycle{vectors} * interval);
+    push(f);
+  }
+
   isa::Program finish() {
     isa::canonicalize(program_);
     Cycle last = 0;
@@ -476,7 +487,6 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   const auto& chip = cluster.chip();
   CollectiveSchedule out;
   out.plan = plan;
-  out.executable = true;
   std::vector<ChipChains> chains;
   chains.reserve(cluster.chipCount());
   for (int c = 0; c < cluster.chipCount(); ++c) chains.emplace_back(chip);
@@ -496,7 +506,6 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     for (const auto& m : messages) {
       const auto route = cluster.route(m.src, m.dst);
       if (route.empty()) continue;
-      if (route.size() > 1) out.executable = false;
       const auto& first = cluster.links()[route.front().link];
       const auto& last = cluster.links()[route.back().link];
       int interval = 1;
@@ -509,6 +518,19 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         hops.push_back({route[h].link * 2 + (route[h].chip == link.a ? 0 : 1), offset});
         offset += link.latencyCycles + chip.c2cForwardCycles;
       }
+      // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
+      // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
+      struct Transit { int chip, inPort, outPort; Cycle offset; };
+      std::vector<Transit> transits;
+      for (size_t h = 1; h < route.size(); ++h) {
+        const int at = route[h].chip;
+        transits.push_back({at, cluster.links()[route[h - 1].link].portOn(at), cluster.links()[route[h].link].portOn(at),
+                            hops[h].second - chip.c2cForwardCycles});
+      }
+      auto transitsFree = [&](Cycle issue) {
+        for (const auto& t : transits) issue = std::max(issue, chains[t.chip].portQueueFree(t.inPort) - t.offset);
+        return issue;
+      };
       const Cycle flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
       Cycle earliest = ready[m.src];
       for (std::int64_t done = 0; done < m.vectors;) {
@@ -517,12 +539,14 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         // The send's chain starts no earlier than `from`; the calendar may push it later.
         Cycle from = earliest;
         Cycle issue = chains[m.src].send(first.portOn(m.src), v, interval, from, false);
-        for (Cycle fit = calendar.firstFit(hops, issue, length); fit != issue; fit = calendar.firstFit(hops, issue, length)) {
+        for (Cycle fit = calendar.firstFit(hops, transitsFree(issue), length); fit != issue;
+             fit = calendar.firstFit(hops, transitsFree(issue), length)) {
           from += fit - issue;
           issue = chains[m.src].send(first.portOn(m.src), v, interval, from, false);
         }
         chains[m.src].send(first.portOn(m.src), v, interval, from, true);
         calendar.reserve(hops, issue, length);
+        for (const auto& t : transits) chains[t.chip].forward(t.inPort, t.outPort, v, interval, issue + t.offset);
         const Cycle arrive = issue + flight;
         receives.push_back({m.dst, last.portOn(m.dst), v, interval, arrive, m.reduce});
         RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, interval};

@@ -63,12 +63,11 @@ struct RoutedTransfer {
 };
 
 /// The schedule of a collective: every message with its route and cycles, the program of every chip
-/// (when every message is a single hop: the simulator has no transit-forward instruction), and the time.
+/// (C2C forwards on the transit chips of multi-hop routes), and the time.
 struct CollectiveSchedule {
   CollectivePlan plan;
   std::vector<RoutedTransfer> transfers;
-  ClusterSchedule cluster;       ///< programs (empty when not executable) and the C2C transfers
-  bool executable = false;       ///< every message uses a direct link
+  ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
 };
 
