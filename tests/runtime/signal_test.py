@@ -70,11 +70,9 @@ def main():
         code, err, out = interrupt(mpirun, exe, config, signal.SIGUSR1, tmp, "mpirun-usr1")
         check(code == 7, f"mpirun-usr1: exit code 7 (got {code})")
         valid_partial("mpirun-usr1", out, err)
-        # SIGTERM: mpirun forwards it to the ranks, which write the partial trace and exit 7, but
-        # mpirun itself reports the job as killed (its own code), so only the trace is checked.
-        code, err, out = interrupt(mpirun, exe, config, signal.SIGTERM, tmp, "mpirun-term")
-        check(code not in (0, None), f"mpirun-term: the job does not report success (got {code})")
-        valid_partial("mpirun-term", out, err)
+        # SIGTERM to mpirun itself is not tested: Open MPI forwards it and kills the ranks about a
+        # second later, so whether the flush fits is a race (docs/runtime.md); the sbatch template
+        # therefore signals with USR1, tested above.
         # SIGTERM to the process itself, as srun or a scheduler delivers it to each task: exit 7.
         code, err, out = interrupt([], exe, config, signal.SIGTERM, tmp, "direct-term")
         check(code == 7, f"direct-term: exit code 7 (got {code})")
