@@ -876,9 +876,14 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     const std::int64_t busy[] = {row.busyMem, row.busyVxm, row.busyMxm, row.busySxm, row.busyC2c};
     for (int k = 0; k < topology::kUnitKindCount; ++k) kindBusy[k] += static_cast<double>(busy[k]);
   }
+  // Busy cycles a kind of unit can give per cycle: a MEM slice has a read and a write port, as in
+  // the simulator's utilisation timeline; every other unit one.
+  auto issueSlots = [&](topology::UnitKind kind) {
+    return spec.unitCount(kind) * (kind == topology::UnitKind::kMem ? 2 : 1);
+  };
   auto kindUtilisation = [&](int k) {
     const double capacity = static_cast<double>(std::max<Cycle>(run.makespanCycles, 1)) * std::max(run.chips, 1) *
-                            spec.unitCount(static_cast<topology::UnitKind>(k));
+                            issueSlots(static_cast<topology::UnitKind>(k));
     return capacity > 0 ? kindBusy[k] / capacity : 0.0;
   };
   std::vector<LinkRow> busiest = linkRows;
@@ -957,7 +962,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     // A chip's utilisation is over its own cycles: how busy it was while it had work.
     const double c = static_cast<double>(std::max<Cycle>(row.cycles, 1));
     auto pct = [&](std::int64_t busy, topology::UnitKind kind) {
-      return 100.0 * static_cast<double>(busy) / (c * spec.unitCount(kind));
+      return 100.0 * static_cast<double>(busy) / (c * issueSlots(kind));
     };
     fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>10.1f} {:>10.1f}\n",
                row.chip, row.predictedCycles, row.cycles, row.lowerBoundCycles, row.instructions,
