@@ -3,10 +3,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <numeric>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -86,16 +84,9 @@ std::string Plan::toYaml() const {
 }
 
 Expected<Plan> loadPlanFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return configError({path, 0, 0, ""}, "cannot open the plan file");
-  std::stringstream text;
-  text << in.rdbuf();
-  YAML::Node root;
-  try {
-    root = YAML::Load(text.str());
-  } catch (const YAML::ParserException& e) {
-    return configError({path, e.mark.line + 1, e.mark.column + 1, ""}, "YAML syntax error in the plan file");
-  }
+  auto loaded = topology::loadYamlFile(path, "plan");
+  if (!loaded) return loaded.error();
+  const YAML::Node root = *loaded;
   topology::YamlReader reader(path);
   if (!root.IsMap()) return reader.error(root, "the plan file must be a mapping");
   if (auto s = reader.checkKeys(root, {"dp", "tp", "pp", "microbatches", "interleave", "split", "stages", "layer_chunk",

@@ -1,8 +1,6 @@
 // The config loader: parse, hand each section to its layer, validate, hand out.
 #include "runtime/run_config.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -82,16 +80,9 @@ Status loadOutput(const topology::YamlReader& reader, const YAML::Node& node, in
 }  // namespace
 
 Expected<RunConfig> loadRunConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return configError({path, 0, 0, ""}, "cannot open the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  YAML::Node root;
-  try {
-    root = YAML::Load(text.str());
-  } catch (const YAML::ParserException& e) {
-    return configError({path, e.mark.line + 1, e.mark.column + 1, ""}, "YAML syntax error: " + e.msg);
-  }
+  auto loaded = topology::loadYamlFile(path, "config");
+  if (!loaded) return loaded.error();
+  const YAML::Node root = *loaded;
   topology::YamlReader reader(path);
   if (!root.IsMap()) return configError({path, 1, 1, ""}, "the config must be a mapping with a 'cluster' section");
   if (auto s = reader.checkKeys(root, {"cluster", "model", "parallelism", "simulation", "training", "output"}, "config");

@@ -2,12 +2,27 @@
 #include "topology/yaml_reader.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "support/strings.h"
 
 namespace tsp::topology {
+
+Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) return configError({path, 0, 0, ""}, fmt::format("cannot open the {} file", what));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return YAML::Load(text.str());
+  } catch (const YAML::ParserException& e) {
+    return configError({path, e.mark.line + 1, e.mark.column + 1, ""},
+                       fmt::format("YAML syntax error in the {} file: {}", what, e.msg));
+  }
+}
 
 YAML::Node YamlReader::child(const YAML::Node& map, const std::string& key) const {
   if (!map || !map.IsMap()) return YAML::Node();

@@ -11,6 +11,10 @@
 
 namespace tsp::topology {
 
+/// Parses the YAML file at path; `what` names it in errors ("cannot open the config file",
+/// "YAML syntax error in the plan file: ..." at the parser's line and column).
+Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& what);
+
 /// Reads values out of one YAML document, reporting mistakes as Diagnostics with file:line:col.
 class YamlReader {
  public:

@@ -10,20 +10,13 @@
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
 #include "sim/chip.h"
+#include "sim/kokkos_environment.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
 namespace tsp::sim {
 namespace {
 
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { runtime_ = std::make_unique<KernelRuntime>(); }
-  void TearDown() override { runtime_.reset(); }
-
- private:
-  std::unique_ptr<KernelRuntime> runtime_;
-};
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
 
 topology::Cluster ring(int chips) {

@@ -1,5 +1,6 @@
 // Tests of the cycle-accurate chip: predicted equals simulated, and one test per hazard.
 #include "sim/chip.h"
+#include "sim/kokkos_environment.h"
 
 #include <gtest/gtest.h>
 
@@ -21,15 +22,6 @@ using isa::Instruction;
 using isa::Opcode;
 using topology::UnitKind;
 
-// One KernelRuntime for the whole test binary.
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { runtime_ = std::make_unique<KernelRuntime>(); }
-  void TearDown() override { runtime_.reset(); }
-
- private:
-  std::unique_ptr<KernelRuntime> runtime_;
-};
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
 
 class ChipTest : public ::testing::Test {

@@ -9,18 +9,11 @@
 #include <vector>
 
 #include "sim/chip.h"
+#include "sim/kokkos_environment.h"
 
 namespace tsp::sim {
 namespace {
 
-class KokkosEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override { runtime_ = std::make_unique<KernelRuntime>(); }
-  void TearDown() override { runtime_.reset(); }
-
- private:
-  std::unique_ptr<KernelRuntime> runtime_;
-};
 const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
 
 TEST(Half, KnownEncodings) {
