@@ -25,6 +25,31 @@ constexpr int kCodeSlots = 8;  // failure index = who * kCodeSlots + exit code
 
 }  // namespace
 
+std::vector<Cycle> readDeadlines(const std::vector<LinkUse>& sends, const std::vector<LinkUse>& reads) {
+  std::vector<Cycle> readFrom(sends.size(), sim::kNever);
+  // Walk both sequences in FIFO order: reads[r] still takes `left` vectors.
+  size_t r = 0;
+  std::int64_t left = reads.empty() ? 0 : reads[0].vectors;
+  auto nextRead = [&] {
+    ++r;
+    left = r < reads.size() ? reads[r].vectors : 0;
+  };
+  for (size_t k = 0; k < sends.size(); ++k) {
+    while (r < reads.size() && left <= 0) nextRead();
+    if (r >= reads.size()) break;  // the rest is never read: no deadline
+    readFrom[k] = reads[r].issue;
+    for (std::int64_t need = sends[k].vectors; need > 0 && r < reads.size();) {
+      const std::int64_t take = std::min(need, left);
+      need -= take;
+      left -= take;
+      if (left <= 0) nextRead();
+    }
+  }
+  // A window starting before burst k must end by the first read of burst k or of any later one.
+  for (size_t k = readFrom.size(); k-- > 1;) readFrom[k - 1] = std::min(readFrom[k - 1], readFrom[k]);
+  return readFrom;
+}
+
 ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& cluster,
                                        const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                        RankMapping mapping, const sim::SimOptions& options)
@@ -79,6 +104,8 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     }
     std::sort(crossSends_[i].begin(), crossSends_[i].end());
   }
+  exactDeadlines_ = !options.faults.enabled();
+  if (exactDeadlines_) buildInboundLinks(cluster, programs);
   if (ranks_ > 1) {
     // Links are symmetric, so the neighbour lists are: sources and destinations are the same ranks.
     const int n = static_cast<int>(neighbours_.size());
@@ -100,11 +127,51 @@ Cycle ParallelSimulation::nextCrossSend(Cycle from) const {
   return next;
 }
 
-Cycle ParallelSimulation::windowEnd(Cycle start, Cycle nextCrossSend) const {
-  // Nothing crosses ranks before nextCrossSend + the cross-rank latency; the window still ends
+void ParallelSimulation::buildInboundLinks(const topology::Cluster& cluster,
+                                           const std::vector<std::shared_ptr<const isa::Program>>& programs) {
+  const auto units = cluster.chip().units();
+  for (int chip : mapping_.localChips)
+    for (const auto& [port, linkId] : cluster.linksOf(chip)) {
+      const auto& link = cluster.links()[linkId];
+      const int peer = link.other(chip), peerPort = link.portOn(peer);
+      if (mapping_.owner[peer] == rank_) continue;
+      // Bursts leave the peer's port one after another (a link carries one at a time) and arrive in
+      // that order; this chip reads them in order by its receives and forwards on `port`.
+      std::vector<LinkUse> sends, reads;
+      for (const auto& inst : programs[peer]->instructions)
+        if ((inst.op == isa::Opcode::kC2cSend || inst.op == isa::Opcode::kC2cForward) && inst.port == peerPort)
+          sends.push_back({inst.issue, inst.repeat});
+      for (const auto& inst : programs[chip]->instructions) {
+        const bool forwardFrom = inst.op == isa::Opcode::kC2cForward && inst.unit >= 0 &&
+                                 inst.unit < static_cast<int>(units.size()) && units[inst.unit].indexInKind == port;
+        if ((inst.op == isa::Opcode::kC2cReceive && inst.port == port) || forwardFrom)
+          reads.push_back({inst.issue, inst.repeat});
+      }
+      if (sends.empty()) continue;
+      auto byIssue = [](const LinkUse& a, const LinkUse& b) { return a.issue < b.issue; };
+      std::stable_sort(sends.begin(), sends.end(), byIssue);
+      std::stable_sort(reads.begin(), reads.end(), byIssue);
+      InboundLink in;
+      for (const auto& send : sends) in.sendIssue.push_back(send.issue);
+      in.readFrom = readDeadlines(sends, reads);
+      inboundLinks_.push_back(std::move(in));
+    }
+}
+
+Cycle ParallelSimulation::crossDeadline(Cycle from) const {
+  if (!exactDeadlines_) return saturatingAdd(nextCrossSend(from), window_);
+  Cycle deadline = sim::kNever;
+  for (const auto& in : inboundLinks_) {
+    auto it = std::lower_bound(in.sendIssue.begin(), in.sendIssue.end(), from);
+    if (it != in.sendIssue.end()) deadline = std::min(deadline, in.readFrom[it - in.sendIssue.begin()]);
+  }
+  return deadline;
+}
+
+Cycle ParallelSimulation::windowEnd(Cycle start, Cycle deadline) const {
+  // Nothing sent to another rank from `start` on is read before `deadline`; the window still ends
   // within kMaxWindowCycles (unless the latency is longer) so that signals are seen in time.
-  const Cycle safe = std::max(saturatingAdd(start, window_), saturatingAdd(nextCrossSend, window_));
-  return std::max(saturatingAdd(start, window_), std::min(safe, saturatingAdd(start, kMaxWindowCycles)));
+  return std::max(saturatingAdd(start, window_), std::min(deadline, saturatingAdd(start, kMaxWindowCycles)));
 }
 
 Cycle ParallelSimulation::nextLocalEvent() const {
@@ -176,14 +243,14 @@ void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
 Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atomic_t* interrupt,
                                                     const WindowHooks& hooks, bool& reportHere) {
   SimulationOutcome outcome;
-  long first[2] = {nextLocalEvent(), nextCrossSend(0)};
+  long first[2] = {nextLocalEvent(), crossDeadline(0)};
   MPI_Allreduce(MPI_IN_PLACE, first, 2, MPI_LONG, MPI_MIN, comm_);
   Cycle windowStart = first[0] == sim::kNever ? 0 : first[0];
-  Cycle crossSend = first[1];
+  Cycle deadline = first[1];
   bool done = first[0] == sim::kNever;
   std::vector<sim::C2CBurst> arrived;
   while (!done) {
-    const Cycle windowEnd = this->windowEnd(windowStart, crossSend);
+    const Cycle windowEnd = this->windowEnd(windowStart, deadline);
     advanceLocal(windowStart, windowEnd, hooks, outcome.events);
     const bool sending = std::any_of(toNeighbour_.begin(), toNeighbour_.end(), [](const auto& v) { return !v.empty(); });
 
@@ -197,10 +264,10 @@ Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atom
         {hooks.wantsFlush && hooks.wantsFlush() ? 0 : 1, 0},
         {rank_ == 0 && hooks.progressDue && hooks.progressDue() ? 0 : 1, 0},
         {sending ? 0 : 1, 0},
-        {nextCrossSend(windowEnd), 0}};
+        {crossDeadline(windowEnd), 0}};
     const LongInt mine = agreed[1];
     MPI_Allreduce(MPI_IN_PLACE, agreed, 7, MPI_LONG_INT, MPI_MINLOC, comm_);
-    crossSend = agreed[6].value;
+    deadline = agreed[6].value;
     ++outcome.windows;
     outcome.reachedCycle = windowEnd;
     if (agreed[1].index != INT_MAX) {

@@ -46,12 +46,26 @@ struct WindowHooks {
   std::function<void(const ProgressReport&)> progress;  ///< rank 0: print it
 };
 
+/// One C2C instruction on a link, as the static schedule has it: its issue cycle and vector count.
+struct LinkUse {
+  Cycle issue = 0;
+  std::int64_t vectors = 0;
+};
+
+/// For the sends on one link (issue order) and the reads of its far end (receives and forwards,
+/// issue order), matched vector by vector in FIFO order: element k is the earliest issue of a read
+/// that takes a vector of send k or of any later send; sim::kNever when none is ever read.
+std::vector<Cycle> readDeadlines(const std::vector<LinkUse>& sends, const std::vector<LinkUse>& reads);
+
 /// The chips of this rank and the window loop that advances them in step with other ranks.
 ///
 /// A window lasts at least as long as the fastest C2C burst between two ranks (send latency + link
 /// latency), so nothing sent in a window is due on another rank before the window ends; since the
-/// programs are scheduled statically, the next send that crosses ranks is known, and a window
-/// stretches to that send's cycle + the cross-rank latency (at most kMaxWindowCycles). The bursts
+/// programs are scheduled statically, the instruction that will read each burst crossing ranks (a
+/// receive or a forward, matched to the sends on its link in FIFO order) is known, and a window
+/// stretches to the first cycle at which a burst not yet sent is read (at most kMaxWindowCycles).
+/// With faults injected (jitter may reorder arrivals, stalls move issues) it stretches only to the
+/// next send that crosses ranks + the cross-rank latency. The bursts
 /// that cross ranks are exchanged with the neighbouring ranks only, between windows. Inside a window a
 /// rank advances its own chips in sub-windows as long as its fastest internal burst, delivering
 /// between them, so every burst reaches its chip before it arrives whatever the mapping: results
@@ -95,7 +109,11 @@ class ParallelSimulation {
 
   Cycle nextLocalEvent() const;
   Cycle nextCrossSend(Cycle from) const;
-  Cycle windowEnd(Cycle start, Cycle nextCrossSend) const;
+  void buildInboundLinks(const topology::Cluster& cluster,
+                         const std::vector<std::shared_ptr<const isa::Program>>& programs);
+  /// No burst sent to this rank from another one at or after `from` is read before this cycle.
+  Cycle crossDeadline(Cycle from) const;
+  Cycle windowEnd(Cycle start, Cycle deadline) const;
   void advanceLocal(Cycle windowStart, Cycle windowEnd, const WindowHooks& hooks, std::int64_t& events);
   void exchange(std::vector<sim::C2CBurst>& arrived);
 
@@ -105,7 +123,15 @@ class ParallelSimulation {
   RankMapping mapping_;
   std::vector<std::unique_ptr<sim::Chip>> chips_;
   std::vector<char> failed_;
+  // A link into one of this rank's chips from another rank, as the static programs use it.
+  struct InboundLink {
+    std::vector<Cycle> sendIssue;  // the sender's sends and forwards on it, ascending
+    std::vector<Cycle> readFrom;   // readFrom[k]: earliest read of a vector of burst k or a later one
+  };
+
   std::vector<std::vector<Cycle>> crossSends_;  // per local chip: issues of its sends to other ranks
+  std::vector<InboundLink> inboundLinks_;
+  bool exactDeadlines_ = true;  // no faults: reads are where the programs put them, arrivals in send order
   std::vector<int> localIndex_;      // chip id -> index in chips_, or -1
   std::vector<int> neighbours_;
   std::vector<int> neighbourIndex_;  // rank -> index in neighbours_, or -1

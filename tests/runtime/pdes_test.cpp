@@ -24,4 +24,23 @@ TEST(BlockMapping, CoversEveryChipOnce) {
 }
 
 }  // namespace
+// Sends and reads on one link are matched vector by vector in FIFO order.
+TEST(ReadDeadlines, MatchBurstsToTheReadsThatTakeThem) {
+  // Burst 0 (4 vectors) is read by the reads at 100 (3) and 120 (1 of 2); burst 1 (1 vector)
+  // by the rest of the read at 120; burst 2 (2 vectors) by the read at 300; burst 3 never.
+  const std::vector<LinkUse> sends = {{10, 4}, {20, 1}, {30, 2}, {40, 5}};
+  const std::vector<LinkUse> reads = {{100, 3}, {120, 2}, {300, 2}};
+  EXPECT_EQ(readDeadlines(sends, reads), (std::vector<Cycle>{100, 120, 300, sim::kNever}));
+}
+
+TEST(ReadDeadlines, AWindowMustEndByTheEarliestLaterRead) {
+  // Out-of-order reads (a forward issued before a receive) make a later burst's read earlier:
+  // every earlier burst's deadline is bounded by it.
+  const std::vector<LinkUse> sends = {{0, 1}, {5, 1}, {9, 1}};
+  const std::vector<LinkUse> reads = {{500, 1}, {50, 1}, {900, 1}};
+  EXPECT_EQ(readDeadlines(sends, reads), (std::vector<Cycle>{50, 50, 900}));
+  EXPECT_EQ(readDeadlines(sends, {}), (std::vector<Cycle>(3, sim::kNever)));
+  EXPECT_TRUE(readDeadlines({}, reads).empty());
+}
+
 }  // namespace tsp::runtime
