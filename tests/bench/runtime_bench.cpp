@@ -145,7 +145,7 @@ void BM_PdesRing64(benchmark::State& state) {
   state.counters["events/run"] = static_cast<double>(events) / static_cast<double>(state.iterations());
   state.counters["events/s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_PdesRing64)->Args({24, 2048})->Args({64, 1280})->Args({8, 4096})->Args({4, 8192})->Iterations(10)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PdesRing64)->Args({24, 2048})->Args({64, 1280})->Args({6, 3072})->Iterations(10)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Resident memory a simulated chip adds: N chips on one rank share one program, so the growth is
 // the chip instances (units, streams, ports, statistics, timeline) and their run-time state.
