@@ -957,8 +957,23 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
              spec.preset, plan->canonical());
   fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10}\n", "chip", "predicted",
              "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "C2C %", "sent KiB", "SRAM KiB");
-  for (const auto& row : allRows) {
-    if (row.instructions == 0) continue;
+  // Large clusters: the first chips and the slowest ones; the trace has every row.
+  constexpr size_t kTableHead = 16, kTableSlowest = 8;
+  std::vector<const ChipRow*> shown;
+  for (const auto& row : allRows)
+    if (row.instructions > 0) shown.push_back(&row);
+  const size_t working = shown.size();
+  if (working > kTableHead + kTableSlowest) {
+    std::vector<const ChipRow*> slowest(shown.begin() + kTableHead, shown.end());
+    std::partial_sort(slowest.begin(), slowest.begin() + kTableSlowest, slowest.end(),
+                      [](const ChipRow* a, const ChipRow* b) { return a->cycles != b->cycles ? a->cycles > b->cycles : a->chip < b->chip; });
+    slowest.resize(kTableSlowest);
+    std::sort(slowest.begin(), slowest.end(), [](const ChipRow* a, const ChipRow* b) { return a->chip < b->chip; });
+    shown.resize(kTableHead);
+    shown.insert(shown.end(), slowest.begin(), slowest.end());
+  }
+  for (const ChipRow* rowPtr : shown) {
+    const auto& row = *rowPtr;
     // A chip's utilisation is over its own cycles: how busy it was while it had work.
     const double c = static_cast<double>(std::max<Cycle>(row.cycles, 1));
     auto pct = [&](std::int64_t busy, topology::UnitKind kind) {
@@ -970,6 +985,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                pct(row.busyMxm, topology::UnitKind::kMxm), pct(row.busySxm, topology::UnitKind::kSxm),
                pct(row.busyC2c, topology::UnitKind::kC2c), row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
   }
+  if (working > shown.size())
+    fmt::print("  ({} chips with work: the first {} and the {} slowest shown; `tsp-trace summary {}` lists all)\n",
+               working, kTableHead, kTableSlowest, tracePath);
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
   fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
