@@ -89,6 +89,38 @@ void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std:
   }
 }
 
+// Binomial tree on every group at once: reduce `vectors` to group[0] (when `reduce`), then broadcast them.
+void addTreeSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& groups,
+                  std::int64_t vectors, bool reduce) {
+  const std::int64_t p = static_cast<std::int64_t>(groups.front().size());
+  int levels = 0;
+  while ((std::int64_t{1} << levels) < p) ++levels;
+  for (int k = 0; reduce && k < levels; ++k) {
+    std::vector<CollectiveMessage> step;
+    const std::int64_t span = std::int64_t{1} << k;
+    for (const auto& g : groups)
+      for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i], g[i - span], vectors, true});
+    steps.push_back(std::move(step));
+  }
+  for (int k = levels; k-- > 0;) {
+    std::vector<CollectiveMessage> step;
+    const std::int64_t span = std::int64_t{1} << k;
+    for (const auto& g : groups)
+      for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i - span], g[i], vectors, false});
+    steps.push_back(std::move(step));
+  }
+}
+
+// The top level of a hierarchical all-reduce spans groups of racks whose ring steps cross multi-hop
+// routes that every group uses at once, so a ring step costs far more than its alpha-beta time: on the
+// 10,440-chip system a tree beats the ring up to a few vectors per ring step and loses from about 20
+// (docs/validation.md). Below this chunk the top level runs a binomial tree.
+constexpr std::int64_t kTopRingMinChunkVectors = 8;
+
+bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
+  return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
+}
+
 }  // namespace
 
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips) {
@@ -142,7 +174,10 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
   const auto p = static_cast<std::int64_t>(group.size());
   const std::int64_t vb = cluster.chip().vectorBytes;
   const std::int64_t chunk = ceilDiv(ceilDiv(bytes, vb), p);  // vectors of one n/p chunk
-  plan.vectorsPerChip = chunk * p;
+  // Rings and halving-doubling move n/p chunks, so n is rounded up to p whole chunks; a tree moves n
+  // whole and a hierarchical algorithm rounds at each level (p = 10,440 would otherwise triple 1 MiB).
+  const bool whole = plan.algorithm == CollectiveAlgorithm::kTree || plan.algorithm == CollectiveAlgorithm::kHierarchical;
+  plan.vectorsPerChip = whole ? ceilDiv(bytes, vb) : chunk * p;
   plan.group = plan.algorithm == CollectiveAlgorithm::kRing ? ringOrder(cluster, group) : group;
   if (plan.algorithm == CollectiveAlgorithm::kHalvingDoubling && !isPowerOfTwo(group.size()))
     return makeError(ExitCode::kConfig, fmt::format("halving-doubling needs a power-of-two group, not {}", p));
@@ -176,28 +211,13 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
           break;
       }
       break;
-    case CollectiveAlgorithm::kTree: {
+    case CollectiveAlgorithm::kTree:
       // Binomial tree rooted at g[0]: reduce up (all-reduce only), then broadcast down.
-      int levels = 0;
-      while ((std::int64_t{1} << levels) < p) ++levels;
-      if (op == CollectiveOp::kAllReduce)
-        for (int k = 0; k < levels; ++k) {
-          std::vector<CollectiveMessage> step;
-          const std::int64_t span = std::int64_t{1} << k;
-          for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i], g[i - span], all, true});
-          steps.push_back(std::move(step));
-        }
-      else if (op != CollectiveOp::kBroadcast)
+      if (op != CollectiveOp::kAllReduce && op != CollectiveOp::kBroadcast)
         return makeError(ExitCode::kConfig, fmt::format("the tree algorithm runs all-reduce and broadcast, not {}",
                                                         collectiveOpName(op)));
-      for (int k = levels; k-- > 0;) {
-        std::vector<CollectiveMessage> step;
-        const std::int64_t span = std::int64_t{1} << k;
-        for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i - span], g[i], all, false});
-        steps.push_back(std::move(step));
-      }
+      addTreeSteps(steps, {g}, all, op == CollectiveOp::kAllReduce);
       break;
-    }
     case CollectiveAlgorithm::kHalvingDoubling: {
       if (op != CollectiveOp::kAllReduce && op != CollectiveOp::kReduceScatter && op != CollectiveOp::kAllGather)
         return makeError(ExitCode::kConfig, "halving-doubling runs all-reduce, reduce-scatter and all-gather");
@@ -247,8 +267,14 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         share = c;
       }
       const std::int64_t top = ceilDiv(share, levels.back());
-      if (reduces) addRingSteps(steps, ringsOf(levels.size() - 1), top, true);
-      if (gathers) addRingSteps(steps, ringsOf(levels.size() - 1), top, false);
+      const auto topGroups = ringsOf(levels.size() - 1);
+      if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
+        // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
+        addTreeSteps(steps, topGroups, share, true);
+      } else {
+        if (reduces) addRingSteps(steps, topGroups, top, true);
+        if (gathers) addRingSteps(steps, topGroups, top, false);
+      }
       for (size_t k = levels.size() - 1; k-- > 0;)
         if (gathers) addRingSteps(steps, ringsOf(k), chunkAt[k], false);
       break;
