@@ -220,6 +220,61 @@ void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value
   (void)outPlane;
 }
 
+// Calls tap(xIndex, wIndex, yIndex) for every multiply of a convolution with input shape x, weight
+// shape w and output shape y: the one loop nest both convolution gradients are made of.
+void forEachConvTap(const Op& op, const Shape& x, const Shape& w, const Shape& y,
+                    const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& tap) {
+  const std::int64_t group = op.intAttr("group", 1);
+  const Window g = windowOf(op, x, y, Shape(w.begin() + 2, w.end()));
+  const std::int64_t batch = x[0], cin = x[1], cout = w[0], cinG = cin / group, coutG = cout / group;
+  const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], kPlane = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  for (std::int64_t nb = 0; nb < batch; ++nb)
+    for (std::int64_t co = 0; co < cout; ++co)
+      for (std::int64_t od = 0; od < g.out[0]; ++od)
+        for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
+            const std::int64_t yi = ((nb * cout + co) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow;
+            for (std::int64_t ci = 0; ci < cinG; ++ci)
+              for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+                  if (ih < 0 || ih >= g.in[1]) continue;
+                  for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+                    const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
+                    if (iw < 0 || iw >= g.in[2]) continue;
+                    tap((nb * cin + co / coutG * cinG + ci) * inPlane + (id * g.in[1] + ih) * g.in[2] + iw,
+                        (co * cinG + ci) * kPlane + (kd * g.kernel[1] + kh) * g.kernel[2] + kw, yi);
+                  }
+                }
+              }
+          }
+}
+
+// Softmax cross-entropy over the class axis: calls row(base, stride, classes, label) for every
+// position; returns an error message for a label out of range.
+std::string forEachLossRow(const Value& scores, const Value& labels, std::int64_t axis,
+                           const std::function<void(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>& row) {
+  const std::int64_t n = scores.shape[axis], inner = product(scores.shape, axis + 1),
+                     outer = product(scores.shape, 0, axis);
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const std::int64_t label = asInt(labels.data[o * inner + i]);
+      if (label < 0 || label >= n) return fmt::format("label {} is out of range [0, {})", label, n);
+      row(o * n * inner + i, inner, n, label);
+    }
+  return "";
+}
+
+// log(sum(exp(x))) over one row of a loss, computed stably.
+double logSumExp(const Value& x, std::int64_t base, std::int64_t stride, std::int64_t n) {
+  double m = -std::numeric_limits<double>::infinity(), sum = 0;
+  for (std::int64_t k = 0; k < n; ++k) m = std::max(m, x.data[base + k * stride]);
+  for (std::int64_t k = 0; k < n; ++k) sum += std::exp(x.data[base + k * stride] - m);
+  return m + std::log(sum);
+}
+
 void pool(const Op& op, const Value& x, Value& y) {
   const Window g = windowOf(op, x.shape, y.shape, op.intsAttr("kernel_shape"));
   const bool isMax = op.kind == OpKind::kMaxPool;
@@ -586,6 +641,50 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
                                             op.intAttr("group", 1)));
       y->data = x.data;
       return finish();
+    case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad: {
+      const bool grad = kind == OpKind::kSoftmaxCrossEntropyLossGrad;
+      const Value& scores = *in[grad ? 1 : 0];
+      const Value& labels = *in[grad ? 2 : 1];
+      const std::int64_t axis = normAxis(op.intAttr("axis", -1), scores.shape.size());
+      const double count = static_cast<double>(std::max<std::int64_t>(1, labels.elements()));
+      const double seed = grad ? in[0]->data[0] / count : 0.0;
+      double total = 0;
+      const std::string bad = forEachLossRow(scores, labels, axis, [&](std::int64_t base, std::int64_t stride,
+                                                                       std::int64_t n, std::int64_t label) {
+        const double lse = logSumExp(scores, base, stride, n);
+        total += lse - scores.data[base + label * stride];
+        if (grad)
+          for (std::int64_t k = 0; k < n; ++k)
+            y->data[base + k * stride] = seed * (std::exp(scores.data[base + k * stride] - lse) - (k == label ? 1 : 0));
+      });
+      if (!bad.empty()) return modelError(name, bad);
+      if (!grad) y->data[0] = total / count;
+      return finish();
+    }
+    case OpKind::kConvInputGrad:
+      forEachConvTap(op, y->shape, in[1]->shape, x.shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+        y->data[xi] += x.data[yi] * in[1]->data[wi];
+      });
+      return finish();
+    case OpKind::kConvWeightGrad:
+      forEachConvTap(op, x.shape, y->shape, in[1]->shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+        y->data[wi] += x.data[xi] * in[1]->data[yi];
+      });
+      return finish();
+    case OpKind::kGatherGrad: {
+      const std::int64_t axis = normAxis(op.intAttr("axis", 0), y->shape.size());
+      const std::int64_t outer = product(y->shape, 0, axis), inner = product(y->shape, axis + 1), n = y->shape[axis];
+      const Value& idx = *in[1];
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t j = 0; j < idx.elements(); ++j) {
+          std::int64_t k = asInt(idx.data[j]);
+          if (k < 0) k += n;
+          if (k < 0 || k >= n) return modelError(name, fmt::format("GatherGrad index {} is out of range [0, {})", k, n));
+          for (std::int64_t i = 0; i < inner; ++i)
+            y->data[(o * n + k) * inner + i] += x.data[(o * idx.elements() + j) * inner + i];
+        }
+      return finish();
+    }
     case OpKind::kSend: case OpKind::kRecv:
       return modelError(name, fmt::format("{} needs another chip; the reference interpreter runs the unpartitioned "
                                           "graph", opKindName(kind)));
