@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/training_cost.h"
 
 namespace tsp::partition {
 
@@ -266,13 +267,6 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
-namespace {
-
-// Per-microbatch figures of one layer under a candidate.
-struct LayerShare {
-  double compute = 0, comm = 0;
-};
-
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
   const double install = static_cast<double>(layer.installCycles);
@@ -314,8 +308,6 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   return share;
 }
 
-}  // namespace
-
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
@@ -336,13 +328,16 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).
   for (int k = 0; k < stages.chunks; ++k) stash[k % c.pp] += 2.0 * static_cast<double>(inbound[k]) * frac / c.tp;
+  const std::vector<double> training =
+      profile.training.enabled ? trainingBytesPerChip(profile, c, stages) : std::vector<double>(c.pp, 0.0);
   double worst = 0;
-  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s]);
+  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s] + training[s]);
   return static_cast<Bytes>(std::ceil(worst));
 }
 
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;

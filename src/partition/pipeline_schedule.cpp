@@ -85,6 +85,11 @@ Expected<PipelineOrder> buildPipelineOrder(PipelineSchedule schedule, int stages
       case PipelineSchedule::kGPipe: warmup = total; break;
       case PipelineSchedule::k1F1B: warmup = std::min(stages - s - 1, total); break;
       case PipelineSchedule::kInterleaved:
+        // One chunk per stage is plain 1F1B; Megatron's warm-up applies from two chunks on.
+        if (chunks == 1) {
+          warmup = std::min(stages - s - 1, total);
+          break;
+        }
         warmup = microbatches == stages ? total : std::min((stages - s - 1) * 2 + (chunks - 1) * stages, total);
         break;
     }

@@ -28,6 +28,7 @@
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "partition/search.h"
+#include "partition/training_cost.h"
 #include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
 #include "runtime/rank_mapping.h"
@@ -352,6 +353,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
+  partition::applyTraining(*profile, graph, config.training);
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {
@@ -617,6 +619,10 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) printSearch(*choice, yamlPath, options.json);
     return {};
   }
+  if (config.training.enabled)
+    return failure(makeError(ExitCode::kConfig, "training: the simulator runs inference steps only; --search-only "
+                                                "predicts the training step's plan and cost"),
+                   root);
   if (!plan->purePipeline()) {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
                                                            : config.parallelism.planWhere;

@@ -1,0 +1,195 @@
+// The training step's cost model: forward, backward and recomputed passes per chunk, the pipeline
+// formula the event simulation validates, the overlapped gradient all-reduce, and training memory.
+#include "partition/training_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tsp::partition {
+
+void applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
+  profile.training = training;
+  if (!training.enabled) return;
+  const int layers = static_cast<int>(profile.layers.size());
+  std::vector<std::set<ir::TensorId>> weightsOf(layers);
+  std::vector<Bytes> produced(layers, 0), inbound(layers, 0);
+  std::vector<std::set<ir::TensorId>> inboundOf(layers);
+  for (const ir::Op& op : forward.ops()) {
+    if (op.layer >= layers) continue;
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = forward.tensor(t);
+      if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[op.layer].insert(t);
+      const bool fromElsewhere = tensor.role == ir::TensorRole::kInput ||
+                                 (tensor.producer >= 0 && forward.op(tensor.producer).layer != op.layer);
+      if (fromElsewhere && inboundOf[op.layer].insert(t).second) inbound[op.layer] += tensor.bytes();
+    }
+    for (ir::TensorId t : op.outputs) produced[op.layer] += forward.tensor(t).bytes();
+  }
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile& layer = profile.layers[l];
+    layer.parameters = 0;
+    layer.trainableBytes = 0;
+    for (ir::TensorId w : weightsOf[l]) {
+      layer.parameters += forward.tensor(w).elements();
+      layer.trainableBytes += forward.tensor(w).bytes();
+    }
+    // Without recomputation the backward pass reads the layer's inputs and what its ops made; with
+    // it, only the layer's inputs (the checkpoint) wait, and the last layer runs its backward at once.
+    const bool recomputed = training.recompute == ir::Recompute::kFull && l + 1 < layers;
+    layer.stashBytes = inbound[l] + (recomputed ? 0 : produced[l]);
+  }
+}
+
+int peakStashCount(PipelineSchedule schedule, int stages, int microbatches, int chunks, int stage) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe: return microbatches * chunks;
+    case PipelineSchedule::k1F1B: return std::min(stages - stage, microbatches);
+    case PipelineSchedule::kInterleaved:
+      if (chunks == 1) return std::min(stages - stage, microbatches);
+      if (microbatches == stages) return microbatches * chunks;
+      return std::min(2 * (stages - stage - 1) + (chunks - 1) * stages + 1, microbatches * chunks);
+  }
+  return microbatches * chunks;
+}
+
+double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
+  const double master = weightBytes < 4 ? 4.0 : 0.0;
+  switch (optimizer) {
+    case ir::Optimizer::kNone: return 0;
+    case ir::Optimizer::kSgd: return master;
+    case ir::Optimizer::kAdam: return 8.0 + master;
+  }
+  return 0;
+}
+
+namespace {
+
+int bytesPerParameter(const LayerProfile& layer) {
+  return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
+}
+
+// A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
+bool scheduleRuns(const TrainingConfig& training, const Candidate& c) {
+  if (c.interleave == 1) return true;
+  return training.schedule == PipelineSchedule::kInterleaved && c.microbatches % c.pp == 0;
+}
+
+}  // namespace
+
+std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+  const TrainingConfig& training = profile.training;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  std::vector<double> bytes(c.pp, 0), chunkStash(stages.chunks, 0), peak(c.pp, 0);
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const int chunk = stages.layerChunk[l], chip = chunk % c.pp;
+    const double shard = training.shardOptimizer ? c.dp : 1;
+    bytes[chip] += static_cast<double>(layer.trainableBytes) / c.tp;  // gradients
+    bytes[chip] += static_cast<double>(layer.parameters) / c.tp *
+                   optimizerBytesPerParameter(training.optimizer, bytesPerParameter(layer)) / shard;
+    chunkStash[chunk] += static_cast<double>(layer.stashBytes) * frac / c.tp;
+    // The backward pass of an op holds the gradients of its inputs beside the forward working set.
+    peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+  }
+  for (int s = 0; s < c.pp; ++s) {
+    double largest = 0;
+    for (int k = s; k < stages.chunks; k += c.pp) largest = std::max(largest, chunkStash[k]);
+    bytes[s] += peakStashCount(training.schedule, c.pp, c.microbatches, c.interleave, s) * largest + peak[s];
+  }
+  return bytes;
+}
+
+PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                   const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  const TrainingConfig& training = profile.training;
+  PlanCost cost;
+  cost.memoryPerChip = memoryPerChip(profile, c, stages);
+  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips && scheduleRuns(training, c) &&
+              (training.microbatches == 0 || training.microbatches == c.microbatches);
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  // Per microbatch and chunk: forward, then backward (dX and dW: twice the forward's compute, and the
+  // conjugate of every forward TP collective), plus the forward again when the layer is recomputed.
+  std::vector<double> forward(stages.chunks, 0), backward(stages.chunks, 0), comm(stages.chunks, 0);
+  std::vector<Bytes> gradients(c.pp, 0);
+  std::vector<double> parameters(c.pp, 0);
+  for (int l = 0; l <= last; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const LayerShare share = layerShare(layer, c, links);
+    const int k = stages.layerChunk[l];
+    const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
+    forward[k] += share.compute + share.comm;
+    backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
+    comm[k] += (2 + again) * share.comm;
+    gradients[k % c.pp] += layer.trainableBytes / c.tp;
+    parameters[k % c.pp] += static_cast<double>(layer.parameters) / c.tp;
+  }
+  // Activations go forward and their gradients come back over the same stage-to-stage routes.
+  if (stages.chunks > 1) {
+    std::vector<double> outbound(stages.chunks, 0);
+    for (const auto& e : profile.edges)
+      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
+    for (int k = 0; k < stages.chunks; ++k)
+      if (outbound[k] > 0) {
+        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
+        forward[k] += send;
+        backward[k] += send;
+        comm[k] += 2 * send;
+      }
+  }
+  // The pipeline: (m v - 1) t_max + one pass through every chunk, t = forward + backward of a chunk;
+  // for equal stages this is GPipe's and 1F1B's (m + p - 1) t and the interleaved (m v + p - 1) t / v,
+  // which simulatePipeline reproduces (tests/partition/training_cost_test.cpp).
+  double tMax = 0, passSum = 0, busySum = 0, commSum = 0;
+  std::vector<double> chipLongest(c.pp, 0), chipBusy(c.pp, 0), chipBackward(c.pp, 0);
+  for (int k = 0; k < stages.chunks; ++k) {
+    const double t = forward[k] + backward[k];
+    tMax = std::max(tMax, t);
+    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], t);
+    chipBusy[k % c.pp] += t * c.microbatches;
+    chipBackward[k % c.pp] += backward[k];
+    commSum += comm[k] * c.microbatches;
+  }
+  for (int s = 0; s < c.pp; ++s) {
+    passSum += chipLongest[s] * (stages.chunks / c.pp);
+    busySum += chipBusy[s];
+  }
+  const double mv = static_cast<double>(c.microbatches) * c.interleave;
+  const double pipeline = (mv - 1) * tMax + passSum / c.interleave;
+  // After the pipeline: the gradient all-reduce over dp in buckets, started as the last microbatch's
+  // backward pass completes each bucket (so all but the last bucket can hide behind that pass), then
+  // the optimizer step on the chip's (or with sharding, the replica's share of the) parameters.
+  double tail = 0, exposedComm = 0;
+  const double vectorRate = static_cast<double>(chip.vectorBytes) / 4.0 * chip.vxmAluGroups;  // FP32 elements/cycle
+  const double flopsPerParameter = training.optimizer == ir::Optimizer::kAdam ? 10.0 : 2.0;
+  for (int s = 0; s < c.pp; ++s) {
+    double exposed = 0;
+    if (c.dp > 1 && gradients[s] > 0) {
+      const double d = c.dp;
+      const double buckets = std::ceil(static_cast<double>(gradients[s]) / static_cast<double>(training.bucketBytes));
+      const double total = buckets * 2 * (d - 1) * static_cast<double>(links.dp.alpha) +
+                           2 * (d - 1) / d * static_cast<double>(gradients[s]) * links.dp.cyclesPerByte *
+                               links.dp.contention;
+      exposed = std::max(total / buckets, total - chipBackward[s]);
+    }
+    const double step = training.optimizer == ir::Optimizer::kNone
+                            ? 0.0
+                            : parameters[s] / (training.shardOptimizer ? c.dp : 1) * flopsPerParameter / vectorRate;
+    if (exposed + step > tail) {
+      tail = exposed + step;
+      exposedComm = exposed;
+    }
+  }
+  cost.chunkCycles = tMax;
+  cost.iterationCycles = pipeline + tail;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - busySum / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = busySum > 0 ? (commSum + exposedComm * c.pp) / (busySum + exposedComm * c.pp) : 0;
+  cost.copies = 1;  // spare chips would train other models: a training step's samples/s is its own
+  const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
+  cost.latencySeconds = seconds;
+  cost.throughput = seconds > 0 ? static_cast<double>(profile.samples) * cost.copies / seconds : 0;
+  return cost;
+}
+
+}  // namespace tsp::partition
