@@ -28,6 +28,7 @@
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "partition/search.h"
+#include "compile/ir/autodiff.h"
 #include "partition/training_cost.h"
 #include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
@@ -100,7 +101,8 @@ void describeTopology(const topology::Cluster& cluster, bool json) {
                s.rackBisectionBytesPerSecond / 1e12);
 }
 
-void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool json) {
+// training: the training step's graph (autodiff and optimizer) when the config has a `training:` section.
+void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, const ir::Graph* training, bool json) {
   std::map<std::string, std::int64_t> byOp;
   for (const auto& op : graph.ops()) ++byOp[ir::opKindName(op.kind)];
   const auto live = passes::analyzeLiveness(graph);
@@ -115,6 +117,11 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
                         {"weight_bytes", graph.weightBytes()},
                         {"kv_cache_bytes", graph.stateBytes()},
                         {"peak_activation_bytes", live.peakLiveBytes}};
+    if (training) {
+      j["training_nodes"] = training->ops().size();
+      j["training_flops"] = training->flops();
+      j["training_matmul_flops"] = training->macFlops();
+    }
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -123,6 +130,9 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
   fmt::print("  weight bytes: {}  KV-cache bytes: {}  peak activation bytes: {}\n  nodes by op:\n",
              graph.weightBytes(), graph.stateBytes(), live.peakLiveBytes);
   for (const auto& [op, count] : byOp) fmt::print("    {:<20} {}\n", op, count);
+  if (training)
+    fmt::print("  training step: nodes: {}  flops: {} (matmul {})\n", training->ops().size(), training->flops(),
+               training->macFlops());
 }
 
 // "k=v[,k=v...]" of --override into integer bindings.
@@ -554,7 +564,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (!graph) return failure(graph.error(), root);
   if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
-    if (root) describeModel(config.model, *graph, options.json);
+    std::optional<ir::TrainingGraph> training;
+    if (config.training.enabled) {
+      ir::TrainingOptions trainingOptions;
+      trainingOptions.optimizer = config.training.optimizer;
+      trainingOptions.recompute = config.training.recompute;
+      auto built = ir::buildTrainingGraph(*graph, trainingOptions);
+      if (!built) return failure(built.error(), root);
+      training = std::move(*built);
+    }
+    if (root) describeModel(config.model, *graph, training ? &training->graph : nullptr, options.json);
     return {};
   }
   // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
