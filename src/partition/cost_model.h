@@ -136,6 +136,21 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, con
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips);
 
+/// Per-microbatch cycles of each chunk's send to the next stage (each TP rank sends its 1/tp share).
+std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& candidate,
+                                    const StageAssignment& stages, const CandidateLinks& links);
+
+/// A pipeline's figures from per-microbatch chunk times (chunk k on chip k mod pp).
+struct PipelineTime {
+  double chunkMax = 0;   ///< t_max
+  double iteration = 0;  ///< (m v - 1) t_max + the sum over chips of their longest chunk
+  double busy = 0;       ///< busy cycles summed over the chips
+  double comm = 0;       ///< the communication part of busy
+};
+/// The pipeline formula of docs/partitioning.md over chunk times and their communication parts.
+PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm,
+                          const Candidate& candidate);
+
 /// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);
 

@@ -107,7 +107,6 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips && scheduleRuns(training, c) &&
               (training.microbatches == 0 || training.microbatches == c.microbatches);
-  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   const int last = static_cast<int>(profile.layers.size()) - 1;
   // Per microbatch and chunk: forward, then backward (dX and dW: twice the forward's compute, and the
   // conjugate of every forward TP collective), plus the forward again when the layer is recomputed.
@@ -126,37 +125,19 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
     parameters[k % c.pp] += static_cast<double>(layer.parameters) / c.tp;
   }
   // Activations go forward and their gradients come back over the same stage-to-stage routes.
-  if (stages.chunks > 1) {
-    std::vector<double> outbound(stages.chunks, 0);
-    for (const auto& e : profile.edges)
-      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
-    for (int k = 0; k < stages.chunks; ++k)
-      if (outbound[k] > 0) {
-        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
-        forward[k] += send;
-        backward[k] += send;
-        comm[k] += 2 * send;
-      }
-  }
-  // The pipeline: (m v - 1) t_max + one pass through every chunk, t = forward + backward of a chunk;
-  // for equal stages this is GPipe's and 1F1B's (m + p - 1) t and the interleaved (m v + p - 1) t / v,
-  // which simulatePipeline reproduces (tests/partition/training_cost_test.cpp).
-  double tMax = 0, passSum = 0, busySum = 0, commSum = 0;
-  std::vector<double> chipLongest(c.pp, 0), chipBusy(c.pp, 0), chipBackward(c.pp, 0);
+  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  std::vector<double> chunk(stages.chunks, 0), chipBackward(c.pp, 0);
   for (int k = 0; k < stages.chunks; ++k) {
-    const double t = forward[k] + backward[k];
-    tMax = std::max(tMax, t);
-    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], t);
-    chipBusy[k % c.pp] += t * c.microbatches;
+    forward[k] += sends[k];
+    backward[k] += sends[k];
+    comm[k] += 2 * sends[k];
+    chunk[k] = forward[k] + backward[k];
     chipBackward[k % c.pp] += backward[k];
-    commSum += comm[k] * c.microbatches;
   }
-  for (int s = 0; s < c.pp; ++s) {
-    passSum += chipLongest[s] * (stages.chunks / c.pp);
-    busySum += chipBusy[s];
-  }
-  const double mv = static_cast<double>(c.microbatches) * c.interleave;
-  const double pipeline = (mv - 1) * tMax + passSum / c.interleave;
+  // The pipeline with t = forward + backward of a chunk: for equal stages GPipe's and 1F1B's
+  // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
+  // (tests/partition/training_cost_test.cpp).
+  const PipelineTime time = pipelineTime(chunk, comm, c);
   // After the pipeline: the gradient all-reduce over dp in buckets, started as the last microbatch's
   // backward pass completes each bucket (so all but the last bucket can hide behind that pass), then
   // the optimizer step on the chip's (or with sharding, the replica's share of the) parameters.
@@ -181,10 +162,10 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
       exposedComm = exposed;
     }
   }
-  cost.chunkCycles = tMax;
-  cost.iterationCycles = pipeline + tail;
-  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - busySum / c.pp / cost.iterationCycles) : 0;
-  cost.commShare = busySum > 0 ? (commSum + exposedComm * c.pp) / (busySum + exposedComm * c.pp) : 0;
+  cost.chunkCycles = time.chunkMax;
+  cost.iterationCycles = time.iteration + tail;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;
   cost.copies = 1;  // spare chips would train other models: a training step's samples/s is its own
   const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
   cost.latencySeconds = seconds;

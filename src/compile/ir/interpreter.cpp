@@ -178,48 +178,6 @@ Window windowOf(const Op& op, const Shape& x, const Shape& y, const Shape& kerne
   return w;
 }
 
-void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value& y) {
-  const std::int64_t group = op.intAttr("group", 1);
-  const Window g = windowOf(op, x.shape, y.shape, Shape(w.shape.begin() + 2, w.shape.end()));
-  const std::int64_t batch = x.shape[0], cin = x.shape[1], cout = w.shape[0], cinG = cin / group, coutG = cout / group;
-  const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], outPlane = g.out[0] * g.out[1] * g.out[2],
-                     kPlane = g.kernel[0] * g.kernel[1] * g.kernel[2];
-  const bool integer = !isFloat(y.dtype);
-  for (std::int64_t nb = 0; nb < batch; ++nb)
-    for (std::int64_t co = 0; co < cout; ++co) {
-      const std::int64_t gi = co / coutG;
-      for (std::int64_t od = 0; od < g.out[0]; ++od)
-        for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
-          for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-            double acc = bias ? bias->data[co] : 0.0;
-            std::int64_t iacc = bias ? asInt(bias->data[co]) : 0;
-            for (std::int64_t ci = 0; ci < cinG; ++ci) {
-              const double* px = x.data.data() + (nb * cin + gi * cinG + ci) * inPlane;
-              const double* pw = w.data.data() + (co * cinG + ci) * kPlane;
-              for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
-                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
-                if (id < 0 || id >= g.in[0]) continue;
-                for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
-                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
-                  if (ih < 0 || ih >= g.in[1]) continue;
-                  for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-                    const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
-                    if (iw < 0 || iw >= g.in[2]) continue;
-                    const double xv = px[(id * g.in[1] + ih) * g.in[2] + iw];
-                    const double wv = pw[(kd * g.kernel[1] + kh) * g.kernel[2] + kw];
-                    if (integer) iacc += asInt(xv) * asInt(wv);
-                    else acc += xv * wv;
-                  }
-                }
-              }
-            }
-            y.data[((nb * cout + co) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow] =
-                integer ? static_cast<double>(iacc) : acc;
-          }
-    }
-  (void)outPlane;
-}
-
 // Calls tap(xIndex, wIndex, yIndex) for every multiply of a convolution with input shape x, weight
 // shape w and output shape y: the one loop nest both convolution gradients are made of.
 void forEachConvTap(const Op& op, const Shape& x, const Shape& w, const Shape& y,
@@ -250,6 +208,25 @@ void forEachConvTap(const Op& op, const Shape& x, const Shape& w, const Shape& y
                 }
               }
           }
+}
+
+void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value& y) {
+  const std::int64_t cout = w.shape[0], plane = product(y.shape, 2);
+  const bool integer = !isFloat(y.dtype);
+  // Integers accumulate exactly in 64 bits; floating point in double, in the same tap order.
+  std::vector<std::int64_t> iacc(integer ? y.data.size() : 0, 0);
+  if (bias)
+    for (size_t i = 0; i < y.data.size(); ++i) {
+      const std::int64_t co = static_cast<std::int64_t>(i) / plane % cout;
+      if (integer) iacc[i] = asInt(bias->data[co]);
+      else y.data[i] = bias->data[co];
+    }
+  forEachConvTap(op, x.shape, w.shape, y.shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    if (integer) iacc[yi] += asInt(x.data[xi]) * asInt(w.data[wi]);
+    else y.data[yi] += x.data[xi] * w.data[wi];
+  });
+  if (integer)
+    for (size_t i = 0; i < y.data.size(); ++i) y.data[i] = static_cast<double>(iacc[i]);
 }
 
 // Softmax cross-entropy over the class axis: calls row(base, stride, classes, label) for every
