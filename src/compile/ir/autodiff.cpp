@@ -68,7 +68,7 @@ class BackwardBuilder {
  public:
   BackwardBuilder(Graph& graph, const TrainingOptions& options) : g_(graph), options_(options) {}
 
-  Expected<TrainingTensors> run(TensorId loss) {
+  Expected<TrainingTensors> run(TensorId loss, TensorId seed) {
     const size_t forwardOps = g_.ops().size();
     needsGrad_.assign(g_.tensors().size(), false);
     for (TensorId w : g_.weights()) needsGrad_[w] = isFloat(g_.tensor(w).dtype);
@@ -82,7 +82,7 @@ class BackwardBuilder {
     }
     if (!needsGrad_[loss]) return modelError(g_.tensor(loss).name, "the loss does not depend on any weight");
     layer_ = g_.tensor(loss).producer >= 0 ? g_.op(g_.tensor(loss).producer).layer : 0;
-    addGrad(loss, scalar(1.0, g_.tensor(loss).dtype));
+    addGrad(loss, seed >= 0 ? seed : scalar(1.0, g_.tensor(loss).dtype));
     int recomputedLayer = -1;
     for (size_t i = forwardOps; i-- > 0;) {
       const Op op = g_.op(static_cast<OpId>(i));  // a copy: adding ops moves the op list
@@ -494,10 +494,16 @@ Expected<TrainingGraph> differentiate(const Graph& forward, const TrainingOption
   } else if (!forward.outputs().empty()) {
     lossId = (*map)[forward.outputs().front()];
   }
-  if (lossId < 0 || !result.graph.tensor(lossId).shape.empty())
-    return makeError(ExitCode::kModel, "differentiate needs a scalar loss (an output of shape [])");
+  if (lossId < 0) return makeError(ExitCode::kModel, "differentiate needs a loss: the graph has no output");
+  // A tensor that is not a scalar gets its gradient from outside: a new input NAME.grad (what a
+  // pipeline stage receives from the next one, or a loss computed elsewhere).
+  TensorId seed = -1;
+  if (!result.graph.tensor(lossId).shape.empty()) {
+    const Tensor& t = result.graph.tensor(lossId);
+    seed = result.graph.addInput(t.name + ".grad", t.shape, t.dtype);
+  }
   BackwardBuilder builder(result.graph, options);
-  auto tensors = builder.run(lossId);
+  auto tensors = builder.run(lossId, seed);
   if (!tensors) return tensors.error();
   result.tensors = std::move(*tensors);
   return result;

@@ -55,8 +55,9 @@ struct TrainingGraph {
   TrainingTensors tensors;
 };
 
-/// Reverse-mode gradients of a scalar output of `forward` (its first output of shape [], or
-/// `loss` when given) with respect to every weight. The result is the forward graph followed by the
+/// Reverse-mode gradients of an output of `forward` (its first output, or `loss` when given) with
+/// respect to every weight. A scalar output is the loss (seed 1); any other output's gradient is a
+/// new input NAME.grad, as a pipeline stage receives it from the next stage. The result is the forward graph followed by the
 /// backward ops (each in the layer of the forward op it differentiates) and, with an optimizer, the
 /// update. Outputs: the loss, then each weight's new value (optimizer) or gradient (kNone), then
 /// with Adam the new m and v. Errors name the op that has no gradient rule.
