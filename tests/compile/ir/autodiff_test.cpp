@@ -267,6 +267,42 @@ TEST(Autodiff, NoRuleIsAnErrorNamingTheOp) {
   EXPECT_NE(trained.error().message.find("autodiff: no gradient rule for MaxPool"), std::string::npos);
 }
 
+TEST(Autodiff, ErrorsNameWhatIsWrong) {
+  TrainingOptions options;
+  auto message = [&](const Graph& g, const std::string& loss = "") {
+    auto t = differentiate(g, options, loss);
+    EXPECT_FALSE(t.ok());
+    return t.ok() ? std::string() : t.error().format();
+  };
+  Graph empty;
+  EXPECT_NE(message(empty).find("differentiate needs a loss: the graph has no output"), std::string::npos);
+  GradCase constant;
+  const TensorId x = constant.graph.addInput("x", {3}, DType::kF32);
+  constant.finish(constant.op(OpKind::kExp, "exp", {x}));
+  EXPECT_NE(message(constant.graph).find("the loss does not depend on any weight"), std::string::npos);
+  EXPECT_NE(message(constant.graph, "nope").find("the loss tensor 'nope' does not exist"), std::string::npos);
+  GradCase pow;
+  const TensorId base = pow.weight("base", {3}, 0.5, 1.5);
+  pow.finish(pow.op(OpKind::kPow, "pow", {base, pow.weight("exponent", {3})}));
+  EXPECT_NE(message(pow.graph).find("autodiff: Pow has a gradient rule for its base only"), std::string::npos);
+  GradCase vec;
+  vec.finish(vec.op(OpKind::kMatMul, "mv", {vec.weight("m", {2, 3}), vec.weight("v", {3})}));
+  EXPECT_NE(message(vec.graph).find("autodiff: MatMul with a 1-D operand has no gradient rule"), std::string::npos);
+  GradCase strided;
+  strided.finish(strided.op(OpKind::kSlice, "every2", {strided.weight("s", {6})},
+                            {{"starts", Shape{0}}, {"ends", Shape{6}}, {"steps", Shape{2}}}));
+  EXPECT_NE(message(strided.graph).find("autodiff: Slice with steps has no gradient rule"), std::string::npos);
+  Graph noOutput;
+  options.scores = "";
+  auto built = buildTrainingGraph(noOutput, options);
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.error().message.find("training: the model has no output to compute a loss on"), std::string::npos);
+  options.scores = "logits";
+  built = buildTrainingGraph(constant.graph, options);
+  ASSERT_FALSE(built.ok());
+  EXPECT_NE(built.error().message.find("training: the scores tensor 'logits' does not exist"), std::string::npos);
+}
+
 // A two-layer MLP with a cross-entropy loss: the training graph of buildTrainingGraph.
 Graph mlp() {
   Graph g;
