@@ -8,37 +8,46 @@
 
 namespace tsp::partition {
 
-void applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
   profile.training = training;
-  if (!training.enabled) return;
+  if (!training.enabled) return {};
+  // The stash is what the training graph's backward ops read from the forward pass (activations
+  // and inputs; with recomputation only the layers' inputs), counted in the layer that reads it.
+  ir::TrainingOptions options;
+  options.optimizer = ir::Optimizer::kNone;
+  options.recompute = training.recompute;
+  auto trained = ir::buildTrainingGraph(forward, options);
+  if (!trained) return trained.error();
+  const ir::Graph& g = trained->graph;
   const int layers = static_cast<int>(profile.layers.size());
-  std::vector<std::set<ir::TensorId>> weightsOf(layers);
-  std::vector<Bytes> produced(layers, 0), inbound(layers, 0);
-  std::vector<std::set<ir::TensorId>> inboundOf(layers);
-  for (const ir::Op& op : forward.ops()) {
-    if (op.layer >= layers) continue;
+  const size_t forwardOps = forward.ops().size() + 1;  // the model's ops and the loss
+  std::vector<std::set<ir::TensorId>> weightsOf(layers), stashOf(layers);
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const ir::Op& op = g.op(static_cast<ir::OpId>(i));
+    const int layer = std::min(op.layer, layers - 1);
     for (ir::TensorId t : op.inputs) {
-      const ir::Tensor& tensor = forward.tensor(t);
-      if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[op.layer].insert(t);
-      const bool fromElsewhere = tensor.role == ir::TensorRole::kInput ||
-                                 (tensor.producer >= 0 && forward.op(tensor.producer).layer != op.layer);
-      if (fromElsewhere && inboundOf[op.layer].insert(t).second) inbound[op.layer] += tensor.bytes();
+      const ir::Tensor& tensor = g.tensor(t);
+      if (i < forwardOps) {
+        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[layer].insert(t);
+        continue;
+      }
+      const bool fromForward = tensor.role == ir::TensorRole::kInput ||
+                               (tensor.producer >= 0 && static_cast<size_t>(tensor.producer) < forwardOps);
+      if (fromForward) stashOf[layer].insert(t);
     }
-    for (ir::TensorId t : op.outputs) produced[op.layer] += forward.tensor(t).bytes();
   }
   for (int l = 0; l < layers; ++l) {
     LayerProfile& layer = profile.layers[l];
     layer.parameters = 0;
     layer.trainableBytes = 0;
+    layer.stashBytes = 0;
     for (ir::TensorId w : weightsOf[l]) {
-      layer.parameters += forward.tensor(w).elements();
-      layer.trainableBytes += forward.tensor(w).bytes();
+      layer.parameters += g.tensor(w).elements();
+      layer.trainableBytes += g.tensor(w).bytes();
     }
-    // Without recomputation the backward pass reads the layer's inputs and what its ops made; with
-    // it, only the layer's inputs (the checkpoint) wait, and the last layer runs its backward at once.
-    const bool recomputed = training.recompute == ir::Recompute::kFull && l + 1 < layers;
-    layer.stashBytes = inbound[l] + (recomputed ? 0 : produced[l]);
+    for (ir::TensorId t : stashOf[l]) layer.stashBytes += g.tensor(t).bytes();
   }
+  return {};
 }
 
 int peakStashCount(PipelineSchedule schedule, int stages, int microbatches, int chunks, int stage) {

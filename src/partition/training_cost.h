@@ -4,13 +4,15 @@
 #pragma once
 
 #include "compile/ir/graph.h"
+#include "support/expected.h"
 #include "partition/cost_model.h"
 
 namespace tsp::partition {
 
-/// Marks the profile as a training step and fills each layer's trainable bytes and stash bytes
-/// (activations kept from the forward to the backward pass, for the whole batch).
-void applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training);
+/// Marks the profile as a training step and fills each layer's parameters, their bytes and its stash
+/// bytes (what the backward pass of ir::buildTrainingGraph reads from the forward pass, for the
+/// whole batch). A model autodiff cannot differentiate is a model error naming the op.
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training);
 
 /// Most microbatch-chunks whose activations a stage holds at once under a schedule (the closed forms
 /// of PipelineOrder::peakStash): GPipe m, 1F1B min(p - s, m), interleaved min(2(p - s - 1) + (v - 1) p + 1, m v).

@@ -363,7 +363,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
-  partition::applyTraining(*profile, graph, config.training);
+  if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {

@@ -90,7 +90,10 @@ void BM_TrainingSearchMegatronTable1(benchmark::State& state) {
       state.SkipWithError(profile.error().format().c_str());
       break;
     }
-    tsp::partition::applyTraining(*profile, graph, training);
+    if (auto s = tsp::partition::applyTraining(*profile, graph, training); !s) {
+      state.SkipWithError(s.error().format().c_str());
+      break;
+    }
     auto result = tsp::partition::searchPlans(cluster, *profile, {});
     if (!result) {
       state.SkipWithError(result.error().format().c_str());

@@ -100,7 +100,7 @@ TEST(TrainingCost, MemoryCountsGradientsOptimizerStateAndStash) {
   const Bytes inference = memoryPerChip(*base, cand, *stages);
   auto withTraining = [&](const TrainingConfig& t) {
     ModelProfile p = *base;
-    applyTraining(p, g, t);
+    EXPECT_TRUE(applyTraining(p, g, t).ok());
     return memoryPerChip(p, cand, *stages);
   };
   const Bytes sgd = withTraining(training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd));
@@ -111,7 +111,7 @@ TEST(TrainingCost, MemoryCountsGradientsOptimizerStateAndStash) {
   EXPECT_GT(sgd, inference);
   // Adam adds m and v in FP32: 8 bytes per parameter beyond SGD's FP32 master copy.
   ModelProfile trained = *base;
-  applyTraining(trained, g, training(PipelineSchedule::k1F1B));
+  ASSERT_TRUE(applyTraining(trained, g, training(PipelineSchedule::k1F1B)).ok());
   std::int64_t stageParameters = 0;
   for (size_t l = 0; l < trained.layers.size(); ++l)
     if (stages->layerChunk[l] == 0) stageParameters += trained.layers[l].parameters;
@@ -129,7 +129,7 @@ TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
   const auto g = gpt(4, 512, 8, 512, 64, 4096);
   auto profile = profileModel(g, c.chip(), 64);
   ASSERT_TRUE(profile.ok());
-  applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd));
+  ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd)).ok());
   auto stages = assignStages(*profile, 1);
   ASSERT_TRUE(stages.ok());
   auto order = localityOrder(c);
@@ -198,7 +198,7 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
     const auto g = gpt(r.layers, r.hidden, r.heads, 2048, r.batch, 51200);
     auto profile = profileModel(g, cluster.chip(), r.batch);
     ASSERT_TRUE(profile.ok());
-    applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kAdam, ir::Recompute::kFull));
+    ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kAdam, ir::Recompute::kFull)).ok());
     const Candidate smallest = smallestFittingPlan(*profile, cluster.chip(), 1 << 12);
     ASSERT_GT(smallest.dp, 0) << r.name;
     EXPECT_GT(smallest.chips(), previous) << r.name;  // bigger models need more chips
