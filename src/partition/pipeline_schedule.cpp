@@ -66,7 +66,7 @@ Expected<PipelineOrder> buildPipelineOrder(PipelineSchedule schedule, int stages
   if (schedule != PipelineSchedule::kInterleaved && chunks != 1)
     return makeError(ExitCode::kConfig, fmt::format("schedule {} runs one chunk per stage, not {} (interleave needs "
                                                     "schedule: interleaved)", pipelineScheduleName(schedule), chunks));
-  if (schedule == PipelineSchedule::kInterleaved && microbatches % stages != 0)
+  if (schedule == PipelineSchedule::kInterleaved && chunks > 1 && microbatches % stages != 0)
     return makeError(ExitCode::kConfig, fmt::format("the interleaved schedule needs microbatches ({}) divisible by the "
                                                     "pipeline stages ({})", microbatches, stages));
   PipelineOrder order{schedule, stages, microbatches, chunks, std::vector<std::vector<PipelineTask>>(stages)};

@@ -109,6 +109,50 @@ std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Cand
   return bytes;
 }
 
+TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                              const CandidateLinks& links) {
+  const TrainingConfig& training = profile.training;
+  TrainingChunks out;
+  out.forward.assign(stages.chunks, 0);
+  out.backward.assign(stages.chunks, 0);
+  out.comm.assign(stages.chunks, 0);
+  out.gradients.assign(c.pp, 0);
+  out.parameters.assign(c.pp, 0);
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  // Forward, then backward (dX and dW: twice the forward's compute, and the conjugate of every
+  // forward TP collective), plus the forward again when the layer is recomputed.
+  for (int l = 0; l <= last; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const LayerShare share = layerShare(layer, c, links);
+    const int k = stages.layerChunk[l];
+    const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
+    out.forward[k] += share.compute + share.comm;
+    out.backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
+    out.comm[k] += (2 + again) * share.comm;
+    out.gradients[k % c.pp] += layer.trainableBytes / c.tp;
+    out.parameters[k % c.pp] += static_cast<double>(layer.parameters) / c.tp;
+  }
+  // Activations go forward and their gradients come back over the same stage-to-stage routes.
+  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  for (int k = 0; k < stages.chunks; ++k) {
+    out.forward[k] += sends[k];
+    out.backward[k] += sends[k];
+    out.comm[k] += 2 * sends[k];
+  }
+  return out;
+}
+
+PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& c) {
+  PipelineCosts costs;
+  costs.forward.assign(c.pp, std::vector<double>(c.interleave, 0));
+  costs.backward = costs.forward;
+  for (size_t k = 0; k < chunks.forward.size(); ++k) {
+    costs.forward[k % c.pp][k / c.pp] = chunks.forward[k];
+    costs.backward[k % c.pp][k / c.pp] = chunks.backward[k];
+  }
+  return costs;
+}
+
 PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
                                    const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
   const TrainingConfig& training = profile.training;
@@ -116,37 +160,19 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips && scheduleRuns(training, c) &&
               (training.microbatches == 0 || training.microbatches == c.microbatches);
-  const int last = static_cast<int>(profile.layers.size()) - 1;
-  // Per microbatch and chunk: forward, then backward (dX and dW: twice the forward's compute, and the
-  // conjugate of every forward TP collective), plus the forward again when the layer is recomputed.
-  std::vector<double> forward(stages.chunks, 0), backward(stages.chunks, 0), comm(stages.chunks, 0);
-  std::vector<Bytes> gradients(c.pp, 0);
-  std::vector<double> parameters(c.pp, 0);
-  for (int l = 0; l <= last; ++l) {
-    const LayerProfile& layer = profile.layers[l];
-    const LayerShare share = layerShare(layer, c, links);
-    const int k = stages.layerChunk[l];
-    const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
-    forward[k] += share.compute + share.comm;
-    backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
-    comm[k] += (2 + again) * share.comm;
-    gradients[k % c.pp] += layer.trainableBytes / c.tp;
-    parameters[k % c.pp] += static_cast<double>(layer.parameters) / c.tp;
-  }
-  // Activations go forward and their gradients come back over the same stage-to-stage routes.
-  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  const TrainingChunks chunks = trainingChunks(profile, c, stages, links);
+  const std::vector<double>& backward = chunks.backward;
+  const std::vector<Bytes>& gradients = chunks.gradients;
+  const std::vector<double>& parameters = chunks.parameters;
   std::vector<double> chunk(stages.chunks, 0), chipBackward(c.pp, 0);
   for (int k = 0; k < stages.chunks; ++k) {
-    forward[k] += sends[k];
-    backward[k] += sends[k];
-    comm[k] += 2 * sends[k];
-    chunk[k] = forward[k] + backward[k];
+    chunk[k] = chunks.forward[k] + backward[k];
     chipBackward[k % c.pp] += backward[k];
   }
   // The pipeline with t = forward + backward of a chunk: for equal stages GPipe's and 1F1B's
   // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
   // (tests/partition/training_cost_test.cpp).
-  const PipelineTime time = pipelineTime(chunk, comm, c);
+  const PipelineTime time = pipelineTime(chunk, chunks.comm, c);
   // After the pipeline: the gradient all-reduce over dp in buckets, started as the last microbatch's
   // backward pass completes each bucket (so all but the last bucket can hide behind that pass), then
   // the optimizer step on the chip's (or with sharding, the replica's share of the) parameters.

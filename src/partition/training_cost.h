@@ -27,6 +27,19 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes);
 std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Candidate& candidate,
                                          const StageAssignment& stages);
 
+/// Per-microbatch figures of every chunk of a training step (chunk k on pipeline chip k mod pp),
+/// stage sends included, and the gradients and parameters of each pipeline chip.
+struct TrainingChunks {
+  std::vector<double> forward, backward, comm;  ///< per chunk, cycles
+  std::vector<Bytes> gradients;                 ///< per pipeline chip, bytes (its share of one TP group)
+  std::vector<double> parameters;               ///< per pipeline chip
+};
+/// The chunk figures evaluateTrainingCandidate prices.
+TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
+                              const CandidateLinks& links);
+/// Those chunk times as the event simulation's costs ([stage][chunk]; sends already in the times).
+PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& candidate);
+
 /// evaluateCandidate for a training profile.
 PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& candidate,
                                    const StageAssignment& stages, const CandidateLinks& links,

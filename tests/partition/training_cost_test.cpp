@@ -3,6 +3,7 @@
 // and Megatron-LM Table 1's models through the search on the 10,440-TSP dragonfly.
 #include "partition/training_cost.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -224,6 +225,58 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
                          smallest.chips(), smallest.canonical(), best, rate, memory, bubble);
   }
   std::printf("%s", table.c_str());
+}
+
+}  // namespace
+}  // namespace tsp::partition
+
+namespace tsp::partition {
+namespace {
+
+// On the searched plans of a real model (unequal stages: embedding, blocks, head), the cost model's
+// closed-form pipeline time against the event simulation of the plan's schedule with its chunk costs.
+TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
+  const auto c = clusterFrom("{topology: {kind: torus, dims: [4, 4]}}");
+  const auto g = gpt(8, 1024, 16, 256, 16, 8192);
+  for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved}) {
+    auto profile = profileModel(g, c.chip(), 16);
+    ASSERT_TRUE(profile.ok());
+    ASSERT_TRUE(applyTraining(*profile, g, training(schedule, ir::Optimizer::kAdam, ir::Recompute::kFull)).ok());
+    auto result = searchPlans(c, *profile, {});
+    ASSERT_TRUE(result.ok()) << result.error().format();
+    auto order = localityOrder(c);
+    ASSERT_TRUE(order.ok());
+    int pipelines = 0;
+    double low = 1e9, high = 0;
+    for (const RankedPlan& r : result->ranked) {
+      const Candidate& cand = r.candidate;
+      if (cand.pp == 1) continue;
+      auto stages = assignStages(*profile, cand.pp * cand.interleave);
+      ASSERT_TRUE(stages.ok());
+      auto placed = placePlan(c, *order, cand.dp, cand.tp, cand.pp);
+      ASSERT_TRUE(placed.ok());
+      const auto links = linkFigures(c, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true);
+      const TrainingChunks chunks = trainingChunks(*profile, cand, *stages, links);
+      std::vector<double> chunk;
+      for (size_t k = 0; k < chunks.forward.size(); ++k) chunk.push_back(chunks.forward[k] + chunks.backward[k]);
+      const double closed = pipelineTime(chunk, chunks.comm, cand).iteration;
+      auto pipelineOrder = buildPipelineOrder(schedule, cand.pp, cand.microbatches, cand.interleave);
+      ASSERT_TRUE(pipelineOrder.ok()) << cand.canonical();
+      auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
+      ASSERT_TRUE(timing.ok());
+      const double ratio = closed / timing->makespan;
+      // Never more than 2 % optimistic, and at most 12 % pessimistic (a short stage's idle time
+      // the closed form charges at t_max).
+      EXPECT_GE(ratio, 0.98) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      EXPECT_LE(ratio, 1.12) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      low = std::min(low, ratio);
+      high = std::max(high, ratio);
+      ++pipelines;
+    }
+    EXPECT_GT(pipelines, 0);
+    std::printf("%s: %d searched pipeline plans, closed form / simulated makespan in [%.4f, %.4f]\n",
+                pipelineScheduleName(schedule), pipelines, low, high);
+  }
 }
 
 }  // namespace
