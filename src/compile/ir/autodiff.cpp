@@ -242,6 +242,44 @@ class BackwardBuilder {
         }
         return {};
       }
+      case OpKind::kMaxPool:
+        give(0, op(OpKind::kMaxPoolGrad, {in(0), dy}, fwd.attrs));
+        return {};
+      case OpKind::kAveragePool: {
+        Attrs attrs = fwd.attrs;
+        attrs["input_shape"] = shape(in(0));
+        give(0, op(OpKind::kAveragePoolGrad, {dy}, attrs));
+        return {};
+      }
+      case OpKind::kGlobalAveragePool: {
+        const Shape xs = shape(in(0));
+        std::int64_t plane = 1;
+        for (size_t a = 2; a < xs.size(); ++a) plane *= xs[a];
+        give(0, mulScalar(op(OpKind::kExpand, {dy}, {{"shape", xs}}), 1.0 / static_cast<double>(plane)));
+        return {};
+      }
+      case OpKind::kBatchNormalization: {
+        // Inference form: the running mean and variance are constants, so y is affine in x per channel.
+        const TensorId x = in(0);
+        const Shape xs = shape(x);
+        Shape channel(xs.size() - 1, 1);
+        channel[0] = xs[1];
+        auto perChannel = [&](TensorId t) { return reshape(t, channel); };
+        const TensorId rstd = div(scalar(1.0, dtype(in(4))),
+                                  op(OpKind::kSqrt, {add(in(4), scalar(fwd.floatAttr("epsilon", 1e-5), dtype(in(4))))}));
+        Shape sumAxes = {0};
+        for (size_t a = 2; a < xs.size(); ++a) sumAxes.push_back(static_cast<std::int64_t>(a));
+        const Attrs sum = {{"axes", sumAxes}, {"keepdims", std::int64_t{0}}};
+        if (needs(0)) give(0, mul(dy, perChannel(mul(in(1), rstd))));
+        if (needs(1)) {
+          const TensorId xhat = mul(sub(x, perChannel(in(3))), perChannel(rstd));
+          give(1, op(OpKind::kReduceSum, {mul(dy, xhat)}, sum));
+        }
+        if (needs(2)) give(2, op(OpKind::kReduceSum, {dy}, sum));
+        if (needs(3) || needs(4))
+          return modelError(fwd.name, "autodiff: BatchNormalization's mean and variance must be constants");
+        return {};
+      }
       case OpKind::kAdd:
         give(0, dy);
         give(1, dy);

@@ -55,7 +55,8 @@ constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames 
     "AllReduce", "AllGather", "ReduceScatter", "Send", "Recv",
     "FusedMatMul", "FusedElementwise",
     "AllToAll",
-    "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "ConvInputGrad", "ConvWeightGrad", "GatherGrad"};
+    "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "ConvInputGrad", "ConvWeightGrad", "GatherGrad",
+    "MaxPoolGrad", "AveragePoolGrad"};
 
 }  // namespace
 
@@ -293,6 +294,12 @@ std::int64_t opFlops(const Graph& graph, const Op& op) {
       std::int64_t window = 1;
       for (auto k : op.intsAttr("kernel_shape")) window *= k;
       return out * window;
+    }
+    case OpKind::kMaxPoolGrad: case OpKind::kAveragePoolGrad: {
+      // One per window element of the forward pool, whose output is dY.
+      std::int64_t window = 1;
+      for (auto k : op.intsAttr("kernel_shape")) window *= k;
+      return elements(op.inputs[op.kind == OpKind::kMaxPoolGrad ? 1 : 0]) * window;
     }
     default:
       return 0;

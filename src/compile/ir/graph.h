@@ -52,6 +52,7 @@ enum class OpKind : std::uint8_t {
   kAllToAll,
   // Training (src/compile/ir/autodiff.h): the loss and the gradient kernels the backward pass needs.
   kSoftmaxCrossEntropyLoss, kSoftmaxCrossEntropyLossGrad, kConvInputGrad, kConvWeightGrad, kGatherGrad,
+  kMaxPoolGrad, kAveragePoolGrad,
   kCount  ///< number of kinds, not a kind
 };
 

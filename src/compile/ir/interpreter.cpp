@@ -252,41 +252,66 @@ double logSumExp(const Value& x, std::int64_t base, std::int64_t stride, std::in
   return m + std::log(sum);
 }
 
-void pool(const Op& op, const Value& x, Value& y) {
-  const Window g = windowOf(op, x.shape, y.shape, op.intsAttr("kernel_shape"));
-  const bool isMax = op.kind == OpKind::kMaxPool;
-  const bool includePad = op.intAttr("count_include_pad", 0) != 0;
-  const std::int64_t planes = x.shape[0] * x.shape[1];
+// Calls window(yIndex, taps, padded) for every output of a pool with input shape x and output
+// shape y: taps are the input indices the window covers (in loop order), padded the positions it
+// covers in the explicit padding (which count for count_include_pad; ceil_mode windows may
+// overhang the padding, and those positions do not count).
+void forEachPoolWindow(const Op& op, const Shape& x, const Shape& y,
+                       const std::function<void(std::int64_t, const std::vector<std::int64_t>&, std::int64_t)>& window) {
+  const Window g = windowOf(op, x, y, op.intsAttr("kernel_shape"));
+  const std::int64_t planes = x[0] * x[1];
   const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], outPlane = g.out[0] * g.out[1] * g.out[2];
+  std::vector<std::int64_t> taps;
   for (std::int64_t p = 0; p < planes; ++p)
     for (std::int64_t od = 0; od < g.out[0]; ++od)
       for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
         for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-          double acc = isMax ? -std::numeric_limits<double>::infinity() : 0.0;
-          std::int64_t count = 0, padded = 0;
+          taps.clear();
+          std::int64_t padded = 0;
           for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd)
             for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh)
               for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
                 const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
                 const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
                 const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
-                // Padded positions count for count_include_pad, but not beyond the explicit padding
-                // (ceil_mode windows may overhang it).
                 const bool inPadded = id < g.in[0] + g.padEnd[0] && ih < g.in[1] + g.padEnd[1] &&
                                       iw < g.in[2] + g.padEnd[2];
                 if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) {
                   padded += inPadded;
                   continue;
                 }
-                const double v = x.data[p * inPlane + (id * g.in[1] + ih) * g.in[2] + iw];
-                if (isMax) acc = std::max(acc, v);
-                else acc += v;
-                ++count;
+                taps.push_back(p * inPlane + (id * g.in[1] + ih) * g.in[2] + iw);
               }
-          double result = acc;
-          if (!isMax) result = acc / static_cast<double>(std::max<std::int64_t>(1, includePad ? count + padded : count));
-          y.data[p * outPlane + (od * g.out[1] + oh) * g.out[2] + ow] = result;
+          window(p * outPlane + (od * g.out[1] + oh) * g.out[2] + ow, taps, padded);
         }
+}
+
+// The divisor of an average pool window.
+double averageDivisor(const Op& op, size_t taps, std::int64_t padded) {
+  const bool includePad = op.intAttr("count_include_pad", 0) != 0;
+  return static_cast<double>(std::max<std::int64_t>(1, static_cast<std::int64_t>(taps) + (includePad ? padded : 0)));
+}
+
+// The first tap holding the window's largest value (the one a max pool passes on).
+std::int64_t argmaxTap(const Value& x, const std::vector<std::int64_t>& taps) {
+  std::int64_t best = -1;
+  for (std::int64_t t : taps)
+    if (best < 0 || x.data[t] > x.data[best]) best = t;
+  return best;
+}
+
+void pool(const Op& op, const Value& x, Value& y) {
+  const bool isMax = op.kind == OpKind::kMaxPool;
+  forEachPoolWindow(op, x.shape, y.shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t padded) {
+    if (isMax) {
+      const std::int64_t best = argmaxTap(x, taps);
+      y.data[yi] = best < 0 ? -std::numeric_limits<double>::infinity() : x.data[best];
+      return;
+    }
+    double acc = 0;
+    for (std::int64_t t : taps) acc += x.data[t];
+    y.data[yi] = acc / averageDivisor(op, taps.size(), padded);
+  });
 }
 
 Value transpose(const Value& x, const Shape& perm, const TensorType& outType) {
@@ -646,6 +671,17 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
     case OpKind::kConvWeightGrad:
       forEachConvTap(op, x.shape, y->shape, in[1]->shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
         y->data[wi] += x.data[xi] * in[1]->data[yi];
+      });
+      return finish();
+    case OpKind::kMaxPoolGrad:  // inputs x, dY: dY goes to the tap the forward window passed on
+      forEachPoolWindow(op, x.shape, in[1]->shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t) {
+        if (const std::int64_t best = argmaxTap(x, taps); best >= 0) y->data[best] += in[1]->data[yi];
+      });
+      return finish();
+    case OpKind::kAveragePoolGrad:  // input dY: spread over the window's taps
+      forEachPoolWindow(op, y->shape, x.shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t padded) {
+        const double share = x.data[yi] / averageDivisor(op, taps.size(), padded);
+        for (std::int64_t t : taps) y->data[t] += share;
       });
       return finish();
     case OpKind::kGatherGrad: {

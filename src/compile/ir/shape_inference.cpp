@@ -520,6 +520,17 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       if (kind == OpKind::kGatherGrad && isFloat(typeOf(1))) return modelError(name, "GatherGrad indices must be integers");
       return one(out, typeOf(kind == OpKind::kConvWeightGrad ? 1 : 0));
     }
+    case OpKind::kMaxPoolGrad:
+      if (auto s = need(2, 2); !s) return s.error();
+      if (!at.attrs.count("kernel_shape")) return modelError(name, "MaxPoolGrad needs the pool's kernel_shape");
+      return one(shapeOf(0), typeOf(1));
+    case OpKind::kAveragePoolGrad: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape out = at.ints("input_shape");
+      if (out.size() != shapeOf(0).size() || !at.attrs.count("kernel_shape"))
+        return modelError(name, "AveragePoolGrad needs the pool's kernel_shape and input_shape");
+      return one(out, typeOf(0));
+    }
     case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
       break;
   }

@@ -258,13 +258,45 @@ TEST(Autodiff, LossRejectsBadLabels) {
 
 TEST(Autodiff, NoRuleIsAnErrorNamingTheOp) {
   GradCase c;
-  const TensorId x = c.weight("x", {1, 1, 4, 4});
-  c.finish(c.op(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Shape{2, 2}}}));
+  const TensorId x = c.weight("x", {2, 4});
+  c.finish(c.op(OpKind::kReduceMax, "row_max", {x}, {{"axes", Shape{1}}}));
   TrainingOptions options;
   auto trained = differentiate(c.graph, options);
   ASSERT_FALSE(trained.ok());
-  EXPECT_NE(trained.error().format().find("pool"), std::string::npos);
-  EXPECT_NE(trained.error().message.find("autodiff: no gradient rule for MaxPool"), std::string::npos);
+  EXPECT_NE(trained.error().format().find("row_max"), std::string::npos);
+  EXPECT_NE(trained.error().message.find("autodiff: no gradient rule for ReduceMax"), std::string::npos);
+}
+
+TEST(Autodiff, MaxPool) {
+  GradCase c;
+  // Distinct values (no ties inside a window), overlapping windows and padding.
+  const TensorId x = c.weight("x", {1, 2, 5, 5});
+  c.finish(c.op(OpKind::kMaxPool, "pool", {x},
+                {{"kernel_shape", Shape{3, 3}}, {"strides", Shape{2, 2}}, {"pads", Shape{1, 1, 1, 1}}}));
+  expectGradientsMatch(c.graph, {}, 1e-3);
+}
+
+TEST(Autodiff, AveragePoolAndGlobalAveragePool) {
+  for (std::int64_t includePad : {0, 1}) {
+    GradCase c;
+    const TensorId x = c.weight("x", {1, 2, 5, 5});
+    const TensorId p = c.op(OpKind::kAveragePool, "avg", {x},
+                            {{"kernel_shape", Shape{3, 3}}, {"strides", Shape{2, 2}}, {"pads", Shape{1, 1, 1, 1}},
+                             {"count_include_pad", includePad}});
+    c.finish(c.op(OpKind::kGlobalAveragePool, "gap", {c.op(OpKind::kTanh, "t", {p})}));
+    expectGradientsMatch(c.graph);
+  }
+}
+
+TEST(Autodiff, BatchNormalizationWithRunningStatistics) {
+  GradCase c;
+  const TensorId x = c.weight("x", {2, 3, 2, 2});
+  const TensorId scale = c.weight("scale", {3}, 0.5, 1.5);
+  const TensorId bias = c.weight("bias", {3});
+  const TensorId mean = c.graph.addConstant("mean", {3}, DType::kF32, randomData(3, 77));
+  const TensorId var = c.graph.addConstant("var", {3}, DType::kF32, randomData(3, 78, 0.5, 2.0));
+  c.finish(c.op(OpKind::kBatchNormalization, "bn", {x, scale, bias, mean, var}, {{"epsilon", 1e-5}}));
+  expectGradientsMatch(c.graph);
 }
 
 TEST(Autodiff, ErrorsNameWhatIsWrong) {
