@@ -78,6 +78,24 @@ int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
 }
 
+// The share of a layer's weights one chip of a TP group holds: convolution weights whole (every
+// tensor split replicates them; docs/partitioning.md), the rest split tp ways.
+double weightShare(const LayerProfile& layer, const Candidate& c) {
+  if (layer.trainableBytes == 0) return 1.0 / c.tp;
+  const double replicated = c.tp > 1 ? std::min(static_cast<double>(layer.convWeightBytes),
+                                                static_cast<double>(layer.trainableBytes)) : 0.0;
+  const double all = static_cast<double>(layer.trainableBytes);
+  return (replicated + (all - replicated) / c.tp) / all;
+}
+
+// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages.
+double ringAllReduce(double bytes, int group, double buckets, const LinkFigures& links) {
+  if (group <= 1 || bytes <= 0) return 0;
+  const double d = group;
+  return buckets * 2 * (d - 1) * static_cast<double>(links.alpha) +
+         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
+}
+
 // A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
 bool scheduleRuns(const TrainingConfig& training, const Candidate& c) {
   if (c.interleave == 1) return true;
@@ -94,8 +112,9 @@ std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Cand
     const LayerProfile& layer = profile.layers[l];
     const int chunk = stages.layerChunk[l], chip = chunk % c.pp;
     const double shard = training.shardOptimizer ? c.dp : 1;
-    bytes[chip] += static_cast<double>(layer.trainableBytes) / c.tp;  // gradients
-    bytes[chip] += static_cast<double>(layer.parameters) / c.tp *
+    const double share = weightShare(layer, c);
+    bytes[chip] += static_cast<double>(layer.trainableBytes) * share;  // gradients
+    bytes[chip] += static_cast<double>(layer.parameters) * share *
                    optimizerBytesPerParameter(training.optimizer, bytesPerParameter(layer)) / shard;
     chunkStash[chunk] += static_cast<double>(layer.stashBytes) * frac / c.tp;
     // The backward pass of an op holds the gradients of its inputs beside the forward working set.
@@ -118,6 +137,7 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
   out.comm.assign(stages.chunks, 0);
   out.gradients.assign(c.pp, 0);
   out.parameters.assign(c.pp, 0);
+  out.groupGradients.assign(c.pp, 0);
   const int last = static_cast<int>(profile.layers.size()) - 1;
   // Forward, then backward (dX and dW: twice the forward's compute, and the conjugate of every
   // forward TP collective), plus the forward again when the layer is recomputed.
@@ -129,8 +149,11 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     out.forward[k] += share.compute + share.comm;
     out.backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
     out.comm[k] += (2 + again) * share.comm;
-    out.gradients[k % c.pp] += layer.trainableBytes / c.tp;
-    out.parameters[k % c.pp] += static_cast<double>(layer.parameters) / c.tp;
+    out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
+    out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
+    // A spatial split computes each convolution's weight gradient in parts: summed over the group.
+    if (c.split == TensorSplit::kSpatial && c.tp > 1)
+      out.groupGradients[k % c.pp] += std::min(layer.convWeightBytes, layer.trainableBytes);
   }
   // Activations go forward and their gradients come back over the same stage-to-stage routes.
   const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
@@ -173,22 +196,21 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
   // (tests/partition/training_cost_test.cpp).
   const PipelineTime time = pipelineTime(chunk, chunks.comm, c);
-  // After the pipeline: the gradient all-reduce over dp in buckets, started as the last microbatch's
-  // backward pass completes each bucket (so all but the last bucket can hide behind that pass), then
-  // the optimizer step on the chip's (or with sharding, the replica's share of the) parameters.
+  // After the pipeline: the gradient all-reduce over dp (and, for a spatial split, of the convolution
+  // gradients over the TP group) in buckets, started as the last microbatch's backward pass
+  // completes each bucket (so all but the last bucket can hide behind that pass), then the optimizer
+  // step on the chip's (or with sharding, the replica's share of the) parameters.
   double tail = 0, exposedComm = 0;
   const double vectorRate = static_cast<double>(chip.vectorBytes) / 4.0 * chip.vxmAluGroups;  // FP32 elements/cycle
   const double flopsPerParameter = training.optimizer == ir::Optimizer::kAdam ? 10.0 : 2.0;
   for (int s = 0; s < c.pp; ++s) {
     double exposed = 0;
-    if (c.dp > 1 && gradients[s] > 0) {
-      const double d = c.dp;
-      const double buckets = std::ceil(static_cast<double>(gradients[s]) / static_cast<double>(training.bucketBytes));
-      const double total = buckets * 2 * (d - 1) * static_cast<double>(links.dp.alpha) +
-                           2 * (d - 1) / d * static_cast<double>(gradients[s]) * links.dp.cyclesPerByte *
-                               links.dp.contention;
-      exposed = std::max(total / buckets, total - chipBackward[s]);
-    }
+    const double bucket = static_cast<double>(training.bucketBytes);
+    const double dpBuckets = std::ceil(static_cast<double>(gradients[s]) / bucket);
+    const double tpBuckets = std::ceil(static_cast<double>(chunks.groupGradients[s]) / bucket);
+    const double total = ringAllReduce(static_cast<double>(gradients[s]), c.dp, dpBuckets, links.dp) +
+                         ringAllReduce(static_cast<double>(chunks.groupGradients[s]), c.tp, tpBuckets, links.tp);
+    if (total > 0) exposed = std::max(total / (dpBuckets + tpBuckets), total - chipBackward[s]);
     const double step = training.optimizer == ir::Optimizer::kNone
                             ? 0.0
                             : parameters[s] / (training.shardOptimizer ? c.dp : 1) * flopsPerParameter / vectorRate;

@@ -33,6 +33,7 @@ struct TrainingChunks {
   std::vector<double> forward, backward, comm;  ///< per chunk, cycles
   std::vector<Bytes> gradients;                 ///< per pipeline chip, bytes (its share of one TP group)
   std::vector<double> parameters;               ///< per pipeline chip
+  std::vector<Bytes> groupGradients;            ///< per pipeline chip: spatial split's convolution gradients
 };
 /// The chunk figures evaluateTrainingCandidate prices.
 TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,

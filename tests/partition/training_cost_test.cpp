@@ -281,3 +281,38 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
 
 }  // namespace
 }  // namespace tsp::partition
+
+namespace tsp::partition {
+namespace {
+
+// Convolution weights stay whole on every chip of a TP group: their gradients and optimizer state
+// too, and a spatial split sums each convolution's partial weight gradient over the group.
+TEST(TrainingCost, ConvolutionGradientsUnderTensorSplits) {
+  frontend::ModelSpec spec;
+  spec.builtin = "resnet50";
+  spec.params = {{"batch", "4"}, {"image", "64"}, {"classes", "10"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(g.ok());
+  const auto c = clusterFrom("{topology: {kind: ring, chips: 8}}");
+  auto profile = profileModel(*g, c.chip(), 4);
+  ASSERT_TRUE(profile.ok());
+  ASSERT_TRUE(applyTraining(*profile, *g, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd)).ok());
+  auto stages = assignStages(*profile, 1);
+  ASSERT_TRUE(stages.ok());
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  auto chunks = [&](TensorSplit split, int tp) {
+    auto placed = placePlan(c, *order, 1, tp, 1);
+    EXPECT_TRUE(placed.ok());
+    return trainingChunks(*profile, {split, 1, tp, 1, 1, 1}, *stages, linkFigures(c, *placed, 1, tp, 1, 1, true));
+  };
+  const TrainingChunks whole = chunks(TensorSplit::kNone, 1), spatial = chunks(TensorSplit::kSpatial, 4);
+  EXPECT_EQ(whole.groupGradients[0], 0);
+  EXPECT_GT(spatial.groupGradients[0], 0);
+  // Every ResNet weight but the classifier's is a convolution's: nearly all gradients stay whole.
+  EXPECT_GT(spatial.gradients[0], whole.gradients[0] * 9 / 10);
+  EXPECT_EQ(chunks(TensorSplit::kMegatron, 4).groupGradients[0], 0);
+}
+
+}  // namespace
+}  // namespace tsp::partition
