@@ -203,6 +203,17 @@ TEST(Autodiff, ReductionsAndShapes) {
   expectGradientsMatch(c.graph);
 }
 
+TEST(Autodiff, IdentityCastFlattenSqueeze) {
+  GradCase c;
+  const TensorId x = c.weight("x", {2, 1, 3, 2});
+  const TensorId id = c.op(OpKind::kIdentity, "id", {x});
+  const TensorId cast = c.op(OpKind::kCast, "cast", {id}, {{"to", std::string("fp32")}});
+  const TensorId sq = c.op(OpKind::kSqueeze, "sq", {cast}, {{"axes", Shape{1}}});
+  const TensorId flat = c.op(OpKind::kFlatten, "flat", {sq}, {{"axis", std::int64_t{1}}});
+  c.finish(c.op(OpKind::kMul, "sq2", {flat, flat}));
+  expectGradientsMatch(c.graph);
+}
+
 TEST(Autodiff, SplitConcatSlice) {
   GradCase c;
   const TensorId x = c.weight("x", {2, 6});
