@@ -337,6 +337,7 @@ struct PlanChoice {
   std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
   std::string planFile;                        ///< the file the plan came from, if any
   std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
+  partition::TrainingConfig training;                  ///< what the figures cost: a training step when enabled
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -364,6 +365,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
   if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
+  choice.training = config.training;
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {
@@ -481,6 +483,11 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
     nlohmann::json plans = nlohmann::json::array();
     for (const auto& r : ranked) plans.push_back(rankedJson(r));
     nlohmann::json j = {{"best", choice.plan.canonical()}, {"plans", plans}, {"plan_file", yamlPath}};
+    if (choice.training.enabled)
+      j["training"] = {{"schedule", partition::pipelineScheduleName(choice.training.schedule)},
+                       {"optimizer", ir::optimizerName(choice.training.optimizer)},
+                       {"recompute", ir::recomputeName(choice.training.recompute)},
+                       {"shard_optimizer", choice.training.shardOptimizer}};
     if (choice.search) {
       const auto& s = *choice.search;
       j["method"] = s.method;
@@ -497,6 +504,10 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
     fmt::print("{}\n", j.dump(2));
     return;
   }
+  if (choice.training.enabled)
+    fmt::print("training step: schedule {}, optimizer {}{}, recompute {}; samples/s of one step\n",
+               partition::pipelineScheduleName(choice.training.schedule), ir::optimizerName(choice.training.optimizer),
+               choice.training.shardOptimizer ? " (sharded over dp)" : "", ir::recomputeName(choice.training.recompute));
   if (choice.search) {
     const auto& s = *choice.search;
     fmt::print("search: {} over {} candidates ({} pruned on memory), {} evaluated\n", s.method, s.spaceSize, s.pruned,
