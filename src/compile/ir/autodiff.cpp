@@ -52,7 +52,7 @@ Expected<std::vector<TensorId>> copyGraph(const Graph& src, Graph& dst) {
     map[id] = dst.addConstant(src.tensor(id).name, src.tensor(id).shape, src.tensor(id).dtype, src.tensor(id).data);
   for (TensorId id : src.states()) map[id] = dst.addState(src.tensor(id).name, src.tensor(id).shape, src.tensor(id).dtype);
   for (const Op& op : src.ops()) {
-    std::vector<TensorId> inputs, names;
+    std::vector<TensorId> inputs;
     for (TensorId in : op.inputs) inputs.push_back(map[in]);
     std::vector<std::string> outNames;
     for (TensorId out : op.outputs) outNames.push_back(src.tensor(out).name);
@@ -63,7 +63,7 @@ Expected<std::vector<TensorId>> copyGraph(const Graph& src, Graph& dst) {
   return map;
 }
 
-// Appends the backward pass (and the optimizer) of the first `forwardOps` ops of a graph to it.
+// Appends the backward pass (and the optimizer) of every op a graph has so far to it.
 class BackwardBuilder {
  public:
   BackwardBuilder(Graph& graph, const TrainingOptions& options) : g_(graph), options_(options) {}
