@@ -127,6 +127,14 @@ TEST(Autodiff, ConvStridedPaddedGrouped) {
   expectGradientsMatch(c.graph);
 }
 
+TEST(Autodiff, ConvOneDimensionalDilated) {
+  GradCase c;
+  const TensorId x = c.weight("x", {2, 3, 9});
+  const TensorId w = c.weight("w", {2, 3, 3});
+  c.finish(c.op(OpKind::kConv, "conv1d", {x, w}, {{"dilations", Shape{2}}, {"pads", Shape{2, 1}}}));
+  expectGradientsMatch(c.graph);
+}
+
 TEST(Autodiff, ElementwiseBroadcasting) {
   GradCase c;
   const TensorId a = c.weight("a", {2, 3});
