@@ -10,6 +10,7 @@
 
 #include "compile/frontend/builtin_models.h"
 #include "compile/ir/interpreter.h"
+#include "compile/ir/text_format.h"
 
 namespace tsp::ir {
 namespace {
@@ -491,6 +492,26 @@ TEST(Autodiff, TinyGptGradients) {
     }
   }
   EXPECT_GT(checked, 20u);
+}
+
+// The training ops, scalar tensors and Adam's states survive the text form (--dump-ir-after).
+TEST(Autodiff, TrainingGraphRoundTripsThroughTheTextForm) {
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", "1"}, {"hidden", "8"}, {"heads", "2"}, {"vocab", "7"}, {"seq", "3"}, {"batch", "2"}};
+  auto model = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(model.ok());
+  TrainingOptions options;
+  options.optimizer = Optimizer::kAdam;
+  options.recompute = Recompute::kFull;
+  auto trained = buildTrainingGraph(*model, options);
+  ASSERT_TRUE(trained.ok());
+  const std::string text = trained->graph.print();
+  EXPECT_NE(text.find("SoftmaxCrossEntropyLossGrad"), std::string::npos);
+  EXPECT_NE(text.find("GatherGrad"), std::string::npos);
+  auto back = parseGraph(text, "train.ir");
+  ASSERT_TRUE(back.ok()) << back.error().format();
+  EXPECT_EQ(back->print(), text);
 }
 
 // Megatron's equation 3: with recomputation the matmul FLOPs of one iteration are
