@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/training_cost.h"
 
 namespace tsp::partition {
 
@@ -266,13 +267,6 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
-namespace {
-
-// Per-microbatch figures of one layer under a candidate.
-struct LayerShare {
-  double compute = 0, comm = 0;
-};
-
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
   const double install = static_cast<double>(layer.installCycles);
@@ -314,8 +308,6 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   return share;
 }
 
-}  // namespace
-
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
@@ -336,54 +328,67 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).
   for (int k = 0; k < stages.chunks; ++k) stash[k % c.pp] += 2.0 * static_cast<double>(inbound[k]) * frac / c.tp;
+  const std::vector<double> training =
+      profile.training.enabled ? trainingBytesPerChip(profile, c, stages) : std::vector<double>(c.pp, 0.0);
   double worst = 0;
-  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s]);
+  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s] + training[s]);
   return static_cast<Bytes>(std::ceil(worst));
+}
+
+std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                    const CandidateLinks& links) {
+  std::vector<double> sends(stages.chunks, 0);
+  if (stages.chunks == 1) return sends;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  std::vector<double> outbound(stages.chunks, 0);
+  for (const auto& e : profile.edges)
+    if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
+  for (int k = 0; k < stages.chunks; ++k)
+    if (outbound[k] > 0) sends[k] = links.pp.transfer(outbound[k] * frac / c.tp);
+  return sends;
+}
+
+PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm, const Candidate& c) {
+  PipelineTime time;
+  const int chunks = static_cast<int>(chunk.size());
+  double passSum = 0;
+  std::vector<double> chipLongest(c.pp, 0);
+  for (int k = 0; k < chunks; ++k) {
+    time.chunkMax = std::max(time.chunkMax, chunk[k]);
+    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
+    time.busy += chunk[k] * c.microbatches;
+    time.comm += chunkComm[k] * c.microbatches;
+  }
+  for (int s = 0; s < c.pp; ++s) passSum += chipLongest[s] * (chunks / c.pp);
+  // (m v - 1) t_max + one pass through every chunk: (m + p - 1) t for v = 1 and equal stages,
+  // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
+  const double mv = static_cast<double>(c.microbatches) * c.interleave;
+  time.iteration = (mv - 1) * time.chunkMax + passSum / c.interleave;
+  return time;
 }
 
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
-  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerShare share = layerShare(profile.layers[l], c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
   }
-  // Stage-to-stage sends: each TP rank sends its 1/tp share of the activations.
-  if (stages.chunks > 1) {
-    std::vector<double> outbound(stages.chunks, 0);
-    for (const auto& e : profile.edges)
-      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
-    for (int k = 0; k < stages.chunks; ++k)
-      if (outbound[k] > 0) {
-        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
-        chunk[k] += send;
-        chunkComm[k] += send;
-      }
-  }
-  double tMax = 0, passSum = 0, busySum = 0, commSum = 0;
-  std::vector<double> chipLongest(c.pp, 0), chipBusy(c.pp, 0);
+  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
   for (int k = 0; k < stages.chunks; ++k) {
-    tMax = std::max(tMax, chunk[k]);
-    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
-    chipBusy[k % c.pp] += chunk[k] * c.microbatches;
-    commSum += chunkComm[k] * c.microbatches;
+    chunk[k] += sends[k];
+    chunkComm[k] += sends[k];
   }
-  for (int s = 0; s < c.pp; ++s) {
-    passSum += chipLongest[s] * (stages.chunks / c.pp);
-    busySum += chipBusy[s];
-  }
-  // (m v - 1) t_max + one pass through every chunk: (m + p - 1) t for v = 1 and equal stages,
-  // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
-  const double mv = static_cast<double>(c.microbatches) * c.interleave;
-  cost.chunkCycles = tMax;
-  cost.iterationCycles = (mv - 1) * tMax + passSum / c.interleave;
-  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - busySum / c.pp / cost.iterationCycles) : 0;
-  cost.commShare = busySum > 0 ? commSum / busySum : 0;
+  const PipelineTime time = pipelineTime(chunk, chunkComm, c);
+  cost.chunkCycles = time.chunkMax;
+  cost.iterationCycles = time.iteration;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = time.busy > 0 ? time.comm / time.busy : 0;
   cost.copies = std::max(1, clusterChips / std::max(1, c.chips()));
   const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
   cost.latencySeconds = seconds;

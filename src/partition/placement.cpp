@@ -137,6 +137,13 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         }
   figures.tp = measure(ring);
   figures.pp = measure(sends);
+  std::vector<std::pair<int, int>> replicas;
+  if (dp > 1)
+    for (int s = 0; s < (allGroups ? pp : 1); ++s)
+      for (int t = 0; t < (allGroups ? tp : 1); ++t)
+        for (int d = 0; d < dp; ++d)
+          replicas.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf((d + 1) % dp, s, t, tp, pp)]});
+  figures.dp = measure(replicas);
   return figures;
 }
 

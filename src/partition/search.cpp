@@ -77,11 +77,13 @@ class Evaluator {
 
   const CandidateLinks& links(const Candidate& c, bool exact) {
     // Screening looks at the first group only, whose chips depend on tp (and pp for the sends).
-    const auto key = std::make_tuple(exact ? c.dp : 0, c.tp, c.pp, c.interleave > 1, exact,
+    // A training step also needs the replicas' ring (its gradient all-reduce), so its key keeps dp.
+    const bool replicas = exact || profile_.training.enabled;
+    const auto key = std::make_tuple(replicas ? c.dp : 0, c.tp, c.pp, c.interleave > 1, exact,
                                      c.dp == 1 && c.tp == 1 ? 1 : 0);
     auto found = links_.find(key);
     if (found == links_.end()) {
-      const int dp = exact ? c.dp : 1;
+      const int dp = replicas ? c.dp : 1;
       found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact))
                   .first;
     }
@@ -258,7 +260,12 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
       for (int dp : dps) {
         if (std::int64_t{dp} * tp * pp > chips) break;
         Shape shape{split, tp, pp, dp, divisorsOf(profile.samples / dp, profile.samples), {1}};
-        for (int v = 2; v <= 4 && pp > 1 && pp * v <= layers; v *= 2) shape.vs.push_back(v);
+        const TrainingConfig& training = profile.training;
+        if (training.enabled && training.microbatches > 0)
+          std::erase_if(shape.ms, [&](int m) { return m != training.microbatches; });
+        if (shape.ms.empty()) continue;
+        const bool interleaves = !training.enabled || training.schedule == PipelineSchedule::kInterleaved;
+        for (int v = 2; interleaves && v <= 4 && pp > 1 && pp * v <= layers; v *= 2) shape.vs.push_back(v);
         count += static_cast<std::int64_t>(shape.ms.size() * shape.vs.size());
         variants.push_back(std::move(shape));
       }

@@ -28,6 +28,8 @@
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "partition/search.h"
+#include "compile/ir/autodiff.h"
+#include "partition/training_cost.h"
 #include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
 #include "runtime/rank_mapping.h"
@@ -99,7 +101,8 @@ void describeTopology(const topology::Cluster& cluster, bool json) {
                s.rackBisectionBytesPerSecond / 1e12);
 }
 
-void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool json) {
+// training: the training step's graph (autodiff and optimizer) when the config has a `training:` section.
+void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, const ir::Graph* training, bool json) {
   std::map<std::string, std::int64_t> byOp;
   for (const auto& op : graph.ops()) ++byOp[ir::opKindName(op.kind)];
   const auto live = passes::analyzeLiveness(graph);
@@ -114,6 +117,11 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
                         {"weight_bytes", graph.weightBytes()},
                         {"kv_cache_bytes", graph.stateBytes()},
                         {"peak_activation_bytes", live.peakLiveBytes}};
+    if (training) {
+      j["training_nodes"] = training->ops().size();
+      j["training_flops"] = training->flops();
+      j["training_matmul_flops"] = training->macFlops();
+    }
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -122,6 +130,9 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
   fmt::print("  weight bytes: {}  KV-cache bytes: {}  peak activation bytes: {}\n  nodes by op:\n",
              graph.weightBytes(), graph.stateBytes(), live.peakLiveBytes);
   for (const auto& [op, count] : byOp) fmt::print("    {:<20} {}\n", op, count);
+  if (training)
+    fmt::print("  training step: nodes: {}  flops: {} (matmul {})\n", training->ops().size(), training->flops(),
+               training->macFlops());
 }
 
 // "k=v[,k=v...]" of --override into integer bindings.
@@ -326,6 +337,7 @@ struct PlanChoice {
   std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
   std::string planFile;                        ///< the file the plan came from, if any
   std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
+  partition::TrainingConfig training;                  ///< what the figures cost: a training step when enabled
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -352,6 +364,8 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
+  if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
+  choice.training = config.training;
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {
@@ -469,6 +483,11 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
     nlohmann::json plans = nlohmann::json::array();
     for (const auto& r : ranked) plans.push_back(rankedJson(r));
     nlohmann::json j = {{"best", choice.plan.canonical()}, {"plans", plans}, {"plan_file", yamlPath}};
+    if (choice.training.enabled)
+      j["training"] = {{"schedule", partition::pipelineScheduleName(choice.training.schedule)},
+                       {"optimizer", ir::optimizerName(choice.training.optimizer)},
+                       {"recompute", ir::recomputeName(choice.training.recompute)},
+                       {"shard_optimizer", choice.training.shardOptimizer}};
     if (choice.search) {
       const auto& s = *choice.search;
       j["method"] = s.method;
@@ -485,6 +504,10 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
     fmt::print("{}\n", j.dump(2));
     return;
   }
+  if (choice.training.enabled)
+    fmt::print("training step: schedule {}, optimizer {}{}, recompute {}; samples/s of one step\n",
+               partition::pipelineScheduleName(choice.training.schedule), ir::optimizerName(choice.training.optimizer),
+               choice.training.shardOptimizer ? " (sharded over dp)" : "", ir::recomputeName(choice.training.recompute));
   if (choice.search) {
     const auto& s = *choice.search;
     fmt::print("search: {} over {} candidates ({} pruned on memory), {} evaluated\n", s.method, s.spaceSize, s.pruned,
@@ -552,7 +575,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (!graph) return failure(graph.error(), root);
   if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
-    if (root) describeModel(config.model, *graph, options.json);
+    std::optional<ir::TrainingGraph> training;
+    if (config.training.enabled) {
+      ir::TrainingOptions trainingOptions;
+      trainingOptions.optimizer = config.training.optimizer;
+      trainingOptions.recompute = config.training.recompute;
+      auto built = ir::buildTrainingGraph(*graph, trainingOptions);
+      if (!built) return failure(built.error(), root);
+      training = std::move(*built);
+    }
+    if (root) describeModel(config.model, *graph, training ? &training->graph : nullptr, options.json);
     return {};
   }
   // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
@@ -617,6 +649,10 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) printSearch(*choice, yamlPath, options.json);
     return {};
   }
+  if (config.training.enabled)
+    return failure(makeError(ExitCode::kConfig, "training: the simulator runs inference steps only; --search-only "
+                                                "predicts the training step's plan and cost"),
+                   root);
   if (!plan->purePipeline()) {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
                                                            : config.parallelism.planWhere;

@@ -104,6 +104,17 @@ def gpt_like(out, blocks, width):
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "gpt_like.onnx"))
 
 
+def reduce_max_head(out):
+    """A weight matmul then ReduceMax: a model autodiff has no gradient rule for (training error)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.1 * i for i in range(12)])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("ReduceMax", ["h"], ["y"], name="head_max", axes=[1], keepdims=1)]
+    graph = helper.make_graph(nodes, "reduce_max_head",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])], [w])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "reduce_max_head.onnx"))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -113,6 +124,7 @@ def main():
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
     gpt_like(out, 3, 8)
+    reduce_max_head(out)
     with open(os.path.join(out, "corrupt.onnx"), "wb") as f:
         f.write(b"\x08\x07this is not a protobuf model\xff\xff\xff")
 

@@ -455,14 +455,16 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
         const TensorState& is = tensors_.at(in);
         return readStep(in, t % is.placement.tiles, r0, n, is.placement.rows != rows);
       };
+      // x * x reads x once: both operands come from the one stream (a MEM slice reads once a cycle).
+      const bool binary = op.inputs.size() == 2, square = binary && op.inputs[0] == op.inputs[1];
       task.steps.push_back(input(op.inputs[0]));
       Step alu;
-      alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), op.inputs.size() == 2 ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
+      alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
       alu.inst.func = funcOf(op.kind);
       alu.producer = 0;
-      if (op.inputs.size() == 2) alu.producer2 = 2;
+      if (binary) alu.producer2 = square ? 0 : 2;
       task.steps.push_back(alu);
-      if (op.inputs.size() == 2) task.steps.push_back(input(op.inputs[1]));
+      if (binary && !square) task.steps.push_back(input(op.inputs[1]));
       Step write;
       write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, n);
       write.inst.address = ys.placement.address[t] + static_cast<int>(r0);
@@ -470,13 +472,14 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
       write.producer = 1;
       task.steps.push_back(write);
       const int id = problem_.addTask(std::move(task));
-      for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const size_t reads = square ? 1 : op.inputs.size();
+      for (size_t i = 0; i < reads; ++i) {
         const int step = i == 0 ? 0 : 2;
         const TensorState& is = tensors_.at(op.inputs[i]);
         dependOnWriters(op.inputs[i], t % is.placement.tiles, id, step);
         tensors_.at(op.inputs[i]).readers.push_back({id, step});
       }
-      noteWriter(out, t, id, static_cast<int>(op.inputs.size()) + 1);
+      noteWriter(out, t, id, static_cast<int>(reads) + 1);
     }
   return {};
 }

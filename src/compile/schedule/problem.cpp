@@ -137,7 +137,9 @@ Status Problem::check() const {
           return bad(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
                                     chip_->addressesPerSlice));
       }
-      for (int p : {steps[k].producer, steps[k].producer2}) {
+      // A step reading one stream as both operands (x * x) is one consumer of it.
+      const int second = steps[k].producer2 == steps[k].producer ? -1 : steps[k].producer2;
+      for (int p : {steps[k].producer, second}) {
         if (p < 0) continue;
         if (p >= static_cast<int>(steps.size()) || p == static_cast<int>(k))
           return bad(t, fmt::format("step {} reads step {}, which is not another step of the task", k, p));

@@ -73,6 +73,23 @@ TEST(Lowering, ElementwiseGoesToTheVxm) {
   EXPECT_EQ(p.dependences().size(), 2u);
 }
 
+TEST(Lowering, SquareReadsItsOperandOnce) {
+  // x * x (RMSNorm's square, the Tanh and Adam gradients): one MEM read feeds both ALU operands.
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {8, 320}, ir::DType::kF16);
+  g.markOutput(*g.addOp(ir::OpKind::kMul, "square", {x, x}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& p = (*lowered)->problem;
+  ASSERT_TRUE(p.check().ok()) << p.check().error().format();
+  for (const auto& task : p.tasks()) {
+    ASSERT_EQ(task.steps.size(), 3u);  // read, multiply, write
+    EXPECT_EQ(task.steps[1].producer, 0);
+    EXPECT_EQ(task.steps[1].producer2, 0);
+  }
+}
+
 TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
   topology::ChipSpec chip;
   chip.memSlices = 4;  // few slices so that space must be reused
