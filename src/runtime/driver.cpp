@@ -27,6 +27,7 @@
 #include "compile/schedule/cluster_schedule.h"
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
+#include "partition/plan_shards.h"
 #include "partition/search.h"
 #include "runtime/event_buffer.h"
 #include "runtime/pdes.h"
@@ -343,8 +344,6 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
 }
 
 // The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
-// Until the runtime executes sharded plans, auto runs the searched plan when it is a pure pipeline, and
-// otherwise the one-stage-per-chip pipeline (the summary names both).
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm) {
   const topology::Cluster& cluster = *config.cluster;
@@ -391,11 +390,6 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     if (!result) return result.error();
     choice.search = std::move(*result);
     choice.plan = choice.search->best;
-    if (!choice.plan.purePipeline() && !options.searchOnly) {
-      auto plan = partition::planPipeline(graph, cluster, parallelism);
-      if (!plan) return plan.error();
-      choice.plan = *plan;
-    }
   }
   if (!choice.search) {
     auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
@@ -406,11 +400,6 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     choice.runPrediction = *predicted;
   return choice;
 }
-
-const char* kShardingMissing =
-    "this build runs pure pipeline plans only (dp = tp = 1, one microbatch, no interleave): data- and "
-    "tensor-parallel, microbatched and interleaved plans need the sharding mechanism's per-chip graphs scheduled "
-    "with their collectives, which the runtime does not run yet; --search-only predicts the plan's cost";
 
 std::string planYamlPath(const std::string& trace) {
   const std::string suffix = ".h5";
@@ -518,6 +507,15 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
 
 }  // namespace
 
+// A sharded plan: its per-device graphs, scheduled on the cluster as one problem.
+Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, const partition::Plan& plan,
+                                                        const topology::Cluster& cluster,
+                                                        const schedule::Options& options) {
+  auto workload = partition::shardPlan(graph, plan);
+  if (!workload) return workload.error();
+  return schedule::scheduleCluster(*workload, cluster, options);
+}
+
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
   const auto wallStart = Clock::now();
   int rank = 0, ranks = 1;
@@ -617,10 +615,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) printSearch(*choice, yamlPath, options.json);
     return {};
   }
-  if (!plan->purePipeline()) {
+  if (!plan->purePipeline() && config.simulation.mode == "functional") {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
                                                            : config.parallelism.planWhere;
-    return failure(configError(where, fmt::format("plan {}: {}", plan->canonical(), kShardingMissing)), root);
+    return failure(configError(where, fmt::format("plan {}: functional mode runs pure pipeline plans; sharded "
+                                                  "plans (dp, tp, microbatches or interleave > 1) run in timing mode",
+                                                  plan->canonical())),
+                   root);
   }
   // Programs come from the compiler, or from a directory written earlier by --emit-programs.
   std::vector<isa::Program> compiled;
@@ -635,7 +636,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     schedule::Options compileOptions;
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
     compileOptions.annealMoves = 256;
-    auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions);
+    auto schedule = plan->purePipeline()
+                        ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions)
+                        : scheduleShardedPlan(*graph, *plan, cluster, compileOptions);
     if (!schedule) return failure(schedule.error(), root);
     compiled = std::move(schedule->programs);
     reports = std::move(schedule->reports);
@@ -991,9 +994,6 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
              config.simulation.rankMapping, cut, outcome->windows, simulation.lookahead(), wall);
   fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",
              static_cast<double>(rss[0]) / (1 << 20), static_cast<double>(rss[1]) / 1024.0 / cluster.chipCount());
-  if (choice->search && choice->search->best.canonical() != plan->canonical())
-    fmt::print("search:      predicted best {} ({}); ran {}, the best plan this build can execute\n",
-               choice->search->best.canonical(), "needs sharded execution", plan->canonical());
   if (collective) {
     const auto f = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("collective:  {} {} over {} chips, {} bytes: {:.3f} us, algbw {:.3f} GB/s, busbw {:.3f} GB/s\n",

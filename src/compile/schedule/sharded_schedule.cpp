@@ -1,0 +1,352 @@
+// The cluster scheduler for sharded plans: compute segments, collectives and cross-chip tensors on one timeline per chip.
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
+
+namespace tsp::schedule {
+
+namespace {
+
+bool isCollective(ir::OpKind kind) {
+  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
+         kind == ir::OpKind::kAllToAll;
+}
+bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
+
+CollectiveOp collectiveOpOf(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
+    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
+    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
+    default: return CollectiveOp::kAllReduce;
+  }
+}
+
+std::string attrText(const ir::AttrValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return v;
+        else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) return fmt::format("{}", v);
+        else return fmt::format("[{}]", fmt::join(v, ","));
+      },
+      value);
+}
+
+// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
+std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::map<ir::TensorId, int> local;
+  const std::set<ir::OpId> inSegment(ops.begin(), ops.end());
+  std::string key;
+  auto tensorText = [&](ir::TensorId id) {
+    const auto& t = graph.tensor(id);
+    std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
+    if (t.role == ir::TensorRole::kConstant && t.data)
+      text += fmt::format("#{:x}", std::hash<std::string>{}(std::string(reinterpret_cast<const char*>(t.data->data()),
+                                                                           t.data->size() * sizeof(double))));
+    return text;
+  };
+  for (ir::OpId id : ops) {
+    const auto& op = graph.op(id);
+    key += ir::opKindName(op.kind);
+    for (const auto& [name, value] : op.attrs) key += fmt::format(" {}={}", name, attrText(value));
+    key += " (";
+    for (ir::TensorId in : op.inputs) {
+      auto it = local.find(in);
+      key += it != local.end() ? fmt::format("%{} ", it->second) : tensorText(in) + " ";
+    }
+    key += ") ->";
+    for (ir::TensorId out : op.outputs) {
+      const int n = static_cast<int>(local.size());
+      local[out] = n;
+      bool leaves = std::find(graph.outputs().begin(), graph.outputs().end(), out) != graph.outputs().end();
+      for (ir::OpId user : graph.tensor(out).users) leaves |= !inSegment.count(user);
+      key += fmt::format(" %{}={}{}", n, tensorText(out), leaves ? "!" : "");
+    }
+    key += ";";
+  }
+  return key;
+}
+
+// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
+class ChipTimelines {
+ public:
+  ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
+    for (auto& p : programs_) p.chipSpecHash = chip.hash();
+  }
+  Cycle freeAt(int c) const { return free_[c]; }
+  const std::vector<Cycle>& free() const { return free_; }
+  /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
+  void append(int c, const isa::Program& program, Cycle offset) {
+    if (program.instructions.empty()) return;
+    for (auto inst : program.instructions) {
+      inst.issue += offset;
+      programs_[c].instructions.push_back(inst);
+    }
+    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
+    free_[c] = std::max(free_[c], offset + program.predictedCycles);
+  }
+  std::vector<isa::Program> finish() {
+    for (auto& p : programs_) {
+      isa::canonicalize(p);
+      if (p.instructions.empty()) continue;
+      Cycle last = 0;
+      std::map<int, Cycle> busy;
+      for (const auto& inst : p.instructions) {
+        last = std::max(last, isa::completion(chip_, inst));
+        busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
+      }
+      Cycle busiest = 0;
+      for (const auto& [unit, cycles] : busy) busiest = std::max(busiest, cycles);
+      p.predictedCycles = last + chip_.rippleCycles;
+      p.lowerBoundCycles = busiest + chip_.rippleCycles;
+    }
+    return std::move(programs_);
+  }
+
+ private:
+  const topology::ChipSpec& chip_;
+  std::vector<Cycle> free_;
+  std::vector<isa::Program> programs_;
+};
+
+class ShardedScheduler {
+ public:
+  ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options)
+      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
+        calendar_(cluster.links().size()), placedOn_(work.graphs.size()) {}
+
+  Expected<ClusterSchedule> run() {
+    if (auto s = check(); !s) return s.error();
+    const int ops = static_cast<int>(work_.graphs.front().ops().size());
+    for (const auto& wave : work_.waves) {
+      const ir::Graph& lead = work_.graphs[wave.front()];
+      for (int j = 0; j < ops;) {
+        const ir::OpKind kind = lead.op(j).kind;
+        int k = j + 1;
+        if (isCollective(kind)) {
+          if (auto s = collective(wave, j); !s) return s.error();
+        } else if (isPointToPoint(kind)) {
+          while (k < ops && isPointToPoint(lead.op(k).kind)) ++k;
+          if (auto s = pointToPoint(wave, j, k); !s) return s.error();
+        } else {
+          while (k < ops && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) &&
+                 sameChipRun(wave, j, k))
+            ++k;
+          if (auto s = compute(wave, j, k); !s) return s.error();
+        }
+        j = k;
+      }
+    }
+    result_.programs = timelines_.finish();
+    result_.reports.resize(cluster_.chipCount());
+    for (int c = 0; c < cluster_.chipCount(); ++c) {
+      auto& report = reports_[c];
+      report.cycles = result_.programs[c].predictedCycles;
+      report.lowerBound = result_.programs[c].lowerBoundCycles;
+      report.instructions = static_cast<std::int64_t>(result_.programs[c].instructions.size());
+      result_.reports[c] = report;
+    }
+    return std::move(result_);
+  }
+
+ private:
+  Status check() const {
+    if (work_.graphs.empty() || work_.waves.empty()) return makeError(ExitCode::kInternal, "a sharded plan without devices");
+    const auto& lead = work_.graphs.front();
+    for (size_t d = 0; d < work_.graphs.size(); ++d) {
+      const auto& g = work_.graphs[d];
+      if (g.ops().size() != lead.ops().size() || work_.opChip[d].size() != g.ops().size())
+        return makeError(ExitCode::kInternal, fmt::format("device {}'s graph is not SPMD with device 0's", d));
+      for (size_t j = 0; j < g.ops().size(); ++j) {
+        if (g.op(j).kind != lead.op(j).kind)
+          return modelError(g.op(j).name, fmt::format("device {} runs {} where device 0 runs {}", d,
+                                                      ir::opKindName(g.op(j).kind), ir::opKindName(lead.op(j).kind)));
+        const int c = work_.opChip[d][j];
+        if (c < 0 || c >= cluster_.chipCount())
+          return makeError(ExitCode::kConfig, fmt::format("op '{}' of device {} is placed on chip {}, not in the "
+                                                          "cluster of {} chips", g.op(j).name, d, c,
+                                                          cluster_.chipCount()));
+      }
+    }
+    return {};
+  }
+
+  // Ops j and k - 1 run on one chip on every device of the wave.
+  bool sameChipRun(const std::vector<int>& wave, int j, int k) const {
+    for (int d : wave)
+      if (work_.opChip[d][k] != work_.opChip[d][j]) return false;
+    return true;
+  }
+
+  std::int64_t vectorsOf(const ir::Graph& graph, ir::TensorId tensor) const {
+    const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph.tensor(tensor));
+    return rows * tiles;
+  }
+
+  // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
+  // every touched chip's chains to its timeline.
+  Status schedule(CollectivePlan plan) {
+    auto scheduled = scheduleCollective(plan, cluster_, timelines_.free(), calendar_);
+    if (!scheduled) return scheduled.error();
+    for (int c = 0; c < cluster_.chipCount(); ++c) timelines_.append(c, scheduled->cluster.programs[c], 0);
+    for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
+      C2CTransfer t = scheduled->cluster.transfers[i];
+      if (scheduled->transfers[i].links.size() > 1) t.route = scheduled->transfers[i].links;
+      result_.transfers.push_back(t);
+    }
+    return {};
+  }
+
+  Status collective(const std::vector<int>& wave, int j) {
+    // One instance per distinct member list among the wave's devices.
+    std::set<std::vector<std::int64_t>> done;
+    for (int d : wave) {
+      const ir::Op& op = work_.graphs[d].op(j);
+      const auto devices = op.intsAttr("devices");
+      if (!done.insert(devices).second) continue;
+      std::vector<int> chips;
+      for (std::int64_t member : devices) {
+        if (std::find(wave.begin(), wave.end(), member) == wave.end())
+          return modelError(op.name, fmt::format("{} joins device {}, which is scheduled in another wave (a collective "
+                                                 "across data-parallel replicas or microbatches)",
+                                                 ir::opKindName(op.kind), member));
+        chips.push_back(work_.opChip[member][j]);
+      }
+      if (std::set<int>(chips.begin(), chips.end()).size() != chips.size())
+        return modelError(op.name, "two devices of one collective group are placed on the same chip");
+      const ir::Graph& g = work_.graphs[d];
+      const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
+      const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
+      auto plan = planCollective(collectiveOpOf(op.kind), CollectiveAlgorithm::kAuto, chips, bytes, cluster_);
+      if (!plan) {
+        Diagnostic e = plan.error();
+        e.message = fmt::format("{}: {}", op.name, e.message);
+        return e;
+      }
+      if (auto s = schedule(*plan); !s) return s;
+      ++result_.collectives;
+      for (std::int64_t member : devices) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
+    }
+    return {};
+  }
+
+  // Send/Recv ops [j, k): each Send's tensor goes to the peer device's matching Recv (same tag).
+  Status pointToPoint(const std::vector<int>& wave, int j, int k) {
+    CollectivePlan plan;
+    plan.steps.emplace_back();
+    for (int d : wave)
+      for (int s = j; s < k; ++s) {
+        const ir::Op& send = work_.graphs[d].op(s);
+        if (send.kind != ir::OpKind::kSend) continue;
+        const std::int64_t peer = send.intAttr("peer", -1), tag = send.intAttr("tag", -1);
+        if (std::find(wave.begin(), wave.end(), peer) == wave.end())
+          return modelError(send.name, fmt::format("sends to device {}, which is scheduled in another wave", peer));
+        int recv = -1;
+        for (int r = j; r < k && recv < 0; ++r) {
+          const ir::Op& op = work_.graphs[peer].op(r);
+          if (op.kind == ir::OpKind::kRecv && op.intAttr("peer", -1) == d && op.intAttr("tag", -1) == tag) recv = r;
+        }
+        if (recv < 0) return modelError(send.name, fmt::format("no matching Recv on device {} (tag {})", peer, tag));
+        const int src = work_.opChip[d][s], dst = work_.opChip[peer][recv];
+        if (src != dst)
+          plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
+        placedOn_[peer][work_.graphs[peer].op(recv).outputs.front()].insert(dst);
+      }
+    if (!plan.steps.front().empty()) return schedule(plan);
+    return {};
+  }
+
+  // Compute ops [j, k) of every device of the wave; tensors made on other chips travel first.
+  Status compute(const std::vector<int>& wave, int j, int k) {
+    CollectivePlan transfers;
+    transfers.steps.emplace_back();
+    std::vector<std::pair<int, ir::TensorId>> moved;
+    for (int d : wave) {
+      const ir::Graph& g = work_.graphs[d];
+      const int chip = work_.opChip[d][j];
+      std::set<ir::TensorId> seen;
+      for (int s = j; s < k; ++s)
+        for (ir::TensorId in : g.op(s).inputs) {
+          const ir::OpId producer = g.tensor(in).producer;
+          if (producer < 0 || producer >= j || !seen.insert(in).second) continue;
+          auto& on = placedOn_[d][in];
+          if (on.empty()) on.insert(work_.opChip[d][producer]);
+          if (on.count(chip)) continue;
+          transfers.steps.front().push_back({*on.begin(), chip, vectorsOf(g, in), false});
+          moved.push_back({d, in});
+        }
+    }
+    if (!transfers.steps.front().empty())
+      if (auto s = schedule(transfers); !s) return s;
+    for (const auto& [d, tensor] : moved) placedOn_[d][tensor].insert(work_.opChip[d][j]);
+
+    for (int d : wave) {
+      const ir::Graph& g = work_.graphs[d];
+      const int chip = work_.opChip[d][j];
+      std::vector<ir::OpId> ops;
+      for (int s = j; s < k; ++s) ops.push_back(s);
+      const std::string key = segmentKey(g, ops);
+      auto it = compiled_.find(key);
+      if (it == compiled_.end()) {
+        lower::ShardInterface interface;
+        std::set<ir::TensorId> resident;
+        for (ir::OpId op : ops)
+          for (ir::TensorId in : g.op(op).inputs)
+            if (g.tensor(in).producer >= 0 && g.tensor(in).producer < j) resident.insert(in);
+        interface.resident.assign(resident.begin(), resident.end());
+        Options shardOptions = options_;
+        shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);  // one stream per segment
+        auto shard = compileShard(cluster_.chip(), g, ops, interface, shardOptions);
+        if (!shard) return shard.error();
+        it = compiled_.emplace(key, std::move(*shard)).first;
+        ++result_.compiledShards;
+      } else {
+        ++result_.sharedShards;
+      }
+      const Cycle offset = timelines_.freeAt(chip);
+      timelines_.append(chip, it->second.program, offset);
+      auto& report = reports_[chip];
+      const auto& part = it->second.report;
+      report.listCycles += part.listCycles;
+      report.criticalPath += part.criticalPath;
+      report.busiestResource += part.busiestResource;
+      report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+      report.sramCapacityBytes = part.sramCapacityBytes;
+      report.spills += part.spills;
+      report.memAccesses += part.memAccesses;
+      report.delayedMemAccesses += part.delayedMemAccesses;
+      report.tasks += part.tasks;
+      report.annealMoves += part.annealMoves;
+      report.annealAccepted += part.annealAccepted;
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) placedOn_[d][out].insert(chip);
+    }
+    return {};
+  }
+
+  const ShardedWorkload& work_;
+  const topology::Cluster& cluster_;
+  Options options_;
+  ChipTimelines timelines_;
+  LinkCalendar calendar_;
+  std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
+  std::map<std::string, CompiledShard> compiled_;
+  std::map<int, CompileReport> reports_;
+  ClusterSchedule result_;
+};
+
+}  // namespace
+
+Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
+                                          const Options& options) {
+  return ShardedScheduler(workload, cluster, options).run();
+}
+
+}  // namespace tsp::schedule
