@@ -79,8 +79,8 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
     return annotations;
   }
   if (plan.split != TensorSplit::kMegatron)
-    return makeError(ExitCode::kConfig, fmt::format("plan split '{}' is predicted by the search but not executed "
-                                                    "by this build (megatron and spatial are)",
+    return makeError(ExitCode::kConfig, fmt::format("the {} split is predicted by the search but not executed by "
+                                                    "this build (megatron and spatial are)",
                                                     tensorSplitName(plan.split)));
   // Column-split one weight at a time, in topological order, re-propagating in between: whether a
   // matmul's activation is split over tp depends on the splits before it.

@@ -639,6 +639,12 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     auto schedule = plan->purePipeline()
                         ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions)
                         : scheduleShardedPlan(*graph, *plan, cluster, compileOptions);
+    if (!schedule && schedule.error().code == ExitCode::kConfig && schedule.error().where.file.empty()) {
+      // A plan the build cannot execute: the error points at where the plan came from.
+      const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
+                                                             : config.parallelism.planWhere;
+      return failure(configError(where, fmt::format("plan {}: {}", plan->canonical(), schedule.error().message)), root);
+    }
     if (!schedule) return failure(schedule.error(), root);
     compiled = std::move(schedule->programs);
     reports = std::move(schedule->reports);
