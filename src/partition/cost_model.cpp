@@ -232,6 +232,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       }
     }
     profile.hasWeightMatmul = profile.hasWeightMatmul || layer.weightMatmuls > 0;
+    layer.outputSplit = weightMatmulIndex % 2 == 1;
 
     // Compute: the compiler's estimate for the layer alone, once per distinct layer.
     const std::string signature = layerSignature(graph, ops[l]);
@@ -258,8 +259,14 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
-  // A column-parallel matmul left without its row-parallel partner gathers its output.
-  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1) {
+  // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
+  // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
+  bool outputsInLastLayer = !graph.outputs().empty();
+  for (ir::TensorId out : graph.outputs())
+    outputsInLastLayer = outputsInLastLayer && graph.tensor(out).producer >= 0 &&
+                         graph.op(graph.tensor(out).producer).layer == lastColumnLayer &&
+                         lastColumnLayer == layerCount - 1;
+  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1 && !outputsInLastLayer) {
     profile.layers[lastColumnLayer].allGatherBytes += lastColumnOutput;
     ++profile.layers[lastColumnLayer].allGathers;
   }
@@ -279,6 +286,9 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
   LayerShare share;
   const double t = c.tp;
+  // A ring of two: each chip sends to and receives from one neighbour over one link, and the send
+  // and the receive share that port's C2C queue, so they take turns (the bytes term doubles).
+  const double sharedPort = t == 2 ? 2.0 : 1.0;
   // The convolution share of the layer: split by a spatial split only.
   const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
   switch (c.split) {
@@ -289,10 +299,10 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
       share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
                    2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention +
+                       links.tp.contention * sharedPort +
                    layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
                    (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention;
+                       links.tp.contention * sharedPort;
       break;
     case TensorSplit::k2d: {
       // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
@@ -353,14 +363,18 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
   }
-  // Stage-to-stage sends: each TP rank sends its 1/tp share of the activations.
+  // Stage-to-stage sends: each TP rank sends the activations it holds, all of them when they are
+  // replicated over the TP group (after a Megatron all-reduce), its 1/tp share when they are split.
   if (stages.chunks > 1) {
     std::vector<double> outbound(stages.chunks, 0);
     for (const auto& e : profile.edges)
-      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
+      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
+        const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+        outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / (replicated ? 1 : c.tp);
+      }
     for (int k = 0; k < stages.chunks; ++k)
       if (outbound[k] > 0) {
-        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
+        const double send = links.pp.transfer(outbound[k] * frac);
         chunk[k] += send;
         chunkComm[k] += send;
       }

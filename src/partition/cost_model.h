@@ -44,6 +44,7 @@ struct LayerProfile {
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
   Cycle convCycles = 0;      ///< spatial: the part of cycles in convolutions (split; the rest is not)
   bool hasConv = false;
+  bool outputSplit = false;  ///< Megatron: the layer ends on a column-parallel matmul, its output leaves split tp ways
 };
 
 /// An activation edge between two layers of a DAG model (from < to).

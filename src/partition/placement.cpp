@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 
 namespace tsp::partition {
@@ -69,7 +70,9 @@ RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<i
   if (src == dst) return use;
   const auto route = cluster.route(src, dst);
   use.hops = static_cast<int>(route.size());
-  use.latency = cluster.routeLatency(route) + cluster.chip().c2cSendCycles + cluster.chip().c2cReceiveCycles;
+  // Route latency plus the on-chip turnaround of one step as the cluster scheduler places it: MEM
+  // read -> C2C send at the source, C2C receive -> MEM write at the destination.
+  use.latency = cluster.routeLatency(route) + schedule::ringTurnaroundCycles(cluster.chip(), false);
   double narrowest = 0;
   for (const auto& hop : route) {
     const auto& link = cluster.links()[hop.link];
