@@ -120,7 +120,8 @@ class ShardedScheduler {
  public:
   ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options)
       : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
-        calendar_(cluster.links().size()), placedOn_(work.graphs.size()) {}
+        calendar_(cluster.links().size()), placedOn_(work.graphs.size()),
+        inFlight_(work.graphs.size()) {}
 
   Expected<ClusterSchedule> run() {
     if (auto s = check(); !s) return s.error();
@@ -205,6 +206,10 @@ class ShardedScheduler {
   }
 
   Status collective(const std::vector<int>& wave, int j) {
+    // A collective's input made on another chip (a stage boundary just before it) travels first.
+    std::vector<Needed> needed;
+    for (int d : wave) needed.push_back({d, work_.graphs[d].op(j).inputs.front(), work_.opChip[d][j]});
+    if (auto s = bring(needed); !s) return s;
     // One instance per distinct member list among the wave's devices.
     std::set<std::vector<std::int64_t>> done;
     for (int d : wave) {
@@ -263,72 +268,193 @@ class ShardedScheduler {
     return {};
   }
 
-  // Compute ops [j, k) of every device of the wave; tensors made on other chips travel first.
-  Status compute(const std::vector<int>& wave, int j, int k) {
-    CollectivePlan transfers;
-    transfers.steps.emplace_back();
-    std::vector<std::pair<int, ir::TensorId>> moved;
-    for (int d : wave) {
-      const ir::Graph& g = work_.graphs[d];
-      const int chip = work_.opChip[d][j];
-      std::set<ir::TensorId> seen;
-      for (int s = j; s < k; ++s)
-        for (ir::TensorId in : g.op(s).inputs) {
-          const ir::OpId producer = g.tensor(in).producer;
-          if (producer < 0 || producer >= j || !seen.insert(in).second) continue;
-          auto& on = placedOn_[d][in];
-          if (on.empty()) on.insert(work_.opChip[d][producer]);
-          if (on.count(chip)) continue;
-          transfers.steps.front().push_back({*on.begin(), chip, vectorsOf(g, in), false});
-          moved.push_back({d, in});
-        }
-    }
-    if (!transfers.steps.front().empty())
-      if (auto s = schedule(transfers); !s) return s;
-    for (const auto& [d, tensor] : moved) placedOn_[d][tensor].insert(work_.opChip[d][j]);
+  // A tensor of device `device` that must be on `chip` before an op there runs.
+  struct Needed {
+    int device;
+    ir::TensorId tensor;
+    int chip;
+  };
 
+  // Tensors sent by a producing segment over a direct link, their receives left to the consumer.
+  struct InFlight {
+    int port = 0;
+    int interval = 1;
+    std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
+  };
+
+  // Moves every needed tensor that is not on its chip yet (and is not in flight to it) as one
+  // step of messages: send and receive chains at the earliest cycle chips and links allow.
+  Status bring(const std::vector<Needed>& needed) {
+    CollectivePlan plan;
+    plan.steps.emplace_back();
+    std::vector<Needed> moved;
+    for (const auto& n : needed) {
+      const ir::Graph& g = work_.graphs[n.device];
+      const ir::OpId producer = g.tensor(n.tensor).producer;
+      if (producer < 0) continue;  // graph inputs, weights, constants: each chip holds its slice
+      auto& on = placedOn_[n.device][n.tensor];
+      if (on.empty()) on.insert(work_.opChip[n.device][producer]);
+      if (on.count(n.chip) || inFlight_[n.device].count({n.tensor, n.chip})) continue;
+      if (std::any_of(moved.begin(), moved.end(),
+                      [&](const Needed& m) { return m.device == n.device && m.tensor == n.tensor && m.chip == n.chip; }))
+        continue;
+      plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
+      moved.push_back(n);
+    }
+    if (!plan.steps.front().empty())
+      if (auto s = schedule(plan); !s) return s;
+    for (const auto& n : moved) placedOn_[n.device][n.tensor].insert(n.chip);
+    return {};
+  }
+
+  // The direct link from chip a to chip b, or -1.
+  int directLink(int a, int b) const {
+    const auto route = cluster_.route(a, b);
+    return route.size() == 1 ? route.front().link : -1;
+  }
+
+  // Compute ops [j, k) of every device of the wave. Inputs from other chips arrive first (as
+  // messages) or during the segment (release times of its receives, when the producer sent them
+  // over a direct link); outputs used by compute ops on directly linked chips leave during it.
+  Status compute(const std::vector<int>& wave, int j, int k) {
+    std::vector<Needed> needed;
+    for (int d : wave)
+      for (int s = j; s < k; ++s)
+        for (ir::TensorId in : work_.graphs[d].op(s).inputs) {
+          const ir::OpId producer = work_.graphs[d].tensor(in).producer;
+          if (producer >= 0 && producer < j) needed.push_back({d, in, work_.opChip[d][j]});
+        }
+    if (auto s = bring(needed); !s) return s;
+
+    const topology::ChipSpec& spec = cluster_.chip();
     for (int d : wave) {
       const ir::Graph& g = work_.graphs[d];
       const int chip = work_.opChip[d][j];
       std::vector<ir::OpId> ops;
       for (int s = j; s < k; ++s) ops.push_back(s);
-      const std::string key = segmentKey(g, ops);
+      const Cycle offset = timelines_.freeAt(chip);
+      lower::ShardInterface interface;
+      std::string key = segmentKey(g, ops);
+      std::map<ir::TensorId, int> localOf;
+      {
+        int n = 0;
+        for (ir::OpId op : ops)
+          for (ir::TensorId out : g.op(op).outputs) localOf[out] = n++;
+      }
+      // Receives: tensors in flight to this chip; release times relative to the segment's start.
+      std::set<ir::TensorId> resident, received;
+      for (ir::OpId op : ops)
+        for (ir::TensorId in : g.op(op).inputs) {
+          const ir::OpId producer = g.tensor(in).producer;
+          if (producer < 0 || producer >= j) continue;
+          auto flight = inFlight_[d].find({in, chip});
+          if (placedOn_[d][in].count(chip) || flight == inFlight_[d].end()) {
+            resident.insert(in);
+            continue;
+          }
+          if (!received.insert(in).second) continue;
+          lower::ReceivePlan plan;
+          plan.tensor = in;
+          plan.port = flight->second.port;
+          plan.interval = flight->second.interval;
+          for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
+          key += fmt::format(" recv {}:{}@{}", static_cast<int>(interface.receives.size()), plan.port,
+                             fmt::join(plan.arrivals, ","));
+          interface.receives.push_back(std::move(plan));
+        }
+      for (ir::TensorId in : received) resident.erase(in);
+      interface.resident.assign(resident.begin(), resident.end());
+      // Sends: outputs that compute ops on directly linked chips read later.
+      std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) {
+          std::set<int> chips;
+          for (ir::OpId user : g.tensor(out).users) {
+            const int to = work_.opChip[d][user];
+            if (user < k || to == chip || isCollective(g.op(user).kind) || isPointToPoint(g.op(user).kind)) continue;
+            chips.insert(to);
+          }
+          for (int to : chips)
+            if (const int link = directLink(chip, to); link >= 0) {
+              lower::SendPlan plan;
+              plan.tensor = out;
+              plan.port = cluster_.links()[link].portOn(chip);
+              plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
+              plan.linkBusy = plan.interval;
+              key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+              interface.sends.push_back(plan);
+              sendTo.push_back({out, link});
+            }
+        }
       auto it = compiled_.find(key);
       if (it == compiled_.end()) {
-        lower::ShardInterface interface;
-        std::set<ir::TensorId> resident;
-        for (ir::OpId op : ops)
-          for (ir::TensorId in : g.op(op).inputs)
-            if (g.tensor(in).producer >= 0 && g.tensor(in).producer < j) resident.insert(in);
-        interface.resident.assign(resident.begin(), resident.end());
         Options shardOptions = options_;
         shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);  // one stream per segment
-        auto shard = compileShard(cluster_.chip(), g, ops, interface, shardOptions);
+        auto shard = compileShard(spec, g, ops, interface, shardOptions);
         if (!shard) return shard.error();
         it = compiled_.emplace(key, std::move(*shard)).first;
         ++result_.compiledShards;
       } else {
         ++result_.sharedShards;
       }
-      const Cycle offset = timelines_.freeAt(chip);
-      timelines_.append(chip, it->second.program, offset);
-      auto& report = reports_[chip];
-      const auto& part = it->second.report;
-      report.listCycles += part.listCycles;
-      report.criticalPath += part.criticalPath;
-      report.busiestResource += part.busiestResource;
-      report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
-      report.sramCapacityBytes = part.sramCapacityBytes;
-      report.spills += part.spills;
-      report.memAccesses += part.memAccesses;
-      report.delayedMemAccesses += part.delayedMemAccesses;
-      report.tasks += part.tasks;
-      report.annealMoves += part.annealMoves;
-      report.annealAccepted += part.annealAccepted;
+      const CompiledShard& shard = it->second;
+      timelines_.append(chip, shard.program, offset);
+      if (auto s = bookSends(d, chip, offset, interface, sendTo, shard); !s) return s;
+      addReport(chip, shard.report);
       for (ir::OpId op : ops)
         for (ir::TensorId out : g.op(op).outputs) placedOn_[d][out].insert(chip);
+      for (ir::TensorId in : received) {
+        placedOn_[d][in].insert(chip);
+        inFlight_[d].erase({in, chip});
+      }
     }
     return {};
+  }
+
+  // Books the bursts a segment sent in the link calendar and records their arrivals for the receiver.
+  Status bookSends(int d, int chip, Cycle offset, const lower::ShardInterface& interface,
+                   const std::vector<std::pair<ir::TensorId, int>>& sendTo, const CompiledShard& shard) {
+    const topology::ChipSpec& spec = cluster_.chip();
+    for (size_t i = 0; i < sendTo.size(); ++i) {
+      const auto& link = cluster_.links()[sendTo[i].second];
+      const int to = link.other(chip);
+      const auto [rows, tiles] = lower::vectorShape(spec, work_.graphs[d].tensor(sendTo[i].first));
+      (void)tiles;
+      InFlight flight;
+      flight.port = link.portOn(to);
+      flight.interval = interface.sends[i].interval;
+      const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+      for (Cycle issue : shard.sendIssues.at(i)) {
+        const Cycle at = offset + issue, length = Cycle{rows} * flight.interval;
+        // Everything booked on this link direction before was sent (or forwarded) by this chip
+        // before the segment started, so the window is free; the calendar checks it.
+        if (calendar_.firstFit(hops, at, length) != at)
+          return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {}", chip,
+                                                            at, link.id));
+        calendar_.reserve(hops, at, length);
+        const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
+        flight.arrivals.push_back(arrive);
+        result_.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows), flight.interval,
+                                     Bytes{rows} * spec.vectorBytes, {}});
+      }
+      inFlight_[d][{sendTo[i].first, to}] = std::move(flight);
+    }
+    return {};
+  }
+
+  void addReport(int chip, const CompileReport& part) {
+    auto& report = reports_[chip];
+    report.listCycles += part.listCycles;
+    report.criticalPath += part.criticalPath;
+    report.busiestResource += part.busiestResource;
+    report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+    report.sramCapacityBytes = part.sramCapacityBytes;
+    report.spills += part.spills;
+    report.memAccesses += part.memAccesses;
+    report.delayedMemAccesses += part.delayedMemAccesses;
+    report.tasks += part.tasks;
+    report.annealMoves += part.annealMoves;
+    report.annealAccepted += part.annealAccepted;
   }
 
   const ShardedWorkload& work_;
@@ -337,6 +463,7 @@ class ShardedScheduler {
   ChipTimelines timelines_;
   LinkCalendar calendar_;
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
+  std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent
   std::map<std::string, CompiledShard> compiled_;
   std::map<int, CompileReport> reports_;
   ClusterSchedule result_;
