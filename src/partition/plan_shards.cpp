@@ -16,21 +16,6 @@ bool usesAxis(const TensorSharding& s, int axis) {
          std::find(s.partialAxes.begin(), s.partialAxes.end(), axis) != s.partialAxes.end();
 }
 
-// The chunk of every layer: the plan's layer_chunk, or its stages' first layers.
-std::vector<int> layerChunks(const Plan& plan, int layers) {
-  std::vector<int> chunk(layers, 0);
-  for (int l = 0; l < layers; ++l) {
-    if (!plan.layerChunk.empty() && l < static_cast<int>(plan.layerChunk.size())) {
-      chunk[l] = plan.layerChunk[l];
-      continue;
-    }
-    int s = plan.pp - 1;
-    while (s > 0 && plan.stageFirstLayer[s] > l) --s;
-    chunk[l] = s;
-  }
-  return chunk;
-}
-
 }  // namespace
 
 Mesh planMesh(const Plan& plan) {
@@ -116,7 +101,7 @@ Expected<schedule::ShardedWorkload> shardPlan(const ir::Graph& graph, const Plan
   schedule::ShardedWorkload work;
   work.graphs = std::move(devices->graphs);
   const int tp = plan.tp, m = plan.microbatches;
-  const auto chunks = layerChunks(plan, graph.layerCount());
+  const auto chunks = plan.layerChunks(graph.layerCount());
   for (size_t device = 0; device < work.graphs.size(); ++device) {
     const int t = static_cast<int>(device) % tp, block = static_cast<int>(device) / tp;
     const int d = block / m;

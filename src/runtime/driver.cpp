@@ -170,18 +170,36 @@ Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions
   return passes::runPipeline(std::move(*graph), *pipeline, dump);
 }
 
-void describePlan(const partition::Plan& plan, bool json) {
+// The placement report: how ranks were placed, hops of TP ring and stage-to-stage routes, link load.
+nlohmann::json placementJson(const partition::PlacementReport& p) {
+  return {{"method", p.method},           {"tp_average_hops", p.tpAverageHops}, {"tp_max_hops", p.tpMaxHops},
+          {"pp_average_hops", p.ppAverageHops}, {"pp_max_hops", p.ppMaxHops},   {"busiest_link", p.busiestLink},
+          {"busiest_link_bytes", p.busiestLinkBytes}, {"links_used", p.linksUsed}, {"byte_hops", p.traffic}};
+}
+
+void printPlacement(const partition::PlacementReport& p) {
+  fmt::print("placement:   {}: TP ring hops {:.2f} avg, {} max; PP hops {:.2f} avg, {} max; {} links used, "
+             "{:.1f} KiB x hops per iteration\n",
+             p.method, p.tpAverageHops, p.tpMaxHops, p.ppAverageHops, p.ppMaxHops, p.linksUsed, p.traffic / 1024);
+  if (p.busiestLink >= 0)
+    fmt::print("busiest link: {} with {:.1f} KiB per iteration (predicted)\n", p.busiestLink,
+               static_cast<double>(p.busiestLinkBytes) / 1024);
+}
+
+void describePlan(const partition::Plan& plan, const partition::PlacementReport& placement, bool json) {
   if (json) {
     nlohmann::json stages = nlohmann::json::array();
     for (size_t s = 0; s < plan.stageChip.size(); ++s)
       stages.push_back({{"first_layer", plan.stageFirstLayer[s]}, {"chip", plan.stageChip[s]},
                         {"estimated_cycles", plan.stageCycles[s]}});
     nlohmann::json j = {{"plan", plan.canonical()}, {"dp", plan.dp}, {"tp", plan.tp}, {"pp", plan.pp},
-                        {"microbatches", plan.microbatches}, {"interleave", plan.interleave}, {"stages", stages}};
+                        {"microbatches", plan.microbatches}, {"interleave", plan.interleave}, {"stages", stages},
+                        {"placement", plan.placement}, {"placement_report", placementJson(placement)}};
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("{}\n", plan.toYaml());
+  printPlacement(placement);
 }
 
 // Writes each distinct program (JSON, binary .tspp, readable .txt), a compile report per chip, and a manifest.
@@ -327,6 +345,7 @@ struct PlanChoice {
   std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
   std::string planFile;                        ///< the file the plan came from, if any
   std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
+  partition::PlacementReport placement;                 ///< hops and link load of the plan's placement
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -373,6 +392,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
       auto plan = partition::buildPlan(cluster, *profile, c, *order);
       if (!plan) return plan.error();
       choice.plan = *plan;
+      auto placement = partition::refinePlacement(cluster, *profile, choice.plan, *order);
+      if (!placement) return placement.error();
+      choice.placement = *placement;
     }
   } else {
     partition::SearchOptions search;
@@ -391,6 +413,8 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     choice.search = std::move(*result);
     choice.plan = choice.search->best;
   }
+  if (choice.search) choice.placement = choice.search->placement;
+  else if (choice.placement.method.empty()) choice.placement = partition::reportPlanPlacement(cluster, *profile, choice.plan);
   if (!choice.search) {
     auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
     if (!given) return given.error();
@@ -465,12 +489,8 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
       j["pruned"] = s.pruned;
       j["evaluated"] = s.evaluated;
       j["fallback_layers"] = s.fallbackLayers;
-      j["placement"] = {{"tp_average_hops", s.placement.tpAverageHops}, {"tp_max_hops", s.placement.tpMaxHops},
-                        {"pp_average_hops", s.placement.ppAverageHops}, {"pp_max_hops", s.placement.ppMaxHops},
-                        {"busiest_link", s.placement.busiestLink},
-                        {"busiest_link_bytes", s.placement.busiestLinkBytes},
-                        {"links_used", s.placement.linksUsed}};
     }
+    j["placement"] = placementJson(choice.placement);
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -493,15 +513,8 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
                r.exact ? "" : " *");
   }
   if (shown < ranked.size()) fmt::print("  ... {} more in /search/plans\n", ranked.size() - shown);
-  if (choice.search) {
-    const auto& p = choice.search->placement;
-    fmt::print("\n(* screening figures: contention of the first group only)\n");
-    fmt::print("placement:   TP ring hops {:.2f} avg, {} max; PP hops {:.2f} avg, {} max; {} links used\n",
-               p.tpAverageHops, p.tpMaxHops, p.ppAverageHops, p.ppMaxHops, p.linksUsed);
-    if (p.busiestLink >= 0)
-      fmt::print("busiest link: {} with {:.1f} KiB per iteration\n", p.busiestLink,
-                 static_cast<double>(p.busiestLinkBytes) / 1024);
-  }
+  if (choice.search) fmt::print("\n(* screening figures: contention of the first group only)\n");
+  printPlacement(choice.placement);
   fmt::print("best plan:   {} written to {}\n", choice.plan.canonical(), yamlPath);
 }
 
@@ -573,7 +586,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                  schedule::collectiveAlgorithmName(collective->plan.algorithm),
                  schedule::collectiveOpName(collective->plan.op), collective->plan.group.size(),
                  collective->plan.steps.size(), collective->transfers.size(), collective->cycles);
-    else if (root) describePlan(*plan, options.json);
+    else if (root) describePlan(*plan, choice->placement, options.json);
     return {};
   }
   if (options.searchOnly) {
@@ -959,6 +972,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     for (int k = 0; k < sim::kHazardKindCount; ++k)
       j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -996,6 +1010,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   for (const auto& l : busiest)
     fmt::print("busy link:   {} (chip {} - {}): {} KiB, busy {:.2f}% of the makespan\n", l.link, l.a, l.b,
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * linkUtilisation(l));
+  if (!choice->placement.method.empty()) printPlacement(choice->placement);
   fmt::print("simulation:  {} ranks, {} mapping ({} links cut), {} windows of up to {} cycles, {:.2f} s\n", ranks,
              config.simulation.rankMapping, cut, outcome->windows, simulation.lookahead(), wall);
   fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",

@@ -129,7 +129,7 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
 }
 
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
-                                        std::int64_t bytes, const topology::Cluster& cluster) {
+                                        std::int64_t bytes, const topology::Cluster& cluster, bool keepOrder) {
   if (group.empty()) return makeError(ExitCode::kConfig, "a collective needs at least one chip");
   for (int c : group)
     if (c < 0 || c >= cluster.chipCount())
@@ -143,7 +143,7 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
   const std::int64_t vb = cluster.chip().vectorBytes;
   const std::int64_t chunk = ceilDiv(ceilDiv(bytes, vb), p);  // vectors of one n/p chunk
   plan.vectorsPerChip = chunk * p;
-  plan.group = plan.algorithm == CollectiveAlgorithm::kRing ? ringOrder(cluster, group) : group;
+  plan.group = plan.algorithm == CollectiveAlgorithm::kRing && !keepOrder ? ringOrder(cluster, group) : group;
   if (plan.algorithm == CollectiveAlgorithm::kHalvingDoubling && !isPowerOfTwo(group.size()))
     return makeError(ExitCode::kConfig, fmt::format("halving-doubling needs a power-of-two group, not {}", p));
   if (plan.algorithm == CollectiveAlgorithm::kHierarchical &&

@@ -48,9 +48,10 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
 /// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on 2-D meshes and tori).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
 
-/// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps.
+/// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps. A ring
+/// runs in ringOrder, or in the group's own order when keepOrder (a placement made for that ring).
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
-                                        std::int64_t bytes, const topology::Cluster& cluster);
+                                        std::int64_t bytes, const topology::Cluster& cluster, bool keepOrder = false);
 
 /// One scheduled message on its route.
 struct RoutedTransfer {

@@ -1,5 +1,6 @@
 // The cluster scheduler for sharded plans: compute segments, collectives and cross-chip tensors on one timeline per chip.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -205,6 +206,29 @@ class ShardedScheduler {
     return {};
   }
 
+  // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
+  // whole message log2(p) times up and down, which loses to a ring once the bytes term dominates.
+  CollectiveAlgorithm algorithmFor(CollectiveOp op, const std::vector<int>& chips, std::int64_t bytes) const {
+    const CollectiveAlgorithm chosen = chooseAlgorithm(op, chips, bytes, cluster_);
+    if (chosen != CollectiveAlgorithm::kTree || op != CollectiveOp::kAllReduce) return chosen;
+    const topology::ChipSpec& spec = cluster_.chip();
+    double alpha = 0, beta = 0;
+    for (int a : chips)
+      for (int b : chips)
+        if (a != b) {
+          const auto route = cluster_.route(a, b);
+          alpha = std::max(alpha, static_cast<double>(cluster_.routeLatency(route) + ringTurnaroundCycles(spec, true)));
+          for (const auto& hop : route)
+            beta = std::max(beta, linkVectorInterval(spec, cluster_.links()[hop.link]) /
+                                      static_cast<double>(spec.vectorBytes));
+        }
+    const double p = static_cast<double>(chips.size()), levels = std::ceil(std::log2(p));
+    const double tree = 2 * levels * (alpha + static_cast<double>(bytes) * beta);
+    return alphaBetaCycles(op, static_cast<int>(p), static_cast<double>(bytes), alpha, beta) < tree
+               ? CollectiveAlgorithm::kRing
+               : chosen;
+  }
+
   Status collective(const std::vector<int>& wave, int j) {
     // A collective's input made on another chip (a stage boundary just before it) travels first.
     std::vector<Needed> needed;
@@ -229,7 +253,15 @@ class ShardedScheduler {
       const ir::Graph& g = work_.graphs[d];
       const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
       const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
-      auto plan = planCollective(collectiveOpOf(op.kind), CollectiveAlgorithm::kAuto, chips, bytes, cluster_);
+      // The ring in rank order (the order the placement laid the group out for) unless ringOrder's is shorter.
+      auto ringHops = [&](const std::vector<int>& ring) {
+        std::size_t hops = 0;
+        for (size_t i = 0; i < ring.size(); ++i) hops += cluster_.route(ring[i], ring[(i + 1) % ring.size()]).size();
+        return hops;
+      };
+      const bool keepOrder = ringHops(chips) <= ringHops(ringOrder(cluster_, chips));
+      auto plan = planCollective(collectiveOpOf(op.kind), algorithmFor(collectiveOpOf(op.kind), chips, bytes), chips,
+                                 bytes, cluster_, keepOrder);
       if (!plan) {
         Diagnostic e = plan.error();
         e.message = fmt::format("{}: {}", op.name, e.message);
