@@ -3,12 +3,15 @@
 #include "partition/plan_shards.h"
 
 #include <cmath>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include "compile/ir/interpreter.h"
+#include "partition/placement.h"
 #include "partition/sharding_spmd.h"
+#include "test_values.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
@@ -19,15 +22,7 @@ using ir::DType;
 using ir::OpKind;
 using Shape = std::vector<std::int64_t>;
 
-std::shared_ptr<const std::vector<double>> values(std::int64_t n, std::uint64_t seed) {
-  auto v = std::make_shared<std::vector<double>>(n);
-  std::uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (auto& x : *v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = static_cast<double>((s >> 33) % 2048) / 1024.0 - 1.0;
-  }
-  return v;
-}
+using testing::values;
 
 // A builtin:mlp-shaped chain with weight values: layer i is MatMul + bias Add (+ Relu but the last).
 ir::Graph mlp(int layers, std::int64_t batch, std::int64_t width, DType dtype) {
@@ -140,6 +135,26 @@ TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
   }
   // Stage-to-stage tensors arrive after they are sent, over the route's latency.
   for (const auto& t : schedule->transfers) EXPECT_GE(t.arriveCycle, t.sendCycle + cluster.links()[t.link].latencyCycles);
+}
+
+// METIS on the communication graph: TP groups of 4 on a 4x4 torus become rings of one-hop edges,
+// with no more bytes x hops than the locality order's slices.
+TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {
+  topology::YamlReader reader("test.yaml");
+  auto cluster = topology::loadCluster(reader, YAML::Load("{topology: {kind: torus, dims: [4, 4]}}"));
+  ASSERT_TRUE(cluster.ok());
+  auto order = localityOrder(*cluster);
+  ASSERT_TRUE(order.ok());
+  const auto graph = communicationGraph(2, 4, 2, 1 << 20, {1 << 16, 0});
+  EXPECT_EQ(graph.ranks, 16);
+  auto mapped = mapCommunicationGraph(graph, *order);
+  ASSERT_TRUE(mapped.ok()) << mapped.error().format();
+  EXPECT_EQ(std::set<int>(mapped->begin(), mapped->end()).size(), 16u);
+  for (int group = 0; group < 4; ++group)
+    for (int t = 0; t < 4; ++t)
+      EXPECT_EQ(cluster->route((*mapped)[group * 4 + t], (*mapped)[group * 4 + (t + 1) % 4]).size(), 1u)
+          << "group " << group << " rank " << t;
+  EXPECT_LE(placementTraffic(*cluster, *mapped, graph), placementTraffic(*cluster, *order, graph));
 }
 
 TEST(PlanShards, TwoDimensionalSplitIsNotExecuted) {
