@@ -10,6 +10,8 @@
 #include <fmt/ranges.h>
 
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/sharding.h"
+#include "partition/sharding_spmd.h"
 
 namespace tsp::partition {
 
@@ -117,6 +119,40 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
   return sub;
 }
 
+// The compiler's figures for one distinct layer.
+struct LayerEstimate {
+  Cycle cycles = 0;
+  Cycle fixedCycles = -1;  ///< the part that does not shrink with the batch; -1: not measured
+  std::string error;       ///< why the compiler could not lower it, or empty
+};
+
+// The per-microbatch fixed part of a layer: the layer is compiled again on a quarter (or half) of
+// the batch, split off by the sharding mechanism, and the line through the two points meets zero
+// rows at the fixed part (weight installation, pipeline fill). -1 when the batch cannot be split.
+Cycle fixedPartOfLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, Cycle cycles) {
+  const int parts = batch % 4 == 0 ? 4 : batch % 2 == 0 ? 2 : 1;
+  if (parts == 1) return -1;
+  std::map<ir::TensorId, TensorSharding> annotations;
+  for (ir::TensorId in : layer.inputs()) {
+    const auto& t = layer.tensor(in);
+    if (t.shape.empty() || t.shape[0] != batch) return -1;
+    auto spec = TensorSharding::replicated(t.shape.size());
+    spec.dimAxis[0] = 0;
+    annotations[in] = spec;
+  }
+  const Mesh mesh{{"dp"}, {parts}};
+  auto plan = propagateShardings(layer, mesh, annotations);
+  if (!plan || !plan->reshards.empty()) return -1;
+  auto devices = shardGraph(layer, *plan);
+  if (!devices) return -1;
+  auto small = schedule::estimateLayerCycles(devices->graphs.front(), chip);
+  if (!small || small->empty()) return -1;
+  // cycles(rows) = fixed + slope x rows through (batch, cycles) and (batch / parts, small).
+  const double slope = static_cast<double>(cycles - small->front()) / (static_cast<double>(batch) * (parts - 1) / parts);
+  const double fixed = static_cast<double>(cycles) - slope * static_cast<double>(batch);
+  return static_cast<Cycle>(std::clamp(std::llround(fixed), 0LL, static_cast<long long>(cycles)));
+}
+
 }  // namespace
 
 Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
@@ -177,7 +213,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   Bytes lastColumnOutput = 0;
   int lastColumnLayer = -1;
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
-  std::map<std::string, std::pair<Cycle, std::string>> estimated;  // signature -> (cycles, error or "")
+  std::map<std::string, LayerEstimate> estimated;  // by layer signature
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
     std::set<ir::TensorId> leaves;
@@ -238,23 +274,25 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     const std::string signature = layerSignature(graph, ops[l]);
     auto found = estimated.find(signature);
     if (found == estimated.end()) {
-      std::pair<Cycle, std::string> value{0, ""};
+      LayerEstimate value;
       auto sub = layerGraph(graph, ops[l]);
       if (!sub) {
-        value.second = sub.error().format();
+        value.error = sub.error().format();
       } else {
         auto cycles = schedule::estimateLayerCycles(*sub, chip);
-        if (cycles && !cycles->empty()) value.first = cycles->front();
-        else value.second = cycles ? "no layer" : cycles.error().format();
+        if (cycles && !cycles->empty()) value.cycles = cycles->front();
+        else value.error = cycles ? "no layer" : cycles.error().format();
+        if (value.error.empty()) value.fixedCycles = fixedPartOfLayer(*sub, chip, profile.samples, value.cycles);
       }
       found = estimated.emplace(signature, value).first;
     }
-    if (!found->second.second.empty()) {
+    if (!found->second.error.empty()) {
       layer.fallback = true;
       layer.cycles = flopEstimateCycles(graph, ops[l], chip);
-      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.second;
+      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.error;
     } else {
-      layer.cycles = std::max<Cycle>(1, found->second.first);
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
     }
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
@@ -357,11 +395,12 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
-  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0);
+  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerShare share = layerShare(profile.layers[l], c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
+    lastCompute[stages.layerChunk[l]] = share.compute;  // the chunk's last layer so far
   }
   // Stage-to-stage sends: each TP rank sends the activations it holds, all of them when they are
   // replicated over the TP group (after a Megatron all-reduce), its 1/tp share when they are split.
@@ -372,10 +411,14 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
         const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
         outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / (replicated ? 1 : c.tp);
       }
+    // The compiler sends tiles as they are computed: a chunk's sends overlap the compute of its
+    // last layer (the one whose output tiles leave), so the chunk takes the rest of its time, the
+    // longer of that layer's compute and the serialisation, and one route latency.
     for (int k = 0; k < stages.chunks; ++k)
       if (outbound[k] > 0) {
         const double send = links.pp.transfer(outbound[k] * frac);
-        chunk[k] += send;
+        const double serialise = send - static_cast<double>(links.pp.alpha);
+        chunk[k] += std::max(0.0, serialise - lastCompute[k]) + static_cast<double>(links.pp.alpha);
         chunkComm[k] += send;
       }
   }

@@ -389,6 +389,12 @@ class ShardedScheduler {
           plan.tensor = in;
           plan.port = flight->second.port;
           plan.interval = flight->second.interval;
+          // A tensor wholly arrived before the segment starts waits on the port: it is read at one
+          // vector a cycle instead of at the link's rate.
+          const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
+          (void)tiles;
+          const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
+          if (lastVector < offset) plan.interval = 1;
           for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
           key += fmt::format(" recv {}:{}@{}", static_cast<int>(interface.receives.size()), plan.port,
                              fmt::join(plan.arrivals, ","));
