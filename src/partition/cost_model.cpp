@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "compile/lower/lowering.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/sharding.h"
 #include "partition/sharding_spmd.h"
@@ -119,6 +120,12 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
   return sub;
 }
 
+// Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
+Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
+  const auto [rows, tiles] = lower::vectorShape(chip, tensor);
+  return Bytes{rows} * tiles * chip.vectorBytes;
+}
+
 // The compiler's figures for one distinct layer.
 struct LayerEstimate {
   Cycle cycles = 0;
@@ -194,7 +201,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (tensor.producer < 0) continue;
       const int from = graph.op(tensor.producer).layer;
       if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
-      edgeBytes[{from, op.layer}] += tensor.bytes();
+      edgeBytes[{from, op.layer}] += linkBytes(chip, tensor);
       if (op.layer != from + 1) profile.chain = false;
     }
   }
@@ -236,7 +243,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       const double flops = static_cast<double>(ir::opFlops(graph, op));
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {
-        const Bytes out = graph.tensor(op.outputs[0]).bytes();
+        const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
         Bytes in = 0;
         for (ir::TensorId t : op.inputs)
           if (graph.tensor(t).role != ir::TensorRole::kWeight) in += graph.tensor(t).bytes();
