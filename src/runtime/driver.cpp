@@ -639,6 +639,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   // Programs come from the compiler, or from a directory written earlier by --emit-programs.
   std::vector<isa::Program> compiled;
   std::vector<schedule::CompileReport> reports;
+  int compiledSegments = 0, sharedSegments = 0;  // a sharded plan's compute segments: compiled, reused
   if (options.programs) {
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
@@ -661,6 +662,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (!schedule) return failure(schedule.error(), root);
     compiled = std::move(schedule->programs);
     reports = std::move(schedule->reports);
+    compiledSegments = schedule->compiledShards;
+    sharedSegments = schedule->sharedShards;
   }
   if (options.emitPrograms) {
     Status s;
@@ -973,6 +976,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
+    if (compiledSegments > 0) j["segments"] = {{"compiled", compiledSegments}, {"shared", sharedSegments}};
     fmt::print("{}\n", j.dump(2));
     return {};
   }
