@@ -59,30 +59,38 @@ topology::Cluster ring(int chips) {
 }
 
 // Megatron from the plan: alternate column and row splits give one all-reduce per pair of layers,
-// and the sharded graphs compute what the unsharded one does (dp x tp with microbatches).
+// and the TP group's graphs of one batch block compute what the unsharded block does.
 TEST(PlanShards, MegatronAnnotationsMatchTheUnshardedGraph) {
   const ir::Graph g = mlp(4, 8, 8, DType::kF32);
   const Plan p = plan(2, 2, 1, 2, {0, 1, 2, 3});
-  const Mesh mesh = planMesh(p);
-  EXPECT_EQ(mesh.axisNames, (std::vector<std::string>{"dp", "tp"}));
-  EXPECT_EQ(mesh.axisSizes, (std::vector<int>{4, 2}));
-  auto annotations = planAnnotations(g, p, mesh);
+  auto block = batchBlockGraph(g, p.dp * p.microbatches);
+  ASSERT_TRUE(block.ok()) << block.error().format();
+  EXPECT_EQ(block->tensor(block->inputs().front()).shape, (Shape{2, 8}));  // 8 rows in 4 blocks
+  const Mesh mesh = tensorMesh(p);
+  EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2}));
+  auto annotations = planAnnotations(*block, p, mesh);
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
-  auto propagated = propagateShardings(g, mesh, *annotations);
+  auto propagated = propagateShardings(*block, mesh, *annotations);
   ASSERT_TRUE(propagated.ok());
   EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2);
-  EXPECT_EQ(propagated->tensors[*g.findTensor("w0")].text(mesh), "[-,tp]");
-  EXPECT_EQ(propagated->tensors[*g.findTensor("w1")].text(mesh), "[tp,-]");
-  EXPECT_EQ(propagated->tensors[*g.findTensor("w2")].text(mesh), "[-,tp]");
-  auto devices = shardGraph(g, *propagated);
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w0")].text(mesh), "[-,tp]");
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w1")].text(mesh), "[tp,-]");
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w2")].text(mesh), "[-,tp]");
+  auto devices = shardGraph(*block, *propagated);
   ASSERT_TRUE(devices.ok());
-  ir::Value x{DType::kF32, {8, 8}, *values(64, 99)};
-  auto want = ir::interpret(g, {x});
+  ir::Value x{DType::kF32, {2, 8}, *values(16, 99)};
+  auto want = ir::interpret(*block, {x});
   auto got = interpretSharded(*devices, {x});
   ASSERT_TRUE(want.ok() && got.ok());
   ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
   for (size_t e = 0; e < (*want)[0].data.size(); ++e)
     EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+}
+
+TEST(PlanShards, BatchThatDoesNotDivideNamesTheInput) {
+  auto block = batchBlockGraph(mlp(2, 6, 8, DType::kF32), 4);
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.error().message, "the batch dim of input 'x' (6) does not divide into dp x microbatches = 4 blocks");
 }
 
 // Every op of a device runs on the chip of its stage, replica and TP rank; waves go microbatch by microbatch.

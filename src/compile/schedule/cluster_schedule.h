@@ -38,8 +38,9 @@ struct ClusterSchedule {
   int collectives = 0;     ///< collectives scheduled on routes (sharded plans)
 };
 
-/// The per-chip graphs of a sharded plan (SPMD: every device graph has the same op sequence, with
-/// its collectives and Send/Recv ops carrying mesh device ids in `devices` and `peer`).
+/// The per-chip graphs of a sharded plan (SPMD: every device graph has the same op sequence; its
+/// collectives and Send/Recv ops name the devices they join in `devices` and `peer` by their
+/// position in the device's wave).
 struct ShardedWorkload {
   std::vector<ir::Graph> graphs;        ///< per mesh device
   std::vector<std::vector<int>> opChip; ///< per device, the chip that runs each op

@@ -240,13 +240,13 @@ class ShardedScheduler {
       const ir::Op& op = work_.graphs[d].op(j);
       const auto devices = op.intsAttr("devices");
       if (!done.insert(devices).second) continue;
-      std::vector<int> chips;
-      for (std::int64_t member : devices) {
-        if (std::find(wave.begin(), wave.end(), member) == wave.end())
-          return modelError(op.name, fmt::format("{} joins device {}, which is scheduled in another wave (a collective "
-                                                 "across data-parallel replicas or microbatches)",
-                                                 ir::opKindName(op.kind), member));
-        chips.push_back(work_.opChip[member][j]);
+      std::vector<int> chips, members;
+      for (std::int64_t position : devices) {
+        if (position < 0 || position >= static_cast<std::int64_t>(wave.size()))
+          return modelError(op.name, fmt::format("{} joins position {} of a wave of {} devices", ir::opKindName(op.kind),
+                                                 position, wave.size()));
+        members.push_back(wave[position]);
+        chips.push_back(work_.opChip[members.back()][j]);
       }
       if (std::set<int>(chips.begin(), chips.end()).size() != chips.size())
         return modelError(op.name, "two devices of one collective group are placed on the same chip");
@@ -269,7 +269,7 @@ class ShardedScheduler {
       }
       if (auto s = schedule(*plan); !s) return s;
       ++result_.collectives;
-      for (std::int64_t member : devices) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
+      for (int member : members) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
     }
     return {};
   }
@@ -278,17 +278,21 @@ class ShardedScheduler {
   Status pointToPoint(const std::vector<int>& wave, int j, int k) {
     CollectivePlan plan;
     plan.steps.emplace_back();
-    for (int d : wave)
+    for (size_t position = 0; position < wave.size(); ++position)
       for (int s = j; s < k; ++s) {
+        const int d = wave[position];
         const ir::Op& send = work_.graphs[d].op(s);
         if (send.kind != ir::OpKind::kSend) continue;
-        const std::int64_t peer = send.intAttr("peer", -1), tag = send.intAttr("tag", -1);
-        if (std::find(wave.begin(), wave.end(), peer) == wave.end())
-          return modelError(send.name, fmt::format("sends to device {}, which is scheduled in another wave", peer));
+        const std::int64_t to = send.intAttr("peer", -1), tag = send.intAttr("tag", -1);
+        if (to < 0 || to >= static_cast<std::int64_t>(wave.size()))
+          return modelError(send.name, fmt::format("sends to position {} of a wave of {} devices", to, wave.size()));
+        const int peer = wave[to];
         int recv = -1;
         for (int r = j; r < k && recv < 0; ++r) {
           const ir::Op& op = work_.graphs[peer].op(r);
-          if (op.kind == ir::OpKind::kRecv && op.intAttr("peer", -1) == d && op.intAttr("tag", -1) == tag) recv = r;
+          if (op.kind == ir::OpKind::kRecv && op.intAttr("peer", -1) == static_cast<std::int64_t>(position) &&
+              op.intAttr("tag", -1) == tag)
+            recv = r;
         }
         if (recv < 0) return modelError(send.name, fmt::format("no matching Recv on device {} (tag {})", peer, tag));
         const int src = work_.opChip[d][s], dst = work_.opChip[peer][recv];
