@@ -45,6 +45,7 @@ struct LayerProfile {
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
   Cycle convCycles = 0;      ///< spatial: the part of cycles in convolutions (split; the rest is not)
   bool hasConv = false;
+  bool outputSplit = false;  ///< Megatron: the layer ends on a column-parallel matmul, its output leaves split tp ways
   std::int64_t parameters = 0;  ///< training: elements of the layer's weights (gradients and optimizer state)
   Bytes trainableBytes = 0;     ///< training: bytes of those weights (the layer's gradients)
   Bytes stashBytes = 0;         ///< training: activations kept from the forward to the backward pass

@@ -420,8 +420,14 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
   auto best = buildPlan(cluster, profile, bestCandidate, *order);
   if (!best) return best.error();
   result.best = *best;
-  // Traffic of one iteration on each TP ring edge and each stage-to-stage route of the best plan.
-  const Candidate& c = bestCandidate;
+  auto placement = refinePlacement(cluster, profile, result.best, *order);
+  if (!placement) return placement.error();
+  result.placement = *placement;
+  return result;
+}
+
+PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
+  const Candidate c = plan.candidate();
   const double t = c.tp, q = std::round(std::sqrt(t));
   double ring = 0;
   for (const auto& layer : profile.layers) {
@@ -432,19 +438,53 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
     else if (c.split == TensorSplit::kSpatial)
       ring += static_cast<double>(layer.haloBytes);
   }
-  const Bytes ringBytes = static_cast<Bytes>(ring / (static_cast<double>(c.dp) * c.pp));
-  std::vector<Bytes> sends(c.pp, 0);
-  auto stages = evaluator.stages(c.pp * c.interleave);
-  if (!stages) return stages.error();
-  for (const auto& e : profile.edges)
+  PlanTraffic traffic;
+  traffic.ringEdgeBytes = static_cast<Bytes>(ring / (static_cast<double>(c.dp) * c.pp));
+  traffic.stageBytes.assign(c.pp, 0);
+  const auto chunks = plan.layerChunks(static_cast<int>(profile.layers.size()));
+  for (const auto& e : profile.edges) {
+    // Each TP rank sends what it holds: all of a replicated activation, its share of a split one.
+    const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+    const Bytes perRank = e.bytes / (std::int64_t{c.dp} * (replicated ? 1 : c.tp));
     for (int s = 0; s + 1 < c.pp; ++s) {
-      const int from = (*stages)->layerChunk[e.from] % c.pp, to = (*stages)->layerChunk[e.to] % c.pp;
-      if (from <= s && s < to) sends[s] += e.bytes / (std::int64_t{c.dp} * c.tp);
+      const int from = chunks[e.from] % c.pp, to = chunks[e.to] % c.pp;
+      if (from <= s && s < to) traffic.stageBytes[s] += perRank;
     }
-  const std::vector<int>& placement =
-      result.best.placement.empty() ? result.best.stageChip : result.best.placement;
-  result.placement = reportPlacement(cluster, placement, c.dp, c.tp, c.pp, ringBytes, sends);
-  return result;
+  }
+  return traffic;
+}
+
+PlacementReport reportPlanPlacement(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan) {
+  const PlanTraffic traffic = planTraffic(profile, plan);
+  const std::vector<int>& placement = plan.placement.empty() ? plan.stageChip : plan.placement;
+  PlacementReport report =
+      reportPlacement(cluster, placement, plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
+  report.traffic = placementTraffic(cluster, placement,
+                                    communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes));
+  report.method = plan.placement.empty() ? "pipeline path" : "locality order";
+  return report;
+}
+
+Expected<PlacementReport> refinePlacement(const topology::Cluster& cluster, const ModelProfile& profile, Plan& plan,
+                                          const std::vector<int>& order) {
+  PlacementReport report = reportPlanPlacement(cluster, profile, plan);
+  if (plan.placement.empty()) return report;
+  const PlanTraffic traffic = planTraffic(profile, plan);
+  const auto graph = communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
+  // The same chips as the locality placement, ranks mapped onto them by the communication graph.
+  std::vector<int> chips = plan.placement;
+  std::sort(chips.begin(), chips.end(), [&](int a, int b) {
+    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+  });
+  auto mapped = mapCommunicationGraph(graph, chips);
+  if (!mapped) return mapped.error();
+  if (placementTraffic(cluster, *mapped, graph) < report.traffic) {
+    plan.placement = *mapped;
+    for (int s = 0; s < plan.pp; ++s) plan.stageChip[s] = plan.placement[s * plan.tp];
+    report = reportPlanPlacement(cluster, profile, plan);
+    report.method = "metis (communication graph)";
+  }
+  return report;
 }
 
 }  // namespace tsp::partition

@@ -89,11 +89,12 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
   const auto profile = profileOf(g, c, 1);
-  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h.
+  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h,
+  // counted as the links carry them: each 512-byte row of 256 FP16 values is two 320-byte vectors.
   const auto& block = profile.layers[1];
   EXPECT_EQ(block.weightMatmuls, 4);
   EXPECT_EQ(block.allReduces, 2);
-  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 256 * 2);
+  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 2 * 320);
   EXPECT_TRUE(profile.chain);
 }
 

@@ -112,6 +112,7 @@ class Lowering {
   // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
   std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
   std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
+  std::map<int, int> lastSend_;     // per port: the last send task (tiles leave in tile order)
   std::vector<Cycle> planeLoad_;    // per MXM plane: compute cycles handed to it so far
   std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
 };
@@ -241,6 +242,10 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
     dependOnWriters(plan.tensor, t, id, 0);
     st.readers.push_back({id, 0});
     tasks.push_back(id);
+    // Tiles leave in tile order, the order the receiver's chain of receives reads them in.
+    auto last = lastSend_.find(plan.port);
+    if (last != lastSend_.end()) problem_.addDependence({last->second, 1, id, 1, 1});
+    lastSend_[plan.port] = id;
   }
   return {};
 }
