@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -29,10 +30,10 @@ ir::Graph mlp(int layers, std::int64_t batch, std::int64_t width, DType dtype) {
   ir::Graph g;
   ir::TensorId x = g.addInput("x", {batch, width}, dtype);
   for (int i = 0; i < layers; ++i) {
-    const auto w = g.addWeight("w" + std::to_string(i), {width, width}, dtype, values(width * width, 2 * i + 1));
-    const auto b = g.addWeight("b" + std::to_string(i), {width}, dtype, values(width, 2 * i + 2));
-    x = *g.addOp(OpKind::kAdd, "bias" + std::to_string(i), {*g.addOp(OpKind::kMatMul, "fc" + std::to_string(i), {x, w}, i), b}, i);
-    if (i + 1 < layers) x = *g.addOp(OpKind::kRelu, "relu" + std::to_string(i), {x}, i);
+    const auto w = g.addWeight(fmt::format("w{}", i), {width, width}, dtype, values(width * width, 2 * i + 1));
+    const auto b = g.addWeight(fmt::format("b{}", i), {width}, dtype, values(width, 2 * i + 2));
+    x = *g.addOp(OpKind::kAdd, fmt::format("bias{}", i), {*g.addOp(OpKind::kMatMul, fmt::format("fc{}", i), {x, w}, i), b}, i);
+    if (i + 1 < layers) x = *g.addOp(OpKind::kRelu, fmt::format("relu{}", i), {x}, i);
   }
   g.markOutput(x);
   return g;
