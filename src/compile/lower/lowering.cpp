@@ -102,6 +102,8 @@ class Lowering {
   // A read step of rows [row0, row0+rows) of tile `tile`, depending on the tile's writers.
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast);
   void dependOnWriters(ir::TensorId tensor, int tile, int task, int step);
+  // Slices the last K tile of a matmul output tile touches besides its input: output and bias.
+  std::set<int> tailSlicesOf(const TensorState& out, int tile, ir::TensorId bias) const;
   void noteWriter(ir::TensorId tensor, int tile, int task, int step);
 
   const topology::ChipSpec& chip_;
@@ -160,6 +162,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   }
   tensors_.emplace(tensor, std::move(st));
   return {};
+}
+
+std::set<int> Lowering::tailSlicesOf(const TensorState& out, int tile, ir::TensorId bias) const {
+  std::set<int> slices{out.blocks[tile].slice};
+  if (bias >= 0) {
+    const TensorState& bs = tensors_.at(bias);
+    slices.insert(bs.blocks[tile % bs.placement.tiles].slice);
+  }
+  return slices;
 }
 
 void Lowering::dependOnWriters(ir::TensorId tensor, int tile, int task, int step) {
@@ -296,7 +307,8 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
     // Gemm's C and FusedMatMul's bias are the epilogue's bias; FusedMatMul names its activation.
     if (op.inputs.size() >= 3) {
       biasTensor = op.inputs[2];
-      if (auto s = place(biasTensor, graph_.tensor(biasTensor).producer < 0); !s) return s;
+      // Not on the input's slices: the last K tile's chain reads both at once.
+      if (auto s = place(biasTensor, graph_.tensor(biasTensor).producer < 0, slicesOf(op.inputs[0])); !s) return s;
     }
     if (op.hasAttr("activation")) {
       const auto kind = ir::parseOpKind(op.stringAttr("activation", ""));
@@ -309,7 +321,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
       biasTensor = other;
       out = add->outputs[0];
       ++consumed;
-      if (auto s = place(other, true); !s) return s;
+      if (auto s = place(other, true, slicesOf(op.inputs[0])); !s) return s;
     }
   }
   if (op.kind == ir::OpKind::kMatMul)
@@ -358,7 +370,13 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
       planeLoad_[plane] += kTiles * std::max<Cycle>(rows, chip_.mxmWeightInstallCycles);
       const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
       // Planes start at different K tiles so that, running together, they read different MEM slices.
-      const int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
+      int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
+      // The last K tile's chain also reads the bias and writes the output: its input tile must sit
+      // on another slice (one MEM queue cannot read and write at once). The allocator avoids that
+      // when it can; when it could not, another K tile goes last.
+      const std::set<int> tailSlices = tailSlicesOf(ys, n, biasTensor);
+      for (int tries = 0; tries < kTiles && tailSlices.count(xs.blocks[(kTiles - 1 + rotation) % kTiles].slice); ++tries)
+        rotation = (rotation + 1) % kTiles;
       for (int step = 0; step < kTiles; ++step) {
         const int k = (step + rotation) % kTiles;
         // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
