@@ -40,7 +40,7 @@ TEST(ShardCompiler, ProgramsSimulateInExactlyThePredictedCycles) {
   topology::ChipSpec chip;
   struct Case { int layers, hidden, batch; const char* dtype; };
   for (const Case c : {Case{1, 320, 8, "int8"}, Case{3, 640, 24, "fp16"}, Case{2, 1000, 100, "int8"},
-                       Case{4, 2048, 64, "fp16"}}) {
+                       Case{4, 2048, 64, "fp16"}, Case{2, 640, 9000, "int8"}}) {  // the last spans two slices per tile
     const ir::Graph g = testing::mlp(c.layers, c.hidden, c.batch, c.dtype);
     Options o;
     o.annealMoves = 20;
