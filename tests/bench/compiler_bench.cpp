@@ -1,5 +1,7 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
+#include <tuple>
+
 #include <benchmark/benchmark.h>
 
 #include "compile/frontend/builtin_models.h"
@@ -138,6 +140,33 @@ void BM_QualityTransformerLayer(benchmark::State& state) {
   report(state, last);
 }
 BENCHMARK(BM_QualityTransformerLayer)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond);
+
+// Quality: one ResNet-50 layer (0: the stem, then one per bottleneck block, 17: the classifier) alone
+// on a chip, INT8, batch 1; -1 is the whole network.
+void BM_QualityResnet50(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("resnet50", {{"batch", "1"}}, "int8");
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  if (state.range(0) < 0) {
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  } else {
+    std::tie(ops, interface) = layerShard(g, static_cast<int>(state.range(0)));
+  }
+  schedule::Options o;
+  o.annealMoves = 256;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, interface, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
 
 // Quality: an MLP shard (the quickstart's layers) with annealing.
 void BM_QualityMlp(benchmark::State& state) {

@@ -12,8 +12,8 @@
 namespace tsp::isa {
 
 /// Program format version; the on-disk form records it and the simulator refuses others.
-/// Version 2 added the tensor placement table and the binary form; version 3 tile segments
-/// (TensorPlacement::segmentRows).
+/// Version 2 added the tensor placement table and the binary form; version 3 tile segments and
+/// replicas (TensorPlacement::segmentRows, replicas).
 inline constexpr int kProgramVersion = 3;
 
 /// Instruction opcodes. Each runs on a unit of one kind (unitKindOf).
@@ -90,6 +90,9 @@ struct TensorPlacement {
   /// segment g holds rows [g*segmentRows, (g+1)*segmentRows); memUnit and address then have one
   /// entry per (tile, segment), index t * segments + g.
   std::int64_t segmentRows = 0;
+  /// Identical copies of the tensor (a small broadcast operand read by several MXM planes or ALUs at
+  /// once); memUnit and address hold replicas x tiles x segments entries, copy-major.
+  std::int32_t replicas = 1;
   std::vector<std::int32_t> memUnit;  ///< MEM queue id of each tile (or tile segment)
   std::vector<std::int32_t> address;  ///< first address of each tile (or tile segment)
   bool resident = false;     ///< in SRAM before the program starts (a weight or a graph input)

@@ -100,16 +100,23 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.placement.rows = rows;
   st.placement.tiles = tiles;
   st.placement.resident = resident;
-  // A tile longer than a slice is cut into equal segments, each on its own slice.
-  if (rows > chip_.addressesPerSlice) st.placement.segmentRows = ceilDiv(rows, ceilDiv(rows, chip_.addressesPerSlice));
+  // A tile longer than a slice is cut into equal segments, each on its own slice. Tensors made on
+  // chip are also spread over up to kSpreadSegments slices (segments of at least kMinSegmentRows),
+  // so that the MXM planes and the row blocks of one op read and write different MEM queues.
+  std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
+  if (!resident && t.role == ir::TensorRole::kActivation)
+    segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / kMinSegmentRows));
+  if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
   st.pinned = resident;
-  const int segments = st.segments();
-  st.writers.resize(static_cast<size_t>(tiles) * segments);
+  // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
+  if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
+  const int pieces = st.segments();
+  st.writers.resize(static_cast<size_t>(tiles) * pieces);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
-  for (int k = 0; k < tiles; ++k) {
+  for (int k = 0; k < tiles * st.placement.replicas; ++k) {
     std::set<int> away = avoid;  // the segments of one tile on different slices
-    for (int g = 0; g < segments; ++g) {
+    for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
       auto block = out_.sram.allocate(static_cast<int>(segRows), away);
       if (!block) {
@@ -160,19 +167,68 @@ void Lowering::waitForFreedReaders(const alloc::Block& mine, int task, int step)
 }
 
 int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::vector<Access>& writes) {
+  // A chain cannot read a slice that another of its MEM steps uses at the same time (one queue per
+  // slice). When placement could not keep them apart, the read takes a detour: a task of its own
+  // copies the rows to scratch on a free slice, and the chain reads the copy.
+  const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  auto isMem = [](const Step& st) { return st.inst.op == Opcode::kMemRead || st.inst.op == Opcode::kMemWrite; };
+  std::vector<std::pair<int, int>> detours;  // (copy task, step of the chain reading the copy)
+  std::vector<bool> detoured(reads.size(), false);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    Step& st = task.steps[reads[i].step];
+    std::set<int> used;
+    bool clash = false;
+    for (size_t j = 0; j < task.steps.size(); ++j) {
+      if (!isMem(task.steps[j])) continue;
+      used.insert(task.steps[j].inst.unit - memFirst);
+      clash |= static_cast<int>(j) != reads[i].step && task.steps[j].inst.unit == st.inst.unit;
+    }
+    if (!clash) continue;
+    auto block = scratch(st.inst.repeat, used);
+    if (!block) continue;  // no room for a copy: check() names the clash
+    Task copy;
+    copy.name = task.name + " detour";
+    Step read = st;
+    read.producer = read.producer2 = -1;
+    Step alu;
+    alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, st.inst.repeat, st.inst.interval);
+    alu.inst.func = isa::VxmFunc::kConvert;
+    alu.producer = 0;
+    Step write = makeWriteOf(*block, st.inst.repeat, 1);
+    write.inst.interval = st.inst.interval;
+    copy.steps = {read, alu, write};
+    const int cid = problem_.addTask(std::move(copy));
+    Access original = reads[i];
+    original.step = 0;
+    dependOnWriters(original, cid);
+    tensors_.at(original.tensor).readers.push_back({cid, 0});
+    waitForFreedReaders(*block, cid, 2);
+    st.inst.unit = memFirst + block->slice;
+    st.inst.address = block->address;
+    st.inst.stride = 1;
+    detours.push_back({cid, reads[i].step});
+    opScratch_.push_back({*block, {}});
+    detoured[i] = true;
+  }
   const int id = problem_.addTask(std::move(task));
-  for (const Access& r : reads) {
-    dependOnWriters(r, id);
-    tensors_.at(r.tensor).readers.push_back({id, r.step});
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (detoured[i]) continue;
+    dependOnWriters(reads[i], id);
+    tensors_.at(reads[i].tensor).readers.push_back({id, reads[i].step});
+  }
+  for (size_t d = 0; d < detours.size(); ++d) {
+    problem_.addDataDependence(detours[d].first, 2, id, detours[d].second);
+    opScratch_[opScratch_.size() - detours.size() + d].second.push_back({id, detours[d].second});
   }
   for (const Access& w : writes) noteWriter(w, id);
   return id;
 }
 
-Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast) const {
+Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
+                        int replica) const {
   const TensorState& st = tensors_.at(tensor);
   const std::int64_t first = broadcast ? 0 : row0;
-  const int piece = st.piece(tile, first);
+  const int piece = st.pieceOf(tile, first, replica);
   assert((broadcast || (row0 % st.segmentRows()) + rows <= st.segmentRows()) && "a read crosses a segment");
   Step s;
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemRead, rows);
@@ -226,13 +282,30 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Lowering::rowPieces(std::int6
   return pieces;
 }
 
-std::set<int> Lowering::tailSlicesOf(const TensorState& out, int piece, ir::TensorId bias, int biasTile) const {
-  std::set<int> slices{out.blocks[piece].slice};
-  if (bias >= 0) {
-    const TensorState& bs = tensors_.at(bias);
-    slices.insert(bs.blocks[bs.piece(biasTile % bs.placement.tiles, 0)].slice);
-  }
+std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
+  const TensorState& ys = tensors_.at(job.out);
+  std::set<int> slices{ys.blocks[ys.piece(tile, row0)].slice};
+  for (ir::TensorId side : {job.bias, job.residual})
+    if (side >= 0) {
+      const TensorState& bs = tensors_.at(side);
+      const int piece = sidePiece(job, side, tile, row0, replica, slices);
+      slices.insert(bs.blocks[piece].slice);
+    }
   return slices;
+}
+
+int Lowering::sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
+                        const std::set<int>& busy) const {
+  // The plane's own copy, or the next one whose slice the chain does not use already.
+  const TensorState& bs = tensors_.at(side);
+  const bool broadcast = bs.placement.rows != tensors_.at(job.out).placement.rows;
+  const int t = tile % bs.placement.tiles;
+  const std::int64_t row = broadcast ? 0 : row0;
+  for (int c = 0; c < bs.placement.replicas; ++c) {
+    const int piece = bs.pieceOf(t, row, replica + c);
+    if (!busy.count(bs.blocks[piece].slice)) return piece;
+  }
+  return bs.pieceOf(t, row, replica);
 }
 
 Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const std::set<int>& avoid) {
@@ -331,6 +404,13 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
+  const Status lowered = lowerFamily(op, ops, position, consumed);
+  for (const auto& [block, readers] : opScratch_) releaseScratch(block, readers);
+  opScratch_.clear();
+  return lowered;
+}
+
+Status Lowering::lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
   // One lowering per family of op kinds; a new kind joins the family whose units it uses.
   switch (op.kind) {
     case ir::OpKind::kMatMul:
@@ -435,35 +515,48 @@ Status Lowering::lowerMxm(const MxmJob& job) {
   const int kTiles = job.kTiles, nTiles = ys.placement.tiles;
   const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  const bool activation = job.activation != ir::OpKind::kIdentity;
   out_.macs += job.macs;
   if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
   if (planeLoad_.empty()) planeLoad_.assign(chip_.mxmPlanes, 0);
 
-  // Blocks in batch order; within a batch, every output tile over every row block.
+  // Blocks in batch order; within a batch, every output tile over every group of row blocks. Blocks
+  // shorter than a weight install are grouped until the group's rows hide one: the plane streams
+  // every block of the group under one installed weight tile (their partial sums wait in the
+  // accumulators), so short blocks (a strided Conv's output rows) do not pay an install each.
   for (size_t first = 0; first < job.blocks.size();) {
     size_t last = first;
     while (last < job.blocks.size() && job.blocks[last][0] == job.blocks[first][0]) ++last;
+    std::vector<std::pair<size_t, size_t>> groups;
+    for (size_t g = first; g < last;) {
+      size_t e = g;
+      std::int64_t rows = 0;
+      while (e < last && (rows < chip_.mxmWeightInstallCycles || e == g)) rows += job.blocks[e++][2];
+      groups.push_back({g, e});
+      g = e;
+    }
     for (int n = 0; n < nTiles; ++n)
-      for (size_t bi = first; bi < last; ++bi) {
-        const auto& block = job.blocks[bi];
-        const std::int64_t batch = block[0], row0 = block[1], rows = block[2];
-        // Each (tile, row block) goes to the least loaded plane (lowest index on ties).
+      for (const auto& [g0, g1] : groups) {
+        const std::int64_t batch = job.blocks[g0][0];
+        std::int64_t groupRows = 0;
+        for (size_t bi = g0; bi < g1; ++bi) groupRows += job.blocks[bi][2];
+        // Each (tile, row group) goes to the least loaded plane (lowest index on ties).
         const int plane = static_cast<int>(std::min_element(planeLoad_.begin(), planeLoad_.end()) - planeLoad_.begin());
-        planeLoad_[plane] += kTiles * std::max<Cycle>(rows, chip_.mxmWeightInstallCycles);
+        planeLoad_[plane] += kTiles * std::max<Cycle>(groupRows, chip_.mxmWeightInstallCycles);
         const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
         // Planes start at different K tiles so that, running together, they read different MEM slices.
         int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
-        // The last K tile's chain also reads the bias and writes the output: its input must sit on
-        // another slice (one MEM queue cannot do both at once). The allocator avoids that when it
-        // can; when it could not, another K tile goes last.
-        const std::set<int> tail = tailSlicesOf(ys, ys.piece(n, row0), job.bias, n);
-        auto sourceSlice = [&](int k) {
-          const Access a = job.source(k, block).second;
-          const TensorState& src = tensors_.at(a.tensor);
-          return src.blocks[src.piece(a.tile, a.row0)].slice;
+        // The last K tile's chain also reads the bias and residual and writes the output: its input
+        // must sit on another slice (one MEM queue cannot do both at once). The allocator avoids
+        // that when it can; when it could not, another K tile goes last.
+        auto clashes = [&](int k) {
+          for (size_t bi = g0; bi < g1; ++bi) {
+            const Access a = job.source(k, job.blocks[bi]).second;
+            const TensorState& src = tensors_.at(a.tensor);
+            if (tailSlicesOf(job, n, job.blocks[bi][1], plane).count(src.blocks[src.piece(a.tile, a.row0)].slice)) return true;
+          }
+          return false;
         };
-        for (int tries = 0; tries < kTiles && tail.count(sourceSlice((kTiles - 1 + rotation) % kTiles)); ++tries)
+        for (int tries = 0; tries < kTiles && clashes((kTiles - 1 + rotation) % kTiles); ++tries)
           rotation = (rotation + 1) % kTiles;
         for (int step = 0; step < kTiles; ++step) {
           const int k = (step + rotation) % kTiles;
@@ -479,59 +572,79 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           install.steps = {ins};
           const int it = problem_.addTask(std::move(install));
           for (const auto& [wt, wst] : ws.writers[wPiece]) problem_.addDataDependence(wt, wst, it, 0);
-
-          Task compute;
-          compute.name = fmt::format("{} m{} k{} n{}", op.name, row0 - job.blocks[first][1], k, n);
-          auto [read, readAccess] = job.source(k, block);
-          compute.steps.push_back(read);
-          Step mxm;
-          mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
-          mxm.producer = 0;
-          compute.steps.push_back(mxm);
-          std::vector<Access> reads{readAccess}, writes;
-          if (step + 1 == kTiles) {
-            int tailStep = 1;
-            if (job.bias >= 0) {
-              Step add;
-              add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
-              add.inst.func = isa::VxmFunc::kAdd;
-              add.producer = tailStep;
-              add.producer2 = static_cast<int>(compute.steps.size()) + 1;
-              compute.steps.push_back(add);
-              tailStep = static_cast<int>(compute.steps.size()) - 1;
-              const TensorState& bs = tensors_.at(job.bias);
-              const bool broadcast = bs.placement.rows != ys.placement.rows;
-              compute.steps.push_back(readStep(job.bias, n % bs.placement.tiles, row0, rows, broadcast));
-              reads.push_back({job.bias, n % bs.placement.tiles, broadcast ? 0 : row0, broadcast ? 1 : rows,
-                               static_cast<int>(compute.steps.size()) - 1});
+          // The plane's sequence: install j -> computes j -> install j+1 (issued after the last
+          // compute j, so the simulator sees every compute j use the weights installed before it)
+          // -> computes j+1.
+          if (planeLast_[plane].second >= 0) problem_.addDependence({planeLast_[plane].second, 1, it, 0, 1});
+          for (size_t bi = g0; bi < g1; ++bi) {
+            const int ct = addMxmCompute(job, k, n, job.blocks[bi], job.blocks[first][1], computeUnit,
+                                         step + 1 == kTiles, vxm);
+            problem_.addDataDependence(it, 0, ct, 1);
+            const int prevCompute = planeLast_[plane].second;
+            if (prevCompute >= 0) {
+              const Instruction& pc = problem_.tasks()[prevCompute].steps[1].inst;
+              problem_.addDependence({prevCompute, 1, ct, 1, Cycle{pc.repeat} * pc.interval});
             }
-            if (activation) {
-              Step act;
-              act.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
-              act.inst.func = funcOf(job.activation);
-              act.producer = tailStep;
-              compute.steps.push_back(act);
-              tailStep = static_cast<int>(compute.steps.size()) - 1;
-            }
-            compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
-            writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
+            planeLast_[plane] = {it, ct};
           }
-          const int ct = addTask(std::move(compute), reads, writes);
-          // The plane's sequence: install j -> compute j -> install j+1 (issued after compute j, so
-          // the simulator sees compute j use the weights installed before it) -> compute j+1.
-          problem_.addDataDependence(it, 0, ct, 1);
-          const int prevCompute = planeLast_[plane].second;
-          if (prevCompute >= 0) {
-            problem_.addDependence({prevCompute, 1, it, 0, 1});
-            const Instruction& pc = problem_.tasks()[prevCompute].steps[1].inst;
-            problem_.addDependence({prevCompute, 1, ct, 1, Cycle{pc.repeat} * pc.interval});
-          }
-          planeLast_[plane] = {it, ct};
         }
       }
     first = last;
   }
   return {};
+}
+
+int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block,
+                            std::int64_t batchRow0, int computeUnit, bool last, int vxm) {
+  const std::int64_t row0 = block[1], rows = block[2];
+  const TensorState& ys = tensors_.at(job.out);
+  Task compute;
+  compute.name = fmt::format("{} m{} k{} n{}", job.op->name, row0 - batchRow0, k, n);
+  auto [read, readAccess] = job.source(k, block);
+  compute.steps.push_back(read);
+  Step mxm;
+  mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
+  mxm.producer = 0;
+  compute.steps.push_back(mxm);
+  std::vector<Access> reads{readAccess}, writes;
+  if (last) {
+    // Epilogue: + bias, + residual, activation, write.
+    const int plane = (computeUnit - chip_.firstUnit(UnitKind::kMxm)) / 2;
+    std::set<int> busy{ys.blocks[ys.piece(n, row0)].slice};
+    int tailStep = 1;
+    for (ir::TensorId side : {job.bias, job.residual}) {
+      if (side < 0) continue;
+      Step add;
+      add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+      add.inst.func = isa::VxmFunc::kAdd;
+      add.producer = tailStep;
+      add.producer2 = static_cast<int>(compute.steps.size()) + 1;
+      compute.steps.push_back(add);
+      tailStep = static_cast<int>(compute.steps.size()) - 1;
+      const TensorState& bs = tensors_.at(side);
+      const bool broadcast = bs.placement.rows != ys.placement.rows;
+      // A replicated operand: each plane reads its own copy (or one off the chain's other slices).
+      const int piece = sidePiece(job, side, n, row0, plane, busy);
+      busy.insert(bs.blocks[piece].slice);
+      Step read = readStep(side, n % bs.placement.tiles, row0, rows, broadcast);
+      read.inst.unit = bs.placement.memUnit[piece];
+      read.inst.address = bs.placement.address[piece] + static_cast<int>(broadcast ? 0 : row0 % bs.segmentRows());
+      compute.steps.push_back(read);
+      reads.push_back({side, n % bs.placement.tiles, broadcast ? 0 : row0, broadcast ? 1 : rows,
+                       static_cast<int>(compute.steps.size()) - 1});
+    }
+    if (job.activation != ir::OpKind::kIdentity) {
+      Step act;
+      act.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
+      act.inst.func = funcOf(job.activation);
+      act.producer = tailStep;
+      compute.steps.push_back(act);
+      tailStep = static_cast<int>(compute.steps.size()) - 1;
+    }
+    compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
+    writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
+  }
+  return addTask(std::move(compute), reads, writes);
 }
 
 Status Lowering::lowerElementwise(const ir::Op& op) {
@@ -569,7 +682,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         const TensorState& is = tensors_.at(in);
         const bool broadcast = is.placement.rows != rows;
         const int tile = t % is.placement.tiles;
-        task.steps.push_back(readStep(in, tile, r0, n, broadcast));
+        task.steps.push_back(readStep(in, tile, r0, n, broadcast, broadcast ? sideReads_++ : 0));
         reads.push_back({in, tile, broadcast ? 0 : r0, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
         return static_cast<int>(task.steps.size()) - 1;
       };
@@ -647,7 +760,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
         const bool broadcast = ps.placement.rows != rows;
-        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, r0, n, broadcast));
+        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, r0, n, broadcast, broadcast ? sideReads_++ : 0));
         reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : r0, broadcast ? 1 : n,
                          static_cast<int>(task.steps.size()) - 1});
       }

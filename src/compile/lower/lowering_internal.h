@@ -31,8 +31,12 @@ struct TensorState {
     return placement.segmentRows > 0 ? placement.segmentRows : std::max<std::int64_t>(1, placement.rows);
   }
   int segments() const { return static_cast<int>(ceilDiv(placement.rows, segmentRows())); }
-  /// The piece holding row `row` of tile `tile`.
+  /// The piece holding row `row` of tile `tile` (of the first copy).
   int piece(int tile, std::int64_t row) const { return tile * segments() + static_cast<int>(row / segmentRows()); }
+  /// The same piece in copy `replica` (taken modulo the copies).
+  int pieceOf(int tile, std::int64_t row, int replica) const {
+    return piece(tile, row) + (replica % placement.replicas) * placement.tiles * segments();
+  }
 };
 
 /// The 2-D window of a Conv or pooling op: input [N, C, H, W], output [N, C', Ho, Wo].
@@ -75,6 +79,7 @@ class Lowering {
   struct MxmJob {
     const ir::Op* op = nullptr;
     ir::TensorId weights = -1, out = -1, bias = -1;
+    ir::TensorId residual = -1;  ///< added after the bias (a ResNet shortcut), same rows as the output
     ir::OpKind activation = ir::OpKind::kIdentity;
     int kTiles = 0;
     std::int64_t macs = 0;
@@ -86,6 +91,7 @@ class Lowering {
     std::function<std::int64_t(std::int64_t batch, int k)> weightRow;
   };
 
+  Status lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerMxm(const MxmJob& job);
   Status lowerElementwise(const ir::Op& op);
@@ -106,7 +112,8 @@ class Lowering {
   Status lowerCopy(const ir::Op& op);
 
   // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
-  Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast) const;
+  Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
+                int replica = 0) const;
   // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.
   Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const;
   // Adds the task and records its reads and writes (the Access steps index into the task).
@@ -116,8 +123,14 @@ class Lowering {
   // Splits [begin, end) at the segment boundaries of the given tensors (those with `rows` rows).
   std::vector<std::pair<std::int64_t, std::int64_t>> rowPieces(std::int64_t begin, std::int64_t end,
                                                                const std::vector<ir::TensorId>& tensors) const;
-  // Slices the last K tile of an MXM output tile touches besides its input: output and bias.
-  std::set<int> tailSlicesOf(const TensorState& out, int piece, ir::TensorId bias, int biasTile) const;
+  // Slices the last K tile of an MXM output block touches besides its input: output, bias, residual.
+  std::set<int> tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const;
+  // The piece (copy) of a side operand the epilogue of an output block reads, off the `busy` slices.
+  int sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
+                const std::set<int>& busy) const;
+  // The compute task of K tile k for output tile n and one row block (with the epilogue when last).
+  int addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block, std::int64_t batchRow0,
+                    int computeUnit, bool last, int vxm);
   // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments.
   std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
                                                         std::int64_t tm) const;
@@ -138,8 +151,13 @@ class Lowering {
   const ir::Graph& graph_;
   LoweredShard& out_;
   schedule::Problem& problem_;
+  static constexpr std::int64_t kMinSegmentRows = 64;
+  int spreadSegments_ = 8;
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
+  int sideReads_ = 0;
+  // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
+  std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
   // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
   std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
   std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)

@@ -166,6 +166,15 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     job.out = bn->outputs[0];
     ++consumed;
   }
+  // A residual Add of an earlier feature map of the output's shape joins the epilogue too.
+  if (const ir::Op* add = soleUser(job.out, ops, position + consumed, {ir::OpKind::kAdd})) {
+    const ir::TensorId other = add->inputs[0] == job.out ? add->inputs[1] : add->inputs[0];
+    if (other != job.out && placed(other) && graph_.tensor(other).shape == graph_.tensor(job.out).shape) {
+      job.residual = other;
+      job.out = add->outputs[0];
+      ++consumed;
+    }
+  }
   if (const ir::Op* act = soleUser(job.out, ops, position + consumed, {ir::OpKind::kRelu})) {
     job.activation = act->kind;
     job.out = act->outputs[0];
@@ -174,7 +183,8 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (job.bias >= 0)
     if (auto s = place(job.bias, graph_.tensor(job.bias).producer < 0, slicesOf(in)); !s) return s;
   std::set<int> avoid = slicesOf(in);
-  for (int s : slicesOf(job.bias)) avoid.insert(s);
+  for (ir::TensorId side : {job.bias, job.residual})
+    for (int s : slicesOf(side)) avoid.insert(s);
   if (auto s = place(job.out, false, avoid); !s) return s;
 
   const Window win = windowOf(graph_, op);

@@ -89,7 +89,9 @@ TEST(ShardCompiler, PlacementTableNamesEveryTensor) {
   for (const auto& t : program.tensors) names.insert(t.name);
   for (const char* n : {"x", "w0", "b0", "w1", "b1", "relu0.out"}) EXPECT_TRUE(names.count(n)) << n;
   for (const auto& t : program.tensors) {
-    EXPECT_EQ(t.memUnit.size(), static_cast<size_t>(t.tiles));
+    const std::int64_t segments = t.segmentRows > 0 ? (t.rows + t.segmentRows - 1) / t.segmentRows : 1;
+    EXPECT_EQ(t.memUnit.size(), static_cast<size_t>(t.tiles * segments * t.replicas)) << t.name;
+    EXPECT_EQ(t.replicas, t.rows == 1 && t.resident ? chip.mxmPlanes : 1) << t.name;  // biases: a copy per plane
     const std::set<std::string> resident = {"x", "w0", "b0", "w1", "b1"};
     EXPECT_EQ(t.resident, resident.count(t.name) > 0) << t.name;
   }
