@@ -1,5 +1,6 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
+#include <fstream>
 #include <tuple>
 
 #include <benchmark/benchmark.h>
@@ -163,6 +164,7 @@ void BM_QualityResnet50(benchmark::State& state) {
       return;
     }
     last = c->report;
+    if (std::getenv("TSP_DUMP")) std::ofstream(std::getenv("TSP_DUMP")) << isa::toText(c->program, chip);
   }
   report(state, last);
 }

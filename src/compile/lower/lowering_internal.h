@@ -152,7 +152,7 @@ class Lowering {
   LoweredShard& out_;
   schedule::Problem& problem_;
   static constexpr std::int64_t kMinSegmentRows = 64;
-  int spreadSegments_ = 8;
+  int spreadSegments_ = 8;  // 16 in a spatial graph: a window op reads each input row once per tap
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
   int sideReads_ = 0;

@@ -131,7 +131,8 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   }
   const std::int64_t span = (rows - 1) * stride;
   const std::int64_t segRows = xs.segmentRows();
-  const std::int64_t segStart = std::clamp<std::int64_t>(first, 0, xs.placement.rows - 1) / segRows * segRows;
+  // The segment holding the middle of the span: a block reads its own segment, not a neighbour's.
+  const std::int64_t segStart = std::clamp<std::int64_t>(first + span / 2, 0, xs.placement.rows - 1) / segRows * segRows;
   const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
   first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
   assert(first + span < segEnd && "a window read longer than its input segment");
