@@ -77,7 +77,7 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
 
 Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
     : chip_(chip), graph_(graph), out_(out), problem_(out.problem), spatial_(spatialGraph(graph)) {
-  if (spatial_) spreadSegments_ = 16;
+  if (spatial_) spreadSegments_ = 16, minSegmentRows_ = 64;
 }
 
 std::pair<std::int64_t, int> Lowering::geometry(ir::TensorId tensor) const {
@@ -103,11 +103,11 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.placement.tiles = tiles;
   st.placement.resident = resident;
   // A tile longer than a slice is cut into equal segments, each on its own slice. Tensors made on
-  // chip are also spread over up to spreadSegments_ slices (segments of at least kMinSegmentRows),
+  // chip are also spread over up to spreadSegments_ slices (segments of at least minSegmentRows_),
   // so that the MXM planes and the row blocks of one op read and write different MEM queues.
   std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
   if (t.role == ir::TensorRole::kActivation)
-    segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / kMinSegmentRows));
+    segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
   if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.

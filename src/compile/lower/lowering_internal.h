@@ -151,8 +151,11 @@ class Lowering {
   const ir::Graph& graph_;
   LoweredShard& out_;
   schedule::Problem& problem_;
-  static constexpr std::int64_t kMinSegmentRows = 64;
-  int spreadSegments_ = 8;  // 16 in a spatial graph: a window op reads each input row once per tap
+  // Spreading: at most spreadSegments_ segments of at least minSegmentRows_ rows. A conv net's
+  // feature maps take up to 16 of 64 rows (a window op reads each input row once per tap); other
+  // graphs up to 8 of 128 (tests/bench/compiler_bench.cpp measured the choices).
+  int spreadSegments_ = 8;
+  std::int64_t minSegmentRows_ = 128;
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
   int sideReads_ = 0;

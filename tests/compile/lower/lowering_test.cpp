@@ -134,6 +134,32 @@ TEST(Lowering, ATileLongerThanASliceSpansSeveralSlices) {
         EXPECT_LT(st.inst.address + std::int64_t{st.inst.stride} * (st.inst.repeat - 1), chip.addressesPerSlice);
 }
 
+TEST(Lowering, AGroupedConvNamesTheNode) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
+  const auto w = g.addWeight("w", {8, 4, 3, 3}, ir::DType::kF16);
+  g.addOp(ir::OpKind::kConv, "grouped", {x, w}, ir::Attrs{{"group", std::int64_t{2}}}, 0).value();
+  auto r = lowerShard(chip, g, {0}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kModel);
+  EXPECT_EQ(r.error().format(),
+            "node 'grouped': Conv over 2 spatial dimensions with group 2 cannot be lowered (2-D, group 1 only)");
+}
+
+TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 3, 8, 8}, ir::DType::kI8);       // read by one Conv: window-gathered
+  const auto w = g.addWeight("w", {400, 3, 3, 3}, ir::DType::kI8);    // 27 rows of 400 output channels
+  const auto y = *g.addOp(ir::OpKind::kConv, "conv", {x, w}, ir::Attrs{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "relu", {y}, 0));
+  EXPECT_EQ(tensorGeometry(chip, g, x), (std::pair<std::int64_t, int>{64, 1}));   // 8x8 pixels of 27 bytes
+  EXPECT_EQ(tensorGeometry(chip, g, w), (std::pair<std::int64_t, int>{27, 2}));
+  EXPECT_EQ(tensorGeometry(chip, g, y), (std::pair<std::int64_t, int>{64, 2}));   // 400 channels: 2 vectors
+  EXPECT_TRUE(lowerShard(chip, g, {0, 1}, {}).ok());
+}
+
 TEST(Lowering, MixedStorageWidthsNameTheNode) {
   topology::ChipSpec chip;
   ir::Graph mixed;

@@ -182,6 +182,49 @@ TEST(ShardCompiler, AWideInt8MlpNeverReadsAndWritesOneSliceInOneTask) {
   EXPECT_EQ(layers->size(), 4u);
 }
 
+// A small conv net through every spatial lowering: Conv 3x3 (folded BatchNorm, ReLU), a strided
+// Conv with a residual-free epilogue, MaxPool, AveragePool, a BatchNorm on the VXM, GlobalAveragePool.
+TEST(ShardCompiler, ConvNetSimulatesInExactlyThePredictedCycles) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  using Ints = std::vector<std::int64_t>;
+  const auto dt = ir::DType::kI8;
+  auto x = g.addInput("x", {1, 16, 20, 20}, dt);
+  auto conv = [&](const std::string& name, ir::TensorId in, std::int64_t cin, std::int64_t cout, std::int64_t stride) {
+    const auto w = g.addWeight(name + ".w", {cout, cin, 3, 3}, dt);
+    return *g.addOp(ir::OpKind::kConv, name, {in, w},
+                    ir::Attrs{{"strides", Ints{stride, stride}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+  };
+  auto bn = [&](const std::string& name, ir::TensorId in, std::int64_t c) {
+    return *g.addOp(ir::OpKind::kBatchNormalization, name,
+                    {in, g.addWeight(name + ".scale", {c}, dt), g.addWeight(name + ".b", {c}, dt),
+                     g.addWeight(name + ".mean", {c}, dt), g.addWeight(name + ".var", {c}, dt)},
+                    ir::Attrs{{"epsilon", 1e-5}}, 0);
+  };
+  auto y = *g.addOp(ir::OpKind::kRelu, "relu1", {bn("bn1", conv("conv1", x, 16, 32, 1), 32)}, 0);
+  y = conv("conv2", y, 32, 32, 2);  // 10 x 10
+  y = *g.addOp(ir::OpKind::kMaxPool, "maxpool", {y},
+               ir::Attrs{{"kernel_shape", Ints{3, 3}}, {"strides", Ints{1, 1}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+  y = *g.addOp(ir::OpKind::kAveragePool, "avgpool", {y}, ir::Attrs{{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}, 0);
+  y = bn("bn2", y, 32);
+  g.markOutput(*g.addOp(ir::OpKind::kGlobalAveragePool, "gap", {y}, 0));
+  Options o;
+  o.annealMoves = 20;
+  auto compiled = compileShard(chip, g, allOps(g), {}, o);
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  int strided = 0, computes = 0;
+  for (const auto& i : compiled->program.instructions) {
+    strided += i.op == isa::Opcode::kMemRead && i.stride == 2;
+    computes += i.op == isa::Opcode::kMxmCompute;
+  }
+  EXPECT_GT(strided, 0);               // the stride-2 Conv and pool read every other pixel
+  EXPECT_GT(computes, 9);  // conv1 streams window-gathered input (1 K tile), conv2 one K tile per tap
+  auto cycles = simulate(chip, compiled->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, compiled->program.predictedCycles);
+  EXPECT_GE(compiled->program.predictedCycles, compiled->report.lowerBound);
+}
+
 // Golden programs: the readable form of tiny graphs, regenerated only on purpose
 // (TSP_REGENERATE_GOLDEN=1).
 void expectGolden(const std::string& name, const std::string& text) {
