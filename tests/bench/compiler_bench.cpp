@@ -44,6 +44,11 @@ std::pair<std::vector<ir::OpId>, lower::ShardInterface> layerShard(const ir::Gra
   return {ops, interface};
 }
 
+// TSP_DUMP=FILE writes the readable program of the last compile (to look at a schedule).
+void dumpProgram(const isa::Program& program, const topology::ChipSpec& chip) {
+  if (const char* path = std::getenv("TSP_DUMP")) std::ofstream(path) << isa::toText(program, chip);
+}
+
 void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["cycles"] = static_cast<double>(r.cycles);
   state.counters["list_cycles"] = static_cast<double>(r.listCycles);
@@ -138,6 +143,7 @@ void BM_QualityTransformerLayer(benchmark::State& state) {
       return;
     }
     last = c->report;
+    dumpProgram(c->program, chip);
   }
   report(state, last);
 }
@@ -165,7 +171,7 @@ void BM_QualityResnet50(benchmark::State& state) {
       return;
     }
     last = c->report;
-    if (std::getenv("TSP_DUMP")) std::ofstream(std::getenv("TSP_DUMP")) << isa::toText(c->program, chip);
+    dumpProgram(c->program, chip);
   }
   report(state, last);
 }

@@ -720,7 +720,8 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   const std::int64_t rows = ys.placement.rows;
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
   const bool layerNorm = op.kind == ir::OpKind::kLayerNormalization;
-  std::vector<int> stats;
+  // Statistics are per row: a normalising task waits for the statistics of its own rows only.
+  std::vector<std::array<std::int64_t, 3>> stats;  // (task, first row, rows)
   for (int t = 0; t < xs.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
       Task task;
@@ -731,7 +732,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
       alu.producer = 0;
       task.steps.push_back(alu);
-      stats.push_back(addTask(std::move(task), {{in, t, r0, n, 0}}, {}));
+      stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
     }
   std::vector<ir::TensorId> params;
   if (layerNorm)
@@ -768,9 +769,11 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       }
       task.steps.push_back(writeStep(out, t, r0, n, tail));
       const int id = addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
-      for (int st : stats) {
-        const Instruction& si = problem_.tasks()[st].steps[1].inst;
-        problem_.addDependence({st, 1, id, 0, Cycle{si.repeat}});
+      for (const auto& [st, s0, sn] : stats) {
+        if (s0 >= r0 + n || r0 >= s0 + sn) continue;
+        const int statTask = static_cast<int>(st);
+        const Instruction& si = problem_.tasks()[statTask].steps[1].inst;
+        problem_.addDependence({statTask, 1, id, 0, Cycle{si.repeat}});
       }
     }
   return {};
@@ -784,38 +787,42 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
   // rows depend on run-time indices; the static schedule streams the table's rows in order.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
-  copyVectors(op, in, out, 0, tensors_.at(out).placement.tiles, 0, tensors_.at(out).placement.rows, 0, 0);
+  copyVectors(op, in, out, 0, tensors_.at(out).placement.tiles, 0, tensors_.at(out).placement.rows, 0, 0, true);
   return {};
 }
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
-                           std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0) {
+                           std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
   const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
   const std::int64_t inRows = xs.placement.rows;
-  for (int t = outTile0; t < outTile0 + outTiles; ++t) {
-    const int tile = (inTile0 + t - outTile0) % xs.placement.tiles;
+  int piece = 0;
+  for (int t = outTile0; t < outTile0 + outTiles; ++t)
     for (std::int64_t r = outRow0; r < outRow0 + outRows;) {
-      const std::int64_t ir0 = (inRow0 + r - outRow0) % inRows;
+      // Walking: the output's vectors in order take the input's in order (a reshape re-forms rows
+      // from every input tile); otherwise output tile t takes input tile inTile0 + t - outTile0.
+      const std::int64_t g = walk ? std::int64_t{t - outTile0} * outRows + (r - outRow0) + inRow0 : inRow0 + r - outRow0;
+      const int tile = static_cast<int>((inTile0 + (walk ? g / inRows : t - outTile0)) % xs.placement.tiles);
+      const std::int64_t ir0 = g % inRows;
       const std::int64_t n = std::min({outRow0 + outRows - r, (r / ys.segmentRows() + 1) * ys.segmentRows() - r,
                                        (ir0 / xs.segmentRows() + 1) * xs.segmentRows() - ir0, inRows - ir0});
       Task task;
       task.name = fmt::format("{} tile {} rows {}", op.name, t, r);
       task.steps.push_back(readStep(in, tile, ir0, n, false));
       Step shift;
-      // West-half tiles use a west SXM, east-half tiles an east one: the shortest streams.
+      // West-half reads use a west SXM, east-half reads an east one (the shortest streams), the
+      // pieces taking the units of their half in turn.
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
-      shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + t % std::max(1, chip_.sxmUnits / 2),
-                            Opcode::kSxmShift, n);
+      shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));
       addTask(std::move(task), {{in, tile, ir0, n, 0}}, {{out, t, r, n, 2}});
       r += n;
     }
-  }
 }
 
 void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {

@@ -98,10 +98,11 @@ class Lowering {
   // read operands[0] -> ALU funcs[0] (with operands[1]) -> ... -> write, per tile and row piece.
   Status lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
                        const std::vector<isa::VxmFunc>& funcs);
-  // Output tiles [outTile0, +outTiles) x rows [outRow0, +outRows) from input tile inTile0 + i
-  // (mod its tiles) and rows inRow0 + j (mod its rows), through an SXM.
+  // Output tiles [outTile0, +outTiles) x rows [outRow0, +outRows) through an SXM: from input tile
+  // inTile0 + i and rows inRow0 + j (mod its tiles and rows), or, walking, from the input's vectors
+  // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
-                   std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0);
+                   std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false);
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
