@@ -83,6 +83,7 @@ void BM_ListScheduleInstructionsPerSecond(benchmark::State& state) {
   }
   state.counters["instructions/s"] = benchmark::Counter(static_cast<double>(scheduled), benchmark::Counter::kIsRate);
   state.counters["instructions"] = static_cast<double>(problem.instructionCount());
+  state.counters["dependences"] = static_cast<double>(problem.dependences().size());
 }
 BENCHMARK(BM_ListScheduleInstructionsPerSecond)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond);
 

@@ -102,11 +102,11 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.placement.rows = rows;
   st.placement.tiles = tiles;
   st.placement.resident = resident;
-  // A tile longer than a slice is cut into equal segments, each on its own slice. Tensors made on
-  // chip are also spread over up to spreadSegments_ slices (segments of at least minSegmentRows_),
+  // A tile longer than a slice is cut into equal segments, each on its own slice. Graph inputs and
+  // tensors made on chip are also spread over up to spreadSegments_ slices (segments of at least minSegmentRows_),
   // so that the MXM planes and the row blocks of one op read and write different MEM queues.
   std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
-  if (t.role == ir::TensorRole::kActivation)
+  if (t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput)
     segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
   if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
   st.pinned = resident;
@@ -114,6 +114,7 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
   const int pieces = st.segments();
   st.writers.resize(static_cast<size_t>(tiles) * pieces);
+  st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
   for (int k = 0; k < tiles * st.placement.replicas; ++k) {
@@ -146,6 +147,14 @@ void Lowering::dependOnWriters(const Access& read, int task) {
   const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
   for (int p = first; p <= last; ++p)
     for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
+}
+
+void Lowering::noteReader(const Access& read, int task) {
+  // Per piece, so that space reused from a freed piece waits only for the reads of that piece.
+  TensorState& st = tensors_.at(read.tensor);
+  const int first = st.piece(read.tile, read.row0);
+  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  for (int p = first; p <= last; ++p) st.readers[p].push_back({task, read.step});
 }
 
 void Lowering::noteWriter(const Access& write, int task) {
@@ -203,7 +212,7 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
     Access original = reads[i];
     original.step = 0;
     dependOnWriters(original, cid);
-    tensors_.at(original.tensor).readers.push_back({cid, 0});
+    noteReader(original, cid);
     waitForFreedReaders(*block, cid, 2);
     st.inst.unit = memFirst + block->slice;
     st.inst.address = block->address;
@@ -216,7 +225,7 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
   for (size_t i = 0; i < reads.size(); ++i) {
     if (detoured[i]) continue;
     dependOnWriters(reads[i], id);
-    tensors_.at(reads[i].tensor).readers.push_back({id, reads[i].step});
+    noteReader(reads[i], id);
   }
   for (size_t d = 0; d < detours.size(); ++d) {
     problem_.addDataDependence(detours[d].first, 2, id, detours[d].second);
@@ -835,7 +844,7 @@ void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std
     if (std::any_of(users.begin(), users.end(), [&](ir::OpId u) { return pending.count(u) > 0; })) continue;
     if (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); }))
       continue;
-    for (const auto& b : st.blocks) releaseScratch(b, st.readers);
+    for (size_t p = 0; p < st.blocks.size(); ++p) releaseScratch(st.blocks[p], st.readers[p]);
     st.blocks.clear();
   }
 }

@@ -24,7 +24,7 @@ struct TensorState {
   isa::TensorPlacement placement;
   std::vector<alloc::Block> blocks;                       ///< per piece
   std::vector<std::vector<std::pair<int, int>>> writers;  ///< per piece: (task, step)
-  std::vector<std::pair<int, int>> readers;               ///< (task, step) of every read
+  std::vector<std::vector<std::pair<int, int>>> readers;  ///< per piece: (task, step) of every read
   bool pinned = false;                                    ///< never freed (resident, sent, graph output)
 
   std::int64_t segmentRows() const {
@@ -121,6 +121,7 @@ class Lowering {
   int addTask(schedule::Task task, const std::vector<Access>& reads, const std::vector<Access>& writes);
   void dependOnWriters(const Access& read, int task);
   void noteWriter(const Access& write, int task);
+  void noteReader(const Access& read, int task);
   // Splits [begin, end) at the segment boundaries of the given tensors (those with `rows` rows).
   std::vector<std::pair<std::int64_t, std::int64_t>> rowPieces(std::int64_t begin, std::int64_t end,
                                                                const std::vector<ir::TensorId>& tensors) const;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -216,13 +217,39 @@ Cycle firstSharedBankCycle(const topology::ChipSpec& chip, const isa::Instructio
   const Cycle lastA = issueA + Cycle{a.repeat - 1} * a.interval, lastB = issueB + Cycle{b.repeat - 1} * b.interval;
   const Cycle lo = std::max(issueA, issueB), hi = std::min(lastA, lastB);
   if (lo > hi) return -1;
+  // In lockstep (one interval, aligned, strides 0 or 1) the pair of banks is periodic in the common
+  // cycles: prime-modulo repeats after P, XOR (bits 0, 1, 7) after 256, and linear changes bank only
+  // at multiples of addresses / banks, so the walk jumps from one bank boundary to the next.
+  const bool lockstep = a.interval == b.interval && (issueA - issueB) % a.interval == 0 && a.stride >= 0 &&
+                        a.stride <= 1 && b.stride >= 0 && b.stride <= 1;
+  const Cycle period = !lockstep ? std::numeric_limits<Cycle>::max()
+                       : chip.bankMapping == topology::BankMapping::kPrimeModulo ? chip.bankPrime
+                       : chip.bankMapping == topology::BankMapping::kXor        ? 256
+                                                                                 : std::numeric_limits<Cycle>::max();
+  const Cycle half = std::max(1, chip.addressesPerSlice / std::max(1, chip.banksPerSlice));
+  const bool jump = lockstep && chip.bankMapping == topology::BankMapping::kLinear;
+  Cycle walked = 0;
   // Walk a's iterations inside the common window; b must issue an iteration in the same cycle.
-  for (Cycle i = std::max<Cycle>(0, ceilDiv(lo - issueA, a.interval)); issueA + i * a.interval <= hi; ++i) {
+  for (Cycle i = std::max<Cycle>(0, ceilDiv(lo - issueA, a.interval)); issueA + i * a.interval <= hi && walked < period;
+       ++walked) {
     const Cycle x = issueA + i * a.interval;
-    if ((x - issueB) % b.interval != 0) continue;
+    if ((x - issueB) % b.interval != 0) {
+      ++i;
+      continue;
+    }
     const Cycle j = (x - issueB) / b.interval;
-    if (chip.bankOf(static_cast<int>(a.address + i * a.stride)) == chip.bankOf(static_cast<int>(b.address + j * b.stride)))
-      return x;
+    const Cycle addrA = a.address + i * a.stride, addrB = b.address + j * b.stride;
+    if (chip.bankOf(static_cast<int>(addrA)) == chip.bankOf(static_cast<int>(addrB))) return x;
+    if (!jump) {
+      ++i;
+      continue;
+    }
+    // Linear: the next iteration at which either address enters another bank.
+    Cycle step = std::numeric_limits<Cycle>::max();
+    if (a.stride == 1) step = std::min(step, (addrA / half + 1) * half - addrA);
+    if (b.stride == 1) step = std::min(step, (addrB / half + 1) * half - addrB);
+    if (step == std::numeric_limits<Cycle>::max()) return -1;  // both constant: never another bank
+    i += step;
   }
   return -1;
 }
