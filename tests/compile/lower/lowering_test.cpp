@@ -160,6 +160,26 @@ TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
   EXPECT_TRUE(lowerShard(chip, g, {0, 1}, {}).ok());
 }
 
+TEST(Lowering, PoolingScratchThatDoesNotFitIsAnErrorWithBytes) {
+  topology::ChipSpec chip;
+  chip.memSlices = 3;
+  chip.icuQueues = 3 + 16 + 8 + 16 + 16;
+  chip.addressesPerSlice = 64;  // input, output and one partial fill the three slices
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 1, 8, 8}, ir::DType::kI8);
+  g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {x},
+                        ir::Attrs{{"kernel_shape", std::vector<std::int64_t>{3, 3}},
+                                  {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}},
+                        0));
+  auto r = lowerShard(chip, g, {0}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
+  EXPECT_NE(r.error().message.find("shard does not fit in SRAM: needs 20480 bytes of scratch with 61440 bytes live, "
+                                   "61440 bytes available"),
+            std::string::npos)
+      << r.error().message;
+}
+
 TEST(Lowering, MixedStorageWidthsNameTheNode) {
   topology::ChipSpec chip;
   ir::Graph mixed;
