@@ -186,6 +186,7 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
   std::vector<std::pair<int, int>> detours;  // (copy task, step of the chain reading the copy)
   std::vector<bool> detoured(reads.size(), false);
   for (size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i].tensor < 0) continue;  // scratch: its caller placed it off the chain's slices
     Step& st = task.steps[reads[i].step];
     std::set<int> used;
     bool clash = false;
@@ -223,7 +224,7 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
   }
   const int id = problem_.addTask(std::move(task));
   for (size_t i = 0; i < reads.size(); ++i) {
-    if (detoured[i]) continue;
+    if (detoured[i] || reads[i].tensor < 0) continue;
     dependOnWriters(reads[i], id);
     noteReader(reads[i], id);
   }
@@ -561,9 +562,8 @@ Status Lowering::lowerMxm(const MxmJob& job) {
         // that when it can; when it could not, another K tile goes last.
         auto clashes = [&](int k) {
           for (size_t bi = g0; bi < g1; ++bi) {
-            const Access a = job.source(k, job.blocks[bi]).second;
-            const TensorState& src = tensors_.at(a.tensor);
-            if (tailSlicesOf(job, n, job.blocks[bi][1], plane).count(src.blocks[src.piece(a.tile, a.row0)].slice)) return true;
+            const int sourceSlice = job.source(k, job.blocks[bi]).first.inst.unit - chip_.firstUnit(UnitKind::kMem);
+            if (tailSlicesOf(job, n, job.blocks[bi][1], plane).count(sourceSlice)) return true;
           }
           return false;
         };
@@ -655,7 +655,12 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
     compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
     writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
   }
-  return addTask(std::move(compute), reads, writes);
+  const int id = addTask(std::move(compute), reads, writes);
+  if (readAccess.tensor < 0) {
+    const auto [wt, ws] = job.scratchSource(readAccess, id);
+    problem_.addDataDependence(wt, ws, id, 0);
+  }
+  return id;
 }
 
 Status Lowering::lowerElementwise(const ir::Op& op) {

@@ -89,6 +89,13 @@ class Lowering {
     std::function<std::pair<Step, Access>(int k, const std::array<std::int64_t, 3>& block)> source;
     /// First weight row of K tile k in batch b.
     std::function<std::int64_t(std::int64_t batch, int k)> weightRow;
+    /// For a source read of scratch (Access tensor -1): records the reading task and returns the
+    /// (task, step) that wrote the scratch.
+    std::function<std::pair<int, int>(const Access& read, int task)> scratchSource;
+  };
+  // The last pass of a chain of tap passes: (task, its write step).
+  struct TapChain {
+    int task = -1, writeStep = -1;
   };
 
   Status lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
@@ -108,6 +115,15 @@ class Lowering {
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerBatchNorm(const ir::Op& op);
   Status lowerPool(const ir::Op& op);
+  Status lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t tapsPerVector, std::int64_t tm);
+  // Passes over one block of output pixels for taps [tap0, tap1) of input tile `tile`, combining each
+  // with the previous partial; with shiftLanes every pass after the first moves its rows to its
+  // tap's lanes on the SXM (packing taps into one vector).
+  Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
+                               const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
+                               bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine,
+                               const std::function<Step(int)>& finalWrite, const std::vector<Access>& finalWrites,
+                               const std::set<int>& avoid);
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);

@@ -1,6 +1,7 @@
 // Lowering of convolutions (implicit GEMM on the MXM), pooling and batch normalisation; the channels-last layout.
 #include <algorithm>
 #include <cassert>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -212,8 +213,13 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     job.weightRow = [planeElems](std::int64_t, int k) { return std::int64_t{k} * planeElems; };
     return lowerMxm(job);
   }
-  // Implicit GEMM: K tile (tap, input-channel tile) streams the input rows under that tap.
+  // Few input channels: the taps are packed, g per vector, by gather passes (tapPasses: each tap's
+  // rows shifted to its lanes on the SXM and merged on the VXM into a scratch buffer per packed
+  // tile and block), and the MXM streams ceil(taps / g) vectors per pixel instead of one per tap.
   const int cinTiles = xs.placement.tiles;
+  const std::int64_t g = cinTiles == 1 ? chip_.vectorBytes / std::max<std::int64_t>(1, cin * eb) : 1;
+  if (g >= 2 && win.taps() > 1) return lowerPackedConv(job, win, in, g, tm);
+  // Implicit GEMM: K tile (tap, input-channel tile) streams the input rows under that tap.
   job.kTiles = static_cast<int>(win.taps()) * cinTiles;
   job.blocks = windowBlocks(win, in, job.out, tm);
   job.source = [this, in, win, cinTiles](int k, const std::array<std::int64_t, 3>& block) {
@@ -226,78 +232,145 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   return lowerMxm(job);
 }
 
+Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t g, std::int64_t tm) {
+  const std::int64_t cin = graph_.tensor(job.weights).shape[1];
+  const std::int64_t packedTiles = ceilDiv(win.taps(), g);
+  job.kTiles = static_cast<int>(packedTiles);
+  job.blocks = windowBlocks(win, in, job.out, tm);
+  std::set<int> avoid = slicesOf(in);
+  for (ir::TensorId t : {job.out, job.bias, job.residual})
+    for (int s : slicesOf(t)) avoid.insert(s);
+  // packed[k][b]: the scratch block of packed tile k for row block b, and the pass that wrote it.
+  std::vector<std::vector<std::pair<alloc::Block, TapChain>>> packed(static_cast<size_t>(packedTiles));
+  std::map<std::int64_t, size_t> blockIndex;
+  for (size_t b = 0; b < job.blocks.size(); ++b) {
+    blockIndex[job.blocks[b][1]] = b;
+    for (std::int64_t k = 0; k < packedTiles; ++k) {
+      auto buffer = scratch(job.blocks[b][2], avoid);
+      if (!buffer) return buffer.error();
+      const alloc::Block pb = *buffer;
+      auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
+                             std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
+                             [&](int producer) { return makeWriteOf(pb, job.blocks[b][2], producer); }, {}, avoid);
+      if (!chain) return chain.error();
+      waitForFreedReaders(pb, chain->task, chain->writeStep);
+      packed[k].push_back({pb, *chain});
+    }
+  }
+  std::vector<std::vector<std::pair<int, int>>> readers(packed.size() * job.blocks.size());
+  job.source = [this, &packed, &blockIndex](int k, const std::array<std::int64_t, 3>& block) {
+    const size_t b = blockIndex.at(block[1]);
+    return std::make_pair(makeReadOf(packed[k][b].first, block[2]),
+                          Access{-1, static_cast<int>(k * blockIndex.size() + b), 0, block[2], 0});
+  };
+  job.scratchSource = [&packed, &blockIndex, &readers](const Access& a, int task) {
+    const size_t k = static_cast<size_t>(a.tile) / blockIndex.size(), b = static_cast<size_t>(a.tile) % blockIndex.size();
+    readers[a.tile].push_back({task, 0});
+    return std::make_pair(packed[k][b].second.task, packed[k][b].second.writeStep);
+  };
+  job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
+  const Status lowered = lowerMxm(job);
+  for (size_t k = 0; k < packed.size(); ++k)
+    for (size_t b = 0; b < packed[k].size(); ++b)
+      opScratch_.push_back({packed[k][b].first, readers[k * blockIndex.size() + b]});
+  return lowered;
+}
+
 Status Lowering::lowerBatchNorm(const ir::Op& op) {
   // Inference form on the VXM: y = x * scale + shift per channel (mean and variance folded into
   // scale and shift at compile time), the channel vectors read as broadcast rows.
   return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd});
 }
 
+Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
+                                                 const std::array<std::int64_t, 3>& block, std::int64_t tap0,
+                                                 std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
+                                                 isa::VxmFunc combine, const std::function<Step(int)>& finalWrite,
+                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
+  // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
+  // with the partial of the previous pass, write the new partial. Partials alternate between two
+  // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
+  const std::int64_t rows = block[2];
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  const int vxmSlice = chip_.units()[vxm].slice;
+  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
+  std::set<int> away = avoid;
+  alloc::Block partial[2];
+  for (auto& p : partial) {
+    auto b = scratch(rows, away);
+    if (!b) return b.error();
+    p = *b;
+    away.insert(p.slice);
+  }
+  std::vector<std::pair<int, int>> readers[2];
+  TapChain chain;
+  for (std::int64_t tap = tap0; tap < tap1; ++tap) {
+    const std::int64_t pass = tap - tap0;
+    Task task;
+    task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
+    auto [read, access] = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
+    task.steps.push_back(read);
+    if (shiftLanes && pass > 0) {
+      Step shift;  // to the tap's lanes of the packed vector
+      const bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+      shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
+                                static_cast<int>(tap % sxmHalf),
+                            Opcode::kSxmShift, rows);
+      shift.producer = 0;
+      task.steps.push_back(shift);
+    }
+    Step alu;
+    alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
+    alu.inst.func = pass == 0 ? first : combine;
+    alu.producer = static_cast<int>(task.steps.size()) - 1;
+    task.steps.push_back(alu);
+    const int aluAt = static_cast<int>(task.steps.size()) - 1;
+    const alloc::Block& from = partial[(pass + 1) % 2];
+    const alloc::Block& to = partial[pass % 2];
+    int sideAt = -1;
+    if (pass > 0) {
+      task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
+      task.steps.push_back(makeReadOf(from, rows));
+      sideAt = static_cast<int>(task.steps.size()) - 1;
+    }
+    const bool last = tap + 1 == tap1;
+    task.steps.push_back(last ? finalWrite(aluAt) : makeWriteOf(to, rows, aluAt));
+    const int writeAt = static_cast<int>(task.steps.size()) - 1;
+    std::vector<Access> writes;
+    if (last)
+      for (Access w : finalWrites) writes.push_back((w.step = writeAt, w));
+    const int id = addTask(std::move(task), {access}, writes);
+    if (!last) waitForFreedReaders(to, id, writeAt);
+    if (pass > 0) {
+      problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
+      readers[(pass + 1) % 2].push_back({id, sideAt});
+      // The partial written now was read by the previous pass (write after read).
+      for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
+    }
+    chain = {id, writeAt};
+  }
+  for (int p = 0; p < 2; ++p) opScratch_.push_back({partial[p], readers[p]});
+  return chain;
+}
+
 Status Lowering::lowerPool(const ir::Op& op) {
-  // Per channel tile and block of output pixels, one pass per tap: read the tap's input rows, combine
-  // with the partial result (max: a compare, average: an add; the first tap copies, scaled for the
-  // average), write the new partial. Partials alternate between two scratch blocks, so that no task
-  // reads and writes one slice; the last tap writes the output.
+  // Per channel tile and block of output pixels, one pass per tap (tapPasses): max compares, average
+  // adds (the first tap copies, scaled for the average); the last tap writes the output.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
-  const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  const TensorState& ys = tensors_.at(out);
   std::set<int> avoid = slicesOf(in);
   for (int s : slicesOf(out)) avoid.insert(s);
-  std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> scratches;
-  for (int t = 0; t < ys.placement.tiles; ++t)
+  for (int t = 0; t < tensors_.at(out).placement.tiles; ++t)
     for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
-      const std::int64_t rows = block[2];
-      std::set<int> away = avoid;
-      alloc::Block partial[2];
-      for (auto& p : partial) {
-        auto b = scratch(rows, away);
-        if (!b) return b.error();
-        p = *b;
-        away.insert(p.slice);
-      }
-      std::vector<std::pair<int, int>> readers[2];
-      int previous = -1, previousWrite = -1;
-      for (std::int64_t tap = 0; tap < win.taps(); ++tap) {
-        Task task;
-        task.name = fmt::format("{} tile {} rows {} tap {}", op.name, t, block[1], tap);
-        auto [read, access] = windowRead(win, in, t, block, tap / win.kw, tap % win.kw);
-        task.steps.push_back(read);
-        Step alu;
-        alu.inst = makeInst(vxm, tap == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
-        alu.inst.func = tap == 0 ? (average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert)
-                                 : (average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub);
-        alu.producer = 0;
-        task.steps.push_back(alu);
-        const alloc::Block& from = partial[(tap + 1) % 2];
-        const alloc::Block& to = partial[tap % 2];
-        if (tap > 0) {
-          Step side = makeReadOf(from, rows);
-          task.steps[1].producer2 = 2;
-          task.steps.push_back(side);
-        }
-        const bool last = tap + 1 == win.taps();
-        Step write = last ? writeStep(out, t, block[1], rows, 1) : makeWriteOf(to, rows, 1);
-        task.steps.push_back(write);
-        const int writeAt = static_cast<int>(task.steps.size()) - 1;
-        std::vector<Access> writes;
-        if (last) writes.push_back({out, t, block[1], rows, writeAt});
-        const int id = addTask(std::move(task), {access}, writes);
-        if (!last) waitForFreedReaders(to, id, writeAt);
-        if (tap > 0) {
-          problem_.addDataDependence(previous, previousWrite, id, 2);
-          readers[(tap + 1) % 2].push_back({id, 2});
-          // The partial written now was read by the previous tap (write after read).
-          for (const auto& [rt, rs] : readers[tap % 2])
-            problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
-        }
-        previous = id;
-        previousWrite = writeAt;
-      }
-      for (int p = 0; p < 2; ++p) scratches.push_back({partial[p], readers[p]});
+      auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
+                             average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
+                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub,
+                             [&](int producer) { return writeStep(out, t, block[1], block[2], producer); },
+                             {{out, t, block[1], block[2], 0}}, avoid);
+      if (!chain) return chain.error();
     }
-  for (const auto& [block, readers] : scratches) releaseScratch(block, readers);
   return {};
 }
 
