@@ -218,7 +218,14 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   // tile and block), and the MXM streams ceil(taps / g) vectors per pixel instead of one per tap.
   const int cinTiles = xs.placement.tiles;
   const std::int64_t g = cinTiles == 1 ? chip_.vectorBytes / std::max<std::int64_t>(1, cin * eb) : 1;
-  if (g >= 2 && win.taps() > 1) return lowerPackedConv(job, win, in, g, tm);
+  if (g >= 2 && win.taps() > 1) {
+    // Worth it when the MXM cycles saved per plane exceed the latency of one gather chain (g passes,
+    // each a block's rows plus the widest time of flight) that the planes first wait for.
+    const auto blocks = windowBlocks(win, in, job.out, tm);
+    const std::int64_t saved = (win.taps() - ceilDiv(win.taps(), g)) * pixels * nTiles / chip_.mxmPlanes;
+    const std::int64_t chain = g * (ceilDiv(pixels, static_cast<std::int64_t>(blocks.size())) + chip_.sliceCount());
+    if (saved > chain) return lowerPackedConv(job, win, in, g, tm);
+  }
   // Implicit GEMM: K tile (tap, input-channel tile) streams the input rows under that tap.
   job.kTiles = static_cast<int>(win.taps()) * cinTiles;
   job.blocks = windowBlocks(win, in, job.out, tm);

@@ -225,6 +225,30 @@ TEST(ShardCompiler, ConvNetSimulatesInExactlyThePredictedCycles) {
   EXPECT_GE(compiled->program.predictedCycles, compiled->report.lowerBound);
 }
 
+// A 3 x 3 Conv over 32 channels packs ten taps per vector: gather passes shift taps to their lanes
+// on the SXM, and the MXM streams one vector per pixel instead of nine.
+TEST(ShardCompiler, PackedConvSimulatesInExactlyThePredictedCycles) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 32, 56, 56}, ir::DType::kI8);
+  const auto a = *g.addOp(ir::OpKind::kRelu, "relu", {x}, 0);  // made on chip: not window-gathered by the host
+  const auto w = g.addWeight("w", {32, 32, 3, 3}, ir::DType::kI8);
+  g.markOutput(*g.addOp(ir::OpKind::kConv, "conv", {a, w},
+                        ir::Attrs{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0));
+  auto compiled = compileShard(chip, g, allOps(g), {}, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  std::int64_t shifted = 0, streamed = 0;
+  for (const auto& i : compiled->program.instructions) {
+    shifted += i.op == isa::Opcode::kSxmShift ? i.repeat : 0;
+    streamed += i.op == isa::Opcode::kMxmCompute ? i.repeat : 0;
+  }
+  EXPECT_EQ(shifted, 8 * 56 * 56);   // every tap but the first of each packed vector
+  EXPECT_EQ(streamed, 56 * 56);      // one packed vector per pixel
+  auto cycles = simulate(chip, compiled->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, compiled->program.predictedCycles);
+}
+
 // Golden programs: the readable form of tiny graphs, regenerated only on purpose
 // (TSP_REGENERATE_GOLDEN=1).
 void expectGolden(const std::string& name, const std::string& text) {
