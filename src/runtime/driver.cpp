@@ -358,6 +358,8 @@ struct PlanChoice {
   std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
   partition::TrainingConfig training;                  ///< what the figures cost: a training step when enabled
   partition::PlacementReport placement;                 ///< hops and link load of the plan's placement
+  std::shared_ptr<const partition::ModelProfile> profile;  ///< what the plans were costed on
+  std::vector<std::string> skipped;                    ///< searched plans that did not compile, with why
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -436,7 +438,31 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   }
   if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan); predicted)
     choice.runPrediction = *predicted;
+  choice.profile = std::make_shared<const partition::ModelProfile>(std::move(*profile));
   return choice;
+}
+
+// A searched plan whose shards do not compile (the cost model's memory check passed, the SRAM
+// allocator did not) is replaced by the next ranked plan that does, at most this many times.
+constexpr int kMaxPlanFallbacks = 16;
+
+// The next ranked plan after `current` that has a Plan (stages and placement), or an error.
+Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanChoice& choice, size_t& next) {
+  auto order = partition::localityOrder(cluster);
+  if (!order) return order.error();
+  const auto& ranked = choice.search->ranked;
+  for (; next < ranked.size(); ++next) {
+    auto plan = partition::buildPlan(cluster, *choice.profile, ranked[next].candidate, *order);
+    if (!plan || plan->canonical() == choice.plan.canonical()) continue;
+    if (plan->split == partition::TensorSplit::k2d) continue;  // not executed by this build
+    auto placement = partition::refinePlacement(cluster, *choice.profile, *plan, *order);
+    if (!placement) return placement.error();
+    choice.placement = *placement;
+    choice.runPrediction = ranked[next];
+    ++next;
+    return *plan;
+  }
+  return makeError(ExitCode::kDoesNotFit, "no further ranked plan");
 }
 
 std::string planYamlPath(const std::string& trace) {
@@ -686,9 +712,25 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     schedule::Options compileOptions;
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
     compileOptions.annealMoves = 256;
-    auto schedule = plan->purePipeline()
-                        ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions)
-                        : scheduleShardedPlan(*graph, *plan, cluster, compileOptions);
+    auto compilePlan = [&](const partition::Plan& p) {
+      return p.purePipeline() ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, p), cluster, compileOptions)
+                              : scheduleShardedPlan(*graph, p, cluster, compileOptions);
+    };
+    auto schedule = compilePlan(*plan);
+    // The search ranked the plan by a memory estimate; when the allocator cannot place it, run the
+    // best ranked plan that compiles (the same on every rank: compiling is deterministic).
+    size_t next = 0;
+    while (!schedule &&
+           (schedule.error().code == ExitCode::kDoesNotFit || plan->split == partition::TensorSplit::k2d) &&
+           choice->search && choice->planFile.empty() &&
+           static_cast<int>(choice->skipped.size()) < kMaxPlanFallbacks) {
+      choice->skipped.push_back(fmt::format("{} ({})", plan->canonical(), schedule.error().message));
+      auto alternative = nextRankedPlan(cluster, *choice, next);
+      if (!alternative) break;
+      choice->plan = std::move(*alternative);
+      plan = &choice->plan;
+      schedule = compilePlan(*plan);
+    }
     if (!schedule && schedule.error().code == ExitCode::kConfig && schedule.error().where.file.empty()) {
       // A plan the build cannot execute: the error points at where the plan came from.
       const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
@@ -1013,6 +1055,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
     if (compiledSegments > 0) j["segments"] = {{"compiled", compiledSegments}, {"shared", sharedSegments}};
+    if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -1059,6 +1102,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                choice->runPrediction->cost.iterationCycles,
                100.0 * (choice->runPrediction->cost.iterationCycles - static_cast<double>(run.makespanCycles)) /
                    std::max<double>(1, static_cast<double>(run.makespanCycles)));
+  for (const auto& why : choice->skipped)
+    fmt::print("skipped:     searched plan {}\n", why);
   fmt::print("utilisation:");
   for (int k = 0; k < topology::kUnitKindCount; ++k)
     fmt::print(" {} {:.2f}%", topology::unitKindName(static_cast<topology::UnitKind>(k)), 100 * kindUtilisation(k));
