@@ -424,6 +424,11 @@ PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<do
   // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
   const double mv = static_cast<double>(c.microbatches) * c.interleave;
   time.iteration = (mv - 1) * time.chunkMax + passSum / c.interleave;
+  // Megatron's interleaved form assumes a steady state (m >= p); with fewer microbatches a
+  // microbatch still passes through every chunk in turn, and the rest follow at the slowest chunk.
+  double pass = 0;
+  for (double t : chunk) pass += t;
+  time.iteration = std::max(time.iteration, pass + (static_cast<double>(c.microbatches) - 1) * time.chunkMax);
   return time;
 }
 
