@@ -106,7 +106,7 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   // tensors made on chip are also spread over up to spreadSegments_ slices (segments of at least minSegmentRows_),
   // so that the MXM planes and the row blocks of one op read and write different MEM queues.
   std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
-  if ((t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput) && !sentTensors_.count(tensor))
+  if ((t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput) && !c2cTensors_.count(tensor))
     segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
   if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
   st.pinned = resident;
@@ -877,7 +877,8 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
   auto out = std::make_unique<LoweredShard>(chip);
   detail::Lowering lowering(chip, graph, *out);
-  for (const auto& send : interface.sends) lowering.markSent(send.tensor);
+  for (const auto& send : interface.sends) lowering.markC2c(send.tensor);
+  for (const auto& receive : interface.receives) lowering.markC2c(receive.tensor);
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.

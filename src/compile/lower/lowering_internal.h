@@ -56,8 +56,8 @@ class Lowering {
   Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out);
 
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
-  /// Marks a tensor that leaves over C2C: it is stored unspread (see sentTensors_).
-  void markSent(ir::TensorId tensor) { sentTensors_.insert(tensor); }
+  /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
+  void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
   Status receive(const ReceivePlan& plan, std::vector<int>& tasks);
   Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status send(const SendPlan& plan, std::vector<int>& tasks);
@@ -175,9 +175,9 @@ class Lowering {
   // feature maps take up to 16 of 64 rows (a window op reads each input row once per tap); other
   // graphs up to 8 of 128 (tests/bench/compiler_bench.cpp measured the choices).
   int spreadSegments_ = 8;
-  // Tensors sent over C2C are not spread: a tile leaves as one burst, back to back, which the
-  // receiver's releases assume (a tile longer than a slice still leaves in segments).
-  std::set<ir::TensorId> sentTensors_;
+  // Tensors sent or received over C2C are not spread: a tile crosses as one burst, back to back,
+  // which the receiver's release times assume (a tile longer than a slice still goes in segments).
+  std::set<ir::TensorId> c2cTensors_;
   std::int64_t minSegmentRows_ = 128;
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
