@@ -70,6 +70,14 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
                                                     "this build (megatron and spatial are)",
                                                     tensorSplitName(plan.split)));
   const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
+  // Vocabulary-parallel embeddings: a lookup table's rows are split over tp (a device's lookups
+  // outside its rows read zeros, and an all-reduce sums the partial results).
+  for (const auto& op : graph.ops()) {
+    if (op.kind != ir::OpKind::kGather || op.inputs.size() != 2 || op.intAttr("axis", 0) != 0) continue;
+    const auto& table = graph.tensor(op.inputs[0]);
+    if (table.role == ir::TensorRole::kWeight && table.shape.size() == 2 && table.shape[0] % size == 0)
+      annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
+  }
   // Column-split one weight at a time, in topological order, re-propagating in between: whether a
   // matmul's activation is split over tp depends on the splits before it.
   std::vector<bool> tried(graph.tensors().size(), false);
