@@ -29,6 +29,7 @@
 #include "partition/plan.h"
 #include "partition/search.h"
 #include "runtime/event_buffer.h"
+#include "runtime/functional_run.h"
 #include "runtime/pdes.h"
 #include "runtime/rank_mapping.h"
 #include "runtime/run_config.h"
@@ -310,7 +311,10 @@ Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
   MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm);
   if (failing == INT_MAX) return {};
   reportHere = failing == rank;
-  return local.ok() ? makeError(ExitCode::kInternal, "failed on another rank") : local;
+  // Every rank exits with the failing rank's code (only exit 5 aborts the job).
+  int code = local.ok() ? 0 : static_cast<int>(local.error().code);
+  MPI_Bcast(&code, 1, MPI_INT, failing, comm);
+  return local.ok() ? makeError(static_cast<ExitCode>(code), "failed on another rank") : local;
 }
 
 long long peakRssBytes() {
@@ -537,6 +541,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   }
   if (options.out) config.output.trace = *options.out;
   if (options.seed) config.simulation.seed = *options.seed;
+  if (options.functional) config.simulation.mode = "functional";
+  const bool functional = config.simulation.mode == "functional";
+  if ((options.inputsDir || options.expectDir) && !functional)
+    return failure(makeError(ExitCode::kConfig, "--inputs and --expect need functional mode (--functional or "
+                                                "simulation.mode: functional)"),
+                   root);
+  if (options.functional && config.simulation.faults.enabled())
+    return failure(makeError(ExitCode::kConfig, "--functional: functional mode runs without injected faults "
+                                                "(simulation.faults)"),
+                   root);
   if (options.traceLevel) config.output.level = *options.traceLevel;
 
   if (options.describe == "topology") {
@@ -707,6 +721,17 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   simOptions.binCycles = std::max<Cycle>(1, ceilDiv(std::max<Cycle>(predictedMakespan, 1), simOptions.bins));
   simOptions.observer = selection.instructions ? &events : nullptr;
   simOptions.faults = config.simulation.faults;
+  std::optional<FunctionalSetup> functionalSetup;
+  if (functional) {
+    auto setup = prepareFunctional(*graph, programs,
+                                   {static_cast<std::uint64_t>(config.simulation.seed), options.inputsDir, options.expectDir});
+    if (!setup) {
+      writer->discard();
+      return failure(setup.error(), root);
+    }
+    functionalSetup = std::move(*setup);
+    simOptions.functional = functionalSetup->options;
+  }
   ParallelSimulation simulation(comm, cluster, programs, std::move(*mapping), simOptions);
   ProgressLine progress(root && !options.quiet && !options.json, predictedMakespan);
   WindowHooks hooks;
@@ -722,6 +747,19 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (!outcome) {
     writer->discard();
     return failure(outcome.error(), reportHere);
+  }
+  if (functionalSetup && !outcome->interrupted) {
+    // Outputs are read back from SRAM on the rank that simulated their chip.
+    reportHere = root;
+    const auto& localChips = simulation.mapping().localChips;
+    const Status checked = checkFunctionalOutputs(*functionalSetup, programs, [&](int chip) -> const sim::Chip* {
+      const auto at = std::find(localChips.begin(), localChips.end(), chip);
+      return at == localChips.end() ? nullptr : &simulation.chip(static_cast<size_t>(at - localChips.begin()));
+    });
+    if (auto agreed = agreeAll(checked, comm, reportHere); !agreed) {
+      writer->discard();
+      return failure(agreed.error(), reportHere);
+    }
   }
   if (selection.c2c) {
     reportHere = root;

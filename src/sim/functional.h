@@ -43,8 +43,8 @@ Tolerance fp16Tolerance(std::int64_t reductionLength);
 /// Integers are exact.
 Tolerance integerTolerance();
 
-/// Compares a simulated tensor with the reference element by element; the first element outside
-/// the tolerance is a diagnostic with exit code 6 naming the tensor, the index and both values.
+/// Compares a simulated tensor with the reference element by element; elements outside the
+/// tolerance are a diagnostic with exit code 6 naming the tensor, how many, and the worst one's index and values.
 Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
                             std::size_t count, const Tolerance& tolerance);
 

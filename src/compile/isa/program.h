@@ -40,6 +40,10 @@ topology::UnitKind unitKindOf(Opcode op);
 /// Functions of the VXM ALUs.
 enum class VxmFunc : std::uint8_t { kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert };
 
+/// What an SXM instruction does to each vector in functional mode. kUnspecified: the lowering gives
+/// only its timing (a permute it does not spell out), which functional mode refuses.
+enum class SxmFunc : std::uint8_t { kUnspecified, kCopy };
+
 /// Stream directions along the east-west axis.
 enum class Direction : std::uint8_t { kEast = 0, kWest = 1 };
 
@@ -65,6 +69,15 @@ struct Instruction {
   std::int32_t port = -1;     ///< C2C port
   std::int32_t repeat = 1;
   std::int32_t interval = 1;
+  // What functional mode needs beyond the timing (defaults: not known).
+  std::int32_t weightUnit = -1;  ///< MxmInstall: the MEM queue whose slice holds the weight tile at `address`
+  std::int32_t weightRows = 0;   ///< MxmInstall: weight vectors (K rows) the tile has; the plane's rows past it are zero
+  SxmFunc sxm = SxmFunc::kUnspecified;  ///< SxmShift: what it does to a vector
+  bool timingOnly = false;       ///< stands in for an op's cost without computing its values (Div as a Mul, ...)
+  /// True when one of the functional fields above differs from its default.
+  bool hasFunctionalFields() const {
+    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly;
+  }
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -70,6 +71,16 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
   }
 }
 
+// Whether the ALU function funcOf gives an op kind computes the op's values (functional mode), or
+// only stands in for its cost.
+bool computesValues(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kRelu:
+    case ir::OpKind::kGelu: case ir::OpKind::kTanh: case ir::OpKind::kExp: case ir::OpKind::kIdentity: return true;
+    default: return false;
+  }
+}
+
 // A tensor's SRAM tiles with the tasks that write and read each of them.
 struct TensorState {
   isa::TensorPlacement placement;
@@ -85,7 +96,7 @@ class Lowering {
       : chip_(chip), graph_(graph), out_(out), problem_(out.problem) {}
 
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
-  Status receive(const ReceivePlan& plan, std::vector<int>& tasks);
+  Status receive(const ReceivePlan& plan, int tile, int& task);
   Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status send(const SendPlan& plan, std::vector<int>& tasks);
   void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
@@ -191,12 +202,12 @@ Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::i
   return s;
 }
 
-Status Lowering::receive(const ReceivePlan& plan, std::vector<int>& tasks) {
+Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
   if (auto s = place(plan.tensor, false); !s) return s;
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
-  for (int t = 0; t < st.placement.tiles; ++t) {
+  {
     Task task;
     task.name = fmt::format("receive {} tile {}", st.placement.name, t);
     task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t);
@@ -210,7 +221,7 @@ Status Lowering::receive(const ReceivePlan& plan, std::vector<int>& tasks) {
     write.producer = 0;
     task.steps = {rx, write};
     const int id = problem_.addTask(std::move(task));
-    tasks.push_back(id);
+    taskId = id;
     noteWriter(plan.tensor, t, id, 1);
     // The port hands out vectors in arrival order: receives on one port keep that order.
     auto last = lastReceive_.find(plan.port);
@@ -369,6 +380,8 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         ins.inst.address = ws.placement.address[n % ws.placement.tiles] +
                            static_cast<int>(std::min<std::int64_t>(batch * kDim + std::int64_t{k} * weightRowsPerTile,
                                                                    ws.placement.rows - 1));
+        ins.inst.weightUnit = ws.placement.memUnit[n % ws.placement.tiles];
+        ins.inst.weightRows = static_cast<int>(std::min<std::int64_t>(weightRowsPerTile, kDim - std::int64_t{k} * weightRowsPerTile));
         install.steps = {ins};
         const int it = problem_.addTask(std::move(install));
         for (const auto& [wt, wst] : ws.writers[n % ws.placement.tiles]) problem_.addDataDependence(wt, wst, it, 0);
@@ -400,6 +413,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
             Step act;
             act.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, rows);
             act.inst.func = funcOf(activationKind);
+            act.inst.timingOnly = !computesValues(activationKind);
             act.producer = tail;
             compute.steps.push_back(act);
             tail = static_cast<int>(compute.steps.size()) - 1;
@@ -459,6 +473,17 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
       Step alu;
       alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), op.inputs.size() == 2 ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
       alu.inst.func = funcOf(op.kind);
+      // Lanes line up only when an input has the output's last dimension and its rows or one row
+      // (read with stride 0); other broadcasts and stand-in functions are timing only.
+      alu.inst.timingOnly = !computesValues(op.kind) && !(op.kind == ir::OpKind::kCast &&
+                                                          graph_.tensor(op.inputs[0]).dtype == graph_.tensor(out).dtype);
+      for (ir::TensorId in : op.inputs) {
+        const ir::Tensor& it = graph_.tensor(in);
+        const std::int64_t inRows = tensors_.at(in).placement.rows;
+        if ((it.shape.empty() ? 1 : it.shape.back()) != (graph_.tensor(out).shape.empty() ? 1 : graph_.tensor(out).shape.back()) ||
+            (inRows != rows && inRows != 1))
+          alu.inst.timingOnly = true;
+      }
       alu.producer = 0;
       if (op.inputs.size() == 2) alu.producer2 = 2;
       task.steps.push_back(alu);
@@ -500,6 +525,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
     Step alu;
     alu.inst = makeInst(vxm, Opcode::kVxmUnary, xs.placement.rows);
     alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
+    alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
     alu.producer = 0;
     task.steps.push_back(alu);
     const int id = problem_.addTask(std::move(task));
@@ -514,6 +540,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
     Step scale;
     scale.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
     scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
+    scale.inst.timingOnly = true;
     scale.producer = 0;
     task.steps.push_back(scale);
     int tail = 1;
@@ -525,6 +552,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         Step alu;
         alu.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
         alu.inst.func = i == 1 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
+        alu.inst.timingOnly = true;
         alu.producer = tail;
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
@@ -562,6 +590,17 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
+  // The vectors are the output's as they are (a copy) when the last dimension and the rows stay,
+  // or a single row is repeated; a transpose must keep its axes.
+  const ir::Tensor& xt = graph_.tensor(in);
+  const ir::Tensor& yt = graph_.tensor(out);
+  bool copies = !xt.shape.empty() && !yt.shape.empty() && xt.shape.back() == yt.shape.back() &&
+                xt.dtype == yt.dtype && (xs.placement.rows == ys.placement.rows || xs.placement.rows == 1);
+  if (op.kind == ir::OpKind::kTranspose) {
+    const auto perm = op.intsAttr("perm");
+    if (perm.empty()) copies = copies && xt.shape.size() <= 1;  // no perm: the axes reversed
+    for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
+  }
   for (int t = 0; t < ys.placement.tiles; ++t)
     for (std::int64_t r0 = 0; r0 < ys.placement.rows; r0 += xs.placement.rows) {
       const std::int64_t n = std::min(xs.placement.rows, ys.placement.rows - r0);
@@ -574,6 +613,7 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
       const bool west = chip_.units()[xs.placement.memUnit[tile]].slice < chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + t % std::max(1, chip_.sxmUnits / 2),
                             Opcode::kSxmShift, n);
+      shift.inst.sxm = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
       shift.producer = 0;
       task.steps.push_back(shift);
       Step write;
@@ -657,9 +697,20 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     if (a.mirrorsSend >= 0) return a.mirrorsSend < b.mirrorsSend;
     return a.arrivals.front() < b.arrivals.front();
   });
+  // A port hands out bursts in arrival order, which need not be tile order (a sender's tiles go out
+  // as its schedule has them): receive tasks are made, and chained per port, in arrival order, so
+  // that each writes the tile its burst carries.
   std::vector<std::vector<int>> receiveTasks(receives.size());
-  for (size_t i = 0; i < receives.size(); ++i)
-    if (auto s = lowering.receive(receives[i], receiveTasks[i]); !s) return s.error();
+  std::vector<std::tuple<Cycle, size_t, int>> receiveOrder;  // (arrival, plan, tile)
+  for (size_t i = 0; i < receives.size(); ++i) {
+    const int tiles = vectorShape(chip, graph.tensor(receives[i].tensor)).second;
+    receiveTasks[i].assign(tiles, -1);
+    for (int t = 0; t < tiles; ++t)
+      receiveOrder.emplace_back(receives[i].mirrorsSend >= 0 ? Cycle{-1} : receives[i].arrivals.at(t), i, t);
+  }
+  std::stable_sort(receiveOrder.begin(), receiveOrder.end());
+  for (const auto& [arrival, i, t] : receiveOrder)
+    if (auto s = lowering.receive(receives[i], t, receiveTasks[i][t]); !s) return s.error();
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
   for (size_t i = 0; i < ops.size();) {

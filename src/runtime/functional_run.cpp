@@ -1,0 +1,246 @@
+// Functional runs: seeded or file-given values for the resident tensors, the reference outputs, the final check.
+#include "runtime/functional_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compile/frontend/onnx_importer.h"
+#include "compile/ir/interpreter.h"
+
+namespace tsp::runtime {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t nameHash(const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Deterministic values from (seed, tensor name, element), exact in the storage type: FP16 values
+// k/64 (|k| <= 64) scaled by a power of two near 1/sqrt(fan-in) for matrices, so that sums stay in
+// range layer after layer; INT8 values in [-3, 3].
+std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::ElementType element) {
+  std::vector<double> out(static_cast<size_t>(t.elements()));
+  const std::uint64_t base = mix(seed ^ nameHash(t.name));
+  double scale = 1.0;
+  if (t.shape.size() >= 2) scale = std::ldexp(1.0, -static_cast<int>(std::lround(0.5 * std::log2(static_cast<double>(std::max<std::int64_t>(1, t.shape[t.shape.size() - 2]))))));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t h = mix(base + i);
+    out[i] = element == sim::ElementType::kFp16 ? static_cast<double>(static_cast<std::int64_t>(h % 129) - 64) / 64.0 * scale
+                                                : static_cast<double>(static_cast<std::int64_t>(h % 7) - 3);
+  }
+  return out;
+}
+
+// A value as the chip stores it: rounded to FP16, or wrapped to INT8. The reference side rounds with
+// the compiler's _Float16, not with the simulator's conversion, so that the two check each other.
+double toStorage(double v, sim::ElementType element) {
+  if (element == sim::ElementType::kFp16) return static_cast<double>(static_cast<_Float16>(v));
+  return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+}
+
+std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
+
+// The longest reduction behind a tensor: K of the last MAC op on any path into it (1 for none).
+std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
+  if (auto it = memo.find(id); it != memo.end()) return it->second;
+  std::int64_t k = 1;
+  const ir::Tensor& t = graph.tensor(id);
+  if (t.producer >= 0) {
+    const ir::Op& op = graph.op(t.producer);
+    if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
+    for (ir::TensorId in : op.inputs) k = std::max(k, reductionLength(graph, in, memo));
+  }
+  return memo[id] = k;
+}
+
+Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t index, const ir::Tensor& tensor) {
+  const std::string path = (std::filesystem::path(dir) / fmt::format("{}_{}.pb", kind, index)).string();
+  if (!std::filesystem::exists(path))
+    return makeError(ExitCode::kConfig, fmt::format("{}: missing: graph {} {} ('{}') has no values file", path,
+                                                    kind, index, tensor.name));
+  auto value = frontend::readTensorProtoFile(path);
+  if (!value) return value.error();
+  if (value->elements() != tensor.elements())
+    return makeError(ExitCode::kConfig, fmt::format("{}: holds {} elements, graph {} '{}' has {}", path,
+                                                    value->elements(), kind, tensor.name, tensor.elements()));
+  return value;
+}
+
+// The reference interpreter op by op, each result stored as the chip stores tensors (FP16
+// rounding, INT8 wrap); inside an op it computes in FP32 or exactly, as interpret() does.
+Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const std::vector<ir::Value>& inputs,
+                                                 sim::ElementType element) {
+  std::vector<ir::Value> values(graph.tensors().size());
+  size_t next = 0;
+  for (const auto& list : {graph.inputs(), graph.states()})
+    for (ir::TensorId id : list) values[id] = inputs.at(next++);
+  for (const auto& list : {graph.weights(), graph.constants()})
+    for (ir::TensorId id : list) {
+      const ir::Tensor& t = graph.tensor(id);
+      if (!t.data) return makeError(ExitCode::kInternal, fmt::format("{}: weight values were not loaded", t.name));
+      values[id] = ir::Value{t.dtype, t.shape, *t.data};
+    }
+  for (const ir::Op& op : graph.ops()) {
+    std::vector<const ir::Value*> ins;
+    for (ir::TensorId in : op.inputs) ins.push_back(&values[in]);
+    std::vector<ir::TensorType> types;
+    for (ir::TensorId out : op.outputs) types.push_back({graph.tensor(out).shape, graph.tensor(out).dtype});
+    auto outs = ir::evaluateOp(op.kind, op.name, op.attrs, ins, types);
+    if (!outs) return outs.error();
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      for (double& v : (*outs)[k].data) v = toStorage(v, element);
+      values[op.outputs[k]] = std::move((*outs)[k]);
+    }
+  }
+  std::vector<ir::Value> outputs;
+  for (ir::TensorId id : graph.outputs()) outputs.push_back(values[id]);
+  return outputs;
+}
+
+}  // namespace
+
+Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
+                                            const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                                            const FunctionalSources& sources) {
+  // One element type for every tensor the chips hold.
+  std::optional<ir::DType> stored;
+  for (const auto& p : programs)
+    for (const auto& t : p->tensors) {
+      const auto dtype = static_cast<ir::DType>(t.dtype);
+      if (dtype != ir::DType::kF16 && dtype != ir::DType::kI8)
+        return makeError(ExitCode::kModel,
+                         fmt::format("{}: functional mode computes FP16 or INT8 tensors; this one is stored as {}",
+                                     t.name, ir::dtypeName(dtype)));
+      if (stored && *stored != dtype)
+        return makeError(ExitCode::kModel,
+                         fmt::format("{}: functional mode needs one storage type on chip; this tensor is {}, others {}",
+                                     t.name, ir::dtypeName(dtype), ir::dtypeName(*stored)));
+      stored = dtype;
+    }
+  FunctionalSetup setup;
+  const sim::ElementType element = stored == ir::DType::kI8 ? sim::ElementType::kInt8 : sim::ElementType::kFp16;
+  setup.options.enabled = true;
+  setup.options.element = element;
+
+  // Every leaf's values as the chip stores them; the reference graph gets the same values.
+  ir::Graph reference = graph;
+  std::map<std::string, std::vector<double>> leaves;
+  std::vector<ir::Value> inputs;
+  auto stateAndInputs = graph.inputs();
+  stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
+  for (size_t i = 0; i < stateAndInputs.size(); ++i) {
+    const ir::Tensor& t = graph.tensor(stateAndInputs[i]);
+    std::vector<double> data;
+    if (sources.inputsDir && i < graph.inputs().size()) {
+      auto value = readPb(*sources.inputsDir, "input", i, t);
+      if (!value) return value.error();
+      data = std::move(value->data);
+    } else {
+      data = seededValues(sources.seed, t, element);
+    }
+    for (double& v : data) v = toStorage(v, element);
+    inputs.push_back({t.dtype, t.shape, data});
+    leaves[t.name] = std::move(data);
+  }
+  for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
+    const ir::Tensor& t = graph.tensor(id);
+    if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
+    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element);
+    for (double& v : data) v = toStorage(v, element);
+    reference.setData(id, std::make_shared<const std::vector<double>>(data));
+    leaves[t.name] = std::move(data);
+  }
+
+  auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();
+  for (const auto& p : programs)
+    for (const auto& placement : p->tensors) {
+      if (!placement.resident || resident->count(placement.name)) continue;
+      auto it = leaves.find(placement.name);
+      const auto id = graph.findTensor(placement.name);
+      if (it == leaves.end() || !id)
+        return makeError(ExitCode::kInternal,
+                         fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
+      (*resident)[placement.name] = {lastDim(graph.tensor(*id)), it->second};
+    }
+  setup.options.resident = resident;
+
+  // The reference: the interpreter on the stored values, or the expected files.
+  std::vector<ir::Value> expected;
+  if (!sources.expectDir) {
+    auto outputs = interpretStored(reference, inputs, element);
+    if (!outputs) return outputs.error();
+    expected = std::move(*outputs);
+  }
+  std::map<ir::TensorId, std::int64_t> memo;
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    const ir::Tensor& t = graph.tensor(graph.outputs()[i]);
+    OutputCheck check;
+    check.name = t.name;
+    check.cols = lastDim(t);
+    if (sources.expectDir) {
+      auto value = readPb(*sources.expectDir, "output", i, t);
+      if (!value) return value.error();
+      check.reference = std::move(value->data);
+      check.against = (std::filesystem::path(*sources.expectDir) / fmt::format("output_{}.pb", i)).string();
+    } else {
+      check.reference = std::move(expected[i].data);
+      check.against = "the reference interpreter";
+    }
+    check.tolerance = element == sim::ElementType::kFp16
+                          ? sim::fp16Tolerance(reductionLength(graph, graph.outputs()[i], memo))
+                          : sim::integerTolerance();
+    setup.outputs.push_back(std::move(check));
+  }
+  return setup;
+}
+
+int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs, const std::string& name) {
+  int chip = -1;
+  for (size_t c = 0; c < programs.size(); ++c)
+    for (const auto& t : programs[c]->tensors)
+      if (t.name == name && !t.resident) chip = static_cast<int>(c);
+  return chip;
+}
+
+Status checkFunctionalOutputs(const FunctionalSetup& setup,
+                              const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                              const std::function<const sim::Chip*(int)>& chipOf) {
+  for (const auto& check : setup.outputs) {
+    const int chip = outputChip(programs, check.name);
+    if (chip < 0)
+      return makeError(ExitCode::kInternal,
+                       fmt::format("functional mode: graph output '{}' is in no chip's SRAM", check.name));
+    const sim::Chip* owner = chipOf(chip);
+    if (!owner) continue;  // another rank checks it
+    const auto& placement = *std::find_if(programs[chip]->tensors.begin(), programs[chip]->tensors.end(),
+                                          [&](const isa::TensorPlacement& t) { return t.name == check.name; });
+    const std::vector<double> values = owner->readTensor(placement, check.cols);
+    if (values.size() != check.reference.size())
+      return makeError(ExitCode::kFunctionalMismatch,
+                       fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
+                                   values.size(), chip, check.against, check.reference.size()));
+    const std::vector<float> simulated(values.begin(), values.end()), reference(check.reference.begin(), check.reference.end());
+    if (auto s = sim::compareWithReference(check.name, simulated.data(), reference.data(), simulated.size(), check.tolerance);
+        !s) {
+      Diagnostic d = s.error();
+      d.message += fmt::format(" (chip {}, against {})", chip, check.against);
+      return d;
+    }
+  }
+  return {};
+}
+
+}  // namespace tsp::runtime
