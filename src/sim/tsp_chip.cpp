@@ -271,7 +271,24 @@ class TspChip final : public Chip {
   struct ReadMatch {
     VectorRun values;
     std::int64_t first = 0, step = 1;
+    std::int64_t producer = -1;  // program index of the instruction that put the values on the stream
   };
+
+  // The tensors whose SRAM the producers of a's and b's values read ("'x', 'y'"), to name the op.
+  std::string operandNames(const ReadMatch& a, const ReadMatch& b) const {
+    std::vector<std::string> names;
+    for (const ReadMatch* m : {&a, &b}) {
+      if (m->producer < 0) continue;
+      const Instruction& p = program_->instructions[static_cast<size_t>(m->producer)];
+      if (p.op != Opcode::kMemRead) continue;
+      for (const auto& t : program_->tensors)
+        for (std::int32_t k = 0; k < t.tiles; ++k)
+          if (t.memUnit[k] == p.unit && p.address >= t.address[k] && p.address < t.address[k] + t.rows &&
+              std::find(names.begin(), names.end(), t.name) == names.end())
+            names.push_back(fmt::format("'{}'", t.name));
+    }
+    return names.empty() ? std::string() : fmt::format(", on {}", fmt::join(names, ", "));
+  }
 
   std::shared_ptr<std::vector<std::uint8_t>> gather(const Instruction& inst, const ReadMatch& match) const {
     const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
@@ -285,7 +302,8 @@ class TspChip final : public Chip {
   bool computeValues(const Instruction& inst, std::int64_t index, const ReadMatch& a, const ReadMatch& b,
                      VectorRun& result) {
     if (inst.timingOnly)
-      return notComputable(inst, index, "the lowering gives only its timing (it stands in for an op it does not compute)");
+      return notComputable(inst, index, fmt::format("the lowering gives only its timing (it stands in for an op it does not "
+                                                    "compute{})", operandNames(a, b)));
     std::shared_ptr<std::vector<std::uint8_t>> in, in2;
     if (inst.src.valid()) {
       if (!a.values) return notComputable(inst, index, "its source stream carries no values");
@@ -324,7 +342,8 @@ class TspChip final : public Chip {
       }
       case Opcode::kSxmShift:
         if (inst.sxm != isa::SxmFunc::kCopy)
-          return notComputable(inst, index, "the lowering does not say which permutation it applies");
+          return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
+                                                        operandNames(a, b)));
         result = in;
         return true;
       case Opcode::kC2cSend: pendingPayload_ = in; return true;
@@ -435,6 +454,7 @@ class TspChip final : public Chip {
       read->values = run.values;
       read->first = (firstRead - distance - run.first) / run.interval;
       read->step = inst.interval / run.interval;
+      read->producer = run.programIndex;
     }
     if (matchDistance > runs[*match].reach) {
       runs[*match].reach = matchDistance;

@@ -352,6 +352,15 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   out_.macs += batches * m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
   if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
   const int weightRowsPerTile = tiling.tk;
+  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
+  // dimension is not N, are timed like the plain product but not computed.
+  const bool plainProduct = op.kind != ir::OpKind::kGemm ||
+                            (op.intAttr("transA", 0) == 0 && op.intAttr("transB", 0) == 0 &&
+                             op.floatAttr("alpha", 1.0) == 1.0 && op.floatAttr("beta", 1.0) == 1.0);
+  const bool biasLanesMatch = biasTensor < 0 || (!graph_.tensor(biasTensor).shape.empty() &&
+                                                 graph_.tensor(biasTensor).shape.back() == nDim &&
+                                                 (tensors_.at(biasTensor).placement.rows == 1 ||
+                                                  tensors_.at(biasTensor).placement.rows == ys.placement.rows));
 
   // When the output tiles do not spread evenly over the planes, shorter row blocks let every plane
   // take an equal share, as long as a block still hides a weight install behind its stream.
@@ -391,6 +400,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
         compute.steps.push_back(readStep(op.inputs[0], k, batch * m + m0, rows, false));
         Step mxm;
         mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
+        mxm.inst.timingOnly = !plainProduct;
         mxm.producer = 0;
         compute.steps.push_back(mxm);
         int writeStep = -1;
@@ -401,6 +411,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
             Step add;
             add.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmBinary, rows);
             add.inst.func = isa::VxmFunc::kAdd;
+            add.inst.timingOnly = !biasLanesMatch;
             add.producer = tail;
             add.producer2 = static_cast<int>(compute.steps.size()) + 1;
             compute.steps.push_back(add);
