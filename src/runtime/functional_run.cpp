@@ -200,18 +200,12 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       check.reference = std::move(expected[i].data);
       check.against = "the reference interpreter";
     }
+    double largest = 0.0;
+    for (double v : check.reference)
+      if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
     check.tolerance = element == sim::ElementType::kFp16
-                          ? sim::fp16Tolerance(reductionLength(graph, graph.outputs()[i], memo))
+                          ? sim::fp16TensorTolerance(reductionLength(graph, graph.outputs()[i], memo), largest)
                           : sim::integerTolerance();
-    if (sources.expectDir && element == sim::ElementType::kFp16) {
-      // output_N.pb was computed from FP32 inputs, which the chip stores rounded to FP16: an error of
-      // up to 2^-11 of the operands, not of the result (a sum that cancels keeps it). The absolute
-      // term therefore also allows rtol times the tensor's largest magnitude.
-      double largest = 0.0;
-      for (double v : check.reference)
-        if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
-      check.tolerance.atol += check.tolerance.rtol * largest;
-    }
     setup.outputs.push_back(std::move(check));
   }
   return setup;

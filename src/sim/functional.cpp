@@ -160,6 +160,12 @@ Tolerance fp16Tolerance(std::int64_t reductionLength) {
   return {std::ldexp(1.0, -14), std::ldexp(1.0, -10) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
 }
 
+Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude) {
+  Tolerance t = fp16Tolerance(reductionLength);
+  t.atol += std::ldexp(std::fabs(largestMagnitude), -10);
+  return t;
+}
+
 Tolerance integerTolerance() { return {0.0, 0.0}; }
 
 Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,

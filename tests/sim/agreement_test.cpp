@@ -1,4 +1,5 @@
-// Agreement: with no fault injected, every chip's simulated cycles equal the compiler's prediction.
+// Agreement: with no fault injected, every chip's simulated cycles equal the compiler's prediction, in
+// timing mode and in functional mode, whose outputs also match the reference interpreter.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "compile/frontend/builtin_models.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
+#include "runtime/functional_run.h"
 #include "sim/chip.h"
 #include "sim/kokkos_environment.h"
 #include "topology/cluster_config.h"
@@ -34,7 +36,8 @@ struct ClusterRun {
   Status status;
 };
 
-ClusterRun simulate(const topology::Cluster& cluster, const std::vector<isa::Program>& programs) {
+ClusterRun simulate(const topology::Cluster& cluster, const std::vector<isa::Program>& programs,
+                    const SimOptions& options = {}) {
   const auto& spec = cluster.chip();
   ClusterRun out;
   for (int c = 0; c < cluster.chipCount(); ++c) {
@@ -44,7 +47,7 @@ ClusterRun simulate(const topology::Cluster& cluster, const std::vector<isa::Pro
       ports[port] = {linkId, link.other(c), link.portOn(link.other(c)), link.a == c, link.latencyCycles,
                      link.bytesPerCycle};
     }
-    out.chips.push_back(makeTspChip(c, spec, std::make_shared<isa::Program>(programs[c]), ports, SimOptions{}));
+    out.chips.push_back(makeTspChip(c, spec, std::make_shared<isa::Program>(programs[c]), ports, options));
   }
   const Cycle lookahead = spec.c2cSendCycles + std::max<Cycle>(1, cluster.minLinkLatency());
   Cycle start = 0;
@@ -75,16 +78,20 @@ struct Case {
 
 class Agreement : public ::testing::TestWithParam<Case> {};
 
-TEST_P(Agreement, SimulatedCyclesEqualThePrediction) {
-  const Case c = GetParam();
-  const topology::Cluster cluster = ring(c.chips);
+ir::Graph mlpOf(const Case& c) {
   frontend::ModelSpec model;
   model.builtin = "mlp";
   model.params = {{"layers", std::to_string(c.layers)}, {"hidden", std::to_string(c.hidden)},
                   {"batch", std::to_string(c.batch)}};
   model.precision.weights = model.precision.activations = c.dtype;
   model.precision.accumulate = c.dtype == ir::DType::kI8 ? ir::DType::kI32 : ir::DType::kF32;
-  const ir::Graph graph = *frontend::buildBuiltinModel(model);
+  return *frontend::buildBuiltinModel(model);
+}
+
+TEST_P(Agreement, SimulatedCyclesEqualThePrediction) {
+  const Case c = GetParam();
+  const topology::Cluster cluster = ring(c.chips);
+  const ir::Graph graph = mlpOf(c);
   auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
   ASSERT_TRUE(plan.ok()) << plan.error().format();
   auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
@@ -103,6 +110,36 @@ TEST_P(Agreement, SimulatedCyclesEqualThePrediction) {
   if (c.chips > 1) {
     EXPECT_GT(sent, 0);  // the pipeline's activations crossed links
   }
+}
+
+// Functional mode runs the same programs on seeded values: the cycles still agree, the activations
+// cross the links as bytes, and the outputs read back from SRAM match the reference interpreter.
+TEST_P(Agreement, FunctionalOutputsMatchTheInterpreter) {
+  const Case c = GetParam();
+  const topology::Cluster cluster = ring(c.chips);
+  const ir::Graph graph = mlpOf(c);
+  auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
+  ASSERT_TRUE(plan.ok()) << plan.error().format();
+  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  std::vector<std::shared_ptr<const isa::Program>> programs;
+  for (const auto& p : schedule->programs) programs.push_back(std::make_shared<const isa::Program>(p));
+  auto setup = runtime::prepareFunctional(graph, programs, {7, std::nullopt, std::nullopt});
+  ASSERT_TRUE(setup.ok()) << setup.error().format();
+  SimOptions options;
+  options.functional = setup->options;
+  ClusterRun run = simulate(cluster, schedule->programs, options);
+  ASSERT_TRUE(run.status.ok()) << run.status.error().format();
+  for (int chip = 0; chip < c.chips; ++chip)
+    EXPECT_EQ(run.chips[chip]->stats().cycles, schedule->programs[chip].predictedCycles) << "chip " << chip;
+  const Status checked =
+      runtime::checkFunctionalOutputs(*setup, programs, [&](int chip) { return run.chips[chip].get(); });
+  EXPECT_TRUE(checked.ok()) << checked.error().format();
+  // The check can fail: a wrong reference is found.
+  auto wrong = *setup;
+  wrong.outputs.front().reference.front() += 1.0;
+  EXPECT_EQ(runtime::checkFunctionalOutputs(wrong, programs, [&](int chip) { return run.chips[chip].get(); }).error().code,
+            ExitCode::kFunctionalMismatch);
 }
 
 INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,
