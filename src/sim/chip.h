@@ -164,11 +164,11 @@ struct SimOptions {
   FunctionalOptions functional;
 };
 
-/// The chip interface (version 1): the runtime advances chips in windows, moves C2C bursts
-/// between them, and asks when the next event is so that idle windows can be skipped.
+/// The chip interface (version 2: adds readTensor): the runtime advances chips in windows, moves C2C
+/// bursts between them, and asks when the next event is so that idle windows can be skipped.
 class Chip {
  public:
-  static constexpr int kInterfaceVersion = 1;
+  static constexpr int kInterfaceVersion = 2;
   virtual ~Chip() = default;
 
   /// Executes every event with cycle < end; a hazard ends the run with a diagnostic (exit 4),

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -32,7 +33,6 @@ struct StreamRun {
   std::int64_t count = 1;
   int reach = 0;
   std::int64_t programIndex = 0;
-  VectorRun values;  // functional mode: the run's vectors
 
   Cycle tau0(Direction dir) const { return dir == Direction::kEast ? first - slice : first + slice; }
   Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
@@ -299,8 +299,11 @@ class TspChip final : public Chip {
   }
 
   // Functional mode: what inst computes from its stream operands; the result (or null) goes on dst.
-  bool computeValues(const Instruction& inst, std::int64_t index, const ReadMatch& a, const ReadMatch& b,
-                     VectorRun& result) {
+  [[gnu::noinline]] bool computeValues(const Instruction& inst, std::int64_t index) {
+    const ReadMatch& a = readA_;
+    const ReadMatch& b = readB_;
+    VectorRun& result = result_;
+    result.reset();
     if (inst.timingOnly)
       return notComputable(inst, index, fmt::format("the lowering gives only its timing (it stands in for an op it does not "
                                                     "compute{})", operandNames(a, b)));
@@ -451,7 +454,7 @@ class TspChip final : public Chip {
     if (read) {
       const StreamRun& run = runs[*match];
       const int distance = matchDistance;
-      read->values = run.values;
+      if (auto v = streamValues_.find(run.programIndex); v != streamValues_.end()) read->values = v->second;
       read->first = (firstRead - distance - run.first) / run.interval;
       read->step = inst.interval / run.interval;
       read->producer = run.programIndex;
@@ -463,12 +466,13 @@ class TspChip final : public Chip {
     return true;
   }
 
-  bool writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref, VectorRun values) {
+  bool writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - spec_.sliceCount() - 1;
     while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
       stats_.streamHops += runs.front().count * runs.front().reach;
+      if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
     }
     StreamRun run;
@@ -477,8 +481,8 @@ class TspChip final : public Chip {
     run.interval = inst.interval;
     run.count = inst.repeat;
     run.programIndex = index;
-    run.values = std::move(values);
-    runs.push_back(std::move(run));
+    if (values_ && result_) streamValues_[index] = std::move(result_);
+    runs.push_back(run);
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
   }
 
@@ -568,14 +572,13 @@ class TspChip final : public Chip {
     const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
     if (memAccessOp)
       if (!memAccess(inst, index)) return false;
-    ReadMatch readA, readB;
     const bool functional = values_ != nullptr;
+    if (functional) readA_ = readB_ = ReadMatch{};
     if (inst.src.valid())
-      if (!checkRead(inst, index, inst.src, functional ? &readA : nullptr)) return false;
+      if (!checkRead(inst, index, inst.src, functional ? &readA_ : nullptr)) return false;
     if (inst.src2.valid())
-      if (!checkRead(inst, index, inst.src2, functional ? &readB : nullptr)) return false;
-    VectorRun result;
-    if (functional && !computeValues(inst, index, readA, readB, result)) return false;
+      if (!checkRead(inst, index, inst.src2, functional ? &readB_ : nullptr)) return false;
+    if (functional && !computeValues(inst, index)) return false;
 
     switch (inst.op) {
       case Opcode::kMxmInstall:
@@ -609,7 +612,7 @@ class TspChip final : public Chip {
         if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
           return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
         if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles)) return false;
-        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port, functional ? &result : nullptr))
+        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port, functional ? &result_ : nullptr))
           return false;
         if (inst.op == Opcode::kC2cForward) {
           if (!receive(inst, index, inPort, functional ? &pendingPayload_ : nullptr)) return false;
@@ -620,7 +623,7 @@ class TspChip final : public Chip {
       default: break;
     }
     if (inst.dst.valid())
-      if (!writeStream(inst, index, inst.dst, std::move(result))) return false;
+      if (!writeStream(inst, index, inst.dst)) return false;
 
     // A MEM queue dispatches one instruction per cycle; its repeats then run on the port (memAccess).
     unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : isa::unitFreeAt(spec_, inst);
@@ -778,6 +781,11 @@ class TspChip final : public Chip {
   std::vector<C2CBurst> outgoing_;
   std::unique_ptr<FunctionalState> values_;  // functional mode only
   VectorRun pendingPayload_;                 // the vectors of the send or forward being executed
+  // Functional mode: the vectors of each live stream run, by the program index of its producer (an
+  // instruction writes one stream), kept beside the runs so that timing mode's runs stay plain data.
+  std::unordered_map<std::int64_t, VectorRun> streamValues_;
+  ReadMatch readA_, readB_;  // the operands of the instruction being executed
+  VectorRun result_;         // its result, for its destination stream
   std::vector<double> timeline_;
   Cycle lastCompletion_ = 0;
   std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;

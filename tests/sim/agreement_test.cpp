@@ -88,20 +88,28 @@ ir::Graph mlpOf(const Case& c) {
   return *frontend::buildBuiltinModel(model);
 }
 
+// The graph as a pipeline over the cluster, one program per chip (empty when it does not compile).
+std::vector<isa::Program> pipelineOf(const ir::Graph& graph, const topology::Cluster& cluster) {
+  auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
+  EXPECT_TRUE(plan.ok()) << plan.error().format();
+  if (!plan) return {};
+  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
+  EXPECT_TRUE(schedule.ok()) << schedule.error().format();
+  return schedule ? std::move(schedule->programs) : std::vector<isa::Program>{};
+}
+
 TEST_P(Agreement, SimulatedCyclesEqualThePrediction) {
   const Case c = GetParam();
   const topology::Cluster cluster = ring(c.chips);
   const ir::Graph graph = mlpOf(c);
-  auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
-  ASSERT_TRUE(plan.ok()) << plan.error().format();
-  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
-  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
-  ClusterRun run = simulate(cluster, schedule->programs);
+  const std::vector<isa::Program> compiled = pipelineOf(graph, cluster);
+  ASSERT_EQ(compiled.size(), static_cast<size_t>(c.chips));
+  ClusterRun run = simulate(cluster, compiled);
   ASSERT_TRUE(run.status.ok()) << run.status.error().format();
   std::int64_t instructions = 0;
   Bytes sent = 0;
   for (int chip = 0; chip < c.chips; ++chip) {
-    EXPECT_EQ(run.chips[chip]->stats().cycles, schedule->programs[chip].predictedCycles) << "chip " << chip;
+    EXPECT_EQ(run.chips[chip]->stats().cycles, compiled[chip].predictedCycles) << "chip " << chip;
     EXPECT_EQ(run.chips[chip]->stats().hazardCount(), 0);
     instructions += run.chips[chip]->stats().instructions;
     sent += run.chips[chip]->stats().bytesSent;
@@ -118,20 +126,18 @@ TEST_P(Agreement, FunctionalOutputsMatchTheInterpreter) {
   const Case c = GetParam();
   const topology::Cluster cluster = ring(c.chips);
   const ir::Graph graph = mlpOf(c);
-  auto plan = partition::planPipeline(graph, cluster, partition::ParallelismConfig{});
-  ASSERT_TRUE(plan.ok()) << plan.error().format();
-  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
-  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  const std::vector<isa::Program> compiled = pipelineOf(graph, cluster);
+  ASSERT_EQ(compiled.size(), static_cast<size_t>(c.chips));
   std::vector<std::shared_ptr<const isa::Program>> programs;
-  for (const auto& p : schedule->programs) programs.push_back(std::make_shared<const isa::Program>(p));
+  for (const auto& p : compiled) programs.push_back(std::make_shared<const isa::Program>(p));
   auto setup = runtime::prepareFunctional(graph, programs, {7, std::nullopt, std::nullopt});
   ASSERT_TRUE(setup.ok()) << setup.error().format();
   SimOptions options;
   options.functional = setup->options;
-  ClusterRun run = simulate(cluster, schedule->programs, options);
+  ClusterRun run = simulate(cluster, compiled, options);
   ASSERT_TRUE(run.status.ok()) << run.status.error().format();
   for (int chip = 0; chip < c.chips; ++chip)
-    EXPECT_EQ(run.chips[chip]->stats().cycles, schedule->programs[chip].predictedCycles) << "chip " << chip;
+    EXPECT_EQ(run.chips[chip]->stats().cycles, compiled[chip].predictedCycles) << "chip " << chip;
   const Status checked =
       runtime::checkFunctionalOutputs(*setup, programs, [&](int chip) { return run.chips[chip].get(); });
   EXPECT_TRUE(checked.ok()) << checked.error().format();

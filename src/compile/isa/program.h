@@ -62,6 +62,10 @@ struct Instruction {
   Cycle issue = 0;
   Opcode op = Opcode::kNop;
   VxmFunc func = VxmFunc::kNone;
+  // What functional mode needs beyond the timing (defaults: not known); the two bytes sit here and
+  // the two words at the end so that an instruction stays 64 bytes.
+  SxmFunc sxm = SxmFunc::kUnspecified;  ///< SxmShift: what it does to a vector
+  bool timingOnly = false;       ///< stands in for an op's cost without computing its values (Div as a Mul, ...)
   StreamRef src, src2, dst;
   std::int32_t address = -1;  ///< SRAM address within the unit's MEM slice
   std::int32_t bank = -1;     ///< bank of the first address under the chip's bank mapping
@@ -69,11 +73,8 @@ struct Instruction {
   std::int32_t port = -1;     ///< C2C port
   std::int32_t repeat = 1;
   std::int32_t interval = 1;
-  // What functional mode needs beyond the timing (defaults: not known).
   std::int32_t weightUnit = -1;  ///< MxmInstall: the MEM queue whose slice holds the weight tile at `address`
   std::int32_t weightRows = 0;   ///< MxmInstall: weight vectors (K rows) the tile has; the plane's rows past it are zero
-  SxmFunc sxm = SxmFunc::kUnspecified;  ///< SxmShift: what it does to a vector
-  bool timingOnly = false;       ///< stands in for an op's cost without computing its values (Div as a Mul, ...)
   /// True when one of the functional fields above differs from its default.
   bool hasFunctionalFields() const {
     return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly;
