@@ -304,6 +304,22 @@ nlohmann::json collectiveFigures(const schedule::CollectiveSchedule& c, const ir
 
 // All ranks learn whether a step that each rank ran locally succeeded everywhere; the lowest
 // failing rank reports, so that no rank starts collective I/O that others skip.
+// What --json reports of a functional run that passed: the element type and, per output, what it
+// was compared with and the tolerance.
+nlohmann::json functionalSummary(const FunctionalSetup& setup) {
+  nlohmann::json j;
+  j["element"] = setup.options.element == sim::ElementType::kFp16 ? "fp16" : "int8";
+  j["outputs"] = nlohmann::json::array();
+  for (const auto& check : setup.outputs)
+    j["outputs"].push_back({{"name", check.name},
+                            {"elements", check.reference.size()},
+                            {"against", check.against},
+                            {"atol", check.tolerance.atol},
+                            {"rtol", check.tolerance.rtol}});
+  return j;
+}
+
+
 Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -573,6 +589,10 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (options.searchOnly && schedule::isCollectiveBenchmark(*graph))
     return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
                                                 "with no plan to search"),
+                   root);
+  if (functional && schedule::isCollectiveBenchmark(*graph))
+    return failure(makeError(ExitCode::kConfig, "functional mode: builtin:collective moves bytes that stand for no "
+                                                "tensor values; functional mode runs compiled graphs"),
                    root);
   std::optional<schedule::CollectiveSchedule> collective;
   if (schedule::isCollectiveBenchmark(*graph)) {
@@ -988,6 +1008,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     for (int k = 0; k < sim::kHazardKindCount; ++k)
       j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    if (functionalSetup) j["functional"] = functionalSummary(*functionalSetup);
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -1042,6 +1063,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   fmt::print("energy:      {:.3f} mJ estimated (per-op energies of the chip spec)\n", energyJoules * 1e3);
   if (simOptions.faults.enabled())
     fmt::print("faults:      {} hazards counted, bank-conflict rate {:.4f}\n", hazardsCounted, bankConflictRate);
+  if (functionalSetup)
+    fmt::print("functional:  {} output(s) match {} within |sim - ref| <= atol + rtol*|ref|\n",
+               functionalSetup->outputs.size(), functionalSetup->outputs.empty() ? "" : functionalSetup->outputs.front().against);
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

@@ -712,15 +712,16 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   // as its schedule has them): receive tasks are made, and chained per port, in arrival order, so
   // that each writes the tile its burst carries.
   std::vector<std::vector<int>> receiveTasks(receives.size());
-  std::vector<std::tuple<Cycle, size_t, int>> receiveOrder;  // (arrival, plan, tile)
+  // Mirrored receives (no fixed arrivals) follow, in plan and tile order.
+  std::vector<std::tuple<bool, Cycle, size_t, int>> receiveOrder;  // (mirrored, arrival, plan, tile)
   for (size_t i = 0; i < receives.size(); ++i) {
     const int tiles = vectorShape(chip, graph.tensor(receives[i].tensor)).second;
     receiveTasks[i].assign(tiles, -1);
-    for (int t = 0; t < tiles; ++t)
-      receiveOrder.emplace_back(receives[i].mirrorsSend >= 0 ? Cycle{-1} : receives[i].arrivals.at(t), i, t);
+    const bool mirrored = receives[i].mirrorsSend >= 0;
+    for (int t = 0; t < tiles; ++t) receiveOrder.emplace_back(mirrored, mirrored ? 0 : receives[i].arrivals.at(t), i, t);
   }
   std::stable_sort(receiveOrder.begin(), receiveOrder.end());
-  for (const auto& [arrival, i, t] : receiveOrder)
+  for (const auto& [mirrored, arrival, i, t] : receiveOrder)
     if (auto s = lowering.receive(receives[i], t, receiveTasks[i][t]); !s) return s.error();
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
