@@ -148,6 +148,44 @@ TEST_P(Agreement, FunctionalOutputsMatchTheInterpreter) {
             ExitCode::kFunctionalMismatch);
 }
 
+// The matmul work of small transformer encoder layers (as the simulator benchmark's BERT shard):
+// QKV and output projections, a residual Add of two activations, FFN up with bias and a fused GELU,
+// FFN down and the second residual; two layers pipelined over two chips, FP16.
+TEST(FunctionalAgreement, EncoderLayerMatmulsMatchTheInterpreter) {
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  ir::TensorId x = g.addInput("x", {48, 320}, dt);
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "l" + std::to_string(l) + ".";
+    auto qkv = *g.addOp(ir::OpKind::kMatMul, p + "qkv", {x, g.addWeight(p + "wqkv", {320, 960}, dt)}, l);
+    g.markOutput(qkv);
+    auto attn = *g.addOp(ir::OpKind::kMatMul, p + "attn_out", {x, g.addWeight(p + "wo", {320, 320}, dt)}, l);
+    auto h = *g.addOp(ir::OpKind::kAdd, p + "residual1", {attn, x}, l);
+    auto up = *g.addOp(ir::OpKind::kMatMul, p + "ffn_up", {h, g.addWeight(p + "w1", {320, 1280}, dt)}, l);
+    up = *g.addOp(ir::OpKind::kAdd, p + "ffn_bias", {up, g.addWeight(p + "b1", {1280}, dt)}, l);
+    up = *g.addOp(ir::OpKind::kGelu, p + "gelu", {up}, l);
+    auto down = *g.addOp(ir::OpKind::kMatMul, p + "ffn_down", {up, g.addWeight(p + "w2", {1280, 320}, dt)}, l);
+    x = *g.addOp(ir::OpKind::kAdd, p + "residual2", {down, h}, l);
+  }
+  g.markOutput(x);
+  const topology::Cluster cluster = ring(2);
+  const std::vector<isa::Program> compiled = pipelineOf(g, cluster);
+  ASSERT_EQ(compiled.size(), 2u);
+  std::vector<std::shared_ptr<const isa::Program>> programs;
+  for (const auto& p : compiled) programs.push_back(std::make_shared<const isa::Program>(p));
+  auto setup = runtime::prepareFunctional(g, programs, {11, std::nullopt, std::nullopt});
+  ASSERT_TRUE(setup.ok()) << setup.error().format();
+  ASSERT_EQ(setup->outputs.size(), 3u);  // both layers' QKV and the last residual
+  SimOptions options;
+  options.functional = setup->options;
+  ClusterRun run = simulate(cluster, compiled, options);
+  ASSERT_TRUE(run.status.ok()) << run.status.error().format();
+  for (int chip = 0; chip < 2; ++chip) EXPECT_EQ(run.chips[chip]->stats().cycles, compiled[chip].predictedCycles);
+  const Status checked =
+      runtime::checkFunctionalOutputs(*setup, programs, [&](int chip) { return run.chips[chip].get(); });
+  EXPECT_TRUE(checked.ok()) << checked.error().format();
+}
+
 INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,
                          ::testing::Values(Case{1, 1, 320, 1, ir::DType::kI8}, Case{1, 3, 640, 24, ir::DType::kF16},
                                            Case{2, 2, 1024, 8, ir::DType::kI8}, Case{4, 4, 2048, 64, ir::DType::kF16},
