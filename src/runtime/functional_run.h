@@ -47,7 +47,8 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                             const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                             const FunctionalSources& sources);
 
-/// The chip that holds a graph output at the end: the last chip whose program writes it (-1: none).
+/// The chip that holds a graph output at the end: the last chip whose program writes it, else the last
+/// that holds it as an input or weight (-1: none).
 int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs, const std::string& name);
 
 /// Reads each output this rank's chips hold and compares it with its reference (exit 6 naming the

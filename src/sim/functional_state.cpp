@@ -47,6 +47,7 @@ FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType ele
     : spec_(spec), element_(element), vectorBytes_(spec.vectorBytes), lanes_(spec.vectorBytes / elementBytes(element)),
       memFirst_(spec.firstUnit(topology::UnitKind::kMem)) {
   sram_.resize(spec.memSlices);
+  zeros_.assign(static_cast<std::size_t>(vectorBytes_), 0);
   planes_.resize(spec.mxmPlanes);
   for (auto& p : planes_) p.weights.assign(static_cast<std::size_t>(lanes_) * lanes_ * elementBytes(element), 0);
 }
@@ -61,10 +62,10 @@ std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
 }
 
 const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) const {
-  static const std::vector<std::uint8_t> zeros(4096, 0);  // never written: SRAM starts cleared
   const auto& mem = sram_.at(slice);
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
-  return mem.size() < end ? zeros.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
+  // Never written: SRAM starts cleared.
+  return mem.size() < end ? zeros_.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {

@@ -54,6 +54,7 @@ class FunctionalState {
   int vectorBytes_ = 0, lanes_ = 0;
   int memFirst_ = 0;
   std::vector<std::vector<std::uint8_t>> sram_;  // per MEM slice, grown to the highest address touched
+  std::vector<std::uint8_t> zeros_;              // one vector of zeros: what an address never written holds
   struct Plane {
     std::vector<std::uint8_t> weights;  // lanes x lanes elements, row k = weight row k of the tile
     std::vector<float> accFp32;         // rows x lanes
