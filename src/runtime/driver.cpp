@@ -147,7 +147,8 @@ Expected<std::map<std::string, std::int64_t>> parseOverrides(const std::string& 
 }
 
 // The model's graph: imported or generated, then run through the pass pipeline.
-Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions& options, bool root) {
+Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions& options, bool root,
+                               bool loadWeights) {
   auto pipeline = passes::parsePipeline(options.passes.value_or(passes::defaultPipeline()));
   if (!pipeline) return pipeline.error();
   if (options.dumpIrAfter && *options.dumpIrAfter != "import" &&
@@ -159,7 +160,7 @@ Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions
     frontend::ImportOptions import;
     import.overrides = spec.overrides;
     import.precision = spec.precision;
-    import.loadWeights = false;  // timing runs need shapes only
+    import.loadWeights = loadWeights;  // timing runs need shapes only; functional runs the initializers
     return frontend::importOnnx(spec.onnxPath, import);
   }();
   if (!graph) return graph.error();
@@ -578,7 +579,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (!overrides) return failure(overrides.error(), root);
     for (const auto& [k, v] : *overrides) config.model.overrides[k] = v;
   }
-  auto graph = buildModel(config.model, options, root);
+  auto graph = buildModel(config.model, options, root, functional);
   if (!graph) return failure(graph.error(), root);
   if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
