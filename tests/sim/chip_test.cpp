@@ -379,6 +379,29 @@ TEST_F(C2cTest, FunctionalBurstCarriesTheVectors) {
   EXPECT_EQ(peer->readTensor(placement("x", 8, {mem(7)}, false, 100), 160), x);
 }
 
+// A burst from a chip that computed no values cannot feed a functional receive.
+TEST_F(C2cTest, FunctionalReceiveOfABurstWithoutValues) {
+  Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
+  receive.port = 0;
+  receive.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {receive};
+  SimOptions options;
+  options.functional.enabled = true;
+  chip_ = makeTspChip(1, spec_, program, ports(), options);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 250;
+  burst.vectors = 4;
+  burst.interval = 20;
+  chip_->deliver(burst);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("a C2C burst on port 0 arrived without its values"), std::string::npos)
+      << s.error().message;
+}
+
 TEST_F(C2cTest, UnconnectedPort) {
   Instruction receive = inst(c2c(5), 300, Opcode::kC2cReceive, 1);
   receive.port = 5;
@@ -473,6 +496,42 @@ TEST_F(ChipTest, FunctionalModeNeedsValuesForEveryResidentTensor) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kInternal);
   EXPECT_NE(s.error().message.find("has no values for its resident tensor 'x'"), std::string::npos);
+}
+
+TEST_F(ChipTest, FunctionalModeRefusesAWriteWithoutASource) {
+  Instruction write = inst(mem(3), 5, Opcode::kMemWrite, 2);
+  write.address = 0;
+  write.stride = 1;
+  auto s = runFunctional({write}, {}, {}, ElementType::kFp16);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("(MemWrite) on chip 0, unit 3 (MEM 3): a write with no source stream"),
+            std::string::npos)
+      << s.error().message;
+}
+
+// Two computes of one accumulation must cover the same rows.
+TEST_F(ChipTest, FunctionalModeRefusesAnAccumulatorOfOtherRows) {
+  const int plane = spec_.firstUnit(UnitKind::kMxm);
+  Instruction install = inst(plane, 0, Opcode::kMxmInstall);
+  install.address = 0;
+  install.weightUnit = mem(2);
+  install.weightRows = 1;
+  std::vector<Instruction> list = {install};
+  for (int k = 0; k < 2; ++k) {
+    Instruction read = inst(mem(k), 100 + 50 * k, Opcode::kMemRead, 4 + k);
+    read.address = 0;
+    read.stride = 1;
+    read.dst = {static_cast<std::int16_t>(k), Direction::kWest};
+    Instruction mxm = inst(plane + 1, read.issue + spec_.memReadCycles + slice(mem(k)) - slice(plane + 1),
+                           Opcode::kMxmCompute, 4 + k);
+    mxm.src = read.dst;
+    list.insert(list.end(), {read, mxm});
+  }
+  auto s = runFunctional(list, {}, {}, ElementType::kInt8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("an MXM compute of 5 rows meets an accumulator of 4 rows on plane 0"),
+            std::string::npos)
+      << s.error().message;
 }
 
 TEST_F(ChipTest, TimingModeReadsNoValues) {

@@ -96,6 +96,7 @@ class Lowering {
       : chip_(chip), graph_(graph), out_(out), problem_(out.problem) {}
 
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
+  // One tile's receive task; lowerShard makes them in arrival order per port.
   Status receive(const ReceivePlan& plan, int tile, int& task);
   Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status send(const SendPlan& plan, std::vector<int>& tasks);
@@ -207,27 +208,25 @@ Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
-  {
-    Task task;
-    task.name = fmt::format("receive {} tile {}", st.placement.name, t);
-    task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t);
-    Step rx;
-    rx.inst = makeInst(unit, Opcode::kC2cReceive, st.placement.rows, plan.interval);
-    rx.inst.port = plan.port;
-    Step write;
-    write.inst = makeInst(st.placement.memUnit[t], Opcode::kMemWrite, st.placement.rows, plan.interval);
-    write.inst.address = st.placement.address[t];
-    write.inst.stride = 1;
-    write.producer = 0;
-    task.steps = {rx, write};
-    const int id = problem_.addTask(std::move(task));
-    taskId = id;
-    noteWriter(plan.tensor, t, id, 1);
-    // The port hands out vectors in arrival order: receives on one port keep that order.
-    auto last = lastReceive_.find(plan.port);
-    if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
-    lastReceive_[plan.port] = id;
-  }
+  Task task;
+  task.name = fmt::format("receive {} tile {}", st.placement.name, t);
+  task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t);
+  Step rx;
+  rx.inst = makeInst(unit, Opcode::kC2cReceive, st.placement.rows, plan.interval);
+  rx.inst.port = plan.port;
+  Step write;
+  write.inst = makeInst(st.placement.memUnit[t], Opcode::kMemWrite, st.placement.rows, plan.interval);
+  write.inst.address = st.placement.address[t];
+  write.inst.stride = 1;
+  write.producer = 0;
+  task.steps = {rx, write};
+  const int id = problem_.addTask(std::move(task));
+  taskId = id;
+  noteWriter(plan.tensor, t, id, 1);
+  // The port hands out vectors in arrival order: receives on one port keep that order.
+  auto last = lastReceive_.find(plan.port);
+  if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
+  lastReceive_[plan.port] = id;
   return {};
 }
 
