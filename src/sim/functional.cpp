@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -101,14 +102,26 @@ void mxmAccumulateInt8(const std::int8_t* x, const std::int8_t* w, std::int32_t*
 }
 
 void mxmAccumulateFp16(const std::uint16_t* x, const std::uint16_t* w, float* acc, int rows, int k, int n) {
-  const HostView<const std::uint16_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  // The FP16 operands are widened once (exact), W transposed so that each dot product reads both
+  // operands contiguously; every sum still runs over i in ascending order, in FP32.
+  std::vector<float> xf(static_cast<size_t>(rows) * k), wt(static_cast<size_t>(k) * n);
+  const HostView<float> xv(xf.data(), xf.size()), wv(wt.data(), wt.size());
+  const HostView<const std::uint16_t> xh(x, xf.size()), wh(w, wt.size());
+  Kokkos::parallel_for(
+      "tsp.mxm_fp16_widen_x", Kokkos::RangePolicy<Host>(0, xf.size()),
+      KOKKOS_LAMBDA(const std::size_t i) { xv(i) = halfToFloat(xh(i)); });
+  Kokkos::parallel_for(
+      "tsp.mxm_fp16_widen_w", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {k, n}),
+      KOKKOS_LAMBDA(const int i, const int j) {
+        wv(static_cast<size_t>(j) * k + i) = halfToFloat(wh(static_cast<size_t>(i) * n + j));
+      });
   const HostView<float> av(acc, static_cast<size_t>(rows) * n);
   Kokkos::parallel_for(
       "tsp.mxm_fp16", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
       KOKKOS_LAMBDA(const int r, const int j) {
         float sum = av(static_cast<size_t>(r) * n + j);
-        for (int i = 0; i < k; ++i)
-          sum += halfToFloat(xv(static_cast<size_t>(r) * k + i)) * halfToFloat(wv(static_cast<size_t>(i) * n + j));
+        const size_t xr = static_cast<size_t>(r) * k, wc = static_cast<size_t>(j) * k;
+        for (int i = 0; i < k; ++i) sum += xv(xr + i) * wv(wc + i);
         av(static_cast<size_t>(r) * n + j) = sum;
       });
   Kokkos::fence();
