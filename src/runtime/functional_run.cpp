@@ -84,18 +84,32 @@ Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t inde
 Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const std::vector<ir::Value>& inputs,
                                                  sim::ElementType element) {
   std::vector<ir::Value> values(graph.tensors().size());
+  std::vector<bool> known(graph.tensors().size(), false);
   size_t next = 0;
   for (const auto& list : {graph.inputs(), graph.states()})
-    for (ir::TensorId id : list) values[id] = inputs.at(next++);
-  for (const auto& list : {graph.weights(), graph.constants()})
     for (ir::TensorId id : list) {
-      const ir::Tensor& t = graph.tensor(id);
-      if (!t.data) return makeError(ExitCode::kInternal, fmt::format("{}: weight values were not loaded", t.name));
-      values[id] = ir::Value{t.dtype, t.shape, *t.data};
+      values[id] = inputs.at(next++);
+      known[id] = true;
     }
-  for (const ir::Op& op : graph.ops()) {
+  // Weights are copied into values when an op first reads them, and every value but the outputs
+  // is dropped after its last use, so that at most the live tensors are held twice.
+  std::vector<size_t> lastUse(graph.tensors().size(), 0);
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId in : graph.op(static_cast<ir::OpId>(i)).inputs) lastUse[in] = i;
+  std::vector<bool> isOutput(graph.tensors().size(), false);
+  for (ir::TensorId id : graph.outputs()) isOutput[id] = true;
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(static_cast<ir::OpId>(i));
     std::vector<const ir::Value*> ins;
-    for (ir::TensorId in : op.inputs) ins.push_back(&values[in]);
+    for (ir::TensorId in : op.inputs) {
+      if (!known[in]) {
+        const ir::Tensor& t = graph.tensor(in);
+        if (!t.data) return makeError(ExitCode::kInternal, fmt::format("{}: values were not loaded", t.name));
+        values[in] = ir::Value{t.dtype, t.shape, *t.data};
+        known[in] = true;
+      }
+      ins.push_back(&values[in]);
+    }
     std::vector<ir::TensorType> types;
     for (ir::TensorId out : op.outputs) types.push_back({graph.tensor(out).shape, graph.tensor(out).dtype});
     auto outs = ir::evaluateOp(op.kind, op.name, op.attrs, ins, types);
@@ -103,10 +117,19 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       for (double& v : (*outs)[k].data) v = toStorage(v, element);
       values[op.outputs[k]] = std::move((*outs)[k]);
+      known[op.outputs[k]] = true;
     }
+    for (ir::TensorId in : op.inputs)
+      if (lastUse[in] == i && !isOutput[in]) values[in] = ir::Value{};
   }
   std::vector<ir::Value> outputs;
-  for (ir::TensorId id : graph.outputs()) outputs.push_back(values[id]);
+  for (ir::TensorId id : graph.outputs()) {
+    if (!known[id]) {  // an output that no op makes: a leaf
+      const ir::Tensor& t = graph.tensor(id);
+      if (t.data) values[id] = ir::Value{t.dtype, t.shape, *t.data};
+    }
+    outputs.push_back(values[id]);
+  }
   return outputs;
 }
 
@@ -138,7 +161,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
 
   // Every leaf's values as the chip stores them; the reference graph gets the same values.
   ir::Graph reference = graph;
-  std::map<std::string, std::vector<double>> leaves;
+  std::map<std::string, std::shared_ptr<const std::vector<double>>> leaves;  // one copy, shared
   std::vector<ir::Value> inputs;
   auto stateAndInputs = graph.inputs();
   stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
@@ -154,15 +177,16 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     }
     for (double& v : data) v = toStorage(v, element);
     inputs.push_back({t.dtype, t.shape, data});
-    leaves[t.name] = std::move(data);
+    leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
   }
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
     const ir::Tensor& t = graph.tensor(id);
     if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
     std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element);
     for (double& v : data) v = toStorage(v, element);
-    reference.setData(id, std::make_shared<const std::vector<double>>(data));
-    leaves[t.name] = std::move(data);
+    auto shared = std::make_shared<const std::vector<double>>(std::move(data));
+    reference.setData(id, shared);
+    leaves[t.name] = std::move(shared);
   }
 
   auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();

@@ -140,10 +140,11 @@ enum class ElementType : std::uint8_t { kFp16, kInt8 };
 /// Bytes of one element of a type.
 int elementBytes(ElementType type);
 
-/// A tensor's values as its placement stores them: rows x cols, row-major.
+/// A tensor's values as its placement stores them: rows x cols, row-major (shared, not copied, by
+/// the chips that hold the tensor and the reference).
 struct TensorValues {
   std::int64_t cols = 0;
-  std::vector<double> data;
+  std::shared_ptr<const std::vector<double>> data;
 };
 
 /// Functional mode (`simulation.mode: functional`): values in SRAM and on the streams.

@@ -70,17 +70,19 @@ const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) c
 
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
   const std::int64_t cols = values.cols;
-  if (cols <= 0 || static_cast<std::int64_t>(values.data.size()) != tensor.rows * cols ||
+  static const std::vector<double> kNone;
+  const std::vector<double>& data = values.data ? *values.data : kNone;
+  if (cols <= 0 || static_cast<std::int64_t>(data.size()) != tensor.rows * cols ||
       (cols + lanes_ - 1) / lanes_ > tensor.tiles)
     return makeError(ExitCode::kInternal,
                      fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
-                                 values.data.size(), tensor.name, tensor.rows, tensor.tiles));
+                                 data.size(), tensor.name, tensor.rows, tensor.tiles));
   const int eb = elementBytes(element_);
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto tile = static_cast<std::size_t>(c / lanes_);
       std::uint8_t* v = vectorAt(sliceOf(tensor.memUnit[tile]), tensor.address[tile] + r) + (c % lanes_) * eb;
-      const double x = values.data[static_cast<std::size_t>(r * cols + c)];
+      const double x = data[static_cast<std::size_t>(r * cols + c)];
       if (element_ == ElementType::kFp16) {
         const std::uint16_t h = floatToHalf(static_cast<float>(x));
         std::memcpy(v, &h, sizeof h);

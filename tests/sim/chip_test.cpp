@@ -92,6 +92,10 @@ class ChipTest : public ::testing::Test {
     return chip_->advanceTo(kNever);
   }
 
+  static TensorValues valuesOf(std::int64_t cols, std::vector<double> data) {
+    return {cols, std::make_shared<const std::vector<double>>(std::move(data))};
+  }
+
   isa::TensorPlacement placement(const std::string& name, std::int64_t rows, std::vector<int> memUnits,
                                  bool resident, std::int32_t address = 0) const {
     isa::TensorPlacement t;
@@ -350,7 +354,7 @@ TEST_F(C2cTest, FunctionalBurstCarriesTheVectors) {
   std::vector<double> x(8 * 160);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i % 97) / 8.0 - 6.0;
   auto list = sendChain(0, 8, 20);
-  auto s = runFunctional(list, {placement("x", 8, {mem(40)}, true)}, {{"x", {160, x}}}, ElementType::kFp16, ports());
+  auto s = runFunctional(list, {placement("x", 8, {mem(40)}, true)}, {{"x", valuesOf(160, x)}}, ElementType::kFp16, ports());
   ASSERT_TRUE(s.ok()) << s.error().format();
   auto bursts = chip_->takeOutgoing();
   ASSERT_EQ(bursts.size(), 1u);
@@ -415,7 +419,7 @@ TEST_F(C2cTest, UnconnectedPort) {
 TEST_F(ChipTest, FunctionalChainAppliesTheAluToTheStoredValues) {
   const std::vector<double> x = {-1.5, 2.0, 0.25, 3.0, -0.0625, 1.0 / 3, 7.5, -8.0};  // 4 rows x 2
   const auto tensors = {placement("x", 4, {mem(0)}, true), placement("y", 4, {mem(50)}, false)};
-  auto s = runFunctional(chain(0, 50, 10, 0, 4), tensors, {{"x", {2, x}}}, ElementType::kFp16);
+  auto s = runFunctional(chain(0, 50, 10, 0, 4), tensors, {{"x", valuesOf(2, x)}}, ElementType::kFp16);
   ASSERT_TRUE(s.ok()) << s.error().format();
   const auto y = chip_->readTensor(placement("y", 4, {mem(50)}, false), 2);
   ASSERT_EQ(y.size(), 8u);
@@ -458,7 +462,7 @@ TEST_F(ChipTest, FunctionalMatmulAccumulatesKTilesInInt32) {
   }
   const auto tensors = {placement("x", 2, {mem(0), mem(1)}, true), placement("w", 640, {mem(2)}, true),
                         placement("y", 2, {mem(3)}, false)};
-  auto s = runFunctional(list, tensors, {{"x", {640, x}}, {"w", {3, w}}}, ElementType::kInt8);
+  auto s = runFunctional(list, tensors, {{"x", valuesOf(640, x)}, {"w", valuesOf(3, w)}}, ElementType::kInt8);
   ASSERT_TRUE(s.ok()) << s.error().format();
   const auto y = chip_->readTensor(placement("y", 2, {mem(3)}, false), 3);
   for (int r = 0; r < 2; ++r)
@@ -474,7 +478,7 @@ TEST_F(ChipTest, FunctionalModeRefusesTimingOnlyInstructions) {
   auto list = chain(0, 50, 10, 0, 4);
   list[1].timingOnly = true;
   const auto tensors = {placement("x", 4, {mem(0)}, true)};
-  auto s = runFunctional(list, tensors, {{"x", {1, std::vector<double>(4, 1.0)}}}, ElementType::kFp16);
+  auto s = runFunctional(list, tensors, {{"x", valuesOf(1, std::vector<double>(4, 1.0))}}, ElementType::kFp16);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kModel);
   EXPECT_NE(s.error().message.find("functional mode cannot compute instruction #1 (VxmUnary relu) on chip 0"),
