@@ -88,14 +88,20 @@ float halfToFloat(std::uint16_t bits) {
 }
 
 void mxmAccumulateInt8(const std::int8_t* x, const std::int8_t* w, std::int32_t* acc, int rows, int k, int n) {
-  const HostView<const std::int8_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  // W transposed once so that each dot product reads both operands contiguously.
+  std::vector<std::int8_t> wt(static_cast<size_t>(k) * n);
+  const HostView<std::int8_t> tv(wt.data(), wt.size());
+  const HostView<const std::int8_t> xv(x, static_cast<size_t>(rows) * k), wv(w, wt.size());
+  Kokkos::parallel_for(
+      "tsp.mxm_int8_transpose", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {k, n}),
+      KOKKOS_LAMBDA(const int i, const int j) { tv(static_cast<size_t>(j) * k + i) = wv(static_cast<size_t>(i) * n + j); });
   const HostView<std::int32_t> av(acc, static_cast<size_t>(rows) * n);
   Kokkos::parallel_for(
       "tsp.mxm_int8", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
       KOKKOS_LAMBDA(const int r, const int j) {
         std::int32_t sum = 0;  // |sum| <= 320 * 128 * 128: no overflow
-        for (int i = 0; i < k; ++i)
-          sum += static_cast<std::int32_t>(xv(static_cast<size_t>(r) * k + i)) * wv(static_cast<size_t>(i) * n + j);
+        const size_t xr = static_cast<size_t>(r) * k, wc = static_cast<size_t>(j) * k;
+        for (int i = 0; i < k; ++i) sum += static_cast<std::int32_t>(xv(xr + i)) * tv(wc + i);
         av(static_cast<size_t>(r) * n + j) += sum;
       });
   Kokkos::fence();

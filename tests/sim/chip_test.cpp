@@ -383,6 +383,36 @@ TEST_F(C2cTest, FunctionalBurstCarriesTheVectors) {
   EXPECT_EQ(peer->readTensor(placement("x", 8, {mem(7)}, false, 100), 160), x);
 }
 
+// A transit chip's forward passes the vectors' bytes on to its next link unchanged.
+TEST_F(C2cTest, FunctionalForwardPassesTheVectorsOn) {
+  auto bound = ports();
+  bound[1] = {8, 2, 5, true, 225, 16.25};
+  Instruction forward = inst(c2c(0), 300, Opcode::kC2cForward, 4);
+  forward.port = 1;
+  forward.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {forward};
+  SimOptions options;
+  options.functional.enabled = true;
+  chip_ = makeTspChip(1, spec_, program, bound, options);
+  std::vector<std::uint8_t> bytes(4 * 320);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 250;
+  burst.vectors = 4;
+  burst.interval = 20;
+  burst.payload = std::make_shared<const std::vector<std::uint8_t>>(bytes);
+  chip_->deliver(burst);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  auto out = chip_->takeOutgoing();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].dstChip, 2);
+  ASSERT_TRUE(out[0].payload);
+  EXPECT_EQ(*out[0].payload, bytes);
+}
+
 // A burst from a chip that computed no values cannot feed a functional receive.
 TEST_F(C2cTest, FunctionalReceiveOfABurstWithoutValues) {
   Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
