@@ -9,7 +9,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "compile/lower/lowering.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/sharding.h"
+#include "partition/sharding_spmd.h"
+#include "partition/training_cost.h"
 
 namespace tsp::partition {
 
@@ -117,6 +121,46 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
   return sub;
 }
 
+// Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
+Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
+  const auto [rows, tiles] = lower::vectorShape(chip, tensor);
+  return Bytes{rows} * tiles * chip.vectorBytes;
+}
+
+// The compiler's figures for one distinct layer.
+struct LayerEstimate {
+  Cycle cycles = 0;
+  Cycle fixedCycles = -1;  ///< the part that does not shrink with the batch; -1: not measured
+  std::string error;       ///< why the compiler could not lower it, or empty
+};
+
+// The per-microbatch fixed part of a layer: the layer is compiled again on a quarter (or half) of
+// the batch, split off by the sharding mechanism, and the line through the two points meets zero
+// rows at the fixed part (weight installation, pipeline fill). -1 when the batch cannot be split.
+Cycle fixedPartOfLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, Cycle cycles) {
+  const int parts = batch % 4 == 0 ? 4 : batch % 2 == 0 ? 2 : 1;
+  if (parts == 1) return -1;
+  std::map<ir::TensorId, TensorSharding> annotations;
+  for (ir::TensorId in : layer.inputs()) {
+    const auto& t = layer.tensor(in);
+    if (t.shape.empty() || t.shape[0] != batch) return -1;
+    auto spec = TensorSharding::replicated(t.shape.size());
+    spec.dimAxis[0] = 0;
+    annotations[in] = spec;
+  }
+  const Mesh mesh{{"dp"}, {parts}};
+  auto plan = propagateShardings(layer, mesh, annotations);
+  if (!plan || !plan->reshards.empty()) return -1;
+  auto devices = shardGraph(layer, *plan);
+  if (!devices) return -1;
+  auto small = schedule::estimateLayerCycles(devices->graphs.front(), chip);
+  if (!small || small->empty()) return -1;
+  // cycles(rows) = fixed + slope x rows through (batch, cycles) and (batch / parts, small).
+  const double slope = static_cast<double>(cycles - small->front()) / (static_cast<double>(batch) * (parts - 1) / parts);
+  const double fixed = static_cast<double>(cycles) - slope * static_cast<double>(batch);
+  return static_cast<Cycle>(std::clamp(std::llround(fixed), 0LL, static_cast<long long>(cycles)));
+}
+
 }  // namespace
 
 Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
@@ -158,7 +202,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (tensor.producer < 0) continue;
       const int from = graph.op(tensor.producer).layer;
       if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
-      edgeBytes[{from, op.layer}] += tensor.bytes();
+      edgeBytes[{from, op.layer}] += linkBytes(chip, tensor);
       if (op.layer != from + 1) profile.chain = false;
     }
   }
@@ -177,7 +221,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   Bytes lastColumnOutput = 0;
   int lastColumnLayer = -1;
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
-  std::map<std::string, std::pair<Cycle, std::string>> estimated;  // signature -> (cycles, error or "")
+  std::map<std::string, LayerEstimate> estimated;  // by layer signature
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
     std::set<ir::TensorId> leaves;
@@ -200,7 +244,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       const double flops = static_cast<double>(ir::opFlops(graph, op));
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {
-        const Bytes out = graph.tensor(op.outputs[0]).bytes();
+        const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
         Bytes in = 0;
         for (ir::TensorId t : op.inputs)
           if (graph.tensor(t).role != ir::TensorRole::kWeight) in += graph.tensor(t).bytes();
@@ -232,46 +276,48 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       }
     }
     profile.hasWeightMatmul = profile.hasWeightMatmul || layer.weightMatmuls > 0;
+    layer.outputSplit = weightMatmulIndex % 2 == 1;
 
     // Compute: the compiler's estimate for the layer alone, once per distinct layer.
     const std::string signature = layerSignature(graph, ops[l]);
     auto found = estimated.find(signature);
     if (found == estimated.end()) {
-      std::pair<Cycle, std::string> value{0, ""};
+      LayerEstimate value;
       auto sub = layerGraph(graph, ops[l]);
       if (!sub) {
-        value.second = sub.error().format();
+        value.error = sub.error().format();
       } else {
         auto cycles = schedule::estimateLayerCycles(*sub, chip);
-        if (cycles && !cycles->empty()) value.first = cycles->front();
-        else value.second = cycles ? "no layer" : cycles.error().format();
+        if (cycles && !cycles->empty()) value.cycles = cycles->front();
+        else value.error = cycles ? "no layer" : cycles.error().format();
+        if (value.error.empty()) value.fixedCycles = fixedPartOfLayer(*sub, chip, profile.samples, value.cycles);
       }
       found = estimated.emplace(signature, value).first;
     }
-    if (!found->second.second.empty()) {
+    if (!found->second.error.empty()) {
       layer.fallback = true;
       layer.cycles = flopEstimateCycles(graph, ops[l], chip);
-      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.second;
+      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.error;
     } else {
-      layer.cycles = std::max<Cycle>(1, found->second.first);
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
     }
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
-  // A column-parallel matmul left without its row-parallel partner gathers its output.
-  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1) {
+  // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
+  // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
+  bool outputsInLastLayer = !graph.outputs().empty();
+  for (ir::TensorId out : graph.outputs())
+    outputsInLastLayer = outputsInLastLayer && graph.tensor(out).producer >= 0 &&
+                         graph.op(graph.tensor(out).producer).layer == lastColumnLayer &&
+                         lastColumnLayer == layerCount - 1;
+  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1 && !outputsInLastLayer) {
     profile.layers[lastColumnLayer].allGatherBytes += lastColumnOutput;
     ++profile.layers[lastColumnLayer].allGathers;
   }
   return profile;
 }
-
-namespace {
-
-// Per-microbatch figures of one layer under a candidate.
-struct LayerShare {
-  double compute = 0, comm = 0;
-};
 
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
@@ -279,6 +325,9 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
   LayerShare share;
   const double t = c.tp;
+  // A ring of two: each chip sends to and receives from one neighbour over one link, and the send
+  // and the receive share that port's C2C queue, so they take turns (the bytes term doubles).
+  const double sharedPort = t == 2 ? 2.0 : 1.0;
   // The convolution share of the layer: split by a spatial split only.
   const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
   switch (c.split) {
@@ -289,10 +338,10 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
       share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
                    2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention +
+                       links.tp.contention * sharedPort +
                    layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
                    (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention;
+                       links.tp.contention * sharedPort;
       break;
     case TensorSplit::k2d: {
       // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
@@ -314,8 +363,6 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   return share;
 }
 
-}  // namespace
-
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
@@ -336,54 +383,78 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).
   for (int k = 0; k < stages.chunks; ++k) stash[k % c.pp] += 2.0 * static_cast<double>(inbound[k]) * frac / c.tp;
+  const std::vector<double> training =
+      profile.training.enabled ? trainingBytesPerChip(profile, c, stages) : std::vector<double>(c.pp, 0.0);
   double worst = 0;
-  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s]);
+  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s] + training[s]);
   return static_cast<Bytes>(std::ceil(worst));
+}
+
+std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                    const CandidateLinks& links) {
+  std::vector<double> sends(stages.chunks, 0);
+  if (stages.chunks == 1) return sends;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  // Each TP rank sends the activations it holds: all of them when they are replicated over the TP
+  // group (after a Megatron all-reduce), its 1/tp share when they are split.
+  std::vector<double> outbound(stages.chunks, 0);
+  for (const auto& e : profile.edges)
+    if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
+      const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / (replicated ? 1 : c.tp);
+    }
+  for (int k = 0; k < stages.chunks; ++k)
+    if (outbound[k] > 0) sends[k] = links.pp.transfer(outbound[k] * frac);
+  return sends;
+}
+
+PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm, const Candidate& c) {
+  PipelineTime time;
+  const int chunks = static_cast<int>(chunk.size());
+  double passSum = 0;
+  std::vector<double> chipLongest(c.pp, 0);
+  for (int k = 0; k < chunks; ++k) {
+    time.chunkMax = std::max(time.chunkMax, chunk[k]);
+    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
+    time.busy += chunk[k] * c.microbatches;
+    time.comm += chunkComm[k] * c.microbatches;
+  }
+  for (int s = 0; s < c.pp; ++s) passSum += chipLongest[s] * (chunks / c.pp);
+  // (m v - 1) t_max + one pass through every chunk: (m + p - 1) t for v = 1 and equal stages,
+  // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
+  const double mv = static_cast<double>(c.microbatches) * c.interleave;
+  time.iteration = (mv - 1) * time.chunkMax + passSum / c.interleave;
+  return time;
 }
 
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
-  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
-  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0);
+  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerShare share = layerShare(profile.layers[l], c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
+    lastCompute[stages.layerChunk[l]] = share.compute;  // the chunk's last layer so far
   }
-  // Stage-to-stage sends: each TP rank sends its 1/tp share of the activations.
-  if (stages.chunks > 1) {
-    std::vector<double> outbound(stages.chunks, 0);
-    for (const auto& e : profile.edges)
-      if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes);
-    for (int k = 0; k < stages.chunks; ++k)
-      if (outbound[k] > 0) {
-        const double send = links.pp.transfer(outbound[k] * frac / c.tp);
-        chunk[k] += send;
-        chunkComm[k] += send;
-      }
-  }
-  double tMax = 0, passSum = 0, busySum = 0, commSum = 0;
-  std::vector<double> chipLongest(c.pp, 0), chipBusy(c.pp, 0);
-  for (int k = 0; k < stages.chunks; ++k) {
-    tMax = std::max(tMax, chunk[k]);
-    chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
-    chipBusy[k % c.pp] += chunk[k] * c.microbatches;
-    commSum += chunkComm[k] * c.microbatches;
-  }
-  for (int s = 0; s < c.pp; ++s) {
-    passSum += chipLongest[s] * (stages.chunks / c.pp);
-    busySum += chipBusy[s];
-  }
-  // (m v - 1) t_max + one pass through every chunk: (m + p - 1) t for v = 1 and equal stages,
-  // (m v + p - 1) t/v interleaved (Megatron's bubble (p - 1)/(m v) of the ideal time).
-  const double mv = static_cast<double>(c.microbatches) * c.interleave;
-  cost.chunkCycles = tMax;
-  cost.iterationCycles = (mv - 1) * tMax + passSum / c.interleave;
-  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - busySum / c.pp / cost.iterationCycles) : 0;
-  cost.commShare = busySum > 0 ? commSum / busySum : 0;
+  // The compiler sends tiles as they are computed: a chunk's sends overlap the compute of its last
+  // layer (the one whose output tiles leave), so the chunk takes the rest of its time, the longer of
+  // that layer's compute and the serialisation, and one route latency.
+  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  for (int k = 0; k < stages.chunks; ++k)
+    if (sends[k] > 0) {
+      const double serialise = sends[k] - static_cast<double>(links.pp.alpha);
+      chunk[k] += std::max(0.0, serialise - lastCompute[k]) + static_cast<double>(links.pp.alpha);
+      chunkComm[k] += sends[k];
+    }
+  const PipelineTime time = pipelineTime(chunk, chunkComm, c);
+  cost.chunkCycles = time.chunkMax;
+  cost.iterationCycles = time.iteration;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = time.busy > 0 ? time.comm / time.busy : 0;
   cost.copies = std::max(1, clusterChips / std::max(1, c.chips()));
   const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
   cost.latencySeconds = seconds;

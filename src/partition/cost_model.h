@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compile/ir/graph.h"
+#include "partition/training.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
 
@@ -44,6 +45,10 @@ struct LayerProfile {
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
   Cycle convCycles = 0;      ///< spatial: the part of cycles in convolutions (split; the rest is not)
   bool hasConv = false;
+  bool outputSplit = false;  ///< Megatron: the layer ends on a column-parallel matmul, its output leaves split tp ways
+  std::int64_t parameters = 0;  ///< training: elements of the layer's weights (gradients and optimizer state)
+  Bytes trainableBytes = 0;     ///< training: bytes of those weights (the layer's gradients)
+  Bytes stashBytes = 0;         ///< training: activations kept from the forward to the backward pass
 };
 
 /// An activation edge between two layers of a DAG model (from < to).
@@ -63,6 +68,7 @@ struct ModelProfile {
   bool hasConv = false;
   int fallbackLayers = 0;        ///< layers whose cycles are the FLOP-based estimate
   std::string fallbackReason;    ///< the compiler's message for the first such layer
+  TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
 };
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
@@ -116,12 +122,35 @@ struct PlanCost {
 struct CandidateLinks {
   LinkFigures tp;  ///< ring of a tensor-parallel group
   LinkFigures pp;  ///< stage-to-stage sends
+  LinkFigures dp;  ///< ring of the data-parallel replicas of one chip (training: gradient all-reduce)
 };
+
+/// Per-microbatch forward figures of one layer under a candidate: compute and TP collectives.
+struct LayerShare {
+  double compute = 0, comm = 0;
+};
+/// The forward share of a layer for one microbatch on one chip of the candidate.
+LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links);
 
 /// Predicts the cost of a candidate with the given stages and link figures on chips of `chip`
 /// (clusterChips bounds the copies for the throughput figure).
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips);
+
+/// Per-microbatch cycles of each chunk's send to the next stage (each TP rank sends its 1/tp share).
+std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& candidate,
+                                    const StageAssignment& stages, const CandidateLinks& links);
+
+/// A pipeline's figures from per-microbatch chunk times (chunk k on chip k mod pp).
+struct PipelineTime {
+  double chunkMax = 0;   ///< t_max
+  double iteration = 0;  ///< (m v - 1) t_max + the sum over chips of their longest chunk
+  double busy = 0;       ///< busy cycles summed over the chips
+  double comm = 0;       ///< the communication part of busy
+};
+/// The pipeline formula of docs/partitioning.md over chunk times and their communication parts.
+PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm,
+                          const Candidate& candidate);
 
 /// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 
 namespace tsp::partition {
@@ -69,7 +70,9 @@ RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<i
   if (src == dst) return use;
   const auto route = cluster.route(src, dst);
   use.hops = static_cast<int>(route.size());
-  use.latency = cluster.routeLatency(route) + cluster.chip().c2cSendCycles + cluster.chip().c2cReceiveCycles;
+  // Route latency plus the on-chip turnaround of one step as the cluster scheduler places it: MEM
+  // read -> C2C send at the source, C2C receive -> MEM write at the destination.
+  use.latency = cluster.routeLatency(route) + schedule::ringTurnaroundCycles(cluster.chip(), false);
   double narrowest = 0;
   for (const auto& hop : route) {
     const auto& link = cluster.links()[hop.link];
@@ -137,6 +140,13 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         }
   figures.tp = measure(ring);
   figures.pp = measure(sends);
+  std::vector<std::pair<int, int>> replicas;
+  if (dp > 1)
+    for (int s = 0; s < (allGroups ? pp : 1); ++s)
+      for (int t = 0; t < (allGroups ? tp : 1); ++t)
+        for (int d = 0; d < dp; ++d)
+          replicas.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf((d + 1) % dp, s, t, tp, pp)]});
+  figures.dp = measure(replicas);
   return figures;
 }
 
@@ -184,6 +194,109 @@ PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vec
   }
   report.linksUsed = static_cast<int>(used.size());
   return report;
+}
+
+CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes) {
+  CommunicationGraph g;
+  g.ranks = dp * tp * pp;
+  g.edges.resize(g.ranks);
+  auto add = [&](int a, int b, Bytes bytes) {
+    if (a == b || bytes <= 0) return;
+    g.edges[a][b] += bytes;
+    g.edges[b][a] += bytes;
+  };
+  for (int d = 0; d < dp; ++d)
+    for (int s = 0; s < pp; ++s) {
+      for (int t = 0; t < tp && tp > 2; ++t) add(rankOf(d, s, t, tp, pp), rankOf(d, s, (t + 1) % tp, tp, pp), tpEdgeBytes);
+      if (tp == 2) add(rankOf(d, s, 0, tp, pp), rankOf(d, s, 1, tp, pp), 2 * tpEdgeBytes);  // both ring directions
+      for (int t = 0; t < tp && s + 1 < pp; ++t)
+        add(rankOf(d, s, t, tp, pp), rankOf(d, s + 1, t, tp, pp), s < static_cast<int>(ppEdgeBytes.size()) ? ppEdgeBytes[s] : 0);
+    }
+  return g;
+}
+
+double placementTraffic(const topology::Cluster& cluster, const std::vector<int>& placement,
+                        const CommunicationGraph& graph) {
+  double traffic = 0;
+  for (int a = 0; a < graph.ranks; ++a)
+    for (const auto& [b, bytes] : graph.edges[a])
+      if (a < b && placement[a] != placement[b])
+        traffic += static_cast<double>(bytes) * static_cast<double>(cluster.route(placement[a], placement[b]).size());
+  return traffic;
+}
+
+namespace {
+
+// Splits `ranks` into a first part of exactly `firstSize` and the rest, cutting the least traffic:
+// METIS bisection, then greedy moves of the vertex that gains most until the sizes are exact.
+Expected<std::pair<std::vector<int>, std::vector<int>>> bisectRanks(const CommunicationGraph& graph,
+                                                                    const std::vector<int>& ranks, size_t firstSize) {
+  const size_t n = ranks.size();
+  std::map<int, int> index;
+  for (size_t i = 0; i < n; ++i) index[ranks[i]] = static_cast<int>(i);
+  Bytes heaviest = 1;
+  for (int r : ranks)
+    for (const auto& [b, bytes] : graph.edges[r])
+      if (index.count(b)) heaviest = std::max(heaviest, bytes);
+  std::vector<int> xadj{0}, adjncy, weights;
+  for (int r : ranks) {
+    for (const auto& [b, bytes] : graph.edges[r])
+      if (auto it = index.find(b); it != index.end()) {
+        adjncy.push_back(it->second);
+        weights.push_back(static_cast<int>(std::max<Bytes>(1, bytes * 1'000'000 / heaviest)));
+      }
+    xadj.push_back(static_cast<int>(adjncy.size()));
+  }
+  std::vector<int> part(n, 0);
+  if (!adjncy.empty() && n > 2) {
+    auto metis = partitionGraphKway(xadj, adjncy, std::vector<int>(n, 1), weights, 2);
+    if (!metis) return metis.error();
+    part = *metis;
+  } else {
+    for (size_t i = firstSize; i < n; ++i) part[i] = 1;
+  }
+  auto gain = [&](size_t v) {  // traffic cut saved by moving v to the other part
+    std::int64_t g = 0;
+    for (int e = xadj[v]; e < xadj[v + 1]; ++e) g += part[adjncy[e]] == part[v] ? -weights[e] : weights[e];
+    return g;
+  };
+  for (;;) {
+    const size_t first = static_cast<size_t>(std::count(part.begin(), part.end(), 0));
+    if (first == firstSize) break;
+    const int from = first > firstSize ? 0 : 1;
+    size_t best = n;
+    for (size_t v = 0; v < n; ++v)
+      if (part[v] == from && (best == n || gain(v) > gain(best))) best = v;
+    part[best] = 1 - from;
+  }
+  std::pair<std::vector<int>, std::vector<int>> halves;
+  for (size_t i = 0; i < n; ++i) (part[i] == 0 ? halves.first : halves.second).push_back(ranks[i]);
+  return halves;
+}
+
+Status mapRecursively(const CommunicationGraph& graph, const std::vector<int>& ranks, const std::vector<int>& chips,
+                      size_t chipBegin, std::vector<int>& placement) {
+  if (ranks.size() == 1) {
+    placement[ranks.front()] = chips[chipBegin];
+    return {};
+  }
+  const size_t firstSize = ranks.size() / 2;
+  auto halves = bisectRanks(graph, ranks, firstSize);
+  if (!halves) return halves.error();
+  if (auto s = mapRecursively(graph, halves->first, chips, chipBegin, placement); !s) return s;
+  return mapRecursively(graph, halves->second, chips, chipBegin + firstSize, placement);
+}
+
+}  // namespace
+
+Expected<std::vector<int>> mapCommunicationGraph(const CommunicationGraph& graph, const std::vector<int>& chips) {
+  if (static_cast<int>(chips.size()) != graph.ranks)
+    return makeError(ExitCode::kInternal, fmt::format("{} ranks for {} chips", graph.ranks, chips.size()));
+  std::vector<int> placement(graph.ranks, -1), ranks(graph.ranks);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  if (graph.ranks == 0) return placement;
+  if (auto s = mapRecursively(graph, ranks, chips, 0, placement); !s) return s.error();
+  return placement;
 }
 
 }  // namespace tsp::partition

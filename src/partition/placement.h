@@ -1,6 +1,8 @@
 // Placement of a plan's ranks on chips: TP groups tight, PP neighbours close, DP replicas on the rest.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "partition/cost_model.h"
@@ -35,7 +37,27 @@ struct PlacementReport {
   Bytes busiestLinkBytes = 0;  ///< bytes per iteration on the busiest link direction
   int busiestLink = -1;
   int linksUsed = 0;           ///< links carrying any traffic
+  double traffic = 0;          ///< bytes x hops per iteration, over the communication graph
+  std::string method;          ///< how the ranks were placed: "locality order", "metis (communication graph)", "pipeline path"
 };
+
+/// The communication graph of a plan: a vertex per rank (d pp + s) tp + t, an edge between TP ring
+/// neighbours (tpEdgeBytes) and between a rank and its next stage's (ppEdgeBytes[s]), bytes per iteration.
+struct CommunicationGraph {
+  int ranks = 0;
+  std::vector<std::map<int, Bytes>> edges;  ///< per rank: neighbour -> bytes (symmetric)
+};
+CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes);
+
+/// Bytes x hops of a placement's communication graph on the cluster's routes (what placement minimises).
+double placementTraffic(const topology::Cluster& cluster, const std::vector<int>& placement,
+                        const CommunicationGraph& graph);
+
+/// Maps the communication graph onto `chips` (dp tp pp of them, in locality order) by dual recursive
+/// bisection: METIS splits the ranks in two halves of the sizes the chip slice splits into (its
+/// halves are compact: the locality order is a nested bisection of the links), cutting the least
+/// traffic; each half is placed on its half of the chips in turn. Returns the chip of every rank.
+Expected<std::vector<int>> mapCommunicationGraph(const CommunicationGraph& graph, const std::vector<int>& chips);
 
 /// Routes every TP ring edge (tpEdgeBytes each) and every stage-to-stage send (ppEdgeBytes[s]
 /// from stage s to s + 1 of each pipeline) on real routes and reports hops and link load.

@@ -224,17 +224,26 @@ Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& clu
   return plan;
 }
 
+std::vector<int> Plan::layerChunks(int layers) const {
+  std::vector<int> chunk(std::max(layers, 0), 0);
+  for (int l = 0; l < layers; ++l) {
+    if (!layerChunk.empty() && l < static_cast<int>(layerChunk.size())) {
+      chunk[l] = layerChunk[l];
+      continue;
+    }
+    int s = pp - 1;
+    while (s > 0 && stageFirstLayer[s] > l) --s;
+    chunk[l] = s;
+  }
+  return chunk;
+}
+
 std::vector<schedule::PipelineStage> stagesOf(const ir::Graph& graph, const Plan& plan) {
   std::vector<schedule::PipelineStage> stages(plan.pp);
   for (int s = 0; s < plan.pp; ++s) stages[s].chip = plan.stageChip[s];
-  for (size_t op = 0; op < graph.ops().size(); ++op) {
-    const int layer = graph.op(op).layer;
-    int s = plan.pp - 1;
-    if (!plan.layerChunk.empty() && layer < static_cast<int>(plan.layerChunk.size())) s = plan.layerChunk[layer] % plan.pp;
-    else
-      while (s > 0 && plan.stageFirstLayer[s] > layer) --s;
-    stages[s].ops.push_back(static_cast<ir::OpId>(op));
-  }
+  const auto chunks = plan.layerChunks(graph.layerCount());
+  for (size_t op = 0; op < graph.ops().size(); ++op)
+    stages[chunks[graph.op(op).layer] % plan.pp].ops.push_back(static_cast<ir::OpId>(op));
   return stages;
 }
 

@@ -43,6 +43,8 @@ struct Plan {
 
   /// True when dp = tp = 1, one chunk per stage and one microbatch: what this build can execute.
   bool purePipeline() const { return dp == 1 && tp == 1 && interleave == 1 && microbatches == 1; }
+  /// The chunk of each of `layers` layers: layerChunk, or the stage whose first layer precedes it.
+  std::vector<int> layerChunks(int layers) const;
   /// The search's candidate this plan realises.
   Candidate candidate() const { return {split, dp, tp, pp, microbatches, interleave}; }
 

@@ -77,11 +77,13 @@ class Evaluator {
 
   const CandidateLinks& links(const Candidate& c, bool exact) {
     // Screening looks at the first group only, whose chips depend on tp (and pp for the sends).
-    const auto key = std::make_tuple(exact ? c.dp : 0, c.tp, c.pp, c.interleave > 1, exact,
+    // A training step also needs the replicas' ring (its gradient all-reduce), so its key keeps dp.
+    const bool replicas = exact || profile_.training.enabled;
+    const auto key = std::make_tuple(replicas ? c.dp : 0, c.tp, c.pp, c.interleave > 1, exact,
                                      c.dp == 1 && c.tp == 1 ? 1 : 0);
     auto found = links_.find(key);
     if (found == links_.end()) {
-      const int dp = exact ? c.dp : 1;
+      const int dp = replicas ? c.dp : 1;
       found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact))
                   .first;
     }
@@ -258,7 +260,12 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
       for (int dp : dps) {
         if (std::int64_t{dp} * tp * pp > chips) break;
         Shape shape{split, tp, pp, dp, divisorsOf(profile.samples / dp, profile.samples), {1}};
-        for (int v = 2; v <= 4 && pp > 1 && pp * v <= layers; v *= 2) shape.vs.push_back(v);
+        const TrainingConfig& training = profile.training;
+        if (training.enabled && training.microbatches > 0)
+          std::erase_if(shape.ms, [&](int m) { return m != training.microbatches; });
+        if (shape.ms.empty()) continue;
+        const bool interleaves = !training.enabled || training.schedule == PipelineSchedule::kInterleaved;
+        for (int v = 2; interleaves && v <= 4 && pp > 1 && pp * v <= layers; v *= 2) shape.vs.push_back(v);
         count += static_cast<std::int64_t>(shape.ms.size() * shape.vs.size());
         variants.push_back(std::move(shape));
       }
@@ -413,8 +420,14 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
   auto best = buildPlan(cluster, profile, bestCandidate, *order);
   if (!best) return best.error();
   result.best = *best;
-  // Traffic of one iteration on each TP ring edge and each stage-to-stage route of the best plan.
-  const Candidate& c = bestCandidate;
+  auto placement = refinePlacement(cluster, profile, result.best, *order);
+  if (!placement) return placement.error();
+  result.placement = *placement;
+  return result;
+}
+
+PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
+  const Candidate c = plan.candidate();
   const double t = c.tp, q = std::round(std::sqrt(t));
   double ring = 0;
   for (const auto& layer : profile.layers) {
@@ -425,19 +438,53 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
     else if (c.split == TensorSplit::kSpatial)
       ring += static_cast<double>(layer.haloBytes);
   }
-  const Bytes ringBytes = static_cast<Bytes>(ring / (static_cast<double>(c.dp) * c.pp));
-  std::vector<Bytes> sends(c.pp, 0);
-  auto stages = evaluator.stages(c.pp * c.interleave);
-  if (!stages) return stages.error();
-  for (const auto& e : profile.edges)
+  PlanTraffic traffic;
+  traffic.ringEdgeBytes = static_cast<Bytes>(ring / (static_cast<double>(c.dp) * c.pp));
+  traffic.stageBytes.assign(c.pp, 0);
+  const auto chunks = plan.layerChunks(static_cast<int>(profile.layers.size()));
+  for (const auto& e : profile.edges) {
+    // Each TP rank sends what it holds: all of a replicated activation, its share of a split one.
+    const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+    const Bytes perRank = e.bytes / (std::int64_t{c.dp} * (replicated ? 1 : c.tp));
     for (int s = 0; s + 1 < c.pp; ++s) {
-      const int from = (*stages)->layerChunk[e.from] % c.pp, to = (*stages)->layerChunk[e.to] % c.pp;
-      if (from <= s && s < to) sends[s] += e.bytes / (std::int64_t{c.dp} * c.tp);
+      const int from = chunks[e.from] % c.pp, to = chunks[e.to] % c.pp;
+      if (from <= s && s < to) traffic.stageBytes[s] += perRank;
     }
-  const std::vector<int>& placement =
-      result.best.placement.empty() ? result.best.stageChip : result.best.placement;
-  result.placement = reportPlacement(cluster, placement, c.dp, c.tp, c.pp, ringBytes, sends);
-  return result;
+  }
+  return traffic;
+}
+
+PlacementReport reportPlanPlacement(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan) {
+  const PlanTraffic traffic = planTraffic(profile, plan);
+  const std::vector<int>& placement = plan.placement.empty() ? plan.stageChip : plan.placement;
+  PlacementReport report =
+      reportPlacement(cluster, placement, plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
+  report.traffic = placementTraffic(cluster, placement,
+                                    communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes));
+  report.method = plan.placement.empty() ? "pipeline path" : "locality order";
+  return report;
+}
+
+Expected<PlacementReport> refinePlacement(const topology::Cluster& cluster, const ModelProfile& profile, Plan& plan,
+                                          const std::vector<int>& order) {
+  PlacementReport report = reportPlanPlacement(cluster, profile, plan);
+  if (plan.placement.empty()) return report;
+  const PlanTraffic traffic = planTraffic(profile, plan);
+  const auto graph = communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
+  // The same chips as the locality placement, ranks mapped onto them by the communication graph.
+  std::vector<int> chips = plan.placement;
+  std::sort(chips.begin(), chips.end(), [&](int a, int b) {
+    return std::find(order.begin(), order.end(), a) < std::find(order.begin(), order.end(), b);
+  });
+  auto mapped = mapCommunicationGraph(graph, chips);
+  if (!mapped) return mapped.error();
+  if (placementTraffic(cluster, *mapped, graph) < report.traffic) {
+    plan.placement = *mapped;
+    for (int s = 0; s < plan.pp; ++s) plan.stageChip[s] = plan.placement[s * plan.tp];
+    report = reportPlanPlacement(cluster, profile, plan);
+    report.method = "metis (communication graph)";
+  }
+  return report;
 }
 
 }  // namespace tsp::partition

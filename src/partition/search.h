@@ -73,6 +73,22 @@ Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& p
 /// Predicts the cost of a given plan (a plan file or a fixed plan) on its own stages and placement.
 Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan);
 
+/// Bytes per iteration on each TP ring edge and on each stage-to-stage route of one TP rank.
+struct PlanTraffic {
+  Bytes ringEdgeBytes = 0;
+  std::vector<Bytes> stageBytes;  ///< from stage s to s + 1
+};
+PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan);
+
+/// Hops, link load and bytes x hops of a plan's placement on the cluster's routes.
+PlacementReport reportPlanPlacement(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan);
+
+/// Maps the plan's communication graph onto the chips of its placement (mapCommunicationGraph) and
+/// keeps that mapping when it moves fewer bytes x hops than the locality placement; a pure pipeline
+/// keeps its path of linked chips. Returns the report of the placement kept.
+Expected<PlacementReport> refinePlacement(const topology::Cluster& cluster, const ModelProfile& profile, Plan& plan,
+                                          const std::vector<int>& order);
+
 /// Smallest dp = 1 plan (tp x pp chips) whose memory fits one chip's SRAM, ignoring the cluster's
 /// size; chips = 0 when none does (a single layer's share is too large even at the widest split).
 Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipSpec& chip, int maxTp);

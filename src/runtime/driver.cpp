@@ -27,7 +27,10 @@
 #include "compile/schedule/cluster_schedule.h"
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
+#include "partition/plan_shards.h"
 #include "partition/search.h"
+#include "compile/ir/autodiff.h"
+#include "partition/training_cost.h"
 #include "runtime/event_buffer.h"
 #include "runtime/functional_run.h"
 #include "runtime/pdes.h"
@@ -100,7 +103,8 @@ void describeTopology(const topology::Cluster& cluster, bool json) {
                s.rackBisectionBytesPerSecond / 1e12);
 }
 
-void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool json) {
+// training: the training step's graph (autodiff and optimizer) when the config has a `training:` section.
+void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, const ir::Graph* training, bool json) {
   std::map<std::string, std::int64_t> byOp;
   for (const auto& op : graph.ops()) ++byOp[ir::opKindName(op.kind)];
   const auto live = passes::analyzeLiveness(graph);
@@ -115,6 +119,11 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
                         {"weight_bytes", graph.weightBytes()},
                         {"kv_cache_bytes", graph.stateBytes()},
                         {"peak_activation_bytes", live.peakLiveBytes}};
+    if (training) {
+      j["training_nodes"] = training->ops().size();
+      j["training_flops"] = training->flops();
+      j["training_matmul_flops"] = training->macFlops();
+    }
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -123,6 +132,9 @@ void describeModel(const frontend::ModelSpec& spec, const ir::Graph& graph, bool
   fmt::print("  weight bytes: {}  KV-cache bytes: {}  peak activation bytes: {}\n  nodes by op:\n",
              graph.weightBytes(), graph.stateBytes(), live.peakLiveBytes);
   for (const auto& [op, count] : byOp) fmt::print("    {:<20} {}\n", op, count);
+  if (training)
+    fmt::print("  training step: nodes: {}  flops: {} (matmul {})\n", training->ops().size(), training->flops(),
+               training->macFlops());
 }
 
 // "k=v[,k=v...]" of --override into integer bindings.
@@ -171,18 +183,36 @@ Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions
   return passes::runPipeline(std::move(*graph), *pipeline, dump);
 }
 
-void describePlan(const partition::Plan& plan, bool json) {
+// The placement report: how ranks were placed, hops of TP ring and stage-to-stage routes, link load.
+nlohmann::json placementJson(const partition::PlacementReport& p) {
+  return {{"method", p.method},           {"tp_average_hops", p.tpAverageHops}, {"tp_max_hops", p.tpMaxHops},
+          {"pp_average_hops", p.ppAverageHops}, {"pp_max_hops", p.ppMaxHops},   {"busiest_link", p.busiestLink},
+          {"busiest_link_bytes", p.busiestLinkBytes}, {"links_used", p.linksUsed}, {"byte_hops", p.traffic}};
+}
+
+void printPlacement(const partition::PlacementReport& p) {
+  fmt::print("placement:   {}: TP ring hops {:.2f} avg, {} max; PP hops {:.2f} avg, {} max; {} links used, "
+             "{:.1f} KiB x hops per iteration\n",
+             p.method, p.tpAverageHops, p.tpMaxHops, p.ppAverageHops, p.ppMaxHops, p.linksUsed, p.traffic / 1024);
+  if (p.busiestLink >= 0)
+    fmt::print("busiest link: {} with {:.1f} KiB per iteration (predicted)\n", p.busiestLink,
+               static_cast<double>(p.busiestLinkBytes) / 1024);
+}
+
+void describePlan(const partition::Plan& plan, const partition::PlacementReport& placement, bool json) {
   if (json) {
     nlohmann::json stages = nlohmann::json::array();
     for (size_t s = 0; s < plan.stageChip.size(); ++s)
       stages.push_back({{"first_layer", plan.stageFirstLayer[s]}, {"chip", plan.stageChip[s]},
                         {"estimated_cycles", plan.stageCycles[s]}});
     nlohmann::json j = {{"plan", plan.canonical()}, {"dp", plan.dp}, {"tp", plan.tp}, {"pp", plan.pp},
-                        {"microbatches", plan.microbatches}, {"interleave", plan.interleave}, {"stages", stages}};
+                        {"microbatches", plan.microbatches}, {"interleave", plan.interleave}, {"stages", stages},
+                        {"placement", plan.placement}, {"placement_report", placementJson(placement)}};
     fmt::print("{}\n", j.dump(2));
     return;
   }
   fmt::print("{}\n", plan.toYaml());
+  printPlacement(placement);
 }
 
 // Writes each distinct program (JSON, binary .tspp, readable .txt), a compile report per chip, and a manifest.
@@ -347,6 +377,8 @@ struct PlanChoice {
   std::optional<partition::RankedPlan> given;  ///< the prediction for a fixed or file plan
   std::string planFile;                        ///< the file the plan came from, if any
   std::optional<partition::RankedPlan> runPrediction;  ///< the cost model's figures for the plan that runs
+  partition::TrainingConfig training;                  ///< what the figures cost: a training step when enabled
+  partition::PlacementReport placement;                 ///< hops and link load of the plan's placement
 };
 
 // Every rank's evaluated candidates, gathered on every rank (the search itself has no MPI).
@@ -364,8 +396,6 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
 }
 
 // The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
-// Until the runtime executes sharded plans, auto runs the searched plan when it is a pure pipeline, and
-// otherwise the one-stage-per-chip pipeline (the summary names both).
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm) {
   const topology::Cluster& cluster = *config.cluster;
@@ -373,6 +403,8 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
+  if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
+  choice.training = config.training;
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {
@@ -380,6 +412,12 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     if (!plan) return plan.error();
     if (auto s = partition::checkPlan(*plan, static_cast<int>(profile->layers.size()), cluster, choice.planFile); !s)
       return s.error();
+    choice.plan = *plan;
+  } else if (parallelism.plan != "fixed" && !options.planFile && config.simulation.mode == "functional" &&
+             !options.searchOnly && !graph.ops().empty()) {
+    // Functional mode executes pure pipelines only: plan auto is the pipeline over the chips.
+    auto plan = partition::planPipeline(graph, cluster, parallelism);
+    if (!plan) return plan.error();
     choice.plan = *plan;
   } else if (parallelism.plan == "fixed" && !options.planFile) {
     const partition::Candidate c{parallelism.split, parallelism.dp, parallelism.tp,
@@ -395,6 +433,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
       auto plan = partition::buildPlan(cluster, *profile, c, *order);
       if (!plan) return plan.error();
       choice.plan = *plan;
+      auto placement = partition::refinePlacement(cluster, *profile, choice.plan, *order);
+      if (!placement) return placement.error();
+      choice.placement = *placement;
     }
   } else {
     partition::SearchOptions search;
@@ -412,12 +453,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     if (!result) return result.error();
     choice.search = std::move(*result);
     choice.plan = choice.search->best;
-    if (!choice.plan.purePipeline() && !options.searchOnly) {
-      auto plan = partition::planPipeline(graph, cluster, parallelism);
-      if (!plan) return plan.error();
-      choice.plan = *plan;
-    }
   }
+  if (choice.search) choice.placement = choice.search->placement;
+  else if (choice.placement.method.empty()) choice.placement = partition::reportPlanPlacement(cluster, *profile, choice.plan);
   if (!choice.search) {
     auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
     if (!given) return given.error();
@@ -427,11 +465,6 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     choice.runPrediction = *predicted;
   return choice;
 }
-
-const char* kShardingMissing =
-    "this build runs pure pipeline plans only (dp = tp = 1, one microbatch, no interleave): data- and "
-    "tensor-parallel, microbatched and interleaved plans need the sharding mechanism's per-chip graphs scheduled "
-    "with their collectives, which the runtime does not run yet; --search-only predicts the plan's cost";
 
 std::string planYamlPath(const std::string& trace) {
   const std::string suffix = ".h5";
@@ -490,6 +523,11 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
     nlohmann::json plans = nlohmann::json::array();
     for (const auto& r : ranked) plans.push_back(rankedJson(r));
     nlohmann::json j = {{"best", choice.plan.canonical()}, {"plans", plans}, {"plan_file", yamlPath}};
+    if (choice.training.enabled)
+      j["training"] = {{"schedule", partition::pipelineScheduleName(choice.training.schedule)},
+                       {"optimizer", ir::optimizerName(choice.training.optimizer)},
+                       {"recompute", ir::recomputeName(choice.training.recompute)},
+                       {"shard_optimizer", choice.training.shardOptimizer}};
     if (choice.search) {
       const auto& s = *choice.search;
       j["method"] = s.method;
@@ -497,15 +535,15 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
       j["pruned"] = s.pruned;
       j["evaluated"] = s.evaluated;
       j["fallback_layers"] = s.fallbackLayers;
-      j["placement"] = {{"tp_average_hops", s.placement.tpAverageHops}, {"tp_max_hops", s.placement.tpMaxHops},
-                        {"pp_average_hops", s.placement.ppAverageHops}, {"pp_max_hops", s.placement.ppMaxHops},
-                        {"busiest_link", s.placement.busiestLink},
-                        {"busiest_link_bytes", s.placement.busiestLinkBytes},
-                        {"links_used", s.placement.linksUsed}};
     }
+    j["placement"] = placementJson(choice.placement);
     fmt::print("{}\n", j.dump(2));
     return;
   }
+  if (choice.training.enabled)
+    fmt::print("training step: schedule {}, optimizer {}{}, recompute {}; samples/s of one step\n",
+               partition::pipelineScheduleName(choice.training.schedule), ir::optimizerName(choice.training.optimizer),
+               choice.training.shardOptimizer ? " (sharded over dp)" : "", ir::recomputeName(choice.training.recompute));
   if (choice.search) {
     const auto& s = *choice.search;
     fmt::print("search: {} over {} candidates ({} pruned on memory), {} evaluated\n", s.method, s.spaceSize, s.pruned,
@@ -525,19 +563,21 @@ void printSearch(const PlanChoice& choice, const std::string& yamlPath, bool jso
                r.exact ? "" : " *");
   }
   if (shown < ranked.size()) fmt::print("  ... {} more in /search/plans\n", ranked.size() - shown);
-  if (choice.search) {
-    const auto& p = choice.search->placement;
-    fmt::print("\n(* screening figures: contention of the first group only)\n");
-    fmt::print("placement:   TP ring hops {:.2f} avg, {} max; PP hops {:.2f} avg, {} max; {} links used\n",
-               p.tpAverageHops, p.tpMaxHops, p.ppAverageHops, p.ppMaxHops, p.linksUsed);
-    if (p.busiestLink >= 0)
-      fmt::print("busiest link: {} with {:.1f} KiB per iteration\n", p.busiestLink,
-                 static_cast<double>(p.busiestLinkBytes) / 1024);
-  }
+  if (choice.search) fmt::print("\n(* screening figures: contention of the first group only)\n");
+  printPlacement(choice.placement);
   fmt::print("best plan:   {} written to {}\n", choice.plan.canonical(), yamlPath);
 }
 
 }  // namespace
+
+// A sharded plan: its per-device graphs, scheduled on the cluster as one problem.
+Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, const partition::Plan& plan,
+                                                        const topology::Cluster& cluster,
+                                                        const schedule::Options& options) {
+  auto workload = partition::shardPlan(graph, plan);
+  if (!workload) return workload.error();
+  return schedule::scheduleCluster(*workload, cluster, options);
+}
 
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
   const auto wallStart = Clock::now();
@@ -583,7 +623,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (!graph) return failure(graph.error(), root);
   if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
-    if (root) describeModel(config.model, *graph, options.json);
+    std::optional<ir::TrainingGraph> training;
+    if (config.training.enabled) {
+      ir::TrainingOptions trainingOptions;
+      trainingOptions.optimizer = config.training.optimizer;
+      trainingOptions.recompute = config.training.recompute;
+      auto built = ir::buildTrainingGraph(*graph, trainingOptions);
+      if (!built) return failure(built.error(), root);
+      training = std::move(*built);
+    }
+    if (root) describeModel(config.model, *graph, training ? &training->graph : nullptr, options.json);
     return {};
   }
   // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
@@ -610,7 +659,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                  schedule::collectiveAlgorithmName(collective->plan.algorithm),
                  schedule::collectiveOpName(collective->plan.op), collective->plan.group.size(),
                  collective->plan.steps.size(), collective->transfers.size(), collective->cycles);
-    else if (root) describePlan(*plan, options.json);
+    else if (root) describePlan(*plan, choice->placement, options.json);
     return {};
   }
   if (options.searchOnly) {
@@ -652,14 +701,22 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) printSearch(*choice, yamlPath, options.json);
     return {};
   }
-  if (!plan->purePipeline()) {
+  if (config.training.enabled)
+    return failure(makeError(ExitCode::kConfig, "training: the simulator runs inference steps only; --search-only "
+                                                "predicts the training step's plan and cost"),
+                   root);
+  if (!plan->purePipeline() && config.simulation.mode == "functional") {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
                                                            : config.parallelism.planWhere;
-    return failure(configError(where, fmt::format("plan {}: {}", plan->canonical(), kShardingMissing)), root);
+    return failure(configError(where, fmt::format("plan {}: functional mode runs pure pipeline plans; sharded "
+                                                  "plans (dp, tp, microbatches or interleave > 1) run in timing mode",
+                                                  plan->canonical())),
+                   root);
   }
   // Programs come from the compiler, or from a directory written earlier by --emit-programs.
   std::vector<isa::Program> compiled;
   std::vector<schedule::CompileReport> reports;
+  int compiledSegments = 0, sharedSegments = 0;  // a sharded plan's compute segments: compiled, reused
   if (options.programs) {
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
@@ -670,10 +727,20 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     schedule::Options compileOptions;
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
     compileOptions.annealMoves = 256;
-    auto schedule = schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions);
+    auto schedule = plan->purePipeline()
+                        ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, *plan), cluster, compileOptions)
+                        : scheduleShardedPlan(*graph, *plan, cluster, compileOptions);
+    if (!schedule && schedule.error().code == ExitCode::kConfig && schedule.error().where.file.empty()) {
+      // A plan the build cannot execute: the error points at where the plan came from.
+      const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
+                                                             : config.parallelism.planWhere;
+      return failure(configError(where, fmt::format("plan {}: {}", plan->canonical(), schedule.error().message)), root);
+    }
     if (!schedule) return failure(schedule.error(), root);
     compiled = std::move(schedule->programs);
     reports = std::move(schedule->reports);
+    compiledSegments = schedule->compiledShards;
+    sharedSegments = schedule->sharedShards;
   }
   if (options.emitPrograms) {
     Status s;
@@ -745,7 +812,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   std::optional<FunctionalSetup> functionalSetup;
   if (functional) {
     auto setup = prepareFunctional(*graph, programs,
-                                   {static_cast<std::uint64_t>(config.simulation.seed), options.inputsDir, options.expectDir});
+                                   {static_cast<std::uint64_t>(config.simulation.seed), options.inputsDir, options.expectDir,
+                                    &cluster.chip()});
     if (!setup) {
       writer->discard();
       return failure(setup.error(), root);
@@ -1010,6 +1078,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
     if (functionalSetup) j["functional"] = functionalSummary(*functionalSetup);
+    if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
+    if (compiledSegments > 0) j["segments"] = {{"compiled", compiledSegments}, {"shared", sharedSegments}};
     fmt::print("{}\n", j.dump(2));
     return {};
   }
@@ -1017,8 +1087,23 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
              spec.preset, plan->canonical());
   fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10}\n", "chip", "predicted",
              "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "C2C %", "sent KiB", "SRAM KiB");
-  for (const auto& row : allRows) {
-    if (row.instructions == 0) continue;
+  // Large clusters: the first chips and the slowest ones; the trace has every row.
+  constexpr size_t kTableHead = 16, kTableSlowest = 8;
+  std::vector<const ChipRow*> shown;
+  for (const auto& row : allRows)
+    if (row.instructions > 0) shown.push_back(&row);
+  const size_t working = shown.size();
+  if (working > kTableHead + kTableSlowest) {
+    std::vector<const ChipRow*> slowest(shown.begin() + kTableHead, shown.end());
+    std::partial_sort(slowest.begin(), slowest.begin() + kTableSlowest, slowest.end(),
+                      [](const ChipRow* a, const ChipRow* b) { return a->cycles != b->cycles ? a->cycles > b->cycles : a->chip < b->chip; });
+    slowest.resize(kTableSlowest);
+    std::sort(slowest.begin(), slowest.end(), [](const ChipRow* a, const ChipRow* b) { return a->chip < b->chip; });
+    shown.resize(kTableHead);
+    shown.insert(shown.end(), slowest.begin(), slowest.end());
+  }
+  for (const ChipRow* rowPtr : shown) {
+    const auto& row = *rowPtr;
     // A chip's utilisation is over its own cycles: how busy it was while it had work.
     const double c = static_cast<double>(std::max<Cycle>(row.cycles, 1));
     auto pct = [&](std::int64_t busy, topology::UnitKind kind) {
@@ -1030,6 +1115,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                pct(row.busyMxm, topology::UnitKind::kMxm), pct(row.busySxm, topology::UnitKind::kSxm),
                pct(row.busyC2c, topology::UnitKind::kC2c), row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
   }
+  if (working > shown.size())
+    fmt::print("  ({} chips with work: the first {} and the {} slowest shown; `tsp-trace summary {}` lists all)\n",
+               working, kTableHead, kTableSlowest, tracePath);
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
   fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
@@ -1047,13 +1135,11 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   for (const auto& l : busiest)
     fmt::print("busy link:   {} (chip {} - {}): {} KiB, busy {:.2f}% of the makespan\n", l.link, l.a, l.b,
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * linkUtilisation(l));
+  if (!choice->placement.method.empty()) printPlacement(choice->placement);
   fmt::print("simulation:  {} ranks, {} mapping ({} links cut), {} windows of up to {} cycles, {:.2f} s\n", ranks,
              config.simulation.rankMapping, cut, outcome->windows, simulation.lookahead(), wall);
   fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",
              static_cast<double>(rss[0]) / (1 << 20), static_cast<double>(rss[1]) / 1024.0 / cluster.chipCount());
-  if (choice->search && choice->search->best.canonical() != plan->canonical())
-    fmt::print("search:      predicted best {} ({}); ran {}, the best plan this build can execute\n",
-               choice->search->best.canonical(), "needs sharded execution", plan->canonical());
   if (collective) {
     const auto f = collectiveFigures(*collective, *graph, run.makespanSeconds);
     fmt::print("collective:  {} {} over {} chips, {} bytes: {:.3f} us, algbw {:.3f} GB/s, busbw {:.3f} GB/s\n",

@@ -10,6 +10,7 @@
 
 #include "compile/frontend/onnx_importer.h"
 #include "compile/ir/interpreter.h"
+#include "compile/lower/lowering.h"
 
 namespace tsp::runtime {
 
@@ -52,6 +53,54 @@ double toStorage(double v, sim::ElementType element) {
 }
 
 std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
+
+// A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
+std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph, bool spatial, ir::TensorId id,
+                                 const std::vector<double>& data, std::int64_t& cols) {
+  const ir::Tensor& t = graph.tensor(id);
+  cols = lastDim(t);
+  if (!spatial || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements()) return data;
+  const auto& s = t.shape;
+  std::vector<double> out;
+  out.reserve(data.size());
+  for (ir::OpId u : t.users) {
+    const ir::Op& op = graph.op(u);
+    if (op.kind != ir::OpKind::kConv || op.inputs.size() < 2 || op.inputs[1] != id) continue;
+    // [Cout, Cin, kh, kw] as kh*kw*Cin rows of Cout: row tap*Cin + ci.
+    cols = s[0];
+    for (std::int64_t tap = 0; tap < s[2] * s[3]; ++tap)
+      for (std::int64_t ci = 0; ci < s[1]; ++ci)
+        for (std::int64_t co = 0; co < s[0]; ++co) out.push_back(data[static_cast<size_t>((co * s[1] + ci) * s[2] * s[3] + tap)]);
+    return out;
+  }
+  if (const ir::Op* conv = lower::gatheringConv(chip, graph, id)) {
+    // im2col: output pixel (n, oy, ox), column tap*Cin + ci; zero where the tap falls in the padding.
+    const auto& y = graph.tensor(conv->outputs[0]).shape;
+    const auto& w = graph.tensor(conv->inputs[1]).shape;
+    const auto strides = conv->intsAttr("strides", {1, 1});
+    const auto dilations = conv->intsAttr("dilations", {1, 1});
+    const auto pads = conv->intsAttr("pads", {0, 0, 0, 0});
+    cols = w[1] * w[2] * w[3];
+    for (std::int64_t n = 0; n < y[0]; ++n)
+      for (std::int64_t oy = 0; oy < y[2]; ++oy)
+        for (std::int64_t ox = 0; ox < y[3]; ++ox)
+          for (std::int64_t ky = 0; ky < w[2]; ++ky)
+            for (std::int64_t kx = 0; kx < w[3]; ++kx)
+              for (std::int64_t ci = 0; ci < w[1]; ++ci) {
+                const std::int64_t iy = oy * strides[0] + ky * dilations[0] - pads[0];
+                const std::int64_t ix = ox * strides[1] + kx * dilations[1] - pads[1];
+                const bool inside = iy >= 0 && iy < s[2] && ix >= 0 && ix < s[3];
+                out.push_back(inside ? data[static_cast<size_t>(((n * s[1] + ci) * s[2] + iy) * s[3] + ix)] : 0.0);
+              }
+    return out;
+  }
+  // A feature map [N, C, H, W] channels-last: N*H*W rows of C.
+  cols = s[1];
+  for (std::int64_t n = 0; n < s[0]; ++n)
+    for (std::int64_t p = 0; p < s[2] * s[3]; ++p)
+      for (std::int64_t c = 0; c < s[1]; ++c) out.push_back(data[static_cast<size_t>((n * s[1] + c) * s[2] * s[3] + p)]);
+  return out;
+}
 
 // The longest reduction behind a tensor: K of the last MAC op on any path into it (1 for none).
 std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
@@ -155,6 +204,9 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                      t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored)));
     }
   FunctionalSetup setup;
+  const topology::ChipSpec defaultChip;
+  const topology::ChipSpec& chip = sources.chip ? *sources.chip : defaultChip;
+  const bool spatial = lower::spatialGraph(graph);
   const sim::ElementType element = stored == ir::DType::kI8 ? sim::ElementType::kInt8 : sim::ElementType::kFp16;
   setup.options.enabled = true;
   setup.options.element = element;
@@ -198,7 +250,11 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (it == leaves.end() || !id)
         return makeError(ExitCode::kInternal,
                          fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
-      (*resident)[placement.name] = {lastDim(graph.tensor(*id)), it->second};
+      std::int64_t cols = 1;
+      auto stored = storageOrder(chip, graph, spatial, *id, *it->second, cols);
+      (*resident)[placement.name] = {cols, stored.size() == it->second->size() && stored == *it->second
+                                               ? it->second
+                                               : std::make_shared<const std::vector<double>>(std::move(stored))};
     }
   setup.options.resident = resident;
 
@@ -214,7 +270,6 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     const ir::Tensor& t = graph.tensor(graph.outputs()[i]);
     OutputCheck check;
     check.name = t.name;
-    check.cols = lastDim(t);
     if (sources.expectDir) {
       auto value = readPb(*sources.expectDir, "output", i, t);
       if (!value) return value.error();
@@ -224,6 +279,8 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       check.reference = std::move(expected[i].data);
       check.against = "the reference interpreter";
     }
+    // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
+    check.reference = storageOrder(chip, graph, spatial, graph.outputs()[i], check.reference, check.cols);
     double largest = 0.0;
     for (double v : check.reference)
       if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));

@@ -13,6 +13,7 @@
 #include "sim/chip.h"
 #include "sim/functional.h"
 #include "support/expected.h"
+#include "topology/chip_spec.h"
 
 namespace tsp::runtime {
 
@@ -36,8 +37,15 @@ struct FunctionalSources {
   std::uint64_t seed = 0;
   std::optional<std::string> inputsDir;  ///< input_N.pb for graph input N
   std::optional<std::string> expectDir;  ///< output_N.pb for graph output N
+  /// The chip the programs were compiled for (its vector width decides which Conv inputs arrive
+  /// window-gathered); null: the default chip.
+  const topology::ChipSpec* chip = nullptr;
 };
 
+/// Values are given to the chips, and outputs read back, in the lowering's storage order
+/// (lower::storageGeometry): rows x cols row-major, where a conv graph's 4-D feature maps are
+/// channels-last (N*H*W rows of C), a Conv's weights tap-major (kh*kw*Cin rows of Cout) and a Conv
+/// input that arrives window-gathered is im2col (N*Ho*Wo rows of kh*kw*Cin, zero where padded).
 /// Chooses the element type from the programs' tensors (all FP16 or all INT8), gives every resident
 /// tensor its values (graph inputs from inputsDir or the seed; weights from their data, e.g. ONNX
 /// initializers, or the seed), rounds them to the storage type, and computes the reference outputs

@@ -104,7 +104,9 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
   if (!parallelism) return parallelism.error();
   config.parallelism = *parallelism;
   if (auto s = loadSimulation(reader, reader.child(root, "simulation"), *config.cluster, config.simulation); !s) return s.error();
-  if (auto s = reader.checkKeys(reader.child(root, "training"), {}, "training"); !s) return s.error();
+  auto training = partition::loadTraining(reader, reader.child(root, "training"));
+  if (!training) return training.error();
+  config.training = *training;
   if (auto s = loadOutput(reader, reader.child(root, "output"), config.cluster->chipCount(), config.output); !s) return s.error();
 
   YAML::Node stored = YAML::Clone(root);

@@ -37,6 +37,7 @@ struct RunConfig {
   std::optional<topology::Cluster> cluster;
   frontend::ModelSpec model;
   partition::ParallelismConfig parallelism;
+  partition::TrainingConfig training;  ///< the `training:` section (enabled: the search costs a training step)
   SimulationConfig simulation;
   OutputConfig output;
 };

@@ -54,6 +54,13 @@ FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType ele
 
 int FunctionalState::sliceOf(int memUnit) const { return memUnit - memFirst_; }
 
+std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row) {
+  const std::int64_t segRows = tensor.segmentRows > 0 ? tensor.segmentRows : std::max<std::int64_t>(1, tensor.rows);
+  const std::int64_t segments = (tensor.rows + segRows - 1) / segRows;
+  const auto piece = static_cast<std::size_t>((std::int64_t{replica} * tensor.tiles + tile) * segments + row / segRows);
+  return {tensor.memUnit.at(piece), tensor.address.at(piece) + row % segRows};
+}
+
 std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
   auto& mem = sram_.at(slice);
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
@@ -78,10 +85,11 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
                      fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
                                  data.size(), tensor.name, tensor.rows, tensor.tiles));
   const int eb = elementBytes(element_);
+  for (int copy = 0; copy < std::max(1, tensor.replicas); ++copy)
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      const auto tile = static_cast<std::size_t>(c / lanes_);
-      std::uint8_t* v = vectorAt(sliceOf(tensor.memUnit[tile]), tensor.address[tile] + r) + (c % lanes_) * eb;
+      const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes_), r);
+      std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
       const double x = data[static_cast<std::size_t>(r * cols + c)];
       if (element_ == ElementType::kFp16) {
         const std::uint16_t h = floatToHalf(static_cast<float>(x));
@@ -98,8 +106,8 @@ std::vector<double> FunctionalState::read(const isa::TensorPlacement& tensor, st
   const int eb = elementBytes(element_);
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      const auto tile = static_cast<std::size_t>(c / lanes_);
-      const std::uint8_t* v = vectorAt(sliceOf(tensor.memUnit[tile]), tensor.address[tile] + r) + (c % lanes_) * eb;
+      const auto [unit, address] = vectorOf(tensor, 0, static_cast<int>(c / lanes_), r);
+      const std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
       double x;
       if (element_ == ElementType::kFp16) {
         std::uint16_t h;
@@ -151,39 +159,42 @@ Status FunctionalState::install(int plane, const Instruction& inst) {
   for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r)
     std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb,
                 vectorAt(sliceOf(inst.weightUnit), inst.address + r), vectorBytes_);
+  p.next = 0;
   return {};
 }
 
 Expected<VectorRun> FunctionalState::compute(int plane, const Instruction& inst, const std::vector<std::uint8_t>& x) {
   Plane& p = planes_.at(plane);
+  if (p.next >= p.accumulators.size()) p.accumulators.resize(p.next + 1);
+  Accumulator& acc = p.accumulators[p.next++];
   const std::int64_t rows = inst.repeat;
   const std::size_t cells = static_cast<std::size_t>(rows) * lanes_;
-  if (p.rows == 0) {
-    p.rows = rows;
-    p.accFp32.assign(element_ == ElementType::kFp16 ? cells : 0, 0.0f);
-    p.accInt32.assign(element_ == ElementType::kInt8 ? cells : 0, 0);
-  } else if (p.rows != rows) {
+  if (acc.rows == 0) {
+    acc.rows = rows;
+    acc.fp32.assign(element_ == ElementType::kFp16 ? cells : 0, 0.0f);
+    acc.int32.assign(element_ == ElementType::kInt8 ? cells : 0, 0);
+  } else if (acc.rows != rows) {
     return makeError(ExitCode::kInternal,
                      fmt::format("functional mode: an MXM compute of {} rows meets an accumulator of {} rows on plane {}",
-                                 rows, p.rows, plane));
+                                 rows, acc.rows, plane));
   }
   VectorRun out;
   if (element_ == ElementType::kFp16) {
     const auto xs = asHalves(x.data(), cells);
     const auto ws = asHalves(p.weights.data(), static_cast<std::size_t>(lanes_) * lanes_);
-    mxmAccumulateFp16(xs.data(), ws.data(), p.accFp32.data(), static_cast<int>(rows), lanes_, lanes_);
+    mxmAccumulateFp16(xs.data(), ws.data(), acc.fp32.data(), static_cast<int>(rows), lanes_, lanes_);
     if (inst.dst.valid()) {
       std::vector<std::uint16_t> emitted(cells);
-      emitFp16(p.accFp32.data(), emitted.data(), cells);
+      emitFp16(acc.fp32.data(), emitted.data(), cells);
       out = fromHalves(emitted);
     }
   } else {
     mxmAccumulateInt8(reinterpret_cast<const std::int8_t*>(x.data()),
-                      reinterpret_cast<const std::int8_t*>(p.weights.data()), p.accInt32.data(), static_cast<int>(rows),
+                      reinterpret_cast<const std::int8_t*>(p.weights.data()), acc.int32.data(), static_cast<int>(rows),
                       lanes_, lanes_);
-    if (inst.dst.valid()) out = narrow(p.accInt32);
+    if (inst.dst.valid()) out = narrow(acc.int32);
   }
-  if (inst.dst.valid()) p.rows = 0;  // the row block is emitted: the next compute starts a new sum
+  if (inst.dst.valid()) acc.rows = 0;  // the row block is emitted: the next compute starts a new sum
   return out;
 }
 

@@ -281,11 +281,14 @@ class TspChip final : public Chip {
       if (m->producer < 0) continue;
       const Instruction& p = program_->instructions[static_cast<size_t>(m->producer)];
       if (p.op != Opcode::kMemRead) continue;
-      for (const auto& t : program_->tensors)
-        for (std::int32_t k = 0; k < t.tiles; ++k)
-          if (t.memUnit[k] == p.unit && p.address >= t.address[k] && p.address < t.address[k] + t.rows &&
-              std::find(names.begin(), names.end(), t.name) == names.end())
+      for (const auto& t : program_->tensors) {
+        // Entries copy x tile x segment, each of at most segmentRows rows (scratch is in no entry).
+        const std::int64_t segRows = t.segmentRows > 0 ? t.segmentRows : t.rows;
+        for (size_t k = 0; k < t.memUnit.size(); ++k)
+          if (t.memUnit[k] == p.unit && p.address >= t.address[k] && p.address < t.address[k] + segRows &&
+              std::find(names.begin(), names.end(), fmt::format("'{}'", t.name)) == names.end())
             names.push_back(fmt::format("'{}'", t.name));
+      }
     }
     return names.empty() ? std::string() : fmt::format(", on {}", fmt::join(names, ", "));
   }

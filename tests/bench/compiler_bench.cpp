@@ -1,5 +1,8 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
+#include <fstream>
+#include <tuple>
+
 #include <benchmark/benchmark.h>
 
 #include "compile/frontend/builtin_models.h"
@@ -41,6 +44,11 @@ std::pair<std::vector<ir::OpId>, lower::ShardInterface> layerShard(const ir::Gra
   return {ops, interface};
 }
 
+// TSP_DUMP=FILE writes the readable program of the last compile (to look at a schedule).
+void dumpProgram(const isa::Program& program, const topology::ChipSpec& chip) {
+  if (const char* path = std::getenv("TSP_DUMP")) std::ofstream(path) << isa::toText(program, chip);
+}
+
 void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["cycles"] = static_cast<double>(r.cycles);
   state.counters["list_cycles"] = static_cast<double>(r.listCycles);
@@ -50,6 +58,7 @@ void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["ratio"] = static_cast<double>(r.cycles) / static_cast<double>(std::max<Cycle>(1, r.lowerBound));
   state.counters["mxm_util"] = r.mxmMacUtilisation;
   state.counters["bank_conflicts"] = r.bankConflictRate();
+  state.counters["mem_delays"] = r.memDelayRate();
   state.counters["instructions"] = static_cast<double>(r.instructions);
 }
 
@@ -74,6 +83,7 @@ void BM_ListScheduleInstructionsPerSecond(benchmark::State& state) {
   }
   state.counters["instructions/s"] = benchmark::Counter(static_cast<double>(scheduled), benchmark::Counter::kIsRate);
   state.counters["instructions"] = static_cast<double>(problem.instructionCount());
+  state.counters["dependences"] = static_cast<double>(problem.dependences().size());
 }
 BENCHMARK(BM_ListScheduleInstructionsPerSecond)->Arg(4)->Arg(8)->Unit(benchmark::kMillisecond);
 
@@ -134,10 +144,72 @@ void BM_QualityTransformerLayer(benchmark::State& state) {
       return;
     }
     last = c->report;
+    dumpProgram(c->program, chip);
   }
   report(state, last);
 }
 BENCHMARK(BM_QualityTransformerLayer)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond);
+
+// Quality: one ResNet-50 layer (0: the stem, then one per bottleneck block, 17: the classifier) alone
+// on a chip, INT8, batch 1; -1 is the whole network.
+void BM_QualityResnet50(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("resnet50", {{"batch", "1"}}, "int8");
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  if (state.range(0) < 0) {
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  } else {
+    std::tie(ops, interface) = layerShard(g, static_cast<int>(state.range(0)));
+  }
+  schedule::Options o;
+  o.annealMoves = 256;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, interface, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+    dumpProgram(c->program, chip);
+  }
+  report(state, last);
+}
+BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
+
+// Bank mapping policies (0 linear, 1 prime-modulo, 2 xor) on whole shards: the compile report's
+// bank-conflict rate (accesses delayed because the other port's run shared a bank). Second argument:
+// 0 the BERT-base layer (batch 4), 1 ResNet-50 (INT8, batch 1), 2 the MLP 2 x 2048 (batch 512).
+void BM_BankMapping(benchmark::State& state) {
+  topology::ChipSpec chip;
+  chip.bankMapping = static_cast<topology::BankMapping>(state.range(0));
+  const int model = static_cast<int>(state.range(1));
+  const ir::Graph g = model == 0   ? builtin("bert", {{"layers", "1"}, {"hidden", "768"}, {"heads", "12"}, {"ffn", "3072"},
+                                                      {"seq", "128"}, {"batch", "4"}})
+                      : model == 1 ? builtin("resnet50", {{"batch", "1"}}, "int8")
+                                   : builtin("mlp", {{"layers", "2"}, {"hidden", "2048"}, {"batch", "512"}});
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  if (model == 0) {
+    std::tie(ops, interface) = layerShard(g, 1);
+  } else {
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  }
+  schedule::Options o;
+  o.annealMoves = 0;
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, interface, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_BankMapping)->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->Unit(benchmark::kMillisecond);
 
 // Quality: an MLP shard (the quickstart's layers) with annealing.
 void BM_QualityMlp(benchmark::State& state) {

@@ -4,6 +4,7 @@
 
 #include "compile/frontend/builtin_models.h"
 #include "partition/search.h"
+#include "partition/training_cost.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
@@ -64,5 +65,48 @@ BENCHMARK(BM_SearchGpt3OnDragonfly10440)
     ->Args({1000000, 1536})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
+
+// A training step (Adam, recompute: full, 1F1B) of Megatron-LM Table 1's models on the dragonfly:
+// profile, training figures, and the search of the best plan (docs/validation.md's table).
+void BM_TrainingSearchMegatronTable1(benchmark::State& state) {
+  const auto cluster = dragonfly10440();
+  struct Row { int layers, hidden, heads, batch; };
+  const Row rows[] = {{24, 2304, 24, 512}, {40, 6144, 48, 1024}};
+  const Row& r = rows[state.range(0)];
+  tsp::frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", std::to_string(r.layers)}, {"hidden", std::to_string(r.hidden)},
+                 {"heads", std::to_string(r.heads)},   {"seq", "2048"},
+                 {"batch", std::to_string(r.batch)},   {"vocab", "51200"}, {"dtype", "fp16"}};
+  const auto graph = std::move(*tsp::frontend::buildBuiltinModel(spec));
+  tsp::partition::TrainingConfig training;
+  training.enabled = true;
+  training.recompute = tsp::ir::Recompute::kFull;
+  std::string best;
+  std::int64_t evaluated = 0;
+  for (auto _ : state) {
+    auto profile = tsp::partition::profileModel(graph, cluster.chip(), r.batch);
+    if (!profile) {
+      state.SkipWithError(profile.error().format().c_str());
+      break;
+    }
+    if (auto s = tsp::partition::applyTraining(*profile, graph, training); !s) {
+      state.SkipWithError(s.error().format().c_str());
+      break;
+    }
+    auto result = tsp::partition::searchPlans(cluster, *profile, {});
+    if (!result) {
+      state.SkipWithError(result.error().format().c_str());
+      break;
+    }
+    best = result->best.canonical();
+    evaluated = result->evaluated;
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["candidates_evaluated"] = static_cast<double>(evaluated);
+  state.SetLabel(best);
+}
+// Arg: 0 = 1.7B, 1 = 18.4B.
+BENCHMARK(BM_TrainingSearchMegatronTable1)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace

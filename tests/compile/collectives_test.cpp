@@ -100,6 +100,26 @@ TEST(Collectives, IdenticalShardsShareOneProgram) {
   EXPECT_LE(hashes.size(), 3u);  // relocatable: ports, not chip ids
 }
 
+TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
+  const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
+  const auto all = allChips(system);
+  // 1 MiB: 3,277 vectors, not 10,440 (one per chip); node 410, rack 46 per chip; 46 over 145 racks is
+  // under one vector per ring step, so the top level is a tree: 7 + 8 + 2 x 8 + 8 + 7 steps.
+  auto small = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 1 << 20, system);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->vectorsPerChip, 3277);
+  ASSERT_EQ(small->steps.size(), 46u);
+  EXPECT_EQ(small->steps[0][0].vectors, 410);
+  EXPECT_EQ(small->steps[7][0].vectors, 46);
+  EXPECT_EQ(small->steps[15].size(), 72u * 72u);  // the tree's first step: 72 messages in each of 72 groups
+  EXPECT_TRUE(small->steps[15][0].reduce);
+  EXPECT_FALSE(small->steps[23][0].reduce);       // the tree's first broadcast step
+  // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145, 2 x 144 steps.
+  auto large = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 64 << 20, system);
+  ASSERT_TRUE(large.ok());
+  EXPECT_EQ(large->steps.size(), 7u + 8u + 288u + 8u + 7u);
+}
+
 TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   const auto fc = clusterOf("{topology: {kind: fully-connected, chips: 8}}");
   const auto ring = clusterOf("{topology: {kind: ring, chips: 8}}");

@@ -108,6 +108,58 @@ def gpt_like(out, blocks, width):
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), os.path.join(out, "gpt_like.onnx"))
 
 
+def reduce_max_head(out):
+    """A weight matmul then ReduceMax: a model autodiff has no gradient rule for (training error)."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 4], [0.1 * i for i in range(12)])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("ReduceMax", ["h"], ["y"], name="head_max", axes=[1], keepdims=1)]
+    graph = helper.make_graph(nodes, "reduce_max_head",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1])], [w])
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "reduce_max_head.onnx"))
+
+
+def resnet_block(out):
+    """A ResNet as torchvision exports it at opset 13, shrunk: stem Conv/BN/Relu/MaxPool, one
+    bottleneck block with its shortcut Add, GlobalAveragePool, Flatten, Gemm."""
+    rng = np.random.default_rng(3)
+    nodes, inits = [], []
+
+    def param(name, shape):
+        inits.append(numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name))
+        return name
+
+    def conv_bn(prefix, x, cin, cout, k, stride, relu):
+        w = param(f"{prefix}.weight", (cout, cin, k, k))
+        nodes.append(helper.make_node("Conv", [x, w], [f"{prefix}/conv"], name=f"{prefix}/Conv", kernel_shape=[k, k],
+                                      strides=[stride, stride], pads=[k // 2] * 4))
+        bn = [param(f"{prefix}.bn.{n}", (cout,)) for n in ("weight", "bias", "running_mean")]
+        inits.append(numpy_helper.from_array(np.ones(cout, dtype=np.float32), f"{prefix}.bn.running_var"))
+        nodes.append(helper.make_node("BatchNormalization", [f"{prefix}/conv"] + bn + [f"{prefix}.bn.running_var"],
+                                      [f"{prefix}/bn"], name=f"{prefix}/BatchNormalization", epsilon=1e-5))
+        if not relu:
+            return f"{prefix}/bn"
+        nodes.append(helper.make_node("Relu", [f"{prefix}/bn"], [f"{prefix}/relu"], name=f"{prefix}/Relu"))
+        return f"{prefix}/relu"
+
+    x = conv_bn("/conv1", "images", 3, 16, 7, 2, True)
+    nodes.append(helper.make_node("MaxPool", [x], ["/maxpool"], name="/maxpool/MaxPool", kernel_shape=[3, 3],
+                                  strides=[2, 2], pads=[1, 1, 1, 1]))
+    y = conv_bn("/layer1/layer1.0/conv1", "/maxpool", 16, 8, 1, 1, True)
+    y = conv_bn("/layer1/layer1.0/conv2", y, 8, 8, 3, 1, True)
+    y = conv_bn("/layer1/layer1.0/conv3", y, 8, 16, 1, 1, False)
+    nodes.append(helper.make_node("Add", [y, "/maxpool"], ["/layer1/layer1.0/add"], name="/layer1/layer1.0/Add"))
+    nodes.append(helper.make_node("Relu", ["/layer1/layer1.0/add"], ["/layer1/layer1.0/out"], name="/layer1/layer1.0/Relu"))
+    nodes.append(helper.make_node("GlobalAveragePool", ["/layer1/layer1.0/out"], ["/pool"], name="/avgpool/GlobalAveragePool"))
+    nodes.append(helper.make_node("Flatten", ["/pool"], ["/flat"], name="/Flatten", axis=1))
+    nodes.append(helper.make_node("Gemm", ["/flat", param("fc.weight", (10, 16)), param("fc.bias", (10,))], ["logits"],
+                                  name="/fc/Gemm", transB=1))
+    graph = helper.make_graph(nodes, "resnet_block",
+                              [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "resnet_block.onnx"))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -117,6 +169,10 @@ def main():
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
     gpt_like(out, 3, 8)
+    reduce_max_head(out)
+
+
+    resnet_block(out)
     with open(os.path.join(out, "corrupt.onnx"), "wb") as f:
         f.write(b"\x08\x07this is not a protobuf model\xff\xff\xff")
 

@@ -143,7 +143,7 @@ TEST(Program, BinaryFormRefusesBadInput) {
 }
 
 TEST(Program, JsonFormRefusesAMalformedProgram) {
-  auto back = deserialize(R"({"format":"tsp-program","version":2,"chip_spec_hash":")" +
+  auto back = deserialize(R"({"format":"tsp-program","version":)" + std::to_string(kProgramVersion) + R"(,"chip_spec_hash":")" +
                               fmt::format("{:016x}", topology::ChipSpec{}.hash()) + R"("})",
                           topology::ChipSpec{}, "p.json");
   ASSERT_FALSE(back.ok());

@@ -89,11 +89,12 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
   const auto profile = profileOf(g, c, 1);
-  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h.
+  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h,
+  // counted as the links carry them: each 512-byte row of 256 FP16 values is two 320-byte vectors.
   const auto& block = profile.layers[1];
   EXPECT_EQ(block.weightMatmuls, 4);
   EXPECT_EQ(block.allReduces, 2);
-  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 256 * 2);
+  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 2 * 320);
   EXPECT_TRUE(profile.chain);
 }
 
@@ -119,7 +120,12 @@ TEST(CostModel, SpatialSplitsConvolutionsAndMegatronLeavesThemWhole) {
 
 TEST(CostModel, FallbackIsFlaggedWhenTheCompilerCannotLowerALayer) {
   const auto c = cluster(kFreeRing);
-  const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  // A grouped convolution is not lowered: its layer falls back to the flop estimate.
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 8, 16, 16}, ir::DType::kF16);
+  const auto w = g.addWeight("w", {8, 4, 3, 3}, ir::DType::kF16);
+  const ir::Attrs attrs{{"group", std::int64_t{2}}, {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}};
+  g.markOutput(*g.addOp(ir::OpKind::kConv, "conv", {x, w}, attrs, 0));
   const auto profile = profileOf(g, c, 1);
   EXPECT_GT(profile.fallbackLayers, 0);
   EXPECT_FALSE(profile.fallbackReason.empty());

@@ -8,6 +8,7 @@
 
 #include "compile/ir/interpreter.h"
 #include "partition/sharding_spmd.h"
+#include "test_values.h"
 
 namespace tsp::partition {
 namespace {
@@ -17,16 +18,7 @@ using ir::OpKind;
 using ir::TensorId;
 using Shape = std::vector<std::int64_t>;
 
-// Deterministic values in [-1, 1).
-std::shared_ptr<const std::vector<double>> values(std::int64_t n, std::uint64_t seed) {
-  auto v = std::make_shared<std::vector<double>>(n);
-  std::uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (auto& x : *v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = static_cast<double>((s >> 33) % 2048) / 1024.0 - 1.0;
-  }
-  return v;
-}
+using testing::values;
 
 std::int64_t count(const Shape& s) {
   std::int64_t n = 1;

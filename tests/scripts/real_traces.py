@@ -5,9 +5,13 @@ usage: real_traces.py TSP_SIM SOURCE_DIR   (a plain check list, not a unittest m
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+
+import h5py
+import numpy as np
 
 checks = []
 
@@ -15,6 +19,49 @@ checks = []
 def check(cond, what):
     checks.append(bool(cond))
     print(("ok: " if cond else "FAIL: ") + what)
+
+
+def check_partial_trace(exe, source, tool, tmp):
+    """A run stopped by SIGTERM leaves -1 in the event rows it did not reach: every subcommand skips them."""
+    out = os.path.join(tmp, "stopped.h5")
+    config = os.path.join(source, "tests", "runtime", "long_ring.yaml")
+    proc = subprocess.Popen([exe, "--config", config, "--out", out, "--trace-level", "instructions"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:
+        if line.startswith("tsp-sim: progress:"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.stderr.read()
+    code = proc.wait(timeout=300)
+    partial = out[:-3] + ".partial.h5"
+    check(code == 7 and os.path.exists(partial), f"SIGTERM leaves a partial trace (exit {code})")
+    if not os.path.exists(partial):
+        return
+    with h5py.File(partial, "r") as f:
+        rows = f["events/instructions"][:]
+        check(np.any(rows["chip"] < 0) and np.any(rows["chip"] >= 0), "the partial trace has rows reached and rows not")
+    target = os.path.join(tmp, "stopped.json")
+    result = subprocess.run(tool + ["perfetto", partial, "-o", target], capture_output=True, text=True)
+    events = []
+    if result.returncode == 0 and os.path.exists(target):
+        with open(target) as f:
+            events = json.load(f)["traceEvents"]
+    check(events and all(e.get("pid", 0) >= 0 and e.get("tid", 0) >= 0 for e in events),
+          "perfetto on a partial trace: events only for the rows reached")
+    slices = [e for e in events if e.get("ph") == "X" and e.get("cat") != "c2c"]
+    reached = int(f_attr(partial, "reached_cycle"))
+    check(slices and all(e["args"]["start_cycle"] < reached for e in slices),
+          "perfetto on a partial trace: every instruction started before reached_cycle")
+    for sub, extra in (("summary", []), ("timeline", ["--chips", "0,1"]), ("links", [])):
+        target = os.path.join(tmp, f"stopped.{sub}.png")
+        args = [sub, partial] + (["-o", target] if sub != "summary" else []) + extra
+        result = subprocess.run(tool + args, capture_output=True, text=True)
+        check(result.returncode == 0, f"{sub} on a partial trace ({result.stderr.strip()[:200]})")
+
+
+def f_attr(path, name):
+    with h5py.File(path, "r") as f:
+        return f["meta"].attrs[name]
 
 
 def main():
@@ -61,6 +108,7 @@ def main():
         result = subprocess.run(tool + ["plans", searched, "-o", plans], capture_output=True, text=True)
         check(result.returncode == 0 and os.path.exists(plans) and os.path.getsize(plans) > 0,
               f"plans on the searched trace ({result.stderr.strip()[:200]})")
+        check_partial_trace(exe, source, tool, tmp)
     failed = checks.count(False)
     print(f"{len(checks) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

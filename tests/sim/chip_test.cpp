@@ -550,7 +550,10 @@ TEST_F(ChipTest, FunctionalModeRefusesAnAccumulatorOfOtherRows) {
   install.address = 0;
   install.weightUnit = mem(2);
   install.weightRows = 1;
-  std::vector<Instruction> list = {install};
+  // The second compute follows a second install, so that both add to the plane's first accumulator.
+  Instruction again = install;
+  again.issue = 110;
+  std::vector<Instruction> list = {install, again};
   for (int k = 0; k < 2; ++k) {
     Instruction read = inst(mem(k), 100 + 50 * k, Opcode::kMemRead, 4 + k);
     read.address = 0;

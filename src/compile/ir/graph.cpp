@@ -54,7 +54,9 @@ constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames 
     "Shape", "ConstantOfShape", "Range",
     "AllReduce", "AllGather", "ReduceScatter", "Send", "Recv",
     "FusedMatMul", "FusedElementwise",
-    "AllToAll"};
+    "AllToAll",
+    "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "ConvInputGrad", "ConvWeightGrad", "GatherGrad",
+    "MaxPoolGrad", "AveragePoolGrad"};
 
 }  // namespace
 
@@ -75,7 +77,8 @@ bool hasSideEffects(OpKind kind) {
 }
 
 bool isMacOp(OpKind kind) {
-  return kind == OpKind::kMatMul || kind == OpKind::kGemm || kind == OpKind::kConv || kind == OpKind::kFusedMatMul;
+  return kind == OpKind::kMatMul || kind == OpKind::kGemm || kind == OpKind::kConv || kind == OpKind::kFusedMatMul ||
+         kind == OpKind::kConvInputGrad || kind == OpKind::kConvWeightGrad;
 }
 
 std::int64_t Op::intAttr(const std::string& key, std::int64_t fallback) const {
@@ -263,6 +266,17 @@ std::int64_t opFlops(const Graph& graph, const Op& op) {
       for (size_t i = 1; i < w.size(); ++i) perOutput *= w[i];
       return 2 * out * perOutput + (op.inputs.size() > 2 ? out : 0);
     }
+    case OpKind::kConvInputGrad: case OpKind::kConvWeightGrad: {
+      // The MACs of the forward convolution: dY's elements times one filter's (input channels x kernel).
+      const auto& w = op.kind == OpKind::kConvInputGrad ? graph.tensor(op.inputs[1]).shape
+                                                        : graph.tensor(op.outputs[0]).shape;
+      std::int64_t perOutput = 1;
+      for (size_t i = 1; i < w.size(); ++i) perOutput *= w[i];
+      const std::int64_t dy = elements(op.kind == OpKind::kConvInputGrad ? op.inputs[0] : op.inputs[1]);
+      return 2 * dy * perOutput;
+    }
+    case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad:
+      return 5 * elements(op.inputs[op.kind == OpKind::kSoftmaxCrossEntropyLoss ? 0 : 1]);
     case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
     case OpKind::kEqual: case OpKind::kWhere: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kTanh:
     case OpKind::kSigmoid: case OpKind::kExp: case OpKind::kSqrt: case OpKind::kErf:
@@ -280,6 +294,12 @@ std::int64_t opFlops(const Graph& graph, const Op& op) {
       std::int64_t window = 1;
       for (auto k : op.intsAttr("kernel_shape")) window *= k;
       return out * window;
+    }
+    case OpKind::kMaxPoolGrad: case OpKind::kAveragePoolGrad: {
+      // One per window element of the forward pool, whose output is dY.
+      std::int64_t window = 1;
+      for (auto k : op.intsAttr("kernel_shape")) window *= k;
+      return elements(op.inputs[op.kind == OpKind::kMaxPoolGrad ? 1 : 0]) * window;
     }
     default:
       return 0;

@@ -50,6 +50,9 @@ enum class OpKind : std::uint8_t {
   kFusedMatMul, kFusedElementwise,
   // Communication inserted by the sharding pass: split_axis chunks exchanged, joined on concat_axis.
   kAllToAll,
+  // Training (src/compile/ir/autodiff.h): the loss and the gradient kernels the backward pass needs.
+  kSoftmaxCrossEntropyLoss, kSoftmaxCrossEntropyLossGrad, kConvInputGrad, kConvWeightGrad, kGatherGrad,
+  kMaxPoolGrad, kAveragePoolGrad,
   kCount  ///< number of kinds, not a kind
 };
 
@@ -199,7 +202,7 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
 
 /// FLOPs of one op of graph (see Graph::flops).
 std::int64_t opFlops(const Graph& graph, const Op& op);
-/// True for MatMul, Gemm, Conv and FusedMatMul.
+/// True for MatMul, Gemm, Conv, FusedMatMul and the two convolution gradients.
 bool isMacOp(OpKind kind);
 
 /// The first index a Slice reads on an axis of size dim (ONNX clamping rules).

@@ -178,24 +178,21 @@ Window windowOf(const Op& op, const Shape& x, const Shape& y, const Shape& kerne
   return w;
 }
 
-void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value& y) {
+// Calls tap(xIndex, wIndex, yIndex) for every multiply of a convolution with input shape x, weight
+// shape w and output shape y: the one loop nest both convolution gradients are made of.
+void forEachConvTap(const Op& op, const Shape& x, const Shape& w, const Shape& y,
+                    const std::function<void(std::int64_t, std::int64_t, std::int64_t)>& tap) {
   const std::int64_t group = op.intAttr("group", 1);
-  const Window g = windowOf(op, x.shape, y.shape, Shape(w.shape.begin() + 2, w.shape.end()));
-  const std::int64_t batch = x.shape[0], cin = x.shape[1], cout = w.shape[0], cinG = cin / group, coutG = cout / group;
-  const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], outPlane = g.out[0] * g.out[1] * g.out[2],
-                     kPlane = g.kernel[0] * g.kernel[1] * g.kernel[2];
-  const bool integer = !isFloat(y.dtype);
+  const Window g = windowOf(op, x, y, Shape(w.begin() + 2, w.end()));
+  const std::int64_t batch = x[0], cin = x[1], cout = w[0], cinG = cin / group, coutG = cout / group;
+  const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], kPlane = g.kernel[0] * g.kernel[1] * g.kernel[2];
   for (std::int64_t nb = 0; nb < batch; ++nb)
-    for (std::int64_t co = 0; co < cout; ++co) {
-      const std::int64_t gi = co / coutG;
+    for (std::int64_t co = 0; co < cout; ++co)
       for (std::int64_t od = 0; od < g.out[0]; ++od)
         for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
           for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-            double acc = bias ? bias->data[co] : 0.0;
-            std::int64_t iacc = bias ? asInt(bias->data[co]) : 0;
-            for (std::int64_t ci = 0; ci < cinG; ++ci) {
-              const double* px = x.data.data() + (nb * cin + gi * cinG + ci) * inPlane;
-              const double* pw = w.data.data() + (co * cinG + ci) * kPlane;
+            const std::int64_t yi = ((nb * cout + co) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow;
+            for (std::int64_t ci = 0; ci < cinG; ++ci)
               for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
                 const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
                 if (id < 0 || id >= g.in[0]) continue;
@@ -205,56 +202,116 @@ void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value
                   for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
                     const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
                     if (iw < 0 || iw >= g.in[2]) continue;
-                    const double xv = px[(id * g.in[1] + ih) * g.in[2] + iw];
-                    const double wv = pw[(kd * g.kernel[1] + kh) * g.kernel[2] + kw];
-                    if (integer) iacc += asInt(xv) * asInt(wv);
-                    else acc += xv * wv;
+                    tap((nb * cin + co / coutG * cinG + ci) * inPlane + (id * g.in[1] + ih) * g.in[2] + iw,
+                        (co * cinG + ci) * kPlane + (kd * g.kernel[1] + kh) * g.kernel[2] + kw, yi);
                   }
                 }
               }
-            }
-            y.data[((nb * cout + co) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow] =
-                integer ? static_cast<double>(iacc) : acc;
           }
-    }
-  (void)outPlane;
 }
 
-void pool(const Op& op, const Value& x, Value& y) {
-  const Window g = windowOf(op, x.shape, y.shape, op.intsAttr("kernel_shape"));
-  const bool isMax = op.kind == OpKind::kMaxPool;
-  const bool includePad = op.intAttr("count_include_pad", 0) != 0;
-  const std::int64_t planes = x.shape[0] * x.shape[1];
+void conv(const Op& op, const Value& x, const Value& w, const Value* bias, Value& y) {
+  const std::int64_t cout = w.shape[0], plane = product(y.shape, 2);
+  const bool integer = !isFloat(y.dtype);
+  // Integers accumulate exactly in 64 bits; floating point in double, in the same tap order.
+  std::vector<std::int64_t> iacc(integer ? y.data.size() : 0, 0);
+  if (bias)
+    for (size_t i = 0; i < y.data.size(); ++i) {
+      const std::int64_t co = static_cast<std::int64_t>(i) / plane % cout;
+      if (integer) iacc[i] = asInt(bias->data[co]);
+      else y.data[i] = bias->data[co];
+    }
+  forEachConvTap(op, x.shape, w.shape, y.shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    if (integer) iacc[yi] += asInt(x.data[xi]) * asInt(w.data[wi]);
+    else y.data[yi] += x.data[xi] * w.data[wi];
+  });
+  if (integer)
+    for (size_t i = 0; i < y.data.size(); ++i) y.data[i] = static_cast<double>(iacc[i]);
+}
+
+// Softmax cross-entropy over the class axis: calls row(base, stride, classes, label) for every
+// position; returns an error message for a label out of range.
+std::string forEachLossRow(const Value& scores, const Value& labels, std::int64_t axis,
+                           const std::function<void(std::int64_t, std::int64_t, std::int64_t, std::int64_t)>& row) {
+  const std::int64_t n = scores.shape[axis], inner = product(scores.shape, axis + 1),
+                     outer = product(scores.shape, 0, axis);
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i = 0; i < inner; ++i) {
+      const std::int64_t label = asInt(labels.data[o * inner + i]);
+      if (label < 0 || label >= n) return fmt::format("label {} is out of range [0, {})", label, n);
+      row(o * n * inner + i, inner, n, label);
+    }
+  return "";
+}
+
+// log(sum(exp(x))) over one row of a loss, computed stably.
+double logSumExp(const Value& x, std::int64_t base, std::int64_t stride, std::int64_t n) {
+  double m = -std::numeric_limits<double>::infinity(), sum = 0;
+  for (std::int64_t k = 0; k < n; ++k) m = std::max(m, x.data[base + k * stride]);
+  for (std::int64_t k = 0; k < n; ++k) sum += std::exp(x.data[base + k * stride] - m);
+  return m + std::log(sum);
+}
+
+// Calls window(yIndex, taps, padded) for every output of a pool with input shape x and output
+// shape y: taps are the input indices the window covers (in loop order), padded the positions it
+// covers in the explicit padding (which count for count_include_pad; ceil_mode windows may
+// overhang the padding, and those positions do not count).
+void forEachPoolWindow(const Op& op, const Shape& x, const Shape& y,
+                       const std::function<void(std::int64_t, const std::vector<std::int64_t>&, std::int64_t)>& window) {
+  const Window g = windowOf(op, x, y, op.intsAttr("kernel_shape"));
+  const std::int64_t planes = x[0] * x[1];
   const std::int64_t inPlane = g.in[0] * g.in[1] * g.in[2], outPlane = g.out[0] * g.out[1] * g.out[2];
+  std::vector<std::int64_t> taps;
   for (std::int64_t p = 0; p < planes; ++p)
     for (std::int64_t od = 0; od < g.out[0]; ++od)
       for (std::int64_t oh = 0; oh < g.out[1]; ++oh)
         for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-          double acc = isMax ? -std::numeric_limits<double>::infinity() : 0.0;
-          std::int64_t count = 0, padded = 0;
+          taps.clear();
+          std::int64_t padded = 0;
           for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd)
             for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh)
               for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
                 const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
                 const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
                 const std::int64_t iw = ow * g.stride[2] - g.pad[2] + kw * g.dilation[2];
-                // Padded positions count for count_include_pad, but not beyond the explicit padding
-                // (ceil_mode windows may overhang it).
                 const bool inPadded = id < g.in[0] + g.padEnd[0] && ih < g.in[1] + g.padEnd[1] &&
                                       iw < g.in[2] + g.padEnd[2];
                 if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1] || iw < 0 || iw >= g.in[2]) {
                   padded += inPadded;
                   continue;
                 }
-                const double v = x.data[p * inPlane + (id * g.in[1] + ih) * g.in[2] + iw];
-                if (isMax) acc = std::max(acc, v);
-                else acc += v;
-                ++count;
+                taps.push_back(p * inPlane + (id * g.in[1] + ih) * g.in[2] + iw);
               }
-          double result = acc;
-          if (!isMax) result = acc / static_cast<double>(std::max<std::int64_t>(1, includePad ? count + padded : count));
-          y.data[p * outPlane + (od * g.out[1] + oh) * g.out[2] + ow] = result;
+          window(p * outPlane + (od * g.out[1] + oh) * g.out[2] + ow, taps, padded);
         }
+}
+
+// The divisor of an average pool window.
+double averageDivisor(const Op& op, size_t taps, std::int64_t padded) {
+  const bool includePad = op.intAttr("count_include_pad", 0) != 0;
+  return static_cast<double>(std::max<std::int64_t>(1, static_cast<std::int64_t>(taps) + (includePad ? padded : 0)));
+}
+
+// The first tap holding the window's largest value (the one a max pool passes on).
+std::int64_t argmaxTap(const Value& x, const std::vector<std::int64_t>& taps) {
+  std::int64_t best = -1;
+  for (std::int64_t t : taps)
+    if (best < 0 || x.data[t] > x.data[best]) best = t;
+  return best;
+}
+
+void pool(const Op& op, const Value& x, Value& y) {
+  const bool isMax = op.kind == OpKind::kMaxPool;
+  forEachPoolWindow(op, x.shape, y.shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t padded) {
+    if (isMax) {
+      const std::int64_t best = argmaxTap(x, taps);
+      y.data[yi] = best < 0 ? -std::numeric_limits<double>::infinity() : x.data[best];
+      return;
+    }
+    double acc = 0;
+    for (std::int64_t t : taps) acc += x.data[t];
+    y.data[yi] = acc / averageDivisor(op, taps.size(), padded);
+  });
 }
 
 Value transpose(const Value& x, const Shape& perm, const TensorType& outType) {
@@ -586,6 +643,61 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
                                             op.intAttr("group", 1)));
       y->data = x.data;
       return finish();
+    case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad: {
+      const bool grad = kind == OpKind::kSoftmaxCrossEntropyLossGrad;
+      const Value& scores = *in[grad ? 1 : 0];
+      const Value& labels = *in[grad ? 2 : 1];
+      const std::int64_t axis = normAxis(op.intAttr("axis", -1), scores.shape.size());
+      const double count = static_cast<double>(std::max<std::int64_t>(1, labels.elements()));
+      const double seed = grad ? in[0]->data[0] / count : 0.0;
+      double total = 0;
+      const std::string bad = forEachLossRow(scores, labels, axis, [&](std::int64_t base, std::int64_t stride,
+                                                                       std::int64_t n, std::int64_t label) {
+        const double lse = logSumExp(scores, base, stride, n);
+        total += lse - scores.data[base + label * stride];
+        if (grad)
+          for (std::int64_t k = 0; k < n; ++k)
+            y->data[base + k * stride] = seed * (std::exp(scores.data[base + k * stride] - lse) - (k == label ? 1 : 0));
+      });
+      if (!bad.empty()) return modelError(name, bad);
+      if (!grad) y->data[0] = total / count;
+      return finish();
+    }
+    case OpKind::kConvInputGrad:
+      forEachConvTap(op, y->shape, in[1]->shape, x.shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+        y->data[xi] += x.data[yi] * in[1]->data[wi];
+      });
+      return finish();
+    case OpKind::kConvWeightGrad:
+      forEachConvTap(op, x.shape, y->shape, in[1]->shape, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+        y->data[wi] += x.data[xi] * in[1]->data[yi];
+      });
+      return finish();
+    case OpKind::kMaxPoolGrad:  // inputs x, dY: dY goes to the tap the forward window passed on
+      forEachPoolWindow(op, x.shape, in[1]->shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t) {
+        if (const std::int64_t best = argmaxTap(x, taps); best >= 0) y->data[best] += in[1]->data[yi];
+      });
+      return finish();
+    case OpKind::kAveragePoolGrad:  // input dY: spread over the window's taps
+      forEachPoolWindow(op, y->shape, x.shape, [&](std::int64_t yi, const std::vector<std::int64_t>& taps, std::int64_t padded) {
+        const double share = x.data[yi] / averageDivisor(op, taps.size(), padded);
+        for (std::int64_t t : taps) y->data[t] += share;
+      });
+      return finish();
+    case OpKind::kGatherGrad: {
+      const std::int64_t axis = normAxis(op.intAttr("axis", 0), y->shape.size());
+      const std::int64_t outer = product(y->shape, 0, axis), inner = product(y->shape, axis + 1), n = y->shape[axis];
+      const Value& idx = *in[1];
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t j = 0; j < idx.elements(); ++j) {
+          std::int64_t k = asInt(idx.data[j]);
+          if (k < 0) k += n;
+          if (k < 0 || k >= n) return modelError(name, fmt::format("GatherGrad index {} is out of range [0, {})", k, n));
+          for (std::int64_t i = 0; i < inner; ++i)
+            y->data[(o * n + k) * inner + i] += x.data[(o * idx.elements() + j) * inner + i];
+        }
+      return finish();
+    }
     case OpKind::kSend: case OpKind::kRecv:
       return modelError(name, fmt::format("{} needs another chip; the reference interpreter runs the unpartitioned "
                                           "graph", opKindName(kind)));

@@ -377,6 +377,11 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
       }
       break;
     }
+    case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad: case OpKind::kConvInputGrad:
+    case OpKind::kConvWeightGrad: case OpKind::kGatherGrad: case OpKind::kMaxPoolGrad: case OpKind::kAveragePoolGrad:
+      // Training kernels: loops over their result on one chip; the partitioner costs them per layer.
+      for (int d : outputDims(b, out)) b.s.opaque[d] = true;
+      break;
     case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
       return modelError(op.name, "not an op kind that computes");
   }

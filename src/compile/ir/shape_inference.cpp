@@ -495,6 +495,42 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       if (!dtype) return modelError(name, "Recv has an unknown dtype");
       return one(at.ints("shape"), *dtype);
     }
+    case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad: {
+      const bool grad = kind == OpKind::kSoftmaxCrossEntropyLossGrad;
+      if (auto s = grad ? need(3, 3) : need(2, 2); !s) return s.error();
+      const Shape& scores = shapeOf(grad ? 1 : 0);
+      const Shape& labels = shapeOf(grad ? 2 : 1);
+      auto axis = normAxis(at.integer("axis", -1), static_cast<std::int64_t>(scores.size()));
+      if (!axis) return axisError(at.integer("axis", -1), scores.size());
+      Shape expected = scores;
+      expected.erase(expected.begin() + *axis);
+      if (labels != expected || isFloat(typeOf(grad ? 2 : 1)))
+        return modelError(name, fmt::format("{} labels must be integers of shape {} (the scores {} without the class "
+                                            "axis), got {}", opName, shapeText(expected), shapeText(scores),
+                                            shapeText(labels)));
+      if (grad && !shapeOf(0).empty()) return modelError(name, "SoftmaxCrossEntropyLossGrad takes a scalar loss gradient");
+      return one(grad ? scores : Shape{}, typeOf(grad ? 1 : 0));
+    }
+    case OpKind::kConvInputGrad: case OpKind::kConvWeightGrad: case OpKind::kGatherGrad: {
+      if (auto s = need(2, 2); !s) return s.error();
+      const char* key = kind == OpKind::kConvInputGrad ? "input_shape"
+                        : kind == OpKind::kConvWeightGrad ? "weight_shape" : "data_shape";
+      const Shape out = at.ints(key);
+      if (out.empty()) return modelError(name, fmt::format("{} needs the attribute {}", opName, key));
+      if (kind == OpKind::kGatherGrad && isFloat(typeOf(1))) return modelError(name, "GatherGrad indices must be integers");
+      return one(out, typeOf(kind == OpKind::kConvWeightGrad ? 1 : 0));
+    }
+    case OpKind::kMaxPoolGrad:
+      if (auto s = need(2, 2); !s) return s.error();
+      if (!at.attrs.count("kernel_shape")) return modelError(name, "MaxPoolGrad needs the pool's kernel_shape");
+      return one(shapeOf(0), typeOf(1));
+    case OpKind::kAveragePoolGrad: {
+      if (auto s = need(1, 1); !s) return s.error();
+      const Shape out = at.ints("input_shape");
+      if (out.size() != shapeOf(0).size() || !at.attrs.count("kernel_shape"))
+        return modelError(name, "AveragePoolGrad needs the pool's kernel_shape and input_shape");
+      return one(out, typeOf(0));
+    }
     case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
       break;
   }

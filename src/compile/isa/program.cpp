@@ -118,7 +118,8 @@ Instruction fromJson(const nlohmann::json& j) {
 
 nlohmann::json toJson(const TensorPlacement& t) {
   return {{"name", t.name}, {"dtype", t.dtype},     {"rows", t.rows},
-          {"tiles", t.tiles}, {"mem_unit", t.memUnit}, {"address", t.address}, {"resident", t.resident}};
+          {"tiles", t.tiles}, {"segment_rows", t.segmentRows}, {"replicas", t.replicas}, {"mem_unit", t.memUnit}, {"address", t.address},
+          {"resident", t.resident}};
 }
 
 TensorPlacement placementFromJson(const nlohmann::json& j) {
@@ -127,6 +128,8 @@ TensorPlacement placementFromJson(const nlohmann::json& j) {
   t.dtype = j.at("dtype");
   t.rows = j.at("rows");
   t.tiles = j.at("tiles");
+  t.segmentRows = j.at("segment_rows");
+  t.replicas = j.at("replicas");
   t.memUnit = j.at("mem_unit").get<std::vector<std::int32_t>>();
   t.address = j.at("address").get<std::vector<std::int32_t>>();
   t.resident = j.at("resident");
@@ -274,7 +277,9 @@ std::string serializeBinary(const Program& program) {
     w.put<std::int32_t>(t.dtype);
     w.put<std::int64_t>(t.rows);
     w.put<std::int32_t>(t.tiles);
-    for (std::int32_t k = 0; k < t.tiles; ++k) {
+    w.put<std::int64_t>(t.segmentRows);
+    w.put<std::int32_t>(t.replicas);
+    for (size_t k = 0; k < t.memUnit.size(); ++k) {
       w.put<std::int32_t>(t.memUnit[k]);
       w.put<std::int32_t>(t.address[k]);
     }
@@ -329,12 +334,15 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
   program.tensors.resize(count);
   for (auto& t : program.tensors) {
     std::uint8_t resident = 0;
-    if (!r.getText(t.name) || !r.get(t.dtype) || !r.get(t.rows) || !r.get(t.tiles) || t.tiles < 0 ||
-        static_cast<size_t>(t.tiles) > body.size())
+    if (!r.getText(t.name) || !r.get(t.dtype) || !r.get(t.rows) || !r.get(t.tiles) || !r.get(t.segmentRows) ||
+        !r.get(t.replicas) || t.tiles < 0 || t.rows < 0 || t.segmentRows < 0 || t.replicas < 1 ||
+        static_cast<size_t>(t.tiles) * t.replicas > body.size())
       return fail("malformed program: bad tensor table");
-    t.memUnit.resize(t.tiles);
-    t.address.resize(t.tiles);
-    for (std::int32_t k = 0; k < t.tiles; ++k)
+    const std::int64_t segments = t.segmentRows > 0 ? (t.rows + t.segmentRows - 1) / t.segmentRows : 1;
+    if (segments > static_cast<std::int64_t>(body.size())) return fail("malformed program: bad tensor table");
+    t.memUnit.resize(static_cast<size_t>(t.tiles * segments * t.replicas));
+    t.address.resize(t.memUnit.size());
+    for (size_t k = 0; k < t.memUnit.size(); ++k)
       if (!r.get(t.memUnit[k]) || !r.get(t.address[k])) return fail("malformed program: bad tensor table");
     if (!r.get(resident)) return fail("malformed program: bad tensor table");
     t.resident = resident != 0;
@@ -351,8 +359,11 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
       program.version, program.chipSpecHash, program.predictedCycles, program.lowerBoundCycles, program.sramBytes,
       program.instructions.size());
   for (const auto& t : program.tensors) {
-    out += fmt::format("# tensor {} rows {} tiles {}{}:", t.name, t.rows, t.tiles, t.resident ? " resident" : "");
-    for (std::int32_t k = 0; k < t.tiles; ++k) out += fmt::format(" {}@{}", t.memUnit[k], t.address[k]);
+    out += fmt::format("# tensor {} rows {} tiles {}{}{}{}:", t.name, t.rows, t.tiles,
+                       t.segmentRows > 0 ? fmt::format(" segment_rows {}", t.segmentRows) : "",
+                       t.replicas > 1 ? fmt::format(" replicas {}", t.replicas) : "",
+                       t.resident ? " resident" : "");
+    for (size_t k = 0; k < t.memUnit.size(); ++k) out += fmt::format(" {}@{}", t.memUnit[k], t.address[k]);
     out += "\n";
   }
   auto ref = [](const char* name, StreamRef r) {

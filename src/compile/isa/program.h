@@ -12,8 +12,9 @@
 namespace tsp::isa {
 
 /// Program format version; the on-disk form records it and the simulator refuses others.
-/// Version 2 added the tensor placement table and the binary form.
-inline constexpr int kProgramVersion = 2;
+/// Version 2 added the tensor placement table and the binary form; version 3 tile segments and
+/// replicas (TensorPlacement::segmentRows, replicas).
+inline constexpr int kProgramVersion = 3;
 
 /// Instruction opcodes. Each runs on a unit of one kind (unitKindOf).
 enum class Opcode : std::uint8_t {
@@ -99,8 +100,15 @@ struct TensorPlacement {
   std::int32_t dtype = 0;    ///< ir::DType as an integer (isa does not depend on the IR)
   std::int64_t rows = 0;
   std::int32_t tiles = 0;
-  std::vector<std::int32_t> memUnit;  ///< MEM queue id of each tile
-  std::vector<std::int32_t> address;  ///< first address of each tile
+  /// Rows per MEM slice when a tile is longer than a slice (0: each tile on one slice). Tile t's
+  /// segment g holds rows [g*segmentRows, (g+1)*segmentRows); memUnit and address then have one
+  /// entry per (tile, segment), index t * segments + g.
+  std::int64_t segmentRows = 0;
+  /// Identical copies of the tensor (a small broadcast operand read by several MXM planes or ALUs at
+  /// once); memUnit and address hold replicas x tiles x segments entries, copy-major.
+  std::int32_t replicas = 1;
+  std::vector<std::int32_t> memUnit;  ///< MEM queue id of each tile (or tile segment)
+  std::vector<std::int32_t> address;  ///< first address of each tile (or tile segment)
   bool resident = false;     ///< in SRAM before the program starts (a weight or a graph input)
   friend bool operator==(const TensorPlacement&, const TensorPlacement&) = default;
 };

@@ -1,11 +1,15 @@
 // Lowering per op kind: MXM matmuls, VXM elementwise ops, C2C transfers; SRAM placement with reuse.
 #include "compile/lower/lowering.h"
 
+#include <cassert>
+
 #include <algorithm>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
+
+#include "compile/lower/lowering_internal.h"
 
 namespace tsp::lower {
 
@@ -14,6 +18,8 @@ using isa::Opcode;
 using schedule::Step;
 using schedule::Task;
 using topology::UnitKind;
+using detail::Lowering;
+using detail::TensorState;
 
 std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
   const std::int64_t cols = tensor.shape.empty() ? 1 : tensor.shape.back();
@@ -42,9 +48,9 @@ MatMulTiling chooseMatMulTiling(const topology::ChipSpec& chip, std::int64_t m, 
   return best;
 }
 
-namespace {
+namespace detail {
 
-Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval = 1) {
+Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval) {
   Instruction inst;
   inst.unit = unit;
   inst.op = op;
@@ -53,13 +59,12 @@ Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval = 1)
   return inst;
 }
 
-// The VXM function of an elementwise op kind; ops without their own ALU function use the one of
-// the same cost (one pass through an ALU): Div multiplies by a reciprocal, Sigmoid and Erf are
-// evaluated through Exp and TanH.
+// Ops without their own ALU function use the one of the same cost (one pass through an ALU): Div
+// multiplies by a reciprocal, Sigmoid and Erf are evaluated through Exp and TanH, Equal subtracts.
 isa::VxmFunc funcOf(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
-    case ir::OpKind::kSub: return isa::VxmFunc::kSub;
+    case ir::OpKind::kSub: case ir::OpKind::kEqual: return isa::VxmFunc::kSub;
     case ir::OpKind::kMul: case ir::OpKind::kDiv: case ir::OpKind::kPow: return isa::VxmFunc::kMul;
     case ir::OpKind::kRelu: return isa::VxmFunc::kRelu;
     case ir::OpKind::kGelu: return isa::VxmFunc::kGelu;
@@ -71,8 +76,6 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
   }
 }
 
-// Whether the ALU function funcOf gives an op kind computes the op's values (functional mode), or
-// only stands in for its cost.
 bool computesValues(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kRelu:
@@ -81,52 +84,20 @@ bool computesValues(ir::OpKind kind) {
   }
 }
 
-// A tensor's SRAM tiles with the tasks that write and read each of them.
-struct TensorState {
-  isa::TensorPlacement placement;
-  std::vector<alloc::Block> blocks;
-  std::vector<std::vector<std::pair<int, int>>> writers;  // per tile: (task, step)
-  std::vector<std::pair<int, int>> readers;               // (task, step) of every read
-  bool pinned = false;                                     // never freed (resident, sent, graph output)
-};
+Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
+    : chip_(chip), graph_(graph), out_(out), problem_(out.problem), spatial_(spatialGraph(graph)) {
+  if (spatial_) spreadSegments_ = 16, minSegmentRows_ = 64;
+}
 
-class Lowering {
- public:
-  Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
-      : chip_(chip), graph_(graph), out_(out), problem_(out.problem) {}
+std::pair<std::int64_t, int> Lowering::geometry(ir::TensorId tensor) const {
+  return storageGeometry(chip_, graph_, tensor, spatial_);
+}
 
-  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
-  // One tile's receive task; lowerShard makes them in arrival order per port.
-  Status receive(const ReceivePlan& plan, int tile, int& task);
-  Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
-  Status send(const SendPlan& plan, std::vector<int>& tasks);
-  void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
-  void finish();
-  bool placed(ir::TensorId t) const { return tensors_.count(t) > 0; }
-  std::set<int> slicesOf(ir::TensorId tensor) const;
-  TensorState& state(ir::TensorId t) { return tensors_.at(t); }
-
- private:
-  Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
-  Status lowerElementwise(const ir::Op& op);
-  Status lowerNormalization(const ir::Op& op);
-  Status lowerDataMovement(const ir::Op& op);
-  // A read step of rows [row0, row0+rows) of tile `tile`, depending on the tile's writers.
-  Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast);
-  void dependOnWriters(ir::TensorId tensor, int tile, int task, int step);
-  void noteWriter(ir::TensorId tensor, int tile, int task, int step);
-
-  const topology::ChipSpec& chip_;
-  const ir::Graph& graph_;
-  LoweredShard& out_;
-  schedule::Problem& problem_;
-  std::map<ir::TensorId, TensorState> tensors_;
-  // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
-  std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
-  std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
-  std::vector<Cycle> planeLoad_;    // per MXM plane: compute cycles handed to it so far
-  std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
-};
+std::int64_t Lowering::storageCols(ir::TensorId tensor) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  if (spatial_ && t.shape.size() == 4) return t.shape[1];
+  return t.shape.empty() ? 1 : t.shape.back();
+}
 
 std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
   std::set<int> s;
@@ -139,50 +110,77 @@ std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
 Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
-  const auto [rows, tiles] = vectorShape(chip_, t);
-  if (rows > chip_.addressesPerSlice)
-    return makeError(ExitCode::kDoesNotFit,
-                     fmt::format("tensor '{}' does not fit in SRAM: a tile of {} rows needs {} bytes on one MEM slice, "
-                                 "which has {} bytes",
-                                 t.name, rows, rows * chip_.vectorBytes, Bytes{chip_.addressesPerSlice} * chip_.vectorBytes));
+  const auto [rows, tiles] = geometry(tensor);
   TensorState st;
   st.placement.name = t.name;
   st.placement.dtype = static_cast<std::int32_t>(t.dtype);
   st.placement.rows = rows;
   st.placement.tiles = tiles;
   st.placement.resident = resident;
+  // A tile longer than a slice is cut into equal segments, each on its own slice. Graph inputs and
+  // tensors made on chip are also spread over up to spreadSegments_ slices (segments of at least minSegmentRows_),
+  // so that the MXM planes and the row blocks of one op read and write different MEM queues.
+  std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
+  if (t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput)
+    segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
+  if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
   st.pinned = resident;
-  st.writers.resize(tiles);
+  // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
+  if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
+  const int pieces = st.segments();
+  st.writers.resize(static_cast<size_t>(tiles) * pieces);
+  st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
-  for (int k = 0; k < tiles; ++k) {
-    auto block = out_.sram.allocate(static_cast<int>(rows), avoid);
-    if (!block) {
-      const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
-      return makeError(ExitCode::kDoesNotFit,
-                       fmt::format("shard does not fit in SRAM: needs {} bytes, {} bytes available (tensor '{}' of {} "
-                                   "bytes with {} bytes live{})",
-                                   needed, out_.sram.capacity(), t.name, Bytes{rows} * tiles * chip_.vectorBytes,
-                                   liveBefore,
-                                   needed <= out_.sram.capacity() ? ", no slice has a free run of its tile's rows" : ""));
+  for (int k = 0; k < tiles * st.placement.replicas; ++k) {
+    std::set<int> away = avoid;  // the segments of one tile on different slices
+    for (int g = 0; g < pieces; ++g) {
+      const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
+      auto block = out_.sram.allocate(static_cast<int>(segRows), away);
+      if (!block) {
+        const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
+        return makeError(ExitCode::kDoesNotFit,
+                         fmt::format("shard does not fit in SRAM: needs {} bytes, {} bytes available (tensor '{}' of {} "
+                                     "bytes with {} bytes live{})",
+                                     needed, out_.sram.capacity(), t.name, Bytes{rows} * tiles * chip_.vectorBytes,
+                                     liveBefore,
+                                     needed <= out_.sram.capacity() ? ", no slice has a free run of its tile's rows" : ""));
+      }
+      away.insert(block->slice);
+      st.blocks.push_back(*block);
+      st.placement.memUnit.push_back(memFirst + block->slice);
+      st.placement.address.push_back(block->address);
     }
-    st.blocks.push_back(*block);
-    st.placement.memUnit.push_back(memFirst + block->slice);
-    st.placement.address.push_back(block->address);
   }
   tensors_.emplace(tensor, std::move(st));
   return {};
 }
 
-void Lowering::dependOnWriters(ir::TensorId tensor, int tile, int task, int step) {
-  for (const auto& [wt, ws] : tensors_.at(tensor).writers[tile]) problem_.addDataDependence(wt, ws, task, step);
+void Lowering::dependOnWriters(const Access& read, int task) {
+  const TensorState& st = tensors_.at(read.tensor);
+  const int first = st.piece(read.tile, read.row0);
+  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  for (int p = first; p <= last; ++p)
+    for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
 }
 
-void Lowering::noteWriter(ir::TensorId tensor, int tile, int task, int step) {
-  TensorState& st = tensors_.at(tensor);
-  st.writers[tile].push_back({task, step});
+void Lowering::noteReader(const Access& read, int task) {
+  // Per piece, so that space reused from a freed piece waits only for the reads of that piece.
+  TensorState& st = tensors_.at(read.tensor);
+  const int first = st.piece(read.tile, read.row0);
+  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  for (int p = first; p <= last; ++p) st.readers[p].push_back({task, read.step});
+}
+
+void Lowering::noteWriter(const Access& write, int task) {
+  TensorState& st = tensors_.at(write.tensor);
+  const int piece = st.piece(write.tile, write.row0);
+  st.writers[piece].push_back({task, write.step});
+  waitForFreedReaders(st.blocks[piece], task, write.step);
+}
+
+void Lowering::waitForFreedReaders(const alloc::Block& mine, int task, int step) {
   // Write after read: space reused from a freed tensor is written only after its last read.
-  const alloc::Block& mine = st.blocks[tile];
   auto it = freed_.find(mine.slice);
   if (it == freed_.end()) return;
   for (const auto& [block, readers] : it->second) {
@@ -194,13 +192,170 @@ void Lowering::noteWriter(ir::TensorId tensor, int tile, int task, int step) {
   }
 }
 
-Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast) {
+int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::vector<Access>& writes) {
+  // A chain cannot read a slice that another of its MEM steps uses at the same time (one queue per
+  // slice). When placement could not keep them apart, the read takes a detour: a task of its own
+  // copies the rows to scratch on a free slice, and the chain reads the copy.
+  const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  auto isMem = [](const Step& st) { return st.inst.op == Opcode::kMemRead || st.inst.op == Opcode::kMemWrite; };
+  std::vector<std::pair<int, int>> detours;  // (copy task, step of the chain reading the copy)
+  std::vector<bool> detoured(reads.size(), false);
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i].tensor < 0) continue;  // scratch: its caller placed it off the chain's slices
+    Step& st = task.steps[reads[i].step];
+    std::set<int> used;
+    bool clash = false;
+    for (size_t j = 0; j < task.steps.size(); ++j) {
+      if (!isMem(task.steps[j])) continue;
+      used.insert(task.steps[j].inst.unit - memFirst);
+      clash |= static_cast<int>(j) != reads[i].step && task.steps[j].inst.unit == st.inst.unit;
+    }
+    if (!clash) continue;
+    auto block = scratch(st.inst.repeat, used);
+    if (!block) continue;  // no room for a copy: check() names the clash
+    Task copy;
+    copy.name = task.name + " detour";
+    Step read = st;
+    read.producer = read.producer2 = -1;
+    Step alu;
+    alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, st.inst.repeat, st.inst.interval);
+    alu.inst.func = isa::VxmFunc::kConvert;
+    alu.producer = 0;
+    Step write = makeWriteOf(*block, st.inst.repeat, 1);
+    write.inst.interval = st.inst.interval;
+    copy.steps = {read, alu, write};
+    const int cid = problem_.addTask(std::move(copy));
+    Access original = reads[i];
+    original.step = 0;
+    dependOnWriters(original, cid);
+    noteReader(original, cid);
+    waitForFreedReaders(*block, cid, 2);
+    st.inst.unit = memFirst + block->slice;
+    st.inst.address = block->address;
+    st.inst.stride = 1;
+    detours.push_back({cid, reads[i].step});
+    opScratch_.push_back({*block, {}});
+    detoured[i] = true;
+  }
+  const int id = problem_.addTask(std::move(task));
+  for (size_t i = 0; i < reads.size(); ++i) {
+    if (detoured[i] || reads[i].tensor < 0) continue;
+    dependOnWriters(reads[i], id);
+    noteReader(reads[i], id);
+  }
+  for (size_t d = 0; d < detours.size(); ++d) {
+    problem_.addDataDependence(detours[d].first, 2, id, detours[d].second);
+    opScratch_[opScratch_.size() - detours.size() + d].second.push_back({id, detours[d].second});
+  }
+  for (const Access& w : writes) noteWriter(w, id);
+  return id;
+}
+
+Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
+                        int replica) const {
   const TensorState& st = tensors_.at(tensor);
+  const std::int64_t first = broadcast ? 0 : row0;
+  const int piece = st.pieceOf(tile, first, replica);
+  assert((broadcast || (row0 % st.segmentRows()) + rows <= st.segmentRows()) && "a read crosses a segment");
   Step s;
-  s.inst = makeInst(st.placement.memUnit[tile], Opcode::kMemRead, rows);
-  s.inst.address = st.placement.address[tile] + static_cast<int>(broadcast ? 0 : row0);
+  s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemRead, rows);
+  s.inst.address = st.placement.address[piece] + static_cast<int>(first % st.segmentRows());
   s.inst.stride = broadcast ? 0 : 1;
   return s;
+}
+
+Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const {
+  const TensorState& st = tensors_.at(tensor);
+  const int piece = st.piece(tile, row0);
+  assert((row0 % st.segmentRows()) + rows <= st.segmentRows() && "a write crosses a segment");
+  Step s;
+  s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemWrite, rows);
+  s.inst.address = st.placement.address[piece] + static_cast<int>(row0 % st.segmentRows());
+  s.inst.stride = 1;
+  s.producer = producer;
+  return s;
+}
+
+Step Lowering::makeReadOf(const alloc::Block& block, std::int64_t rows) const {
+  Step s;
+  s.inst = makeInst(chip_.firstUnit(UnitKind::kMem) + block.slice, Opcode::kMemRead, rows);
+  s.inst.address = block.address;
+  s.inst.stride = 1;
+  return s;
+}
+
+Step Lowering::makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const {
+  Step s;
+  s.inst = makeInst(chip_.firstUnit(UnitKind::kMem) + block.slice, Opcode::kMemWrite, rows);
+  s.inst.address = block.address;
+  s.inst.stride = 1;
+  s.producer = producer;
+  return s;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> Lowering::rowPieces(std::int64_t begin, std::int64_t end,
+                                                                       const std::vector<ir::TensorId>& tensors) const {
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (std::int64_t r = begin; r < end;) {
+    std::int64_t next = end;
+    for (ir::TensorId t : tensors) {
+      const TensorState& st = tensors_.at(t);
+      if (st.placement.rows < end) continue;  // a broadcast operand reads its row 0
+      next = std::min(next, (r / st.segmentRows() + 1) * st.segmentRows());
+    }
+    pieces.push_back({r, next - r});
+    r = next;
+  }
+  return pieces;
+}
+
+std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
+  const TensorState& ys = tensors_.at(job.out);
+  std::set<int> slices{ys.blocks[ys.piece(tile, row0)].slice};
+  for (ir::TensorId side : {job.bias, job.residual})
+    if (side >= 0) {
+      const TensorState& bs = tensors_.at(side);
+      const int piece = sidePiece(job, side, tile, row0, replica, slices);
+      slices.insert(bs.blocks[piece].slice);
+    }
+  return slices;
+}
+
+int Lowering::sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
+                        const std::set<int>& busy) const {
+  // The plane's own copy, or the next one whose slice the chain does not use already.
+  const TensorState& bs = tensors_.at(side);
+  const bool broadcast = bs.placement.rows != tensors_.at(job.out).placement.rows;
+  const int t = tile % bs.placement.tiles;
+  const std::int64_t row = broadcast ? 0 : row0;
+  for (int c = 0; c < bs.placement.replicas; ++c) {
+    const int piece = bs.pieceOf(t, row, replica + c);
+    if (!busy.count(bs.blocks[piece].slice)) return piece;
+  }
+  return bs.pieceOf(t, row, replica);
+}
+
+Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const std::set<int>& avoid) {
+  auto block = out_.sram.allocate(static_cast<int>(rows), avoid);
+  if (!block)
+    return makeError(ExitCode::kDoesNotFit,
+                     fmt::format("shard does not fit in SRAM: needs {} bytes of scratch with {} bytes live, {} bytes "
+                                 "available",
+                                 rows * chip_.vectorBytes, out_.sram.inUse(), out_.sram.capacity()));
+  return *block;
+}
+
+void Lowering::releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers) {
+  out_.sram.release(block);
+  freed_[block.slice].push_back({block, readers});
+}
+
+const ir::Op* Lowering::soleUser(ir::TensorId t, const std::vector<ir::OpId>& ops, size_t at,
+                                 std::initializer_list<ir::OpKind> kinds) const {
+  if (at >= ops.size() || graph_.tensor(t).users.size() != 1 || graph_.tensor(t).users[0] != ops[at]) return nullptr;
+  if (std::find(graph_.outputs().begin(), graph_.outputs().end(), t) != graph_.outputs().end()) return nullptr;
+  const ir::Op& next = graph_.op(ops[at]);
+  return std::find(kinds.begin(), kinds.end(), next.kind) != kinds.end() ? &next : nullptr;
 }
 
 Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
@@ -208,49 +363,60 @@ Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
-  Task task;
-  task.name = fmt::format("receive {} tile {}", st.placement.name, t);
-  task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t);
-  Step rx;
-  rx.inst = makeInst(unit, Opcode::kC2cReceive, st.placement.rows, plan.interval);
-  rx.inst.port = plan.port;
-  Step write;
-  write.inst = makeInst(st.placement.memUnit[t], Opcode::kMemWrite, st.placement.rows, plan.interval);
-  write.inst.address = st.placement.address[t];
-  write.inst.stride = 1;
-  write.producer = 0;
-  task.steps = {rx, write};
-  const int id = problem_.addTask(std::move(task));
-  taskId = id;
-  noteWriter(plan.tensor, t, id, 1);
-  // The port hands out vectors in arrival order: receives on one port keep that order.
-  auto last = lastReceive_.find(plan.port);
-  if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
-  lastReceive_[plan.port] = id;
+  {
+    // One burst per tile; a tile of several segments is written segment by segment.
+    Cycle offset = 0;
+    for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
+      Task task;
+      task.name = fmt::format("receive {} tile {}{}", st.placement.name, t, r0 > 0 ? fmt::format(" rows {}", r0) : "");
+      task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t) + offset;
+      offset += n * plan.interval;
+      Step rx;
+      rx.inst = makeInst(unit, Opcode::kC2cReceive, n, plan.interval);
+      rx.inst.port = plan.port;
+      Step write = writeStep(plan.tensor, t, r0, n, 0);
+      write.inst.interval = plan.interval;
+      task.steps = {rx, write};
+      const int id = addTask(std::move(task), {}, {{plan.tensor, t, r0, n, 1}});
+      if (r0 == 0) taskId = id;
+      // The port hands out vectors in arrival order: receives on one port keep that order.
+      auto last = lastReceive_.find(plan.port);
+      if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
+      lastReceive_[plan.port] = id;
+    }
+  }
   return {};
 }
 
 Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
   if (!placed(plan.tensor))
     return makeError(ExitCode::kInternal, fmt::format("send of '{}', which is not on this chip", graph_.tensor(plan.tensor).name));
-  TensorState& st = tensors_.at(plan.tensor);
+  const TensorState& st = tensors_.at(plan.tensor);
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
   for (int t = 0; t < st.placement.tiles; ++t) {
-    Task task;
-    task.name = fmt::format("send {} tile {}", st.placement.name, t);
-    task.deadline = plan.deadline;
-    Step read = readStep(plan.tensor, t, 0, st.placement.rows, false);
-    read.inst.interval = plan.interval;
-    Step tx;
-    tx.inst = makeInst(unit, Opcode::kC2cSend, st.placement.rows, plan.interval);
-    tx.inst.port = plan.port;
-    tx.producer = 0;
-    tx.linkBusy = plan.linkBusy;
-    task.steps = {read, tx};
-    const int id = problem_.addTask(std::move(task));
-    dependOnWriters(plan.tensor, t, id, 0);
-    st.readers.push_back({id, 0});
-    tasks.push_back(id);
+    int previous = -1;
+    for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
+      Task task;
+      task.name = fmt::format("send {} tile {}{}", st.placement.name, t, r0 > 0 ? fmt::format(" rows {}", r0) : "");
+      if (r0 == 0) task.deadline = plan.deadline;
+      Step read = readStep(plan.tensor, t, r0, n, false);
+      read.inst.interval = plan.interval;
+      Step tx;
+      tx.inst = makeInst(unit, Opcode::kC2cSend, n, plan.interval);
+      tx.inst.port = plan.port;
+      tx.producer = 0;
+      tx.linkBusy = plan.linkBusy;
+      task.steps = {read, tx};
+      const int id = addTask(std::move(task), {{plan.tensor, t, r0, n, 0}}, {});
+      // A burst's segments leave back to back, in order.
+      if (previous >= 0) problem_.addDependence({previous, 1, id, 1, Cycle{n} * plan.interval});
+      // Tiles leave in tile order, the order the receiver's chain of receives reads them in.
+      if (auto last = lastSend_.find(plan.port); previous < 0 && last != lastSend_.end())
+        problem_.addDependence({last->second, 1, id, 1, 1});
+      lastSend_[plan.port] = id;
+      previous = id;
+      if (r0 == 0) tasks.push_back(id);
+    }
   }
   return {};
 }
@@ -269,20 +435,33 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
+  const Status lowered = lowerFamily(op, ops, position, consumed);
+  for (const auto& [block, readers] : opScratch_) releaseScratch(block, readers);
+  opScratch_.clear();
+  return lowered;
+}
+
+Status Lowering::lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
   // One lowering per family of op kinds; a new kind joins the family whose units it uses.
   switch (op.kind) {
     case ir::OpKind::kMatMul:
     case ir::OpKind::kGemm:
     case ir::OpKind::kFusedMatMul: return lowerMatMul(op, ops, position, consumed);
+    case ir::OpKind::kConv: return lowerConv(op, ops, position, consumed);
     case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
     case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
     case ir::OpKind::kSigmoid: case ir::OpKind::kExp: case ir::OpKind::kSqrt: case ir::OpKind::kErf:
-    case ir::OpKind::kCast: return lowerElementwise(op);
+    case ir::OpKind::kCast: case ir::OpKind::kEqual: case ir::OpKind::kWhere: return lowerElementwise(op);
+    case ir::OpKind::kBatchNormalization: return lowerBatchNorm(op);
     case ir::OpKind::kSoftmax:
     case ir::OpKind::kLayerNormalization: return lowerNormalization(op);
+    case ir::OpKind::kMaxPool: case ir::OpKind::kAveragePool: return lowerPool(op);
+    case ir::OpKind::kGlobalAveragePool: case ir::OpKind::kReduceMean: case ir::OpKind::kReduceSum:
+    case ir::OpKind::kReduceMax: return lowerReduction(op);
     case ir::OpKind::kTranspose: case ir::OpKind::kReshape: case ir::OpKind::kFlatten:
     case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze: case ir::OpKind::kIdentity:
-    case ir::OpKind::kExpand: return lowerDataMovement(op);
+    case ir::OpKind::kExpand: case ir::OpKind::kGather: return lowerDataMovement(op);
+    case ir::OpKind::kConcat: case ir::OpKind::kSplit: case ir::OpKind::kSlice: return lowerCopy(op);
     default: break;
   }
   return modelError(op.name, fmt::format("op kind {} cannot be lowered", ir::opKindName(op.kind)));
@@ -293,49 +472,44 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const ir::Tensor& w = graph_.tensor(op.inputs[1]);
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
+  MxmJob job;
+  job.op = &op;
+  job.weights = op.inputs[1];
+  job.out = op.outputs[0];
   // Epilogue fusion: a bias Add of a 1-D weight and an activation that are the sole users.
-  auto soleUserIs = [&](ir::TensorId t, size_t at, std::initializer_list<ir::OpKind> kinds) -> const ir::Op* {
-    if (at >= ops.size() || graph_.tensor(t).users.size() != 1 || graph_.tensor(t).users[0] != ops[at]) return nullptr;
-    const ir::Op& next = graph_.op(ops[at]);
-    return std::find(kinds.begin(), kinds.end(), next.kind) != kinds.end() ? &next : nullptr;
-  };
-  ir::TensorId out = op.outputs[0];
-  ir::TensorId biasTensor = -1;
-  ir::OpKind activationKind = ir::OpKind::kIdentity;
   if (op.kind != ir::OpKind::kMatMul) {
     // Gemm's C and FusedMatMul's bias are the epilogue's bias; FusedMatMul names its activation.
     if (op.inputs.size() >= 3) {
-      biasTensor = op.inputs[2];
-      if (auto s = place(biasTensor, graph_.tensor(biasTensor).producer < 0); !s) return s;
+      job.bias = op.inputs[2];
+      // Not on the input's slices: the last K tile's chain reads both at once.
+      if (auto s = place(job.bias, graph_.tensor(job.bias).producer < 0, slicesOf(op.inputs[0])); !s) return s;
     }
     if (op.hasAttr("activation")) {
       const auto kind = ir::parseOpKind(op.stringAttr("activation", ""));
       if (!kind) return modelError(op.name, fmt::format("activation '{}' cannot be fused", op.stringAttr("activation", "")));
-      activationKind = *kind;
+      job.activation = *kind;
     }
-  } else if (const ir::Op* add = soleUserIs(out, position + 1, {ir::OpKind::kAdd})) {
-    const ir::TensorId other = add->inputs[0] == out ? add->inputs[1] : add->inputs[0];
+  } else if (const ir::Op* add = soleUser(job.out, ops, position + 1, {ir::OpKind::kAdd})) {
+    const ir::TensorId other = add->inputs[0] == job.out ? add->inputs[1] : add->inputs[0];
     if (graph_.tensor(other).producer < 0 && graph_.tensor(other).shape.size() == 1) {
-      biasTensor = other;
-      out = add->outputs[0];
+      job.bias = other;
+      job.out = add->outputs[0];
       ++consumed;
-      if (auto s = place(other, true); !s) return s;
+      if (auto s = place(other, true, slicesOf(op.inputs[0])); !s) return s;
     }
   }
   if (op.kind == ir::OpKind::kMatMul)
-    if (const ir::Op* act = soleUserIs(out, position + consumed, {ir::OpKind::kRelu, ir::OpKind::kGelu})) {
-      out = act->outputs[0];
-      activationKind = act->kind;
+    if (const ir::Op* act = soleUser(job.out, ops, position + consumed, {ir::OpKind::kRelu, ir::OpKind::kGelu})) {
+      job.out = act->outputs[0];
+      job.activation = act->kind;
       ++consumed;
     }
-  const bool activation = activationKind != ir::OpKind::kIdentity;
   std::set<int> avoid = slicesOf(op.inputs[0]);
-  for (int s : slicesOf(biasTensor)) avoid.insert(s);
-  if (auto s = place(out, false, avoid); !s) return s;
+  for (int s : slicesOf(job.bias)) avoid.insert(s);
+  if (auto s = place(job.out, false, avoid); !s) return s;
 
-  const TensorState& xs = tensors_.at(op.inputs[0]);
-  const TensorState& ws = tensors_.at(op.inputs[1]);
-  const TensorState& ys = tensors_.at(out);
+  const ir::TensorId in = op.inputs[0];
+  const TensorState& xs = tensors_.at(in);
   const int eb = ir::dtypeBytes(x.dtype);
   // Batched weights ([..., K, N], attention's activations x activations): batch b multiplies rows
   // [b*m, (b+1)*m) of X by weight rows [b*K, (b+1)*K).
@@ -345,173 +519,260 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const std::int64_t m = xs.placement.rows / batches;
   const MatMulTiling tiling =
       chooseMatMulTiling(chip_, m, kDim, nDim, eb, chip_.sramBytes() / (3 * std::max(1, eb)));
-  const int kTiles = xs.placement.tiles, nTiles = ys.placement.tiles;
-  const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
+  job.kTiles = xs.placement.tiles;
   // Counted at the INT8 rate: an FP16 MAC takes the plane time of fp16_rate_divisor INT8 MACs.
-  out_.macs += batches * m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
-  if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
-  const int weightRowsPerTile = tiling.tk;
-  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
-  // dimension is not N, are timed like the plain product but not computed.
-  const bool plainProduct = op.kind != ir::OpKind::kGemm ||
-                            (op.intAttr("transA", 0) == 0 && op.intAttr("transB", 0) == 0 &&
-                             op.floatAttr("alpha", 1.0) == 1.0 && op.floatAttr("beta", 1.0) == 1.0);
-  const bool biasLanesMatch = biasTensor < 0 || (!graph_.tensor(biasTensor).shape.empty() &&
-                                                 graph_.tensor(biasTensor).shape.back() == nDim &&
-                                                 (tensors_.at(biasTensor).placement.rows == 1 ||
-                                                  tensors_.at(biasTensor).placement.rows == ys.placement.rows));
-
+  job.macs = batches * m * kDim * nDim * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
   // When the output tiles do not spread evenly over the planes, shorter row blocks let every plane
   // take an equal share, as long as a block still hides a weight install behind its stream.
+  const int nTiles = tensors_.at(job.out).placement.tiles;
   std::int64_t tm = tiling.tm;
   if ((batches * nTiles) % chip_.mxmPlanes != 0 && m >= std::int64_t{chip_.mxmPlanes} * 2 * chip_.mxmWeightInstallCycles)
     tm = std::min<std::int64_t>(tm, ceilDiv(m, chip_.mxmPlanes));
+  for (std::int64_t batch = 0; batch < batches; ++batch)
+    for (const auto& [r0, n] : rowPieces(batch * m, (batch + 1) * m, {in, job.out}))
+      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) job.blocks.push_back({batch, b0, std::min(tm, r0 + n - b0)});
+  job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
+    return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
+  };
+  const int tk = tiling.tk;
+  job.weightRow = [kDim, tk](std::int64_t batch, int k) { return batch * kDim + std::int64_t{k} * tk; };
+  job.weightRows = [kDim, tk](int k) { return std::min<std::int64_t>(tk, kDim - std::int64_t{k} * tk); };
+  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
+  // dimension is not N or whose rows are neither one nor the output's, are timed alike but not computed.
+  job.timingOnly = op.kind == ir::OpKind::kGemm &&
+                   (op.intAttr("transA", 0) != 0 || op.intAttr("transB", 0) != 0 ||
+                    op.floatAttr("alpha", 1.0) != 1.0 || op.floatAttr("beta", 1.0) != 1.0);
+  if (job.bias >= 0) {
+    const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
+    job.biasTimingOnly = storageCols(job.bias) != nDim ||
+                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
+  }
+  return lowerMxm(job);
+}
+
+Status Lowering::lowerMxm(const MxmJob& job) {
+  const ir::Op& op = *job.op;
+  const TensorState& ws = tensors_.at(job.weights);
+  const TensorState& ys = tensors_.at(job.out);
+  const int kTiles = job.kTiles, nTiles = ys.placement.tiles;
+  const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  out_.macs += job.macs;
+  if (planeLast_.empty()) planeLast_.assign(chip_.mxmPlanes, {-1, -1});
   if (planeLoad_.empty()) planeLoad_.assign(chip_.mxmPlanes, 0);
 
-  for (std::int64_t batch = 0; batch < batches; ++batch)
-  for (int n = 0; n < nTiles; ++n)
-    for (std::int64_t m0 = 0; m0 < m; m0 += tm) {
-      const std::int64_t rows = std::min<std::int64_t>(tm, m - m0);
-      // Each (tile, row block) goes to the least loaded plane (lowest index on ties).
-      const int plane = static_cast<int>(std::min_element(planeLoad_.begin(), planeLoad_.end()) - planeLoad_.begin());
-      planeLoad_[plane] += kTiles * std::max<Cycle>(rows, chip_.mxmWeightInstallCycles);
-      const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
-      // Planes start at different K tiles so that, running together, they read different MEM slices.
-      const int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
-      for (int step = 0; step < kTiles; ++step) {
-        const int k = (step + rotation) % kTiles;
-        // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
-        Task install;
-        install.name = fmt::format("{} install k{} n{}", op.name, k, n);
-        Step ins;
-        ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
-        ins.inst.address = ws.placement.address[n % ws.placement.tiles] +
-                           static_cast<int>(std::min<std::int64_t>(batch * kDim + std::int64_t{k} * weightRowsPerTile,
-                                                                   ws.placement.rows - 1));
-        ins.inst.weightUnit = ws.placement.memUnit[n % ws.placement.tiles];
-        ins.inst.weightRows = static_cast<int>(std::min<std::int64_t>(weightRowsPerTile, kDim - std::int64_t{k} * weightRowsPerTile));
-        install.steps = {ins};
-        const int it = problem_.addTask(std::move(install));
-        for (const auto& [wt, wst] : ws.writers[n % ws.placement.tiles]) problem_.addDataDependence(wt, wst, it, 0);
-
-        Task compute;
-        compute.name = fmt::format("{} m{} k{} n{}", op.name, m0, k, n);
-        compute.steps.push_back(readStep(op.inputs[0], k, batch * m + m0, rows, false));
-        Step mxm;
-        mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
-        mxm.inst.timingOnly = !plainProduct;
-        mxm.producer = 0;
-        compute.steps.push_back(mxm);
-        int writeStep = -1;
-        const bool last = step + 1 == kTiles;
-        if (last) {
-          int tail = 1;
-          if (biasTensor >= 0) {
-            Step add;
-            add.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmBinary, rows);
-            add.inst.func = isa::VxmFunc::kAdd;
-            add.inst.timingOnly = !biasLanesMatch;
-            add.producer = tail;
-            add.producer2 = static_cast<int>(compute.steps.size()) + 1;
-            compute.steps.push_back(add);
-            tail = static_cast<int>(compute.steps.size()) - 1;
-            const TensorState& bs = tensors_.at(biasTensor);
-            compute.steps.push_back(readStep(biasTensor, n % bs.placement.tiles, batch * m + m0, rows,
-                                             bs.placement.rows != ys.placement.rows));
-          }
-          if (activation) {
-            Step act;
-            act.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, rows);
-            act.inst.func = funcOf(activationKind);
-            act.inst.timingOnly = !computesValues(activationKind);
-            act.producer = tail;
-            compute.steps.push_back(act);
-            tail = static_cast<int>(compute.steps.size()) - 1;
-          }
-          Step write;
-          write.inst = makeInst(ys.placement.memUnit[n], Opcode::kMemWrite, rows);
-          write.inst.address = ys.placement.address[n] + static_cast<int>(batch * m + m0);
-          write.inst.stride = 1;
-          write.producer = tail;
-          compute.steps.push_back(write);
-          writeStep = static_cast<int>(compute.steps.size()) - 1;
-        }
-        const int ct = problem_.addTask(std::move(compute));
-        dependOnWriters(op.inputs[0], k, ct, 0);
-        tensors_.at(op.inputs[0]).readers.push_back({ct, 0});
-        if (biasTensor >= 0 && last) {
-          const TensorState& bs = tensors_.at(biasTensor);
-          dependOnWriters(biasTensor, n % bs.placement.tiles, ct, 3);
-          tensors_.at(biasTensor).readers.push_back({ct, 3});
-        }
-        if (writeStep >= 0) noteWriter(out, n, ct, writeStep);
-        // The plane's sequence: install j -> compute j -> install j+1 (issued after compute j, so
-        // the simulator sees compute j use the weights installed before it) -> compute j+1.
-        problem_.addDataDependence(it, 0, ct, 1);
-        const auto [prevInstall, prevCompute] = planeLast_[plane];
-        if (prevCompute >= 0) {
-          problem_.addDependence({prevCompute, 1, it, 0, 1});
-          const Instruction& pc = problem_.tasks()[prevCompute].steps[1].inst;
-          problem_.addDependence({prevCompute, 1, ct, 1, Cycle{pc.repeat} * pc.interval});
-        }
-        (void)prevInstall;
-        planeLast_[plane] = {it, ct};
-      }
+  // Blocks in batch order; within a batch, every output tile over every group of row blocks. Blocks
+  // shorter than a weight install are grouped until the group's rows hide one: the plane streams
+  // every block of the group under one installed weight tile (their partial sums wait in the
+  // accumulators), so short blocks (a strided Conv's output rows) do not pay an install each.
+  for (size_t first = 0; first < job.blocks.size();) {
+    size_t last = first;
+    while (last < job.blocks.size() && job.blocks[last][0] == job.blocks[first][0]) ++last;
+    std::vector<std::pair<size_t, size_t>> groups;
+    for (size_t g = first; g < last;) {
+      size_t e = g;
+      std::int64_t rows = 0;
+      while (e < last && (rows < chip_.mxmWeightInstallCycles || e == g)) rows += job.blocks[e++][2];
+      groups.push_back({g, e});
+      g = e;
     }
+    for (int n = 0; n < nTiles; ++n)
+      for (const auto& [g0, g1] : groups) {
+        const std::int64_t batch = job.blocks[g0][0];
+        std::int64_t groupRows = 0;
+        for (size_t bi = g0; bi < g1; ++bi) groupRows += job.blocks[bi][2];
+        // Each (tile, row group) goes to the least loaded plane (lowest index on ties).
+        const int plane = static_cast<int>(std::min_element(planeLoad_.begin(), planeLoad_.end()) - planeLoad_.begin());
+        planeLoad_[plane] += kTiles * std::max<Cycle>(groupRows, chip_.mxmWeightInstallCycles);
+        const int installUnit = mxmFirst + 2 * plane, computeUnit = installUnit + 1;
+        // Planes start at different K tiles so that, running together, they read different MEM slices.
+        int rotation = (plane * kTiles / chip_.mxmPlanes + n / chip_.mxmPlanes) % kTiles;
+        // The last K tile's chain also reads the bias and residual and writes the output: its input
+        // must sit on another slice (one MEM queue cannot do both at once). The allocator avoids
+        // that when it can; when it could not, another K tile goes last.
+        auto clashes = [&](int k) {
+          for (size_t bi = g0; bi < g1; ++bi) {
+            const int sourceSlice = job.source(k, job.blocks[bi]).first.inst.unit - chip_.firstUnit(UnitKind::kMem);
+            if (tailSlicesOf(job, n, job.blocks[bi][1], plane).count(sourceSlice)) return true;
+          }
+          return false;
+        };
+        for (int tries = 0; tries < kTiles && clashes((kTiles - 1 + rotation) % kTiles); ++tries)
+          rotation = (rotation + 1) % kTiles;
+        for (int step = 0; step < kTiles; ++step) {
+          const int k = (step + rotation) % kTiles;
+          // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
+          Task install;
+          install.name = fmt::format("{} install k{} n{}", op.name, k, n);
+          Step ins;
+          ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
+          const int wTile = n % ws.placement.tiles;
+          const std::int64_t wRow = std::min<std::int64_t>(job.weightRow(batch, k), ws.placement.rows - 1);
+          const int wPiece = ws.piece(wTile, wRow);
+          ins.inst.address = ws.placement.address[wPiece] + static_cast<int>(wRow % ws.segmentRows());
+          ins.inst.weightUnit = ws.placement.memUnit[wPiece];
+          ins.inst.weightRows = static_cast<int>(job.weightRows ? job.weightRows(k) : 0);
+          // The tile's rows must lie in one segment for the plane to load them from one slice.
+          ins.inst.timingOnly = !job.weightRows || wRow + ins.inst.weightRows > ws.placement.rows ||
+                                (wRow % ws.segmentRows()) + ins.inst.weightRows > ws.segmentRows();
+          install.steps = {ins};
+          const int it = problem_.addTask(std::move(install));
+          for (const auto& [wt, wst] : ws.writers[wPiece]) problem_.addDataDependence(wt, wst, it, 0);
+          // The plane's sequence: install j -> computes j -> install j+1 (issued after the last
+          // compute j, so the simulator sees every compute j use the weights installed before it)
+          // -> computes j+1.
+          if (planeLast_[plane].second >= 0) problem_.addDependence({planeLast_[plane].second, 1, it, 0, 1});
+          for (size_t bi = g0; bi < g1; ++bi) {
+            const int ct = addMxmCompute(job, k, n, job.blocks[bi], job.blocks[first][1], computeUnit,
+                                         step + 1 == kTiles, vxm);
+            problem_.addDataDependence(it, 0, ct, 1);
+            const int prevCompute = planeLast_[plane].second;
+            if (prevCompute >= 0) {
+              const Instruction& pc = problem_.tasks()[prevCompute].steps[1].inst;
+              problem_.addDependence({prevCompute, 1, ct, 1, Cycle{pc.repeat} * pc.interval});
+            }
+            planeLast_[plane] = {it, ct};
+          }
+        }
+      }
+    first = last;
+  }
   return {};
 }
 
+int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block,
+                            std::int64_t batchRow0, int computeUnit, bool last, int vxm) {
+  const std::int64_t row0 = block[1], rows = block[2];
+  const TensorState& ys = tensors_.at(job.out);
+  Task compute;
+  compute.name = fmt::format("{} m{} k{} n{}", job.op->name, row0 - batchRow0, k, n);
+  auto [read, readAccess] = job.source(k, block);
+  compute.steps.push_back(read);
+  Step mxm;
+  mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
+  mxm.inst.timingOnly = job.timingOnly;
+  mxm.producer = 0;
+  compute.steps.push_back(mxm);
+  std::vector<Access> reads{readAccess}, writes;
+  if (last) {
+    // Epilogue: + bias, + residual, activation, write.
+    const int plane = (computeUnit - chip_.firstUnit(UnitKind::kMxm)) / 2;
+    std::set<int> busy{ys.blocks[ys.piece(n, row0)].slice};
+    int tailStep = 1;
+    for (ir::TensorId side : {job.bias, job.residual}) {
+      if (side < 0) continue;
+      Step add;
+      add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+      add.inst.func = isa::VxmFunc::kAdd;
+      add.inst.timingOnly = side == job.bias && job.biasTimingOnly;
+      add.producer = tailStep;
+      add.producer2 = static_cast<int>(compute.steps.size()) + 1;
+      compute.steps.push_back(add);
+      tailStep = static_cast<int>(compute.steps.size()) - 1;
+      const TensorState& bs = tensors_.at(side);
+      const bool broadcast = bs.placement.rows != ys.placement.rows;
+      // A replicated operand: each plane reads its own copy (or one off the chain's other slices).
+      const int piece = sidePiece(job, side, n, row0, plane, busy);
+      busy.insert(bs.blocks[piece].slice);
+      Step read = readStep(side, n % bs.placement.tiles, row0, rows, broadcast);
+      read.inst.unit = bs.placement.memUnit[piece];
+      read.inst.address = bs.placement.address[piece] + static_cast<int>(broadcast ? 0 : row0 % bs.segmentRows());
+      compute.steps.push_back(read);
+      reads.push_back({side, n % bs.placement.tiles, broadcast ? 0 : row0, broadcast ? 1 : rows,
+                       static_cast<int>(compute.steps.size()) - 1});
+    }
+    if (job.activation != ir::OpKind::kIdentity) {
+      Step act;
+      act.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
+      act.inst.func = funcOf(job.activation);
+      act.inst.timingOnly = !computesValues(job.activation);
+      act.producer = tailStep;
+      compute.steps.push_back(act);
+      tailStep = static_cast<int>(compute.steps.size()) - 1;
+    }
+    compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
+    writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
+  }
+  const int id = addTask(std::move(compute), reads, writes);
+  if (readAccess.tensor < 0) {
+    const auto [wt, ws] = job.scratchSource(readAccess, id);
+    problem_.addDataDependence(wt, ws, id, 0);
+  }
+  return id;
+}
+
 Status Lowering::lowerElementwise(const ir::Op& op) {
+  // A chain read -> ALU [-> ALU ...] -> write per tile and row piece; every operand after the first
+  // joins through a binary ALU step as a side read. Where(c, x, y) selects by arithmetic: x * c, + y.
+  std::vector<ir::TensorId> operands = op.inputs;
+  std::vector<isa::VxmFunc> funcs;
+  if (op.kind == ir::OpKind::kWhere) {
+    operands = {op.inputs[1], op.inputs[0], op.inputs[2]};
+    funcs = {isa::VxmFunc::kMul, isa::VxmFunc::kAdd};
+  } else {
+    funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
+  }
+  // Where's arithmetic select and the stand-in functions (Div as a Mul, ...) give the op's cost, not
+  // its values; a Cast that keeps the type is a copy.
+  const bool valuesKnown = op.kind != ir::OpKind::kWhere &&
+                           (computesValues(op.kind) ||
+                            (op.kind == ir::OpKind::kCast && graph_.tensor(op.inputs[0]).dtype == graph_.tensor(op.outputs[0]).dtype));
+  return lowerVxmChain(op, operands, funcs, valuesKnown);
+}
+
+Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
+                               const std::vector<isa::VxmFunc>& funcs, bool valuesKnown) {
   const ir::TensorId out = op.outputs[0];
   std::set<int> avoid;
-  for (ir::TensorId in : op.inputs)
+  for (ir::TensorId in : operands)
     for (int s : slicesOf(in)) avoid.insert(s);
   if (auto s = place(out, false, avoid); !s) return s;
   const TensorState& ys = tensors_.at(out);
   const std::int64_t rows = ys.placement.rows;
-  const std::int64_t chunk = std::min<std::int64_t>(rows, chip_.addressesPerSlice);
+  std::vector<ir::TensorId> aligned{out};
+  for (ir::TensorId in : operands) aligned.push_back(in);
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  // Lanes line up only when every operand has the output's values per row and its rows or one row
+  // (read with stride 0); other broadcasts are timed alike but not computed.
+  bool timingOnly = !valuesKnown;
+  for (ir::TensorId in : operands) {
+    const std::int64_t inRows = tensors_.at(in).placement.rows;
+    if (storageCols(in) != storageCols(out) || (inRows != rows && inRows != 1)) timingOnly = true;
+  }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const std::int64_t n = std::min(chunk, rows - r0);
+    for (const auto& [r0, n] : rowPieces(0, rows, aligned)) {
       Task task;
       task.name = fmt::format("{} tile {}", op.name, t);
+      std::vector<Access> reads;
       auto input = [&](ir::TensorId in) {
         const TensorState& is = tensors_.at(in);
-        return readStep(in, t % is.placement.tiles, r0, n, is.placement.rows != rows);
+        const bool broadcast = is.placement.rows != rows;
+        const int tile = t % is.placement.tiles;
+        task.steps.push_back(readStep(in, tile, r0, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({in, tile, broadcast ? 0 : r0, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
+        return static_cast<int>(task.steps.size()) - 1;
       };
-      task.steps.push_back(input(op.inputs[0]));
-      Step alu;
-      alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), op.inputs.size() == 2 ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
-      alu.inst.func = funcOf(op.kind);
-      // Lanes line up only when an input has the output's last dimension and its rows or one row
-      // (read with stride 0); other broadcasts and stand-in functions are timing only.
-      alu.inst.timingOnly = !computesValues(op.kind) && !(op.kind == ir::OpKind::kCast &&
-                                                          graph_.tensor(op.inputs[0]).dtype == graph_.tensor(out).dtype);
-      for (ir::TensorId in : op.inputs) {
-        const ir::Tensor& it = graph_.tensor(in);
-        const std::int64_t inRows = tensors_.at(in).placement.rows;
-        if ((it.shape.empty() ? 1 : it.shape.back()) != (graph_.tensor(out).shape.empty() ? 1 : graph_.tensor(out).shape.back()) ||
-            (inRows != rows && inRows != 1))
-          alu.inst.timingOnly = true;
+      int tail = input(operands[0]);
+      for (size_t i = 0; i < funcs.size(); ++i) {
+        // An operand already read by this chain is not read twice from one slice at once: x * x takes
+        // both ALU operands from the one stream it reads; a later repeat applies the function to the
+        // chain's own value.
+        const bool next = i + 1 < operands.size();
+        const bool seen = next && std::find(operands.begin(), operands.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                            operands[i + 1]) != operands.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+        const bool square = seen && i == 0;
+        const bool binary = next && (!seen || square);
+        Step alu;
+        alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
+        alu.inst.func = funcs[i];
+        alu.inst.timingOnly = timingOnly;
+        alu.producer = tail;
+        task.steps.push_back(alu);
+        tail = static_cast<int>(task.steps.size()) - 1;
+        if (binary) task.steps[tail].producer2 = square ? task.steps[tail].producer : input(operands[i + 1]);
       }
-      alu.producer = 0;
-      if (op.inputs.size() == 2) alu.producer2 = 2;
-      task.steps.push_back(alu);
-      if (op.inputs.size() == 2) task.steps.push_back(input(op.inputs[1]));
-      Step write;
-      write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, n);
-      write.inst.address = ys.placement.address[t] + static_cast<int>(r0);
-      write.inst.stride = 1;
-      write.producer = 1;
-      task.steps.push_back(write);
-      const int id = problem_.addTask(std::move(task));
-      for (size_t i = 0; i < op.inputs.size(); ++i) {
-        const int step = i == 0 ? 0 : 2;
-        const TensorState& is = tensors_.at(op.inputs[i]);
-        dependOnWriters(op.inputs[i], t % is.placement.tiles, id, step);
-        tensors_.at(op.inputs[i]).readers.push_back({id, step});
-      }
-      noteWriter(out, t, id, static_cast<int>(op.inputs.size()) + 1);
+      task.steps.push_back(writeStep(out, t, r0, n, tail));
+      addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
     }
   return {};
 }
@@ -527,117 +788,128 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   const std::int64_t rows = ys.placement.rows;
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
   const bool layerNorm = op.kind == ir::OpKind::kLayerNormalization;
-  std::vector<int> stats;
-  for (int t = 0; t < xs.placement.tiles; ++t) {
-    Task task;
-    task.name = fmt::format("{} statistics tile {}", op.name, t);
-    task.steps.push_back(readStep(in, t, 0, xs.placement.rows, false));
-    Step alu;
-    alu.inst = makeInst(vxm, Opcode::kVxmUnary, xs.placement.rows);
-    alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
-    alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
-    alu.producer = 0;
-    task.steps.push_back(alu);
-    const int id = problem_.addTask(std::move(task));
-    dependOnWriters(in, t, id, 0);
-    tensors_.at(in).readers.push_back({id, 0});
-    stats.push_back(id);
-  }
-  for (int t = 0; t < ys.placement.tiles; ++t) {
-    Task task;
-    task.name = fmt::format("{} normalise tile {}", op.name, t);
-    task.steps.push_back(readStep(in, t % xs.placement.tiles, 0, rows, false));
-    Step scale;
-    scale.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
-    scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
-    scale.inst.timingOnly = true;
-    scale.producer = 0;
-    task.steps.push_back(scale);
-    int tail = 1;
-    std::vector<std::pair<ir::TensorId, int>> sides;
-    if (layerNorm)
-      for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
-        if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
-        const TensorState& ps = tensors_.at(op.inputs[i]);
+  // Statistics are per row: a normalising task waits for the statistics of its own rows only.
+  std::vector<std::array<std::int64_t, 3>> stats;  // (task, first row, rows)
+  for (int t = 0; t < xs.placement.tiles; ++t)
+    for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
+      Task task;
+      task.name = fmt::format("{} statistics tile {}", op.name, t);
+      task.steps.push_back(readStep(in, t, r0, n, false));
+      Step alu;
+      alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
+      alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
+      alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
+      alu.producer = 0;
+      task.steps.push_back(alu);
+      stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
+    }
+  std::vector<ir::TensorId> params;
+  if (layerNorm)
+    for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
+      if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
+      params.push_back(op.inputs[i]);
+    }
+  for (int t = 0; t < ys.placement.tiles; ++t)
+    for (const auto& [r0, n] : rowPieces(0, rows, {in, out})) {
+      Task task;
+      task.name = fmt::format("{} normalise tile {}", op.name, t);
+      const int tile = t % xs.placement.tiles;
+      task.steps.push_back(readStep(in, tile, r0, n, false));
+      std::vector<Access> reads{{in, tile, r0, n, 0}};
+      Step scale;
+      scale.inst = makeInst(vxm, Opcode::kVxmUnary, n);
+      scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
+      scale.inst.timingOnly = true;
+      scale.producer = 0;
+      task.steps.push_back(scale);
+      int tail = 1;
+      for (size_t i = 0; i < params.size(); ++i) {
+        const TensorState& ps = tensors_.at(params[i]);
         Step alu;
-        alu.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
-        alu.inst.func = i == 1 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
+        alu.inst = makeInst(vxm, Opcode::kVxmBinary, n);
+        alu.inst.func = i == 0 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
         alu.inst.timingOnly = true;
         alu.producer = tail;
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
-        task.steps.push_back(readStep(op.inputs[i], t % ps.placement.tiles, 0, rows, ps.placement.rows != rows));
-        sides.push_back({op.inputs[i], static_cast<int>(task.steps.size()) - 1});
+        const bool broadcast = ps.placement.rows != rows;
+        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, r0, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : r0, broadcast ? 1 : n,
+                         static_cast<int>(task.steps.size()) - 1});
       }
-    Step write;
-    write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, rows);
-    write.inst.address = ys.placement.address[t];
-    write.inst.stride = 1;
-    write.producer = tail;
-    task.steps.push_back(write);
-    const int writeStep = static_cast<int>(task.steps.size()) - 1;
-    const int id = problem_.addTask(std::move(task));
-    for (int st : stats) problem_.addDependence({st, 1, id, 0, Cycle{rows}});
-    dependOnWriters(in, t % xs.placement.tiles, id, 0);
-    tensors_.at(in).readers.push_back({id, 0});
-    for (const auto& [tensor, step] : sides) {
-      dependOnWriters(tensor, t % tensors_.at(tensor).placement.tiles, id, step);
-      tensors_.at(tensor).readers.push_back({id, step});
+      task.steps.push_back(writeStep(out, t, r0, n, tail));
+      const int id = addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
+      for (const auto& [st, s0, sn] : stats) {
+        if (s0 >= r0 + n || r0 >= s0 + sn) continue;
+        const int statTask = static_cast<int>(st);
+        const Instruction& si = problem_.tasks()[statTask].steps[1].inst;
+        problem_.addDependence({statTask, 1, id, 0, Cycle{si.repeat}});
+      }
     }
-    noteWriter(out, t, id, writeStep);
-  }
   return {};
 }
 
 Status Lowering::lowerDataMovement(const ir::Op& op) {
-  // Transposes, reshapes and their kin move every vector of the tensor once through the SXM
-  // (shift/permute/transpose), which re-forms vectors in the output's layout. The timing model
+  // Transposes, reshapes, gathers and their kin move every vector of the output once through the
+  // SXM (shift/permute/transpose), which re-forms vectors in the output's layout. The timing model
   // streams output tile t from input tile t mod T_in: the same number of vectors, read at the
-  // input's real addresses (wrapping when the output has more rows than the input).
+  // input's real addresses (wrapping when the output has more rows than the input). A Gather's
+  // rows depend on run-time indices; the static schedule streams the table's rows in order.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
+  // The output's vectors are the input's in order (a copy, functional mode) when the values per
+  // row, the type and the rows stay, or one row of one tile is repeated; a transpose must keep its
+  // axes, and a Gather's rows are the run-time indices' (timed as the table in order).
+  const TensorState& xs = tensors_.at(in);
+  const TensorState& ys = tensors_.at(out);
+  bool copies = op.kind != ir::OpKind::kGather && storageCols(in) == storageCols(out) &&
+                graph_.tensor(in).dtype == graph_.tensor(out).dtype &&
+                (xs.placement.rows == ys.placement.rows || (xs.placement.rows == 1 && xs.placement.tiles == 1));
+  if (op.kind == ir::OpKind::kTranspose) {
+    const auto perm = op.intsAttr("perm");
+    if (perm.empty()) copies = copies && graph_.tensor(in).shape.size() <= 1;  // no perm: the axes reversed
+    for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
+  }
+  copyVectors(op, in, out, 0, ys.placement.tiles, 0, ys.placement.rows, 0, 0, true,
+              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified);
+  return {};
+}
+
+void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
+                           std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
+                           isa::SxmFunc func) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
-  // The vectors are the output's as they are (a copy) when the last dimension and the rows stay,
-  // or a single row is repeated; a transpose must keep its axes.
-  const ir::Tensor& xt = graph_.tensor(in);
-  const ir::Tensor& yt = graph_.tensor(out);
-  bool copies = !xt.shape.empty() && !yt.shape.empty() && xt.shape.back() == yt.shape.back() &&
-                xt.dtype == yt.dtype && (xs.placement.rows == ys.placement.rows || xs.placement.rows == 1);
-  if (op.kind == ir::OpKind::kTranspose) {
-    const auto perm = op.intsAttr("perm");
-    if (perm.empty()) copies = copies && xt.shape.size() <= 1;  // no perm: the axes reversed
-    for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
-  }
-  for (int t = 0; t < ys.placement.tiles; ++t)
-    for (std::int64_t r0 = 0; r0 < ys.placement.rows; r0 += xs.placement.rows) {
-      const std::int64_t n = std::min(xs.placement.rows, ys.placement.rows - r0);
-      const int tile = t % xs.placement.tiles;
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
+  const std::int64_t inRows = xs.placement.rows;
+  int piece = 0;
+  for (int t = outTile0; t < outTile0 + outTiles; ++t)
+    for (std::int64_t r = outRow0; r < outRow0 + outRows;) {
+      // Walking: the output's vectors in order take the input's in order (a reshape re-forms rows
+      // from every input tile); otherwise output tile t takes input tile inTile0 + t - outTile0.
+      const std::int64_t g = walk ? std::int64_t{t - outTile0} * outRows + (r - outRow0) + inRow0 : inRow0 + r - outRow0;
+      const int tile = static_cast<int>((inTile0 + (walk ? g / inRows : t - outTile0)) % xs.placement.tiles);
+      const std::int64_t ir0 = g % inRows;
+      const std::int64_t n = std::min({outRow0 + outRows - r, (r / ys.segmentRows() + 1) * ys.segmentRows() - r,
+                                       (ir0 / xs.segmentRows() + 1) * xs.segmentRows() - ir0, inRows - ir0});
       Task task;
-      task.name = fmt::format("{} tile {} rows {}", op.name, t, r0);
-      task.steps.push_back(readStep(in, tile, 0, n, false));
+      task.name = fmt::format("{} tile {} rows {}", op.name, t, r);
+      task.steps.push_back(readStep(in, tile, ir0, n, false));
       Step shift;
-      // West-half tiles use a west SXM, east-half tiles an east one: the shortest streams.
-      const bool west = chip_.units()[xs.placement.memUnit[tile]].slice < chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
-      shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + t % std::max(1, chip_.sxmUnits / 2),
-                            Opcode::kSxmShift, n);
-      shift.inst.sxm = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
+      // West-half reads use a west SXM, east-half reads an east one (the shortest streams), the
+      // pieces taking the units of their half in turn.
+      const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
+      shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
+      shift.inst.sxm = func;
       shift.producer = 0;
       task.steps.push_back(shift);
-      Step write;
-      write.inst = makeInst(ys.placement.memUnit[t], Opcode::kMemWrite, n);
-      write.inst.address = ys.placement.address[t] + static_cast<int>(r0);
-      write.inst.stride = 1;
-      write.producer = 1;
-      task.steps.push_back(write);
-      const int id = problem_.addTask(std::move(task));
-      dependOnWriters(in, tile, id, 0);
-      tensors_.at(in).readers.push_back({id, 0});
-      noteWriter(out, t, id, 2);
+      task.steps.push_back(writeStep(out, t, r, n, 1));
+      addTask(std::move(task), {{in, tile, ir0, n, 0}}, {{out, t, r, n, 2}});
+      r += n;
     }
-  return {};
 }
 
 void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {
@@ -650,10 +922,7 @@ void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std
     if (std::any_of(users.begin(), users.end(), [&](ir::OpId u) { return pending.count(u) > 0; })) continue;
     if (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); }))
       continue;
-    for (const auto& b : st.blocks) {
-      out_.sram.release(b);
-      freed_[b.slice].push_back({b, st.readers});
-    }
+    for (size_t p = 0; p < st.blocks.size(); ++p) releaseScratch(st.blocks[p], st.readers[p]);
     st.blocks.clear();
   }
 }
@@ -668,12 +937,12 @@ void Lowering::finish() {
   out_.matmulLowerBound = planeBusy.empty() ? 0 : *std::max_element(planeBusy.begin(), planeBusy.end());
 }
 
-}  // namespace
+}  // namespace detail
 
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
   auto out = std::make_unique<LoweredShard>(chip);
-  Lowering lowering(chip, graph, *out);
+  detail::Lowering lowering(chip, graph, *out);
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.
@@ -682,12 +951,12 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   for (ir::OpId op : ops)
     for (ir::TensorId in : graph.op(op).inputs)
       if (graph.tensor(in).producer < 0 && seen.insert(in).second &&
-          vectorShape(chip, graph.tensor(in)).first >= chip.addressesPerSlice / 8)
+          lowering.geometry(in).first >= chip.addressesPerSlice / 8)
         resident.push_back(in);
   for (const auto& r : interface.receives)
     resident.erase(std::remove(resident.begin(), resident.end(), r.tensor), resident.end());
   std::stable_sort(resident.begin(), resident.end(), [&](ir::TensorId a, ir::TensorId b) {
-    return vectorShape(chip, graph.tensor(a)).first > vectorShape(chip, graph.tensor(b)).first;
+    return lowering.geometry(a).first > lowering.geometry(b).first;
   });
   for (ir::TensorId t : resident) {
     std::set<int> avoid;  // slices of tensors read by the same op
@@ -707,14 +976,13 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     if (a.mirrorsSend >= 0) return a.mirrorsSend < b.mirrorsSend;
     return a.arrivals.front() < b.arrivals.front();
   });
-  // A port hands out bursts in arrival order, which need not be tile order (a sender's tiles go out
-  // as its schedule has them): receive tasks are made, and chained per port, in arrival order, so
-  // that each writes the tile its burst carries.
+  // A port hands out bursts in arrival order, which need not be tile order across the tensors that
+  // share it: receive tasks are made, and chained per port, in arrival order, so that each writes
+  // the tile its burst carries. Mirrored receives (no fixed arrivals) follow, in plan and tile order.
   std::vector<std::vector<int>> receiveTasks(receives.size());
-  // Mirrored receives (no fixed arrivals) follow, in plan and tile order.
   std::vector<std::tuple<bool, Cycle, size_t, int>> receiveOrder;  // (mirrored, arrival, plan, tile)
   for (size_t i = 0; i < receives.size(); ++i) {
-    const int tiles = vectorShape(chip, graph.tensor(receives[i].tensor)).second;
+    const int tiles = lowering.geometry(receives[i].tensor).second;
     receiveTasks[i].assign(tiles, -1);
     const bool mirrored = receives[i].mirrorsSend >= 0;
     for (int t = 0; t < tiles; ++t) receiveOrder.emplace_back(mirrored, mirrored ? 0 : receives[i].arrivals.at(t), i, t);

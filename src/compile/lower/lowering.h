@@ -17,6 +17,20 @@ namespace tsp::lower {
 /// Vector geometry of a tensor: rows (all dims but the last) and 320-byte tiles per row.
 std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const ir::Tensor& tensor);
 
+/// Does the graph have convolutions or pooling? Its 4-D feature maps are then stored channels-last.
+bool spatialGraph(const ir::Graph& graph);
+/// Rows x tiles of a tensor as the lowering stores it. In a spatial graph a 4-D feature map
+/// [N, C, H, W] is N*H*W rows of C (channels along the vector: the MXM reduces over them), a Conv's
+/// weight [Cout, Cin, kh, kw] is kh*kw*Cin rows of Cout, and a graph input read only by one Conv
+/// arrives window-gathered from the host (N*Ho*Wo rows of kh*kw*Cin); otherwise vectorShape().
+std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
+                                             bool spatial);
+/// The Conv that reads graph input `id` window-gathered (its sole user, whose whole window kh*kw*Cin
+/// fits one vector: the host lays the input out im2col, one packed vector per output pixel), else null.
+const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
+/// storageGeometry() with spatial = spatialGraph(graph).
+std::pair<std::int64_t, int> tensorGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
+
 /// The matmul tiling the seed's cost model picks: T_m rows per stream, T_k x T_n weights per plane.
 struct MatMulTiling {
   int tm = 0, tk = 0, tn = 0;  ///< elements

@@ -86,7 +86,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
     for (size_t i = 0; i < sendKeys.size(); ++i) {
       const auto& link = cluster.links()[sendLinks[i]];
       const int dstChip = stages[sendKeys[i].second].chip;
-      const auto [rows, tiles] = lower::vectorShape(chip, graph.tensor(sendKeys[i].first));
+      const auto [rows, tiles] = lower::tensorGeometry(chip, graph, sendKeys[i].first);
       (void)tiles;
       for (Cycle issue : compiled->sendIssues[i]) {
         C2CTransfer t;

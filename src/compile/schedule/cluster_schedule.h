@@ -1,4 +1,4 @@
-// The cluster scheduler: the one owner of cross-chip timing for a pipeline of stages.
+// The cluster scheduler: the one owner of cross-chip timing, for pipelines of stages and sharded plans.
 #pragma once
 
 #include <vector>
@@ -25,6 +25,7 @@ struct C2CTransfer {
   int vectors = 0;
   int interval = 1;       ///< cycles between vectors on the link
   Bytes bytes = 0;
+  std::vector<int> route;  ///< every link of a multi-hop route, in hop order (empty: `link` alone)
 };
 
 /// A Program for every chip of the cluster (empty for idle chips) and the C2C schedule.
@@ -32,6 +33,20 @@ struct ClusterSchedule {
   std::vector<isa::Program> programs;
   std::vector<CompileReport> reports;  ///< per chip (zeros for idle chips)
   std::vector<C2CTransfer> transfers;
+  int compiledShards = 0;  ///< compute segments compiled by compileShard (sharded plans)
+  int sharedShards = 0;    ///< compute segments that reused an identical segment's program
+  int collectives = 0;     ///< collectives scheduled on routes (sharded plans)
+};
+
+/// The per-chip graphs of a sharded plan (SPMD: every device graph has the same op sequence; its
+/// collectives and Send/Recv ops name the devices they join in `devices` and `peer` by their
+/// position in the device's wave).
+struct ShardedWorkload {
+  std::vector<ir::Graph> graphs;        ///< per mesh device
+  std::vector<std::vector<int>> opChip; ///< per device, the chip that runs each op
+  /// Devices scheduled together, in order (a TP group of one microbatch of one replica): the
+  /// collectives of a wave's graphs join only devices of that wave.
+  std::vector<std::vector<int>> waves;
 };
 
 /// Cycles between consecutive vectors on a link: one 320-byte vector at the link's bandwidth.
@@ -42,6 +57,15 @@ int linkVectorInterval(const topology::ChipSpec& chip, const topology::Link& lin
 /// Each chip is compiled by compileShard() with `options` (its seed mixed with the stage index).
 Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vector<PipelineStage>& stages,
                                           const topology::Cluster& cluster, const Options& options = {});
+
+/// Schedules every chip of a sharded plan as one problem: each chip runs its compute segments (runs
+/// of ops on one chip between communications, compiled by compileShard with their inputs resident)
+/// and communications back to back; collectives (planCollective's algorithm for the group) and
+/// cross-chip tensors (Send/Recv, stage to stage) are scheduled on routes at the earliest cycle
+/// their chips are free, every link booked cycle by cycle in one calendar. Identical segments are
+/// compiled once and relocated. Errors name the op.
+Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
+                                          const Options& options = {});
 
 /// Predicted cycles of each layer run alone on one chip: the per-op estimates the partitioner uses.
 Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip);

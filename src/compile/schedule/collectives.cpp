@@ -89,6 +89,38 @@ void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std:
   }
 }
 
+// Binomial tree on every group at once: reduce `vectors` to group[0] (when `reduce`), then broadcast them.
+void addTreeSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& groups,
+                  std::int64_t vectors, bool reduce) {
+  const std::int64_t p = static_cast<std::int64_t>(groups.front().size());
+  int levels = 0;
+  while ((std::int64_t{1} << levels) < p) ++levels;
+  for (int k = 0; reduce && k < levels; ++k) {
+    std::vector<CollectiveMessage> step;
+    const std::int64_t span = std::int64_t{1} << k;
+    for (const auto& g : groups)
+      for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i], g[i - span], vectors, true});
+    steps.push_back(std::move(step));
+  }
+  for (int k = levels; k-- > 0;) {
+    std::vector<CollectiveMessage> step;
+    const std::int64_t span = std::int64_t{1} << k;
+    for (const auto& g : groups)
+      for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i - span], g[i], vectors, false});
+    steps.push_back(std::move(step));
+  }
+}
+
+// The top level of a hierarchical all-reduce spans groups of racks whose ring steps cross multi-hop
+// routes that every group uses at once, so a ring step costs far more than its alpha-beta time: on the
+// 10,440-chip system a tree beats the ring up to a few vectors per ring step and loses from about 20
+// (docs/validation.md). Below this chunk the top level runs a binomial tree.
+constexpr std::int64_t kTopRingMinChunkVectors = 8;
+
+bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
+  return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
+}
+
 }  // namespace
 
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips) {
@@ -129,7 +161,7 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
 }
 
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
-                                        std::int64_t bytes, const topology::Cluster& cluster) {
+                                        std::int64_t bytes, const topology::Cluster& cluster, bool keepOrder) {
   if (group.empty()) return makeError(ExitCode::kConfig, "a collective needs at least one chip");
   for (int c : group)
     if (c < 0 || c >= cluster.chipCount())
@@ -142,8 +174,11 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
   const auto p = static_cast<std::int64_t>(group.size());
   const std::int64_t vb = cluster.chip().vectorBytes;
   const std::int64_t chunk = ceilDiv(ceilDiv(bytes, vb), p);  // vectors of one n/p chunk
-  plan.vectorsPerChip = chunk * p;
-  plan.group = plan.algorithm == CollectiveAlgorithm::kRing ? ringOrder(cluster, group) : group;
+  // Rings and halving-doubling move n/p chunks, so n is rounded up to p whole chunks; a tree moves n
+  // whole and a hierarchical algorithm rounds at each level (p = 10,440 would otherwise triple 1 MiB).
+  const bool whole = plan.algorithm == CollectiveAlgorithm::kTree || plan.algorithm == CollectiveAlgorithm::kHierarchical;
+  plan.vectorsPerChip = whole ? ceilDiv(bytes, vb) : chunk * p;
+  plan.group = plan.algorithm == CollectiveAlgorithm::kRing && !keepOrder ? ringOrder(cluster, group) : group;
   if (plan.algorithm == CollectiveAlgorithm::kHalvingDoubling && !isPowerOfTwo(group.size()))
     return makeError(ExitCode::kConfig, fmt::format("halving-doubling needs a power-of-two group, not {}", p));
   if (plan.algorithm == CollectiveAlgorithm::kHierarchical &&
@@ -176,28 +211,13 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
           break;
       }
       break;
-    case CollectiveAlgorithm::kTree: {
+    case CollectiveAlgorithm::kTree:
       // Binomial tree rooted at g[0]: reduce up (all-reduce only), then broadcast down.
-      int levels = 0;
-      while ((std::int64_t{1} << levels) < p) ++levels;
-      if (op == CollectiveOp::kAllReduce)
-        for (int k = 0; k < levels; ++k) {
-          std::vector<CollectiveMessage> step;
-          const std::int64_t span = std::int64_t{1} << k;
-          for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i], g[i - span], all, true});
-          steps.push_back(std::move(step));
-        }
-      else if (op != CollectiveOp::kBroadcast)
+      if (op != CollectiveOp::kAllReduce && op != CollectiveOp::kBroadcast)
         return makeError(ExitCode::kConfig, fmt::format("the tree algorithm runs all-reduce and broadcast, not {}",
                                                         collectiveOpName(op)));
-      for (int k = levels; k-- > 0;) {
-        std::vector<CollectiveMessage> step;
-        const std::int64_t span = std::int64_t{1} << k;
-        for (std::int64_t i = span; i < p; i += 2 * span) step.push_back({g[i - span], g[i], all, false});
-        steps.push_back(std::move(step));
-      }
+      addTreeSteps(steps, {g}, all, op == CollectiveOp::kAllReduce);
       break;
-    }
     case CollectiveAlgorithm::kHalvingDoubling: {
       if (op != CollectiveOp::kAllReduce && op != CollectiveOp::kReduceScatter && op != CollectiveOp::kAllGather)
         return makeError(ExitCode::kConfig, "halving-doubling runs all-reduce, reduce-scatter and all-gather");
@@ -247,8 +267,14 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         share = c;
       }
       const std::int64_t top = ceilDiv(share, levels.back());
-      if (reduces) addRingSteps(steps, ringsOf(levels.size() - 1), top, true);
-      if (gathers) addRingSteps(steps, ringsOf(levels.size() - 1), top, false);
+      const auto topGroups = ringsOf(levels.size() - 1);
+      if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
+        // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
+        addTreeSteps(steps, topGroups, share, true);
+      } else {
+        if (reduces) addRingSteps(steps, topGroups, top, true);
+        if (gathers) addRingSteps(steps, topGroups, top, false);
+      }
       for (size_t k = levels.size() - 1; k-- > 0;)
         if (gathers) addRingSteps(steps, ringsOf(k), chunkAt[k], false);
       break;
@@ -264,10 +290,11 @@ constexpr std::int64_t kMaxBurstVectors = 4096;
 // One chip's units, streams, ports and SRAM as the collective's chains are placed on it.
 class ChipChains {
  public:
-  explicit ChipChains(const topology::ChipSpec& chip)
-      : chip_(chip), units_(chip.units()), unitFree_(units_.size(), 0), linkFree_(chip.c2cPorts, 0),
+  /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed).
+  ChipChains(const topology::ChipSpec& chip, Cycle start)
+      : chip_(chip), units_(chip.units()), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
         nextAddress_(chip.memSlices, 0) {
-    for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, 0);
+    for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
     program_.chipSpecHash = chip.hash();
   }
 
@@ -455,43 +482,46 @@ class ChipChains {
   isa::Program program_;
 };
 
-// Busy windows of each directed link (link * 2 + direction), for routes of several hops.
-class LinkCalendar {
- public:
-  explicit LinkCalendar(size_t links) : busy_(links * 2) {}
-  /// The first window start >= start such that every hop's window is free.
-  Cycle firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const {
-    bool moved = true;
-    while (moved) {
-      moved = false;
-      for (const auto& [key, offset] : hops)
-        for (const auto& [a, b] : busy_[key])
-          if (start + offset < b && a < start + offset + length) {
-            start = b - offset;
-            moved = true;
-          }
-    }
-    return start;
-  }
-  void reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) {
-    for (const auto& [key, offset] : hops) busy_[key].push_back({start + offset, start + offset + length});
-  }
-
- private:
-  std::vector<std::vector<std::pair<Cycle, Cycle>>> busy_;
-};
-
 }  // namespace
 
+LinkCalendar::LinkCalendar(size_t links) : busy_(links * 2) {}
+
+Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const {
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (const auto& [key, offset] : hops)
+      for (const auto& [a, b] : busy_[key])
+        if (start + offset < b && a < start + offset + length) {
+          start = b - offset;
+          moved = true;
+        }
+  }
+  return start;
+}
+
+void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) {
+  for (const auto& [key, offset] : hops) busy_[key].push_back({start + offset, start + offset + length});
+}
+
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster) {
+  LinkCalendar calendar(cluster.links().size());
+  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar);
+}
+
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                const std::vector<Cycle>& start, LinkCalendar& calendar) {
   const auto& chip = cluster.chip();
   CollectiveSchedule out;
   out.plan = plan;
-  std::vector<ChipChains> chains;
-  chains.reserve(cluster.chipCount());
-  for (int c = 0; c < cluster.chipCount(); ++c) chains.emplace_back(chip);
-  std::vector<Cycle> ready(cluster.chipCount(), 0);
-  LinkCalendar calendar(cluster.links().size());
+  // Chains only for the chips the messages touch (senders, receivers, transit chips).
+  std::map<int, ChipChains> chainOf;
+  auto chains = [&](int c) -> ChipChains& {
+    auto it = chainOf.find(c);
+    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, start[c])).first;
+    return it->second;
+  };
+  std::vector<Cycle> ready = start;
 
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
@@ -528,7 +558,7 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
                             hops[h].second - chip.c2cForwardCycles});
       }
       auto transitsFree = [&](Cycle issue) {
-        for (const auto& t : transits) issue = std::max(issue, chains[t.chip].portQueueFree(t.inPort) - t.offset);
+        for (const auto& t : transits) issue = std::max(issue, chains(t.chip).portQueueFree(t.inPort) - t.offset);
         return issue;
       };
       const Cycle flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
@@ -538,35 +568,36 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         const Cycle length = Cycle{v} * interval;
         // The send's chain starts no earlier than `from`; the calendar may push it later.
         Cycle from = earliest;
-        Cycle issue = chains[m.src].send(first.portOn(m.src), v, interval, from, false);
+        Cycle issue = chains(m.src).send(first.portOn(m.src), v, interval, from, false);
         for (Cycle fit = calendar.firstFit(hops, transitsFree(issue), length); fit != issue;
              fit = calendar.firstFit(hops, transitsFree(issue), length)) {
           from += fit - issue;
-          issue = chains[m.src].send(first.portOn(m.src), v, interval, from, false);
+          issue = chains(m.src).send(first.portOn(m.src), v, interval, from, false);
         }
-        chains[m.src].send(first.portOn(m.src), v, interval, from, true);
+        chains(m.src).send(first.portOn(m.src), v, interval, from, true);
         calendar.reserve(hops, issue, length);
-        for (const auto& t : transits) chains[t.chip].forward(t.inPort, t.outPort, v, interval, issue + t.offset);
+        for (const auto& t : transits) chains(t.chip).forward(t.inPort, t.outPort, v, interval, issue + t.offset);
         const Cycle arrive = issue + flight;
         receives.push_back({m.dst, last.portOn(m.dst), v, interval, arrive, m.reduce});
         RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, interval};
         for (const auto& hop : route) t.links.push_back(hop.link);
         out.transfers.push_back(t);
         C2CTransfer c2c{m.src, m.dst, route.front().link, issue, arrive, static_cast<int>(v), interval,
-                        Bytes{v} * chip.vectorBytes};
+                        Bytes{v} * chip.vectorBytes, {}};
         out.cluster.transfers.push_back(c2c);
         done += v;
         earliest = from;
       }
     }
     for (const auto& r : receives)
-      next[r.chip] = std::max(next[r.chip], chains[r.chip].receive(r.port, r.vectors, r.interval, r.arrive, r.reduce));
+      next[r.chip] = std::max(next[r.chip], chains(r.chip).receive(r.port, r.vectors, r.interval, r.arrive, r.reduce));
     ready = next;
   }
-  out.cluster.programs.reserve(chains.size());
-  for (auto& c : chains) {
-    out.cluster.programs.push_back(c.finish());
-    out.cycles = std::max(out.cycles, out.cluster.programs.back().predictedCycles);
+  out.cluster.programs.resize(cluster.chipCount());
+  for (auto& p : out.cluster.programs) p.chipSpecHash = chip.hash();
+  for (auto& [c, chain] : chainOf) {
+    out.cluster.programs[c] = chain.finish();
+    out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }
   return out;
 }

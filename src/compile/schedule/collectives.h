@@ -48,9 +48,10 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
 /// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on 2-D meshes and tori).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
 
-/// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps.
+/// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps. A ring
+/// runs in ringOrder, or in the group's own order when keepOrder (a placement made for that ring).
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
-                                        std::int64_t bytes, const topology::Cluster& cluster);
+                                        std::int64_t bytes, const topology::Cluster& cluster, bool keepOrder = false);
 
 /// One scheduled message on its route.
 struct RoutedTransfer {
@@ -75,6 +76,25 @@ struct CollectiveSchedule {
 /// sender's data, units, streams and every link of the route allow; a transit chip adds
 /// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster);
+
+/// Busy windows of every directed link (link * 2 + direction), shared by all the messages of one
+/// cluster schedule so that no link carries two vectors at once.
+class LinkCalendar {
+ public:
+  explicit LinkCalendar(size_t links);
+  /// The first start >= start at which every hop's window (start + offset, length long) is free.
+  Cycle firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const;
+  void reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length);
+
+ private:
+  std::vector<std::vector<std::pair<Cycle, Cycle>>> busy_;
+};
+
+/// scheduleCollective inside a larger schedule: chip c's units, streams and ports are free from
+/// start[c] on (absolute cycles), links are booked in `calendar`; the programs hold absolute
+/// issue cycles and only the chips the messages touch have instructions.
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                const std::vector<Cycle>& start, LinkCalendar& calendar);
 
 /// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
 /// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and

@@ -108,6 +108,23 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   s.unitOf.assign(steps, -1);
 
   std::vector<Timeline> unitLine(unitCount), linkLine(chip.c2cPorts);
+  // MEM: the queue dispatches (unitLine, one cycle), the port holds the run (portLine), and a run
+  // may overlap one of the other port only where their banks differ every common cycle.
+  std::vector<Timeline> portLine(2 * static_cast<size_t>(chip.memSlices));
+  struct PortRun {
+    Cycle first, last;
+    const isa::Instruction* inst;
+  };
+  std::vector<std::vector<PortRun>> portRuns(2 * static_cast<size_t>(chip.memSlices));  // sorted by first
+  // End of a run of the other port that shares a bank with `inst` issued at b, or nullopt.
+  auto bankConflictEnd = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
+    const auto& runs = portRuns[memPortOf(chip, inst) ^ 1];
+    const Cycle e = b + Cycle{inst.repeat - 1} * inst.interval;
+    auto it = std::lower_bound(runs.begin(), runs.end(), b, [](const PortRun& r, Cycle c) { return r.last < c; });
+    for (; it != runs.end() && it->first <= e; ++it)
+      if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) return it->last + 1;
+    return std::nullopt;
+  };
   std::vector<Timeline> streamLine[2];
   for (auto& l : streamLine) l.resize(chip.streamsPerDirection);
 
@@ -138,13 +155,18 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
     chosenUnit.assign(task.steps.size(), -1);
     chosenStream.assign(ee - eb, -1);
 
-    // MEM accesses whose slice is busy when their data is ready: the bank-conflict count.
+    // MEM accesses that cannot run when their data is ready: their port (or queue) is busy, or the
+    // other port's run shares a bank with them (the bank-conflict count).
     for (size_t k = 0; k < task.steps.size(); ++k) {
       const Step& st = task.steps[k];
-      if (st.inst.op != Opcode::kMemRead && st.inst.op != Opcode::kMemWrite) continue;
+      if (!isMemAccess(st.inst)) continue;
       ++s.memAccesses;
-      if (unitLine[st.inst.unit].conflictEnd(earliest + st.offset, earliest + problem.unitEnd(t, static_cast<int>(k))))
+      const Cycle b = earliest + st.offset;
+      if (unitLine[st.inst.unit].conflictEnd(b, b + 1) ||
+          portLine[memPortOf(chip, st.inst)].conflictEnd(b, earliest + problem.unitEnd(t, static_cast<int>(k))))
         ++s.delayedMemAccesses;
+      else if (bankConflictEnd(st.inst, b))
+        ++s.delayedMemAccesses, ++s.bankDelayedMemAccesses;
     }
 
     Cycle base = earliest;
@@ -176,6 +198,16 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
           if (chosenUnit[k] < 0) {
             placed = false;
             next = std::max(next, soonest ? *soonest - st.offset : base + 1);
+          }
+        } else if (isMemAccess(st.inst)) {
+          std::optional<Cycle> c = unitLine[st.inst.unit].conflictEnd(b, b + 1);
+          if (!c) c = portLine[memPortOf(chip, st.inst)].conflictEnd(b, e);
+          if (!c) c = bankConflictEnd(st.inst, b);
+          if (c) {
+            placed = false;
+            next = std::max(next, *c - st.offset);
+          } else {
+            chosenUnit[k] = st.inst.unit;
           }
         } else {
           if (const auto c = unitLine[st.inst.unit].conflictEnd(b, e)) {
@@ -229,7 +261,18 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       const Step& st = task.steps[k];
       const int u = chosenUnit[k];
       s.unitOf[s.stepBase[t] + k] = u;
-      unitLine[u].insert(base + st.offset, base + problem.unitEnd(t, static_cast<int>(k)));
+      if (isMemAccess(st.inst)) {
+        const Cycle b = base + st.offset;
+        unitLine[u].insert(b, b + 1);
+        portLine[memPortOf(chip, st.inst)].insert(b, base + problem.unitEnd(t, static_cast<int>(k)));
+        auto& runs = portRuns[memPortOf(chip, st.inst)];
+        const PortRun run{b, b + Cycle{st.inst.repeat - 1} * st.inst.interval, &st.inst};
+        runs.insert(std::upper_bound(runs.begin(), runs.end(), run.first,
+                                     [](Cycle c, const PortRun& r) { return c < r.first; }),
+                    run);
+      } else {
+        unitLine[u].insert(base + st.offset, base + problem.unitEnd(t, static_cast<int>(k)));
+      }
       if (st.inst.op == Opcode::kC2cSend)
         linkLine[st.inst.port].insert(base + st.offset,
                                       base + st.offset + Cycle{st.inst.repeat - 1} * st.inst.interval + st.linkBusy);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -137,7 +138,9 @@ Status Problem::check() const {
           return bad(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
                                     chip_->addressesPerSlice));
       }
-      for (int p : {steps[k].producer, steps[k].producer2}) {
+      // A step reading one stream as both operands (x * x) is one consumer of it.
+      const int second = steps[k].producer2 == steps[k].producer ? -1 : steps[k].producer2;
+      for (int p : {steps[k].producer, second}) {
         if (p < 0) continue;
         if (p >= static_cast<int>(steps.size()) || p == static_cast<int>(k))
           return bad(t, fmt::format("step {} reads step {}, which is not another step of the task", k, p));
@@ -211,6 +214,48 @@ Status Problem::check() const {
   return {};
 }
 
+Cycle firstSharedBankCycle(const topology::ChipSpec& chip, const isa::Instruction& a, Cycle issueA,
+                           const isa::Instruction& b, Cycle issueB) {
+  const Cycle lastA = issueA + Cycle{a.repeat - 1} * a.interval, lastB = issueB + Cycle{b.repeat - 1} * b.interval;
+  const Cycle lo = std::max(issueA, issueB), hi = std::min(lastA, lastB);
+  if (lo > hi) return -1;
+  // In lockstep (one interval, aligned, strides 0 or 1) the pair of banks is periodic in the common
+  // cycles: prime-modulo repeats after P, XOR (bits 0, 1, 7) after 256, and linear changes bank only
+  // at multiples of addresses / banks, so the walk jumps from one bank boundary to the next.
+  const bool lockstep = a.interval == b.interval && (issueA - issueB) % a.interval == 0 && a.stride >= 0 &&
+                        a.stride <= 1 && b.stride >= 0 && b.stride <= 1;
+  const Cycle period = !lockstep ? std::numeric_limits<Cycle>::max()
+                       : chip.bankMapping == topology::BankMapping::kPrimeModulo ? chip.bankPrime
+                       : chip.bankMapping == topology::BankMapping::kXor        ? 256
+                                                                                 : std::numeric_limits<Cycle>::max();
+  const Cycle half = std::max(1, chip.addressesPerSlice / std::max(1, chip.banksPerSlice));
+  const bool jump = lockstep && chip.bankMapping == topology::BankMapping::kLinear;
+  Cycle walked = 0;
+  // Walk a's iterations inside the common window; b must issue an iteration in the same cycle.
+  for (Cycle i = std::max<Cycle>(0, ceilDiv(lo - issueA, a.interval)); issueA + i * a.interval <= hi && walked < period;
+       ++walked) {
+    const Cycle x = issueA + i * a.interval;
+    if ((x - issueB) % b.interval != 0) {
+      ++i;
+      continue;
+    }
+    const Cycle j = (x - issueB) / b.interval;
+    const Cycle addrA = a.address + i * a.stride, addrB = b.address + j * b.stride;
+    if (chip.bankOf(static_cast<int>(addrA)) == chip.bankOf(static_cast<int>(addrB))) return x;
+    if (!jump) {
+      ++i;
+      continue;
+    }
+    // Linear: the next iteration at which either address enters another bank.
+    Cycle step = std::numeric_limits<Cycle>::max();
+    if (a.stride == 1) step = std::min(step, (addrA / half + 1) * half - addrA);
+    if (b.stride == 1) step = std::min(step, (addrB / half + 1) * half - addrB);
+    if (step == std::numeric_limits<Cycle>::max()) return -1;  // both constant: never another bank
+    i += step;
+  }
+  return -1;
+}
+
 bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b, Cycle startB) {
   return a.dir == b.dir && startA + a.tauFirst() <= startB + b.tauLast() && startB + b.tauFirst() <= startA + a.tauLast();
 }
@@ -241,6 +286,9 @@ Status verify(const Problem& problem, const Schedule& schedule) {
   struct Window { Cycle begin, end; int task; };
   std::map<int, std::vector<Window>> busy;
   const int links = static_cast<int>(problem.units().size());
+  const int memPorts = links + chip.c2cPorts;
+  struct MemRun { Cycle issue; int task, step; };
+  std::map<int, std::vector<MemRun>> memRuns;  // per MEM port
   for (size_t t = 0; t < tasks.size(); ++t)
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
@@ -248,8 +296,15 @@ Status verify(const Problem& problem, const Schedule& schedule) {
       if (unit < 0 || unit >= links || (unit != s.inst.unit && !(pooledUnit(chip, unit) && pooledUnit(chip, s.inst.unit))))
         return bad(static_cast<int>(t), fmt::format("step {} placed on unit {}, which cannot run it", k, unit));
       const Cycle issue = schedule.start[t] + s.offset;
-      busy[unit].push_back({issue, schedule.start[t] + problem.unitEnd(static_cast<int>(t), static_cast<int>(k)),
-                            static_cast<int>(t)});
+      const Cycle end = schedule.start[t] + problem.unitEnd(static_cast<int>(t), static_cast<int>(k));
+      if (isMemAccess(s.inst)) {
+        // The queue dispatches in one cycle; the port holds the run.
+        busy[unit].push_back({issue, issue + 1, static_cast<int>(t)});
+        busy[memPorts + memPortOf(chip, s.inst)].push_back({issue, end, static_cast<int>(t)});
+        memRuns[memPortOf(chip, s.inst)].push_back({issue, static_cast<int>(t), static_cast<int>(k)});
+      } else {
+        busy[unit].push_back({issue, end, static_cast<int>(t)});
+      }
       if (s.inst.op == Opcode::kC2cSend)
         busy[links + s.inst.port].push_back(
             {issue, issue + Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy, static_cast<int>(t)});
@@ -260,8 +315,34 @@ Status verify(const Problem& problem, const Schedule& schedule) {
       if (windows[i].begin < windows[i - 1].end)
         return bad(windows[i].task,
                    fmt::format("{} {} is busy until {} (task {}) when this task needs it at {}",
-                               resource < links ? "unit" : "link of port", resource < links ? resource : resource - links,
+                               resource < links ? "unit" : resource < memPorts ? "link of port" : "MEM port",
+                               resource < links ? resource : resource < memPorts ? resource - links : resource - memPorts,
                                windows[i - 1].end, windows[i - 1].task, windows[i].begin));
+  }
+  // Banks: a read and a write running at once on one slice never touch one bank in one cycle.
+  for (auto& [port, reads] : memRuns) {
+    if (port % 2 != 0 || !memRuns.count(port + 1)) continue;
+    auto& writes = memRuns[port + 1];
+    auto byIssue = [](const MemRun& a, const MemRun& b) { return a.issue < b.issue; };
+    std::sort(reads.begin(), reads.end(), byIssue);
+    std::sort(writes.begin(), writes.end(), byIssue);
+    size_t w0 = 0;
+    for (const MemRun& r : reads) {
+      const isa::Instruction& ri = tasks[r.task].steps[r.step].inst;
+      const Cycle rEnd = r.issue + Cycle{ri.repeat - 1} * ri.interval;
+      auto wEnd = [&](const MemRun& w) {
+        const isa::Instruction& wi = tasks[w.task].steps[w.step].inst;
+        return w.issue + Cycle{wi.repeat - 1} * wi.interval;
+      };
+      while (w0 < writes.size() && wEnd(writes[w0]) < r.issue) ++w0;  // port runs do not overlap: ends sorted too
+      for (size_t w = w0; w < writes.size() && writes[w].issue <= rEnd; ++w) {
+        const Cycle x = firstSharedBankCycle(chip, ri, r.issue, tasks[writes[w].task].steps[writes[w].step].inst,
+                                             writes[w].issue);
+        if (x >= 0)
+          return bad(writes[w].task, fmt::format("MEM slice {}: its write and a read of task {} hit one bank in cycle {}",
+                                                 port / 2, r.task, x));
+      }
+    }
   }
   // Stream registers: per (direction, register), no two edges share a moving-frame cell.
   const auto& edges = problem.streamEdges();
@@ -305,13 +386,15 @@ LowerBound lowerBound(const Problem& problem) {
     earliest[t] = e;
     cp = std::max(cp, e + problem.span(t));
   }
-  std::vector<Cycle> load(problem.units().size() + chip.c2cPorts, 0);
+  std::vector<Cycle> load(problem.units().size() + chip.c2cPorts + 2 * chip.memSlices, 0);
+  const size_t memPorts = problem.units().size() + chip.c2cPorts;
   Cycle pool = 0;
   for (size_t t = 0; t < tasks.size(); ++t)
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
       const Cycle b = problem.unitEnd(static_cast<int>(t), static_cast<int>(k)) - s.offset;
       if (pooledUnit(chip, s.inst.unit)) pool += b;
+      else if (isMemAccess(s.inst)) load[memPorts + memPortOf(chip, s.inst)] += b;  // each port is a resource
       else load[s.inst.unit] += b;
       if (s.inst.op == Opcode::kC2cSend)
         load[problem.units().size() + s.inst.port] += Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;

@@ -113,6 +113,7 @@ struct Schedule {
   std::vector<int> stepBase;     ///< per task: first index into unitOf
   Cycle makespan = 0;            ///< last completion + ripple (what the simulator will count)
   std::int64_t delayedMemAccesses = 0;  ///< MEM steps placed later than their data allowed: port busy
+  std::int64_t bankDelayedMemAccesses = 0;  ///< of those, the ones whose port was free but a bank was not
   std::int64_t memAccesses = 0;
 };
 
@@ -136,6 +137,21 @@ LowerBound lowerBound(const Problem& problem);
 
 /// The scheduled instructions, with issue cycles, units and stream ids, in canonical order.
 std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule);
+
+/// MEM slices have one queue, one read port and one write port (docs/machine-model.md): the queue
+/// dispatches one instruction per cycle, a read (write) holds the read (write) port for its repeats,
+/// and a read and a write running at once on one slice must never touch the same bank in one cycle.
+/// The first cycle in which runs a (issued at issueA) and b (at issueB) hit one bank, or -1.
+Cycle firstSharedBankCycle(const topology::ChipSpec& chip, const isa::Instruction& a, Cycle issueA,
+                           const isa::Instruction& b, Cycle issueB);
+/// Index of a MEM step's port among all ports: 2 x slice + (0 read, 1 write).
+inline int memPortOf(const topology::ChipSpec& chip, const isa::Instruction& inst) {
+  return 2 * (inst.unit - chip.firstUnit(topology::UnitKind::kMem)) + (inst.op == isa::Opcode::kMemWrite ? 1 : 0);
+}
+/// Is the instruction a MEM read or write?
+inline bool isMemAccess(const isa::Instruction& inst) {
+  return inst.op == isa::Opcode::kMemRead || inst.op == isa::Opcode::kMemWrite;
+}
 
 /// Is a unit one of an interchangeable pool (the VXM ALU groups, which share one slice)?
 bool pooledUnit(const topology::ChipSpec& chip, int unit);

@@ -34,6 +34,7 @@ std::string reportJson(const CompileReport& r) {
                       {"stream_registers", {{"east", r.streamRegisters[0]}, {"west", r.streamRegisters[1]}}},
                       {"mem_accesses", r.memAccesses},
                       {"bank_conflict_rate", r.bankConflictRate()},
+                      {"mem_delay_rate", r.memDelayRate()},
                       {"tasks", r.tasks},
                       {"instructions", r.instructions},
                       {"anneal_moves", r.annealMoves},
@@ -167,6 +168,7 @@ void fillReport(const Problem& problem, const Schedule& schedule, const lower::L
                                               : 0.0;
   r.memAccesses = schedule.memAccesses;
   r.delayedMemAccesses = schedule.delayedMemAccesses;
+  r.bankDelayedMemAccesses = schedule.bankDelayedMemAccesses;
   r.tasks = static_cast<std::int64_t>(tasks.size());
   r.instructions = problem.instructionCount();
 }

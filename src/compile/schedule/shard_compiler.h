@@ -26,8 +26,14 @@ struct CompileReport {
   int spills = 0;              ///< stream edges sent through SRAM because no register was free
   int streamRegisters[2] = {0, 0};  ///< registers used eastward, westward
   std::int64_t memAccesses = 0;
-  std::int64_t delayedMemAccesses = 0;  ///< MEM accesses the scheduler delayed: their slice port was busy
+  std::int64_t delayedMemAccesses = 0;      ///< MEM accesses the scheduler delayed: port, queue or bank busy
+  std::int64_t bankDelayedMemAccesses = 0;  ///< of those, the ones delayed by a bank conflict alone
+  /// Accesses delayed because the other port's run shared a bank with them, over all accesses.
   double bankConflictRate() const {
+    return memAccesses > 0 ? static_cast<double>(bankDelayedMemAccesses) / static_cast<double>(memAccesses) : 0.0;
+  }
+  /// Accesses delayed for any reason (a busy port or queue, or a bank), over all accesses.
+  double memDelayRate() const {
     return memAccesses > 0 ? static_cast<double>(delayedMemAccesses) / static_cast<double>(memAccesses) : 0.0;
   }
   std::int64_t tasks = 0;

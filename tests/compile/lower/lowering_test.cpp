@@ -1,6 +1,8 @@
 // Tests of lowering: tiling cost model, tasks per op kind, SRAM placement and reuse, does-not-fit errors.
 #include "compile/lower/lowering.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "compile/test_problems.h"
@@ -73,6 +75,23 @@ TEST(Lowering, ElementwiseGoesToTheVxm) {
   EXPECT_EQ(p.dependences().size(), 2u);
 }
 
+TEST(Lowering, SquareReadsItsOperandOnce) {
+  // x * x (RMSNorm's square, the Tanh and Adam gradients): one MEM read feeds both ALU operands.
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {8, 320}, ir::DType::kF16);
+  g.markOutput(*g.addOp(ir::OpKind::kMul, "square", {x, x}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& p = (*lowered)->problem;
+  ASSERT_TRUE(p.check().ok()) << p.check().error().format();
+  for (const auto& task : p.tasks()) {
+    ASSERT_EQ(task.steps.size(), 3u);  // read, multiply, write
+    EXPECT_EQ(task.steps[1].producer, 0);
+    EXPECT_EQ(task.steps[1].producer2, 0);
+  }
+}
+
 TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
   topology::ChipSpec chip;
   chip.memSlices = 4;  // few slices so that space must be reused
@@ -106,14 +125,77 @@ TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
   EXPECT_NE(r.error().message.find("bytes, 10485760 bytes available (tensor 'w"), std::string::npos);
 }
 
-TEST(Lowering, ATileLongerThanASliceIsAnError) {
+TEST(Lowering, ATileLongerThanASliceSpansSeveralSlices) {
   topology::ChipSpec chip;
-  const ir::Graph g = testing::mlp(1, 320, 9000);  // 9000 rows > 8192 addresses
-  auto r = lowerShard(chip, g, allOps(g), {});
+  const ir::Graph g = testing::mlp(1, 320, 9000);  // 9000 rows > 8192 addresses: two segments of 4500
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  int checked = 0;
+  for (const auto& t : (*lowered)->tensors) {
+    if (t.rows != 9000) continue;
+    ++checked;
+    // Graph inputs and tensors made on chip spread over 8 slices (segments of at least 128 rows).
+    EXPECT_EQ(t.segmentRows, 1125) << t.name;
+    const size_t segments = 8;
+    ASSERT_EQ(t.memUnit.size(), segments * t.tiles) << t.name;
+    for (int k = 0; k < t.tiles; ++k) {
+      const std::set<std::int32_t> units(t.memUnit.begin() + k * segments, t.memUnit.begin() + (k + 1) * segments);
+      EXPECT_EQ(units.size(), segments) << t.name;
+    }
+  }
+  EXPECT_EQ(checked, 2);  // x and the matmul's output (bias fused)
+  // No instruction reads or writes past its segment.
+  for (const auto& task : (*lowered)->problem.tasks())
+    for (const auto& st : task.steps)
+      if (st.inst.op == isa::Opcode::kMemRead || st.inst.op == isa::Opcode::kMemWrite) {
+        EXPECT_LT(st.inst.address + std::int64_t{st.inst.stride} * (st.inst.repeat - 1), chip.addressesPerSlice);
+      }
+}
+
+TEST(Lowering, AGroupedConvNamesTheNode) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
+  const auto w = g.addWeight("w", {8, 4, 3, 3}, ir::DType::kF16);
+  g.addOp(ir::OpKind::kConv, "grouped", {x, w}, ir::Attrs{{"group", std::int64_t{2}}}, 0).value();
+  auto r = lowerShard(chip, g, {0}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kModel);
+  EXPECT_EQ(r.error().format(),
+            "node 'grouped': Conv over 2 spatial dimensions with group 2 cannot be lowered (2-D, group 1 only)");
+}
+
+TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 3, 8, 8}, ir::DType::kI8);       // read by one Conv: window-gathered
+  const auto w = g.addWeight("w", {400, 3, 3, 3}, ir::DType::kI8);    // 27 rows of 400 output channels
+  const auto y = *g.addOp(ir::OpKind::kConv, "conv", {x, w}, ir::Attrs{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "relu", {y}, 0));
+  EXPECT_EQ(tensorGeometry(chip, g, x), (std::pair<std::int64_t, int>{64, 1}));   // 8x8 pixels of 27 bytes
+  EXPECT_EQ(tensorGeometry(chip, g, w), (std::pair<std::int64_t, int>{27, 2}));
+  EXPECT_EQ(tensorGeometry(chip, g, y), (std::pair<std::int64_t, int>{64, 2}));   // 400 channels: 2 vectors
+  EXPECT_TRUE(lowerShard(chip, g, {0, 1}, {}).ok());
+}
+
+TEST(Lowering, PoolingScratchThatDoesNotFitIsAnErrorWithBytes) {
+  topology::ChipSpec chip;
+  chip.memSlices = 3;
+  chip.icuQueues = 3 + 16 + 8 + 16 + 16;
+  chip.addressesPerSlice = 64;  // input, output and one partial fill the three slices
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 1, 8, 8}, ir::DType::kI8);
+  g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {x},
+                        ir::Attrs{{"kernel_shape", std::vector<std::int64_t>{3, 3}},
+                                  {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}},
+                        0));
+  auto r = lowerShard(chip, g, {0}, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
-  EXPECT_NE(r.error().message.find("a tile of 9000 rows needs 2880000 bytes on one MEM slice, which has 2621440 bytes"),
-            std::string::npos);
+  EXPECT_NE(r.error().message.find("shard does not fit in SRAM: needs 20480 bytes of scratch with 61440 bytes live, "
+                                   "61440 bytes available"),
+            std::string::npos)
+      << r.error().message;
 }
 
 TEST(Lowering, MixedStorageWidthsNameTheNode) {

@@ -227,9 +227,66 @@ TEST(Verify, CatchesABusyUnit) {
   Schedule s = *scheduleList(p, {});
   ASSERT_TRUE(verify(p, s).ok());
   s.start[1] = s.start[0] + 3;
+  s.unitOf[s.stepBase[1] + 1] = chip.firstUnit(topology::UnitKind::kVxm) + 5;  // another ALU group: only MEM clashes
   auto v = verify(p, s);
   ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("MEM port 0 is busy until"), std::string::npos)  // slice 0's read port
+      << v.error().message;
+  s.start[1] = s.start[0];  // the queue dispatches one instruction per cycle
+  v = verify(p, s);
+  ASSERT_FALSE(v.ok());
   EXPECT_NE(v.error().message.find("unit 0 is busy until"), std::string::npos);
+}
+
+// A read and a write of one slice may run at once only on different banks in every common cycle.
+TEST(Verify, CatchesAReadAndAWriteOnOneBank) {
+  topology::ChipSpec chip;
+  chip.bankMapping = topology::BankMapping::kLinear;  // addresses 0..4095 in bank 0
+  Problem p(chip);
+  p.addTask(chainTask(chip, 0, 1, 16, "reads slice 0"));   // reads addresses 0.., writes slice 1 at 100..
+  p.addTask(chainTask(chip, 2, 0, 16, "writes slice 0"));  // writes slice 0 at 100..
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  Schedule s = *scheduleList(p, {});
+  ASSERT_TRUE(verify(p, s).ok());
+  // Overlap the write on slice 0 with the read: both in bank 0.
+  s.start[0] = 1000;
+  const Cycle readAt = s.start[0] + p.tasks()[0].steps[0].offset;
+  s.start[1] = readAt - p.tasks()[1].steps[2].offset + 1;
+  auto v = verify(p, s);
+  ASSERT_FALSE(v.ok());
+  EXPECT_NE(v.error().message.find("MEM slice 0: its write and a read of task 0 hit one bank in cycle"),
+            std::string::npos)
+      << v.error().message;
+}
+
+// The bank mapping decides how often a write must wait for a read of its slice: linear mapping puts
+// the consecutive addresses of both runs in one bank, prime-modulo alternates banks.
+TEST(ListScheduler, BankMappingChangesTheDelayedAccesses) {
+  std::int64_t delayed[3] = {0, 0, 0};
+  const topology::BankMapping mappings[3] = {topology::BankMapping::kLinear, topology::BankMapping::kPrimeModulo,
+                                             topology::BankMapping::kXor};
+  for (int m = 0; m < 3; ++m) {
+    topology::ChipSpec chip;
+    chip.bankMapping = mappings[m];
+    Problem p(chip);
+    // Readers of slice 0 and writers into slice 0 at an odd address distance, all ready at once.
+    for (int i = 0; i < 6; ++i) {
+      Task a = chainTask(chip, 0, 10 + i, 64, "read " + std::to_string(i));
+      a.steps[0].inst.address = 128 * i;
+      p.addTask(a);
+      Task b = chainTask(chip, 20 + i, 0, 64, "write " + std::to_string(i));
+      b.steps[2].inst.address = 4096 + 128 * i + 1;
+      p.addTask(b);
+    }
+    p.finalize();
+    ASSERT_TRUE(p.check().ok());
+    auto s = scheduleList(p, {});
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(verify(p, *s).ok());
+    delayed[m] = s->bankDelayedMemAccesses;
+  }
+  EXPECT_NE(delayed[0], delayed[1]);
 }
 
 TEST(Verify, CatchesAWrongUnitAndAMissingRegister) {

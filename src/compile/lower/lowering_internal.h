@@ -1,0 +1,211 @@
+// The lowering's working state, shared by the files that lower one family of op kinds each.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "compile/lower/lowering.h"
+
+namespace tsp::lower::detail {
+
+/// An instruction on a unit with a repeat count and interval.
+isa::Instruction makeInst(int unit, isa::Opcode op, std::int64_t repeat, int interval = 1);
+/// The VXM function of an elementwise op kind (one of the same cost where the ALU has none of its own).
+isa::VxmFunc funcOf(ir::OpKind kind);
+/// Whether funcOf(kind) computes the op's values (functional mode) or only stands in for its cost.
+bool computesValues(ir::OpKind kind);
+
+/// A tensor's SRAM pieces with the tasks that write and read each of them. A tile's rows are cut
+/// into segments of at most `segmentRows` rows, each on its own MEM slice; piece = tile x segments + segment.
+struct TensorState {
+  isa::TensorPlacement placement;
+  std::vector<alloc::Block> blocks;                       ///< per piece
+  std::vector<std::vector<std::pair<int, int>>> writers;  ///< per piece: (task, step)
+  std::vector<std::vector<std::pair<int, int>>> readers;  ///< per piece: (task, step) of every read
+  bool pinned = false;                                    ///< never freed (resident, sent, graph output)
+
+  std::int64_t segmentRows() const {
+    return placement.segmentRows > 0 ? placement.segmentRows : std::max<std::int64_t>(1, placement.rows);
+  }
+  int segments() const { return static_cast<int>(ceilDiv(placement.rows, segmentRows())); }
+  /// The piece holding row `row` of tile `tile` (of the first copy).
+  int piece(int tile, std::int64_t row) const { return tile * segments() + static_cast<int>(row / segmentRows()); }
+  /// The same piece in copy `replica` (taken modulo the copies).
+  int pieceOf(int tile, std::int64_t row, int replica) const {
+    return piece(tile, row) + (replica % placement.replicas) * placement.tiles * segments();
+  }
+};
+
+/// The 2-D window of a Conv or pooling op: input [N, C, H, W], output [N, C', Ho, Wo].
+struct Window {
+  std::int64_t n = 1, h = 1, w = 1, ho = 1, wo = 1;
+  std::int64_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0;
+  std::int64_t taps() const { return kh * kw; }
+  /// Every output pixel reads input pixel p + a constant per tap: one stream over all pixels.
+  bool unitStride() const { return sh == 1 && sw == 1 && ho == h && wo == w; }
+  /// Every tap of every output pixel lies inside the input (no padding).
+  bool inside() const {
+    return pt == 0 && pl == 0 && ho == (h - dh * (kh - 1) - 1) / sh + 1 && wo == (w - dw * (kw - 1) - 1) / sw + 1;
+  }
+};
+
+/// Lowers one shard op by op; the families live in lowering.cpp (MXM, VXM, SXM, C2C),
+/// spatial_lowering.cpp (Conv, pooling, BatchNorm) and movement_lowering.cpp (Concat, Split, Slice,
+/// Gather, reductions, Where).
+class Lowering {
+ public:
+  Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out);
+
+  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
+  /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
+  /// arrival order per port.
+  Status receive(const ReceivePlan& plan, int tile, int& task);
+  Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status send(const SendPlan& plan, std::vector<int>& tasks);
+  void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
+  void finish();
+  bool placed(ir::TensorId t) const { return tensors_.count(t) > 0; }
+  std::set<int> slicesOf(ir::TensorId tensor) const;
+  /// Rows x tiles of a tensor in this graph's storage layout (tensorGeometry).
+  std::pair<std::int64_t, int> geometry(ir::TensorId tensor) const;
+
+ private:
+  using Step = schedule::Step;
+  // A read of rows [row0, row0 + rows) of one tile: what a step reads, for dependences.
+  struct Access {
+    ir::TensorId tensor = -1;
+    int tile = 0;
+    std::int64_t row0 = 0, rows = 0;
+    int step = 0;
+  };
+  // One MXM job: output rows in blocks, K tiles streamed from a source, an optional epilogue.
+  struct MxmJob {
+    const ir::Op* op = nullptr;
+    ir::TensorId weights = -1, out = -1, bias = -1;
+    ir::TensorId residual = -1;  ///< added after the bias (a ResNet shortcut), same rows as the output
+    ir::OpKind activation = ir::OpKind::kIdentity;
+    int kTiles = 0;
+    std::int64_t macs = 0;
+    /// Row blocks (batch, first output row, rows), each inside one segment of the output and source.
+    std::vector<std::array<std::int64_t, 3>> blocks;
+    /// The read step of K tile k for an output row block and what it reads.
+    std::function<std::pair<Step, Access>(int k, const std::array<std::int64_t, 3>& block)> source;
+    /// First weight row of K tile k in batch b.
+    std::function<std::int64_t(std::int64_t batch, int k)> weightRow;
+    /// Weight rows K tile k has (functional mode: the plane's rows past them are zero).
+    std::function<std::int64_t(int k)> weightRows;
+    /// The compute's values are not x W (+ bias, + residual): a Gemm transpose or scale, a folded
+    /// BatchNormalization, a window read that is not the tap's pixels. Timed alike, not computed.
+    bool timingOnly = false;
+    /// The bias add's values are not computed (its lanes or rows do not line up with the output's).
+    bool biasTimingOnly = false;
+    /// For a source read of scratch (Access tensor -1): records the reading task and returns the
+    /// (task, step) that wrote the scratch.
+    std::function<std::pair<int, int>(const Access& read, int task)> scratchSource;
+  };
+  // The last pass of a chain of tap passes: (task, its write step).
+  struct TapChain {
+    int task = -1, writeStep = -1;
+  };
+
+  Status lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status lowerMxm(const MxmJob& job);
+  Status lowerElementwise(const ir::Op& op);
+  // read operands[0] -> ALU funcs[0] (with operands[1]) -> ... -> write, per tile and row piece.
+  // With valuesKnown false the ALU steps only stand in for the op's cost (functional mode refuses them).
+  Status lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
+                       const std::vector<isa::VxmFunc>& funcs, bool valuesKnown);
+  // Output tiles [outTile0, +outTiles) x rows [outRow0, +outRows) through an SXM: from input tile
+  // inTile0 + i and rows inRow0 + j (mod its tiles and rows), or, walking, from the input's vectors
+  // in order starting at row inRow0 of tile inTile0.
+  void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
+                   std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified);
+  Status lowerNormalization(const ir::Op& op);
+  Status lowerDataMovement(const ir::Op& op);
+  Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
+  Status lowerBatchNorm(const ir::Op& op);
+  Status lowerPool(const ir::Op& op);
+  Status lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t tapsPerVector, std::int64_t tm);
+  // Passes over one block of output pixels for taps [tap0, tap1) of input tile `tile`, combining each
+  // with the previous partial; with shiftLanes every pass after the first moves its rows to its
+  // tap's lanes on the SXM (packing taps into one vector).
+  Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
+                               const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
+                               bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine,
+                               const std::function<Step(int)>& finalWrite, const std::vector<Access>& finalWrites,
+                               const std::set<int>& avoid);
+  Status lowerReduction(const ir::Op& op);
+  Status lowerWhere(const ir::Op& op);
+  Status lowerCopy(const ir::Op& op);
+
+  // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
+  Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
+                int replica = 0) const;
+  // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.
+  Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const;
+  // Adds the task and records its reads and writes (the Access steps index into the task).
+  int addTask(schedule::Task task, const std::vector<Access>& reads, const std::vector<Access>& writes);
+  void dependOnWriters(const Access& read, int task);
+  void noteWriter(const Access& write, int task);
+  void noteReader(const Access& read, int task);
+  // Splits [begin, end) at the segment boundaries of the given tensors (those with `rows` rows).
+  std::vector<std::pair<std::int64_t, std::int64_t>> rowPieces(std::int64_t begin, std::int64_t end,
+                                                               const std::vector<ir::TensorId>& tensors) const;
+  // Slices the last K tile of an MXM output block touches besides its input: output, bias, residual.
+  std::set<int> tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const;
+  // The piece (copy) of a side operand the epilogue of an output block reads, off the `busy` slices.
+  int sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
+                const std::set<int>& busy) const;
+  // The compute task of K tile k for output tile n and one row block (with the epilogue when last).
+  int addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block, std::int64_t batchRow0,
+                    int computeUnit, bool last, int vxm);
+  // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments.
+  std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
+                                                        std::int64_t tm) const;
+  // The read of one tap (ky, kx) of input tile `tile` for a block of output pixels.
+  // With `exact`, whether the rows read are the tap's pixels (no padding taps, no clamping).
+  std::pair<Step, Access> windowRead(const Window& win, ir::TensorId in, int tile,
+                                     const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
+                                     bool* exact = nullptr) const;
+  // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.
+  std::int64_t storageCols(ir::TensorId tensor) const;
+  // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.
+  Step makeReadOf(const alloc::Block& block, std::int64_t rows) const;
+  Step makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const;
+  void waitForFreedReaders(const alloc::Block& block, int task, int step);
+  // A scratch block of `rows` addresses off `avoid`, freed again at the end of the op.
+  Expected<alloc::Block> scratch(std::int64_t rows, const std::set<int>& avoid);
+  void releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers);
+  const ir::Op* soleUser(ir::TensorId t, const std::vector<ir::OpId>& ops, size_t at,
+                         std::initializer_list<ir::OpKind> kinds) const;
+
+  const topology::ChipSpec& chip_;
+  const ir::Graph& graph_;
+  LoweredShard& out_;
+  schedule::Problem& problem_;
+  // Spreading: at most spreadSegments_ segments of at least minSegmentRows_ rows. A conv net's
+  // feature maps take up to 16 of 64 rows (a window op reads each input row once per tap); other
+  // graphs up to 8 of 128 (tests/bench/compiler_bench.cpp measured the choices).
+  int spreadSegments_ = 8;
+  std::int64_t minSegmentRows_ = 128;
+  bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
+  std::map<ir::TensorId, TensorState> tensors_;
+  int sideReads_ = 0;
+  // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
+  std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
+  // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
+  std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
+  std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
+  std::map<int, int> lastSend_;     // per port: the last send task (tiles leave in tile order)
+  std::vector<Cycle> planeLoad_;    // per MXM plane: compute cycles handed to it so far
+  std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
+};
+
+}  // namespace tsp::lower::detail

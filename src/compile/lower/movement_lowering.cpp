@@ -1,0 +1,106 @@
+// Lowering of reductions (ReduceMean/Sum/Max, GlobalAveragePool) on the VXM and of Concat/Split/Slice on the SXM.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "compile/lower/lowering_internal.h"
+
+namespace tsp::lower::detail {
+
+using isa::Opcode;
+using schedule::Task;
+using topology::UnitKind;
+
+Status Lowering::lowerReduction(const ir::Op& op) {
+  // Accumulate, then emit. Every input vector passes once through an ALU that keeps the running
+  // sum (or maximum) of its output tile; once all of them have, an emitting pass puts the output
+  // rows (scaled for a mean) on a stream to MEM. Input tile t' feeds output tile t' mod T_out.
+  const ir::TensorId in = op.inputs[0], out = op.outputs[0];
+  if (auto s = place(out, false, slicesOf(in)); !s) return s;
+  const TensorState& xs = tensors_.at(in);
+  const TensorState& ys = tensors_.at(out);
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  const bool max = op.kind == ir::OpKind::kReduceMax;
+  const bool mean = op.kind == ir::OpKind::kReduceMean || op.kind == ir::OpKind::kGlobalAveragePool;
+  for (int t = 0; t < ys.placement.tiles; ++t) {
+    std::vector<int> accumulated;
+    for (int ti = t; ti < xs.placement.tiles; ti += ys.placement.tiles)
+      for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
+        Task task;
+        task.name = fmt::format("{} accumulate tile {} rows {}", op.name, ti, r0);
+        task.steps.push_back(readStep(in, ti, r0, n, false));
+        schedule::Step alu;
+        alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
+        alu.inst.func = max ? isa::VxmFunc::kSub : isa::VxmFunc::kAdd;
+        alu.inst.timingOnly = true;  // the running sums stay in the ALU: a cost, not values the program names
+        alu.producer = 0;
+        task.steps.push_back(alu);
+        accumulated.push_back(addTask(std::move(task), {{in, ti, r0, n, 0}}, {}));
+      }
+    for (const auto& [r0, n] : rowPieces(0, ys.placement.rows, {out})) {
+      Task task;
+      task.name = fmt::format("{} emit tile {} rows {}", op.name, t, r0);
+      schedule::Step emit;
+      emit.inst = makeInst(vxm, Opcode::kVxmUnary, n);
+      emit.inst.func = mean ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert;
+      emit.inst.timingOnly = true;
+      task.steps.push_back(emit);
+      task.steps.push_back(writeStep(out, t, r0, n, 0));
+      const int id = addTask(std::move(task), {}, {{out, t, r0, n, 1}});
+      for (int a : accumulated) {
+        const isa::Instruction& ai = problem_.tasks()[a].steps[1].inst;
+        problem_.addDependence({a, 1, id, 0, Cycle{ai.repeat} * ai.interval});
+      }
+    }
+  }
+  return {};
+}
+
+Status Lowering::lowerCopy(const ir::Op& op) {
+  // Concat, Split and Slice move vectors through the SXM: along the vector axis (the channels of a
+  // channels-last map, else the last dimension) by whole tiles, along any other axis by rows.
+  const bool concat = op.kind == ir::OpKind::kConcat;
+  const ir::TensorId first = op.inputs[0];
+  const auto rank = static_cast<std::int64_t>(graph_.tensor(first).shape.size());
+  std::int64_t axis = op.intAttr("axis", 0);
+  if (axis < 0) axis += rank;
+  const std::int64_t vectorAxis = spatial_ && rank == 4 ? 1 : rank - 1;
+  const bool byTiles = op.kind != ir::OpKind::kSlice && axis == vectorAxis;
+  std::set<int> avoid;
+  for (ir::TensorId in : op.inputs)
+    for (int s : slicesOf(in)) avoid.insert(s);
+  for (ir::TensorId out : op.outputs)
+    if (auto s = place(out, false, avoid); !s) return s;
+  // Concat: input j lands at an offset of the output; Split: output j comes from an offset of the input.
+  const std::vector<ir::TensorId>& parts = concat ? op.inputs : op.outputs;
+  const ir::TensorId whole = concat ? op.outputs[0] : op.inputs[0];
+  const TensorState& ws = tensors_.at(whole);
+  std::int64_t offset = 0;
+  for (ir::TensorId part : parts) {
+    const TensorState& ps = tensors_.at(part);
+    const std::int64_t size = byTiles ? ps.placement.tiles : ps.placement.rows;
+    const std::int64_t limit = byTiles ? ws.placement.tiles : ws.placement.rows;
+    const std::int64_t at = std::min(offset, std::max<std::int64_t>(0, limit - size));
+    const int tile0 = byTiles ? static_cast<int>(at) : 0;
+    const std::int64_t row0 = byTiles ? 0 : at;
+    // A copy of the values (functional mode) when the part sits at its offset: whole tiles along the
+    // vector axis (the part's values fill its tiles), or whole rows along the outermost row axis.
+    bool copies = op.kind != ir::OpKind::kSlice && at == offset;
+    if (byTiles) {
+      copies = copies && storageCols(part) * ir::dtypeBytes(graph_.tensor(part).dtype) % chip_.vectorBytes == 0;
+    } else {
+      const auto& shape = graph_.tensor(whole).shape;
+      for (std::int64_t d = 0; d < axis; ++d) copies = copies && shape[static_cast<size_t>(d)] == 1;
+      copies = copies && axis < vectorAxis && storageCols(part) == storageCols(whole) && (!spatial_ || rank != 4 || axis == 0);
+    }
+    const isa::SxmFunc func = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
+    if (concat)
+      copyVectors(op, part, whole, tile0, ps.placement.tiles, row0, ps.placement.rows, 0, 0, false, func);
+    else
+      copyVectors(op, whole, part, 0, ps.placement.tiles, 0, ps.placement.rows, tile0, row0, false, func);
+    offset += size;
+  }
+  return {};
+}
+
+}  // namespace tsp::lower::detail

@@ -1,0 +1,413 @@
+// Lowering of convolutions (implicit GEMM on the MXM), pooling and batch normalisation; the channels-last layout.
+#include <algorithm>
+#include <cassert>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compile/lower/lowering_internal.h"
+
+namespace tsp::lower {
+
+using isa::Opcode;
+using schedule::Step;
+using schedule::Task;
+using topology::UnitKind;
+
+namespace {
+
+bool isSpatialOp(ir::OpKind kind) {
+  return kind == ir::OpKind::kConv || kind == ir::OpKind::kMaxPool || kind == ir::OpKind::kAveragePool ||
+         kind == ir::OpKind::kGlobalAveragePool;
+}
+
+}  // namespace
+
+const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id) {
+  const ir::Tensor& t = graph.tensor(id);
+  if (t.role != ir::TensorRole::kInput || t.users.size() != 1) return nullptr;
+  const ir::Op& op = graph.op(t.users[0]);
+  if (op.kind != ir::OpKind::kConv || op.inputs[0] != id || op.inputs.size() < 2) return nullptr;
+  const auto& w = graph.tensor(op.inputs[1]).shape;
+  if (w.size() != 4) return nullptr;
+  return w[1] * w[2] * w[3] * ir::dtypeBytes(t.dtype) <= chip.vectorBytes ? &op : nullptr;
+}
+
+bool spatialGraph(const ir::Graph& graph) {
+  return std::any_of(graph.ops().begin(), graph.ops().end(), [](const ir::Op& op) { return isSpatialOp(op.kind); });
+}
+
+std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
+                                             bool spatial) {
+  const ir::Tensor& t = graph.tensor(id);
+  if (!spatial || t.shape.size() != 4) return vectorShape(chip, t);
+  const auto& s = t.shape;
+  auto tilesOf = [&](std::int64_t elements) {
+    return static_cast<int>(ceilDiv(elements * ir::dtypeBytes(t.dtype), chip.vectorBytes));
+  };
+  for (ir::OpId u : t.users) {
+    const ir::Op& op = graph.op(u);
+    if (op.kind == ir::OpKind::kConv && op.inputs.size() > 1 && op.inputs[1] == id) return {s[1] * s[2] * s[3], tilesOf(s[0])};
+  }
+  if (const ir::Op* conv = gatheringConv(chip, graph, id)) {
+    const auto& y = graph.tensor(conv->outputs[0]).shape;
+    const auto& w = graph.tensor(conv->inputs[1]).shape;
+    return {y[0] * y[2] * y[3], tilesOf(w[1] * w[2] * w[3])};
+  }
+  return {s[0] * s[2] * s[3], tilesOf(s[1])};
+}
+
+std::pair<std::int64_t, int> tensorGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id) {
+  return storageGeometry(chip, graph, id, spatialGraph(graph));
+}
+
+namespace detail {
+
+namespace {
+
+Window windowOf(const ir::Graph& graph, const ir::Op& op) {
+  const auto& x = graph.tensor(op.inputs[0]).shape;
+  const auto& y = graph.tensor(op.outputs[0]).shape;
+  Window win;
+  win.n = x[0];
+  win.h = x[2];
+  win.w = x[3];
+  win.ho = y[2];
+  win.wo = y[3];
+  std::vector<std::int64_t> kernel = op.intsAttr("kernel_shape");
+  if (kernel.size() != 2 && op.inputs.size() > 1) {
+    const auto& w = graph.tensor(op.inputs[1]).shape;
+    kernel = {w[2], w[3]};
+  }
+  win.kh = kernel[0];
+  win.kw = kernel[1];
+  const auto strides = op.intsAttr("strides", {1, 1});
+  const auto dilations = op.intsAttr("dilations", {1, 1});
+  const auto pads = op.intsAttr("pads", {0, 0, 0, 0});
+  win.sh = strides[0];
+  win.sw = strides[1];
+  win.dh = dilations[0];
+  win.dw = dilations[1];
+  win.pt = pads[0];
+  win.pl = pads[1];
+  return win;
+}
+
+}  // namespace
+
+std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
+                                                                std::int64_t tm) const {
+  // Unit stride: blocks of tm pixels over the whole map. Otherwise one output row per block (the
+  // input address advances by the stride inside a row and jumps between rows).
+  std::vector<std::array<std::int64_t, 3>> blocks;
+  const std::int64_t pixels = win.n * win.ho * win.wo;
+  if (win.unitStride()) {
+    for (const auto& [r0, n] : rowPieces(0, pixels, {in, out}))
+      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) blocks.push_back({0, b0, std::min(tm, r0 + n - b0)});
+  } else {
+    for (std::int64_t row = 0; row < win.n * win.ho; ++row)
+      for (const auto& [r0, n] : rowPieces(row * win.wo, (row + 1) * win.wo, {out})) blocks.push_back({0, r0, n});
+  }
+  return blocks;
+}
+
+std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::TensorId in, int tile,
+                                                       const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                                                       std::int64_t kx, bool* exact) const {
+  // Output pixels [row0, row0 + rows) read input pixels at the tap's offset. Padding taps read the
+  // nearest in-range rows (a timing model: which values land there is the functional mode's part).
+  const TensorState& xs = tensors_.at(in);
+  const std::int64_t row0 = block[1], rows = block[2];
+  std::int64_t first = 0, stride = 1;
+  if (win.unitStride()) {
+    first = row0 + (ky * win.dh - win.pt) * win.w + (kx * win.dw - win.pl);
+  } else {
+    const std::int64_t image = row0 / (win.ho * win.wo), rem = row0 % (win.ho * win.wo);
+    const std::int64_t oy = rem / win.wo, ox = rem % win.wo;
+    const std::int64_t iy = std::clamp<std::int64_t>(oy * win.sh + ky * win.dh - win.pt, 0, win.h - 1);
+    first = image * win.h * win.w + iy * win.w + ox * win.sw + kx * win.dw - win.pl;
+    stride = win.sw;
+  }
+  const std::int64_t span = (rows - 1) * stride;
+  const std::int64_t segRows = xs.segmentRows();
+  // The segment holding the middle of the span: a block reads its own segment, not a neighbour's.
+  const std::int64_t segStart = std::clamp<std::int64_t>(first + span / 2, 0, xs.placement.rows - 1) / segRows * segRows;
+  const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
+  const std::int64_t wanted = first;
+  first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
+  // The pixels of the tap exactly: no padding (a unit-stride stream over all pixels has none only
+  // for a 1 x 1 window) and no clamping into the segment.
+  if (exact) *exact = win.inside() && first == wanted;
+  assert(first + span < segEnd && "a window read longer than its input segment");
+  const int piece = xs.piece(tile, first);
+  Step s;
+  s.inst = makeInst(xs.placement.memUnit[piece], Opcode::kMemRead, rows);
+  s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
+  s.inst.stride = static_cast<std::int32_t>(stride);
+  return {s, Access{in, tile, first, span + 1, 0}};
+}
+
+Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
+  const ir::TensorId in = op.inputs[0];
+  const ir::Tensor& x = graph_.tensor(in);
+  const ir::Tensor& w = graph_.tensor(op.inputs[1]);
+  const std::int64_t group = op.intAttr("group", 1);
+  if (x.shape.size() != 4 || group != 1)
+    return modelError(op.name, fmt::format("Conv over {} spatial dimensions with group {} cannot be lowered (2-D, "
+                                           "group 1 only)",
+                                           x.shape.size() - 2, group));
+  if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
+    return modelError(op.name, "activations and weights must have the same storage width");
+  MxmJob job;
+  job.op = &op;
+  job.weights = op.inputs[1];
+  job.out = op.outputs[0];
+  if (op.inputs.size() >= 3) job.bias = op.inputs[2];
+  job.timingOnly = op.hasAttr("auto_pad") && op.stringAttr("auto_pad", "NOTSET") != "NOTSET" &&
+                   op.stringAttr("auto_pad", "NOTSET") != "VALID";
+  // Inference batch normalisation folds into the Conv: its scale into the weights (at compile
+  // time), its shift into the epilogue's bias add; a ReLU after it is the epilogue's activation.
+  if (const ir::Op* bn = soleUser(job.out, ops, position + 1, {ir::OpKind::kBatchNormalization})) {
+    job.bias = bn->inputs[2];
+    job.out = bn->outputs[0];
+    job.timingOnly = true;  // the program does not carry the folded weights: timed, not computed
+    ++consumed;
+  }
+  // A residual Add of an earlier feature map of the output's shape joins the epilogue too.
+  if (const ir::Op* add = soleUser(job.out, ops, position + consumed, {ir::OpKind::kAdd})) {
+    const ir::TensorId other = add->inputs[0] == job.out ? add->inputs[1] : add->inputs[0];
+    if (other != job.out && placed(other) && graph_.tensor(other).shape == graph_.tensor(job.out).shape) {
+      job.residual = other;
+      job.out = add->outputs[0];
+      ++consumed;
+    }
+  }
+  if (const ir::Op* act = soleUser(job.out, ops, position + consumed, {ir::OpKind::kRelu})) {
+    job.activation = act->kind;
+    job.out = act->outputs[0];
+    ++consumed;
+  }
+  if (job.bias >= 0)
+    if (auto s = place(job.bias, graph_.tensor(job.bias).producer < 0, slicesOf(in)); !s) return s;
+  std::set<int> avoid = slicesOf(in);
+  for (ir::TensorId side : {job.bias, job.residual})
+    for (int s : slicesOf(side)) avoid.insert(s);
+  if (auto s = place(job.out, false, avoid); !s) return s;
+
+  const Window win = windowOf(graph_, op);
+  const int eb = ir::dtypeBytes(x.dtype);
+  const std::int64_t cin = w.shape[1], cout = w.shape[0];
+  const std::int64_t pixels = win.n * win.ho * win.wo;
+  const int planeElems = chip_.vectorBytes / std::max(1, eb);
+  job.macs = pixels * cout * cin * win.taps() * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
+  const TensorState& xs = tensors_.at(in);
+  const MatMulTiling tiling = chooseMatMulTiling(chip_, pixels, cin * win.taps(), cout, eb,
+                                                 chip_.sramBytes() / (3 * std::max(1, eb)));
+  std::int64_t tm = tiling.tm;
+  const int nTiles = tensors_.at(job.out).placement.tiles;
+  if (nTiles % chip_.mxmPlanes != 0 && pixels >= std::int64_t{chip_.mxmPlanes} * 2 * chip_.mxmWeightInstallCycles)
+    tm = std::min<std::int64_t>(tm, ceilDiv(pixels, chip_.mxmPlanes));
+  if (gatheringConv(chip_, graph_, in) == &op) {
+    // Window-gathered input: a plain matmul over packed (kh*kw*Cin)-element vectors.
+    job.kTiles = xs.placement.tiles;
+    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out}))
+      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) job.blocks.push_back({0, b0, std::min(tm, r0 + n - b0)});
+    job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
+      return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
+    };
+    job.weightRow = [planeElems](std::int64_t, int k) { return std::int64_t{k} * planeElems; };
+    const std::int64_t window = cin * win.taps();
+    job.weightRows = [planeElems, window](int k) {
+      return std::min<std::int64_t>(planeElems, window - std::int64_t{k} * planeElems);
+    };
+    return lowerMxm(job);
+  }
+  // Few input channels: the taps are packed, g per vector, by gather passes (tapPasses: each tap's
+  // rows shifted to its lanes on the SXM and merged on the VXM into a scratch buffer per packed
+  // tile and block), and the MXM streams ceil(taps / g) vectors per pixel instead of one per tap.
+  const int cinTiles = xs.placement.tiles;
+  const std::int64_t g = cinTiles == 1 ? chip_.vectorBytes / std::max<std::int64_t>(1, cin * eb) : 1;
+  if (g >= 2 && win.taps() > 1) {
+    // Worth it when the MXM cycles saved per plane exceed the latency of one gather chain (g passes,
+    // each a block's rows plus the widest time of flight) that the planes first wait for.
+    const auto blocks = windowBlocks(win, in, job.out, tm);
+    const std::int64_t saved = (win.taps() - ceilDiv(win.taps(), g)) * pixels * nTiles / chip_.mxmPlanes;
+    const std::int64_t chain = g * (ceilDiv(pixels, static_cast<std::int64_t>(blocks.size())) + chip_.sliceCount());
+    if (saved > chain) return lowerPackedConv(job, win, in, g, tm);
+  }
+  // Implicit GEMM: K tile (tap, input-channel tile) streams the input rows under that tap.
+  job.kTiles = static_cast<int>(win.taps()) * cinTiles;
+  job.blocks = windowBlocks(win, in, job.out, tm);
+  job.source = [this, in, win, cinTiles](int k, const std::array<std::int64_t, 3>& block) {
+    const std::int64_t tap = k / cinTiles;
+    return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw);
+  };
+  job.weightRow = [cin, cinTiles, planeElems](std::int64_t, int k) {
+    return (k / cinTiles) * cin + std::int64_t{k % cinTiles} * planeElems;
+  };
+  job.weightRows = [cin, cinTiles, planeElems](int k) {
+    return std::min<std::int64_t>(planeElems, cin - std::int64_t{k % cinTiles} * planeElems);
+  };
+  for (int k = 0; k < job.kTiles && !job.timingOnly; ++k)
+    for (const auto& block : job.blocks) {
+      bool exact = false;
+      const std::int64_t tap = k / cinTiles;
+      windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
+      if (!exact) {
+        job.timingOnly = true;
+        break;
+      }
+    }
+  return lowerMxm(job);
+}
+
+Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t g, std::int64_t tm) {
+  const std::int64_t cin = graph_.tensor(job.weights).shape[1];
+  const std::int64_t packedTiles = ceilDiv(win.taps(), g);
+  job.kTiles = static_cast<int>(packedTiles);
+  job.blocks = windowBlocks(win, in, job.out, tm);
+  std::set<int> avoid = slicesOf(in);
+  for (ir::TensorId t : {job.out, job.bias, job.residual})
+    for (int s : slicesOf(t)) avoid.insert(s);
+  // packed[k][b]: the scratch block of packed tile k for row block b, and the pass that wrote it.
+  std::vector<std::vector<std::pair<alloc::Block, TapChain>>> packed(static_cast<size_t>(packedTiles));
+  std::map<std::int64_t, size_t> blockIndex;
+  for (size_t b = 0; b < job.blocks.size(); ++b) {
+    blockIndex[job.blocks[b][1]] = b;
+    for (std::int64_t k = 0; k < packedTiles; ++k) {
+      auto buffer = scratch(job.blocks[b][2], avoid);
+      if (!buffer) return buffer.error();
+      const alloc::Block pb = *buffer;
+      auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
+                             std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
+                             [&](int producer) { return makeWriteOf(pb, job.blocks[b][2], producer); }, {}, avoid);
+      if (!chain) return chain.error();
+      waitForFreedReaders(pb, chain->task, chain->writeStep);
+      packed[k].push_back({pb, *chain});
+    }
+  }
+  std::vector<std::vector<std::pair<int, int>>> readers(packed.size() * job.blocks.size());
+  job.source = [this, &packed, &blockIndex](int k, const std::array<std::int64_t, 3>& block) {
+    const size_t b = blockIndex.at(block[1]);
+    return std::make_pair(makeReadOf(packed[k][b].first, block[2]),
+                          Access{-1, static_cast<int>(k * blockIndex.size() + b), 0, block[2], 0});
+  };
+  job.scratchSource = [&packed, &blockIndex, &readers](const Access& a, int task) {
+    const size_t k = static_cast<size_t>(a.tile) / blockIndex.size(), b = static_cast<size_t>(a.tile) % blockIndex.size();
+    readers[a.tile].push_back({task, 0});
+    return std::make_pair(packed[k][b].second.task, packed[k][b].second.writeStep);
+  };
+  job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
+  const std::int64_t taps = win.taps();
+  job.weightRows = [g, cin, taps](int k) { return (std::min(taps, (std::int64_t{k} + 1) * g) - std::int64_t{k} * g) * cin; };
+  job.timingOnly = true;  // the gather passes shift rows to their lanes, which functional mode does not compute
+  const Status lowered = lowerMxm(job);
+  for (size_t k = 0; k < packed.size(); ++k)
+    for (size_t b = 0; b < packed[k].size(); ++b)
+      opScratch_.push_back({packed[k][b].first, readers[k * blockIndex.size() + b]});
+  return lowered;
+}
+
+Status Lowering::lowerBatchNorm(const ir::Op& op) {
+  // Inference form on the VXM: y = x * scale + shift per channel (mean and variance folded into
+  // scale and shift at compile time), the channel vectors read as broadcast rows.
+  // Timing only in functional mode: the program does not carry the folded scale and shift.
+  return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd},
+                       false);
+}
+
+Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
+                                                 const std::array<std::int64_t, 3>& block, std::int64_t tap0,
+                                                 std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
+                                                 isa::VxmFunc combine, const std::function<Step(int)>& finalWrite,
+                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
+  // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
+  // with the partial of the previous pass, write the new partial. Partials alternate between two
+  // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
+  const std::int64_t rows = block[2];
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  const int vxmSlice = chip_.units()[vxm].slice;
+  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
+  std::set<int> away = avoid;
+  alloc::Block partial[2];
+  for (auto& p : partial) {
+    auto b = scratch(rows, away);
+    if (!b) return b.error();
+    p = *b;
+    away.insert(p.slice);
+  }
+  std::vector<std::pair<int, int>> readers[2];
+  TapChain chain;
+  for (std::int64_t tap = tap0; tap < tap1; ++tap) {
+    const std::int64_t pass = tap - tap0;
+    Task task;
+    task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
+    auto [read, access] = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
+    task.steps.push_back(read);
+    if (shiftLanes && pass > 0) {
+      Step shift;  // to the tap's lanes of the packed vector
+      const bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+      shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
+                                static_cast<int>(tap % sxmHalf),
+                            Opcode::kSxmShift, rows);
+      shift.producer = 0;
+      task.steps.push_back(shift);
+    }
+    Step alu;
+    alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
+    alu.inst.func = pass == 0 ? first : combine;
+    alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
+    alu.producer = static_cast<int>(task.steps.size()) - 1;
+    task.steps.push_back(alu);
+    const int aluAt = static_cast<int>(task.steps.size()) - 1;
+    const alloc::Block& from = partial[(pass + 1) % 2];
+    const alloc::Block& to = partial[pass % 2];
+    int sideAt = -1;
+    if (pass > 0) {
+      task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
+      task.steps.push_back(makeReadOf(from, rows));
+      sideAt = static_cast<int>(task.steps.size()) - 1;
+    }
+    const bool last = tap + 1 == tap1;
+    task.steps.push_back(last ? finalWrite(aluAt) : makeWriteOf(to, rows, aluAt));
+    const int writeAt = static_cast<int>(task.steps.size()) - 1;
+    std::vector<Access> writes;
+    if (last)
+      for (Access w : finalWrites) writes.push_back((w.step = writeAt, w));
+    const int id = addTask(std::move(task), {access}, writes);
+    if (!last) waitForFreedReaders(to, id, writeAt);
+    if (pass > 0) {
+      problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
+      readers[(pass + 1) % 2].push_back({id, sideAt});
+      // The partial written now was read by the previous pass (write after read).
+      for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
+    }
+    chain = {id, writeAt};
+  }
+  for (int p = 0; p < 2; ++p) opScratch_.push_back({partial[p], readers[p]});
+  return chain;
+}
+
+Status Lowering::lowerPool(const ir::Op& op) {
+  // Per channel tile and block of output pixels, one pass per tap (tapPasses): max compares, average
+  // adds (the first tap copies, scaled for the average); the last tap writes the output.
+  const ir::TensorId in = op.inputs[0], out = op.outputs[0];
+  if (auto s = place(out, false, slicesOf(in)); !s) return s;
+  const Window win = windowOf(graph_, op);
+  const bool average = op.kind == ir::OpKind::kAveragePool;
+  std::set<int> avoid = slicesOf(in);
+  for (int s : slicesOf(out)) avoid.insert(s);
+  for (int t = 0; t < tensors_.at(out).placement.tiles; ++t)
+    for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
+      auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
+                             average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
+                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub,
+                             [&](int producer) { return writeStep(out, t, block[1], block[2], producer); },
+                             {{out, t, block[1], block[2], 0}}, avoid);
+      if (!chain) return chain.error();
+    }
+  return {};
+}
+
+}  // namespace detail
+}  // namespace tsp::lower

@@ -1,0 +1,521 @@
+// The cluster scheduler for sharded plans: compute segments, collectives and cross-chip tensors on one timeline per chip.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
+
+namespace tsp::schedule {
+
+namespace {
+
+bool isCollective(ir::OpKind kind) {
+  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
+         kind == ir::OpKind::kAllToAll;
+}
+bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
+
+CollectiveOp collectiveOpOf(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
+    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
+    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
+    default: return CollectiveOp::kAllReduce;
+  }
+}
+
+std::string attrText(const ir::AttrValue& value) {
+  return std::visit(
+      [](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::string>) return v;
+        else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) return fmt::format("{}", v);
+        else return fmt::format("[{}]", fmt::join(v, ","));
+      },
+      value);
+}
+
+// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
+std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::map<ir::TensorId, int> local;
+  const std::set<ir::OpId> inSegment(ops.begin(), ops.end());
+  std::string key;
+  auto tensorText = [&](ir::TensorId id) {
+    const auto& t = graph.tensor(id);
+    std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
+    if (t.role == ir::TensorRole::kConstant && t.data)
+      text += fmt::format("#{:x}", std::hash<std::string>{}(std::string(reinterpret_cast<const char*>(t.data->data()),
+                                                                           t.data->size() * sizeof(double))));
+    return text;
+  };
+  for (ir::OpId id : ops) {
+    const auto& op = graph.op(id);
+    key += ir::opKindName(op.kind);
+    for (const auto& [name, value] : op.attrs) key += fmt::format(" {}={}", name, attrText(value));
+    key += " (";
+    for (ir::TensorId in : op.inputs) {
+      auto it = local.find(in);
+      key += it != local.end() ? fmt::format("%{} ", it->second) : tensorText(in) + " ";
+    }
+    key += ") ->";
+    for (ir::TensorId out : op.outputs) {
+      const int n = static_cast<int>(local.size());
+      local[out] = n;
+      bool leaves = std::find(graph.outputs().begin(), graph.outputs().end(), out) != graph.outputs().end();
+      for (ir::OpId user : graph.tensor(out).users) leaves |= !inSegment.count(user);
+      key += fmt::format(" %{}={}{}", n, tensorText(out), leaves ? "!" : "");
+    }
+    key += ";";
+  }
+  return key;
+}
+
+// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
+class ChipTimelines {
+ public:
+  ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
+    for (auto& p : programs_) p.chipSpecHash = chip.hash();
+  }
+  Cycle freeAt(int c) const { return free_[c]; }
+  const std::vector<Cycle>& free() const { return free_; }
+  /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
+  void append(int c, const isa::Program& program, Cycle offset) {
+    if (program.instructions.empty()) return;
+    for (auto inst : program.instructions) {
+      inst.issue += offset;
+      programs_[c].instructions.push_back(inst);
+    }
+    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
+    free_[c] = std::max(free_[c], offset + program.predictedCycles);
+  }
+  std::vector<isa::Program> finish() {
+    for (auto& p : programs_) {
+      isa::canonicalize(p);
+      if (p.instructions.empty()) continue;
+      Cycle last = 0;
+      std::map<int, Cycle> busy;
+      for (const auto& inst : p.instructions) {
+        last = std::max(last, isa::completion(chip_, inst));
+        busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
+      }
+      Cycle busiest = 0;
+      for (const auto& [unit, cycles] : busy) busiest = std::max(busiest, cycles);
+      p.predictedCycles = last + chip_.rippleCycles;
+      p.lowerBoundCycles = busiest + chip_.rippleCycles;
+    }
+    return std::move(programs_);
+  }
+
+ private:
+  const topology::ChipSpec& chip_;
+  std::vector<Cycle> free_;
+  std::vector<isa::Program> programs_;
+};
+
+class ShardedScheduler {
+ public:
+  ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options)
+      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
+        calendar_(cluster.links().size()), placedOn_(work.graphs.size()),
+        inFlight_(work.graphs.size()) {}
+
+  Expected<ClusterSchedule> run() {
+    if (auto s = check(); !s) return s.error();
+    const int ops = static_cast<int>(work_.graphs.front().ops().size());
+    for (const auto& wave : work_.waves) {
+      const ir::Graph& lead = work_.graphs[wave.front()];
+      for (int j = 0; j < ops;) {
+        const ir::OpKind kind = lead.op(j).kind;
+        int k = j + 1;
+        if (isCollective(kind)) {
+          if (auto s = collective(wave, j); !s) return s.error();
+        } else if (isPointToPoint(kind)) {
+          while (k < ops && isPointToPoint(lead.op(k).kind)) ++k;
+          if (auto s = pointToPoint(wave, j, k); !s) return s.error();
+        } else {
+          while (k < ops && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) &&
+                 sameChipRun(wave, j, k))
+            ++k;
+          if (auto s = compute(wave, j, k); !s) return s.error();
+        }
+        j = k;
+      }
+    }
+    result_.programs = timelines_.finish();
+    result_.reports.resize(cluster_.chipCount());
+    for (int c = 0; c < cluster_.chipCount(); ++c) {
+      auto& report = reports_[c];
+      report.cycles = result_.programs[c].predictedCycles;
+      report.lowerBound = result_.programs[c].lowerBoundCycles;
+      report.instructions = static_cast<std::int64_t>(result_.programs[c].instructions.size());
+      result_.reports[c] = report;
+    }
+    return std::move(result_);
+  }
+
+ private:
+  Status check() const {
+    if (work_.graphs.empty() || work_.waves.empty()) return makeError(ExitCode::kInternal, "a sharded plan without devices");
+    const auto& lead = work_.graphs.front();
+    for (size_t d = 0; d < work_.graphs.size(); ++d) {
+      const auto& g = work_.graphs[d];
+      if (g.ops().size() != lead.ops().size() || work_.opChip[d].size() != g.ops().size())
+        return makeError(ExitCode::kInternal, fmt::format("device {}'s graph is not SPMD with device 0's", d));
+      for (size_t j = 0; j < g.ops().size(); ++j) {
+        if (g.op(j).kind != lead.op(j).kind)
+          return modelError(g.op(j).name, fmt::format("device {} runs {} where device 0 runs {}", d,
+                                                      ir::opKindName(g.op(j).kind), ir::opKindName(lead.op(j).kind)));
+        const int c = work_.opChip[d][j];
+        if (c < 0 || c >= cluster_.chipCount())
+          return makeError(ExitCode::kConfig, fmt::format("op '{}' of device {} is placed on chip {}, not in the "
+                                                          "cluster of {} chips", g.op(j).name, d, c,
+                                                          cluster_.chipCount()));
+      }
+    }
+    return {};
+  }
+
+  // Ops j and k - 1 run on one chip on every device of the wave.
+  bool sameChipRun(const std::vector<int>& wave, int j, int k) const {
+    for (int d : wave)
+      if (work_.opChip[d][k] != work_.opChip[d][j]) return false;
+    return true;
+  }
+
+  std::int64_t vectorsOf(const ir::Graph& graph, ir::TensorId tensor) const {
+    const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph.tensor(tensor));
+    return rows * tiles;
+  }
+
+  // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
+  // every touched chip's chains to its timeline.
+  Status schedule(CollectivePlan plan) {
+    auto scheduled = scheduleCollective(plan, cluster_, timelines_.free(), calendar_);
+    if (!scheduled) return scheduled.error();
+    for (int c = 0; c < cluster_.chipCount(); ++c) timelines_.append(c, scheduled->cluster.programs[c], 0);
+    for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
+      C2CTransfer t = scheduled->cluster.transfers[i];
+      if (scheduled->transfers[i].links.size() > 1) t.route = scheduled->transfers[i].links;
+      result_.transfers.push_back(t);
+    }
+    return {};
+  }
+
+  // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
+  // whole message log2(p) times up and down, which loses to a ring once the bytes term dominates.
+  CollectiveAlgorithm algorithmFor(CollectiveOp op, const std::vector<int>& chips, std::int64_t bytes) const {
+    const CollectiveAlgorithm chosen = chooseAlgorithm(op, chips, bytes, cluster_);
+    if (chosen != CollectiveAlgorithm::kTree || op != CollectiveOp::kAllReduce) return chosen;
+    const topology::ChipSpec& spec = cluster_.chip();
+    double alpha = 0, beta = 0;
+    for (int a : chips)
+      for (int b : chips)
+        if (a != b) {
+          const auto route = cluster_.route(a, b);
+          alpha = std::max(alpha, static_cast<double>(cluster_.routeLatency(route) + ringTurnaroundCycles(spec, true)));
+          for (const auto& hop : route)
+            beta = std::max(beta, linkVectorInterval(spec, cluster_.links()[hop.link]) /
+                                      static_cast<double>(spec.vectorBytes));
+        }
+    const double p = static_cast<double>(chips.size()), levels = std::ceil(std::log2(p));
+    const double tree = 2 * levels * (alpha + static_cast<double>(bytes) * beta);
+    return alphaBetaCycles(op, static_cast<int>(p), static_cast<double>(bytes), alpha, beta) < tree
+               ? CollectiveAlgorithm::kRing
+               : chosen;
+  }
+
+  Status collective(const std::vector<int>& wave, int j) {
+    // A collective's input made on another chip (a stage boundary just before it) travels first.
+    std::vector<Needed> needed;
+    for (int d : wave) needed.push_back({d, work_.graphs[d].op(j).inputs.front(), work_.opChip[d][j]});
+    if (auto s = bring(needed); !s) return s;
+    // One instance per distinct member list among the wave's devices.
+    std::set<std::vector<std::int64_t>> done;
+    for (int d : wave) {
+      const ir::Op& op = work_.graphs[d].op(j);
+      const auto devices = op.intsAttr("devices");
+      if (!done.insert(devices).second) continue;
+      std::vector<int> chips, members;
+      for (std::int64_t position : devices) {
+        if (position < 0 || position >= static_cast<std::int64_t>(wave.size()))
+          return modelError(op.name, fmt::format("{} joins position {} of a wave of {} devices", ir::opKindName(op.kind),
+                                                 position, wave.size()));
+        members.push_back(wave[position]);
+        chips.push_back(work_.opChip[members.back()][j]);
+      }
+      if (std::set<int>(chips.begin(), chips.end()).size() != chips.size())
+        return modelError(op.name, "two devices of one collective group are placed on the same chip");
+      const ir::Graph& g = work_.graphs[d];
+      const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
+      const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
+      // The ring in rank order (the order the placement laid the group out for) unless ringOrder's is shorter.
+      auto ringHops = [&](const std::vector<int>& ring) {
+        std::size_t hops = 0;
+        for (size_t i = 0; i < ring.size(); ++i) hops += cluster_.route(ring[i], ring[(i + 1) % ring.size()]).size();
+        return hops;
+      };
+      const bool keepOrder = ringHops(chips) <= ringHops(ringOrder(cluster_, chips));
+      auto plan = planCollective(collectiveOpOf(op.kind), algorithmFor(collectiveOpOf(op.kind), chips, bytes), chips,
+                                 bytes, cluster_, keepOrder);
+      if (!plan) {
+        Diagnostic e = plan.error();
+        e.message = fmt::format("{}: {}", op.name, e.message);
+        return e;
+      }
+      if (auto s = schedule(*plan); !s) return s;
+      ++result_.collectives;
+      for (int member : members) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
+    }
+    return {};
+  }
+
+  // Send/Recv ops [j, k): each Send's tensor goes to the peer device's matching Recv (same tag).
+  Status pointToPoint(const std::vector<int>& wave, int j, int k) {
+    CollectivePlan plan;
+    plan.steps.emplace_back();
+    for (size_t position = 0; position < wave.size(); ++position)
+      for (int s = j; s < k; ++s) {
+        const int d = wave[position];
+        const ir::Op& send = work_.graphs[d].op(s);
+        if (send.kind != ir::OpKind::kSend) continue;
+        const std::int64_t to = send.intAttr("peer", -1), tag = send.intAttr("tag", -1);
+        if (to < 0 || to >= static_cast<std::int64_t>(wave.size()))
+          return modelError(send.name, fmt::format("sends to position {} of a wave of {} devices", to, wave.size()));
+        const int peer = wave[to];
+        int recv = -1;
+        for (int r = j; r < k && recv < 0; ++r) {
+          const ir::Op& op = work_.graphs[peer].op(r);
+          if (op.kind == ir::OpKind::kRecv && op.intAttr("peer", -1) == static_cast<std::int64_t>(position) &&
+              op.intAttr("tag", -1) == tag)
+            recv = r;
+        }
+        if (recv < 0) return modelError(send.name, fmt::format("no matching Recv on device {} (tag {})", peer, tag));
+        const int src = work_.opChip[d][s], dst = work_.opChip[peer][recv];
+        if (src != dst)
+          plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
+        placedOn_[peer][work_.graphs[peer].op(recv).outputs.front()].insert(dst);
+      }
+    if (!plan.steps.front().empty()) return schedule(plan);
+    return {};
+  }
+
+  // A tensor of device `device` that must be on `chip` before an op there runs.
+  struct Needed {
+    int device;
+    ir::TensorId tensor;
+    int chip;
+  };
+
+  // Tensors sent by a producing segment over a direct link, their receives left to the consumer.
+  struct InFlight {
+    int port = 0;
+    int interval = 1;
+    std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
+  };
+
+  // Moves every needed tensor that is not on its chip yet (and is not in flight to it) as one
+  // step of messages: send and receive chains at the earliest cycle chips and links allow.
+  Status bring(const std::vector<Needed>& needed) {
+    CollectivePlan plan;
+    plan.steps.emplace_back();
+    std::vector<Needed> moved;
+    for (const auto& n : needed) {
+      const ir::Graph& g = work_.graphs[n.device];
+      const ir::OpId producer = g.tensor(n.tensor).producer;
+      if (producer < 0) continue;  // graph inputs, weights, constants: each chip holds its slice
+      auto& on = placedOn_[n.device][n.tensor];
+      if (on.empty()) on.insert(work_.opChip[n.device][producer]);
+      if (on.count(n.chip) || inFlight_[n.device].count({n.tensor, n.chip})) continue;
+      if (std::any_of(moved.begin(), moved.end(),
+                      [&](const Needed& m) { return m.device == n.device && m.tensor == n.tensor && m.chip == n.chip; }))
+        continue;
+      plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
+      moved.push_back(n);
+    }
+    if (!plan.steps.front().empty())
+      if (auto s = schedule(plan); !s) return s;
+    for (const auto& n : moved) placedOn_[n.device][n.tensor].insert(n.chip);
+    return {};
+  }
+
+  // The direct link from chip a to chip b, or -1.
+  int directLink(int a, int b) const {
+    const auto route = cluster_.route(a, b);
+    return route.size() == 1 ? route.front().link : -1;
+  }
+
+  // Compute ops [j, k) of every device of the wave. Inputs from other chips arrive first (as
+  // messages) or during the segment (release times of its receives, when the producer sent them
+  // over a direct link); outputs used by compute ops on directly linked chips leave during it.
+  Status compute(const std::vector<int>& wave, int j, int k) {
+    std::vector<Needed> needed;
+    for (int d : wave)
+      for (int s = j; s < k; ++s)
+        for (ir::TensorId in : work_.graphs[d].op(s).inputs) {
+          const ir::OpId producer = work_.graphs[d].tensor(in).producer;
+          if (producer >= 0 && producer < j) needed.push_back({d, in, work_.opChip[d][j]});
+        }
+    if (auto s = bring(needed); !s) return s;
+
+    const topology::ChipSpec& spec = cluster_.chip();
+    for (int d : wave) {
+      const ir::Graph& g = work_.graphs[d];
+      const int chip = work_.opChip[d][j];
+      std::vector<ir::OpId> ops;
+      for (int s = j; s < k; ++s) ops.push_back(s);
+      const Cycle offset = timelines_.freeAt(chip);
+      lower::ShardInterface interface;
+      std::string key = segmentKey(g, ops);
+      std::map<ir::TensorId, int> localOf;
+      {
+        int n = 0;
+        for (ir::OpId op : ops)
+          for (ir::TensorId out : g.op(op).outputs) localOf[out] = n++;
+      }
+      // Receives: tensors in flight to this chip; release times relative to the segment's start.
+      std::set<ir::TensorId> resident, received;
+      for (ir::OpId op : ops)
+        for (ir::TensorId in : g.op(op).inputs) {
+          const ir::OpId producer = g.tensor(in).producer;
+          if (producer < 0 || producer >= j) continue;
+          auto flight = inFlight_[d].find({in, chip});
+          if (placedOn_[d][in].count(chip) || flight == inFlight_[d].end()) {
+            resident.insert(in);
+            continue;
+          }
+          if (!received.insert(in).second) continue;
+          lower::ReceivePlan plan;
+          plan.tensor = in;
+          plan.port = flight->second.port;
+          plan.interval = flight->second.interval;
+          // A tensor wholly arrived before the segment starts waits on the port: it is read at one
+          // vector a cycle instead of at the link's rate.
+          const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
+          (void)tiles;
+          const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
+          if (lastVector < offset) plan.interval = 1;
+          for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
+          key += fmt::format(" recv {}:{}@{}", static_cast<int>(interface.receives.size()), plan.port,
+                             fmt::join(plan.arrivals, ","));
+          interface.receives.push_back(std::move(plan));
+        }
+      for (ir::TensorId in : received) resident.erase(in);
+      interface.resident.assign(resident.begin(), resident.end());
+      // Sends: outputs that compute ops on directly linked chips read later.
+      std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) {
+          std::set<int> chips;
+          for (ir::OpId user : g.tensor(out).users) {
+            const int to = work_.opChip[d][user];
+            if (user < k || to == chip || isCollective(g.op(user).kind) || isPointToPoint(g.op(user).kind)) continue;
+            chips.insert(to);
+          }
+          for (int to : chips)
+            if (const int link = directLink(chip, to); link >= 0) {
+              lower::SendPlan plan;
+              plan.tensor = out;
+              plan.port = cluster_.links()[link].portOn(chip);
+              plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
+              plan.linkBusy = plan.interval;
+              key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+              interface.sends.push_back(plan);
+              sendTo.push_back({out, link});
+            }
+        }
+      auto it = compiled_.find(key);
+      if (it == compiled_.end()) {
+        Options shardOptions = options_;
+        shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);  // one stream per segment
+        auto shard = compileShard(spec, g, ops, interface, shardOptions);
+        if (!shard) return shard.error();
+        it = compiled_.emplace(key, std::move(*shard)).first;
+        ++result_.compiledShards;
+      } else {
+        ++result_.sharedShards;
+      }
+      const CompiledShard& shard = it->second;
+      timelines_.append(chip, shard.program, offset);
+      if (auto s = bookSends(d, chip, offset, interface, sendTo, shard); !s) return s;
+      addReport(chip, shard.report);
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) placedOn_[d][out].insert(chip);
+      for (ir::TensorId in : received) {
+        placedOn_[d][in].insert(chip);
+        inFlight_[d].erase({in, chip});
+      }
+    }
+    return {};
+  }
+
+  // Books the bursts a segment sent in the link calendar and records their arrivals for the receiver.
+  Status bookSends(int d, int chip, Cycle offset, const lower::ShardInterface& interface,
+                   const std::vector<std::pair<ir::TensorId, int>>& sendTo, const CompiledShard& shard) {
+    const topology::ChipSpec& spec = cluster_.chip();
+    for (size_t i = 0; i < sendTo.size(); ++i) {
+      const auto& link = cluster_.links()[sendTo[i].second];
+      const int to = link.other(chip);
+      const auto [rows, tiles] = lower::vectorShape(spec, work_.graphs[d].tensor(sendTo[i].first));
+      (void)tiles;
+      InFlight flight;
+      flight.port = link.portOn(to);
+      flight.interval = interface.sends[i].interval;
+      const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+      for (Cycle issue : shard.sendIssues.at(i)) {
+        const Cycle at = offset + issue, length = Cycle{rows} * flight.interval;
+        // Everything booked on this link direction before was sent (or forwarded) by this chip
+        // before the segment started, so the window is free; the calendar checks it.
+        if (calendar_.firstFit(hops, at, length) != at)
+          return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {}", chip,
+                                                            at, link.id));
+        calendar_.reserve(hops, at, length);
+        const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
+        flight.arrivals.push_back(arrive);
+        result_.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows), flight.interval,
+                                     Bytes{rows} * spec.vectorBytes, {}});
+      }
+      inFlight_[d][{sendTo[i].first, to}] = std::move(flight);
+    }
+    return {};
+  }
+
+  void addReport(int chip, const CompileReport& part) {
+    auto& report = reports_[chip];
+    report.listCycles += part.listCycles;
+    report.criticalPath += part.criticalPath;
+    report.busiestResource += part.busiestResource;
+    report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+    report.sramCapacityBytes = part.sramCapacityBytes;
+    report.spills += part.spills;
+    report.memAccesses += part.memAccesses;
+    report.delayedMemAccesses += part.delayedMemAccesses;
+    report.tasks += part.tasks;
+    report.annealMoves += part.annealMoves;
+    report.annealAccepted += part.annealAccepted;
+  }
+
+  const ShardedWorkload& work_;
+  const topology::Cluster& cluster_;
+  Options options_;
+  ChipTimelines timelines_;
+  LinkCalendar calendar_;
+  std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
+  std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent
+  std::map<std::string, CompiledShard> compiled_;
+  std::map<int, CompileReport> reports_;
+  ClusterSchedule result_;
+};
+
+}  // namespace
+
+Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
+                                          const Options& options) {
+  return ShardedScheduler(workload, cluster, options).run();
+}
+
+}  // namespace tsp::schedule

@@ -1,0 +1,134 @@
+// A plan's per-chip graphs: annotations from the plan's splits, propagation, materialisation, chips and waves.
+#include "partition/plan_shards.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "partition/sharding_spmd.h"
+
+namespace tsp::partition {
+
+namespace {
+
+bool usesAxis(const TensorSharding& s, int axis) {
+  return std::find(s.dimAxis.begin(), s.dimAxis.end(), axis) != s.dimAxis.end() ||
+         std::find(s.partialAxes.begin(), s.partialAxes.end(), axis) != s.partialAxes.end();
+}
+
+}  // namespace
+
+Mesh tensorMesh(const Plan& plan) { return Mesh{{"tp"}, {plan.tp}}; }
+
+Expected<ir::Graph> batchBlockGraph(const ir::Graph& graph, int blocks) {
+  if (blocks <= 1) return graph;
+  const Mesh mesh{{"dp"}, {blocks}};
+  std::map<ir::TensorId, TensorSharding> annotations;
+  for (ir::TensorId in : graph.inputs()) {
+    const auto& t = graph.tensor(in);
+    if (t.shape.empty() || t.shape[0] % blocks != 0)
+      return modelError(t.name, fmt::format("the batch dim of input '{}' ({}) does not divide into dp x "
+                                            "microbatches = {} blocks", t.name, t.shape.empty() ? 0 : t.shape[0],
+                                            blocks));
+    auto spec = TensorSharding::replicated(t.shape.size());
+    spec.dimAxis[0] = 0;
+    annotations[in] = spec;
+  }
+  auto propagated = propagateShardings(graph, mesh, annotations);
+  if (!propagated) return propagated.error();
+  for (const auto& r : propagated->reshards)
+    for (const auto& step : r.steps)
+      if (step.kind != ReshardKind::kSlice)
+        return modelError(r.op >= 0 ? graph.op(r.op).name : graph.tensor(r.tensor).name,
+                          fmt::format("needs a {} across the batch blocks of data parallelism and microbatches",
+                                      reshardKindName(step.kind)));
+  auto devices = shardGraph(graph, *propagated);
+  if (!devices) return devices.error();
+  return std::move(devices->graphs.front());
+}
+
+Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph& graph, const Plan& plan,
+                                                                 const Mesh& mesh) {
+  std::map<ir::TensorId, TensorSharding> annotations;
+  if (plan.tp <= 1) return annotations;
+  if (plan.split == TensorSplit::kSpatial) {
+    const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
+    for (ir::TensorId in : graph.inputs()) {
+      const auto& t = graph.tensor(in);
+      if (t.shape.size() != 4) continue;
+      if (t.shape[2] % size != 0)
+        return modelError(t.name, fmt::format("the height of input '{}' ({}) does not divide into tp = {} rows",
+                                              t.name, t.shape[2], size));
+      auto s = TensorSharding::replicated(4);
+      s.dimAxis[2] = tp;
+      annotations[in] = s;
+    }
+    return annotations;
+  }
+  if (plan.split != TensorSplit::kMegatron)
+    return makeError(ExitCode::kConfig, fmt::format("the {} split is predicted by the search but not executed by "
+                                                    "this build (megatron and spatial are)",
+                                                    tensorSplitName(plan.split)));
+  const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
+  // Column-split one weight at a time, in topological order, re-propagating in between: whether a
+  // matmul's activation is split over tp depends on the splits before it.
+  std::vector<bool> tried(graph.tensors().size(), false);
+  for (;;) {
+    auto propagated = propagateShardings(graph, mesh, annotations);
+    if (!propagated) return propagated.error();
+    bool added = false;
+    for (const auto& op : graph.ops()) {
+      if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) continue;
+      const ir::TensorId w = op.inputs[1];
+      const auto& weight = graph.tensor(w);
+      if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 || tried[w]) continue;
+      if (usesAxis(propagated->tensors[op.inputs[0]], tp) || usesAxis(propagated->tensors[w], tp)) continue;
+      tried[w] = true;
+      if (weight.shape[1] % size != 0) continue;
+      annotations[w] = TensorSharding{{-1, tp}, {}};
+      added = true;
+      break;
+    }
+    if (!added) return annotations;
+  }
+}
+
+Expected<schedule::ShardedWorkload> shardPlan(const ir::Graph& graph, const Plan& plan) {
+  // Two levels: one batch block (all blocks have its shapes and weights), then its TP group.
+  const int blocks = plan.dp * plan.microbatches, tp = plan.tp;
+  auto block = batchBlockGraph(graph, blocks);
+  if (!block) return block.error();
+  const Mesh mesh = tensorMesh(plan);
+  auto annotations = planAnnotations(*block, plan, mesh);
+  if (!annotations) return annotations.error();
+  auto propagated = propagateShardings(*block, mesh, *annotations);
+  if (!propagated) return propagated.error();
+  auto group = shardGraph(*block, *propagated);
+  if (!group) return group.error();
+  schedule::ShardedWorkload work;
+  const auto chunks = plan.layerChunks(graph.layerCount());
+  for (int b = 0; b < blocks; ++b)
+    for (int t = 0; t < tp; ++t) {
+      // Device b tp + t runs TP rank t's graph; its collectives name TP ranks, positions in its wave.
+      ir::Graph g = group->graphs[t];
+      const int d = b / plan.microbatches;
+      std::vector<int> chips;
+      for (const auto& op : g.ops()) {
+        const int layer = std::clamp(op.layer, 0, static_cast<int>(chunks.size()) - 1);
+        const int stage = chunks[layer] % plan.pp;
+        const int rank = (d * plan.pp + stage) * tp + t;
+        chips.push_back(plan.placement.empty() ? plan.stageChip[stage] : plan.placement.at(rank));
+      }
+      work.graphs.push_back(std::move(g));
+      work.opChip.push_back(std::move(chips));
+    }
+  for (int i = 0; i < plan.microbatches; ++i)
+    for (int d = 0; d < plan.dp; ++d) {
+      std::vector<int> wave;
+      for (int t = 0; t < tp; ++t) wave.push_back((d * plan.microbatches + i) * tp + t);
+      work.waves.push_back(std::move(wave));
+    }
+  return work;
+}
+
+}  // namespace tsp::partition

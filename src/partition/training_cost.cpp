@@ -1,0 +1,233 @@
+// The training step's cost model: forward, backward and recomputed passes per chunk, the pipeline
+// formula the event simulation validates, the overlapped gradient all-reduce, and training memory.
+#include "partition/training_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace tsp::partition {
+
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
+  profile.training = training;
+  if (!training.enabled) return {};
+  // The stash is what the training graph's backward ops read from the forward pass (activations
+  // and inputs; with recomputation only the layers' inputs), counted in the layer that reads it.
+  ir::TrainingOptions options;
+  options.optimizer = ir::Optimizer::kNone;
+  options.recompute = training.recompute;
+  auto trained = ir::buildTrainingGraph(forward, options);
+  if (!trained) return trained.error();
+  const ir::Graph& g = trained->graph;
+  const int layers = static_cast<int>(profile.layers.size());
+  const size_t forwardOps = forward.ops().size() + 1;  // the model's ops and the loss
+  std::vector<std::set<ir::TensorId>> weightsOf(layers), stashOf(layers);
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const ir::Op& op = g.op(static_cast<ir::OpId>(i));
+    const int layer = std::min(op.layer, layers - 1);
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = g.tensor(t);
+      if (i < forwardOps) {
+        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[layer].insert(t);
+        continue;
+      }
+      const bool fromForward = tensor.role == ir::TensorRole::kInput ||
+                               (tensor.producer >= 0 && static_cast<size_t>(tensor.producer) < forwardOps);
+      if (fromForward) stashOf[layer].insert(t);
+    }
+  }
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile& layer = profile.layers[l];
+    layer.parameters = 0;
+    layer.trainableBytes = 0;
+    layer.stashBytes = 0;
+    for (ir::TensorId w : weightsOf[l]) {
+      layer.parameters += g.tensor(w).elements();
+      layer.trainableBytes += g.tensor(w).bytes();
+    }
+    for (ir::TensorId t : stashOf[l]) layer.stashBytes += g.tensor(t).bytes();
+  }
+  return {};
+}
+
+int peakStashCount(PipelineSchedule schedule, int stages, int microbatches, int chunks, int stage) {
+  switch (schedule) {
+    case PipelineSchedule::kGPipe: return microbatches * chunks;
+    case PipelineSchedule::k1F1B: return std::min(stages - stage, microbatches);
+    case PipelineSchedule::kInterleaved:
+      if (chunks == 1) return std::min(stages - stage, microbatches);
+      if (microbatches == stages) return microbatches * chunks;
+      return std::min(2 * (stages - stage - 1) + (chunks - 1) * stages + 1, microbatches * chunks);
+  }
+  return microbatches * chunks;
+}
+
+double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
+  const double master = weightBytes < 4 ? 4.0 : 0.0;
+  switch (optimizer) {
+    case ir::Optimizer::kNone: return 0;
+    case ir::Optimizer::kSgd: return master;
+    case ir::Optimizer::kAdam: return 8.0 + master;
+  }
+  return 0;
+}
+
+namespace {
+
+int bytesPerParameter(const LayerProfile& layer) {
+  return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
+}
+
+// The share of a layer's weights one chip of a TP group holds: convolution weights whole (every
+// tensor split replicates them; docs/partitioning.md), the rest split tp ways.
+double weightShare(const LayerProfile& layer, const Candidate& c) {
+  if (layer.trainableBytes == 0) return 1.0 / c.tp;
+  const double replicated = c.tp > 1 ? std::min(static_cast<double>(layer.convWeightBytes),
+                                                static_cast<double>(layer.trainableBytes)) : 0.0;
+  const double all = static_cast<double>(layer.trainableBytes);
+  return (replicated + (all - replicated) / c.tp) / all;
+}
+
+// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages.
+double ringAllReduce(double bytes, int group, double buckets, const LinkFigures& links) {
+  if (group <= 1 || bytes <= 0) return 0;
+  const double d = group;
+  return buckets * 2 * (d - 1) * static_cast<double>(links.alpha) +
+         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
+}
+
+// A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
+bool scheduleRuns(const TrainingConfig& training, const Candidate& c) {
+  if (c.interleave == 1) return true;
+  return training.schedule == PipelineSchedule::kInterleaved && c.microbatches % c.pp == 0;
+}
+
+}  // namespace
+
+std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+  const TrainingConfig& training = profile.training;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  std::vector<double> bytes(c.pp, 0), chunkStash(stages.chunks, 0), peak(c.pp, 0);
+  for (size_t l = 0; l < profile.layers.size(); ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const int chunk = stages.layerChunk[l], chip = chunk % c.pp;
+    const double shard = training.shardOptimizer ? c.dp : 1;
+    const double share = weightShare(layer, c);
+    bytes[chip] += static_cast<double>(layer.trainableBytes) * share;  // gradients
+    bytes[chip] += static_cast<double>(layer.parameters) * share *
+                   optimizerBytesPerParameter(training.optimizer, bytesPerParameter(layer)) / shard;
+    chunkStash[chunk] += static_cast<double>(layer.stashBytes) * frac / c.tp;
+    // The backward pass of an op holds the gradients of its inputs beside the forward working set.
+    peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+  }
+  for (int s = 0; s < c.pp; ++s) {
+    double largest = 0;
+    for (int k = s; k < stages.chunks; k += c.pp) largest = std::max(largest, chunkStash[k]);
+    bytes[s] += peakStashCount(training.schedule, c.pp, c.microbatches, c.interleave, s) * largest + peak[s];
+  }
+  return bytes;
+}
+
+TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                              const CandidateLinks& links) {
+  const TrainingConfig& training = profile.training;
+  TrainingChunks out;
+  out.forward.assign(stages.chunks, 0);
+  out.backward.assign(stages.chunks, 0);
+  out.comm.assign(stages.chunks, 0);
+  out.gradients.assign(c.pp, 0);
+  out.parameters.assign(c.pp, 0);
+  out.groupGradients.assign(c.pp, 0);
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  // Forward, then backward (dX and dW: twice the forward's compute, and the conjugate of every
+  // forward TP collective), plus the forward again when the layer is recomputed.
+  for (int l = 0; l <= last; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    const LayerShare share = layerShare(layer, c, links);
+    const int k = stages.layerChunk[l];
+    const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
+    out.forward[k] += share.compute + share.comm;
+    out.backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
+    out.comm[k] += (2 + again) * share.comm;
+    out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
+    out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
+    // A spatial split computes each convolution's weight gradient in parts: summed over the group.
+    if (c.split == TensorSplit::kSpatial && c.tp > 1)
+      out.groupGradients[k % c.pp] += std::min(layer.convWeightBytes, layer.trainableBytes);
+  }
+  // Activations go forward and their gradients come back over the same stage-to-stage routes.
+  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  for (int k = 0; k < stages.chunks; ++k) {
+    out.forward[k] += sends[k];
+    out.backward[k] += sends[k];
+    out.comm[k] += 2 * sends[k];
+  }
+  return out;
+}
+
+PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& c) {
+  PipelineCosts costs;
+  costs.forward.assign(c.pp, std::vector<double>(c.interleave, 0));
+  costs.backward = costs.forward;
+  for (size_t k = 0; k < chunks.forward.size(); ++k) {
+    costs.forward[k % c.pp][k / c.pp] = chunks.forward[k];
+    costs.backward[k % c.pp][k / c.pp] = chunks.backward[k];
+  }
+  return costs;
+}
+
+PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                   const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+  const TrainingConfig& training = profile.training;
+  PlanCost cost;
+  cost.memoryPerChip = memoryPerChip(profile, c, stages);
+  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips && scheduleRuns(training, c) &&
+              (training.microbatches == 0 || training.microbatches == c.microbatches);
+  const TrainingChunks chunks = trainingChunks(profile, c, stages, links);
+  const std::vector<double>& backward = chunks.backward;
+  const std::vector<Bytes>& gradients = chunks.gradients;
+  const std::vector<double>& parameters = chunks.parameters;
+  std::vector<double> chunk(stages.chunks, 0), chipBackward(c.pp, 0);
+  for (int k = 0; k < stages.chunks; ++k) {
+    chunk[k] = chunks.forward[k] + backward[k];
+    chipBackward[k % c.pp] += backward[k];
+  }
+  // The pipeline with t = forward + backward of a chunk: for equal stages GPipe's and 1F1B's
+  // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
+  // (tests/partition/training_cost_test.cpp).
+  const PipelineTime time = pipelineTime(chunk, chunks.comm, c);
+  // After the pipeline: the gradient all-reduce over dp (and, for a spatial split, of the convolution
+  // gradients over the TP group) in buckets, started as the last microbatch's backward pass
+  // completes each bucket (so all but the last bucket can hide behind that pass), then the optimizer
+  // step on the chip's (or with sharding, the replica's share of the) parameters.
+  double tail = 0, exposedComm = 0;
+  const double vectorRate = static_cast<double>(chip.vectorBytes) / 4.0 * chip.vxmAluGroups;  // FP32 elements/cycle
+  const double flopsPerParameter = training.optimizer == ir::Optimizer::kAdam ? 10.0 : 2.0;
+  for (int s = 0; s < c.pp; ++s) {
+    double exposed = 0;
+    const double bucket = static_cast<double>(training.bucketBytes);
+    const double dpBuckets = std::ceil(static_cast<double>(gradients[s]) / bucket);
+    const double tpBuckets = std::ceil(static_cast<double>(chunks.groupGradients[s]) / bucket);
+    const double total = ringAllReduce(static_cast<double>(gradients[s]), c.dp, dpBuckets, links.dp) +
+                         ringAllReduce(static_cast<double>(chunks.groupGradients[s]), c.tp, tpBuckets, links.tp);
+    if (total > 0) exposed = std::max(total / (dpBuckets + tpBuckets), total - chipBackward[s]);
+    const double step = training.optimizer == ir::Optimizer::kNone
+                            ? 0.0
+                            : parameters[s] / (training.shardOptimizer ? c.dp : 1) * flopsPerParameter / vectorRate;
+    if (exposed + step > tail) {
+      tail = exposed + step;
+      exposedComm = exposed;
+    }
+  }
+  cost.chunkCycles = time.chunkMax;
+  cost.iterationCycles = time.iteration + tail;
+  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
+  cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;
+  cost.copies = 1;  // spare chips would train other models: a training step's samples/s is its own
+  const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
+  cost.latencySeconds = seconds;
+  cost.throughput = seconds > 0 ? static_cast<double>(profile.samples) * cost.copies / seconds : 0;
+  return cost;
+}
+
+}  // namespace tsp::partition

@@ -1,0 +1,179 @@
+// Tests of a plan's per-chip graphs and their cluster schedule: Megatron annotations computed from
+// the plan match the unsharded graph, and the schedule of the shards books no link twice.
+#include "partition/plan_shards.h"
+
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compile/ir/interpreter.h"
+#include "partition/placement.h"
+#include "partition/sharding_spmd.h"
+#include "test_values.h"
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::partition {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+using Shape = std::vector<std::int64_t>;
+
+using testing::values;
+
+// A builtin:mlp-shaped chain with weight values: layer i is MatMul + bias Add (+ Relu but the last).
+ir::Graph mlp(int layers, std::int64_t batch, std::int64_t width, DType dtype) {
+  ir::Graph g;
+  ir::TensorId x = g.addInput("x", {batch, width}, dtype);
+  for (int i = 0; i < layers; ++i) {
+    const auto w = g.addWeight(fmt::format("w{}", i), {width, width}, dtype, values(width * width, 2 * i + 1));
+    const auto b = g.addWeight(fmt::format("b{}", i), {width}, dtype, values(width, 2 * i + 2));
+    x = *g.addOp(OpKind::kAdd, fmt::format("bias{}", i), {*g.addOp(OpKind::kMatMul, fmt::format("fc{}", i), {x, w}, i), b}, i);
+    if (i + 1 < layers) x = *g.addOp(OpKind::kRelu, fmt::format("relu{}", i), {x}, i);
+  }
+  g.markOutput(x);
+  return g;
+}
+
+Plan plan(int dp, int tp, int pp, int m, std::vector<int> placement) {
+  Plan p;
+  p.dp = dp;
+  p.tp = tp;
+  p.pp = pp;
+  p.microbatches = m;
+  p.split = tp > 1 ? TensorSplit::kMegatron : TensorSplit::kNone;
+  for (int s = 0; s < pp; ++s) p.stageFirstLayer.push_back(s * 4 / pp);
+  p.stageChip.assign(pp, 0);
+  p.placement = std::move(placement);
+  return p;
+}
+
+topology::Cluster ring(int chips) {
+  topology::YamlReader reader("test.yaml");
+  auto cluster = topology::loadCluster(reader, YAML::Load("{topology: {kind: ring, chips: " + std::to_string(chips) + "}}"));
+  EXPECT_TRUE(cluster.ok());
+  return *cluster;
+}
+
+// Megatron from the plan: alternate column and row splits give one all-reduce per pair of layers,
+// and the TP group's graphs of one batch block compute what the unsharded block does.
+TEST(PlanShards, MegatronAnnotationsMatchTheUnshardedGraph) {
+  const ir::Graph g = mlp(4, 8, 8, DType::kF32);
+  const Plan p = plan(2, 2, 1, 2, {0, 1, 2, 3});
+  auto block = batchBlockGraph(g, p.dp * p.microbatches);
+  ASSERT_TRUE(block.ok()) << block.error().format();
+  EXPECT_EQ(block->tensor(block->inputs().front()).shape, (Shape{2, 8}));  // 8 rows in 4 blocks
+  const Mesh mesh = tensorMesh(p);
+  EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2}));
+  auto annotations = planAnnotations(*block, p, mesh);
+  ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+  auto propagated = propagateShardings(*block, mesh, *annotations);
+  ASSERT_TRUE(propagated.ok());
+  EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2);
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w0")].text(mesh), "[-,tp]");
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w1")].text(mesh), "[tp,-]");
+  EXPECT_EQ(propagated->tensors[*block->findTensor("w2")].text(mesh), "[-,tp]");
+  auto devices = shardGraph(*block, *propagated);
+  ASSERT_TRUE(devices.ok());
+  ir::Value x{DType::kF32, {2, 8}, *values(16, 99)};
+  auto want = ir::interpret(*block, {x});
+  auto got = interpretSharded(*devices, {x});
+  ASSERT_TRUE(want.ok() && got.ok());
+  ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+  for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+    EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+}
+
+TEST(PlanShards, BatchThatDoesNotDivideNamesTheInput) {
+  auto block = batchBlockGraph(mlp(2, 6, 8, DType::kF32), 4);
+  ASSERT_FALSE(block.ok());
+  EXPECT_EQ(block.error().message, "the batch dim of input 'x' (6) does not divide into dp x microbatches = 4 blocks");
+}
+
+// Every op of a device runs on the chip of its stage, replica and TP rank; waves go microbatch by microbatch.
+TEST(PlanShards, OpsGoToTheirRanksChips) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  const Plan p = plan(1, 2, 2, 2, {5, 4, 6, 7});
+  auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  ASSERT_EQ(work->graphs.size(), 4u);  // 2 microbatches x 2 TP ranks
+  EXPECT_EQ(work->waves, (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  for (size_t d = 0; d < work->graphs.size(); ++d)
+    for (size_t j = 0; j < work->graphs[d].ops().size(); ++j) {
+      const int stage = work->graphs[d].op(j).layer < 2 ? 0 : 1;
+      EXPECT_EQ(work->opChip[d][j], p.placement[stage * 2 + d % 2]) << "device " << d << " op " << j;
+    }
+}
+
+// The schedule of the shards: TP ranks share compiled segments, no directed link carries two bursts
+// at once (chip 1 sends to chip 4 over three hops, chips 0, 5 forwarding), only the plan's chips
+// and the transit chips have programs.
+TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  const auto cluster = ring(6);
+  const Plan p = plan(1, 2, 2, 2, {0, 1, 5, 4});
+  auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok());
+  auto schedule = schedule::scheduleCluster(*work, cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  EXPECT_GT(schedule->sharedShards, 0);
+  EXPECT_GT(schedule->compiledShards, 0);
+  EXPECT_EQ(schedule->collectives, 4);  // two all-reduces per microbatch
+  for (int c = 0; c < 6; ++c) EXPECT_EQ(schedule->programs[c].instructions.empty(), c == 2 || c == 3) << "chip " << c;
+  // Directed link windows [send + send cycles, + vectors x interval) never overlap.
+  std::map<std::pair<int, int>, std::vector<std::pair<Cycle, Cycle>>> windows;
+  for (const auto& t : schedule->transfers) {
+    // Hop h of a route starts after the send and the earlier hops' latency and forwarding.
+    const std::vector<int> links = t.route.empty() ? std::vector<int>{t.link} : t.route;
+    Cycle start = t.sendCycle + cluster.chip().c2cSendCycles;
+    int at = t.srcChip;
+    for (int link : links) {
+      windows[{link, at}].push_back({start, start + Cycle{t.vectors} * t.interval});
+      start += cluster.links()[link].latencyCycles + cluster.chip().c2cForwardCycles;
+      at = cluster.links()[link].other(at);
+    }
+  }
+  EXPECT_FALSE(windows.empty());
+  for (auto& [key, list] : windows) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first) << "link " << key.first;
+  }
+  // Stage-to-stage tensors arrive after they are sent, over the route's latency.
+  for (const auto& t : schedule->transfers) EXPECT_GE(t.arriveCycle, t.sendCycle + cluster.links()[t.link].latencyCycles);
+}
+
+// METIS on the communication graph: TP groups of 4 on a 4x4 torus become rings of one-hop edges,
+// with no more bytes x hops than the locality order's slices.
+TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {
+  topology::YamlReader reader("test.yaml");
+  auto cluster = topology::loadCluster(reader, YAML::Load("{topology: {kind: torus, dims: [4, 4]}}"));
+  ASSERT_TRUE(cluster.ok());
+  auto order = localityOrder(*cluster);
+  ASSERT_TRUE(order.ok());
+  const auto graph = communicationGraph(2, 4, 2, 1 << 20, {1 << 16, 0});
+  EXPECT_EQ(graph.ranks, 16);
+  auto mapped = mapCommunicationGraph(graph, *order);
+  ASSERT_TRUE(mapped.ok()) << mapped.error().format();
+  EXPECT_EQ(std::set<int>(mapped->begin(), mapped->end()).size(), 16u);
+  for (int group = 0; group < 4; ++group)
+    for (int t = 0; t < 4; ++t)
+      EXPECT_EQ(cluster->route((*mapped)[group * 4 + t], (*mapped)[group * 4 + (t + 1) % 4]).size(), 1u)
+          << "group " << group << " rank " << t;
+  EXPECT_LE(placementTraffic(*cluster, *mapped, graph), placementTraffic(*cluster, *order, graph));
+}
+
+TEST(PlanShards, TwoDimensionalSplitIsNotExecuted) {
+  const ir::Graph g = mlp(2, 8, 8, DType::kF32);
+  Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
+  p.split = TensorSplit::k2d;
+  auto work = shardPlan(g, p);
+  ASSERT_FALSE(work.ok());
+  EXPECT_NE(work.error().message.find("the 2d split is predicted by the search but not executed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tsp::partition

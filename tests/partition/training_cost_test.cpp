@@ -1,0 +1,342 @@
+// Tests of the training cost model: stash formulas, pipeline timing against the event simulation,
+// memory of gradients and optimizer state, the overlapped gradient all-reduce, the `training:` keys,
+// and Megatron-LM Table 1's models through the search on the 10,440-TSP dragonfly.
+#include "partition/training_cost.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "compile/frontend/builtin_models.h"
+#include "partition/search.h"
+#include "partition/stage_partition.h"
+#include "topology/cluster_config.h"
+#include "topology/yaml_reader.h"
+
+namespace tsp::partition {
+namespace {
+
+topology::Cluster clusterFrom(const std::string& yaml, const std::string& file = "c.yaml") {
+  topology::YamlReader reader(file);
+  auto c = topology::loadCluster(reader, YAML::Load(yaml));
+  EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().format());
+  return *c;
+}
+
+ir::Graph gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std::int64_t seq, std::int64_t batch,
+              std::int64_t vocab) {
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", std::to_string(layers)}, {"hidden", std::to_string(hidden)},
+                 {"heads", std::to_string(heads)},   {"seq", std::to_string(seq)},
+                 {"batch", std::to_string(batch)},   {"vocab", std::to_string(vocab)},
+                 {"dtype", "fp16"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().format());
+  return *g;
+}
+
+TrainingConfig training(PipelineSchedule schedule, ir::Optimizer optimizer = ir::Optimizer::kAdam,
+                        ir::Recompute recompute = ir::Recompute::kNone, bool shard = false) {
+  TrainingConfig t;
+  t.enabled = true;
+  t.schedule = schedule;
+  t.optimizer = optimizer;
+  t.recompute = recompute;
+  t.shardOptimizer = shard;
+  return t;
+}
+
+TEST(TrainingCost, StashFormulasMatchTheOrders) {
+  for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
+    for (int p : {1, 2, 4, 8})
+      for (int m : {1, 4, 8, 16, 32})
+        for (int v : {1, 2, 4}) {
+          if (schedule != PipelineSchedule::kInterleaved && v > 1) continue;
+          auto order = buildPipelineOrder(schedule, p, m, v);
+          if (!order.ok()) continue;  // interleaved with m not divisible by p
+          for (int s = 0; s < p; ++s)
+            EXPECT_EQ(peakStashCount(schedule, p, m, v, s), order->peakStash(s))
+                << pipelineScheduleName(schedule) << " p" << p << " m" << m << " v" << v << " s" << s;
+        }
+}
+
+// Equal layers, no communication: the cost model's iteration is the simulated makespan of every schedule.
+TEST(TrainingCost, PipelineTimeIsTheSimulatedMakespan) {
+  ModelProfile profile;
+  profile.samples = 64;
+  profile.layers.assign(16, LayerProfile{});
+  for (auto& l : profile.layers) l.cycles = 12000;
+  const auto c = clusterFrom("{topology: {kind: ring, chips: 16}}");
+  for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved})
+    for (int v : {1, 2}) {
+      if (schedule != PipelineSchedule::kInterleaved && v > 1) continue;
+      profile.training = training(schedule, ir::Optimizer::kNone);
+      const int p = 4, m = 8;
+      auto stages = assignStages(profile, p * v);
+      ASSERT_TRUE(stages.ok());
+      const PlanCost cost = evaluateCandidate(profile, {TensorSplit::kNone, 1, 1, p, m, v}, *stages, {}, c.chip(), 16);
+      // One microbatch of 8 samples through 16 / (p v) layers: forward t, backward 2t.
+      const double t = 12000.0 / m * 16 / (p * v);
+      auto order = buildPipelineOrder(schedule, p, m, v);
+      ASSERT_TRUE(order.ok());
+      auto timing = simulatePipeline(*order, PipelineCosts::uniform(p, v, t, 2 * t));
+      ASSERT_TRUE(timing.ok());
+      EXPECT_NEAR(cost.iterationCycles, timing->makespan, 1e-6 * timing->makespan) << pipelineScheduleName(schedule);
+      EXPECT_NEAR(timing->bubbleFraction(), static_cast<double>(p - 1) / (m * v), 1e-12);
+    }
+}
+
+TEST(TrainingCost, MemoryCountsGradientsOptimizerStateAndStash) {
+  const auto c = clusterFrom("{topology: {kind: torus, dims: [4, 4]}}");
+  const auto g = gpt(8, 512, 8, 128, 16, 4096);
+  auto base = profileModel(g, c.chip(), 16);
+  ASSERT_TRUE(base.ok());
+  auto stages = assignStages(*base, 4);
+  ASSERT_TRUE(stages.ok());
+  const Candidate cand{TensorSplit::kNone, 2, 1, 4, 8, 1};
+  const Bytes inference = memoryPerChip(*base, cand, *stages);
+  auto withTraining = [&](const TrainingConfig& t) {
+    ModelProfile p = *base;
+    EXPECT_TRUE(applyTraining(p, g, t).ok());
+    return memoryPerChip(p, cand, *stages);
+  };
+  const Bytes sgd = withTraining(training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd));
+  const Bytes adam = withTraining(training(PipelineSchedule::k1F1B));
+  const Bytes sharded = withTraining(training(PipelineSchedule::k1F1B, ir::Optimizer::kAdam, ir::Recompute::kNone, true));
+  const Bytes gpipe = withTraining(training(PipelineSchedule::kGPipe));
+  const Bytes recompute = withTraining(training(PipelineSchedule::k1F1B, ir::Optimizer::kAdam, ir::Recompute::kFull));
+  EXPECT_GT(sgd, inference);
+  // Adam adds m and v in FP32: 8 bytes per parameter beyond SGD's FP32 master copy.
+  ModelProfile trained = *base;
+  ASSERT_TRUE(applyTraining(trained, g, training(PipelineSchedule::k1F1B)).ok());
+  std::int64_t stageParameters = 0;
+  for (size_t l = 0; l < trained.layers.size(); ++l)
+    if (stages->layerChunk[l] == 0) stageParameters += trained.layers[l].parameters;
+  EXPECT_GE(adam - sgd, 8 * stageParameters - 8);
+  EXPECT_LT(sharded, adam);  // the optimizer state split over dp = 2
+  EXPECT_GT(gpipe, adam);    // GPipe stashes all 8 microbatches, 1F1B at most p = 4
+  EXPECT_LT(recompute, adam);
+  EXPECT_DOUBLE_EQ(optimizerBytesPerParameter(ir::Optimizer::kAdam, 2), 12.0);
+  EXPECT_DOUBLE_EQ(optimizerBytesPerParameter(ir::Optimizer::kAdam, 4), 8.0);
+  EXPECT_DOUBLE_EQ(optimizerBytesPerParameter(ir::Optimizer::kSgd, 2), 4.0);
+}
+
+TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
+  const auto c = clusterFrom("{topology: {kind: ring, chips: 8}}");
+  const auto g = gpt(4, 512, 8, 512, 64, 4096);
+  auto profile = profileModel(g, c.chip(), 64);
+  ASSERT_TRUE(profile.ok());
+  ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd)).ok());
+  auto stages = assignStages(*profile, 1);
+  ASSERT_TRUE(stages.ok());
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  auto cost = [&](int dp, Bytes bucket, double linkScale = 1.0) {
+    profile->training.bucketBytes = bucket;
+    auto placed = placePlan(c, *order, dp, 1, 1);
+    EXPECT_TRUE(placed.ok());
+    auto links = linkFigures(c, *placed, dp, 1, 1, 1, true);
+    EXPECT_EQ(links.dp.maxHops > 0, dp > 1);
+    links.dp.cyclesPerByte *= linkScale;
+    return evaluateCandidate(*profile, {TensorSplit::kNone, dp, 1, 1, 1, 1}, *stages, links, c.chip(), 8);
+  };
+  const PlanCost one = cost(1, Bytes{25} << 20), eight = cost(8, Bytes{25} << 20);
+  // Every replica computes an eighth of the batch and all-reduces the gradients of every weight.
+  EXPECT_LT(eight.iterationCycles, one.iterationCycles);
+  EXPECT_GT(eight.commShare, one.commShare);
+  // One bucket waits for the whole backward pass; small ones overlap it, down to the last bucket.
+  const PlanCost small = cost(8, Bytes{1} << 20), single = cost(8, Bytes{1} << 30);
+  EXPECT_LT(small.iterationCycles, single.iterationCycles);
+  // With links so fast that the all-reduce fits in the backward pass, only the last bucket shows.
+  const PlanCost hidden = cost(8, Bytes{1} << 20, 1e-3);
+  const double computeOnly = one.iterationCycles / 8;
+  EXPECT_LT(hidden.iterationCycles, 1.02 * computeOnly);
+}
+
+TEST(TrainingCost, TrainingKeysAreValidated) {
+  auto load = [](const std::string& yaml) {
+    topology::YamlReader reader("t.yaml");
+    return loadTraining(reader, YAML::Load(yaml));
+  };
+  auto empty = load("{}");
+  ASSERT_TRUE(empty.ok());
+  EXPECT_FALSE(empty->enabled);
+  auto full = load("{schedule: interleaved, optimizer: sgd, recompute: full, shard_optimizer: true, microbatches: 8}");
+  ASSERT_TRUE(full.ok()) << full.error().format();
+  EXPECT_TRUE(full->enabled);
+  EXPECT_EQ(full->schedule, PipelineSchedule::kInterleaved);
+  EXPECT_EQ(full->optimizer, ir::Optimizer::kSgd);
+  EXPECT_EQ(full->recompute, ir::Recompute::kFull);
+  EXPECT_TRUE(full->shardOptimizer);
+  EXPECT_EQ(full->microbatches, 8);
+  auto unknown = load("{schedul: gpipe}");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().format().find("schedule"), std::string::npos) << unknown.error().format();
+  auto bad = load("{schedule: pipedream}");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().format().find("gpipe"), std::string::npos) << bad.error().format();
+}
+
+// Megatron-LM Table 1 (s = 2048, V = 51,200, Adam with mixed precision, full recomputation, 1F1B):
+// the smallest TSP count that holds each model, and the best plan the search finds on the
+// 10,440-chip dragonfly (docs/validation.md prints this table).
+TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
+  topology::YamlReader reader(TSP_SOURCE_DIR "/configs/dragonfly-10440.yaml");
+  auto loaded = topology::loadCluster(reader, YAML::LoadFile(reader.file())["cluster"]);
+  ASSERT_TRUE(loaded.ok());
+  const topology::Cluster& cluster = *loaded;
+  struct Row { const char* name; std::int64_t heads, hidden, layers, batch; };
+  const Row rows[] = {{"1.7B", 24, 2304, 24, 512}, {"18.4B", 48, 6144, 40, 1024}, {"145.6B", 96, 12288, 80, 2304},
+                      {"529.6B", 128, 20480, 105, 2520}, {"1008B", 160, 25600, 128, 3072}};
+  std::string table = "| model | parameters | smallest fit (chips, plan) | best plan on 10,440 | samples/s | "
+                      "MiB/chip | bubble | iteration s, predicted | iteration s, event-simulated |\n"
+                      "|---|---:|---|---|---:|---:|---:|---:|---:|\n";
+  auto order = localityOrder(cluster);
+  ASSERT_TRUE(order.ok());
+  int previous = 0;
+  for (const Row& r : rows) {
+    const auto g = gpt(r.layers, r.hidden, r.heads, 2048, r.batch, 51200);
+    auto profile = profileModel(g, cluster.chip(), r.batch);
+    ASSERT_TRUE(profile.ok());
+    ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B, ir::Optimizer::kAdam, ir::Recompute::kFull)).ok());
+    const Candidate smallest = smallestFittingPlan(*profile, cluster.chip(), 1 << 12);
+    ASSERT_GT(smallest.dp, 0) << r.name;
+    EXPECT_GT(smallest.chips(), previous) << r.name;  // bigger models need more chips
+    previous = smallest.chips();
+    // Adam in mixed precision keeps 16 bytes per parameter: a lower bound on the chips.
+    EXPECT_GE(static_cast<double>(smallest.chips()) * cluster.chip().sramBytes(), 16.0 * g.parameters()) << r.name;
+    SearchOptions options;
+    auto result = searchPlans(cluster, *profile, options);
+    std::string best = "does not fit", rate = "-", memory = "-", bubble = "-", predicted = "-", simulated = "-";
+    if (smallest.chips() <= cluster.chipCount()) {
+      ASSERT_TRUE(result.ok()) << r.name << ": " << result.error().format();
+      const RankedPlan& top = result->ranked.front();
+      EXPECT_LE(top.cost.memoryPerChip, cluster.chip().sramBytes());
+      best = top.candidate.canonical();
+      rate = fmt::format("{:.1f}", top.cost.throughput);
+      memory = fmt::format("{:.1f}", static_cast<double>(top.cost.memoryPerChip) / (1 << 20));
+      bubble = fmt::format("{:.3f}", top.cost.bubbleFraction);
+      // The plan's 1F1B schedule run by the event simulation with its chunk costs, plus the same
+      // gradient all-reduce and optimizer tail the cost model adds after the pipeline.
+      const Candidate& cand = top.candidate;
+      auto stages = assignStages(*profile, cand.pp * cand.interleave);
+      ASSERT_TRUE(stages.ok());
+      auto placed = placePlan(cluster, *order, cand.dp, cand.tp, cand.pp);
+      ASSERT_TRUE(placed.ok());
+      const auto links = linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true);
+      const TrainingChunks chunks = trainingChunks(*profile, cand, *stages, links);
+      std::vector<double> chunk;
+      for (size_t k = 0; k < chunks.forward.size(); ++k) chunk.push_back(chunks.forward[k] + chunks.backward[k]);
+      const PlanCost exact = evaluateCandidate(*profile, cand, *stages, links, cluster.chip(), cluster.chipCount());
+      const double tail = exact.iterationCycles - pipelineTime(chunk, chunks.comm, cand).iteration;
+      auto pipelineOrder = buildPipelineOrder(PipelineSchedule::k1F1B, cand.pp, cand.microbatches, cand.interleave);
+      ASSERT_TRUE(pipelineOrder.ok());
+      auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
+      ASSERT_TRUE(timing.ok());
+      const double hz = cluster.chip().clockMhz * 1e6;
+      predicted = fmt::format("{:.3f}", exact.iterationCycles / hz);
+      simulated = fmt::format("{:.3f}", (timing->makespan + tail) / hz);
+      EXPECT_NEAR(timing->makespan + tail, exact.iterationCycles, 0.12 * exact.iterationCycles) << r.name;
+    } else {
+      ASSERT_FALSE(result.ok()) << r.name;
+      EXPECT_EQ(result.error().code, ExitCode::kDoesNotFit);
+    }
+    table += fmt::format("| {} | {:.1f} B | {} ({}) | {} | {} | {} | {} | {} | {} |\n", r.name, g.parameters() / 1e9,
+                         smallest.chips(), smallest.canonical(), best, rate, memory, bubble, predicted, simulated);
+  }
+  std::printf("%s", table.c_str());
+}
+
+}  // namespace
+}  // namespace tsp::partition
+
+namespace tsp::partition {
+namespace {
+
+// On the searched plans of a real model (unequal stages: embedding, blocks, head), the cost model's
+// closed-form pipeline time against the event simulation of the plan's schedule with its chunk costs.
+TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
+  const auto c = clusterFrom("{topology: {kind: torus, dims: [4, 4]}}");
+  const auto g = gpt(8, 1024, 16, 256, 16, 8192);
+  for (auto schedule : {PipelineSchedule::kGPipe, PipelineSchedule::k1F1B, PipelineSchedule::kInterleaved}) {
+    auto profile = profileModel(g, c.chip(), 16);
+    ASSERT_TRUE(profile.ok());
+    ASSERT_TRUE(applyTraining(*profile, g, training(schedule, ir::Optimizer::kAdam, ir::Recompute::kFull)).ok());
+    auto result = searchPlans(c, *profile, {});
+    ASSERT_TRUE(result.ok()) << result.error().format();
+    auto order = localityOrder(c);
+    ASSERT_TRUE(order.ok());
+    int pipelines = 0;
+    double low = 1e9, high = 0;
+    for (const RankedPlan& r : result->ranked) {
+      const Candidate& cand = r.candidate;
+      if (cand.pp == 1) continue;
+      auto stages = assignStages(*profile, cand.pp * cand.interleave);
+      ASSERT_TRUE(stages.ok());
+      auto placed = placePlan(c, *order, cand.dp, cand.tp, cand.pp);
+      ASSERT_TRUE(placed.ok());
+      const auto links = linkFigures(c, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true);
+      const TrainingChunks chunks = trainingChunks(*profile, cand, *stages, links);
+      std::vector<double> chunk;
+      for (size_t k = 0; k < chunks.forward.size(); ++k) chunk.push_back(chunks.forward[k] + chunks.backward[k]);
+      const double closed = pipelineTime(chunk, chunks.comm, cand).iteration;
+      auto pipelineOrder = buildPipelineOrder(schedule, cand.pp, cand.microbatches, cand.interleave);
+      ASSERT_TRUE(pipelineOrder.ok()) << cand.canonical();
+      auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
+      ASSERT_TRUE(timing.ok());
+      const double ratio = closed / timing->makespan;
+      // Never more than 2 % optimistic, and at most 12 % pessimistic (a short stage's idle time
+      // the closed form charges at t_max).
+      EXPECT_GE(ratio, 0.98) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      EXPECT_LE(ratio, 1.12) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      low = std::min(low, ratio);
+      high = std::max(high, ratio);
+      ++pipelines;
+    }
+    EXPECT_GT(pipelines, 0);
+    std::printf("%s: %d searched pipeline plans, closed form / simulated makespan in [%.4f, %.4f]\n",
+                pipelineScheduleName(schedule), pipelines, low, high);
+  }
+}
+
+}  // namespace
+}  // namespace tsp::partition
+
+namespace tsp::partition {
+namespace {
+
+// Convolution weights stay whole on every chip of a TP group: their gradients and optimizer state
+// too, and a spatial split sums each convolution's partial weight gradient over the group.
+TEST(TrainingCost, ConvolutionGradientsUnderTensorSplits) {
+  frontend::ModelSpec spec;
+  spec.builtin = "resnet50";
+  spec.params = {{"batch", "4"}, {"image", "64"}, {"classes", "10"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(g.ok());
+  const auto c = clusterFrom("{topology: {kind: ring, chips: 8}}");
+  auto profile = profileModel(*g, c.chip(), 4);
+  ASSERT_TRUE(profile.ok());
+  ASSERT_TRUE(applyTraining(*profile, *g, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd)).ok());
+  auto stages = assignStages(*profile, 1);
+  ASSERT_TRUE(stages.ok());
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  auto chunks = [&](TensorSplit split, int tp) {
+    auto placed = placePlan(c, *order, 1, tp, 1);
+    EXPECT_TRUE(placed.ok());
+    return trainingChunks(*profile, {split, 1, tp, 1, 1, 1}, *stages, linkFigures(c, *placed, 1, tp, 1, 1, true));
+  };
+  const TrainingChunks whole = chunks(TensorSplit::kNone, 1), spatial = chunks(TensorSplit::kSpatial, 4);
+  EXPECT_EQ(whole.groupGradients[0], 0);
+  EXPECT_GT(spatial.groupGradients[0], 0);
+  // Every ResNet weight but the classifier's is a convolution's: nearly all gradients stay whole.
+  EXPECT_GT(spatial.gradients[0], whole.gradients[0] * 9 / 10);
+  EXPECT_EQ(chunks(TensorSplit::kMegatron, 4).groupGradients[0], 0);
+}
+
+}  // namespace
+}  // namespace tsp::partition
