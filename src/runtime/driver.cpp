@@ -32,6 +32,7 @@
 #include "compile/ir/autodiff.h"
 #include "partition/training_cost.h"
 #include "runtime/event_buffer.h"
+#include "runtime/functional_run.h"
 #include "runtime/pdes.h"
 #include "runtime/rank_mapping.h"
 #include "runtime/run_config.h"
@@ -158,7 +159,8 @@ Expected<std::map<std::string, std::int64_t>> parseOverrides(const std::string& 
 }
 
 // The model's graph: imported or generated, then run through the pass pipeline.
-Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions& options, bool root) {
+Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions& options, bool root,
+                               bool loadWeights) {
   auto pipeline = passes::parsePipeline(options.passes.value_or(passes::defaultPipeline()));
   if (!pipeline) return pipeline.error();
   if (options.dumpIrAfter && *options.dumpIrAfter != "import" &&
@@ -170,7 +172,7 @@ Expected<ir::Graph> buildModel(const frontend::ModelSpec& spec, const RunOptions
     frontend::ImportOptions import;
     import.overrides = spec.overrides;
     import.precision = spec.precision;
-    import.loadWeights = false;  // timing runs need shapes only
+    import.loadWeights = loadWeights;  // timing runs need shapes only; functional runs the initializers
     return frontend::importOnnx(spec.onnxPath, import);
   }();
   if (!graph) return graph.error();
@@ -333,6 +335,22 @@ nlohmann::json collectiveFigures(const schedule::CollectiveSchedule& c, const ir
 
 // All ranks learn whether a step that each rank ran locally succeeded everywhere; the lowest
 // failing rank reports, so that no rank starts collective I/O that others skip.
+// What --json reports of a functional run that passed: the element type and, per output, what it
+// was compared with and the tolerance.
+nlohmann::json functionalSummary(const FunctionalSetup& setup) {
+  nlohmann::json j;
+  j["element"] = setup.options.element == sim::ElementType::kFp16 ? "fp16" : "int8";
+  j["outputs"] = nlohmann::json::array();
+  for (const auto& check : setup.outputs)
+    j["outputs"].push_back({{"name", check.name},
+                            {"elements", check.reference.size()},
+                            {"against", check.against},
+                            {"atol", check.tolerance.atol},
+                            {"rtol", check.tolerance.rtol}});
+  return j;
+}
+
+
 Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -340,7 +358,10 @@ Status agreeAll(const Status& local, MPI_Comm comm, bool& reportHere) {
   MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_MIN, comm);
   if (failing == INT_MAX) return {};
   reportHere = failing == rank;
-  return local.ok() ? makeError(ExitCode::kInternal, "failed on another rank") : local;
+  // Every rank exits with the failing rank's code (only exit 5 aborts the job).
+  int code = local.ok() ? 0 : static_cast<int>(local.error().code);
+  MPI_Bcast(&code, 1, MPI_INT, failing, comm);
+  return local.ok() ? makeError(static_cast<ExitCode>(code), "failed on another rank") : local;
 }
 
 long long peakRssBytes() {
@@ -393,6 +414,12 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     if (!plan) return plan.error();
     if (auto s = partition::checkPlan(*plan, static_cast<int>(profile->layers.size()), cluster, choice.planFile); !s)
       return s.error();
+    choice.plan = *plan;
+  } else if (parallelism.plan != "fixed" && !options.planFile && config.simulation.mode == "functional" &&
+             !options.searchOnly && !graph.ops().empty()) {
+    // Functional mode executes pure pipelines only: plan auto is the pipeline over the chips.
+    auto plan = partition::planPipeline(graph, cluster, parallelism);
+    if (!plan) return plan.error();
     choice.plan = *plan;
   } else if (parallelism.plan == "fixed" && !options.planFile) {
     const partition::Candidate c{parallelism.split, parallelism.dp, parallelism.tp,
@@ -597,6 +624,16 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   }
   if (options.out) config.output.trace = *options.out;
   if (options.seed) config.simulation.seed = *options.seed;
+  if (options.functional) config.simulation.mode = "functional";
+  const bool functional = config.simulation.mode == "functional";
+  if ((options.inputsDir || options.expectDir) && !functional)
+    return failure(makeError(ExitCode::kConfig, "--inputs and --expect need functional mode (--functional or "
+                                                "simulation.mode: functional)"),
+                   root);
+  if (options.functional && config.simulation.faults.enabled())
+    return failure(makeError(ExitCode::kConfig, "--functional: functional mode runs without injected faults "
+                                                "(simulation.faults)"),
+                   root);
   if (options.traceLevel) config.output.level = *options.traceLevel;
 
   if (options.describe == "topology") {
@@ -608,7 +645,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (!overrides) return failure(overrides.error(), root);
     for (const auto& [k, v] : *overrides) config.model.overrides[k] = v;
   }
-  auto graph = buildModel(config.model, options, root);
+  auto graph = buildModel(config.model, options, root, functional);
   if (!graph) return failure(graph.error(), root);
   if (options.dumpIrAfter && !options.describe) return {};
   if (options.describe == "model") {
@@ -628,6 +665,10 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (options.searchOnly && schedule::isCollectiveBenchmark(*graph))
     return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
                                                 "with no plan to search"),
+                   root);
+  if (functional && schedule::isCollectiveBenchmark(*graph))
+    return failure(makeError(ExitCode::kConfig, "functional mode: builtin:collective moves bytes that stand for no "
+                                                "tensor values; functional mode runs compiled graphs"),
                    root);
   std::optional<schedule::CollectiveSchedule> collective;
   if (schedule::isCollectiveBenchmark(*graph)) {
@@ -810,6 +851,18 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   simOptions.binCycles = std::max<Cycle>(1, ceilDiv(std::max<Cycle>(predictedMakespan, 1), simOptions.bins));
   simOptions.observer = selection.instructions ? &events : nullptr;
   simOptions.faults = config.simulation.faults;
+  std::optional<FunctionalSetup> functionalSetup;
+  if (functional) {
+    auto setup = prepareFunctional(*graph, programs,
+                                   {static_cast<std::uint64_t>(config.simulation.seed), options.inputsDir, options.expectDir,
+                                    &cluster.chip()});
+    if (!setup) {
+      writer->discard();
+      return failure(setup.error(), root);
+    }
+    functionalSetup = std::move(*setup);
+    simOptions.functional = functionalSetup->options;
+  }
   ParallelSimulation simulation(comm, cluster, programs, std::move(*mapping), simOptions);
   ProgressLine progress(root && !options.quiet && !options.json, predictedMakespan);
   WindowHooks hooks;
@@ -825,6 +878,19 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   if (!outcome) {
     writer->discard();
     return failure(outcome.error(), reportHere);
+  }
+  if (functionalSetup && !outcome->interrupted) {
+    // Outputs are read back from SRAM on the rank that simulated their chip.
+    reportHere = root;
+    const auto& localChips = simulation.mapping().localChips;
+    const Status checked = checkFunctionalOutputs(*functionalSetup, programs, [&](int chip) -> const sim::Chip* {
+      const auto at = std::find(localChips.begin(), localChips.end(), chip);
+      return at == localChips.end() ? nullptr : &simulation.chip(static_cast<size_t>(at - localChips.begin()));
+    });
+    if (auto agreed = agreeAll(checked, comm, reportHere); !agreed) {
+      writer->discard();
+      return failure(agreed.error(), reportHere);
+    }
   }
   if (selection.c2c) {
     reportHere = root;
@@ -1053,6 +1119,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     for (int k = 0; k < sim::kHazardKindCount; ++k)
       j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = simTotals[k];
     if (collective) j["collective"] = collectiveFigures(*collective, *graph, run.makespanSeconds);
+    if (functionalSetup) j["functional"] = functionalSummary(*functionalSetup);
     if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
     if (compiledSegments > 0) j["segments"] = {{"compiled", compiledSegments}, {"shared", sharedSegments}};
     if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
@@ -1128,6 +1195,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   fmt::print("energy:      {:.3f} mJ estimated (per-op energies of the chip spec)\n", energyJoules * 1e3);
   if (simOptions.faults.enabled())
     fmt::print("faults:      {} hazards counted, bank-conflict rate {:.4f}\n", hazardsCounted, bankConflictRate);
+  if (functionalSetup)
+    fmt::print("functional:  {} output(s) match {} within |sim - ref| <= atol + rtol*|ref|\n",
+               functionalSetup->outputs.size(), functionalSetup->outputs.empty() ? "" : functionalSetup->outputs.front().against);
   fmt::print("trace:       {}\n", tracePath);
   return {};
 }

@@ -29,6 +29,9 @@ struct RunOptions {
   std::optional<std::string> overrides;    ///< --override k=v[,k=v...]: symbolic dimension values
   std::optional<std::string> planFile;     ///< --plan FILE (or "auto"): a plan instead of the config's
   bool searchOnly = false;                 ///< --search-only: rank plans, write the best, simulate nothing
+  bool functional = false;                 ///< --functional: compute values, compare with the reference interpreter
+  std::optional<std::string> inputsDir;    ///< --inputs DIR: input_N.pb values of the graph inputs (functional)
+  std::optional<std::string> expectDir;    ///< --expect DIR: output_N.pb values the outputs must match (functional)
 };
 
 /// Result of a run: the exit code and whether this rank should print the diagnostic.

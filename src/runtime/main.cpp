@@ -46,6 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--override", options.overrides, "bind symbolic ONNX dimensions: k=v[,k=v...] (as model.overrides)");
   app.add_option("--passes", options.passes, "graph pass pipeline, e.g. fold,cse,dce,layout,fuse (default fold,cse,dce)");
   app.add_option("--dump-ir-after", options.dumpIrAfter, "print the IR after this pass (or 'import') to stdout");
+  app.add_flag("--functional", options.functional, "compute values and compare the outputs with the reference interpreter");
+  app.add_option("--inputs", options.inputsDir, "functional: feed the graph inputs from DIR/input_N.pb (ONNX TensorProto)");
+  app.add_option("--expect", options.expectDir, "functional: compare the outputs with DIR/output_N.pb");
   app.set_version_flag("--version", tsp::runtime::toolVersion());
   app.footer(
       "Exit codes: 0 success; 1 usage or config error; 2 model error; 3 does not fit; 4 hazard;\n"

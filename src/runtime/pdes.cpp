@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -215,16 +216,63 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
   }
 }
 
+namespace {
+
+// A burst as it crosses ranks: the timing fields, then payloadBytes bytes of vectors (functional mode).
+struct WireBurst {
+  int srcChip, srcPort, dstChip, dstPort, link, vectors, interval;
+  Cycle sendCycle, firstArrive;
+  Bytes bytes;
+  std::int64_t payloadBytes;
+};
+
+void packBurst(const sim::C2CBurst& b, std::vector<char>& out) {
+  const WireBurst w{b.srcChip, b.srcPort,   b.dstChip, b.dstPort, b.link, b.vectors, b.interval,
+                    b.sendCycle, b.firstArrive, b.bytes,
+                    b.payload ? static_cast<std::int64_t>(b.payload->size()) : std::int64_t{-1}};
+  const char* head = reinterpret_cast<const char*>(&w);
+  out.insert(out.end(), head, head + sizeof w);
+  if (b.payload) out.insert(out.end(), b.payload->begin(), b.payload->end());
+}
+
+// Reads the bursts packed in [data, data + size).
+void unpackBursts(const char* data, size_t size, std::vector<sim::C2CBurst>& out) {
+  size_t at = 0;
+  while (at + sizeof(WireBurst) <= size) {
+    WireBurst w;
+    std::memcpy(&w, data + at, sizeof w);
+    at += sizeof w;
+    sim::C2CBurst b;
+    b.srcChip = w.srcChip;
+    b.srcPort = w.srcPort;
+    b.dstChip = w.dstChip;
+    b.dstPort = w.dstPort;
+    b.link = w.link;
+    b.vectors = w.vectors;
+    b.interval = w.interval;
+    b.sendCycle = w.sendCycle;
+    b.firstArrive = w.firstArrive;
+    b.bytes = w.bytes;
+    if (w.payloadBytes >= 0) {
+      b.payload = std::make_shared<const std::vector<std::uint8_t>>(data + at, data + at + w.payloadBytes);
+      at += static_cast<size_t>(w.payloadBytes);
+    }
+    out.push_back(std::move(b));
+  }
+}
+
+}  // namespace
+
 void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
   if (neighbourComm_ == MPI_COMM_NULL) return;
   const size_t n = neighbours_.size();
-  // Neighbourhood collectives: counts, then the bursts as bytes, with the linked ranks only.
+  // Neighbourhood collectives: byte counts, then the packed bursts, with the linked ranks only.
   std::vector<int> sendCounts(n + 1, 0), recvCounts(n + 1, 0), sendOffsets(n + 1, 0), recvOffsets(n + 1, 0);
-  std::vector<sim::C2CBurst> outgoing;
+  std::vector<char> outgoing;
   for (size_t i = 0; i < n; ++i) {
-    sendOffsets[i] = static_cast<int>(outgoing.size() * sizeof(sim::C2CBurst));
-    sendCounts[i] = static_cast<int>(toNeighbour_[i].size() * sizeof(sim::C2CBurst));
-    outgoing.insert(outgoing.end(), toNeighbour_[i].begin(), toNeighbour_[i].end());
+    sendOffsets[i] = static_cast<int>(outgoing.size());
+    for (const auto& burst : toNeighbour_[i]) packBurst(burst, outgoing);
+    sendCounts[i] = static_cast<int>(outgoing.size()) - sendOffsets[i];
     toNeighbour_[i].clear();
   }
   MPI_Neighbor_alltoall(sendCounts.data(), 1, MPI_INT, recvCounts.data(), 1, MPI_INT, neighbourComm_);
@@ -233,11 +281,11 @@ void ParallelSimulation::exchange(std::vector<sim::C2CBurst>& arrived) {
     recvOffsets[i] = total;
     total += recvCounts[i];
   }
-  std::vector<sim::C2CBurst> incoming(total / sizeof(sim::C2CBurst) + 1);
+  std::vector<char> incoming(static_cast<size_t>(total) + 1);
   outgoing.resize(outgoing.size() + 1);  // never an empty buffer
   MPI_Neighbor_alltoallv(outgoing.data(), sendCounts.data(), sendOffsets.data(), MPI_BYTE, incoming.data(),
                          recvCounts.data(), recvOffsets.data(), MPI_BYTE, neighbourComm_);
-  arrived.insert(arrived.end(), incoming.begin(), incoming.begin() + total / sizeof(sim::C2CBurst));
+  for (size_t i = 0; i < n; ++i) unpackBursts(incoming.data() + recvOffsets[i], static_cast<size_t>(recvCounts[i]), arrived);
 }
 
 Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atomic_t* interrupt,

@@ -98,6 +98,8 @@ class ParallelSimulation {
   const RankMapping& mapping() const { return mapping_; }
   /// Statistics of the i-th chip of mapping().localChips.
   const sim::ChipStats& stats(size_t localIndex) const { return chips_[localIndex]->stats(); }
+  /// The i-th chip of mapping().localChips (functional mode reads its SRAM at the end).
+  const sim::Chip& chip(size_t localIndex) const { return *chips_[localIndex]; }
 
  private:
   // The first failure of this rank in (issue cycle of the failing instruction, chip) order.

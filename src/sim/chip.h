@@ -2,7 +2,9 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,8 @@ struct C2CBurst {
   int vectors = 0;
   int interval = 1;
   Bytes bytes = 0;
+  /// Functional mode: the vectors' bytes (vectors x vector_bytes); null in timing mode.
+  std::shared_ptr<const std::vector<std::uint8_t>> payload;
 
   friend bool operator<(const C2CBurst& a, const C2CBurst& b) {
     if (a.firstArrive != b.firstArrive) return a.firstArrive < b.firstArrive;
@@ -129,19 +133,43 @@ class ChipObserver {
   virtual void instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) = 0;
 };
 
+/// How functional mode reads the lanes of a 320-byte vector: 160 binary16 values (FP32 arithmetic,
+/// FP32 accumulation in the MXM) or 320 INT8 values (INT32 arithmetic and accumulation).
+enum class ElementType : std::uint8_t { kFp16, kInt8 };
+
+/// Bytes of one element of a type.
+int elementBytes(ElementType type);
+
+/// A tensor's values as its placement stores them: rows x cols, row-major (shared, not copied, by
+/// the chips that hold the tensor and the reference).
+struct TensorValues {
+  std::int64_t cols = 0;
+  std::shared_ptr<const std::vector<double>> data;
+};
+
+/// Functional mode (`simulation.mode: functional`): values in SRAM and on the streams.
+struct FunctionalOptions {
+  bool enabled = false;
+  ElementType element = ElementType::kFp16;
+  /// Values of the tensors the programs hold in SRAM at start (inputs, weights), by name; every
+  /// resident tensor of a program must be here. Shared by all chips of the run.
+  std::shared_ptr<const std::map<std::string, TensorValues>> resident;
+};
+
 /// Options of a simulation run.
 struct SimOptions {
   Cycle binCycles = 1;  ///< width of a utilisation-timeline bin
   int bins = 64;
   ChipObserver* observer = nullptr;  ///< not owned; null: nobody listens
   FaultOptions faults;
+  FunctionalOptions functional;
 };
 
-/// The chip interface (version 1): the runtime advances chips in windows, moves C2C bursts
-/// between them, and asks when the next event is so that idle windows can be skipped.
+/// The chip interface (version 2: adds readTensor): the runtime advances chips in windows, moves C2C
+/// bursts between them, and asks when the next event is so that idle windows can be skipped.
 class Chip {
  public:
-  static constexpr int kInterfaceVersion = 1;
+  static constexpr int kInterfaceVersion = 2;
   virtual ~Chip() = default;
 
   /// Executes every event with cycle < end; a hazard ends the run with a diagnostic (exit 4),
@@ -155,6 +183,9 @@ class Chip {
   virtual Cycle nextEventCycle() const = 0;
   /// Statistics so far (complete once nextEventCycle() is kNever).
   virtual const ChipStats& stats() const = 0;
+  /// Functional mode: the values of a tensor of the program's placement table as SRAM holds them
+  /// now (rows x cols, row-major); empty in timing mode.
+  virtual std::vector<double> readTensor(const isa::TensorPlacement& tensor, std::int64_t cols) const = 0;
 };
 
 /// A cycle-accurate TSP executing a shared program: one chip instance is (program, port bindings).

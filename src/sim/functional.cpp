@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include <Kokkos_Core.hpp>
 #include <fmt/format.h>
@@ -87,28 +88,46 @@ float halfToFloat(std::uint16_t bits) {
 }
 
 void mxmAccumulateInt8(const std::int8_t* x, const std::int8_t* w, std::int32_t* acc, int rows, int k, int n) {
-  const HostView<const std::int8_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  // W transposed once so that each dot product reads both operands contiguously.
+  std::vector<std::int8_t> wt(static_cast<size_t>(k) * n);
+  const HostView<std::int8_t> tv(wt.data(), wt.size());
+  const HostView<const std::int8_t> xv(x, static_cast<size_t>(rows) * k), wv(w, wt.size());
+  Kokkos::parallel_for(
+      "tsp.mxm_int8_transpose", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {k, n}),
+      KOKKOS_LAMBDA(const int i, const int j) { tv(static_cast<size_t>(j) * k + i) = wv(static_cast<size_t>(i) * n + j); });
   const HostView<std::int32_t> av(acc, static_cast<size_t>(rows) * n);
   Kokkos::parallel_for(
       "tsp.mxm_int8", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
       KOKKOS_LAMBDA(const int r, const int j) {
         std::int32_t sum = 0;  // |sum| <= 320 * 128 * 128: no overflow
-        for (int i = 0; i < k; ++i)
-          sum += static_cast<std::int32_t>(xv(static_cast<size_t>(r) * k + i)) * wv(static_cast<size_t>(i) * n + j);
+        const size_t xr = static_cast<size_t>(r) * k, wc = static_cast<size_t>(j) * k;
+        for (int i = 0; i < k; ++i) sum += static_cast<std::int32_t>(xv(xr + i)) * tv(wc + i);
         av(static_cast<size_t>(r) * n + j) += sum;
       });
   Kokkos::fence();
 }
 
 void mxmAccumulateFp16(const std::uint16_t* x, const std::uint16_t* w, float* acc, int rows, int k, int n) {
-  const HostView<const std::uint16_t> xv(x, static_cast<size_t>(rows) * k), wv(w, static_cast<size_t>(k) * n);
+  // The FP16 operands are widened once (exact), W transposed so that each dot product reads both
+  // operands contiguously; every sum still runs over i in ascending order, in FP32.
+  std::vector<float> xf(static_cast<size_t>(rows) * k), wt(static_cast<size_t>(k) * n);
+  const HostView<float> xv(xf.data(), xf.size()), wv(wt.data(), wt.size());
+  const HostView<const std::uint16_t> xh(x, xf.size()), wh(w, wt.size());
+  Kokkos::parallel_for(
+      "tsp.mxm_fp16_widen_x", Kokkos::RangePolicy<Host>(0, xf.size()),
+      KOKKOS_LAMBDA(const std::size_t i) { xv(i) = halfToFloat(xh(i)); });
+  Kokkos::parallel_for(
+      "tsp.mxm_fp16_widen_w", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {k, n}),
+      KOKKOS_LAMBDA(const int i, const int j) {
+        wv(static_cast<size_t>(j) * k + i) = halfToFloat(wh(static_cast<size_t>(i) * n + j));
+      });
   const HostView<float> av(acc, static_cast<size_t>(rows) * n);
   Kokkos::parallel_for(
       "tsp.mxm_fp16", Kokkos::MDRangePolicy<Host, Kokkos::Rank<2>>({0, 0}, {rows, n}),
       KOKKOS_LAMBDA(const int r, const int j) {
         float sum = av(static_cast<size_t>(r) * n + j);
-        for (int i = 0; i < k; ++i)
-          sum += halfToFloat(xv(static_cast<size_t>(r) * k + i)) * halfToFloat(wv(static_cast<size_t>(i) * n + j));
+        const size_t xr = static_cast<size_t>(r) * k, wc = static_cast<size_t>(j) * k;
+        for (int i = 0; i < k; ++i) sum += xv(xr + i) * wv(wc + i);
         av(static_cast<size_t>(r) * n + j) = sum;
       });
   Kokkos::fence();
@@ -160,23 +179,45 @@ Tolerance fp16Tolerance(std::int64_t reductionLength) {
   return {std::ldexp(1.0, -14), std::ldexp(1.0, -10) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
 }
 
+Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude) {
+  Tolerance t = fp16Tolerance(reductionLength);
+  t.atol += std::ldexp(std::fabs(largestMagnitude), -10);
+  return t;
+}
+
 Tolerance integerTolerance() { return {0.0, 0.0}; }
 
 Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
                             std::size_t count, const Tolerance& tolerance) {
+  // Every element is checked; the message names the worst one (the largest excess over its allowance,
+  // a NaN or infinity that does not match counting as the worst).
+  std::size_t outside = 0, worst = 0;
+  double worstExcess = -1.0;
   for (std::size_t i = 0; i < count; ++i) {
     const double s = simulated[i], r = reference[i];
+    double excess = 0.0;
     bool ok;
     if (std::isnan(r) || std::isnan(s)) ok = std::isnan(r) && std::isnan(s);
     else if (std::isinf(r) || std::isinf(s)) ok = s == r;
-    else ok = std::fabs(s - r) <= tolerance.atol + tolerance.rtol * std::fabs(r);
-    if (!ok)
-      return makeError(ExitCode::kFunctionalMismatch,
-                       fmt::format("functional output '{}' differs from the reference at element {}: simulated {}, "
-                                   "reference {}, allowed |difference| <= {} + {} * |reference|",
-                                   tensor, i, s, r, tolerance.atol, tolerance.rtol));
+    else {
+      const double allowed = tolerance.atol + tolerance.rtol * std::fabs(r);
+      ok = std::fabs(s - r) <= allowed;
+      excess = allowed > 0 ? std::fabs(s - r) / allowed : std::fabs(s - r);
+    }
+    if (ok) continue;
+    if (!std::isfinite(excess) || excess == 0.0) excess = HUGE_VAL;
+    if (outside++ == 0 || excess > worstExcess) {
+      worst = i;
+      worstExcess = excess;
+    }
   }
-  return {};
+  if (outside == 0) return {};
+  return makeError(ExitCode::kFunctionalMismatch,
+                   fmt::format("functional output '{}' differs from the reference at element {} (the worst of {} of "
+                               "{} elements outside the tolerance): simulated {}, reference {}, allowed |difference| "
+                               "<= {} + {} * |reference|",
+                               tensor, worst, outside, count, simulated[worst], reference[worst], tolerance.atol,
+                               tolerance.rtol));
 }
 
 }  // namespace tsp::sim

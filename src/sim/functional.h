@@ -40,11 +40,16 @@ struct Tolerance {
 /// FP16 storage: rtol = 2^-10 * sqrt(K), K the reduction length (1 for elementwise results), and
 /// atol = 2^-14 (the smallest normal FP16: sums that cancel to near zero keep an absolute error).
 Tolerance fp16Tolerance(std::int64_t reductionLength);
+/// FP16 outputs of a graph: fp16Tolerance(K) with one FP16 unit in the last place of the tensor's
+/// largest magnitude added to atol (2^-10 x largest). A rounding that differs by one unit in an
+/// earlier tensor, or an input the chip stores rounded, moves a later sum by an amount set by its
+/// operands, which a sum that cancels to near zero does not shrink.
+Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude);
 /// Integers are exact.
 Tolerance integerTolerance();
 
-/// Compares a simulated tensor with the reference element by element; the first element outside
-/// the tolerance is a diagnostic with exit code 6 naming the tensor, the index and both values.
+/// Compares a simulated tensor with the reference element by element; elements outside the
+/// tolerance are a diagnostic with exit code 6 naming the tensor, how many, and the worst one's index and values.
 Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
                             std::size_t count, const Tolerance& tolerance);
 

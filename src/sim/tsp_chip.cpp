@@ -1,12 +1,15 @@
 // The cycle-accurate TSP chip: executes a Program as events of known length and checks every hazard.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "sim/chip.h"
+#include "sim/functional_state.h"
 #include "sim/utilization.h"
 
 namespace tsp::sim {
@@ -166,6 +169,7 @@ class TspChip final : public Chip {
         return a < b;
       });
     }
+    if (options_.functional.enabled) startFunctional();
     if (stallOn_) {
       // Out of program order, a compute could meet a stale or a later install: each compute
       // records how many installs of its plane precede it in the program.
@@ -182,6 +186,7 @@ class TspChip final : public Chip {
   }
 
   Status advanceTo(Cycle end) override {
+    if (failure_) return *failure_;
     const auto& list = program_->instructions;
     while (next_ < list.size()) {
       const size_t index = reordered_ ? order_[next_] : next_;
@@ -221,7 +226,137 @@ class TspChip final : public Chip {
 
   const ChipStats& stats() const override { return stats_; }
 
+  std::vector<double> readTensor(const isa::TensorPlacement& tensor, std::int64_t cols) const override {
+    return values_ ? values_->read(tensor, cols) : std::vector<double>{};
+  }
+
  private:
+  // SRAM gets the resident tensors' values (inputs, weights) before the first instruction.
+  void startFunctional() {
+    values_ = std::make_unique<FunctionalState>(spec_, options_.functional.element);
+    for (const auto& tensor : program_->tensors) {
+      if (!tensor.resident) continue;
+      const auto* known = options_.functional.resident.get();
+      auto it = known ? known->find(tensor.name) : decltype(known->end()){};
+      if (!known || it == known->end()) {
+        failure_ = makeError(ExitCode::kInternal,
+                             fmt::format("functional mode: chip {} has no values for its resident tensor '{}'", id_,
+                                         tensor.name));
+        return;
+      }
+      if (auto s = values_->place(tensor, it->second); !s) {
+        failure_ = s.error();
+        return;
+      }
+    }
+  }
+
+  // An instruction functional mode cannot compute: the run ends (exit 2), naming it.
+  bool notComputable(const Instruction& inst, std::int64_t index, const std::string& why) {
+    const auto& unit = units_[inst.unit];
+    failure_ = makeError(ExitCode::kModel,
+                         fmt::format("functional mode cannot compute instruction #{} ({}{}) on chip {}, unit {} ({} {}): {}",
+                                     index, isa::opcodeName(inst.op),
+                                     inst.func != isa::VxmFunc::kNone ? fmt::format(" {}", funcText(inst.func)) : std::string(),
+                                     id_, inst.unit, topology::unitKindName(unit.kind), unit.indexInKind, why));
+    return false;
+  }
+
+  static std::string funcText(isa::VxmFunc func) {
+    static const char* kNames[] = {"none", "add", "sub", "mul", "relu", "gelu", "tanh", "exp", "rsqrt", "convert"};
+    return kNames[static_cast<int>(func)];
+  }
+
+  // The vectors a consumer reads from a matched run: value first + j*step for j < repeat.
+  struct ReadMatch {
+    VectorRun values;
+    std::int64_t first = 0, step = 1;
+    std::int64_t producer = -1;  // program index of the instruction that put the values on the stream
+  };
+
+  // The tensors whose SRAM the producers of a's and b's values read ("'x', 'y'"), to name the op.
+  std::string operandNames(const ReadMatch& a, const ReadMatch& b) const {
+    std::vector<std::string> names;
+    for (const ReadMatch* m : {&a, &b}) {
+      if (m->producer < 0) continue;
+      const Instruction& p = program_->instructions[static_cast<size_t>(m->producer)];
+      if (p.op != Opcode::kMemRead) continue;
+      for (const auto& t : program_->tensors) {
+        // Entries copy x tile x segment, each of at most segmentRows rows (scratch is in no entry).
+        const std::int64_t segRows = t.segmentRows > 0 ? t.segmentRows : t.rows;
+        for (size_t k = 0; k < t.memUnit.size(); ++k)
+          if (t.memUnit[k] == p.unit && p.address >= t.address[k] && p.address < t.address[k] + segRows &&
+              std::find(names.begin(), names.end(), fmt::format("'{}'", t.name)) == names.end())
+            names.push_back(fmt::format("'{}'", t.name));
+      }
+    }
+    return names.empty() ? std::string() : fmt::format(", on {}", fmt::join(names, ", "));
+  }
+
+  std::shared_ptr<std::vector<std::uint8_t>> gather(const Instruction& inst, const ReadMatch& match) const {
+    const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
+    auto out = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(inst.repeat) * vb);
+    for (std::int32_t j = 0; j < inst.repeat; ++j)
+      std::memcpy(out->data() + j * vb, match.values->data() + static_cast<std::size_t>(match.first + j * match.step) * vb, vb);
+    return out;
+  }
+
+  // Functional mode: what inst computes from its stream operands; the result (or null) goes on dst.
+  [[gnu::noinline]] bool computeValues(const Instruction& inst, std::int64_t index) {
+    const ReadMatch& a = readA_;
+    const ReadMatch& b = readB_;
+    VectorRun& result = result_;
+    result.reset();
+    if (inst.timingOnly)
+      return notComputable(inst, index, fmt::format("the lowering gives only its timing (it stands in for an op it does not "
+                                                    "compute{})", operandNames(a, b)));
+    std::shared_ptr<std::vector<std::uint8_t>> in, in2;
+    if (inst.src.valid()) {
+      if (!a.values) return notComputable(inst, index, "its source stream carries no values");
+      in = gather(inst, a);
+    }
+    if (inst.src2.valid()) {
+      if (!b.values) return notComputable(inst, index, "its second source stream carries no values");
+      in2 = gather(inst, b);
+    }
+    const auto& unit = units_[inst.unit];
+    switch (inst.op) {
+      case Opcode::kMemRead: result = values_->memRead(inst); return true;
+      case Opcode::kMemWrite:
+        if (!in) return notComputable(inst, index, "a write with no source stream");
+        values_->memWrite(inst, *in);
+        return true;
+      case Opcode::kVxmUnary: case Opcode::kVxmBinary: {
+        if (!in || (inst.op == Opcode::kVxmBinary && !in2))
+          return notComputable(inst, index, "an ALU op without its operands");
+        auto out = values_->vxm(inst, *in, inst.op == Opcode::kVxmBinary ? in2.get() : nullptr);
+        if (!out) return notComputable(inst, index, out.error().message);
+        result = *out;
+        return true;
+      }
+      case Opcode::kMxmInstall:
+        if (inst.weightUnit < spec_.firstUnit(UnitKind::kMem) || inst.weightUnit >= spec_.firstUnit(UnitKind::kMem) + spec_.memSlices)
+          return notComputable(inst, index, "the install does not say which MEM slice holds its weights");
+        if (auto s = values_->install(unit.indexInKind / 2, inst); !s) return notComputable(inst, index, s.error().message);
+        return true;
+      case Opcode::kMxmCompute: {
+        if (!in) return notComputable(inst, index, "a compute with no activation stream");
+        auto out = values_->compute(unit.indexInKind / 2, inst, *in);
+        if (!out) return notComputable(inst, index, out.error().message);
+        result = *out;
+        return true;
+      }
+      case Opcode::kSxmShift:
+        if (inst.sxm != isa::SxmFunc::kCopy)
+          return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
+                                                        operandNames(a, b)));
+        result = in;
+        return true;
+      case Opcode::kC2cSend: pendingPayload_ = in; return true;
+      default: return true;  // receives and forwards take their values in receive(); a NOP has none
+    }
+  }
+
   Cycle stallDelay(const Instruction& inst) const {
     if (!stallOn_) return 0;
     const auto& f = options_.faults;
@@ -284,7 +419,7 @@ class TspChip final : public Chip {
 
   // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval,
   // and exactly one run may be able to put a value there (two would share the stream cell).
-  bool checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref, ReadMatch* read = nullptr) {
     auto& runs = runsOf(ref);
     const int slice = units_[inst.unit].slice;
     const Cycle firstRead = inst.issue;
@@ -319,6 +454,14 @@ class TspChip final : public Chip {
       return hazard(HazardKind::kTimeOfFlight, inst, index, firstRead,
                     fmt::format("reads stream {} {} at slice {} but no value is passing there then (time of flight)",
                                 ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
+    if (read) {
+      const StreamRun& run = runs[*match];
+      const int distance = matchDistance;
+      if (auto v = streamValues_.find(run.programIndex); v != streamValues_.end()) read->values = v->second;
+      read->first = (firstRead - distance - run.first) / run.interval;
+      read->step = inst.interval / run.interval;
+      read->producer = run.programIndex;
+    }
     if (matchDistance > runs[*match].reach) {
       runs[*match].reach = matchDistance;
       if (!checkCollisions(runs, *match, ref.dir, inst, index, ref)) return false;
@@ -332,6 +475,7 @@ class TspChip final : public Chip {
     const Cycle horizon = inst.issue - spec_.sliceCount() - 1;
     while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
       stats_.streamHops += runs.front().count * runs.front().reach;
+      if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
     }
     StreamRun run;
@@ -340,6 +484,7 @@ class TspChip final : public Chip {
     run.interval = inst.interval;
     run.count = inst.repeat;
     run.programIndex = index;
+    if (values_ && result_) streamValues_[index] = std::move(result_);
     runs.push_back(run);
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
   }
@@ -430,10 +575,13 @@ class TspChip final : public Chip {
     const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
     if (memAccessOp)
       if (!memAccess(inst, index)) return false;
+    const bool functional = values_ != nullptr;
+    if (functional) readA_ = readB_ = ReadMatch{};
     if (inst.src.valid())
-      if (!checkRead(inst, index, inst.src)) return false;
+      if (!checkRead(inst, index, inst.src, functional ? &readA_ : nullptr)) return false;
     if (inst.src2.valid())
-      if (!checkRead(inst, index, inst.src2)) return false;
+      if (!checkRead(inst, index, inst.src2, functional ? &readB_ : nullptr)) return false;
+    if (functional && !computeValues(inst, index)) return false;
 
     switch (inst.op) {
       case Opcode::kMxmInstall:
@@ -467,10 +615,12 @@ class TspChip final : public Chip {
         if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
           return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
         if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles)) return false;
-        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port)) return false;
-        if (inst.op == Opcode::kC2cForward &&
-            !(receive(inst, index, inPort) && send(inst, index, inst.issue + spec_.c2cForwardCycles)))
+        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port, functional ? &result_ : nullptr))
           return false;
+        if (inst.op == Opcode::kC2cForward) {
+          if (!receive(inst, index, inPort, functional ? &pendingPayload_ : nullptr)) return false;
+          if (!send(inst, index, inst.issue + spec_.c2cForwardCycles)) return false;
+        }
         break;
       }
       default: break;
@@ -524,7 +674,8 @@ class TspChip final : public Chip {
     burst.vectors = inst.repeat;
     burst.interval = inst.interval;
     burst.bytes = Bytes{inst.repeat} * spec_.vectorBytes;
-    outgoing_.push_back(burst);
+    burst.payload = std::move(pendingPayload_);
+    outgoing_.push_back(std::move(burst));
     stats_.bytesSent += burst.bytes;
     for (auto& use : stats_.links)
       if (use.link == port.link && use.aToB == port.aToB) {
@@ -535,9 +686,14 @@ class TspChip final : public Chip {
   }
 
   // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue + j*interval.
-  bool receive(const Instruction& inst, std::int64_t index, int from) {
+  // In functional mode their bytes go to *values.
+  template <typename Run>
+  bool receive(const Instruction& inst, std::int64_t index, int from, Run* values) {
     auto& queue = inbound_[from];
     std::int64_t needed = inst.repeat, j = 0;
+    const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
+    std::shared_ptr<std::vector<std::uint8_t>> collected;
+    if (values) collected = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(inst.repeat) * vb);
     while (needed > 0) {
       if (queue.empty())
         return hazard(HazardKind::kReceiveEarly, inst, index, inst.issue + j * inst.interval,
@@ -558,6 +714,12 @@ class TspChip final : public Chip {
           break;
         }
       }
+      if (collected) {
+        if (!burst.payload || burst.payload->size() < static_cast<std::size_t>(consumed + take) * vb)
+          return notComputable(inst, index, fmt::format("a C2C burst on port {} arrived without its values", from));
+        std::memcpy(collected->data() + static_cast<std::size_t>(j) * vb,
+                    burst.payload->data() + static_cast<std::size_t>(consumed) * vb, static_cast<std::size_t>(take) * vb);
+      }
       consumed += take;
       needed -= take;
       j += take;
@@ -566,6 +728,7 @@ class TspChip final : public Chip {
         consumed = 0;
       }
     }
+    if (values) *values = std::move(collected);
     return true;
   }
 
@@ -619,6 +782,13 @@ class TspChip final : public Chip {
   std::vector<std::vector<C2CBurst>> inbound_;
   std::vector<std::int64_t> consumed_;
   std::vector<C2CBurst> outgoing_;
+  std::unique_ptr<FunctionalState> values_;  // functional mode only
+  VectorRun pendingPayload_;                 // the vectors of the send or forward being executed
+  // Functional mode: the vectors of each live stream run, by the program index of its producer (an
+  // instruction writes one stream), kept beside the runs so that timing mode's runs stay plain data.
+  std::unordered_map<std::int64_t, VectorRun> streamValues_;
+  ReadMatch readA_, readB_;  // the operands of the instruction being executed
+  VectorRun result_;         // its result, for its destination stream
   std::vector<double> timeline_;
   Cycle lastCompletion_ = 0;
   std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;

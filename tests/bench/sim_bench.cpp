@@ -6,6 +6,7 @@
 
 #include "compile/frontend/builtin_models.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "runtime/functional_run.h"
 #include "sim/chip.h"
 
 namespace {
@@ -101,6 +102,34 @@ void BM_SimulateMlp(benchmark::State& state) {
   simulate(state, compile(chip, mlp(2, static_cast<int>(state.range(0)), 64)));
 }
 BENCHMARK(BM_SimulateMlp)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
+
+// Functional mode on one core: the same MLP programs computing on seeded values (MXM, VXM and MEM
+// vectors in the Kokkos kernels), and the check against the reference interpreter's outputs.
+void BM_SimulateMlpFunctional(benchmark::State& state) {
+  sim::KernelRuntime kernels;
+  topology::ChipSpec chip;
+  const ir::Graph g = mlp(2, static_cast<int>(state.range(0)), 64);
+  const auto program = std::make_shared<const isa::Program>(compile(chip, g));
+  auto setup = runtime::prepareFunctional(g, {program}, {0, std::nullopt, std::nullopt});
+  if (!setup) {
+    state.SkipWithError("functional setup");
+    return;
+  }
+  sim::SimOptions options;
+  options.functional = setup->options;
+  std::int64_t entries = 0, macs = 0;
+  for (auto _ : state) {
+    auto sim = sim::makeTspChip(0, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), options);
+    if (!sim->advanceTo(sim::kNever).ok()) state.SkipWithError("functional run");
+    if (!runtime::checkFunctionalOutputs(*setup, {program}, [&](int) { return sim.get(); }).ok())
+      state.SkipWithError("mismatch");
+    entries += sim->stats().instructions;
+    macs += 2 * 64 * state.range(0) * state.range(0);
+  }
+  state.counters["entries/s"] = benchmark::Counter(static_cast<double>(entries), benchmark::Counter::kIsRate);
+  state.counters["model_MAC/s"] = benchmark::Counter(static_cast<double>(macs), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateMlpFunctional)->Arg(1024)->Unit(benchmark::kMillisecond);
 
 void BM_SimulateBertShard(benchmark::State& state) {
   topology::ChipSpec chip;

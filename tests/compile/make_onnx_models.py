@@ -46,6 +46,10 @@ def mlp_with_external_weights(out):
     y = np.maximum(x @ w0 + b0, 0) @ w1
     write_tensor(x, os.path.join(out, "mlp_external_input.pb"))
     write_tensor(y.astype(np.float32), os.path.join(out, "mlp_external_output.pb"))
+    # The same pair in the ONNX backend test layout, for tsp-sim --inputs/--expect.
+    os.makedirs(os.path.join(out, "mlp_external_data"), exist_ok=True)
+    write_tensor(x, os.path.join(out, "mlp_external_data", "input_0.pb"))
+    write_tensor(y.astype(np.float32), os.path.join(out, "mlp_external_data", "output_0.pb"))
 
 
 def shape_subgraph(out):

@@ -52,6 +52,37 @@ TEST(Program, RoundTripsThroughTheOnDiskForm) {
   EXPECT_EQ(back->contentHash(), p.contentHash());
 }
 
+// What functional mode needs (an install's weight slice and rows, an SXM copy, a timing-only
+// stand-in) survives both on-disk forms; a program without these fields keeps its old form.
+TEST(Program, FunctionalFieldsRoundTrip) {
+  Program p = sample();
+  const std::string plain = serialize(p);
+  Instruction install;
+  install.unit = 104;
+  install.op = Opcode::kMxmInstall;
+  install.address = 320;
+  install.weightUnit = 7;
+  install.weightRows = 97;
+  Instruction shift;
+  shift.unit = 112;
+  shift.op = Opcode::kSxmShift;
+  shift.sxm = SxmFunc::kCopy;
+  Instruction standIn;
+  standIn.unit = 88;
+  standIn.op = Opcode::kVxmBinary;
+  standIn.func = VxmFunc::kMul;
+  standIn.timingOnly = true;
+  p.instructions.insert(p.instructions.end(), {install, shift, standIn});
+  auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
+  ASSERT_TRUE(json.ok()) << json.error().format();
+  EXPECT_EQ(*json, p);
+  auto binary = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
+  ASSERT_TRUE(binary.ok()) << binary.error().format();
+  EXPECT_EQ(*binary, p);
+  EXPECT_EQ(plain.find("[100,1,1,0,64,1]"), plain.find("[100,1,1,0,64,1"));  // 16 fields, none appended
+  EXPECT_NE(toText(p, topology::ChipSpec{}).find("weights=q7x97"), std::string::npos);
+}
+
 TEST(Program, RefusesAProgramForAnotherChip) {
   topology::ChipSpec other;
   other.memReadCycles = 3;

@@ -1,10 +1,12 @@
 // Tests of the cycle-accurate chip: predicted equals simulated, and one test per hazard.
 #include "sim/chip.h"
+#include "sim/functional.h"
 #include "sim/kokkos_environment.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
@@ -71,6 +73,39 @@ class ChipTest : public ::testing::Test {
     chip_ = makeTspChip(0, spec_, program, ports, SimOptions{});
     if (out) *out = chip_.get();
     return chip_->advanceTo(kNever);
+  }
+
+  // A functional run: the program holds `tensors`, the resident ones with `values`.
+  Status runFunctional(std::vector<Instruction> list, std::vector<isa::TensorPlacement> tensors,
+                       std::map<std::string, TensorValues> values, ElementType element,
+                       std::vector<PortBinding> ports = {}, int chipId = 0) {
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = std::move(list);
+    program->tensors = std::move(tensors);
+    isa::canonicalize(*program);
+    if (ports.empty()) ports.resize(spec_.c2cPorts);
+    SimOptions options;
+    options.functional.enabled = true;
+    options.functional.element = element;
+    options.functional.resident = std::make_shared<const std::map<std::string, TensorValues>>(std::move(values));
+    chip_ = makeTspChip(chipId, spec_, program, ports, options);
+    return chip_->advanceTo(kNever);
+  }
+
+  static TensorValues valuesOf(std::int64_t cols, std::vector<double> data) {
+    return {cols, std::make_shared<const std::vector<double>>(std::move(data))};
+  }
+
+  isa::TensorPlacement placement(const std::string& name, std::int64_t rows, std::vector<int> memUnits,
+                                 bool resident, std::int32_t address = 0) const {
+    isa::TensorPlacement t;
+    t.name = name;
+    t.rows = rows;
+    t.tiles = static_cast<std::int32_t>(memUnits.size());
+    t.memUnit = std::move(memUnits);
+    t.address.assign(t.memUnit.size(), address);
+    t.resident = resident;
+    return t;
   }
 
   std::unique_ptr<Chip> chip_;
@@ -314,12 +349,231 @@ TEST_F(C2cTest, ReceiveWithNothingInFlight) {
   EXPECT_NE(s.error().message.find("before the data has arrived"), std::string::npos);
 }
 
+// A burst carries the sender's vectors; the receiver stores them.
+TEST_F(C2cTest, FunctionalBurstCarriesTheVectors) {
+  std::vector<double> x(8 * 160);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i % 97) / 8.0 - 6.0;
+  auto list = sendChain(0, 8, 20);
+  auto s = runFunctional(list, {placement("x", 8, {mem(40)}, true)}, {{"x", valuesOf(160, x)}}, ElementType::kFp16, ports());
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  auto bursts = chip_->takeOutgoing();
+  ASSERT_EQ(bursts.size(), 1u);
+  ASSERT_TRUE(bursts[0].payload);
+  EXPECT_EQ(bursts[0].payload->size(), 8u * 320);
+
+  Instruction receive = inst(c2c(0), bursts[0].firstArrive, Opcode::kC2cReceive, 8);
+  receive.port = 0;
+  receive.interval = 20;
+  receive.dst = {1, Direction::kEast};
+  Instruction write = inst(mem(7), receive.issue + spec_.c2cReceiveCycles + slice(mem(7)) - slice(c2c(0)),
+                           Opcode::kMemWrite, 8);
+  write.interval = 20;
+  write.address = 100;
+  write.stride = 1;
+  write.src = receive.dst;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {receive, write};
+  SimOptions options;
+  options.functional.enabled = true;
+  auto peer = makeTspChip(1, spec_, program, ports(), options);
+  bursts[0].dstPort = 0;
+  peer->deliver(bursts[0]);
+  auto r = peer->advanceTo(kNever);
+  ASSERT_TRUE(r.ok()) << r.error().format();
+  EXPECT_EQ(peer->readTensor(placement("x", 8, {mem(7)}, false, 100), 160), x);
+}
+
+// A transit chip's forward passes the vectors' bytes on to its next link unchanged.
+TEST_F(C2cTest, FunctionalForwardPassesTheVectorsOn) {
+  auto bound = ports();
+  bound[1] = {8, 2, 5, true, 225, 16.25};
+  Instruction forward = inst(c2c(0), 300, Opcode::kC2cForward, 4);
+  forward.port = 1;
+  forward.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {forward};
+  SimOptions options;
+  options.functional.enabled = true;
+  chip_ = makeTspChip(1, spec_, program, bound, options);
+  std::vector<std::uint8_t> bytes(4 * 320);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 250;
+  burst.vectors = 4;
+  burst.interval = 20;
+  burst.payload = std::make_shared<const std::vector<std::uint8_t>>(bytes);
+  chip_->deliver(burst);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  auto out = chip_->takeOutgoing();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].dstChip, 2);
+  ASSERT_TRUE(out[0].payload);
+  EXPECT_EQ(*out[0].payload, bytes);
+}
+
+// A burst from a chip that computed no values cannot feed a functional receive.
+TEST_F(C2cTest, FunctionalReceiveOfABurstWithoutValues) {
+  Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
+  receive.port = 0;
+  receive.interval = 20;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {receive};
+  SimOptions options;
+  options.functional.enabled = true;
+  chip_ = makeTspChip(1, spec_, program, ports(), options);
+  C2CBurst burst;
+  burst.dstPort = 0;
+  burst.firstArrive = 250;
+  burst.vectors = 4;
+  burst.interval = 20;
+  chip_->deliver(burst);
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("a C2C burst on port 0 arrived without its values"), std::string::npos)
+      << s.error().message;
+}
+
 TEST_F(C2cTest, UnconnectedPort) {
   Instruction receive = inst(c2c(5), 300, Opcode::kC2cReceive, 1);
   receive.port = 5;
   auto s = run({receive}, ports());
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.error().message.find("port 5 is not connected"), std::string::npos);
+}
+
+// ---- Functional mode: the instructions compute on values.
+
+TEST_F(ChipTest, FunctionalChainAppliesTheAluToTheStoredValues) {
+  const std::vector<double> x = {-1.5, 2.0, 0.25, 3.0, -0.0625, 1.0 / 3, 7.5, -8.0};  // 4 rows x 2
+  const auto tensors = {placement("x", 4, {mem(0)}, true), placement("y", 4, {mem(50)}, false)};
+  auto s = runFunctional(chain(0, 50, 10, 0, 4), tensors, {{"x", valuesOf(2, x)}}, ElementType::kFp16);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const auto y = chip_->readTensor(placement("y", 4, {mem(50)}, false), 2);
+  ASSERT_EQ(y.size(), 8u);
+  for (size_t i = 0; i < x.size(); ++i)
+    EXPECT_EQ(y[i], std::max(0.0, static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(x[i])))))) << i;
+  EXPECT_EQ(chip_->stats().cycles, isa::completion(spec_, chain(0, 50, 10, 0, 4)[2]) + spec_.rippleCycles);
+}
+
+// x (2 x 640, INT8, tiles on MEM 0 and 1) times W (640 x 3 on MEM 2) on MXM plane 0: two K tiles
+// accumulate in INT32, the second emits the rows wrapped to INT8, which MEM 3 stores.
+TEST_F(ChipTest, FunctionalMatmulAccumulatesKTilesInInt32) {
+  const int plane = spec_.firstUnit(UnitKind::kMxm), compute = plane + 1;
+  std::vector<double> x(2 * 640), w(640 * 3);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(static_cast<int>(i % 11) - 5);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<double>(static_cast<int>(i % 7) - 3);
+  std::vector<Instruction> list;
+  Cycle next = 0;
+  for (int k = 0; k < 2; ++k) {
+    Instruction install = inst(plane, next, Opcode::kMxmInstall);
+    install.address = 320 * k;
+    install.weightUnit = mem(2);
+    install.weightRows = 320;
+    Instruction read = inst(mem(k), isa::completion(spec_, install), Opcode::kMemRead, 2);
+    read.address = 0;
+    read.stride = 1;
+    read.dst = {static_cast<std::int16_t>(k), Direction::kWest};
+    Instruction mxm = inst(compute, read.issue + spec_.memReadCycles + slice(mem(k)) - slice(compute), Opcode::kMxmCompute, 2);
+    mxm.src = read.dst;
+    list.insert(list.end(), {install, read});
+    if (k == 1) {
+      mxm.dst = {4, Direction::kEast};
+      Instruction write = inst(mem(3), mxm.issue + spec_.mxmCycles + slice(mem(3)) - slice(compute), Opcode::kMemWrite, 2);
+      write.address = 0;
+      write.stride = 1;
+      write.src = mxm.dst;
+      list.push_back(write);
+    }
+    list.push_back(mxm);
+    next = mxm.issue + 2;  // the next install follows this compute (two weight buffers)
+  }
+  const auto tensors = {placement("x", 2, {mem(0), mem(1)}, true), placement("w", 640, {mem(2)}, true),
+                        placement("y", 2, {mem(3)}, false)};
+  auto s = runFunctional(list, tensors, {{"x", valuesOf(640, x)}, {"w", valuesOf(3, w)}}, ElementType::kInt8);
+  ASSERT_TRUE(s.ok()) << s.error().format();
+  const auto y = chip_->readTensor(placement("y", 2, {mem(3)}, false), 3);
+  for (int r = 0; r < 2; ++r)
+    for (int n = 0; n < 3; ++n) {
+      std::int32_t sum = 0;
+      for (int k = 0; k < 640; ++k)
+        sum += static_cast<std::int32_t>(x[r * 640 + k]) * static_cast<std::int32_t>(w[k * 3 + n]);
+      EXPECT_EQ(y[r * 3 + n], static_cast<std::int8_t>(static_cast<std::uint8_t>(sum & 0xff))) << r << "," << n;
+    }
+}
+
+TEST_F(ChipTest, FunctionalModeRefusesTimingOnlyInstructions) {
+  auto list = chain(0, 50, 10, 0, 4);
+  list[1].timingOnly = true;
+  const auto tensors = {placement("x", 4, {mem(0)}, true)};
+  auto s = runFunctional(list, tensors, {{"x", valuesOf(1, std::vector<double>(4, 1.0))}}, ElementType::kFp16);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("functional mode cannot compute instruction #1 (VxmUnary relu) on chip 0"),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("on 'x'"), std::string::npos) << s.error().message;
+}
+
+TEST_F(ChipTest, FunctionalModeRefusesAnInstallThatDoesNotNameItsWeights) {
+  Instruction install = inst(spec_.firstUnit(UnitKind::kMxm), 0, Opcode::kMxmInstall);
+  install.address = 0;
+  auto s = runFunctional({install}, {}, {}, ElementType::kInt8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("the install does not say which MEM slice holds its weights"), std::string::npos);
+}
+
+TEST_F(ChipTest, FunctionalModeNeedsValuesForEveryResidentTensor) {
+  auto s = runFunctional(chain(0, 50, 10, 0, 4), {placement("x", 4, {mem(0)}, true)}, {}, ElementType::kFp16);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kInternal);
+  EXPECT_NE(s.error().message.find("has no values for its resident tensor 'x'"), std::string::npos);
+}
+
+TEST_F(ChipTest, FunctionalModeRefusesAWriteWithoutASource) {
+  Instruction write = inst(mem(3), 5, Opcode::kMemWrite, 2);
+  write.address = 0;
+  write.stride = 1;
+  auto s = runFunctional({write}, {}, {}, ElementType::kFp16);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("(MemWrite) on chip 0, unit 3 (MEM 3): a write with no source stream"),
+            std::string::npos)
+      << s.error().message;
+}
+
+// Two computes of one accumulation must cover the same rows.
+TEST_F(ChipTest, FunctionalModeRefusesAnAccumulatorOfOtherRows) {
+  const int plane = spec_.firstUnit(UnitKind::kMxm);
+  Instruction install = inst(plane, 0, Opcode::kMxmInstall);
+  install.address = 0;
+  install.weightUnit = mem(2);
+  install.weightRows = 1;
+  // The second compute follows a second install, so that both add to the plane's first accumulator.
+  Instruction again = install;
+  again.issue = 110;
+  std::vector<Instruction> list = {install, again};
+  for (int k = 0; k < 2; ++k) {
+    Instruction read = inst(mem(k), 100 + 50 * k, Opcode::kMemRead, 4 + k);
+    read.address = 0;
+    read.stride = 1;
+    read.dst = {static_cast<std::int16_t>(k), Direction::kWest};
+    Instruction mxm = inst(plane + 1, read.issue + spec_.memReadCycles + slice(mem(k)) - slice(plane + 1),
+                           Opcode::kMxmCompute, 4 + k);
+    mxm.src = read.dst;
+    list.insert(list.end(), {read, mxm});
+  }
+  auto s = runFunctional(list, {}, {}, ElementType::kInt8);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("an MXM compute of 5 rows meets an accumulator of 4 rows on plane 0"),
+            std::string::npos)
+      << s.error().message;
+}
+
+TEST_F(ChipTest, TimingModeReadsNoValues) {
+  ASSERT_TRUE(run(chain(0, 50, 10, 0, 4)).ok());
+  EXPECT_TRUE(chip_->readTensor(placement("y", 4, {mem(50)}, false), 2).empty());
 }
 
 // ---- Fault injection: hazards are counted instead of ending the run.

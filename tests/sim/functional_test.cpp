@@ -148,6 +148,29 @@ TEST(Tolerance, Fp16GrowsWithTheReductionLength) {
   EXPECT_DOUBLE_EQ(integerTolerance().atol, 0.0);
 }
 
+TEST(Tolerance, TensorScaleAddsOneUnitOfTheLargestElement) {
+  const Tolerance t = fp16TensorTolerance(16, 8.0);
+  EXPECT_DOUBLE_EQ(t.rtol, 4.0 / 1024);
+  EXPECT_DOUBLE_EQ(t.atol, std::ldexp(1.0, -14) + 8.0 / 1024);
+  // A sum that cancels to 0.001 in a tensor whose largest element is 8 may be 0.008 off, not 0.02.
+  const std::vector<float> ref = {8.0f, 0.001f};
+  std::vector<float> sim = {8.0f, 0.008f};
+  EXPECT_TRUE(compareWithReference("y", sim.data(), ref.data(), 2, t).ok());
+  EXPECT_FALSE(compareWithReference("y", sim.data(), ref.data(), 2, fp16Tolerance(16)).ok());
+  sim[1] = 0.02f;
+  EXPECT_FALSE(compareWithReference("y", sim.data(), ref.data(), 2, t).ok());
+}
+
+TEST(Tolerance, MismatchNamesTheWorstElement) {
+  const std::vector<float> ref = {1.0f, 2.0f, 3.0f, 4.0f};
+  const std::vector<float> sim = {1.1f, 2.0f, 3.9f, 4.2f};
+  auto s = compareWithReference("z", sim.data(), ref.data(), 4, fp16Tolerance(1));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("at element 2 (the worst of 3 of 4 elements outside the tolerance)"),
+            std::string::npos)
+      << s.error().message;
+}
+
 TEST(Tolerance, MismatchIsExitCodeSix) {
   const std::vector<float> ref = {1.0f, -100.0f, 0.0f};
   std::vector<float> sim = {1.0f + 1.0f / 1024, -100.0f * (1 + 1.0f / 1100), 0.00006f};
@@ -156,7 +179,7 @@ TEST(Tolerance, MismatchIsExitCodeSix) {
   auto s = compareWithReference("y", sim.data(), ref.data(), 3, fp16Tolerance(1));
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kFunctionalMismatch);
-  EXPECT_NE(s.error().message.find("functional output 'y' differs from the reference at element 1"),
+  EXPECT_NE(s.error().message.find("functional output 'y' differs from the reference at element 1 (the worst of 1"),
             std::string::npos)
       << s.error().message;
   EXPECT_TRUE(compareWithReference("y", sim.data(), ref.data(), 3, fp16Tolerance(4)).ok());  // K = 4 doubles rtol

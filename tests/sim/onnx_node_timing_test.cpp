@@ -11,24 +11,19 @@
 #include "compile/frontend/onnx_importer.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "sim/chip.h"
+#include "sim/onnx_node_cases.h"
 
 namespace tsp::sim {
 namespace {
 
 namespace fs = std::filesystem;
-const char* kNodeTests = "/usr/share/libonnx-testdata/data/node";
 
 TEST(OnnxNodeTiming, LoweredCasesSimulateInThePredictedCycles) {
   if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (install libonnx-testdata)";
   KernelRuntime kernels;
   topology::ChipSpec spec;
-  topology::TopologyDescription single;
-  single.kind = "explicit";
-  single.chips = 1;
-  const topology::Cluster cluster(spec, single, 1, {});
-  std::vector<fs::path> cases;
-  for (const auto& entry : fs::directory_iterator(kNodeTests)) cases.push_back(entry.path());
-  std::sort(cases.begin(), cases.end());
+  const topology::Cluster cluster = oneChipCluster(spec);
+  const std::vector<fs::path> cases = nodeTestCases();
 
   int imported = 0, passed = 0;
   std::map<std::string, int> notLowered;

@@ -82,10 +82,14 @@ void canonicalize(Program& program) {
 namespace {
 
 nlohmann::json toJson(const Instruction& i) {
-  return nlohmann::json::array({i.unit, i.issue, static_cast<int>(i.op), static_cast<int>(i.func), i.src.id,
+  auto j = nlohmann::json::array({i.unit, i.issue, static_cast<int>(i.op), static_cast<int>(i.func), i.src.id,
                                 static_cast<int>(i.src.dir), i.src2.id, static_cast<int>(i.src2.dir), i.dst.id,
                                 static_cast<int>(i.dst.dir), i.address, i.bank, i.stride, i.port, i.repeat,
                                 i.interval});
+  // The functional fields follow only when set, so that programs without them keep their form and hash.
+  if (i.hasFunctionalFields())
+    for (int v : {i.weightUnit, i.weightRows, static_cast<int>(i.sxm), i.timingOnly ? 1 : 0}) j.push_back(v);
+  return j;
 }
 
 Instruction fromJson(const nlohmann::json& j) {
@@ -103,6 +107,12 @@ Instruction fromJson(const nlohmann::json& j) {
   i.port = j.at(13);
   i.repeat = j.at(14);
   i.interval = j.at(15);
+  if (j.size() > 16) {
+    i.weightUnit = j.at(16);
+    i.weightRows = j.at(17);
+    i.sxm = static_cast<SxmFunc>(j.at(18).get<int>());
+    i.timingOnly = j.at(19).get<int>() != 0;
+  }
   return i;
 }
 
@@ -138,7 +148,8 @@ std::string serialize(const Program& program) {
   doc["predicted_cycles"] = program.predictedCycles;
   doc["lower_bound_cycles"] = program.lowerBoundCycles;
   doc["sram_bytes"] = program.sramBytes;
-  doc["fields"] = "unit,issue,opcode,func,src,src_dir,src2,src2_dir,dst,dst_dir,address,bank,stride,port,repeat,interval";
+  doc["fields"] = "unit,issue,opcode,func,src,src_dir,src2,src2_dir,dst,dst_dir,address,bank,stride,port,repeat,interval"
+                   "[,weight_unit,weight_rows,sxm,timing_only]";
   auto& list = doc["instructions"] = nlohmann::json::array();
   for (const auto& inst : program.instructions) list.push_back(toJson(inst));
   auto& tensors = doc["tensors"] = nlohmann::json::array();
@@ -255,6 +266,10 @@ std::string serializeBinary(const Program& program) {
     putRef(w, i.src2);
     putRef(w, i.dst);
     for (std::int32_t v : {i.address, i.bank, i.stride, i.port, i.repeat, i.interval}) w.put<std::int32_t>(v);
+    w.put<std::int32_t>(i.weightUnit);
+    w.put<std::int32_t>(i.weightRows);
+    w.put<std::uint8_t>(static_cast<std::uint8_t>(i.sxm));
+    w.put<std::uint8_t>(i.timingOnly ? 1 : 0);
   }
   w.put<std::uint64_t>(program.tensors.size());
   for (const auto& t : program.tensors) {
@@ -298,16 +313,20 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
   if (!r.get(program.predictedCycles) || !r.get(program.lowerBoundCycles) || !r.get(program.sramBytes) ||
       !r.get(count))
     return fail("malformed program: truncated header");
-  // Each record takes at least 40 bytes: a count larger than the file is a corrupt header.
-  if (count > body.size() / 40) return fail("malformed program: instruction count exceeds the file");
+  // Each record takes at least 50 bytes: a count larger than the file is a corrupt header.
+  if (count > body.size() / 50) return fail("malformed program: instruction count exceeds the file");
   program.instructions.resize(count);
   for (auto& i : program.instructions) {
-    std::uint8_t op = 0, func = 0;
+    std::uint8_t op = 0, func = 0, sxm = 0, timingOnly = 0;
     bool ok = r.get(i.unit) && r.get(i.issue) && r.get(op) && r.get(func) && getRef(r, i.src) &&
               getRef(r, i.src2) && getRef(r, i.dst) && r.get(i.address) && r.get(i.bank) && r.get(i.stride) &&
-              r.get(i.port) && r.get(i.repeat) && r.get(i.interval);
-    if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(VxmFunc::kConvert))
+              r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
+              r.get(sxm) && r.get(timingOnly);
+    if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(VxmFunc::kConvert) ||
+        sxm > static_cast<std::uint8_t>(SxmFunc::kCopy) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
+    i.sxm = static_cast<SxmFunc>(sxm);
+    i.timingOnly = timingOnly != 0;
     i.op = static_cast<Opcode>(op);
     i.func = static_cast<VxmFunc>(func);
   }
@@ -360,6 +379,9 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     out += ref("src", i.src) + ref("src2", i.src2) + ref("dst", i.dst);
     if (i.address >= 0) out += fmt::format(" addr={} bank={} stride={}", i.address, i.bank, i.stride);
     if (i.port >= 0) out += fmt::format(" port={}", i.port);
+    if (i.weightUnit >= 0) out += fmt::format(" weights=q{}x{}", i.weightUnit, i.weightRows);
+    if (i.sxm == SxmFunc::kCopy) out += " copy";
+    if (i.timingOnly) out += " timing-only";
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);
     out += "\n";
   }

@@ -41,6 +41,10 @@ topology::UnitKind unitKindOf(Opcode op);
 /// Functions of the VXM ALUs.
 enum class VxmFunc : std::uint8_t { kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert };
 
+/// What an SXM instruction does to each vector in functional mode. kUnspecified: the lowering gives
+/// only its timing (a permute it does not spell out), which functional mode refuses.
+enum class SxmFunc : std::uint8_t { kUnspecified, kCopy };
+
 /// Stream directions along the east-west axis.
 enum class Direction : std::uint8_t { kEast = 0, kWest = 1 };
 
@@ -59,6 +63,10 @@ struct Instruction {
   Cycle issue = 0;
   Opcode op = Opcode::kNop;
   VxmFunc func = VxmFunc::kNone;
+  // What functional mode needs beyond the timing (defaults: not known); the two bytes sit here and
+  // the two words at the end so that an instruction stays 64 bytes.
+  SxmFunc sxm = SxmFunc::kUnspecified;  ///< SxmShift: what it does to a vector
+  bool timingOnly = false;       ///< stands in for an op's cost without computing its values (Div as a Mul, ...)
   StreamRef src, src2, dst;
   std::int32_t address = -1;  ///< SRAM address within the unit's MEM slice
   std::int32_t bank = -1;     ///< bank of the first address under the chip's bank mapping
@@ -66,6 +74,12 @@ struct Instruction {
   std::int32_t port = -1;     ///< C2C port
   std::int32_t repeat = 1;
   std::int32_t interval = 1;
+  std::int32_t weightUnit = -1;  ///< MxmInstall: the MEM queue whose slice holds the weight tile at `address`
+  std::int32_t weightRows = 0;   ///< MxmInstall: weight vectors (K rows) the tile has; the plane's rows past it are zero
+  /// True when one of the functional fields above differs from its default.
+  bool hasFunctionalFields() const {
+    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly;
+  }
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
 

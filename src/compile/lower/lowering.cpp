@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -75,6 +76,14 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
   }
 }
 
+bool computesValues(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kRelu:
+    case ir::OpKind::kGelu: case ir::OpKind::kTanh: case ir::OpKind::kExp: case ir::OpKind::kIdentity: return true;
+    default: return false;
+  }
+}
+
 Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
     : chip_(chip), graph_(graph), out_(out), problem_(out.problem), spatial_(spatialGraph(graph)) {
   if (spatial_) spreadSegments_ = 16, minSegmentRows_ = 64;
@@ -82,6 +91,12 @@ Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, Lower
 
 std::pair<std::int64_t, int> Lowering::geometry(ir::TensorId tensor) const {
   return storageGeometry(chip_, graph_, tensor, spatial_);
+}
+
+std::int64_t Lowering::storageCols(ir::TensorId tensor) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  if (spatial_ && t.shape.size() == 4) return t.shape[1];
+  return t.shape.empty() ? 1 : t.shape.back();
 }
 
 std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
@@ -343,12 +358,12 @@ const ir::Op* Lowering::soleUser(ir::TensorId t, const std::vector<ir::OpId>& op
   return std::find(kinds.begin(), kinds.end(), next.kind) != kinds.end() ? &next : nullptr;
 }
 
-Status Lowering::receive(const ReceivePlan& plan, std::vector<int>& tasks) {
+Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
   if (auto s = place(plan.tensor, false); !s) return s;
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
-  for (int t = 0; t < st.placement.tiles; ++t) {
+  {
     // One burst per tile; a tile of several segments is written segment by segment.
     Cycle offset = 0;
     for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
@@ -363,7 +378,7 @@ Status Lowering::receive(const ReceivePlan& plan, std::vector<int>& tasks) {
       write.inst.interval = plan.interval;
       task.steps = {rx, write};
       const int id = addTask(std::move(task), {}, {{plan.tensor, t, r0, n, 1}});
-      if (r0 == 0) tasks.push_back(id);
+      if (r0 == 0) taskId = id;
       // The port hands out vectors in arrival order: receives on one port keep that order.
       auto last = lastReceive_.find(plan.port);
       if (last != lastReceive_.end()) problem_.addDependence({last->second, 0, id, 0, 1});
@@ -521,6 +536,17 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   };
   const int tk = tiling.tk;
   job.weightRow = [kDim, tk](std::int64_t batch, int k) { return batch * kDim + std::int64_t{k} * tk; };
+  job.weightRows = [kDim, tk](int k) { return std::min<std::int64_t>(tk, kDim - std::int64_t{k} * tk); };
+  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
+  // dimension is not N or whose rows are neither one nor the output's, are timed alike but not computed.
+  job.timingOnly = op.kind == ir::OpKind::kGemm &&
+                   (op.intAttr("transA", 0) != 0 || op.intAttr("transB", 0) != 0 ||
+                    op.floatAttr("alpha", 1.0) != 1.0 || op.floatAttr("beta", 1.0) != 1.0);
+  if (job.bias >= 0) {
+    const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
+    job.biasTimingOnly = storageCols(job.bias) != nDim ||
+                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
+  }
   return lowerMxm(job);
 }
 
@@ -584,6 +610,11 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           const std::int64_t wRow = std::min<std::int64_t>(job.weightRow(batch, k), ws.placement.rows - 1);
           const int wPiece = ws.piece(wTile, wRow);
           ins.inst.address = ws.placement.address[wPiece] + static_cast<int>(wRow % ws.segmentRows());
+          ins.inst.weightUnit = ws.placement.memUnit[wPiece];
+          ins.inst.weightRows = static_cast<int>(job.weightRows ? job.weightRows(k) : 0);
+          // The tile's rows must lie in one segment for the plane to load them from one slice.
+          ins.inst.timingOnly = !job.weightRows || wRow + ins.inst.weightRows > ws.placement.rows ||
+                                (wRow % ws.segmentRows()) + ins.inst.weightRows > ws.segmentRows();
           install.steps = {ins};
           const int it = problem_.addTask(std::move(install));
           for (const auto& [wt, wst] : ws.writers[wPiece]) problem_.addDataDependence(wt, wst, it, 0);
@@ -619,6 +650,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   compute.steps.push_back(read);
   Step mxm;
   mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
+  mxm.inst.timingOnly = job.timingOnly;
   mxm.producer = 0;
   compute.steps.push_back(mxm);
   std::vector<Access> reads{readAccess}, writes;
@@ -632,6 +664,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       Step add;
       add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
       add.inst.func = isa::VxmFunc::kAdd;
+      add.inst.timingOnly = side == job.bias && job.biasTimingOnly;
       add.producer = tailStep;
       add.producer2 = static_cast<int>(compute.steps.size()) + 1;
       compute.steps.push_back(add);
@@ -652,6 +685,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       Step act;
       act.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
       act.inst.func = funcOf(job.activation);
+      act.inst.timingOnly = !computesValues(job.activation);
       act.producer = tailStep;
       compute.steps.push_back(act);
       tailStep = static_cast<int>(compute.steps.size()) - 1;
@@ -678,11 +712,16 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
   } else {
     funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
   }
-  return lowerVxmChain(op, operands, funcs);
+  // Where's arithmetic select and the stand-in functions (Div as a Mul, ...) give the op's cost, not
+  // its values; a Cast that keeps the type is a copy.
+  const bool valuesKnown = op.kind != ir::OpKind::kWhere &&
+                           (computesValues(op.kind) ||
+                            (op.kind == ir::OpKind::kCast && graph_.tensor(op.inputs[0]).dtype == graph_.tensor(op.outputs[0]).dtype));
+  return lowerVxmChain(op, operands, funcs, valuesKnown);
 }
 
 Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
-                               const std::vector<isa::VxmFunc>& funcs) {
+                               const std::vector<isa::VxmFunc>& funcs, bool valuesKnown) {
   const ir::TensorId out = op.outputs[0];
   std::set<int> avoid;
   for (ir::TensorId in : operands)
@@ -693,6 +732,13 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   std::vector<ir::TensorId> aligned{out};
   for (ir::TensorId in : operands) aligned.push_back(in);
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  // Lanes line up only when every operand has the output's values per row and its rows or one row
+  // (read with stride 0); other broadcasts are timed alike but not computed.
+  bool timingOnly = !valuesKnown;
+  for (ir::TensorId in : operands) {
+    const std::int64_t inRows = tensors_.at(in).placement.rows;
+    if (storageCols(in) != storageCols(out) || (inRows != rows && inRows != 1)) timingOnly = true;
+  }
   for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, rows, aligned)) {
       Task task;
@@ -719,6 +765,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         Step alu;
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
+        alu.inst.timingOnly = timingOnly;
         alu.producer = tail;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
@@ -751,6 +798,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       Step alu;
       alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
       alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
+      alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
       alu.producer = 0;
       task.steps.push_back(alu);
       stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
@@ -771,6 +819,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       Step scale;
       scale.inst = makeInst(vxm, Opcode::kVxmUnary, n);
       scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
+      scale.inst.timingOnly = true;
       scale.producer = 0;
       task.steps.push_back(scale);
       int tail = 1;
@@ -779,6 +828,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         Step alu;
         alu.inst = makeInst(vxm, Opcode::kVxmBinary, n);
         alu.inst.func = i == 0 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
+        alu.inst.timingOnly = true;
         alu.producer = tail;
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
@@ -808,12 +858,27 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
   // rows depend on run-time indices; the static schedule streams the table's rows in order.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
-  copyVectors(op, in, out, 0, tensors_.at(out).placement.tiles, 0, tensors_.at(out).placement.rows, 0, 0, true);
+  // The output's vectors are the input's in order (a copy, functional mode) when the values per
+  // row, the type and the rows stay, or one row of one tile is repeated; a transpose must keep its
+  // axes, and a Gather's rows are the run-time indices' (timed as the table in order).
+  const TensorState& xs = tensors_.at(in);
+  const TensorState& ys = tensors_.at(out);
+  bool copies = op.kind != ir::OpKind::kGather && storageCols(in) == storageCols(out) &&
+                graph_.tensor(in).dtype == graph_.tensor(out).dtype &&
+                (xs.placement.rows == ys.placement.rows || (xs.placement.rows == 1 && xs.placement.tiles == 1));
+  if (op.kind == ir::OpKind::kTranspose) {
+    const auto perm = op.intsAttr("perm");
+    if (perm.empty()) copies = copies && graph_.tensor(in).shape.size() <= 1;  // no perm: the axes reversed
+    for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
+  }
+  copyVectors(op, in, out, 0, ys.placement.tiles, 0, ys.placement.rows, 0, 0, true,
+              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified);
   return {};
 }
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
-                           std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk) {
+                           std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
+                           isa::SxmFunc func) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
@@ -838,6 +903,7 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       // pieces taking the units of their half in turn.
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
+      shift.inst.sxm = func;
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));
@@ -912,9 +978,20 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     if (a.mirrorsSend >= 0) return a.mirrorsSend < b.mirrorsSend;
     return a.arrivals.front() < b.arrivals.front();
   });
+  // A port hands out bursts in arrival order, which need not be tile order across the tensors that
+  // share it: receive tasks are made, and chained per port, in arrival order, so that each writes
+  // the tile its burst carries. Mirrored receives (no fixed arrivals) follow, in plan and tile order.
   std::vector<std::vector<int>> receiveTasks(receives.size());
-  for (size_t i = 0; i < receives.size(); ++i)
-    if (auto s = lowering.receive(receives[i], receiveTasks[i]); !s) return s.error();
+  std::vector<std::tuple<bool, Cycle, size_t, int>> receiveOrder;  // (mirrored, arrival, plan, tile)
+  for (size_t i = 0; i < receives.size(); ++i) {
+    const int tiles = lowering.geometry(receives[i].tensor).second;
+    receiveTasks[i].assign(tiles, -1);
+    const bool mirrored = receives[i].mirrorsSend >= 0;
+    for (int t = 0; t < tiles; ++t) receiveOrder.emplace_back(mirrored, mirrored ? 0 : receives[i].arrivals.at(t), i, t);
+  }
+  std::stable_sort(receiveOrder.begin(), receiveOrder.end());
+  for (const auto& [mirrored, arrival, i, t] : receiveOrder)
+    if (auto s = lowering.receive(receives[i], t, receiveTasks[i][t]); !s) return s.error();
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
   for (size_t i = 0; i < ops.size();) {

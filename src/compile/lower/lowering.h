@@ -25,6 +25,9 @@ bool spatialGraph(const ir::Graph& graph);
 /// arrives window-gathered from the host (N*Ho*Wo rows of kh*kw*Cin); otherwise vectorShape().
 std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
                                              bool spatial);
+/// The Conv that reads graph input `id` window-gathered (its sole user, whose whole window kh*kw*Cin
+/// fits one vector: the host lays the input out im2col, one packed vector per output pixel), else null.
+const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
 /// storageGeometry() with spatial = spatialGraph(graph).
 std::pair<std::int64_t, int> tensorGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
 

@@ -17,6 +17,8 @@ namespace tsp::lower::detail {
 isa::Instruction makeInst(int unit, isa::Opcode op, std::int64_t repeat, int interval = 1);
 /// The VXM function of an elementwise op kind (one of the same cost where the ALU has none of its own).
 isa::VxmFunc funcOf(ir::OpKind kind);
+/// Whether funcOf(kind) computes the op's values (functional mode) or only stands in for its cost.
+bool computesValues(ir::OpKind kind);
 
 /// A tensor's SRAM pieces with the tasks that write and read each of them. A tile's rows are cut
 /// into segments of at most `segmentRows` rows, each on its own MEM slice; piece = tile x segments + segment.
@@ -46,6 +48,10 @@ struct Window {
   std::int64_t taps() const { return kh * kw; }
   /// Every output pixel reads input pixel p + a constant per tap: one stream over all pixels.
   bool unitStride() const { return sh == 1 && sw == 1 && ho == h && wo == w; }
+  /// Every tap of every output pixel lies inside the input (no padding).
+  bool inside() const {
+    return pt == 0 && pl == 0 && ho == (h - dh * (kh - 1) - 1) / sh + 1 && wo == (w - dw * (kw - 1) - 1) / sw + 1;
+  }
 };
 
 /// Lowers one shard op by op; the families live in lowering.cpp (MXM, VXM, SXM, C2C),
@@ -58,7 +64,9 @@ class Lowering {
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
-  Status receive(const ReceivePlan& plan, std::vector<int>& tasks);
+  /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
+  /// arrival order per port.
+  Status receive(const ReceivePlan& plan, int tile, int& task);
   Status lowerOp(ir::OpId op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status send(const SendPlan& plan, std::vector<int>& tasks);
   void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
@@ -91,6 +99,13 @@ class Lowering {
     std::function<std::pair<Step, Access>(int k, const std::array<std::int64_t, 3>& block)> source;
     /// First weight row of K tile k in batch b.
     std::function<std::int64_t(std::int64_t batch, int k)> weightRow;
+    /// Weight rows K tile k has (functional mode: the plane's rows past them are zero).
+    std::function<std::int64_t(int k)> weightRows;
+    /// The compute's values are not x W (+ bias, + residual): a Gemm transpose or scale, a folded
+    /// BatchNormalization, a window read that is not the tap's pixels. Timed alike, not computed.
+    bool timingOnly = false;
+    /// The bias add's values are not computed (its lanes or rows do not line up with the output's).
+    bool biasTimingOnly = false;
     /// For a source read of scratch (Access tensor -1): records the reading task and returns the
     /// (task, step) that wrote the scratch.
     std::function<std::pair<int, int>(const Access& read, int task)> scratchSource;
@@ -105,13 +120,15 @@ class Lowering {
   Status lowerMxm(const MxmJob& job);
   Status lowerElementwise(const ir::Op& op);
   // read operands[0] -> ALU funcs[0] (with operands[1]) -> ... -> write, per tile and row piece.
+  // With valuesKnown false the ALU steps only stand in for the op's cost (functional mode refuses them).
   Status lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
-                       const std::vector<isa::VxmFunc>& funcs);
+                       const std::vector<isa::VxmFunc>& funcs, bool valuesKnown);
   // Output tiles [outTile0, +outTiles) x rows [outRow0, +outRows) through an SXM: from input tile
   // inTile0 + i and rows inRow0 + j (mod its tiles and rows), or, walking, from the input's vectors
   // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
-                   std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false);
+                   std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified);
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
@@ -155,8 +172,12 @@ class Lowering {
   std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
                                                         std::int64_t tm) const;
   // The read of one tap (ky, kx) of input tile `tile` for a block of output pixels.
+  // With `exact`, whether the rows read are the tap's pixels (no padding taps, no clamping).
   std::pair<Step, Access> windowRead(const Window& win, ir::TensorId in, int tile,
-                                     const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx) const;
+                                     const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
+                                     bool* exact = nullptr) const;
+  // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.
+  std::int64_t storageCols(ir::TensorId tensor) const;
   // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.
   Step makeReadOf(const alloc::Block& block, std::int64_t rows) const;
   Step makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const;

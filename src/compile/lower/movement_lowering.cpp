@@ -32,6 +32,7 @@ Status Lowering::lowerReduction(const ir::Op& op) {
         schedule::Step alu;
         alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
         alu.inst.func = max ? isa::VxmFunc::kSub : isa::VxmFunc::kAdd;
+        alu.inst.timingOnly = true;  // the running sums stay in the ALU: a cost, not values the program names
         alu.producer = 0;
         task.steps.push_back(alu);
         accumulated.push_back(addTask(std::move(task), {{in, ti, r0, n, 0}}, {}));
@@ -42,6 +43,7 @@ Status Lowering::lowerReduction(const ir::Op& op) {
       schedule::Step emit;
       emit.inst = makeInst(vxm, Opcode::kVxmUnary, n);
       emit.inst.func = mean ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert;
+      emit.inst.timingOnly = true;
       task.steps.push_back(emit);
       task.steps.push_back(writeStep(out, t, r0, n, 0));
       const int id = addTask(std::move(task), {}, {{out, t, r0, n, 1}});
@@ -81,10 +83,21 @@ Status Lowering::lowerCopy(const ir::Op& op) {
     const std::int64_t at = std::min(offset, std::max<std::int64_t>(0, limit - size));
     const int tile0 = byTiles ? static_cast<int>(at) : 0;
     const std::int64_t row0 = byTiles ? 0 : at;
+    // A copy of the values (functional mode) when the part sits at its offset: whole tiles along the
+    // vector axis (the part's values fill its tiles), or whole rows along the outermost row axis.
+    bool copies = op.kind != ir::OpKind::kSlice && at == offset;
+    if (byTiles) {
+      copies = copies && storageCols(part) * ir::dtypeBytes(graph_.tensor(part).dtype) % chip_.vectorBytes == 0;
+    } else {
+      const auto& shape = graph_.tensor(whole).shape;
+      for (std::int64_t d = 0; d < axis; ++d) copies = copies && shape[static_cast<size_t>(d)] == 1;
+      copies = copies && axis < vectorAxis && storageCols(part) == storageCols(whole) && (!spatial_ || rank != 4 || axis == 0);
+    }
+    const isa::SxmFunc func = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
     if (concat)
-      copyVectors(op, part, whole, tile0, ps.placement.tiles, row0, ps.placement.rows, 0, 0);
+      copyVectors(op, part, whole, tile0, ps.placement.tiles, row0, ps.placement.rows, 0, 0, false, func);
     else
-      copyVectors(op, whole, part, 0, ps.placement.tiles, 0, ps.placement.rows, tile0, row0);
+      copyVectors(op, whole, part, 0, ps.placement.tiles, 0, ps.placement.rows, tile0, row0, false, func);
     offset += size;
   }
   return {};

@@ -21,8 +21,8 @@ bool isSpatialOp(ir::OpKind kind) {
          kind == ir::OpKind::kGlobalAveragePool;
 }
 
-// A graph input read only by one Conv whose whole window (kh*kw*Cin) fits one vector: the host
-// lays it out window-gathered (im2col), so the Conv streams one packed vector per output pixel.
+}  // namespace
+
 const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id) {
   const ir::Tensor& t = graph.tensor(id);
   if (t.role != ir::TensorRole::kInput || t.users.size() != 1) return nullptr;
@@ -32,8 +32,6 @@ const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& gra
   if (w.size() != 4) return nullptr;
   return w[1] * w[2] * w[3] * ir::dtypeBytes(t.dtype) <= chip.vectorBytes ? &op : nullptr;
 }
-
-}  // namespace
 
 bool spatialGraph(const ir::Graph& graph) {
   return std::any_of(graph.ops().begin(), graph.ops().end(), [](const ir::Op& op) { return isSpatialOp(op.kind); });
@@ -115,7 +113,7 @@ std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& wi
 
 std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::TensorId in, int tile,
                                                        const std::array<std::int64_t, 3>& block, std::int64_t ky,
-                                                       std::int64_t kx) const {
+                                                       std::int64_t kx, bool* exact) const {
   // Output pixels [row0, row0 + rows) read input pixels at the tap's offset. Padding taps read the
   // nearest in-range rows (a timing model: which values land there is the functional mode's part).
   const TensorState& xs = tensors_.at(in);
@@ -135,7 +133,11 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   // The segment holding the middle of the span: a block reads its own segment, not a neighbour's.
   const std::int64_t segStart = std::clamp<std::int64_t>(first + span / 2, 0, xs.placement.rows - 1) / segRows * segRows;
   const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
+  const std::int64_t wanted = first;
   first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
+  // The pixels of the tap exactly: no padding (a unit-stride stream over all pixels has none only
+  // for a 1 x 1 window) and no clamping into the segment.
+  if (exact) *exact = win.inside() && first == wanted;
   assert(first + span < segEnd && "a window read longer than its input segment");
   const int piece = xs.piece(tile, first);
   Step s;
@@ -161,11 +163,14 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.weights = op.inputs[1];
   job.out = op.outputs[0];
   if (op.inputs.size() >= 3) job.bias = op.inputs[2];
+  job.timingOnly = op.hasAttr("auto_pad") && op.stringAttr("auto_pad", "NOTSET") != "NOTSET" &&
+                   op.stringAttr("auto_pad", "NOTSET") != "VALID";
   // Inference batch normalisation folds into the Conv: its scale into the weights (at compile
   // time), its shift into the epilogue's bias add; a ReLU after it is the epilogue's activation.
   if (const ir::Op* bn = soleUser(job.out, ops, position + 1, {ir::OpKind::kBatchNormalization})) {
     job.bias = bn->inputs[2];
     job.out = bn->outputs[0];
+    job.timingOnly = true;  // the program does not carry the folded weights: timed, not computed
     ++consumed;
   }
   // A residual Add of an earlier feature map of the output's shape joins the epilogue too.
@@ -211,6 +216,10 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
       return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
     };
     job.weightRow = [planeElems](std::int64_t, int k) { return std::int64_t{k} * planeElems; };
+    const std::int64_t window = cin * win.taps();
+    job.weightRows = [planeElems, window](int k) {
+      return std::min<std::int64_t>(planeElems, window - std::int64_t{k} * planeElems);
+    };
     return lowerMxm(job);
   }
   // Few input channels: the taps are packed, g per vector, by gather passes (tapPasses: each tap's
@@ -236,6 +245,19 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.weightRow = [cin, cinTiles, planeElems](std::int64_t, int k) {
     return (k / cinTiles) * cin + std::int64_t{k % cinTiles} * planeElems;
   };
+  job.weightRows = [cin, cinTiles, planeElems](int k) {
+    return std::min<std::int64_t>(planeElems, cin - std::int64_t{k % cinTiles} * planeElems);
+  };
+  for (int k = 0; k < job.kTiles && !job.timingOnly; ++k)
+    for (const auto& block : job.blocks) {
+      bool exact = false;
+      const std::int64_t tap = k / cinTiles;
+      windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
+      if (!exact) {
+        job.timingOnly = true;
+        break;
+      }
+    }
   return lowerMxm(job);
 }
 
@@ -276,6 +298,9 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
     return std::make_pair(packed[k][b].second.task, packed[k][b].second.writeStep);
   };
   job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
+  const std::int64_t taps = win.taps();
+  job.weightRows = [g, cin, taps](int k) { return (std::min(taps, (std::int64_t{k} + 1) * g) - std::int64_t{k} * g) * cin; };
+  job.timingOnly = true;  // the gather passes shift rows to their lanes, which functional mode does not compute
   const Status lowered = lowerMxm(job);
   for (size_t k = 0; k < packed.size(); ++k)
     for (size_t b = 0; b < packed[k].size(); ++b)
@@ -286,7 +311,9 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
 Status Lowering::lowerBatchNorm(const ir::Op& op) {
   // Inference form on the VXM: y = x * scale + shift per channel (mean and variance folded into
   // scale and shift at compile time), the channel vectors read as broadcast rows.
-  return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd});
+  // Timing only in functional mode: the program does not carry the folded scale and shift.
+  return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd},
+                       false);
 }
 
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
@@ -329,6 +356,7 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     Step alu;
     alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
     alu.inst.func = pass == 0 ? first : combine;
+    alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
     alu.producer = static_cast<int>(task.steps.size()) - 1;
     task.steps.push_back(alu);
     const int aluAt = static_cast<int>(task.steps.size()) - 1;

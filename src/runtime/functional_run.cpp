@@ -1,0 +1,338 @@
+// Functional runs: seeded or file-given values for the resident tensors, the reference outputs, the final check.
+#include "runtime/functional_run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compile/frontend/onnx_importer.h"
+#include "compile/ir/interpreter.h"
+#include "compile/lower/lowering.h"
+
+namespace tsp::runtime {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t nameHash(const std::string& name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+// Deterministic values from (seed, tensor name, element), exact in the storage type: FP16 values
+// k/64 (|k| <= 64) scaled by a power of two near 1/sqrt(fan-in) for matrices, so that sums stay in
+// range layer after layer; INT8 values in [-3, 3].
+std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::ElementType element) {
+  std::vector<double> out(static_cast<size_t>(t.elements()));
+  const std::uint64_t base = mix(seed ^ nameHash(t.name));
+  double scale = 1.0;
+  if (t.shape.size() >= 2) scale = std::ldexp(1.0, -static_cast<int>(std::lround(0.5 * std::log2(static_cast<double>(std::max<std::int64_t>(1, t.shape[t.shape.size() - 2]))))));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::uint64_t h = mix(base + i);
+    out[i] = element == sim::ElementType::kFp16 ? static_cast<double>(static_cast<std::int64_t>(h % 129) - 64) / 64.0 * scale
+                                                : static_cast<double>(static_cast<std::int64_t>(h % 7) - 3);
+  }
+  return out;
+}
+
+// A value as the chip stores it: rounded to FP16, or wrapped to INT8. The reference side rounds with
+// the compiler's _Float16, not with the simulator's conversion, so that the two check each other.
+double toStorage(double v, sim::ElementType element) {
+  if (element == sim::ElementType::kFp16) return static_cast<double>(static_cast<_Float16>(v));
+  return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+}
+
+std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
+
+// A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
+std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph, bool spatial, ir::TensorId id,
+                                 const std::vector<double>& data, std::int64_t& cols) {
+  const ir::Tensor& t = graph.tensor(id);
+  cols = lastDim(t);
+  if (!spatial || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements()) return data;
+  const auto& s = t.shape;
+  std::vector<double> out;
+  out.reserve(data.size());
+  for (ir::OpId u : t.users) {
+    const ir::Op& op = graph.op(u);
+    if (op.kind != ir::OpKind::kConv || op.inputs.size() < 2 || op.inputs[1] != id) continue;
+    // [Cout, Cin, kh, kw] as kh*kw*Cin rows of Cout: row tap*Cin + ci.
+    cols = s[0];
+    for (std::int64_t tap = 0; tap < s[2] * s[3]; ++tap)
+      for (std::int64_t ci = 0; ci < s[1]; ++ci)
+        for (std::int64_t co = 0; co < s[0]; ++co) out.push_back(data[static_cast<size_t>((co * s[1] + ci) * s[2] * s[3] + tap)]);
+    return out;
+  }
+  if (const ir::Op* conv = lower::gatheringConv(chip, graph, id)) {
+    // im2col: output pixel (n, oy, ox), column tap*Cin + ci; zero where the tap falls in the padding.
+    const auto& y = graph.tensor(conv->outputs[0]).shape;
+    const auto& w = graph.tensor(conv->inputs[1]).shape;
+    const auto strides = conv->intsAttr("strides", {1, 1});
+    const auto dilations = conv->intsAttr("dilations", {1, 1});
+    const auto pads = conv->intsAttr("pads", {0, 0, 0, 0});
+    cols = w[1] * w[2] * w[3];
+    for (std::int64_t n = 0; n < y[0]; ++n)
+      for (std::int64_t oy = 0; oy < y[2]; ++oy)
+        for (std::int64_t ox = 0; ox < y[3]; ++ox)
+          for (std::int64_t ky = 0; ky < w[2]; ++ky)
+            for (std::int64_t kx = 0; kx < w[3]; ++kx)
+              for (std::int64_t ci = 0; ci < w[1]; ++ci) {
+                const std::int64_t iy = oy * strides[0] + ky * dilations[0] - pads[0];
+                const std::int64_t ix = ox * strides[1] + kx * dilations[1] - pads[1];
+                const bool inside = iy >= 0 && iy < s[2] && ix >= 0 && ix < s[3];
+                out.push_back(inside ? data[static_cast<size_t>(((n * s[1] + ci) * s[2] + iy) * s[3] + ix)] : 0.0);
+              }
+    return out;
+  }
+  // A feature map [N, C, H, W] channels-last: N*H*W rows of C.
+  cols = s[1];
+  for (std::int64_t n = 0; n < s[0]; ++n)
+    for (std::int64_t p = 0; p < s[2] * s[3]; ++p)
+      for (std::int64_t c = 0; c < s[1]; ++c) out.push_back(data[static_cast<size_t>((n * s[1] + c) * s[2] * s[3] + p)]);
+  return out;
+}
+
+// The longest reduction behind a tensor: K of the last MAC op on any path into it (1 for none).
+std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
+  if (auto it = memo.find(id); it != memo.end()) return it->second;
+  std::int64_t k = 1;
+  const ir::Tensor& t = graph.tensor(id);
+  if (t.producer >= 0) {
+    const ir::Op& op = graph.op(t.producer);
+    if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
+    for (ir::TensorId in : op.inputs) k = std::max(k, reductionLength(graph, in, memo));
+  }
+  return memo[id] = k;
+}
+
+Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t index, const ir::Tensor& tensor) {
+  const std::string path = (std::filesystem::path(dir) / fmt::format("{}_{}.pb", kind, index)).string();
+  if (!std::filesystem::exists(path))
+    return makeError(ExitCode::kConfig, fmt::format("{}: missing: graph {} {} ('{}') has no values file", path,
+                                                    kind, index, tensor.name));
+  auto value = frontend::readTensorProtoFile(path);
+  if (!value) return value.error();
+  if (value->elements() != tensor.elements())
+    return makeError(ExitCode::kConfig, fmt::format("{}: holds {} elements, graph {} '{}' has {}", path,
+                                                    value->elements(), kind, tensor.name, tensor.elements()));
+  return value;
+}
+
+// The reference interpreter op by op, each result stored as the chip stores tensors (FP16
+// rounding, INT8 wrap); inside an op it computes in FP32 or exactly, as interpret() does.
+Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const std::vector<ir::Value>& inputs,
+                                                 sim::ElementType element) {
+  std::vector<ir::Value> values(graph.tensors().size());
+  std::vector<bool> known(graph.tensors().size(), false);
+  size_t next = 0;
+  for (const auto& list : {graph.inputs(), graph.states()})
+    for (ir::TensorId id : list) {
+      values[id] = inputs.at(next++);
+      known[id] = true;
+    }
+  // Weights are copied into values when an op first reads them, and every value but the outputs
+  // is dropped after its last use, so that at most the live tensors are held twice.
+  std::vector<size_t> lastUse(graph.tensors().size(), 0);
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId in : graph.op(static_cast<ir::OpId>(i)).inputs) lastUse[in] = i;
+  std::vector<bool> isOutput(graph.tensors().size(), false);
+  for (ir::TensorId id : graph.outputs()) isOutput[id] = true;
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(static_cast<ir::OpId>(i));
+    std::vector<const ir::Value*> ins;
+    for (ir::TensorId in : op.inputs) {
+      if (!known[in]) {
+        const ir::Tensor& t = graph.tensor(in);
+        if (!t.data) return makeError(ExitCode::kInternal, fmt::format("{}: values were not loaded", t.name));
+        values[in] = ir::Value{t.dtype, t.shape, *t.data};
+        known[in] = true;
+      }
+      ins.push_back(&values[in]);
+    }
+    std::vector<ir::TensorType> types;
+    for (ir::TensorId out : op.outputs) types.push_back({graph.tensor(out).shape, graph.tensor(out).dtype});
+    auto outs = ir::evaluateOp(op.kind, op.name, op.attrs, ins, types);
+    if (!outs) return outs.error();
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      for (double& v : (*outs)[k].data) v = toStorage(v, element);
+      values[op.outputs[k]] = std::move((*outs)[k]);
+      known[op.outputs[k]] = true;
+    }
+    for (ir::TensorId in : op.inputs)
+      if (lastUse[in] == i && !isOutput[in]) values[in] = ir::Value{};
+  }
+  std::vector<ir::Value> outputs;
+  for (ir::TensorId id : graph.outputs()) {
+    if (!known[id]) {  // an output that no op makes: a leaf
+      const ir::Tensor& t = graph.tensor(id);
+      if (t.data) values[id] = ir::Value{t.dtype, t.shape, *t.data};
+    }
+    outputs.push_back(values[id]);
+  }
+  return outputs;
+}
+
+}  // namespace
+
+Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
+                                            const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                                            const FunctionalSources& sources) {
+  // One element type for every tensor the chips hold.
+  std::optional<ir::DType> stored;
+  std::string first;
+  for (const auto& p : programs)
+    for (const auto& t : p->tensors) {
+      const auto dtype = static_cast<ir::DType>(t.dtype);
+      if (!stored) {
+        stored = dtype;
+        first = t.name;
+      }
+      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8))
+        return makeError(ExitCode::kModel,
+                         fmt::format("{}: functional mode computes one storage type on chip, f16 or i8; this tensor "
+                                     "is stored as {} ('{}' as {})",
+                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored)));
+    }
+  FunctionalSetup setup;
+  const topology::ChipSpec defaultChip;
+  const topology::ChipSpec& chip = sources.chip ? *sources.chip : defaultChip;
+  const bool spatial = lower::spatialGraph(graph);
+  const sim::ElementType element = stored == ir::DType::kI8 ? sim::ElementType::kInt8 : sim::ElementType::kFp16;
+  setup.options.enabled = true;
+  setup.options.element = element;
+
+  // Every leaf's values as the chip stores them; the reference graph gets the same values.
+  ir::Graph reference = graph;
+  std::map<std::string, std::shared_ptr<const std::vector<double>>> leaves;  // one copy, shared
+  std::vector<ir::Value> inputs;
+  auto stateAndInputs = graph.inputs();
+  stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
+  for (size_t i = 0; i < stateAndInputs.size(); ++i) {
+    const ir::Tensor& t = graph.tensor(stateAndInputs[i]);
+    std::vector<double> data;
+    if (sources.inputsDir && i < graph.inputs().size()) {
+      auto value = readPb(*sources.inputsDir, "input", i, t);
+      if (!value) return value.error();
+      data = std::move(value->data);
+    } else {
+      data = seededValues(sources.seed, t, element);
+    }
+    for (double& v : data) v = toStorage(v, element);
+    inputs.push_back({t.dtype, t.shape, data});
+    leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
+  }
+  for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
+    const ir::Tensor& t = graph.tensor(id);
+    if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
+    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element);
+    for (double& v : data) v = toStorage(v, element);
+    auto shared = std::make_shared<const std::vector<double>>(std::move(data));
+    reference.setData(id, shared);
+    leaves[t.name] = std::move(shared);
+  }
+
+  auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();
+  for (const auto& p : programs)
+    for (const auto& placement : p->tensors) {
+      if (!placement.resident || resident->count(placement.name)) continue;
+      auto it = leaves.find(placement.name);
+      const auto id = graph.findTensor(placement.name);
+      if (it == leaves.end() || !id)
+        return makeError(ExitCode::kInternal,
+                         fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
+      std::int64_t cols = 1;
+      auto stored = storageOrder(chip, graph, spatial, *id, *it->second, cols);
+      (*resident)[placement.name] = {cols, stored.size() == it->second->size() && stored == *it->second
+                                               ? it->second
+                                               : std::make_shared<const std::vector<double>>(std::move(stored))};
+    }
+  setup.options.resident = resident;
+
+  // The reference: the interpreter on the stored values, or the expected files.
+  std::vector<ir::Value> expected;
+  if (!sources.expectDir) {
+    auto outputs = interpretStored(reference, inputs, element);
+    if (!outputs) return outputs.error();
+    expected = std::move(*outputs);
+  }
+  std::map<ir::TensorId, std::int64_t> memo;
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    const ir::Tensor& t = graph.tensor(graph.outputs()[i]);
+    OutputCheck check;
+    check.name = t.name;
+    if (sources.expectDir) {
+      auto value = readPb(*sources.expectDir, "output", i, t);
+      if (!value) return value.error();
+      check.reference = std::move(value->data);
+      check.against = (std::filesystem::path(*sources.expectDir) / fmt::format("output_{}.pb", i)).string();
+    } else {
+      check.reference = std::move(expected[i].data);
+      check.against = "the reference interpreter";
+    }
+    // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
+    check.reference = storageOrder(chip, graph, spatial, graph.outputs()[i], check.reference, check.cols);
+    double largest = 0.0;
+    for (double v : check.reference)
+      if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+    check.tolerance = element == sim::ElementType::kFp16
+                          ? sim::fp16TensorTolerance(reductionLength(graph, graph.outputs()[i], memo), largest)
+                          : sim::integerTolerance();
+    setup.outputs.push_back(std::move(check));
+  }
+  return setup;
+}
+
+int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs, const std::string& name) {
+  int written = -1, held = -1;  // an output that is also an input or a weight is only held
+  for (size_t c = 0; c < programs.size(); ++c)
+    for (const auto& t : programs[c]->tensors)
+      if (t.name == name) (t.resident ? held : written) = static_cast<int>(c);
+  return written >= 0 ? written : held;
+}
+
+Status checkFunctionalOutputs(const FunctionalSetup& setup,
+                              const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                              const std::function<const sim::Chip*(int)>& chipOf) {
+  for (const auto& check : setup.outputs) {
+    const int chip = outputChip(programs, check.name);
+    if (chip < 0)
+      return makeError(ExitCode::kModel,
+                       fmt::format("{}: functional mode reads outputs from SRAM, and no chip's program holds this "
+                                   "graph output (folded away at compile time)",
+                                   check.name));
+    const sim::Chip* owner = chipOf(chip);
+    if (!owner) continue;  // another rank checks it
+    // The placement the chip wrote (a received copy or a written tensor), else the one it holds.
+    const auto& tensors = programs[chip]->tensors;
+    auto placement = std::find_if(tensors.begin(), tensors.end(),
+                                  [&](const isa::TensorPlacement& t) { return t.name == check.name && !t.resident; });
+    if (placement == tensors.end())
+      placement = std::find_if(tensors.begin(), tensors.end(),
+                               [&](const isa::TensorPlacement& t) { return t.name == check.name; });
+    const std::vector<double> values = owner->readTensor(*placement, check.cols);
+    if (values.size() != check.reference.size())
+      return makeError(ExitCode::kFunctionalMismatch,
+                       fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
+                                   values.size(), chip, check.against, check.reference.size()));
+    const std::vector<float> simulated(values.begin(), values.end()), reference(check.reference.begin(), check.reference.end());
+    if (auto s = sim::compareWithReference(check.name, simulated.data(), reference.data(), simulated.size(), check.tolerance);
+        !s) {
+      Diagnostic d = s.error();
+      d.message += fmt::format(" (chip {}, against {})", chip, check.against);
+      return d;
+    }
+  }
+  return {};
+}
+
+}  // namespace tsp::runtime

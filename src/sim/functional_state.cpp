@@ -1,0 +1,201 @@
+// Functional-mode values of one chip: SRAM per MEM slice, MXM plane weights and accumulators, instruction semantics.
+#include "sim/functional_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "sim/functional.h"
+
+namespace tsp::sim {
+
+using isa::Instruction;
+
+namespace {
+
+std::vector<std::uint16_t> asHalves(const std::uint8_t* bytes, std::size_t count) {
+  std::vector<std::uint16_t> out(count);
+  std::memcpy(out.data(), bytes, count * sizeof(std::uint16_t));
+  return out;
+}
+
+std::shared_ptr<std::vector<std::uint8_t>> fromHalves(const std::vector<std::uint16_t>& halves) {
+  auto out = std::make_shared<std::vector<std::uint8_t>>(halves.size() * sizeof(std::uint16_t));
+  std::memcpy(out->data(), halves.data(), out->size());
+  return out;
+}
+
+std::vector<std::int32_t> widen(const std::uint8_t* bytes, std::size_t count) {
+  std::vector<std::int32_t> out(count);
+  for (std::size_t i = 0; i < count; ++i) out[i] = static_cast<std::int8_t>(bytes[i]);
+  return out;
+}
+
+// INT32 lanes to INT8 storage: two's-complement wrap (the low byte), as the interpreter wraps.
+std::shared_ptr<std::vector<std::uint8_t>> narrow(const std::vector<std::int32_t>& lanes) {
+  auto out = std::make_shared<std::vector<std::uint8_t>>(lanes.size());
+  for (std::size_t i = 0; i < lanes.size(); ++i) (*out)[i] = static_cast<std::uint8_t>(lanes[i] & 0xff);
+  return out;
+}
+
+}  // namespace
+
+int elementBytes(ElementType type) { return type == ElementType::kFp16 ? 2 : 1; }
+
+FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType element)
+    : spec_(spec), element_(element), vectorBytes_(spec.vectorBytes), lanes_(spec.vectorBytes / elementBytes(element)),
+      memFirst_(spec.firstUnit(topology::UnitKind::kMem)) {
+  sram_.resize(spec.memSlices);
+  zeros_.assign(static_cast<std::size_t>(vectorBytes_), 0);
+  planes_.resize(spec.mxmPlanes);
+  for (auto& p : planes_) p.weights.assign(static_cast<std::size_t>(lanes_) * lanes_ * elementBytes(element), 0);
+}
+
+int FunctionalState::sliceOf(int memUnit) const { return memUnit - memFirst_; }
+
+std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row) {
+  const std::int64_t segRows = tensor.segmentRows > 0 ? tensor.segmentRows : std::max<std::int64_t>(1, tensor.rows);
+  const std::int64_t segments = (tensor.rows + segRows - 1) / segRows;
+  const auto piece = static_cast<std::size_t>((std::int64_t{replica} * tensor.tiles + tile) * segments + row / segRows);
+  return {tensor.memUnit.at(piece), tensor.address.at(piece) + row % segRows};
+}
+
+std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
+  auto& mem = sram_.at(slice);
+  const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
+  if (mem.size() < end) mem.resize(std::max(end, mem.size() * 2), 0);
+  return mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
+}
+
+const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) const {
+  const auto& mem = sram_.at(slice);
+  const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
+  // Never written: SRAM starts cleared.
+  return mem.size() < end ? zeros_.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
+}
+
+Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
+  const std::int64_t cols = values.cols;
+  static const std::vector<double> kNone;
+  const std::vector<double>& data = values.data ? *values.data : kNone;
+  if (cols <= 0 || static_cast<std::int64_t>(data.size()) != tensor.rows * cols ||
+      (cols + lanes_ - 1) / lanes_ > tensor.tiles)
+    return makeError(ExitCode::kInternal,
+                     fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
+                                 data.size(), tensor.name, tensor.rows, tensor.tiles));
+  const int eb = elementBytes(element_);
+  for (int copy = 0; copy < std::max(1, tensor.replicas); ++copy)
+  for (std::int64_t r = 0; r < tensor.rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes_), r);
+      std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
+      const double x = data[static_cast<std::size_t>(r * cols + c)];
+      if (element_ == ElementType::kFp16) {
+        const std::uint16_t h = floatToHalf(static_cast<float>(x));
+        std::memcpy(v, &h, sizeof h);
+      } else {
+        *v = static_cast<std::uint8_t>(static_cast<std::int64_t>(x) & 0xff);
+      }
+    }
+  return {};
+}
+
+std::vector<double> FunctionalState::read(const isa::TensorPlacement& tensor, std::int64_t cols) const {
+  std::vector<double> out(static_cast<std::size_t>(tensor.rows * cols));
+  const int eb = elementBytes(element_);
+  for (std::int64_t r = 0; r < tensor.rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const auto [unit, address] = vectorOf(tensor, 0, static_cast<int>(c / lanes_), r);
+      const std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
+      double x;
+      if (element_ == ElementType::kFp16) {
+        std::uint16_t h;
+        std::memcpy(&h, v, sizeof h);
+        x = halfToFloat(h);
+      } else {
+        x = static_cast<std::int8_t>(*v);
+      }
+      out[static_cast<std::size_t>(r * cols + c)] = x;
+    }
+  return out;
+}
+
+VectorRun FunctionalState::memRead(const Instruction& inst) const {
+  auto out = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(inst.repeat) * vectorBytes_);
+  for (std::int32_t j = 0; j < inst.repeat; ++j)
+    std::memcpy(out->data() + static_cast<std::size_t>(j) * vectorBytes_,
+                vectorAt(sliceOf(inst.unit), inst.address + std::int64_t{j} * inst.stride), vectorBytes_);
+  return out;
+}
+
+void FunctionalState::memWrite(const Instruction& inst, const std::vector<std::uint8_t>& vectors) {
+  for (std::int32_t j = 0; j < inst.repeat; ++j)
+    std::memcpy(vectorAt(sliceOf(inst.unit), inst.address + std::int64_t{j} * inst.stride),
+                vectors.data() + static_cast<std::size_t>(j) * vectorBytes_, vectorBytes_);
+}
+
+Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const std::vector<std::uint8_t>& a,
+                                         const std::vector<std::uint8_t>* b) const {
+  const std::size_t count = a.size() / elementBytes(element_);
+  if (element_ == ElementType::kFp16) {
+    const auto x = asHalves(a.data(), count);
+    const auto y = b ? asHalves(b->data(), count) : x;
+    std::vector<std::uint16_t> out(count);
+    vxmFp16(inst.func, x.data(), y.data(), out.data(), count);
+    return VectorRun(fromHalves(out));
+  }
+  const auto x = widen(a.data(), count);
+  const auto y = b ? widen(b->data(), count) : x;
+  std::vector<std::int32_t> out(count);
+  if (auto s = vxmInt32(inst.func, x.data(), y.data(), out.data(), count); !s) return s.error();
+  return VectorRun(narrow(out));
+}
+
+Status FunctionalState::install(int plane, const Instruction& inst) {
+  Plane& p = planes_.at(plane);
+  const int eb = elementBytes(element_);
+  std::fill(p.weights.begin(), p.weights.end(), 0);
+  for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r)
+    std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb,
+                vectorAt(sliceOf(inst.weightUnit), inst.address + r), vectorBytes_);
+  p.next = 0;
+  return {};
+}
+
+Expected<VectorRun> FunctionalState::compute(int plane, const Instruction& inst, const std::vector<std::uint8_t>& x) {
+  Plane& p = planes_.at(plane);
+  if (p.next >= p.accumulators.size()) p.accumulators.resize(p.next + 1);
+  Accumulator& acc = p.accumulators[p.next++];
+  const std::int64_t rows = inst.repeat;
+  const std::size_t cells = static_cast<std::size_t>(rows) * lanes_;
+  if (acc.rows == 0) {
+    acc.rows = rows;
+    acc.fp32.assign(element_ == ElementType::kFp16 ? cells : 0, 0.0f);
+    acc.int32.assign(element_ == ElementType::kInt8 ? cells : 0, 0);
+  } else if (acc.rows != rows) {
+    return makeError(ExitCode::kInternal,
+                     fmt::format("functional mode: an MXM compute of {} rows meets an accumulator of {} rows on plane {}",
+                                 rows, acc.rows, plane));
+  }
+  VectorRun out;
+  if (element_ == ElementType::kFp16) {
+    const auto xs = asHalves(x.data(), cells);
+    const auto ws = asHalves(p.weights.data(), static_cast<std::size_t>(lanes_) * lanes_);
+    mxmAccumulateFp16(xs.data(), ws.data(), acc.fp32.data(), static_cast<int>(rows), lanes_, lanes_);
+    if (inst.dst.valid()) {
+      std::vector<std::uint16_t> emitted(cells);
+      emitFp16(acc.fp32.data(), emitted.data(), cells);
+      out = fromHalves(emitted);
+    }
+  } else {
+    mxmAccumulateInt8(reinterpret_cast<const std::int8_t*>(x.data()),
+                      reinterpret_cast<const std::int8_t*>(p.weights.data()), acc.int32.data(), static_cast<int>(rows),
+                      lanes_, lanes_);
+    if (inst.dst.valid()) out = narrow(acc.int32);
+  }
+  if (inst.dst.valid()) acc.rows = 0;  // the row block is emitted: the next compute starts a new sum
+  return out;
+}
+
+}  // namespace tsp::sim

@@ -1,0 +1,81 @@
+// The values a functional-mode chip holds: SRAM contents per MEM slice and the MXM planes' weights and accumulators.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compile/isa/program.h"
+#include "sim/chip.h"
+#include "support/expected.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::sim {
+
+/// A run of vectors on a stream or a link: count x vector_bytes bytes, vector j at j x vector_bytes.
+using VectorRun = std::shared_ptr<const std::vector<std::uint8_t>>;
+
+/// The (MEM queue, address) of row `row` of tile `tile` in copy `replica` of a placement (Program v3:
+/// entries copy x tile x segment).
+std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row);
+
+/// One chip's values in functional mode. Every function computes what one instruction does to its
+/// operands with the Kokkos kernels of functional.h; errors name the instruction and are exit 2
+/// (the program asks for something functional mode does not compute) or 5 (a malformed program).
+class FunctionalState {
+ public:
+  FunctionalState(const topology::ChipSpec& spec, ElementType element);
+
+  /// Elements per vector (160 FP16, 320 INT8).
+  int lanes() const { return lanes_; }
+
+  /// Writes a tensor's values (rows x cols) into its tiles, rounded to the element type.
+  Status place(const isa::TensorPlacement& tensor, const TensorValues& values);
+  /// Reads a tensor back (rows x cols, row-major).
+  std::vector<double> read(const isa::TensorPlacement& tensor, std::int64_t cols) const;
+
+  /// MemRead: the vectors at address + j*stride of the instruction's slice.
+  VectorRun memRead(const isa::Instruction& inst) const;
+  /// MemWrite: stores the vectors at address + j*stride.
+  void memWrite(const isa::Instruction& inst, const std::vector<std::uint8_t>& vectors);
+  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only).
+  Expected<VectorRun> vxm(const isa::Instruction& inst, const std::vector<std::uint8_t>& a,
+                          const std::vector<std::uint8_t>* b) const;
+  /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;
+  /// the computes that follow use the plane's accumulators from the first on.
+  Status install(int plane, const isa::Instruction& inst);
+  /// MxmCompute on plane: accumulates x times the plane's weights into the next accumulator; with a
+  /// destination it emits the rows in the element type (FP32 rounded to FP16, INT32 wrapped to INT8)
+  /// and clears that accumulator.
+  Expected<VectorRun> compute(int plane, const isa::Instruction& inst, const std::vector<std::uint8_t>& x);
+
+ private:
+  std::uint8_t* vectorAt(int slice, std::int64_t address);
+  const std::uint8_t* vectorAt(int slice, std::int64_t address) const;
+  int sliceOf(int memUnit) const;
+
+  const topology::ChipSpec& spec_;
+  ElementType element_;
+  int vectorBytes_ = 0, lanes_ = 0;
+  int memFirst_ = 0;
+  std::vector<std::vector<std::uint8_t>> sram_;  // per MEM slice, grown to the highest address touched
+  std::vector<std::uint8_t> zeros_;              // one vector of zeros: what an address never written holds
+  struct Accumulator {
+    std::vector<float> fp32;  // rows x lanes
+    std::vector<std::int32_t> int32;
+    std::int64_t rows = 0;    // rows in the accumulator (0: empty)
+  };
+  struct Plane {
+    std::vector<std::uint8_t> weights;  // lanes x lanes elements, row k = weight row k of the tile
+    // One partial sum per row block streamed under one installed tile: the j-th compute after an
+    // install adds to accumulator j (a group of short blocks keeps its sums apart, as the lowering
+    // streams the group's blocks in the same order under every K tile).
+    std::vector<Accumulator> accumulators;
+    std::size_t next = 0;
+  };
+  std::vector<Plane> planes_;
+};
+
+}  // namespace tsp::sim

@@ -1,0 +1,99 @@
+// The ONNX backend node tests end to end in functional mode: import, compile, simulate on values, and
+// compare the outputs read back from SRAM with the reference interpreter and with output_N.pb.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "compile/frontend/onnx_importer.h"
+#include "compile/schedule/cluster_schedule.h"
+#include "runtime/functional_run.h"
+#include "sim/chip.h"
+#include "sim/onnx_node_cases.h"
+
+namespace tsp::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Simulates the program on the setup's values and checks the outputs.
+Status simulateAndCheck(const topology::ChipSpec& spec, const std::shared_ptr<const isa::Program>& program,
+                        const runtime::FunctionalSetup& setup) {
+  SimOptions options;
+  options.functional = setup.options;
+  auto chip = makeTspChip(0, spec, program, std::vector<PortBinding>(spec.c2cPorts), options);
+  if (auto s = chip->advanceTo(kNever); !s) return s;
+  if (chip->stats().cycles != program->predictedCycles)
+    return makeError(ExitCode::kInternal, "simulated cycles differ from the prediction");
+  return runtime::checkFunctionalOutputs(setup, {program}, [&](int) { return chip.get(); });
+}
+
+TEST(OnnxNodeFunctional, LoweredCasesMatchTheInterpreterAndTheTestData) {
+  if (!fs::exists(kNodeTests)) GTEST_SKIP() << kNodeTests << " is missing (install libonnx-testdata)";
+  KernelRuntime kernels;
+  topology::ChipSpec spec;
+  const topology::Cluster cluster = oneChipCluster(spec);
+  const std::vector<fs::path> cases = nodeTestCases();
+
+  int compiled = 0, matchInterpreter = 0, matchData = 0;
+  std::vector<std::string> passed;
+  std::map<std::string, int> refused;  // cases functional mode cannot compute, by reason
+  std::vector<std::string> refusedNames;
+  for (const auto& dir : cases) {
+    const std::string name = dir.filename().string();
+    frontend::ImportOptions options;
+    options.precision = frontend::Precision{};  // FP16 storage
+    auto inputNames = frontend::onnxInputNames((dir / "model.onnx").string());
+    if (!inputNames) continue;
+    bool floatInputs = true;  // input_N.pb feeds graph input N only when no input is bound as a constant
+    for (size_t i = 0; i < inputNames->size() && floatInputs; ++i) {
+      auto v = frontend::readTensorProtoFile((dir / "test_data_set_0" / fmt::format("input_{}.pb", i)).string());
+      floatInputs = v && ir::isFloat(v->dtype);
+    }
+    if (!floatInputs) continue;
+    auto graph = frontend::importOnnx((dir / "model.onnx").string(), options);
+    if (!graph || graph->inputs().size() != inputNames->size()) continue;
+    schedule::PipelineStage stage;
+    for (size_t i = 0; i < graph->ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+    auto schedule = schedule::scheduleCluster(*graph, {stage}, cluster);
+    if (!schedule || schedule->programs.front().instructions.empty()) continue;
+    ++compiled;
+    const auto program = std::make_shared<const isa::Program>(schedule->programs.front());
+    const std::string data = (dir / "test_data_set_0").string();
+    auto againstInterpreter = runtime::prepareFunctional(*graph, {program}, {0, data, std::nullopt});
+    if (!againstInterpreter) {
+      ++refused[againstInterpreter.error().message.substr(againstInterpreter.error().message.find(':') + 1)];
+      continue;
+    }
+    const Status s = simulateAndCheck(spec, program, *againstInterpreter);
+    if (!s) {
+      // Only a clean refusal is allowed here: a computed value that differs is a failure.
+      ASSERT_EQ(s.error().code, ExitCode::kModel) << name << ": " << s.error().format();
+      const std::string& why = s.error().message;
+      const std::string reason = why.substr(why.rfind(": ") + 2);
+      ++refused[reason.substr(0, std::min(reason.find(", on '"), reason.find(" (")))];
+      refusedNames.push_back(name);
+      continue;
+    }
+    ++matchInterpreter;
+    auto againstData = runtime::prepareFunctional(*graph, {program}, {0, data, data});
+    ASSERT_TRUE(againstData.ok()) << name;
+    const Status d = simulateAndCheck(spec, program, *againstData);
+    EXPECT_TRUE(d.ok()) << name << ": " << (d.ok() ? "" : d.error().format());
+    if (!d.ok()) continue;
+    ++matchData;
+    passed.push_back(name);
+  }
+  std::string why;
+  for (const auto& [reason, n] : refused) why += fmt::format("\n    {:>4}  {}", n, reason);
+  fmt::print("ONNX node tests in functional mode: {} compiled, {} match the reference interpreter and {} match "
+             "output_N.pb within |sim - ref| <= atol + rtol*|ref|; refused:{}\n  passed: {}\n  refused: {}\n",
+             compiled, matchInterpreter, matchData, why, fmt::join(passed, " "), fmt::join(refusedNames, " "));
+  EXPECT_GE(matchData, 6);  // add, add_bcast, matmul_2d/3d/4d, relu
+}
+
+}  // namespace
+}  // namespace tsp::sim
