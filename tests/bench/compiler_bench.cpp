@@ -128,12 +128,9 @@ void BM_QualityInt8MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_QualityInt8MatMul)->Arg(1280)->Arg(2560)->Arg(4096)->Unit(benchmark::kMillisecond);
 
-// Quality: one built-in transformer layer (BERT-base shapes, layer 1: attention + FFN) alone on a chip.
-void BM_QualityTransformerLayer(benchmark::State& state) {
-  topology::ChipSpec chip;
-  const ir::Graph g = builtin("bert", {{"layers", "1"}, {"hidden", "768"}, {"heads", "12"}, {"ffn", "3072"},
-                                       {"seq", "128"}, {"batch", std::to_string(state.range(0))}});
-  const auto [ops, interface] = layerShard(g, 1);
+// Compiles ops of g (with annealing) once per iteration and reports the last compile's quality.
+void compileForQuality(benchmark::State& state, const topology::ChipSpec& chip, const ir::Graph& g,
+                       const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface) {
   schedule::Options o;
   o.annealMoves = 256;
   schedule::CompileReport last;
@@ -147,6 +144,15 @@ void BM_QualityTransformerLayer(benchmark::State& state) {
     dumpProgram(c->program, chip);
   }
   report(state, last);
+}
+
+// Quality: one built-in transformer layer (BERT-base shapes, layer 1: attention + FFN) alone on a chip.
+void BM_QualityTransformerLayer(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("bert", {{"layers", "1"}, {"hidden", "768"}, {"heads", "12"}, {"ffn", "3072"},
+                                       {"seq", "128"}, {"batch", std::to_string(state.range(0))}});
+  const auto [ops, interface] = layerShard(g, 1);
+  compileForQuality(state, chip, g, ops, interface);
 }
 BENCHMARK(BM_QualityTransformerLayer)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond);
 
@@ -162,19 +168,7 @@ void BM_QualityResnet50(benchmark::State& state) {
   } else {
     std::tie(ops, interface) = layerShard(g, static_cast<int>(state.range(0)));
   }
-  schedule::Options o;
-  o.annealMoves = 256;
-  schedule::CompileReport last;
-  for (auto _ : state) {
-    auto c = schedule::compileShard(chip, g, ops, interface, o);
-    if (!c.ok()) {
-      state.SkipWithError(c.error().message.c_str());
-      return;
-    }
-    last = c->report;
-    dumpProgram(c->program, chip);
-  }
-  report(state, last);
+  compileForQuality(state, chip, g, ops, interface);
 }
 BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
 

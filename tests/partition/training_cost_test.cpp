@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -37,6 +38,27 @@ ir::Graph gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std:
   auto g = frontend::buildBuiltinModel(spec);
   EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().format());
   return *g;
+}
+
+// A candidate's training chunk costs on the cluster: its stages, links, per-chunk forward/backward
+// costs and their sums per chunk (the closed-form pipeline's input); nullopt when it cannot be placed.
+struct ChunkCosts {
+  StageAssignment stages;
+  CandidateLinks links;
+  TrainingChunks chunks;
+  std::vector<double> chunk;
+};
+std::optional<ChunkCosts> chunkCosts(const ModelProfile& profile, const Candidate& cand,
+                                     const topology::Cluster& cluster, const std::vector<int>& order) {
+  auto stages = assignStages(profile, cand.pp * cand.interleave);
+  EXPECT_TRUE(stages.ok()) << cand.canonical();
+  auto placed = placePlan(cluster, order, cand.dp, cand.tp, cand.pp);
+  EXPECT_TRUE(placed.ok()) << cand.canonical();
+  if (!stages || !placed) return std::nullopt;
+  ChunkCosts c{*stages, linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true), {}, {}};
+  c.chunks = trainingChunks(profile, cand, c.stages, c.links);
+  for (size_t k = 0; k < c.chunks.forward.size(); ++k) c.chunk.push_back(c.chunks.forward[k] + c.chunks.backward[k]);
+  return c;
 }
 
 TrainingConfig training(PipelineSchedule schedule, ir::Optimizer optimizer = ir::Optimizer::kAdam,
@@ -223,16 +245,12 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
       // The plan's 1F1B schedule run by the event simulation with its chunk costs, plus the same
       // gradient all-reduce and optimizer tail the cost model adds after the pipeline.
       const Candidate& cand = top.candidate;
-      auto stages = assignStages(*profile, cand.pp * cand.interleave);
-      ASSERT_TRUE(stages.ok());
-      auto placed = placePlan(cluster, *order, cand.dp, cand.tp, cand.pp);
-      ASSERT_TRUE(placed.ok());
-      const auto links = linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true);
-      const TrainingChunks chunks = trainingChunks(*profile, cand, *stages, links);
-      std::vector<double> chunk;
-      for (size_t k = 0; k < chunks.forward.size(); ++k) chunk.push_back(chunks.forward[k] + chunks.backward[k]);
-      const PlanCost exact = evaluateCandidate(*profile, cand, *stages, links, cluster.chip(), cluster.chipCount());
-      const double tail = exact.iterationCycles - pipelineTime(chunk, chunks.comm, cand).iteration;
+      const auto costs = chunkCosts(*profile, cand, cluster, *order);
+      ASSERT_TRUE(costs);
+      const TrainingChunks& chunks = costs->chunks;
+      const PlanCost exact =
+          evaluateCandidate(*profile, cand, costs->stages, costs->links, cluster.chip(), cluster.chipCount());
+      const double tail = exact.iterationCycles - pipelineTime(costs->chunk, chunks.comm, cand).iteration;
       auto pipelineOrder = buildPipelineOrder(PipelineSchedule::k1F1B, cand.pp, cand.microbatches, cand.interleave);
       ASSERT_TRUE(pipelineOrder.ok());
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
@@ -275,15 +293,10 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
     for (const RankedPlan& r : result->ranked) {
       const Candidate& cand = r.candidate;
       if (cand.pp == 1) continue;
-      auto stages = assignStages(*profile, cand.pp * cand.interleave);
-      ASSERT_TRUE(stages.ok());
-      auto placed = placePlan(c, *order, cand.dp, cand.tp, cand.pp);
-      ASSERT_TRUE(placed.ok());
-      const auto links = linkFigures(c, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true);
-      const TrainingChunks chunks = trainingChunks(*profile, cand, *stages, links);
-      std::vector<double> chunk;
-      for (size_t k = 0; k < chunks.forward.size(); ++k) chunk.push_back(chunks.forward[k] + chunks.backward[k]);
-      const double closed = pipelineTime(chunk, chunks.comm, cand).iteration;
+      const auto costs = chunkCosts(*profile, cand, c, *order);
+      ASSERT_TRUE(costs);
+      const TrainingChunks& chunks = costs->chunks;
+      const double closed = pipelineTime(costs->chunk, chunks.comm, cand).iteration;
       auto pipelineOrder = buildPipelineOrder(schedule, cand.pp, cand.microbatches, cand.interleave);
       ASSERT_TRUE(pipelineOrder.ok()) << cand.canonical();
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));

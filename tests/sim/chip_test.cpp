@@ -276,6 +276,14 @@ class C2cTest : public ChipTest {
     p[0] = {7, 1, 3, true, 225, 16.25};
     return p;
   }
+  /// Chip 1 in functional mode running `instructions` with the given port bindings.
+  std::unique_ptr<Chip> functionalChip(std::vector<Instruction> instructions, const std::vector<PortBinding>& bound) const {
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = std::move(instructions);
+    SimOptions options;
+    options.functional.enabled = true;
+    return makeTspChip(1, spec_, program, bound, options);
+  }
   std::vector<Instruction> sendChain(Cycle start, int repeat, int interval) const {
     Instruction read = inst(mem(40), start, Opcode::kMemRead, repeat);
     read.address = 0;
@@ -371,11 +379,7 @@ TEST_F(C2cTest, FunctionalBurstCarriesTheVectors) {
   write.address = 100;
   write.stride = 1;
   write.src = receive.dst;
-  auto program = std::make_shared<isa::Program>();
-  program->instructions = {receive, write};
-  SimOptions options;
-  options.functional.enabled = true;
-  auto peer = makeTspChip(1, spec_, program, ports(), options);
+  auto peer = functionalChip({receive, write}, ports());
   bursts[0].dstPort = 0;
   peer->deliver(bursts[0]);
   auto r = peer->advanceTo(kNever);
@@ -390,11 +394,7 @@ TEST_F(C2cTest, FunctionalForwardPassesTheVectorsOn) {
   Instruction forward = inst(c2c(0), 300, Opcode::kC2cForward, 4);
   forward.port = 1;
   forward.interval = 20;
-  auto program = std::make_shared<isa::Program>();
-  program->instructions = {forward};
-  SimOptions options;
-  options.functional.enabled = true;
-  chip_ = makeTspChip(1, spec_, program, bound, options);
+  chip_ = functionalChip({forward}, bound);
   std::vector<std::uint8_t> bytes(4 * 320);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(i * 7 + 3);
   C2CBurst burst;
@@ -418,11 +418,7 @@ TEST_F(C2cTest, FunctionalReceiveOfABurstWithoutValues) {
   Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
   receive.port = 0;
   receive.interval = 20;
-  auto program = std::make_shared<isa::Program>();
-  program->instructions = {receive};
-  SimOptions options;
-  options.functional.enabled = true;
-  chip_ = makeTspChip(1, spec_, program, ports(), options);
+  chip_ = functionalChip({receive}, ports());
   C2CBurst burst;
   burst.dstPort = 0;
   burst.firstArrive = 250;
