@@ -379,8 +379,10 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     if (pass > 0) {
       problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
       readers[(pass + 1) % 2].push_back({id, sideAt});
-      // The partial written now was read by the previous pass (write after read).
-      for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
+      // The partial written now was read by the previous pass (write after read); the last pass
+      // writes finalWrite instead.
+      if (!last)
+        for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
     }
     chain = {id, writeAt};
   }

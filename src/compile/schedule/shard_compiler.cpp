@@ -106,6 +106,8 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
         if (side[*ref] == h) *ref = newIndex[*ref];
         else *ref = 0;  // the cut edge: in half 1 the consumer now reads the slot
       }
+      // A rigid link into the other half cannot hold: the halves are placed apart.
+      if (s.follows >= 0) s.follows = side[s.follows] == h ? newIndex[s.follows] : -1;
     }
   schedule::Step write;
   write.inst.unit = memUnit;
@@ -244,8 +246,8 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     result.sendIssues.emplace_back();
     for (int t : tasks) {
       Cycle issue = -1;
-      for (const auto& s : problem.tasks()[t].steps)
-        if (s.inst.op == Opcode::kC2cSend) issue = schedule.start[t] + s.offset;
+      for (const auto& s : problem.tasks()[t].steps)  // the burst's first send (its segments follow it)
+        if (s.inst.op == Opcode::kC2cSend && issue < 0) issue = schedule.start[t] + s.offset;
       result.sendIssues.back().push_back(issue);
     }
   }

@@ -151,6 +151,43 @@ TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
   EXPECT_GE(receiveIssue, compiled->sendIssues[0][0] + 300);
 }
 
+// A tile longer than a slice leaves in segments: they must leave back to back (the receiver's
+// release times assume it), even when another reader of the second segment competes for its slice.
+TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  // y leaves; r1 reads y's second segment when t2 is ready, about when that segment should leave,
+  // and a chain of ReLUs after r1 gives it the higher priority.
+  const auto y = *g.addOp(ir::OpKind::kRelu, "r0", {g.addInput("x", {10000, 320}, ir::DType::kI8)}, 0);
+  const auto t1 = *g.addOp(ir::OpKind::kRelu, "t1", {g.addInput("x2", {10000, 320}, ir::DType::kI8)}, 0);
+  const auto t2 = *g.addOp(ir::OpKind::kRelu, "t2", {t1}, 0);
+  auto r = *g.addOp(ir::OpKind::kAdd, "r1", {y, t2}, 0);
+  for (int i = 2; i < 5; ++i) r = *g.addOp(ir::OpKind::kRelu, "r" + std::to_string(i), {r}, 0);
+  g.markOutput(r);
+  lower::ShardInterface interface;
+  lower::SendPlan send;
+  send.tensor = y;
+  send.port = 3;
+  send.interval = 1;
+  send.linkBusy = 1;
+  interface.sends.push_back(send);
+  for (std::uint64_t seed : {0u, 1u, 2u}) {
+    Options o;
+    o.annealMoves = 64;
+    o.seed = seed;
+    auto compiled = compileShard(chip, g, allOps(g), interface, o);
+    ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+    std::vector<isa::Instruction> sends;
+    for (const auto& i : compiled->program.instructions)
+      if (i.op == isa::Opcode::kC2cSend) sends.push_back(i);
+    ASSERT_EQ(sends.size(), 2u);  // 10,000 rows: two segments on two slices
+    EXPECT_NE(sends[0].unit, -1);
+    EXPECT_EQ(sends[1].issue, sends[0].issue + Cycle{sends[0].repeat} * send.interval) << "seed " << seed;
+    ASSERT_EQ(compiled->sendIssues.size(), 1u);
+    EXPECT_EQ(compiled->sendIssues[0], std::vector<Cycle>{sends[0].issue});
+  }
+}
+
 TEST(ShardCompiler, Int8MatMulReachesTheMxmUtilisationTarget) {
   topology::ChipSpec chip;
   const ir::Graph g = matmul(2304, 4096, 1280, ir::DType::kI8);
