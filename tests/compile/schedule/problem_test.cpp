@@ -177,6 +177,33 @@ TEST(ProblemCheck, RejectsEachMalformedInput) {
     p.finalize();
     EXPECT_NE(checkError(p).find("which is not another step of the task"), std::string::npos);
   }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "badfollow");
+    t.steps[2].follows = 2;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("step 2 follows step 2, which is not another step of the task"), std::string::npos);
+  }
+  {
+    // Two chains in one task, the second issuing 10 cycles after the first (Step::follows).
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "follow");
+    const Task second = chainTask(chip, 2, 3, 4, "second");
+    for (Step st : second.steps) {
+      if (st.producer >= 0) st.producer += 3;
+      t.steps.push_back(st);
+    }
+    t.steps[3].follows = 0;
+    t.steps[3].followGap = 10;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_EQ(p.tasks()[0].steps[3].offset, p.tasks()[0].steps[0].offset + 10);
+    EXPECT_TRUE(p.check().ok()) << p.check().error().message;
+    p.mutableTasks()[0].steps[3].followGap = 11;
+    EXPECT_NE(checkError(p).find("step 3 issues at offset 10, but following step 0 by 11 gives 11"), std::string::npos)
+        << checkError(p);
+  }
 }
 
 // A valid two-task schedule to break one constraint at a time.
