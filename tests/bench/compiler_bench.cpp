@@ -55,6 +55,7 @@ void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["lower_bound"] = static_cast<double>(r.lowerBound);
   state.counters["critical_path"] = static_cast<double>(r.criticalPath);
   state.counters["busiest"] = static_cast<double>(r.busiestResource);
+  state.counters["window_bound"] = static_cast<double>(r.resourceWindowBound);
   state.counters["ratio"] = static_cast<double>(r.cycles) / static_cast<double>(std::max<Cycle>(1, r.lowerBound));
   state.counters["mxm_util"] = r.mxmMacUtilisation;
   state.counters["bank_conflicts"] = r.bankConflictRate();

@@ -405,6 +405,63 @@ LowerBound lowerBound(const Problem& problem) {
     earliest[t] = e;
     cp = std::max(cp, e + problem.span(t));
   }
+  // Tails: the longest path from a task's start to the end of the program.
+  std::vector<std::vector<const Dependence*>> succ(tasks.size());
+  for (const auto& d : problem.dependences()) succ[d.from].push_back(&d);
+  std::vector<Cycle> tail(tasks.size(), 0);
+  const auto& topo = problem.topologicalOrder();
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+    Cycle best = problem.span(*it);
+    for (const Dependence* d : succ[*it])
+      best = std::max(best, tasks[*it].steps[d->fromStep].offset + d->latency - tasks[d->to].steps[d->toStep].offset +
+                                tail[d->to]);
+    tail[*it] = best;
+  }
+  // Per resource (key) its uses as (head, busy, tail): the window bound over them.
+  struct Use {
+    Cycle head, busy, tail;
+  };
+  std::map<std::int64_t, std::vector<Use>> uses;
+  std::map<std::int64_t, int> capacity;
+  const std::int64_t kPool = 1 << 20, kPort = 2 << 20, kLink = 3 << 20;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const Step& s = tasks[t].steps[k];
+      const Cycle end = problem.unitEnd(static_cast<int>(t), static_cast<int>(k));
+      const Use use{earliest[t] + s.offset, end - s.offset, tail[t] - end};
+      std::int64_t key = s.inst.unit;
+      if (pooledUnit(chip, s.inst.unit)) {
+        key = kPool + unitPool(chip, s.inst.unit).first;
+        capacity[key] = unitPool(chip, s.inst.unit).count;
+      } else if (isMemAccess(s.inst)) {
+        key = kPort + memPortOf(chip, s.inst);
+      }
+      uses[key].push_back(use);
+      if (s.inst.op == Opcode::kC2cSend) {
+        const Cycle onLink = Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
+        uses[kLink + s.inst.port].push_back({use.head, onLink, tail[t] - s.offset - onLink});
+      }
+    }
+  Cycle window = 0;
+  for (auto& [key, list] : uses) {
+    const Cycle m = capacity.count(key) ? capacity[key] : 1;
+    // Uses starting at or after a head, and uses still needing at least a tail.
+    std::sort(list.begin(), list.end(), [](const Use& a, const Use& b) { return a.head > b.head; });
+    Cycle busy = 0, least = std::numeric_limits<Cycle>::max();
+    for (const Use& u : list) {
+      busy += u.busy;
+      least = std::min(least, u.tail);
+      window = std::max(window, u.head + ceilDiv(busy, m) + least);
+    }
+    std::sort(list.begin(), list.end(), [](const Use& a, const Use& b) { return a.tail > b.tail; });
+    busy = 0;
+    Cycle first = std::numeric_limits<Cycle>::max();
+    for (const Use& u : list) {
+      busy += u.busy;
+      first = std::min(first, u.head);
+      window = std::max(window, first + ceilDiv(busy, m) + u.tail);
+    }
+  }
   std::vector<Cycle> load(problem.units().size() + chip.c2cPorts + 2 * chip.memSlices, 0);
   const size_t memPorts = problem.units().size() + chip.c2cPorts;
   std::map<int, Cycle> poolLoad;  // per pool of several units (by its first unit)
@@ -423,6 +480,7 @@ LowerBound lowerBound(const Problem& problem) {
   for (Cycle l : load) busiest = std::max(busiest, l);
   bound.criticalPath = cp + chip.rippleCycles;
   bound.busiestResource = busiest + chip.rippleCycles;
+  bound.resourceWindow = std::max(window + chip.rippleCycles, bound.busiestResource);
   return bound;
 }
 

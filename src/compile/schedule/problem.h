@@ -134,6 +134,11 @@ Status verify(const Problem& problem, const Schedule& schedule);
 struct LowerBound {
   Cycle criticalPath = 0;     ///< longest dependence chain from the releases, + ripple
   Cycle busiestResource = 0;  ///< most loaded unit, link or pool, + ripple
+  /// The one-resource relaxation (head, body, tail), + ripple: for a unit, MEM port, link or pool
+  /// and a set of its uses, the earliest a use can start (dependences and releases), plus their
+  /// busy cycles (over the pool's units), plus the least time any of them still needs to the end.
+  /// A true bound >= busiestResource; a diagnostic beside value(), which keeps the two above.
+  Cycle resourceWindow = 0;
   Cycle value() const { return std::max(criticalPath, busiestResource); }
 };
 /// Computes both bounds (check() must have succeeded).

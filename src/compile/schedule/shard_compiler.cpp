@@ -24,6 +24,7 @@ std::string reportJson(const CompileReport& r) {
                       {"lower_bound_cycles", r.lowerBound},
                       {"critical_path_cycles", r.criticalPath},
                       {"busiest_resource_cycles", r.busiestResource},
+                      {"resource_window_bound_cycles", r.resourceWindowBound},
                       {"makespan_over_lower_bound",
                        r.lowerBound > 0 ? static_cast<double>(r.cycles) / static_cast<double>(r.lowerBound) : 1.0},
                       {"utilisation", util},
@@ -231,6 +232,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;
   report.busiestResource = bound.busiestResource;
+  report.resourceWindowBound = bound.resourceWindow;
   report.sramPeakBytes = shard.sram.peak();
   report.sramCapacityBytes = shard.sram.capacity();
   fillReport(problem, schedule, shard, report);
