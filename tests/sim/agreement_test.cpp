@@ -249,7 +249,10 @@ INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,
                                            Case{4, 8, 512, 16, ir::DType::kI8}, Case{3, 3, 4096, 4, ir::DType::kF16},
                                            Case{8, 8, 1280, 32, ir::DType::kI8},
                                            // 512 rows: activations cut into segments over several MEM slices
-                                           Case{2, 2, 640, 512, ir::DType::kF16}));
+                                           Case{2, 2, 640, 512, ir::DType::kF16},
+                                           // 10,000 rows: a tile longer than a slice crosses the link in
+                                           // two segments, which must leave back to back
+                                           Case{2, 2, 320, 10000, ir::DType::kI8}));
 
 }  // namespace
 }  // namespace tsp::sim

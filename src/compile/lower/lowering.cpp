@@ -394,29 +394,40 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
   const TensorState& st = tensors_.at(plan.tensor);
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
   for (int t = 0; t < st.placement.tiles; ++t) {
-    int previous = -1;
+    // One task per tile: a tile longer than a slice leaves in segments (one MEM read each), every
+    // segment's send issuing right where the previous one's vectors end, so the burst crosses back
+    // to back as the receiver's release times assume.
+    Task task;
+    task.name = fmt::format("send {} tile {}", st.placement.name, t);
+    task.deadline = plan.deadline;
+    std::vector<Access> reads;
+    int previousSend = -1;
+    std::int64_t previousRows = 0;
     for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
-      Task task;
-      task.name = fmt::format("send {} tile {}{}", st.placement.name, t, r0 > 0 ? fmt::format(" rows {}", r0) : "");
-      if (r0 == 0) task.deadline = plan.deadline;
       Step read = readStep(plan.tensor, t, r0, n, false);
       read.inst.interval = plan.interval;
       Step tx;
       tx.inst = makeInst(unit, Opcode::kC2cSend, n, plan.interval);
       tx.inst.port = plan.port;
-      tx.producer = 0;
+      tx.producer = static_cast<int>(task.steps.size());
       tx.linkBusy = plan.linkBusy;
-      task.steps = {read, tx};
-      const int id = addTask(std::move(task), {{plan.tensor, t, r0, n, 0}}, {});
-      // A burst's segments leave back to back, in order.
-      if (previous >= 0) problem_.addDependence({previous, 1, id, 1, Cycle{n} * plan.interval});
-      // Tiles leave in tile order, the order the receiver's chain of receives reads them in.
-      if (auto last = lastSend_.find(plan.port); previous < 0 && last != lastSend_.end())
-        problem_.addDependence({last->second, 1, id, 1, 1});
-      lastSend_[plan.port] = id;
-      previous = id;
-      if (r0 == 0) tasks.push_back(id);
+      if (previousSend >= 0) {
+        tx.follows = previousSend;
+        tx.followGap = Cycle{previousRows} * plan.interval;
+      }
+      reads.push_back({plan.tensor, t, r0, n, static_cast<int>(task.steps.size())});
+      task.steps.push_back(read);
+      task.steps.push_back(tx);
+      previousSend = static_cast<int>(task.steps.size()) - 1;
+      previousRows = n;
     }
+    const int id = addTask(std::move(task), reads, {});
+    // Tiles leave in tile order, the order the receiver's chain of receives reads them in.
+    if (auto last = lastSend_.find(plan.port); last != lastSend_.end())
+      problem_.addDependence({last->second, lastSendStep_[plan.port], id, 1, 1});
+    lastSend_[plan.port] = id;
+    lastSendStep_[plan.port] = previousSend;
+    tasks.push_back(id);
   }
   return {};
 }

@@ -209,6 +209,8 @@ class Lowering {
   std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
   std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
   std::map<int, int> lastSend_;     // per port: the last send task (tiles leave in tile order)
+  std::map<int, int> lastSendStep_; // per port: that task's last C2C send step
+  std::int64_t sxmRows_[2] = {0, 0};  // rows the gather passes shifted on the west and the east SXM
   std::vector<Cycle> planeLoad_;    // per MXM plane: compute cycles handed to it so far
   std::vector<std::pair<int, int>> planeLast_;  // per plane: last (install task, compute task)
 };

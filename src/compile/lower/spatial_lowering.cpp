@@ -346,7 +346,11 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     task.steps.push_back(read);
     if (shiftLanes && pass > 0) {
       Step shift;  // to the tap's lanes of the packed vector
-      const bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+      // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
+      // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
+      bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+      if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
+      sxmRows_[west ? 0 : 1] += rows;
       shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
                                 static_cast<int>(tap % sxmHalf),
                             Opcode::kSxmShift, rows);
@@ -379,8 +383,10 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     if (pass > 0) {
       problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
       readers[(pass + 1) % 2].push_back({id, sideAt});
-      // The partial written now was read by the previous pass (write after read).
-      for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
+      // The partial written now was read by the previous pass (write after read); the last pass
+      // writes finalWrite instead.
+      if (!last)
+        for (const auto& [rt, rs] : readers[pass % 2]) problem_.addDependence({rt, rs, id, writeAt, Cycle{rows}});
     }
     chain = {id, writeAt};
   }

@@ -93,7 +93,6 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   const auto& chip = problem.chip();
   const size_t n = tasks.size();
   const int unitCount = static_cast<int>(problem.units().size());
-  const int vxmFirst = chip.firstUnit(UnitKind::kVxm);
   const auto& edges = problem.streamEdges();
 
   Schedule s;
@@ -179,10 +178,11 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
         const Step& st = task.steps[k];
         const Cycle b = base + st.offset, e = base + problem.unitEnd(t, static_cast<int>(k));
         if (pooledUnit(chip, st.inst.unit)) {
-          // Any free ALU group; the earliest-freeing one bounds the retry otherwise.
+          // Any free unit of the pool; the earliest-freeing one bounds the retry otherwise.
           std::optional<Cycle> soonest;
-          for (int g = 0; g < chip.vxmAluGroups; ++g) {
-            const int u = vxmFirst + g;
+          const UnitPool pool = unitPool(chip, st.inst.unit);
+          for (int g = 0; g < pool.count; ++g) {
+            const int u = pool.first + g;
             bool takenHere = false;
             for (size_t j = 0; j < k; ++j)
               takenHere |= chosenUnit[j] == u && task.steps[j].offset < problem.unitEnd(t, static_cast<int>(k)) &&

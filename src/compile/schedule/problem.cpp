@@ -15,9 +15,13 @@ using isa::Direction;
 using isa::Opcode;
 using topology::UnitKind;
 
-bool pooledUnit(const topology::ChipSpec& chip, int unit) {
-  const int first = chip.firstUnit(UnitKind::kVxm);
-  return unit >= first && unit < first + chip.vxmAluGroups;
+UnitPool unitPool(const topology::ChipSpec& chip, int unit) {
+  const int vxm = chip.firstUnit(UnitKind::kVxm);
+  if (unit >= vxm && unit < vxm + chip.vxmAluGroups) return {vxm, chip.vxmAluGroups};
+  const int sxm = chip.firstUnit(UnitKind::kSxm), west = chip.sxmUnits / 2;
+  if (unit >= sxm && unit < sxm + west) return {sxm, west};
+  if (unit >= sxm + west && unit < sxm + chip.sxmUnits) return {sxm + west, chip.sxmUnits - west};
+  return {unit, 1};
 }
 
 Problem::Problem(const topology::ChipSpec& chip) : chip_(&chip), units_(chip.units()) {}
@@ -70,6 +74,12 @@ void Problem::finalize() {
           if (offset[p] && !offset[k]) offset[k] = *offset[p] + flight(p, static_cast<int>(k)), changed = true;
           if (offset[k] && !offset[p]) offset[p] = *offset[k] - flight(p, static_cast<int>(k)), changed = true;
         }
+      for (size_t k = 0; k < n; ++k) {
+        const int f = steps[k].follows;
+        if (f < 0 || f >= static_cast<int>(n)) continue;
+        if (offset[f] && !offset[k]) offset[k] = *offset[f] + steps[k].followGap, changed = true;
+        if (offset[k] && !offset[f]) offset[f] = *offset[k] - steps[k].followGap, changed = true;
+      }
       if (!changed)
         for (size_t k = 0; k < n; ++k)
           if (!offset[k]) {  // a second tree in one task: starts at 0 too
@@ -155,6 +165,15 @@ Status Problem::check() const {
           return bad(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}", k,
                                     steps[k].offset, p, expected));
       }
+    }
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const int f = steps[k].follows;
+      if (f < 0) continue;
+      if (f >= static_cast<int>(steps.size()) || f == static_cast<int>(k))
+        return bad(t, fmt::format("step {} follows step {}, which is not another step of the task", k, f));
+      if (steps[k].offset != steps[f].offset + steps[k].followGap)
+        return bad(t, fmt::format("step {} issues at offset {}, but following step {} by {} gives {}", k,
+                                  steps[k].offset, f, steps[k].followGap, steps[f].offset + steps[k].followGap));
     }
     for (size_t p = 0; p < steps.size(); ++p)
       if (consumers[p] > 1) return bad(t, fmt::format("step {} feeds {} consumers; this problem form allows one", p, consumers[p]));
@@ -293,7 +312,7 @@ Status verify(const Problem& problem, const Schedule& schedule) {
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
       const int unit = schedule.unitOf[schedule.stepBase[t] + k];
-      if (unit < 0 || unit >= links || (unit != s.inst.unit && !(pooledUnit(chip, unit) && pooledUnit(chip, s.inst.unit))))
+      if (unit < 0 || unit >= links || (unit != s.inst.unit && unitPool(chip, unit).first != unitPool(chip, s.inst.unit).first))
         return bad(static_cast<int>(t), fmt::format("step {} placed on unit {}, which cannot run it", k, unit));
       const Cycle issue = schedule.start[t] + s.offset;
       const Cycle end = schedule.start[t] + problem.unitEnd(static_cast<int>(t), static_cast<int>(k));
@@ -386,23 +405,82 @@ LowerBound lowerBound(const Problem& problem) {
     earliest[t] = e;
     cp = std::max(cp, e + problem.span(t));
   }
+  // Tails: the longest path from a task's start to the end of the program.
+  std::vector<std::vector<const Dependence*>> succ(tasks.size());
+  for (const auto& d : problem.dependences()) succ[d.from].push_back(&d);
+  std::vector<Cycle> tail(tasks.size(), 0);
+  const auto& topo = problem.topologicalOrder();
+  for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+    Cycle best = problem.span(*it);
+    for (const Dependence* d : succ[*it])
+      best = std::max(best, tasks[*it].steps[d->fromStep].offset + d->latency - tasks[d->to].steps[d->toStep].offset +
+                                tail[d->to]);
+    tail[*it] = best;
+  }
+  // Per resource (key) its uses as (head, busy, tail): the window bound over them.
+  struct Use {
+    Cycle head, busy, tail;
+  };
+  std::map<std::int64_t, std::vector<Use>> uses;
+  std::map<std::int64_t, int> capacity;
+  const std::int64_t kPool = 1 << 20, kPort = 2 << 20, kLink = 3 << 20;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
+      const Step& s = tasks[t].steps[k];
+      const Cycle end = problem.unitEnd(static_cast<int>(t), static_cast<int>(k));
+      const Use use{earliest[t] + s.offset, end - s.offset, tail[t] - end};
+      std::int64_t key = s.inst.unit;
+      if (pooledUnit(chip, s.inst.unit)) {
+        key = kPool + unitPool(chip, s.inst.unit).first;
+        capacity[key] = unitPool(chip, s.inst.unit).count;
+      } else if (isMemAccess(s.inst)) {
+        key = kPort + memPortOf(chip, s.inst);
+      }
+      uses[key].push_back(use);
+      if (s.inst.op == Opcode::kC2cSend) {
+        const Cycle onLink = Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
+        uses[kLink + s.inst.port].push_back({use.head, onLink, tail[t] - s.offset - onLink});
+      }
+    }
+  Cycle window = 0;
+  for (auto& [key, list] : uses) {
+    const Cycle m = capacity.count(key) ? capacity[key] : 1;
+    // Uses starting at or after a head, and uses still needing at least a tail.
+    std::sort(list.begin(), list.end(), [](const Use& a, const Use& b) { return a.head > b.head; });
+    Cycle busy = 0, least = std::numeric_limits<Cycle>::max();
+    for (const Use& u : list) {
+      busy += u.busy;
+      least = std::min(least, u.tail);
+      window = std::max(window, u.head + ceilDiv(busy, m) + least);
+    }
+    std::sort(list.begin(), list.end(), [](const Use& a, const Use& b) { return a.tail > b.tail; });
+    busy = 0;
+    Cycle first = std::numeric_limits<Cycle>::max();
+    for (const Use& u : list) {
+      busy += u.busy;
+      first = std::min(first, u.head);
+      window = std::max(window, first + ceilDiv(busy, m) + u.tail);
+    }
+  }
   std::vector<Cycle> load(problem.units().size() + chip.c2cPorts + 2 * chip.memSlices, 0);
   const size_t memPorts = problem.units().size() + chip.c2cPorts;
-  Cycle pool = 0;
+  std::map<int, Cycle> poolLoad;  // per pool of several units (by its first unit)
   for (size_t t = 0; t < tasks.size(); ++t)
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
       const Cycle b = problem.unitEnd(static_cast<int>(t), static_cast<int>(k)) - s.offset;
-      if (pooledUnit(chip, s.inst.unit)) pool += b;
+      if (pooledUnit(chip, s.inst.unit)) poolLoad[unitPool(chip, s.inst.unit).first] += b;
       else if (isMemAccess(s.inst)) load[memPorts + memPortOf(chip, s.inst)] += b;  // each port is a resource
       else load[s.inst.unit] += b;
       if (s.inst.op == Opcode::kC2cSend)
         load[problem.units().size() + s.inst.port] += Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
     }
-  Cycle busiest = ceilDiv(pool, chip.vxmAluGroups);
+  Cycle busiest = 0;
+  for (const auto& [first, l] : poolLoad) busiest = std::max(busiest, ceilDiv(l, unitPool(chip, first).count));
   for (Cycle l : load) busiest = std::max(busiest, l);
   bound.criticalPath = cp + chip.rippleCycles;
   bound.busiestResource = busiest + chip.rippleCycles;
+  bound.resourceWindow = std::max(window + chip.rippleCycles, bound.busiestResource);
   return bound;
 }
 

@@ -18,6 +18,10 @@ struct Step {
   int producer2 = -1;     ///< step whose result is src2, or -1
   Cycle offset = 0;       ///< set by Problem::finalize()
   Cycle linkBusy = 0;     ///< C2C send: cycles the link needs per vector (serialization)
+  /// A rigid link without a stream: this step issues exactly `followGap` cycles after step `follows`
+  /// of the same task (-1: none), e.g. the segments of one C2C burst leaving back to back.
+  int follows = -1;
+  Cycle followGap = 0;
 };
 
 /// A rigid group of instructions joined by streams: when its first step issues, every other step
@@ -130,6 +134,11 @@ Status verify(const Problem& problem, const Schedule& schedule);
 struct LowerBound {
   Cycle criticalPath = 0;     ///< longest dependence chain from the releases, + ripple
   Cycle busiestResource = 0;  ///< most loaded unit, link or pool, + ripple
+  /// The one-resource relaxation (head, body, tail), + ripple: for a unit, MEM port, link or pool
+  /// and a set of its uses, the earliest a use can start (dependences and releases), plus their
+  /// busy cycles (over the pool's units), plus the least time any of them still needs to the end.
+  /// A true bound >= busiestResource; a diagnostic beside value(), which keeps the two above.
+  Cycle resourceWindow = 0;
   Cycle value() const { return std::max(criticalPath, busiestResource); }
 };
 /// Computes both bounds (check() must have succeeded).
@@ -153,7 +162,14 @@ inline bool isMemAccess(const isa::Instruction& inst) {
   return inst.op == isa::Opcode::kMemRead || inst.op == isa::Opcode::kMemWrite;
 }
 
-/// Is a unit one of an interchangeable pool (the VXM ALU groups, which share one slice)?
-bool pooledUnit(const topology::ChipSpec& chip, int unit);
+/// The interchangeable units a unit belongs to (`count` units from `first`): the VXM ALU groups, or
+/// the SXM units of one hemisphere (each set shares one slice); any other unit is a pool of one.
+struct UnitPool {
+  int first = 0, count = 1;
+};
+/// The pool of a unit; the scheduler may run a step on any unit of its step's pool.
+UnitPool unitPool(const topology::ChipSpec& chip, int unit);
+/// Is a unit one of an interchangeable pool of several?
+inline bool pooledUnit(const topology::ChipSpec& chip, int unit) { return unitPool(chip, unit).count > 1; }
 
 }  // namespace tsp::schedule

@@ -24,6 +24,7 @@ std::string reportJson(const CompileReport& r) {
                       {"lower_bound_cycles", r.lowerBound},
                       {"critical_path_cycles", r.criticalPath},
                       {"busiest_resource_cycles", r.busiestResource},
+                      {"resource_window_bound_cycles", r.resourceWindowBound},
                       {"makespan_over_lower_bound",
                        r.lowerBound > 0 ? static_cast<double>(r.cycles) / static_cast<double>(r.lowerBound) : 1.0},
                       {"utilisation", util},
@@ -106,6 +107,8 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
         if (side[*ref] == h) *ref = newIndex[*ref];
         else *ref = 0;  // the cut edge: in half 1 the consumer now reads the slot
       }
+      // A rigid link into the other half cannot hold: the halves are placed apart.
+      if (s.follows >= 0) s.follows = side[s.follows] == h ? newIndex[s.follows] : -1;
     }
   schedule::Step write;
   write.inst.unit = memUnit;
@@ -229,6 +232,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;
   report.busiestResource = bound.busiestResource;
+  report.resourceWindowBound = bound.resourceWindow;
   report.sramPeakBytes = shard.sram.peak();
   report.sramCapacityBytes = shard.sram.capacity();
   fillReport(problem, schedule, shard, report);
@@ -244,8 +248,8 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     result.sendIssues.emplace_back();
     for (int t : tasks) {
       Cycle issue = -1;
-      for (const auto& s : problem.tasks()[t].steps)
-        if (s.inst.op == Opcode::kC2cSend) issue = schedule.start[t] + s.offset;
+      for (const auto& s : problem.tasks()[t].steps)  // the burst's first send (its segments follow it)
+        if (s.inst.op == Opcode::kC2cSend && issue < 0) issue = schedule.start[t] + s.offset;
       result.sendIssues.back().push_back(issue);
     }
   }

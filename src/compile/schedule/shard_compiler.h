@@ -19,6 +19,7 @@ struct CompileReport {
   Cycle lowerBound = 0;        ///< max(critical path, busiest resource)
   Cycle criticalPath = 0;
   Cycle busiestResource = 0;
+  Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
   double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)
   Bytes sramPeakBytes = 0;

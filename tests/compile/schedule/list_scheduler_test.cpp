@@ -19,6 +19,8 @@ TEST(ListScheduler, RandomDagsGiveVerifiedSchedulesAboveTheLowerBound) {
     auto v = verify(p, *s);
     EXPECT_TRUE(v.ok()) << "seed " << seed << ": " << v.error().message;
     EXPECT_GE(s->makespan, lowerBound(p).value()) << seed;
+    EXPECT_GE(s->makespan, lowerBound(p).resourceWindow) << seed;  // also a true bound
+    EXPECT_GE(lowerBound(p).resourceWindow, lowerBound(p).busiestResource) << seed;
   }
 }
 

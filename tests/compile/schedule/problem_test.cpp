@@ -177,6 +177,33 @@ TEST(ProblemCheck, RejectsEachMalformedInput) {
     p.finalize();
     EXPECT_NE(checkError(p).find("which is not another step of the task"), std::string::npos);
   }
+  {
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "badfollow");
+    t.steps[2].follows = 2;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_NE(checkError(p).find("step 2 follows step 2, which is not another step of the task"), std::string::npos);
+  }
+  {
+    // Two chains in one task, the second issuing 10 cycles after the first (Step::follows).
+    Problem p(chip);
+    Task t = chainTask(chip, 0, 1, 4, "follow");
+    const Task second = chainTask(chip, 2, 3, 4, "second");
+    for (Step st : second.steps) {
+      if (st.producer >= 0) st.producer += 3;
+      t.steps.push_back(st);
+    }
+    t.steps[3].follows = 0;
+    t.steps[3].followGap = 10;
+    p.addTask(t);
+    p.finalize();
+    EXPECT_EQ(p.tasks()[0].steps[3].offset, p.tasks()[0].steps[0].offset + 10);
+    EXPECT_TRUE(p.check().ok()) << p.check().error().message;
+    p.mutableTasks()[0].steps[3].followGap = 11;
+    EXPECT_NE(checkError(p).find("step 3 issues at offset 10, but following step 0 by 11 gives 11"), std::string::npos)
+        << checkError(p);
+  }
 }
 
 // A valid two-task schedule to break one constraint at a time.
@@ -363,6 +390,13 @@ TEST(LowerBound, IsTheLargerOfCriticalPathAndBusiestResource) {
   EXPECT_EQ(b.value(), std::max(b.busiestResource, b.criticalPath));
   const Schedule s = *scheduleList(p, {});
   EXPECT_GE(s.makespan, b.value());
+  // The reads take turns on MEM 0's read port; the last one's task still needs its span after it:
+  // the window bound sees that (and the four serialised tasks meet it), the busiest port does not.
+  Cycle shortest = p.span(0);
+  for (int i = 1; i < 4; ++i) shortest = std::min(shortest, p.span(i));
+  EXPECT_EQ(b.resourceWindow, 400 + (shortest - 100) + chip.rippleCycles);
+  EXPECT_GT(b.resourceWindow, b.value());
+  EXPECT_GE(s.makespan, b.resourceWindow);
 }
 
 }  // namespace
