@@ -45,7 +45,8 @@ int elementBytes(ElementType type) { return type == ElementType::kFp16 ? 2 : 1; 
 
 FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType element)
     : spec_(spec), element_(element), vectorBytes_(spec.vectorBytes), lanes_(spec.vectorBytes / elementBytes(element)),
-      memFirst_(spec.firstUnit(topology::UnitKind::kMem)) {
+      memFirst_(spec.firstUnit(topology::UnitKind::kMem)),
+      accumulators_(element, spec.vectorBytes / elementBytes(element)) {
   sram_.resize(spec.memSlices);
   zeros_.assign(static_cast<std::size_t>(vectorBytes_), 0);
   planes_.resize(spec.mxmPlanes);
@@ -135,17 +136,69 @@ void FunctionalState::memWrite(const Instruction& inst, const std::vector<std::u
                 vectors.data() + static_cast<std::size_t>(j) * vectorBytes_, vectorBytes_);
 }
 
-Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const std::vector<std::uint8_t>& a,
-                                         const std::vector<std::uint8_t>* b) const {
-  const std::size_t count = a.size() / elementBytes(element_);
+namespace {
+
+// Lane 0 of every vector repeated over its lanes (an operand with one value per row).
+std::vector<std::uint8_t> splat(const std::vector<std::uint8_t>& vectors, int vectorBytes, int eb) {
+  std::vector<std::uint8_t> out(vectors.size());
+  for (std::size_t v = 0; v < vectors.size(); v += static_cast<std::size_t>(vectorBytes))
+    for (int l = 0; l < vectorBytes; l += eb) std::memcpy(out.data() + v + l, vectors.data() + v, static_cast<std::size_t>(eb));
+  return out;
+}
+
+}  // namespace
+
+Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Program& program,
+                                         const std::vector<std::uint8_t>* a, const std::vector<std::uint8_t>* b) {
+  const int eb = elementBytes(element_);
+  const isa::VxmOperand* operand = nullptr;
+  if (inst.operand >= 0) {
+    if (inst.operand >= static_cast<std::int32_t>(program.vxmOperands.size()))
+      return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
+                                                        program.vxmOperands.size()));
+    operand = &program.vxmOperands[static_cast<size_t>(inst.operand)];
+  }
+  const bool accumulates = inst.func == isa::VxmFunc::kAccumulate || inst.func == isa::VxmFunc::kEmit ||
+                           inst.func == isa::VxmFunc::kNormalize;
+  if (accumulates || inst.func == isa::VxmFunc::kScaleAdd) {
+    if (!operand || (accumulates && (operand->accumulator < 0 ||
+                                     operand->accumulator >= static_cast<std::int32_t>(program.accumulators.size()))))
+      return makeError(ExitCode::kInternal, fmt::format("VXM function {} without its operand or accumulator",
+                                                        isa::vxmFuncName(inst.func)));
+  }
+  if (inst.func == isa::VxmFunc::kEmit) {
+    auto out = accumulators_.emit(operand->accumulator, program.accumulators[static_cast<size_t>(operand->accumulator)],
+                                  *operand, inst.repeat);
+    if (!out) return out.error();
+    return VectorRun(std::make_shared<std::vector<std::uint8_t>>(std::move(*out)));
+  }
+  if (!a || (isBinaryFunc(inst.func) && inst.op == isa::Opcode::kVxmBinary && !b))
+    return makeError(ExitCode::kModel, "an ALU op without its operands");
+  std::vector<std::uint8_t> splatA, splatB;
+  if (operand && operand->splatA) a = &(splatA = splat(*a, vectorBytes_, eb));
+  if (operand && operand->splatB && b) b = &(splatB = splat(*b, vectorBytes_, eb));
+  const std::size_t count = a->size() / eb;
+  if (inst.func == isa::VxmFunc::kAccumulate || inst.func == isa::VxmFunc::kNormalize) {
+    const auto id = operand->accumulator;
+    const isa::Accumulator& acc = program.accumulators[static_cast<size_t>(id)];
+    const std::int64_t vectors = static_cast<std::int64_t>(a->size()) / vectorBytes_;
+    if (inst.func == isa::VxmFunc::kAccumulate) {
+      if (auto s = accumulators_.accumulate(id, acc, *operand, a->data(), vectors); !s) return s.error();
+      return VectorRun();
+    }
+    auto out = accumulators_.normalize(id, acc, *operand, a->data(), vectors);
+    if (!out) return out.error();
+    return VectorRun(std::make_shared<std::vector<std::uint8_t>>(std::move(*out)));
+  }
   if (element_ == ElementType::kFp16) {
-    const auto x = asHalves(a.data(), count);
+    const auto x = asHalves(a->data(), count);
     const auto y = b ? asHalves(b->data(), count) : x;
     std::vector<std::uint16_t> out(count);
-    vxmFp16(inst.func, x.data(), y.data(), out.data(), count);
+    vxmFp16(inst.func, x.data(), y.data(), out.data(), count, operand ? operand->immediate : 0.0f);
     return VectorRun(fromHalves(out));
   }
-  const auto x = widen(a.data(), count);
+  if (inst.func == isa::VxmFunc::kScaleAdd) return makeError(ExitCode::kModel, "VXM function scale_add has no integer form");
+  const auto x = widen(a->data(), count);
   const auto y = b ? widen(b->data(), count) : x;
   std::vector<std::int32_t> out(count);
   if (auto s = vxmInt32(inst.func, x.data(), y.data(), out.data(), count); !s) return s.error();

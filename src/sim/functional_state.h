@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compile/isa/program.h"
+#include "sim/accumulators.h"
 #include "sim/chip.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
@@ -40,9 +41,11 @@ class FunctionalState {
   VectorRun memRead(const isa::Instruction& inst) const;
   /// MemWrite: stores the vectors at address + j*stride.
   void memWrite(const isa::Instruction& inst, const std::vector<std::uint8_t>& vectors);
-  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only).
-  Expected<VectorRun> vxm(const isa::Instruction& inst, const std::vector<std::uint8_t>& a,
-                          const std::vector<std::uint8_t>* b) const;
+  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only). The functions
+  /// after kConvert read the instruction's operand of `program` (splatted lanes, an immediate, a named
+  /// accumulator); kAccumulate returns no vectors, kEmit reads no source (a null).
+  Expected<VectorRun> vxm(const isa::Instruction& inst, const isa::Program& program, const std::vector<std::uint8_t>* a,
+                          const std::vector<std::uint8_t>* b);
   /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;
   /// the computes that follow use the plane's accumulators from the first on.
   Status install(int plane, const isa::Instruction& inst);
@@ -76,6 +79,7 @@ class FunctionalState {
     std::size_t next = 0;
   };
   std::vector<Plane> planes_;
+  AccumulatorBank accumulators_;
 };
 
 }  // namespace tsp::sim

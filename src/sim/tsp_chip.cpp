@@ -257,14 +257,9 @@ class TspChip final : public Chip {
     failure_ = makeError(ExitCode::kModel,
                          fmt::format("functional mode cannot compute instruction #{} ({}{}) on chip {}, unit {} ({} {}): {}",
                                      index, isa::opcodeName(inst.op),
-                                     inst.func != isa::VxmFunc::kNone ? fmt::format(" {}", funcText(inst.func)) : std::string(),
+                                     inst.func != isa::VxmFunc::kNone ? fmt::format(" {}", isa::vxmFuncName(inst.func)) : std::string(),
                                      id_, inst.unit, topology::unitKindName(unit.kind), unit.indexInKind, why));
     return false;
-  }
-
-  static std::string funcText(isa::VxmFunc func) {
-    static const char* kNames[] = {"none", "add", "sub", "mul", "relu", "gelu", "tanh", "exp", "rsqrt", "convert"};
-    return kNames[static_cast<int>(func)];
   }
 
   // The vectors a consumer reads from a matched run: value first + j*step for j < repeat.
@@ -327,10 +322,13 @@ class TspChip final : public Chip {
         values_->memWrite(inst, *in);
         return true;
       case Opcode::kVxmUnary: case Opcode::kVxmBinary: {
-        if (!in || (inst.op == Opcode::kVxmBinary && !in2))
+        if ((!in && inst.func != isa::VxmFunc::kEmit) || (inst.op == Opcode::kVxmBinary && !in2))
           return notComputable(inst, index, "an ALU op without its operands");
-        auto out = values_->vxm(inst, *in, inst.op == Opcode::kVxmBinary ? in2.get() : nullptr);
-        if (!out) return notComputable(inst, index, out.error().message);
+        auto out = values_->vxm(inst, *program_, in.get(), inst.op == Opcode::kVxmBinary ? in2.get() : nullptr);
+        if (!out) {
+          if (out.error().code != ExitCode::kModel) return malformed(inst, index, out.error().message);
+          return notComputable(inst, index, out.error().message);
+        }
         result = *out;
         return true;
       }

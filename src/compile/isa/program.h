@@ -38,8 +38,25 @@ const char* opcodeName(Opcode op);
 /// Unit kind that executes an opcode (kNop: any).
 topology::UnitKind unitKindOf(Opcode op);
 
-/// Functions of the VXM ALUs.
-enum class VxmFunc : std::uint8_t { kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert };
+/// Functions of the VXM ALUs. Every function takes one ALU pass (the latency table does not depend
+/// on it); the ones after kConvert read their instruction's VxmOperand (Program::vxmOperands).
+enum class VxmFunc : std::uint8_t {
+  kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert,
+  kDiv,         ///< a / b (INT8: truncating, a / 0 = 0)
+  kSigmoid,     ///< 1 / (1 + exp(-a))
+  kSqrt,        ///< sqrt(a)
+  kErf,         ///< erf(a)
+  kPow,         ///< a ^ b (INT8: repeated multiplication, wrapping)
+  kMax,         ///< max(a, b)
+  kAccumulate,  ///< folds src into the operand's accumulator (sum, max, softmax or moment statistics); no result
+  kEmit,        ///< the operand's accumulator values (a reduction's output rows) onto dst; no source
+  kNormalize,   ///< src by its elements' statistics: exp(a - max) / sum (softmax), (a - mean) / sqrt(var + eps)
+  kScaleAdd,    ///< a * operand.immediate + b (an average pool's taps)
+};
+/// The last VxmFunc (the on-disk forms refuse larger codes).
+inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kScaleAdd;
+/// Lower-case name of a VXM function ("add", ...; "" for kNone).
+const char* vxmFuncName(VxmFunc func);
 
 /// What an SXM instruction does to each vector in functional mode. kUnspecified: the lowering gives
 /// only its timing (a permute it does not spell out), which functional mode refuses.
@@ -60,6 +77,9 @@ struct StreamRef {
 /// repeated `repeat` times every `interval` cycles, advancing `address` by `stride` each time.
 struct Instruction {
   std::int32_t unit = 0;
+  /// VXM: index of the instruction's VxmOperand in Program::vxmOperands (-1: none). It sits in the
+  /// padding after `unit`, so that an instruction stays 64 bytes.
+  std::int32_t operand = -1;
   Cycle issue = 0;
   Opcode op = Opcode::kNop;
   VxmFunc func = VxmFunc::kNone;
@@ -78,7 +98,7 @@ struct Instruction {
   std::int32_t weightRows = 0;   ///< MxmInstall: weight vectors (K rows) the tile has; the plane's rows past it are zero
   /// True when one of the functional fields above differs from its default.
   bool hasFunctionalFields() const {
-    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly;
+    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly || operand >= 0;
   }
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
@@ -113,6 +133,37 @@ struct TensorPlacement {
   friend bool operator==(const TensorPlacement&, const TensorPlacement&) = default;
 };
 
+/// What a VXM instruction reads beyond its streams (functional mode; the timing ignores it).
+struct VxmOperand {
+  std::int32_t accumulator = -1;  ///< Program::accumulators index (kAccumulate, kEmit, kNormalize)
+  std::int32_t tile = 0;          ///< the tile (column block) of the instruction's vectors
+  std::int64_t row0 = 0;          ///< the storage row of vector 0; vector j is row row0 + j
+  float immediate = 0.0f;         ///< kScaleAdd's factor
+  bool splatA = false;            ///< lane 0 of src stands for every lane (a one-value-per-row operand)
+  bool splatB = false;            ///< the same for src2
+  friend bool operator==(const VxmOperand&, const VxmOperand&) = default;
+};
+
+/// A named accumulator: the running values of one reduction or normalisation in the VXM, one per
+/// output element. Input element (row, col) of a tensor stored as `dims` (the dimensions in storage
+/// order, the last one the values per row) goes to the output element that drops the reduced
+/// dimensions (row-major over the kept ones).
+struct Accumulator {
+  enum class Kind : std::uint8_t {
+    kSum,      ///< sum (emitted divided by `divisor`: a mean)
+    kMax,      ///< maximum
+    kSoftmax,  ///< running maximum and sum of exp(x - maximum), one pass (Normalize reads them)
+    kMoments,  ///< running mean and sum of squared deviations (Welford; Normalize reads them)
+  };
+  Kind kind = Kind::kSum;
+  std::vector<std::int64_t> dims;      ///< the input's storage dimensions
+  std::vector<std::uint8_t> reduced;   ///< per dimension: 1 when reduced
+  std::int64_t outCols = 1;            ///< kEmit: values per output row
+  std::int64_t divisor = 1;            ///< kEmit of a kSum: the sum is divided by it (a mean)
+  double epsilon = 0.0;                ///< kMoments: added to the variance
+  friend bool operator==(const Accumulator&, const Accumulator&) = default;
+};
+
 /// One chip's program. Carries no end cycles: the simulator derives them from the chip spec.
 struct Program {
   int version = kProgramVersion;
@@ -122,6 +173,8 @@ struct Program {
   Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
   Bytes sramBytes = 0;                    ///< SRAM the program allocates
   std::vector<TensorPlacement> tensors;   ///< every tensor the program keeps in SRAM, by name
+  std::vector<VxmOperand> vxmOperands;    ///< what VXM instructions read beyond their streams (Instruction::operand)
+  std::vector<Accumulator> accumulators;  ///< the named accumulators VxmOperand::accumulator refers to
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;

@@ -178,6 +178,14 @@ class Lowering {
                                      bool* exact = nullptr) const;
   // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.
   std::int64_t storageCols(ir::TensorId tensor) const;
+  // A tensor's dimensions in storage order (the rows' dimensions, then the values per row): the
+  // shape, or [N, H, W, C] for a channels-last map; and where shape axis `axis` sits in them.
+  std::vector<std::int64_t> storageDims(ir::TensorId tensor) const;
+  size_t storageAxis(ir::TensorId tensor, std::int64_t axis) const;
+  // Records a VXM instruction's operand (LoweredShard::vxmOperands) and returns its index.
+  int addOperand(const isa::VxmOperand& operand);
+  // Records a named accumulator (LoweredShard::accumulators) and returns its id.
+  int addAccumulator(const isa::Accumulator& accumulator);
   // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.
   Step makeReadOf(const alloc::Block& block, std::int64_t rows) const;
   Step makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const;

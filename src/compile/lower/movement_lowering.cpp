@@ -13,8 +13,9 @@ using topology::UnitKind;
 
 Status Lowering::lowerReduction(const ir::Op& op) {
   // Accumulate, then emit. Every input vector passes once through an ALU that keeps the running
-  // sum (or maximum) of its output tile; once all of them have, an emitting pass puts the output
-  // rows (scaled for a mean) on a stream to MEM. Input tile t' feeds output tile t' mod T_out.
+  // sum (or maximum) of its output elements in a named accumulator; once all of them have, an
+  // emitting pass puts the output rows (divided for a mean) on a stream to MEM. Input tile t' feeds
+  // output tile t' mod T_out.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const TensorState& xs = tensors_.at(in);
@@ -22,6 +23,43 @@ Status Lowering::lowerReduction(const ir::Op& op) {
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
   const bool max = op.kind == ir::OpKind::kReduceMax;
   const bool mean = op.kind == ir::OpKind::kReduceMean || op.kind == ir::OpKind::kGlobalAveragePool;
+  // The running sums (maxima) are a named accumulator with one value per output element.
+  isa::Accumulator sums;
+  sums.kind = max ? isa::Accumulator::Kind::kMax : isa::Accumulator::Kind::kSum;
+  sums.dims = storageDims(in);
+  sums.reduced.assign(sums.dims.size(), 0);
+  sums.outCols = storageCols(out);
+  const auto& shape = graph_.tensor(in).shape;
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  std::vector<std::int64_t> axes;
+  bool axesKnown = true;
+  if (op.kind == ir::OpKind::kGlobalAveragePool) {
+    for (std::int64_t a = 2; a < rank; ++a) axes.push_back(a);
+  } else if (op.inputs.size() > 1) {
+    // Opset 18 gives the axes as an input; a constant one is read here.
+    const ir::Tensor& given = graph_.tensor(op.inputs[1]);
+    axesKnown = given.data != nullptr;
+    if (axesKnown)
+      for (double a : *given.data) axes.push_back(static_cast<std::int64_t>(a));
+  } else {
+    axes = op.intsAttr("axes");
+  }
+  if (axes.empty() && op.intAttr("noop_with_empty_axes", 0) == 0)
+    for (std::int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  for (std::int64_t a : axes) {
+    const size_t at = storageAxis(in, a);
+    if (rank > 0 && !sums.reduced[at]) sums.divisor *= sums.dims[at];
+    sums.reduced[at] = 1;
+  }
+  if (rank == 0) sums.reduced[0] = 1;
+  std::int64_t kept = 1;
+  for (size_t d = 0; d < sums.dims.size(); ++d) kept *= sums.reduced[d] ? 1 : sums.dims[d];
+  if (!mean) sums.divisor = 1;
+  // Values are computed when the output holds the kept elements in order and every output tile's
+  // emit waits for all the accumulations it reads (one output tile, or the values per row kept).
+  const bool computes = axesKnown && kept == graph_.tensor(out).elements() &&
+                        (ys.placement.tiles == 1 || !sums.reduced.back());
+  const int acc = addAccumulator(sums);
   for (int t = 0; t < ys.placement.tiles; ++t) {
     std::vector<int> accumulated;
     for (int ti = t; ti < xs.placement.tiles; ti += ys.placement.tiles)
@@ -31,8 +69,9 @@ Status Lowering::lowerReduction(const ir::Op& op) {
         task.steps.push_back(readStep(in, ti, r0, n, false));
         schedule::Step alu;
         alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-        alu.inst.func = max ? isa::VxmFunc::kSub : isa::VxmFunc::kAdd;
-        alu.inst.timingOnly = true;  // the running sums stay in the ALU: a cost, not values the program names
+        alu.inst.func = isa::VxmFunc::kAccumulate;
+        alu.inst.operand = addOperand({acc, ti, r0});
+        alu.inst.timingOnly = !computes;
         alu.producer = 0;
         task.steps.push_back(alu);
         accumulated.push_back(addTask(std::move(task), {{in, ti, r0, n, 0}}, {}));
@@ -42,8 +81,9 @@ Status Lowering::lowerReduction(const ir::Op& op) {
       task.name = fmt::format("{} emit tile {} rows {}", op.name, t, r0);
       schedule::Step emit;
       emit.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      emit.inst.func = mean ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert;
-      emit.inst.timingOnly = true;
+      emit.inst.func = isa::VxmFunc::kEmit;
+      emit.inst.operand = addOperand({acc, t, r0});
+      emit.inst.timingOnly = !computes;
       task.steps.push_back(emit);
       task.steps.push_back(writeStep(out, t, r0, n, 0));
       const int id = addTask(std::move(task), {}, {{out, t, r0, n, 1}});

@@ -240,6 +240,8 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   program.lowerBoundCycles = bound.value();
   program.sramBytes = shard.sram.peak();
   program.tensors = shard.tensors;
+  program.vxmOperands = shard.vxmOperands;
+  program.accumulators = shard.accumulators;
   for (const auto& tasks : shard.sendTasks) {
     result.sendIssues.emplace_back();
     for (int t : tasks) {
