@@ -1,0 +1,186 @@
+// Functional mode on the VXM functions beyond add/mul: division, transcendental functions, splatted
+// operands, Softmax and LayerNorm statistics and reductions through named accumulators.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "compile/schedule/cluster_schedule.h"
+#include "runtime/functional_run.h"
+#include "sim/accumulators.h"
+#include "sim/chip.h"
+#include "sim/functional.h"
+#include "sim/kokkos_environment.h"
+#include "sim/onnx_node_cases.h"
+
+namespace tsp::sim {
+namespace {
+
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+using ir::OpKind;
+
+// Compiles the whole graph for one chip, simulates it in functional mode and checks its outputs
+// against the reference interpreter (and the cycles against the prediction).
+Status runOnOneChip(const ir::Graph& g, std::uint64_t seed = 3) {
+  const topology::ChipSpec spec;
+  const topology::Cluster cluster = oneChipCluster(spec);
+  schedule::PipelineStage stage;
+  for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+  auto schedule = schedule::scheduleCluster(g, {stage}, cluster);
+  if (!schedule) return schedule.error();
+  const auto program = std::make_shared<const isa::Program>(schedule->programs.front());
+  auto setup = runtime::prepareFunctional(g, {program}, {seed, std::nullopt, std::nullopt});
+  if (!setup) return setup.error();
+  SimOptions options;
+  options.functional = setup->options;
+  auto chip = makeTspChip(0, spec, program, std::vector<PortBinding>(spec.c2cPorts), options);
+  if (auto s = chip->advanceTo(kNever); !s) return s;
+  EXPECT_EQ(chip->stats().cycles, program->predictedCycles);
+  return runtime::checkFunctionalOutputs(*setup, {program}, [&](int) { return chip.get(); });
+}
+
+TEST(FunctionalOps, ElementwiseFunctionsAndSplattedOperandsMatchTheInterpreter) {
+  // Div, Pow, Sqrt, Sigmoid, Erf on FP16, and a scalar and a one-value-per-row operand whose lane 0
+  // stands for every lane.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = g.addInput("x", {40, 200}, dt);
+  const auto y = g.addInput("y", {40, 200}, dt);
+  const auto positive = *g.addOp(OpKind::kAdd, "positive", {*g.addOp(OpKind::kMul, "square", {x, x}, 0),
+                                                           g.addWeight("one", {200}, dt)}, 0);
+  const auto root = *g.addOp(OpKind::kSqrt, "sqrt", {positive}, 0);
+  const auto ratio = *g.addOp(OpKind::kDiv, "div", {y, root}, 0);
+  const auto gate = *g.addOp(OpKind::kSigmoid, "sigmoid", {ratio}, 0);
+  const auto erf = *g.addOp(OpKind::kErf, "erf", {gate}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scale", {erf, g.addWeight("s", {}, dt)}, 0);
+  const auto perRow = *g.addOp(OpKind::kSub, "per_row", {scaled, g.addInput("r", {40, 1}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kPow, "pow", {positive, g.addWeight("two", {1}, dt)}, 0));
+  g.markOutput(perRow);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, AttentionScoresSoftmaxAndLayerNormMatchTheInterpreter) {
+  // Scores x W scaled by a scalar, a Softmax over 200 values a row (two tiles, the second part
+  // full), a second matmul, a residual and a LayerNormalization with scale and bias: FP16.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = g.addInput("x", {64, 160}, dt);
+  const auto scores = *g.addOp(OpKind::kMatMul, "qk", {x, g.addWeight("wk", {160, 200}, dt)}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scale", {scores, g.addWeight("attn_scale", {}, dt)}, 0);
+  const auto probs = *g.addOp(OpKind::kSoftmax, "softmax", {scaled}, {{"axis", std::int64_t{-1}}}, 0);
+  g.markOutput(probs);
+  const auto ctx = *g.addOp(OpKind::kMatMul, "pv", {probs, g.addWeight("wv", {200, 160}, dt)}, 0);
+  const auto sum = *g.addOp(OpKind::kAdd, "residual", {ctx, x}, 0);
+  g.markOutput(*g.addOp(OpKind::kLayerNormalization, "norm",
+                        {sum, g.addWeight("gamma", {160}, dt), g.addWeight("beta", {160}, dt)},
+                        {{"axis", std::int64_t{-1}}, {"epsilon", 1e-5}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, Int8ReductionsAreExact) {
+  // Sum over the values of a row, maximum over the outer axis, a mean over the middle axis
+  // (truncated toward zero as the interpreter stores it) and a mean over everything.
+  ir::Graph g;
+  const auto dt = ir::DType::kI8;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {6, 5, 400}, dt)}, 0);
+  const auto y = g.addInput("y", {6, 5, 400}, dt);
+  g.markOutput(*g.addOp(OpKind::kReduceSum, "sum", {x}, {{"axes", std::vector<std::int64_t>{-1}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMax, "max", {y}, {{"axes", std::vector<std::int64_t>{0}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMean, "mean", {y},
+                        {{"axes", std::vector<std::int64_t>{1}}, {"keepdims", std::int64_t{0}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMean, "mean_all", {y}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, GlobalAveragePoolOfAChannelsLastMapMatchesTheInterpreter) {
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {2, 200, 7, 7}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kGlobalAveragePool, "pool", {x}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, Int8SoftmaxIsRefusedNamingTheFunction) {
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kSoftmax, "softmax", {g.addInput("x", {8, 64}, ir::DType::kI8)},
+                        {{"axis", std::int64_t{-1}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("VxmUnary accumulate"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("softmax and moment statistics have no integer form"), std::string::npos)
+      << s.error().message;
+}
+
+TEST(FunctionalOps, Int8SigmoidIsRefusedNamingTheFunction) {
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kSigmoid, "sigmoid", {g.addInput("x", {8, 64}, ir::DType::kI8)}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("VXM function sigmoid has no integer form"), std::string::npos) << s.error().message;
+}
+
+TEST(FunctionalOps, ReductionOfRowValuesIntoSeveralOutputTilesIsRefused) {
+  // Each output tile's emit waits for the input tiles of its own columns only: a reduction of the
+  // values per row whose output spans several tiles is timed, not computed (exit 2).
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kReduceSum, "sum", {g.addInput("x", {2, 400, 5}, ir::DType::kF16)},
+                        {{"axes", std::vector<std::int64_t>{-1}}, {"keepdims", std::int64_t{0}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("the lowering gives only its timing"), std::string::npos) << s.error().message;
+}
+
+// The accumulator kernels on known values: an online softmax across a new maximum, Welford moments,
+// and an INT8 mean that truncates toward zero.
+TEST(FunctionalOps, AccumulatorKernelsOnKnownValues) {
+  const int lanes = 4;
+  AccumulatorBank fp16(ElementType::kFp16, lanes);
+  isa::Accumulator softmax;
+  softmax.kind = isa::Accumulator::Kind::kSoftmax;
+  softmax.dims = {1, 4};
+  softmax.reduced = {0, 1};
+  std::uint16_t halves[4] = {floatToHalf(1), floatToHalf(3), floatToHalf(2), floatToHalf(0)};
+  std::uint8_t bytes[8];
+  std::memcpy(bytes, halves, sizeof bytes);
+  ASSERT_TRUE(fp16.accumulate(0, softmax, {0, 0, 0}, bytes, 1).ok());
+  auto probs = fp16.normalize(0, softmax, {0, 0, 0}, bytes, 1);
+  ASSERT_TRUE(probs.ok()) << probs.error().format();
+  std::uint16_t out[4];
+  std::memcpy(out, probs->data(), sizeof out);
+  const double total = std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + 1.0;
+  EXPECT_NEAR(halfToFloat(out[1]), std::exp(3.0) / total, 1e-3);
+  EXPECT_NEAR(halfToFloat(out[3]), 1.0 / total, 1e-3);
+
+  isa::Accumulator moments = softmax;
+  moments.kind = isa::Accumulator::Kind::kMoments;
+  ASSERT_TRUE(fp16.accumulate(1, moments, {1, 0, 0}, bytes, 1).ok());
+  auto normal = fp16.normalize(1, moments, {1, 0, 0}, bytes, 1);
+  ASSERT_TRUE(normal.ok());
+  std::memcpy(out, normal->data(), sizeof out);
+  // mean 1.5, variance 1.25: (3 - 1.5) / sqrt(1.25)
+  EXPECT_NEAR(halfToFloat(out[1]), 1.5 / std::sqrt(1.25), 2e-3);
+
+  AccumulatorBank int8(ElementType::kInt8, lanes);
+  isa::Accumulator mean;
+  mean.dims = {2, 4};  // two rows, reduced: one value per lane position
+  mean.reduced = {1, 0};
+  mean.outCols = 4;
+  mean.divisor = 2;
+  const std::int8_t values[8] = {-7, 5, 3, 1, 0, 4, -2, 1};
+  ASSERT_TRUE(int8.accumulate(2, mean, {2, 0, 0}, reinterpret_cast<const std::uint8_t*>(values), 2).ok());
+  auto emitted = int8.emit(2, mean, {2, 0, 0}, 1);
+  ASSERT_TRUE(emitted.ok());
+  const std::int8_t expected[4] = {-3, 4, 0, 1};  // -7/2, 9/2, 1/2, 2/2 truncated
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(static_cast<std::int8_t>((*emitted)[l]), expected[l]) << l;
+}
+
+}  // namespace
+}  // namespace tsp::sim
