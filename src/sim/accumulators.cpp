@@ -35,7 +35,7 @@ Status malformedAccumulator(int id, const isa::Accumulator& acc) {
 
 }  // namespace
 
-std::vector<std::int64_t> AccumulatorBank::outputIndex(const isa::Accumulator& acc, const isa::VxmOperand& operand,
+std::vector<std::int64_t> AccumulatorBank::outputIndex(const isa::Accumulator& acc, const isa::FunctionalOperand& operand,
                                                        std::int64_t count) const {
   // Output strides of the input's dimensions (0 for a reduced one), row-major over the kept ones.
   const size_t rank = acc.dims.size();
@@ -78,7 +78,7 @@ AccumulatorBank::Values& AccumulatorBank::state(int id, const isa::Accumulator& 
   return v;
 }
 
-Status AccumulatorBank::accumulate(int id, const isa::Accumulator& acc, const isa::VxmOperand& operand,
+Status AccumulatorBank::accumulate(int id, const isa::Accumulator& acc, const isa::FunctionalOperand& operand,
                                    const std::uint8_t* vectors, std::int64_t count) {
   if (auto s = malformedAccumulator(id, acc); !s) return s;
   if (element_ == ElementType::kInt8 && acc.kind != Kind::kSum && acc.kind != Kind::kMax)
@@ -152,7 +152,7 @@ Status AccumulatorBank::accumulate(int id, const isa::Accumulator& acc, const is
 }
 
 Expected<std::vector<std::uint8_t>> AccumulatorBank::emit(int id, const isa::Accumulator& acc,
-                                                          const isa::VxmOperand& operand, std::int64_t count) {
+                                                          const isa::FunctionalOperand& operand, std::int64_t count) {
   if (auto s = malformedAccumulator(id, acc); !s) return s.error();
   if (acc.kind != Kind::kSum && acc.kind != Kind::kMax)
     return makeError(ExitCode::kInternal, fmt::format("accumulator {} holds statistics, which are not emitted", id));
@@ -186,7 +186,7 @@ Expected<std::vector<std::uint8_t>> AccumulatorBank::emit(int id, const isa::Acc
 }
 
 Expected<std::vector<std::uint8_t>> AccumulatorBank::normalize(int id, const isa::Accumulator& acc,
-                                                               const isa::VxmOperand& operand,
+                                                               const isa::FunctionalOperand& operand,
                                                                const std::uint8_t* vectors, std::int64_t count) const {
   if (auto s = malformedAccumulator(id, acc); !s) return s.error();
   if (element_ == ElementType::kInt8) return makeError(ExitCode::kModel, "normalisation has no integer form");

@@ -20,15 +20,15 @@ class AccumulatorBank {
 
   /// kAccumulate: folds `count` vectors (lanes elements each, FP16 bits or INT8 bytes) of rows
   /// operand.row0 + j, tile operand.tile of the accumulator's input into their output elements.
-  Status accumulate(int id, const isa::Accumulator& acc, const isa::VxmOperand& operand, const std::uint8_t* vectors,
+  Status accumulate(int id, const isa::Accumulator& acc, const isa::FunctionalOperand& operand, const std::uint8_t* vectors,
                     std::int64_t count);
   /// kEmit: `count` vectors of output rows operand.row0 + j, tile operand.tile (a mean divided by
   /// the divisor, INT8 truncated toward zero and wrapped); lanes past the output's values are zero.
-  Expected<std::vector<std::uint8_t>> emit(int id, const isa::Accumulator& acc, const isa::VxmOperand& operand,
+  Expected<std::vector<std::uint8_t>> emit(int id, const isa::Accumulator& acc, const isa::FunctionalOperand& operand,
                                            std::int64_t count);
   /// kNormalize: each element of `count` vectors by the statistics of its output element (softmax:
   /// exp(x - max) / sum; moments: (x - mean) / sqrt(variance + epsilon)), FP16 only.
-  Expected<std::vector<std::uint8_t>> normalize(int id, const isa::Accumulator& acc, const isa::VxmOperand& operand,
+  Expected<std::vector<std::uint8_t>> normalize(int id, const isa::Accumulator& acc, const isa::FunctionalOperand& operand,
                                                 const std::uint8_t* vectors, std::int64_t count) const;
 
  private:
@@ -37,7 +37,7 @@ class AccumulatorBank {
     std::vector<std::int32_t> i; // INT8 mode: the sum or maximum
   };
   // The output element of every (vector j, lane l), -1 past the input's values.
-  std::vector<std::int64_t> outputIndex(const isa::Accumulator& acc, const isa::VxmOperand& operand,
+  std::vector<std::int64_t> outputIndex(const isa::Accumulator& acc, const isa::FunctionalOperand& operand,
                                         std::int64_t count) const;
   Values& state(int id, const isa::Accumulator& acc);
 

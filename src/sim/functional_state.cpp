@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <Kokkos_Core.hpp>
+
 #include <fmt/format.h>
 
 #include "sim/functional.h"
@@ -151,12 +153,12 @@ std::vector<std::uint8_t> splat(const std::vector<std::uint8_t>& vectors, int ve
 Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Program& program,
                                          const std::vector<std::uint8_t>* a, const std::vector<std::uint8_t>* b) {
   const int eb = elementBytes(element_);
-  const isa::VxmOperand* operand = nullptr;
+  const isa::FunctionalOperand* operand = nullptr;
   if (inst.operand >= 0) {
-    if (inst.operand >= static_cast<std::int32_t>(program.vxmOperands.size()))
+    if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))
       return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
-                                                        program.vxmOperands.size()));
-    operand = &program.vxmOperands[static_cast<size_t>(inst.operand)];
+                                                        program.operands.size()));
+    operand = &program.operands[static_cast<size_t>(inst.operand)];
   }
   const bool accumulates = inst.func == isa::VxmFunc::kAccumulate || inst.func == isa::VxmFunc::kEmit ||
                            inst.func == isa::VxmFunc::kNormalize;
@@ -203,6 +205,65 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
   std::vector<std::int32_t> out(count);
   if (auto s = vxmInt32(inst.func, x.data(), y.data(), out.data(), count); !s) return s.error();
   return VectorRun(narrow(out));
+}
+
+Expected<const isa::WindowRead*> FunctionalState::windowOf(const Instruction& inst, const isa::Program& program) {
+  if (inst.operand < 0) return static_cast<const isa::WindowRead*>(nullptr);
+  if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))
+    return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
+                                                      program.operands.size()));
+  const std::int32_t w = program.operands[static_cast<size_t>(inst.operand)].window;
+  if (w < 0) return static_cast<const isa::WindowRead*>(nullptr);
+  if (w >= static_cast<std::int32_t>(program.windows.size()))
+    return makeError(ExitCode::kInternal, fmt::format("window {} is not in the program's table of {}", w,
+                                                      program.windows.size()));
+  return &program.windows[static_cast<size_t>(w)];
+}
+
+Expected<std::vector<std::uint8_t>> FunctionalState::windowTap(const isa::WindowRead& win,
+                                                               const std::vector<std::uint8_t>& vectors,
+                                                               std::int64_t count) const {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const int eb = elementBytes(element_), vb = vectorBytes_;
+  const std::int64_t carried = static_cast<std::int64_t>(vectors.size()) / vb;
+  std::vector<std::uint8_t> out(static_cast<size_t>(count) * vb, 0);
+  std::vector<std::int64_t> source(static_cast<size_t>(count), -1);  // stream vector, -1 padding, -2 missing
+  // The fill's bytes (FP16 bits, or an INT8 value).
+  std::uint8_t fill[2] = {0, 0};
+  if (element_ == ElementType::kFp16) {
+    const std::uint16_t h = floatToHalf(win.fill);
+    std::memcpy(fill, &h, sizeof h);
+  } else {
+    fill[0] = static_cast<std::uint8_t>(static_cast<std::int64_t>(std::max(-128.0f, std::min(127.0f, win.fill))) & 0xff);
+  }
+  const std::int64_t shift = std::int64_t{win.laneShift} * eb, valid = std::int64_t{win.lanes} * eb;
+  Kokkos::parallel_for(
+      "tsp.window_tap", Kokkos::RangePolicy<Host>(0, count), [&](const std::int64_t j) {
+        const std::int64_t q = win.pixel0 + j, plane = win.ho * win.wo;
+        const std::int64_t image = q / plane, oy = (q % plane) / win.wo, ox = q % win.wo;
+        const std::int64_t iy = oy * win.sh + win.ky * win.dh - win.pt, ix = ox * win.sw + win.kx * win.dw - win.pl;
+        std::uint8_t* v = out.data() + static_cast<size_t>(j) * vb;
+        if (iy < 0 || iy >= win.h || ix < 0 || ix >= win.w) {
+          for (std::int64_t b = 0; b < valid && b + shift < vb; b += eb) std::memcpy(v + shift + b, fill, static_cast<size_t>(eb));
+          return;
+        }
+        const std::int64_t p = (image * win.h + iy) * win.w + ix, off = p - win.first;
+        const std::int64_t k = win.stride > 0 && off % win.stride == 0 ? off / win.stride : -1;
+        if (k < 0 || k >= carried) {
+          source[static_cast<size_t>(j)] = -2;
+          return;
+        }
+        source[static_cast<size_t>(j)] = k;
+        std::memcpy(v + shift, vectors.data() + static_cast<size_t>(k) * vb, static_cast<size_t>(vb - shift));
+      });
+  Kokkos::fence();
+  for (std::int64_t j = 0; j < count; ++j)
+    if (source[static_cast<size_t>(j)] == -2)
+      return makeError(ExitCode::kModel,
+                       fmt::format("tap ({}, {}) of output pixel {} reads an input pixel its stream of {} vectors from "
+                                   "pixel {} does not carry (the read was moved into its segment)",
+                                   win.ky, win.kx, win.pixel0 + j, carried, win.first));
+  return out;
 }
 
 Status FunctionalState::install(int plane, const Instruction& inst) {

@@ -53,6 +53,13 @@ class FunctionalState {
   /// destination it emits the rows in the element type (FP32 rounded to FP16, INT32 wrapped to INT8)
   /// and clears that accumulator.
   Expected<VectorRun> compute(int plane, const isa::Instruction& inst, const std::vector<std::uint8_t>& x);
+  /// A window tap's vectors for its output pixels (isa::WindowRead): `vectors` are the stream's, the
+  /// result has one vector per output pixel (`count`), padding filled, lanes shifted. A pixel the
+  /// stream does not carry is an error naming it (exit 2).
+  Expected<std::vector<std::uint8_t>> windowTap(const isa::WindowRead& window, const std::vector<std::uint8_t>& vectors,
+                                                std::int64_t count) const;
+  /// The window of an instruction's operand (null: none); an index out of the program's tables is exit 5.
+  static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program);
 
  private:
   std::uint8_t* vectorAt(int slice, std::int64_t address);

@@ -314,6 +314,14 @@ class TspChip final : public Chip {
       if (!b.values) return notComputable(inst, index, "its second source stream carries no values");
       in2 = gather(inst, b);
     }
+    // One tap of a window read: the stream's vectors realigned to the instruction's output pixels.
+    auto window = FunctionalState::windowOf(inst, *program_);
+    if (!window) return malformed(inst, index, window.error().message);
+    if (*window && in) {
+      auto tap = values_->windowTap(**window, *in, inst.repeat);
+      if (!tap) return notComputable(inst, index, tap.error().message);
+      in = std::make_shared<std::vector<std::uint8_t>>(std::move(*tap));
+    }
     const auto& unit = units_[inst.unit];
     switch (inst.op) {
       case Opcode::kMemRead: result = values_->memRead(inst); return true;
@@ -345,7 +353,9 @@ class TspChip final : public Chip {
         return true;
       }
       case Opcode::kSxmShift:
-        if (inst.sxm != isa::SxmFunc::kCopy)
+        if (inst.sxm == isa::SxmFunc::kWindow && !*window)
+          return malformed(inst, index, "an SXM window shift without its window");
+        if (inst.sxm == isa::SxmFunc::kUnspecified)
           return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
                                                         operandNames(a, b)));
         result = in;

@@ -85,7 +85,7 @@ TEST(Program, FunctionalFieldsRoundTrip) {
 
 // A VXM instruction's operand (splatted lanes, an immediate, a named accumulator) and the
 // accumulator table survive both on-disk forms; a bad accumulator index is refused.
-TEST(Program, VxmOperandsAndAccumulatorsRoundTrip) {
+TEST(Program, FunctionalOperandsAndAccumulatorsRoundTrip) {
   Program p = sample();
   Instruction accumulate;
   accumulate.unit = 88;
@@ -98,7 +98,7 @@ TEST(Program, VxmOperandsAndAccumulatorsRoundTrip) {
   scaled.func = VxmFunc::kScaleAdd;
   scaled.operand = 0;
   p.instructions.insert(p.instructions.end(), {accumulate, scaled});
-  p.vxmOperands = {{-1, 0, 0, 0.25f, false, true}, {0, 2, 130, 0.0f, false, false}};
+  p.operands = {{-1, 0, 0, 0.25f, false, true}, {0, 2, 130, 0.0f, false, false}};
   isa::Accumulator moments;
   moments.kind = isa::Accumulator::Kind::kMoments;
   moments.dims = {4, 3, 200};
@@ -114,7 +114,7 @@ TEST(Program, VxmOperandsAndAccumulatorsRoundTrip) {
   EXPECT_EQ(*binary, p);
   EXPECT_NE(p.contentHash(), sample().contentHash());
   EXPECT_NE(toText(p, topology::ChipSpec{}).find("VxmUnary.accumulate operand=1"), std::string::npos);
-  p.vxmOperands[1].accumulator = 5;  // no such accumulator
+  p.operands[1].accumulator = 5;  // no such accumulator
   auto bad = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("bad functional section"), std::string::npos);

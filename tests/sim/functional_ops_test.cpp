@@ -184,3 +184,89 @@ TEST(FunctionalOps, AccumulatorKernelsOnKnownValues) {
 
 }  // namespace
 }  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// Conv and pooling windows over channels-last maps made on chip (so that they are not gathered).
+ir::TensorId mapOf(ir::Graph& g, const std::string& name, const std::vector<std::int64_t>& shape, ir::DType dt) {
+  return *g.addOp(OpKind::kRelu, name + "_relu", {g.addInput(name, shape, dt)}, 0);
+}
+
+using Ints = std::vector<std::int64_t>;
+
+TEST(FunctionalOps, StridedPaddedConvAndPaddedMaxPoolMatchTheInterpreter) {
+  for (const auto dt : {ir::DType::kF16, ir::DType::kI8}) {
+    ir::Graph g;
+    const auto x = mapOf(g, "x", {1, 200, 9, 9}, dt);
+    const auto y = *g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {24, 200, 3, 3}, dt)},
+                            {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+    g.markOutput(y);
+    g.markOutput(*g.addOp(OpKind::kMaxPool, "pool", {x},
+                          {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
+TEST(FunctionalOps, PackedTapConvMatchesTheInterpreter) {
+  // 32 input channels: five taps per 160-lane vector, merged on the VXM after SXM lane shifts; padded.
+  ir::Graph g;
+  const auto x = mapOf(g, "x", {1, 32, 8, 8}, ir::DType::kF16);
+  g.markOutput(*g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {40, 32, 3, 3}, ir::DType::kF16)},
+                        {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, TapAcrossAMemSegmentIsRefusedCleanly) {
+  // A 16 x 16 map is cut into four segments on different MEM slices; a unit-stride tap of a block
+  // at a segment's start needs the previous segment's rows, which its read (moved into its own
+  // segment) does not carry: exit 2 naming the tap and pixel.
+  ir::Graph g;
+  const auto x = mapOf(g, "x", {1, 32, 16, 16}, ir::DType::kF16);
+  g.markOutput(*g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {40, 32, 3, 3}, ir::DType::kF16)},
+                        {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("does not carry"), std::string::npos) << s.error().message;
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// A Conv followed by inference BatchNormalization (and ReLU): the program's image holds the folded
+// weights and shift (Program::folds); INT8 folding is exact under the integer BatchNormalization.
+ir::TensorId convBn(ir::Graph& g, const std::string& p, ir::TensorId x, std::int64_t cin, std::int64_t cout,
+                    std::int64_t k, std::int64_t stride, ir::DType dt) {
+  const auto y = *g.addOp(OpKind::kConv, p + ".conv", {x, g.addWeight(p + ".w", {cout, cin, k, k}, dt)},
+                          {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}},
+                           {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}},
+                          0);
+  const auto mean = g.addConstant(p + ".mean", {cout}, dt,
+                                  std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 1.0));
+  const auto var = g.addConstant(p + ".var", {cout}, dt,
+                                 std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 3.0));
+  const auto bn = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
+                           {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
+                           {{"epsilon", 1e-5}}, 0);
+  return *g.addOp(OpKind::kRelu, p + ".relu", {bn}, 0);
+}
+
+TEST(FunctionalOps, ConvWithFoldedBatchNormMatchesTheInterpreter) {
+  for (const auto dt : {ir::DType::kI8, ir::DType::kF16}) {
+    ir::Graph g;
+    const auto stem = convBn(g, "stem", g.addInput("images", {1, 3, 16, 16}, dt), 3, 64, 7, 2, dt);  // gathered
+    g.markOutput(stem);
+    g.markOutput(convBn(g, "b", stem, 64, 64, 3, 1, dt));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
+}  // namespace
+}  // namespace tsp::sim

@@ -146,19 +146,54 @@ Instruction fromJson(const nlohmann::json& j) {
   return i;
 }
 
-nlohmann::json toJson(const VxmOperand& o) {
-  return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0};
+nlohmann::json toJson(const FunctionalOperand& o) {
+  return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window};
 }
 
-VxmOperand operandFromJson(const nlohmann::json& j) {
-  VxmOperand o;
+FunctionalOperand operandFromJson(const nlohmann::json& j) {
+  FunctionalOperand o;
   o.accumulator = j.at(0);
   o.tile = j.at(1);
   o.row0 = j.at(2);
   o.immediate = j.at(3);
   o.splatA = j.at(4).get<int>() != 0;
   o.splatB = j.at(5).get<int>() != 0;
+  if (j.size() > 6) o.window = j.at(6);
   return o;
+}
+
+nlohmann::json toJson(const WindowRead& w) {
+  return {w.h,  w.w,  w.ho, w.wo,     w.sh,    w.sw,     w.dh,        w.dw,    w.pt,
+          w.pl, w.ky, w.kx, w.pixel0, w.first, w.stride, w.laneShift, w.lanes, w.fill};
+}
+
+WindowRead windowFromJson(const nlohmann::json& j) {
+  WindowRead w;
+  std::int64_t* fields[] = {&w.h,  &w.w,  &w.ho, &w.wo, &w.sh,     &w.sw,    &w.dh,
+                            &w.dw, &w.pt, &w.pl, &w.ky, &w.kx, &w.pixel0, &w.first, &w.stride};
+  for (size_t k = 0; k < std::size(fields); ++k) *fields[k] = j.at(k);
+  w.laneShift = j.at(15);
+  w.lanes = j.at(16);
+  w.fill = j.at(17);
+  return w;
+}
+
+nlohmann::json toJson(const WeightFold& f) {
+  return {{"tensor", f.tensor}, {"kind", static_cast<int>(f.kind)}, {"source", f.source}, {"gamma", f.gamma},
+          {"beta", f.beta},     {"mean", f.mean},                   {"var", f.var},       {"epsilon", f.epsilon}};
+}
+
+WeightFold foldFromJson(const nlohmann::json& j) {
+  WeightFold f;
+  f.tensor = j.at("tensor");
+  f.kind = static_cast<WeightFold::Kind>(j.at("kind").get<int>());
+  f.source = j.at("source");
+  f.gamma = j.at("gamma");
+  f.beta = j.at("beta");
+  f.mean = j.at("mean");
+  f.var = j.at("var");
+  f.epsilon = j.at("epsilon");
+  return f;
 }
 
 nlohmann::json toJson(const Accumulator& a) {
@@ -216,13 +251,21 @@ std::string serialize(const Program& program) {
   auto& tensors = doc["tensors"] = nlohmann::json::array();
   for (const auto& t : program.tensors) tensors.push_back(toJson(t));
   // The functional tables follow only when present, so that programs without them keep their form and hash.
-  if (!program.vxmOperands.empty()) {
-    auto& operands = doc["vxm_operands"] = nlohmann::json::array();
-    for (const auto& o : program.vxmOperands) operands.push_back(toJson(o));
+  if (!program.operands.empty()) {
+    auto& operands = doc["operands"] = nlohmann::json::array();
+    for (const auto& o : program.operands) operands.push_back(toJson(o));
   }
   if (!program.accumulators.empty()) {
     auto& accumulators = doc["accumulators"] = nlohmann::json::array();
     for (const auto& a : program.accumulators) accumulators.push_back(toJson(a));
+  }
+  if (!program.windows.empty()) {
+    auto& windows = doc["windows"] = nlohmann::json::array();
+    for (const auto& w : program.windows) windows.push_back(toJson(w));
+  }
+  if (!program.folds.empty()) {
+    auto& folds = doc["folds"] = nlohmann::json::array();
+    for (const auto& f : program.folds) folds.push_back(toJson(f));
   }
   return doc.dump();
 }
@@ -249,10 +292,14 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
     program.sramBytes = doc.at("sram_bytes");
     for (const auto& j : doc.at("instructions")) program.instructions.push_back(fromJson(j));
     for (const auto& j : doc.at("tensors")) program.tensors.push_back(placementFromJson(j));
-    if (doc.contains("vxm_operands"))
-      for (const auto& j : doc.at("vxm_operands")) program.vxmOperands.push_back(operandFromJson(j));
+    if (doc.contains("operands"))
+      for (const auto& j : doc.at("operands")) program.operands.push_back(operandFromJson(j));
     if (doc.contains("accumulators"))
       for (const auto& j : doc.at("accumulators")) program.accumulators.push_back(accumulatorFromJson(j));
+    if (doc.contains("windows"))
+      for (const auto& j : doc.at("windows")) program.windows.push_back(windowFromJson(j));
+    if (doc.contains("folds"))
+      for (const auto& j : doc.at("folds")) program.folds.push_back(foldFromJson(j));
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
@@ -363,7 +410,8 @@ std::string serializeBinary(const Program& program) {
   }
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
-  if (!program.vxmOperands.empty() || !program.accumulators.empty()) {
+  if (!program.operands.empty() || !program.accumulators.empty() || !program.windows.empty() ||
+      !program.folds.empty()) {
     w.put<std::uint32_t>(kFunctionalTag);
     std::uint64_t withOperand = 0;
     for (const auto& i : program.instructions) withOperand += i.operand >= 0 ? 1 : 0;
@@ -373,13 +421,14 @@ std::string serializeBinary(const Program& program) {
         w.put<std::uint64_t>(k);
         w.put<std::int32_t>(program.instructions[k].operand);
       }
-    w.put<std::uint64_t>(program.vxmOperands.size());
-    for (const auto& o : program.vxmOperands) {
+    w.put<std::uint64_t>(program.operands.size());
+    for (const auto& o : program.operands) {
       w.put<std::int32_t>(o.accumulator);
       w.put<std::int32_t>(o.tile);
       w.put<std::int64_t>(o.row0);
       w.put<float>(o.immediate);
       w.put<std::uint8_t>(static_cast<std::uint8_t>((o.splatA ? 1 : 0) | (o.splatB ? 2 : 0)));
+      w.put<std::int32_t>(o.window);
     }
     w.put<std::uint64_t>(program.accumulators.size());
     for (const auto& a : program.accumulators) {
@@ -392,6 +441,22 @@ std::string serializeBinary(const Program& program) {
       w.put<std::int64_t>(a.outCols);
       w.put<std::int64_t>(a.divisor);
       w.put<double>(a.epsilon);
+    }
+    w.put<std::uint64_t>(program.windows.size());
+    for (const auto& win : program.windows) {
+      for (std::int64_t v : {win.h, win.w, win.ho, win.wo, win.sh, win.sw, win.dh, win.dw, win.pt, win.pl, win.ky,
+                             win.kx, win.pixel0, win.first, win.stride})
+        w.put<std::int64_t>(v);
+      w.put<std::int32_t>(win.laneShift);
+      w.put<std::int32_t>(win.lanes);
+      w.put<float>(win.fill);
+    }
+    w.put<std::uint64_t>(program.folds.size());
+    for (const auto& f : program.folds) {
+      w.putText(f.tensor);
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(f.kind));
+      for (const std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var}) w.putText(*text);
+      w.put<double>(f.epsilon);
     }
   }
   return w.take();
@@ -432,7 +497,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
               r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
               r.get(sxm) && r.get(timingOnly);
     if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(kLastVxmFunc) ||
-        sxm > static_cast<std::uint8_t>(SxmFunc::kCopy) || timingOnly > 1)
+        sxm > static_cast<std::uint8_t>(SxmFunc::kWindow) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
     i.sxm = static_cast<SxmFunc>(sxm);
     i.timingOnly = timingOnly != 0;
@@ -468,10 +533,11 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
       program.instructions[k].operand = operand;
     }
     if (!r.get(count) || count > body.size()) return bad();
-    program.vxmOperands.resize(count);
-    for (auto& o : program.vxmOperands) {
+    program.operands.resize(count);
+    for (auto& o : program.operands) {
       std::uint8_t splat = 0;
-      if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) || splat > 3)
+      if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
+          splat > 3 || !r.get(o.window))
         return bad();
       o.splatA = (splat & 1) != 0;
       o.splatB = (splat & 2) != 0;
@@ -491,10 +557,30 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
         if (!r.get(a.dims[d]) || !r.get(a.reduced[d])) return bad();
       if (!r.get(a.outCols) || !r.get(a.divisor) || !r.get(a.epsilon)) return bad();
     }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.windows.resize(count);
+    for (auto& win : program.windows) {
+      for (std::int64_t* v : {&win.h, &win.w, &win.ho, &win.wo, &win.sh, &win.sw, &win.dh, &win.dw, &win.pt, &win.pl,
+                              &win.ky, &win.kx, &win.pixel0, &win.first, &win.stride})
+        if (!r.get(*v)) return bad();
+      if (!r.get(win.laneShift) || !r.get(win.lanes) || !r.get(win.fill)) return bad();
+    }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.folds.resize(count);
+    for (auto& f : program.folds) {
+      std::uint8_t kind = 0;
+      if (!r.getText(f.tensor) || !r.get(kind) || kind > static_cast<std::uint8_t>(WeightFold::Kind::kScale)) return bad();
+      f.kind = static_cast<WeightFold::Kind>(kind);
+      for (std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var})
+        if (!r.getText(*text)) return bad();
+      if (!r.get(f.epsilon)) return bad();
+    }
     for (const auto& i : program.instructions)
-      if (i.operand >= static_cast<std::int32_t>(program.vxmOperands.size())) return bad();
-    for (const auto& o : program.vxmOperands)
-      if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size())) return bad();
+      if (i.operand >= static_cast<std::int32_t>(program.operands.size())) return bad();
+    for (const auto& o : program.operands)
+      if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size()) ||
+          o.window >= static_cast<std::int32_t>(program.windows.size()))
+        return bad();
   }
   if (!r.done() || (tag != 0 && tag != kFunctionalTag)) return fail("malformed program: trailing bytes");
   return program;
@@ -529,6 +615,7 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     if (i.port >= 0) out += fmt::format(" port={}", i.port);
     if (i.weightUnit >= 0) out += fmt::format(" weights=q{}x{}", i.weightUnit, i.weightRows);
     if (i.sxm == SxmFunc::kCopy) out += " copy";
+    if (i.sxm == SxmFunc::kWindow) out += " window";
     if (i.timingOnly) out += " timing-only";
     if (i.operand >= 0) out += fmt::format(" operand={}", i.operand);
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);

@@ -39,7 +39,7 @@ const char* opcodeName(Opcode op);
 topology::UnitKind unitKindOf(Opcode op);
 
 /// Functions of the VXM ALUs. Every function takes one ALU pass (the latency table does not depend
-/// on it); the ones after kConvert read their instruction's VxmOperand (Program::vxmOperands).
+/// on it); the ones after kConvert read their instruction's FunctionalOperand (Program::operands).
 enum class VxmFunc : std::uint8_t {
   kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert,
   kDiv,         ///< a / b (INT8: truncating, a / 0 = 0)
@@ -60,7 +60,11 @@ const char* vxmFuncName(VxmFunc func);
 
 /// What an SXM instruction does to each vector in functional mode. kUnspecified: the lowering gives
 /// only its timing (a permute it does not spell out), which functional mode refuses.
-enum class SxmFunc : std::uint8_t { kUnspecified, kCopy };
+enum class SxmFunc : std::uint8_t {
+  kUnspecified,
+  kCopy,
+  kWindow,  ///< the vectors of one window tap realigned to their output pixels, lanes shifted (its operand's window)
+};
 
 /// Stream directions along the east-west axis.
 enum class Direction : std::uint8_t { kEast = 0, kWest = 1 };
@@ -77,7 +81,7 @@ struct StreamRef {
 /// repeated `repeat` times every `interval` cycles, advancing `address` by `stride` each time.
 struct Instruction {
   std::int32_t unit = 0;
-  /// VXM: index of the instruction's VxmOperand in Program::vxmOperands (-1: none). It sits in the
+  /// VXM, MXM compute, SXM: index of the instruction's FunctionalOperand in Program::operands (-1: none). It sits in the
   /// padding after `unit`, so that an instruction stays 64 bytes.
   std::int32_t operand = -1;
   Cycle issue = 0;
@@ -134,14 +138,49 @@ struct TensorPlacement {
 };
 
 /// What a VXM instruction reads beyond its streams (functional mode; the timing ignores it).
-struct VxmOperand {
+struct FunctionalOperand {
   std::int32_t accumulator = -1;  ///< Program::accumulators index (kAccumulate, kEmit, kNormalize)
   std::int32_t tile = 0;          ///< the tile (column block) of the instruction's vectors
   std::int64_t row0 = 0;          ///< the storage row of vector 0; vector j is row row0 + j
   float immediate = 0.0f;         ///< kScaleAdd's factor
   bool splatA = false;            ///< lane 0 of src stands for every lane (a one-value-per-row operand)
   bool splatB = false;            ///< the same for src2
-  friend bool operator==(const VxmOperand&, const VxmOperand&) = default;
+  std::int32_t window = -1;       ///< Program::windows index: src is one tap of a window read (below)
+  friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
+};
+
+/// One tap of a window read (a Conv or pooling op over a channels-last map, pixels as rows): which
+/// stream vector holds each output pixel's input pixel. Vector j of the instruction stands for
+/// output pixel q = pixel0 + j (image, oy, ox); its tap reads input pixel (oy*sh + ky*dh - pt,
+/// ox*sw + kx*dw - pl), which is padding outside the map (every value `fill` in the first `lanes`
+/// lanes, zero past them) and otherwise stream vector (p - first) / stride, p its pixel index;
+/// then the lanes move up by laneShift (packed taps). A pixel the stream does not carry is refused.
+struct WindowRead {
+  std::int64_t h = 1, w = 1, ho = 1, wo = 1;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0;
+  std::int64_t ky = 0, kx = 0;
+  std::int64_t pixel0 = 0;  ///< output pixel of vector 0
+  std::int64_t first = 0;   ///< input pixel of the stream's vector 0
+  std::int64_t stride = 1;  ///< input pixels between stream vectors
+  std::int32_t laneShift = 0;
+  std::int32_t lanes = 0;   ///< lanes that hold values (the channels)
+  float fill = 0.0f;        ///< a padding tap's value (0 for a Conv, the lowest FP16 for a max)
+  friend bool operator==(const WindowRead&, const WindowRead&) = default;
+};
+
+/// A tensor whose initial SRAM image is folded at compile time from graph tensors: inference
+/// BatchNormalization into a Conv's weights (column co of the tap-major weights times scale[co]) and
+/// into its shift (the bias the epilogue adds), scale = gamma / sqrt(var + epsilon), shift =
+/// beta - mean * scale. For INT8 storage scale and shift are rounded to integers (ties to even),
+/// as the reference interpreter's INT8 BatchNormalization defines them, and weights wrap.
+struct WeightFold {
+  enum class Kind : std::uint8_t { kWeights, kShift, kScale };
+  std::string tensor;  ///< the placement the folded values go to
+  Kind kind = Kind::kWeights;
+  std::string source;  ///< kWeights: the Conv weight the tensor holds folded
+  std::string gamma, beta, mean, var;
+  double epsilon = 1e-5;
+  friend bool operator==(const WeightFold&, const WeightFold&) = default;
 };
 
 /// A named accumulator: the running values of one reduction or normalisation in the VXM, one per
@@ -173,8 +212,10 @@ struct Program {
   Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
   Bytes sramBytes = 0;                    ///< SRAM the program allocates
   std::vector<TensorPlacement> tensors;   ///< every tensor the program keeps in SRAM, by name
-  std::vector<VxmOperand> vxmOperands;    ///< what VXM instructions read beyond their streams (Instruction::operand)
-  std::vector<Accumulator> accumulators;  ///< the named accumulators VxmOperand::accumulator refers to
+  std::vector<FunctionalOperand> operands;    ///< what VXM instructions read beyond their streams (Instruction::operand)
+  std::vector<Accumulator> accumulators;  ///< the named accumulators FunctionalOperand::accumulator refers to
+  std::vector<WindowRead> windows;        ///< the window taps FunctionalOperand::window refers to
+  std::vector<WeightFold> folds;          ///< resident tensors whose values are folded from graph tensors
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;

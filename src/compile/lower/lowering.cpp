@@ -119,9 +119,9 @@ size_t Lowering::storageAxis(ir::TensorId tensor, std::int64_t axis) const {
   return static_cast<size_t>(std::clamp<std::int64_t>(axis, 0, std::max<std::int64_t>(0, rank - 1)));
 }
 
-int Lowering::addOperand(const isa::VxmOperand& operand) {
-  out_.vxmOperands.push_back(operand);
-  return static_cast<int>(out_.vxmOperands.size()) - 1;
+int Lowering::addOperand(const isa::FunctionalOperand& operand) {
+  out_.operands.push_back(operand);
+  return static_cast<int>(out_.operands.size()) - 1;
 }
 
 int Lowering::addAccumulator(const isa::Accumulator& accumulator) {
@@ -681,6 +681,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   Step mxm;
   mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
   mxm.inst.timingOnly = job.timingOnly;
+  if (job.window && !job.timingOnly) mxm.inst.operand = job.window(k, block);
   mxm.producer = 0;
   compute.steps.push_back(mxm);
   std::vector<Access> reads{readAccess}, writes;
@@ -800,7 +801,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
         if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]))) {
-          isa::VxmOperand operand;
+          isa::FunctionalOperand operand;
           operand.splatA = i == 0 && splat[0];
           operand.splatB = binary && !square && splat[i + 1];
           alu.inst.operand = addOperand(operand);
