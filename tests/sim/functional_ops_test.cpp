@@ -270,3 +270,53 @@ TEST(FunctionalOps, ConvWithFoldedBatchNormMatchesTheInterpreter) {
 
 }  // namespace
 }  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// Two ResNet bottleneck stages on a 32 x 32 image, INT8: the gathered stem with folded BatchNorm,
+// a padded strided max-pool, 1 x 1 and packed 3 x 3 Convs, strided downsampling, residual Adds and
+// ReLUs in the epilogues, GlobalAveragePool, Flatten and the classifier. The classifier's weights
+// are placed when it is lowered, late: they must not share addresses with earlier activations
+// (they hold their values from the program's start), else the chip computes with overwritten weights.
+TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
+  const auto dt = ir::DType::kI8;
+  ir::Graph g;
+  auto bn = [&](const std::string& p, ir::TensorId in, std::int64_t cin, std::int64_t cout, std::int64_t k,
+                std::int64_t stride, bool relu) {
+    const auto y = *g.addOp(OpKind::kConv, p + ".conv", {in, g.addWeight(p + ".w", {cout, cin, k, k}, dt)},
+                            {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}},
+                             {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}}, 0);
+    const auto mean = g.addConstant(p + ".mean", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 0.0));
+    const auto var = g.addConstant(p + ".var", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 1.0));
+    const auto b = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
+                            {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
+                            {{"epsilon", 1e-5}}, 0);
+    return relu ? *g.addOp(OpKind::kRelu, p + ".relu", {b}, 0) : b;
+  };
+  auto x = bn("stem", g.addInput("images", {1, 3, 32, 32}, dt), 3, 64, 7, 2, true);
+  x = *g.addOp(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+  std::int64_t cin = 64;
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::int64_t width = 64 << stage, cout = 4 * width, stride = stage > 0 ? 2 : 1;
+    const std::string p = "s" + std::to_string(stage);
+    auto y = bn(p + ".a", x, cin, width, 1, 1, true);
+    y = bn(p + ".b", y, width, width, 3, stride, true);
+    g.markOutput(y);
+    y = bn(p + ".c", y, width, cout, 1, 1, false);
+    const auto shortcut = bn(p + ".down", x, cin, cout, 1, stride, false);
+    g.markOutput(shortcut);
+    x = *g.addOp(OpKind::kRelu, p + ".relu", {*g.addOp(OpKind::kAdd, p + ".add", {y, shortcut}, 0)}, 0);
+    g.markOutput(x);
+    cin = cout;
+  }
+  x = *g.addOp(OpKind::kFlatten, "flatten", {*g.addOp(OpKind::kGlobalAveragePool, "avgpool", {x}, 0)}, {{"axis", std::int64_t{1}}}, 0);
+  g.markOutput(x);
+  x = *g.addOp(OpKind::kAdd, "fc.bias_add", {*g.addOp(OpKind::kMatMul, "fc", {x, g.addWeight("fc.w", {cin, 100}, dt)}, 0), g.addWeight("fc.b", {100}, dt)}, 0);
+  g.markOutput(x);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim

@@ -166,7 +166,9 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
     std::set<int> away = avoid;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
-      auto block = out_.sram.allocate(static_cast<int>(segRows), away);
+      // A resident tensor holds its values from the program's start: not in space an earlier
+      // tensor of this program has used (when the SRAM has such space).
+      auto block = out_.sram.allocate(static_cast<int>(segRows), away, resident);
       if (!block) {
         const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
         return makeError(ExitCode::kDoesNotFit,
