@@ -16,8 +16,8 @@ using Host = Kokkos::DefaultHostExecutionSpace;
 template <typename T>
 using HostView = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// The FP32 lane function of a VXM op; binary functions read b, kScaleAdd the immediate.
-KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, float immediate) {
+// The FP32 lane function of a VXM op; binary functions read b, kScaleAdd the immediates.
+KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, float immediate, float immediate2) {
   switch (func) {
     case isa::VxmFunc::kAdd: return a + b;
     case isa::VxmFunc::kSub: return a - b;
@@ -25,7 +25,7 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
     case isa::VxmFunc::kDiv: return a / b;
     case isa::VxmFunc::kPow: return std::pow(a, b);
     case isa::VxmFunc::kMax: return a != a || a > b ? a : b;  // a NaN operand gives NaN
-    case isa::VxmFunc::kScaleAdd: return a * immediate + b;
+    case isa::VxmFunc::kScaleAdd: return a * immediate + b * immediate2;
     case isa::VxmFunc::kRelu: return a > 0.0f ? a : 0.0f;
     case isa::VxmFunc::kGelu: return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f));  // ONNX Gelu (erf form)
     case isa::VxmFunc::kTanh: return std::tanh(a);
@@ -136,12 +136,12 @@ void emitFp16(const float* acc, std::uint16_t* out, std::size_t count) {
 }
 
 void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
-             std::size_t count, float immediate) {
+             std::size_t count, float immediate, float immediate2) {
   const HostView<const std::uint16_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::uint16_t> ov(out, count);
   Kokkos::parallel_for(
       "tsp.vxm_fp16", Kokkos::RangePolicy<Host>(0, count), KOKKOS_LAMBDA(const std::size_t i) {
-        ov(i) = floatToHalf(applyFloat(func, halfToFloat(av(i)), halfToFloat(bv(i)), immediate));
+        ov(i) = floatToHalf(applyFloat(func, halfToFloat(av(i)), halfToFloat(bv(i)), immediate, immediate2));
       });
   Kokkos::fence();
 }

@@ -196,7 +196,8 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
     const auto x = asHalves(a->data(), count);
     const auto y = b ? asHalves(b->data(), count) : x;
     std::vector<std::uint16_t> out(count);
-    vxmFp16(inst.func, x.data(), y.data(), out.data(), count, operand ? operand->immediate : 0.0f);
+    vxmFp16(inst.func, x.data(), y.data(), out.data(), count, operand ? operand->immediate : 0.0f,
+            operand ? operand->immediate2 : 1.0f);
     return VectorRun(fromHalves(out));
   }
   if (inst.func == isa::VxmFunc::kScaleAdd) return makeError(ExitCode::kModel, "VXM function scale_add has no integer form");
@@ -266,13 +267,21 @@ Expected<std::vector<std::uint8_t>> FunctionalState::windowTap(const isa::Window
   return out;
 }
 
-Status FunctionalState::install(int plane, const Instruction& inst) {
+Status FunctionalState::install(int plane, const Instruction& inst, bool transposed) {
   Plane& p = planes_.at(plane);
   const int eb = elementBytes(element_);
   std::fill(p.weights.begin(), p.weights.end(), 0);
-  for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r)
-    std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb,
-                vectorAt(sliceOf(inst.weightUnit), inst.address + r), vectorBytes_);
+  for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r) {
+    const std::uint8_t* v = vectorAt(sliceOf(inst.weightUnit), inst.address + r);
+    if (!transposed) {
+      std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb, v, vectorBytes_);
+      continue;
+    }
+    // Vector r is column r of the tile: lane k goes to weight row k.
+    for (int k = 0; k < lanes_; ++k)
+      std::memcpy(p.weights.data() + (static_cast<std::size_t>(k) * lanes_ + r) * eb, v + static_cast<std::size_t>(k) * eb,
+                  static_cast<std::size_t>(eb));
+  }
   p.next = 0;
   return {};
 }

@@ -48,7 +48,8 @@ class FunctionalState {
                           const std::vector<std::uint8_t>* b);
   /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;
   /// the computes that follow use the plane's accumulators from the first on.
-  Status install(int plane, const isa::Instruction& inst);
+  /// With `transposed`, weight vector r is column r of the tile (its lane k is weight row k).
+  Status install(int plane, const isa::Instruction& inst, bool transposed = false);
   /// MxmCompute on plane: accumulates x times the plane's weights into the next accumulator; with a
   /// destination it emits the rows in the element type (FP32 rounded to FP16, INT32 wrapped to INT8)
   /// and clears that accumulator.

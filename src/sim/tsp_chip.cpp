@@ -343,7 +343,10 @@ class TspChip final : public Chip {
       case Opcode::kMxmInstall:
         if (inst.weightUnit < spec_.firstUnit(UnitKind::kMem) || inst.weightUnit >= spec_.firstUnit(UnitKind::kMem) + spec_.memSlices)
           return notComputable(inst, index, "the install does not say which MEM slice holds its weights");
-        if (auto s = values_->install(unit.indexInKind / 2, inst); !s) return notComputable(inst, index, s.error().message);
+        if (auto s = values_->install(unit.indexInKind / 2, inst,
+                                      inst.operand >= 0 && program_->operands[static_cast<size_t>(inst.operand)].transposed);
+            !s)
+          return notComputable(inst, index, s.error().message);
         return true;
       case Opcode::kMxmCompute: {
         if (!in) return notComputable(inst, index, "a compute with no activation stream");

@@ -147,7 +147,8 @@ Instruction fromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json toJson(const FunctionalOperand& o) {
-  return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window};
+  return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window, o.immediate2,
+          o.transposed ? 1 : 0};
 }
 
 FunctionalOperand operandFromJson(const nlohmann::json& j) {
@@ -159,6 +160,10 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
   o.splatA = j.at(4).get<int>() != 0;
   o.splatB = j.at(5).get<int>() != 0;
   if (j.size() > 6) o.window = j.at(6);
+  if (j.size() > 8) {
+    o.immediate2 = j.at(7);
+    o.transposed = j.at(8).get<int>() != 0;
+  }
   return o;
 }
 
@@ -427,8 +432,9 @@ std::string serializeBinary(const Program& program) {
       w.put<std::int32_t>(o.tile);
       w.put<std::int64_t>(o.row0);
       w.put<float>(o.immediate);
-      w.put<std::uint8_t>(static_cast<std::uint8_t>((o.splatA ? 1 : 0) | (o.splatB ? 2 : 0)));
+      w.put<std::uint8_t>(static_cast<std::uint8_t>((o.splatA ? 1 : 0) | (o.splatB ? 2 : 0) | (o.transposed ? 4 : 0)));
       w.put<std::int32_t>(o.window);
+      w.put<float>(o.immediate2);
     }
     w.put<std::uint64_t>(program.accumulators.size());
     for (const auto& a : program.accumulators) {
@@ -537,10 +543,11 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     for (auto& o : program.operands) {
       std::uint8_t splat = 0;
       if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
-          splat > 3 || !r.get(o.window))
+          splat > 7 || !r.get(o.window) || !r.get(o.immediate2))
         return bad();
       o.splatA = (splat & 1) != 0;
       o.splatB = (splat & 2) != 0;
+      o.transposed = (splat & 4) != 0;
     }
     if (!r.get(count) || count > body.size()) return bad();
     program.accumulators.resize(count);

@@ -51,7 +51,7 @@ enum class VxmFunc : std::uint8_t {
   kAccumulate,  ///< folds src into the operand's accumulator (sum, max, softmax or moment statistics); no result
   kEmit,        ///< the operand's accumulator values (a reduction's output rows) onto dst; no source
   kNormalize,   ///< src by its elements' statistics: exp(a - max) / sum (softmax), (a - mean) / sqrt(var + eps)
-  kScaleAdd,    ///< a * operand.immediate + b (an average pool's taps)
+  kScaleAdd,    ///< a * operand.immediate + b * operand.immediate2 (Gemm's alpha and beta)
 };
 /// The last VxmFunc (the on-disk forms refuse larger codes).
 inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kScaleAdd;
@@ -142,10 +142,12 @@ struct FunctionalOperand {
   std::int32_t accumulator = -1;  ///< Program::accumulators index (kAccumulate, kEmit, kNormalize)
   std::int32_t tile = 0;          ///< the tile (column block) of the instruction's vectors
   std::int64_t row0 = 0;          ///< the storage row of vector 0; vector j is row row0 + j
-  float immediate = 0.0f;         ///< kScaleAdd's factor
+  float immediate = 0.0f;         ///< kScaleAdd's factor of a
+  float immediate2 = 1.0f;        ///< kScaleAdd's factor of b
   bool splatA = false;            ///< lane 0 of src stands for every lane (a one-value-per-row operand)
   bool splatB = false;            ///< the same for src2
   std::int32_t window = -1;       ///< Program::windows index: src is one tap of a window read (below)
+  bool transposed = false;        ///< MxmInstall: the weight vectors are the tile's columns (Gemm transB)
   friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
 };
 

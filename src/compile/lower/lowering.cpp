@@ -545,8 +545,11 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const int eb = ir::dtypeBytes(x.dtype);
   // Batched weights ([..., K, N], attention's activations x activations): batch b multiplies rows
   // [b*m, (b+1)*m) of X by weight rows [b*K, (b+1)*K).
-  const std::int64_t nDim = w.shape.back();
-  const std::int64_t kDim = w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
+  // Gemm's transB stores the weights [N, K].
+  job.transposedWeights = op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) != 0 && w.shape.size() == 2;
+  const std::int64_t nDim = job.transposedWeights ? w.shape[0] : w.shape.back();
+  const std::int64_t kDim = job.transposedWeights ? w.shape[1]
+                                                  : w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
   const std::int64_t batches = std::max<std::int64_t>(1, w.elements() / std::max<std::int64_t>(1, kDim * nDim));
   const std::int64_t m = xs.placement.rows / batches;
   const MatMulTiling tiling =
@@ -569,14 +572,20 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const int tk = tiling.tk;
   job.weightRow = [kDim, tk](std::int64_t batch, int k) { return batch * kDim + std::int64_t{k} * tk; };
   job.weightRows = [kDim, tk](int k) { return std::min<std::int64_t>(tk, kDim - std::int64_t{k} * tk); };
-  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
-  // dimension is not N or whose rows are neither one nor the output's, are timed alike but not computed.
-  job.timingOnly = op.kind == ir::OpKind::kGemm &&
-                   (op.intAttr("transA", 0) != 0 || op.intAttr("transB", 0) != 0 ||
-                    op.floatAttr("alpha", 1.0) != 1.0 || op.floatAttr("beta", 1.0) != 1.0);
+  // Values (functional mode) are alpha x (x W) + beta x bias, W installed transposed for transB:
+  // Gemm's transA, alpha or beta without a bias (no epilogue step to scale in), and a bias whose last
+  // dimension is neither N nor one or whose rows are neither one nor the output's, are timed alike
+  // but not computed.
+  if (op.kind == ir::OpKind::kGemm) {
+    job.alpha = static_cast<float>(op.floatAttr("alpha", 1.0));
+    job.beta = static_cast<float>(op.floatAttr("beta", 1.0));
+    job.timingOnly = op.intAttr("transA", 0) != 0 || (op.intAttr("transB", 0) != 0 && !job.transposedWeights) ||
+                     ((job.alpha != 1.0f || job.beta != 1.0f) && job.bias < 0);
+  }
   if (job.bias >= 0) {
     const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
-    job.biasTimingOnly = storageCols(job.bias) != nDim ||
+    job.biasSplat = storageCols(job.bias) == 1 && nDim > 1;
+    job.biasTimingOnly = (storageCols(job.bias) != nDim && !job.biasSplat) ||
                          (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
   }
   return lowerMxm(job);
@@ -638,12 +647,21 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           install.name = fmt::format("{} install k{} n{}", op.name, k, n);
           Step ins;
           ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
-          const int wTile = n % ws.placement.tiles;
-          const std::int64_t wRow = std::min<std::int64_t>(job.weightRow(batch, k), ws.placement.rows - 1);
+          // Transposed weights: tile (k, n) is the rows n x lanes on of column tile k.
+          const std::int64_t planeLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(job.weights).dtype));
+          const int wTile = job.transposedWeights ? k % ws.placement.tiles : n % ws.placement.tiles;
+          const std::int64_t wRow = std::min<std::int64_t>(
+              job.transposedWeights ? n * planeLanes : job.weightRow(batch, k), ws.placement.rows - 1);
           const int wPiece = ws.piece(wTile, wRow);
           ins.inst.address = ws.placement.address[wPiece] + static_cast<int>(wRow % ws.segmentRows());
           ins.inst.weightUnit = ws.placement.memUnit[wPiece];
-          ins.inst.weightRows = static_cast<int>(job.weightRows ? job.weightRows(k) : 0);
+          ins.inst.weightRows = static_cast<int>(
+              job.transposedWeights ? std::min(planeLanes, ws.placement.rows - wRow) : job.weightRows ? job.weightRows(k) : 0);
+          if (job.transposedWeights) {
+            isa::FunctionalOperand transposed;
+            transposed.transposed = true;
+            ins.inst.operand = addOperand(transposed);
+          }
           // The tile's rows must lie in one segment for the plane to load them from one slice.
           ins.inst.timingOnly = !job.weightRows || wRow + ins.inst.weightRows > ws.placement.rows ||
                                 (wRow % ws.segmentRows()) + ins.inst.weightRows > ws.segmentRows();
@@ -698,6 +716,16 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
       add.inst.func = isa::VxmFunc::kAdd;
       add.inst.timingOnly = side == job.bias && job.biasTimingOnly;
+      if (side == job.bias && !job.biasTimingOnly && (job.biasSplat || job.alpha != 1.0f || job.beta != 1.0f)) {
+        isa::FunctionalOperand operand;
+        operand.splatB = job.biasSplat;
+        if (job.alpha != 1.0f || job.beta != 1.0f) {
+          add.inst.func = isa::VxmFunc::kScaleAdd;
+          operand.immediate = job.alpha;
+          operand.immediate2 = job.beta;
+        }
+        add.inst.operand = addOperand(operand);
+      }
       add.producer = tailStep;
       add.producer2 = static_cast<int>(compute.steps.size()) + 1;
       compute.steps.push_back(add);

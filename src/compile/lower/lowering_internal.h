@@ -106,6 +106,12 @@ class Lowering {
     bool timingOnly = false;
     /// The bias add's values are not computed (its lanes or rows do not line up with the output's).
     bool biasTimingOnly = false;
+    /// The bias has one value (splatted over the lanes); the epilogue computes alpha x (x W) + beta x bias.
+    bool biasSplat = false;
+    float alpha = 1.0f, beta = 1.0f;
+    /// The weights are stored transposed ([N, K], Gemm transB): tile (k, n) is rows n x lanes on of
+    /// column tile k, installed as columns.
+    bool transposedWeights = false;
     /// The operand of K tile k's compute for a block (-1: none): a window tap's realignment.
     std::function<int(int k, const std::array<std::int64_t, 3>& block)> window;
     /// For a source read of scratch (Access tensor -1): records the reading task and returns the
