@@ -237,11 +237,18 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
         stored = dtype;
         first = t.name;
       }
-      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8))
+      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8)) {
+        // The ops that read the tensor (a Gather's INT32 indices, ...), to name what is refused.
+        std::vector<std::string> readers;
+        if (const auto id = graph.findTensor(t.name))
+          for (ir::OpId u : graph.tensor(*id).users)
+            readers.push_back(fmt::format("{} '{}'", ir::opKindName(graph.op(u).kind), graph.op(u).name));
         return makeError(ExitCode::kModel,
                          fmt::format("{}: functional mode computes one storage type on chip, f16 or i8; this tensor "
-                                     "is stored as {} ('{}' as {})",
-                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored)));
+                                     "is stored as {} ('{}' as {}){}",
+                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored),
+                                     readers.empty() ? std::string() : fmt::format(", read by {}", fmt::join(readers, ", "))));
+      }
     }
   FunctionalSetup setup;
   const topology::ChipSpec defaultChip;
