@@ -208,6 +208,17 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
   return VectorRun(narrow(out));
 }
 
+VectorRun FunctionalState::shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const {
+  const int eb = elementBytes(element_);
+  auto out = std::make_shared<std::vector<std::uint8_t>>(vectors.size(), 0);
+  const std::int64_t shift = std::int64_t{operand.laneShift} * eb;
+  const std::int64_t keep = std::min<std::int64_t>(std::int64_t{operand.laneCount} * eb, vectorBytes_ - shift);
+  if (shift < 0 || keep <= 0) return out;
+  for (std::size_t v = 0; v < vectors.size(); v += static_cast<std::size_t>(vectorBytes_))
+    std::memcpy(out->data() + v, vectors.data() + v + shift, static_cast<std::size_t>(keep));
+  return out;
+}
+
 Expected<const isa::WindowRead*> FunctionalState::windowOf(const Instruction& inst, const isa::Program& program) {
   if (inst.operand < 0) return static_cast<const isa::WindowRead*>(nullptr);
   if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))

@@ -59,6 +59,8 @@ class FunctionalState {
   /// stream does not carry is an error naming it (exit 2).
   Expected<std::vector<std::uint8_t>> windowTap(const isa::WindowRead& window, const std::vector<std::uint8_t>& vectors,
                                                 std::int64_t count) const;
+  /// SXM lanes: each vector's lanes moved down by operand.laneShift, operand.laneCount kept, the rest zero.
+  VectorRun shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const;
   /// The window of an instruction's operand (null: none); an index out of the program's tables is exit 5.
   static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program);
 

@@ -358,6 +358,11 @@ class TspChip final : public Chip {
       case Opcode::kSxmShift:
         if (inst.sxm == isa::SxmFunc::kWindow && !*window)
           return malformed(inst, index, "an SXM window shift without its window");
+        if (inst.sxm == isa::SxmFunc::kLanes) {
+          if (inst.operand < 0) return malformed(inst, index, "an SXM lane shift without its operand");
+          result = values_->shiftLanes(program_->operands[static_cast<size_t>(inst.operand)], *in);
+          return true;
+        }
         if (inst.sxm == isa::SxmFunc::kUnspecified)
           return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
                                                         operandNames(a, b)));

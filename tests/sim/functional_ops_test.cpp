@@ -320,3 +320,22 @@ TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
 
 }  // namespace
 }  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+TEST(FunctionalOps, SplitOffTileBoundariesShiftsLanes) {
+  // Three parts of 40, 100 and 20 values of a 160-value row (one FP16 tile): each part's lanes move
+  // down to lane 0 on the SXM, the lanes past its values zero.
+  ir::Graph g;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {24, 160}, ir::DType::kF16)}, 0);
+  auto parts = g.addMultiOp(OpKind::kSplit, "split", {x}, {{"axis", std::int64_t{-1}}, {"split", Ints{40, 100, 20}}}, 0,
+                            {"a", "b", "c"});
+  ASSERT_TRUE(parts.ok()) << parts.error().format();
+  for (auto p : *parts) g.markOutput(p);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim

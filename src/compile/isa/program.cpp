@@ -148,7 +148,7 @@ Instruction fromJson(const nlohmann::json& j) {
 
 nlohmann::json toJson(const FunctionalOperand& o) {
   return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window, o.immediate2,
-          o.transposed ? 1 : 0};
+          o.transposed ? 1 : 0, o.laneShift, o.laneCount};
 }
 
 FunctionalOperand operandFromJson(const nlohmann::json& j) {
@@ -163,6 +163,10 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
   if (j.size() > 8) {
     o.immediate2 = j.at(7);
     o.transposed = j.at(8).get<int>() != 0;
+  }
+  if (j.size() > 10) {
+    o.laneShift = j.at(9);
+    o.laneCount = j.at(10);
   }
   return o;
 }
@@ -435,6 +439,8 @@ std::string serializeBinary(const Program& program) {
       w.put<std::uint8_t>(static_cast<std::uint8_t>((o.splatA ? 1 : 0) | (o.splatB ? 2 : 0) | (o.transposed ? 4 : 0)));
       w.put<std::int32_t>(o.window);
       w.put<float>(o.immediate2);
+      w.put<std::int32_t>(o.laneShift);
+      w.put<std::int32_t>(o.laneCount);
     }
     w.put<std::uint64_t>(program.accumulators.size());
     for (const auto& a : program.accumulators) {
@@ -503,7 +509,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
               r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
               r.get(sxm) && r.get(timingOnly);
     if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(kLastVxmFunc) ||
-        sxm > static_cast<std::uint8_t>(SxmFunc::kWindow) || timingOnly > 1)
+        sxm > static_cast<std::uint8_t>(SxmFunc::kLanes) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
     i.sxm = static_cast<SxmFunc>(sxm);
     i.timingOnly = timingOnly != 0;
@@ -543,7 +549,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     for (auto& o : program.operands) {
       std::uint8_t splat = 0;
       if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
-          splat > 7 || !r.get(o.window) || !r.get(o.immediate2))
+          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount))
         return bad();
       o.splatA = (splat & 1) != 0;
       o.splatB = (splat & 2) != 0;
@@ -623,6 +629,7 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     if (i.weightUnit >= 0) out += fmt::format(" weights=q{}x{}", i.weightUnit, i.weightRows);
     if (i.sxm == SxmFunc::kCopy) out += " copy";
     if (i.sxm == SxmFunc::kWindow) out += " window";
+    if (i.sxm == SxmFunc::kLanes) out += " lanes";
     if (i.timingOnly) out += " timing-only";
     if (i.operand >= 0) out += fmt::format(" operand={}", i.operand);
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);

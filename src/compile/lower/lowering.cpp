@@ -969,7 +969,7 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                            std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
-                           isa::SxmFunc func) {
+                           isa::SxmFunc func, int operand) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
@@ -995,6 +995,7 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
       shift.inst.sxm = func;
+      shift.inst.operand = operand;
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));

@@ -136,7 +136,7 @@ class Lowering {
   // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                    std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
-                   isa::SxmFunc func = isa::SxmFunc::kUnspecified);
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1);
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);

@@ -115,13 +115,29 @@ Status Lowering::lowerCopy(const ir::Op& op) {
   const std::vector<ir::TensorId>& parts = concat ? op.inputs : op.outputs;
   const ir::TensorId whole = concat ? op.outputs[0] : op.inputs[0];
   const TensorState& ws = tensors_.at(whole);
-  std::int64_t offset = 0;
+  std::int64_t offset = 0, valuesBefore = 0;
+  const std::int64_t lanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(whole).dtype));
   for (ir::TensorId part : parts) {
     const TensorState& ps = tensors_.at(part);
     const std::int64_t size = byTiles ? ps.placement.tiles : ps.placement.rows;
     const std::int64_t limit = byTiles ? ws.placement.tiles : ws.placement.rows;
     const std::int64_t at = std::min(offset, std::max<std::int64_t>(0, limit - size));
-    const int tile0 = byTiles ? static_cast<int>(at) : 0;
+    int tile0 = byTiles ? static_cast<int>(at) : 0;
+    // A Split part inside one tile of the input (off tile boundaries): the SXM moves its lanes down
+    // to lane 0 and keeps its values (functional mode), reading the input tile that holds them.
+    const std::int64_t partCols = storageCols(part), shift = valuesBefore % lanes;
+    const bool laneSplit = !concat && byTiles && ps.placement.tiles == 1 && shift + partCols <= lanes &&
+                           (shift != 0 || partCols < lanes) && ps.placement.rows == ws.placement.rows;
+    valuesBefore += partCols;
+    if (laneSplit) {
+      tile0 = static_cast<int>((valuesBefore - partCols) / lanes);
+      isa::FunctionalOperand moved;
+      moved.laneShift = static_cast<std::int32_t>(shift);
+      moved.laneCount = static_cast<std::int32_t>(partCols);
+      copyVectors(op, whole, part, 0, 1, 0, ps.placement.rows, tile0, 0, false, isa::SxmFunc::kLanes, addOperand(moved));
+      offset += size;
+      continue;
+    }
     const std::int64_t row0 = byTiles ? 0 : at;
     // A copy of the values (functional mode) when the part sits at its offset: whole tiles along the
     // vector axis (the part's values fill its tiles), or whole rows along the outermost row axis.
