@@ -211,11 +211,13 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
 VectorRun FunctionalState::shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const {
   const int eb = elementBytes(element_);
   auto out = std::make_shared<std::vector<std::uint8_t>>(vectors.size(), 0);
+  // Down by laneShift (a negative shift moves up): out lane l = in lane l + shift for the kept lanes.
   const std::int64_t shift = std::int64_t{operand.laneShift} * eb;
-  const std::int64_t keep = std::min<std::int64_t>(std::int64_t{operand.laneCount} * eb, vectorBytes_ - shift);
-  if (shift < 0 || keep <= 0) return out;
+  const std::int64_t from = std::max<std::int64_t>(0, shift), to = std::max<std::int64_t>(0, -shift);
+  const std::int64_t keep = std::min<std::int64_t>(std::int64_t{operand.laneCount} * eb, vectorBytes_ - std::max(from, to));
+  if (keep <= 0) return out;
   for (std::size_t v = 0; v < vectors.size(); v += static_cast<std::size_t>(vectorBytes_))
-    std::memcpy(out->data() + v, vectors.data() + v + shift, static_cast<std::size_t>(keep));
+    std::memcpy(out->data() + v + to, vectors.data() + v + from, static_cast<std::size_t>(keep));
   return out;
 }
 

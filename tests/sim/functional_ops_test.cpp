@@ -339,3 +339,22 @@ TEST(FunctionalOps, SplitOffTileBoundariesShiftsLanes) {
 
 }  // namespace
 }  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+TEST(FunctionalOps, ConcatOffTileBoundariesMergesLanes) {
+  // Parts of 30, 50 and 60 values into one 140-value FP16 tile: the first copied with its lanes, the
+  // others moved up on the SXM and added into the output row on the VXM.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  std::vector<ir::TensorId> parts;
+  for (const auto& [name, cols] : std::vector<std::pair<std::string, std::int64_t>>{{"a", 30}, {"b", 50}, {"c", 60}})
+    parts.push_back(*g.addOp(OpKind::kExp, name + "_exp", {g.addInput(name, {12, cols}, dt)}, 0));
+  g.markOutput(*g.addOp(OpKind::kConcat, "concat", parts, {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim

@@ -105,8 +105,9 @@ TEST(OnnxNodeFunctional, LoweredCasesMatchTheInterpreterAndTheTestData) {
              "are not FP16 values: {}); refused:{}\n  passed: {}\n  refused: {}\n",
              compiled, matchInterpreter, matchData, inexactInputs, fmt::join(inexactNames, " "), why,
              fmt::join(passed, " "), fmt::join(refusedNames, " "));
-  // add, div, pow, sigmoid, sqrt, erf, the reductions, softmax, Gemm's alpha/beta/transB and Split among them.
-  EXPECT_GE(matchData, 78);
+  // add, div, pow, sigmoid, sqrt, erf, the reductions, softmax, Gemm's alpha/beta/transB, Split and
+  // Concat off tile boundaries among them.
+  EXPECT_GE(matchData, 84);
 }
 
 }  // namespace

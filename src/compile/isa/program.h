@@ -64,7 +64,7 @@ enum class SxmFunc : std::uint8_t {
   kUnspecified,
   kCopy,
   kWindow,  ///< the vectors of one window tap realigned to their output pixels, lanes shifted (its operand's window)
-  kLanes,   ///< each vector's lanes moved down by the operand's laneShift, laneCount of them kept (a Split)
+  kLanes,   ///< each vector's lanes moved down by the operand's laneShift (up when negative), laneCount kept
 };
 
 /// Stream directions along the east-west axis.
@@ -149,7 +149,7 @@ struct FunctionalOperand {
   bool splatB = false;            ///< the same for src2
   std::int32_t window = -1;       ///< Program::windows index: src is one tap of a window read (below)
   bool transposed = false;        ///< MxmInstall: the weight vectors are the tile's columns (Gemm transB)
-  std::int32_t laneShift = 0;     ///< SXM lanes: out lane l is in lane l + laneShift
+  std::int32_t laneShift = 0;     ///< SXM lanes: out lane l is in lane l + laneShift (a Split down, a Concat up)
   std::int32_t laneCount = 0;     ///< SXM lanes: lanes kept (the rest zero)
   friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
 };

@@ -159,6 +159,8 @@ class Lowering {
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);
+  // A Concat part joining a one-tile output off tile boundaries (its lane-shift operand given).
+  void mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whole, int operand);
 
   // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,

@@ -96,6 +96,34 @@ Status Lowering::lowerReduction(const ir::Op& op) {
   return {};
 }
 
+void Lowering::mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whole, int operand) {
+  // Per row piece: read the part -> SXM lane shift -> VXM add with the output's row -> write it back.
+  const TensorState& ps = tensors_.at(part);
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  const int vxmSlice = chip_.units()[vxm].slice;
+  for (const auto& [r0, n] : rowPieces(0, ps.placement.rows, {part, whole})) {
+    Task task;
+    task.name = fmt::format("{} merge {} rows {}", op.name, ps.placement.name, r0);
+    task.steps.push_back(readStep(part, 0, r0, n, false));
+    schedule::Step shift;
+    const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
+    shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2), Opcode::kSxmShift, n);
+    shift.inst.sxm = isa::SxmFunc::kLanes;
+    shift.inst.operand = operand;
+    shift.producer = 0;
+    task.steps.push_back(shift);
+    schedule::Step add;
+    add.inst = makeInst(vxm, Opcode::kVxmBinary, n);
+    add.inst.func = isa::VxmFunc::kAdd;
+    add.producer = 1;
+    add.producer2 = 3;
+    task.steps.push_back(add);
+    task.steps.push_back(readStep(whole, 0, r0, n, false));
+    task.steps.push_back(writeStep(whole, 0, r0, n, 2));
+    addTask(std::move(task), {{part, 0, r0, n, 0}, {whole, 0, r0, n, 3}}, {{whole, 0, r0, n, 4}});
+  }
+}
+
 Status Lowering::lowerCopy(const ir::Op& op) {
   // Concat, Split and Slice move vectors through the SXM: along the vector axis (the channels of a
   // channels-last map, else the last dimension) by whole tiles, along any other axis by rows.
@@ -128,7 +156,23 @@ Status Lowering::lowerCopy(const ir::Op& op) {
     const std::int64_t partCols = storageCols(part), shift = valuesBefore % lanes;
     const bool laneSplit = !concat && byTiles && ps.placement.tiles == 1 && shift + partCols <= lanes &&
                            (shift != 0 || partCols < lanes) && ps.placement.rows == ws.placement.rows;
+    // A Concat part of a one-tile output off tile boundaries: the first is copied with its values'
+    // lanes kept; each later one moves up to its lanes on the SXM and joins the output's row on the
+    // VXM (the earlier parts' lanes are zero in it).
+    const bool laneConcat = concat && byTiles && ws.placement.tiles == 1 && ps.placement.tiles == 1 &&
+                            (shift != 0 || partCols < lanes) && ps.placement.rows == ws.placement.rows;
     valuesBefore += partCols;
+    if (laneConcat) {
+      isa::FunctionalOperand moved;
+      moved.laneShift = static_cast<std::int32_t>(-(valuesBefore - partCols));
+      moved.laneCount = static_cast<std::int32_t>(partCols);
+      if (valuesBefore == partCols)
+        copyVectors(op, part, whole, 0, 1, 0, ps.placement.rows, 0, 0, false, isa::SxmFunc::kLanes, addOperand(moved));
+      else
+        mergeLanes(op, part, whole, addOperand(moved));
+      offset += size;
+      continue;
+    }
     if (laneSplit) {
       tile0 = static_cast<int>((valuesBefore - partCols) / lanes);
       isa::FunctionalOperand moved;
