@@ -83,6 +83,66 @@ TEST(Program, FunctionalFieldsRoundTrip) {
   EXPECT_NE(toText(p, topology::ChipSpec{}).find("weights=q7x97"), std::string::npos);
 }
 
+// A VXM instruction's operand (splatted lanes, an immediate, a named accumulator) and the
+// accumulator table survive both on-disk forms; a bad accumulator index is refused.
+TEST(Program, FunctionalOperandsAndAccumulatorsRoundTrip) {
+  Program p = sample();
+  Instruction accumulate;
+  accumulate.unit = 88;
+  accumulate.op = Opcode::kVxmUnary;
+  accumulate.func = VxmFunc::kAccumulate;
+  accumulate.operand = 1;
+  Instruction scaled;
+  scaled.unit = 88;
+  scaled.op = Opcode::kVxmBinary;
+  scaled.func = VxmFunc::kScaleAdd;
+  scaled.operand = 0;
+  p.instructions.insert(p.instructions.end(), {accumulate, scaled});
+  p.operands = {{-1, 0, 0, 0.25f, false, true}, {0, 2, 130, 0.0f, false, false}};
+  isa::Accumulator moments;
+  moments.kind = isa::Accumulator::Kind::kMoments;
+  moments.dims = {4, 3, 200};
+  moments.reduced = {0, 0, 1};
+  moments.epsilon = 1e-5;
+  p.accumulators = {moments};
+  p.operands[0].immediate2 = 0.5f;
+  p.operands[0].transposed = true;
+  p.operands[0].laneShift = 40;
+  p.operands[0].laneCount = 100;
+  p.operands[0].window = 0;
+  isa::WindowRead tap;
+  tap.h = tap.w = 8;
+  tap.ho = tap.wo = 4;
+  tap.sh = tap.sw = 2;
+  tap.pt = tap.pl = 1;
+  tap.ky = 2;
+  tap.first = -1;
+  tap.stride = 2;
+  tap.fill = -65504.0f;
+  p.windows = {tap};
+  isa::WeightFold fold;
+  fold.tensor = "conv.w";
+  fold.source = "conv.w";
+  fold.gamma = "g";
+  fold.beta = "b";
+  fold.mean = "m";
+  fold.var = "v";
+  p.folds = {fold};
+  auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
+  ASSERT_TRUE(json.ok()) << json.error().format();
+  EXPECT_EQ(*json, p);
+  const std::string bytes = serializeBinary(p);
+  auto binary = deserializeBinary(bytes, topology::ChipSpec{}, "p.tspp");
+  ASSERT_TRUE(binary.ok()) << binary.error().format();
+  EXPECT_EQ(*binary, p);
+  EXPECT_NE(p.contentHash(), sample().contentHash());
+  EXPECT_NE(toText(p, topology::ChipSpec{}).find("VxmUnary.accumulate operand=1"), std::string::npos);
+  p.operands[1].accumulator = 5;  // no such accumulator
+  auto bad = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("bad functional section"), std::string::npos);
+}
+
 TEST(Program, RefusesAProgramForAnotherChip) {
   topology::ChipSpec other;
   other.memReadCycles = 3;

@@ -229,8 +229,9 @@ TEST(FunctionalAgreement, WindowGatheredConvMatchesTheInterpreter) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
-TEST(FunctionalAgreement, PaddedImplicitConvIsRefusedCleanly) {
-  // Padding taps read the nearest rows in the timing model: functional mode refuses, exit 2.
+TEST(FunctionalAgreement, PaddedImplicitConvMatchesTheInterpreter) {
+  // Padding taps read the nearest rows in the timing model; each compute's window operand realigns
+  // the stream to the output pixels and zeroes the padding.
   ir::Graph g;
   const auto dt = ir::DType::kF16;
   auto x = *g.addOp(ir::OpKind::kRelu, "relu_in", {g.addInput("x", {1, 160, 8, 8}, dt)}, 0);
@@ -238,9 +239,7 @@ TEST(FunctionalAgreement, PaddedImplicitConvIsRefusedCleanly) {
                         {{"kernel_shape", std::vector<std::int64_t>{3, 3}}, {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}},
                         0));
   const Status s = runConvGraph(g);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
-  EXPECT_NE(s.error().message.find("the lowering gives only its timing"), std::string::npos) << s.error().message;
+  EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
 INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,

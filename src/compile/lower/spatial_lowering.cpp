@@ -135,6 +135,16 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
   const std::int64_t wanted = first;
   first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
+  // A strided read moved into its segment keeps its stride phase where the segment allows: the
+  // pixels it then misses are padding at the row's ends, and its vectors stay the tap's pixels.
+  if (stride > 1 && first != wanted) {
+    const std::int64_t phase = ((wanted - first) % stride + stride) % stride;
+    for (const std::int64_t phased : {first + phase, first + phase - stride})
+      if (phase != 0 && phased >= segStart && phased + span < segEnd) {
+        first = phased;
+        break;
+      }
+  }
   // The pixels of the tap exactly: no padding (a unit-stride stream over all pixels has none only
   // for a 1 x 1 window) and no clamping into the segment.
   if (exact) *exact = win.inside() && first == wanted;
@@ -145,6 +155,25 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
   s.inst.stride = static_cast<std::int32_t>(stride);
   return {s, Access{in, tile, first, span + 1, 0}};
+}
+
+int Lowering::windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                            std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
+                            std::int64_t laneShift) {
+  isa::WindowRead w;
+  w.h = win.h, w.w = win.w, w.ho = win.ho, w.wo = win.wo;
+  w.sh = win.sh, w.sw = win.sw, w.dh = win.dh, w.dw = win.dw, w.pt = win.pt, w.pl = win.pl;
+  w.ky = ky, w.kx = kx;
+  w.pixel0 = block[1];
+  w.first = read.second.row0;
+  w.stride = read.first.inst.stride;
+  w.laneShift = static_cast<std::int32_t>(laneShift);
+  w.lanes = static_cast<std::int32_t>(lanes);
+  w.fill = fill;
+  out_.windows.push_back(w);
+  isa::FunctionalOperand operand;
+  operand.window = static_cast<std::int32_t>(out_.windows.size()) - 1;
+  return addOperand(operand);
 }
 
 Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
@@ -170,7 +199,13 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (const ir::Op* bn = soleUser(job.out, ops, position + 1, {ir::OpKind::kBatchNormalization})) {
     job.bias = bn->inputs[2];
     job.out = bn->outputs[0];
-    job.timingOnly = true;  // the program does not carry the folded weights: timed, not computed
+    // The program's SRAM image holds the folded weights and shift (Program::folds) when the weights
+    // and beta serve this pair alone and the Conv has no bias of its own; else timed, not computed.
+    if (op.inputs.size() < 3 && foldsAlone(op.inputs[1], op) && foldsAlone(bn->inputs[2], *bn))
+      for (const auto kind : {isa::WeightFold::Kind::kWeights, isa::WeightFold::Kind::kShift})
+        recordFold(*bn, kind == isa::WeightFold::Kind::kWeights ? op.inputs[1] : bn->inputs[2], kind, op.inputs[1]);
+    else
+      job.timingOnly = true;
     ++consumed;
   }
   // A residual Add of an earlier feature map of the output's shape joins the epilogue too.
@@ -248,16 +283,17 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.weightRows = [cin, cinTiles, planeElems](int k) {
     return std::min<std::int64_t>(planeElems, cin - std::int64_t{k % cinTiles} * planeElems);
   };
-  for (int k = 0; k < job.kTiles && !job.timingOnly; ++k)
-    for (const auto& block : job.blocks) {
-      bool exact = false;
-      const std::int64_t tap = k / cinTiles;
-      windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
-      if (!exact) {
-        job.timingOnly = true;
-        break;
-      }
-    }
+  // Padding taps and rows read off the tap's pixels (the read moved into its segment) are the
+  // compute's window operand: functional mode realigns the stream to the output pixels.
+  const int planeLanes = planeElems;
+  job.window = [this, in, win, cinTiles, cin, planeLanes](int k, const std::array<std::int64_t, 3>& block) {
+    const std::int64_t tap = k / cinTiles;
+    bool exact = false;
+    const auto read = windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
+    if (exact) return -1;
+    const std::int64_t lanes = std::min<std::int64_t>(planeLanes, cin - std::int64_t{k % cinTiles} * planeLanes);
+    return windowOperand(win, block, tap / win.kw, tap % win.kw, read, lanes, 0.0f, 0);
+  };
   return lowerMxm(job);
 }
 
@@ -280,6 +316,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       const alloc::Block pb = *buffer;
       auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
                              std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
+                             true, 0.0f,
                              [&](int producer) { return makeWriteOf(pb, job.blocks[b][2], producer); }, {}, avoid);
       if (!chain) return chain.error();
       waitForFreedReaders(pb, chain->task, chain->writeStep);
@@ -300,7 +337,6 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
   const std::int64_t taps = win.taps();
   job.weightRows = [g, cin, taps](int k) { return (std::min(taps, (std::int64_t{k} + 1) * g) - std::int64_t{k} * g) * cin; };
-  job.timingOnly = true;  // the gather passes shift rows to their lanes, which functional mode does not compute
   const Status lowered = lowerMxm(job);
   for (size_t k = 0; k < packed.size(); ++k)
     for (size_t b = 0; b < packed[k].size(); ++b)
@@ -308,18 +344,42 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   return lowered;
 }
 
+bool Lowering::foldsAlone(ir::TensorId tensor, const ir::Op& user) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  return t.producer < 0 && t.users.size() == 1 && &graph_.op(t.users[0]) == &user;
+}
+
+void Lowering::recordFold(const ir::Op& bn, ir::TensorId tensor, isa::WeightFold::Kind kind, ir::TensorId weights) {
+  isa::WeightFold fold;
+  fold.tensor = graph_.tensor(tensor).name;
+  fold.kind = kind;
+  if (kind == isa::WeightFold::Kind::kWeights) fold.source = graph_.tensor(weights).name;
+  fold.gamma = graph_.tensor(bn.inputs[1]).name;
+  fold.beta = graph_.tensor(bn.inputs[2]).name;
+  fold.mean = graph_.tensor(bn.inputs[3]).name;
+  fold.var = graph_.tensor(bn.inputs[4]).name;
+  fold.epsilon = bn.floatAttr("epsilon", 1e-5);
+  out_.folds.push_back(fold);
+}
+
 Status Lowering::lowerBatchNorm(const ir::Op& op) {
   // Inference form on the VXM: y = x * scale + shift per channel (mean and variance folded into
-  // scale and shift at compile time), the channel vectors read as broadcast rows.
-  // Timing only in functional mode: the program does not carry the folded scale and shift.
+  // scale and shift at compile time: the program's image holds them in gamma's and beta's places,
+  // Program::folds), the channel vectors read as broadcast rows.
+  const bool folds = foldsAlone(op.inputs[1], op) && foldsAlone(op.inputs[2], op);
+  if (folds) {
+    recordFold(op, op.inputs[1], isa::WeightFold::Kind::kScale, -1);
+    recordFold(op, op.inputs[2], isa::WeightFold::Kind::kShift, -1);
+  }
   return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd},
-                       false);
+                       folds);
 }
 
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
-                                                 isa::VxmFunc combine, const std::function<Step(int)>& finalWrite,
+                                                 isa::VxmFunc combine, bool computes, float fill,
+                                                 const std::function<Step(int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
@@ -342,8 +402,17 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     const std::int64_t pass = tap - tap0;
     Task task;
     task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
-    auto [read, access] = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
+    const auto windowed = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
+    const auto& [read, access] = windowed;
     task.steps.push_back(read);
+    // The pass's tap realigned to the output pixels: on the SXM with its lane shift, else on the ALU.
+    const std::int64_t cin = storageCols(in);
+    const std::int64_t laneWidth = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(in).dtype));
+    const std::int64_t lanes = std::min(laneWidth, cin - std::int64_t{tile} * laneWidth);
+    const bool shifted = shiftLanes && pass > 0;
+    const int window = computes ? windowOperand(win, block, tap / win.kw, tap % win.kw, windowed, lanes, fill,
+                                                shifted ? pass * cin : 0)
+                                : -1;
     if (shiftLanes && pass > 0) {
       Step shift;  // to the tap's lanes of the packed vector
       // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
@@ -355,12 +424,15 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
                                 static_cast<int>(tap % sxmHalf),
                             Opcode::kSxmShift, rows);
       shift.producer = 0;
+      shift.inst.sxm = computes ? isa::SxmFunc::kWindow : isa::SxmFunc::kUnspecified;
+      shift.inst.operand = window;
       task.steps.push_back(shift);
     }
     Step alu;
     alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
     alu.inst.func = pass == 0 ? first : combine;
-    alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
+    alu.inst.timingOnly = !computes;  // an average pool's scale is a cost only
+    if (!shifted) alu.inst.operand = window;
     alu.producer = static_cast<int>(task.steps.size()) - 1;
     task.steps.push_back(alu);
     const int aluAt = static_cast<int>(task.steps.size()) - 1;
@@ -405,9 +477,11 @@ Status Lowering::lowerPool(const ir::Op& op) {
   for (int s : slicesOf(out)) avoid.insert(s);
   for (int t = 0; t < tensors_.at(out).placement.tiles; ++t)
     for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
+      // Max: the first tap copies, each further one keeps the larger; padding is the lowest value.
+      const float lowest = ir::dtypeBytes(graph_.tensor(in).dtype) == 1 ? -128.0f : -65504.0f;
       auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
-                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub,
+                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
                              [&](int producer) { return writeStep(out, t, block[1], block[2], producer); },
                              {{out, t, block[1], block[2], 0}}, avoid);
       if (!chain) return chain.error();
