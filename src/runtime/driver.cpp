@@ -612,6 +612,7 @@ struct TrainingFigures {
   Cycle pipelineCycles = 0, allReduceCycles = 0;
   double idealCycles = 0, bubble = 0;
   int compiledPasses = 0, sharedPasses = 0;
+  std::vector<std::vector<Cycle>> forwardCycles, backwardCycles;  ///< [stage][chunk], one microbatch
 };
 
 // A training step of the plan through the training cluster scheduler; its pipeline figures go to `figures`.
@@ -627,7 +628,7 @@ Expected<schedule::ClusterSchedule> scheduleTrainingPlan(const ir::Graph& graph,
   figures = TrainingFigures{plan.pp, plan.microbatches, plan.interleave, scheduled->buckets,
                             scheduled->pipelineCycles, scheduled->allReduceCycles, scheduled->idealCycles(),
                             scheduled->bubbleFraction(), scheduled->cluster.compiledShards,
-                            scheduled->cluster.sharedShards};
+                            scheduled->cluster.sharedShards, scheduled->forwardCycles, scheduled->backwardCycles};
   return std::move(scheduled->cluster);
 }
 
@@ -642,6 +643,8 @@ nlohmann::json trainingJson(const TrainingFigures& t, const partition::TrainingC
           {"bubble_formula", formula / t.chunks},  // (p-1)/m, and (1/v)(p-1)/m interleaved
           {"all_reduce_end_cycles", t.allReduceCycles},
           {"all_reduce_buckets", t.buckets},
+          {"forward_cycles", t.forwardCycles},
+          {"backward_cycles", t.backwardCycles},
           {"passes_compiled", t.compiledPasses},
           {"passes_shared", t.sharedPasses}};
 }
