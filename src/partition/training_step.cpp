@@ -12,12 +12,12 @@ namespace tsp::partition {
 Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forward, const Plan& plan,
                                                           const TrainingConfig& config, bool withLoss) {
   if (plan.tp > 1)
-    return makeError(ExitCode::kConfig, fmt::format("training steps run with tp = 1 (pipeline and data parallelism); "
+    return makeError(ExitCode::kConfig, fmt::format("training steps run with tp = 1 (pipeline and data parallelism), "
                                                     "the plan has tp = {}", plan.tp));
   const int p = plan.pp, v = plan.interleave, m = plan.microbatches;
   PipelineSchedule schedule = config.schedule;
   if (v > 1 && schedule != PipelineSchedule::kInterleaved)
-    return makeError(ExitCode::kConfig, fmt::format("the plan interleaves v = {} chunks per stage: training.schedule "
+    return makeError(ExitCode::kConfig, fmt::format("the plan interleaves v = {} chunks per stage, training.schedule "
                                                     "must be interleaved", v));
   if (v == 1 && schedule == PipelineSchedule::kInterleaved) schedule = PipelineSchedule::k1F1B;
   auto order = buildPipelineOrder(schedule, p, m, v);

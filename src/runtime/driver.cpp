@@ -772,7 +772,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     return {};
   }
   if (config.training.enabled && functional)
-    return failure(makeError(ExitCode::kConfig, "training: functional mode runs inference steps; training steps "
+    return failure(makeError(ExitCode::kConfig, "training: functional mode runs inference steps, training steps "
                                                 "run in timing mode"),
                    root);
   if (!plan->purePipeline() && config.simulation.mode == "functional") {
