@@ -12,17 +12,19 @@
 
 namespace tsp::partition {
 
-/// The training graph of one microbatch and the workload over it (which points into the graph).
+/// The training graph of one microbatch per TP rank and the workload over them (which points into them).
 struct TrainingStep {
-  ir::TrainingGraph training;
+  std::vector<ir::TrainingGraph> training;  ///< per TP rank
   schedule::TrainingWorkload workload;
 };
 
-/// Builds the step of a dp x pp (x m, x v) plan: the forward graph's batch block (dp x m blocks), its
+/// Builds the step of a dp x tp x pp (x m, x v) plan: the forward graph's batch block (dp x m
+/// blocks), with tp > 1 its TP ranks' device graphs (Megatron's split, planAnnotations), each one's
 /// training graph (with the loss: buildTrainingGraph; without: differentiate, the output's gradient
-/// an input), its ops split by the plan's layer chunks into forward, backward and update, the chips
-/// of every replica's stages and each stage's order. A plan with tp > 1 is a config error (this
-/// build executes training steps of pipeline and data parallelism); errors name the numbers.
+/// an input), the gradient of every replicated activation that only column-parallel matmuls read
+/// all-reduced over the TP group, the ops split by the plan's layer chunks into forward, backward
+/// and update, the chips of every replica's stages and TP ranks, and each stage's order. The 2D
+/// split is a config error; errors name the numbers.
 Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forward, const Plan& plan,
                                                           const TrainingConfig& config, bool withLoss = true);
 

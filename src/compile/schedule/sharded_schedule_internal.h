@@ -35,6 +35,8 @@ class ChipTimelines {
     programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
     free_[c] = std::max(free_[c], offset + program.predictedCycles);
   }
+  /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
+  void idle(int c, Cycle cycles) { free_[c] += cycles; }
   /// The programs, canonical, with their predicted cycles and lower bounds.
   std::vector<isa::Program> finish() {
     for (auto& p : programs_) {

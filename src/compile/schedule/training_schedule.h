@@ -18,17 +18,18 @@ struct TrainingPass {
   int chunk = 0;  ///< the stage's virtual stage; the model stage is chunk * stages + stage
 };
 
-/// A training step of a pipelined, data-parallel plan: one microbatch's training graph split into
-/// model stages, the chips of every replica's stages and each stage's order of passes.
+/// A training step of a pipelined, tensor- and data-parallel plan: one microbatch's training graph
+/// per TP rank (SPMD: one op sequence, collectives naming TP ranks in `devices`) split into model
+/// stages, the chips of every replica's stages and TP ranks, and each stage's order of passes.
 struct TrainingWorkload {
-  const ir::Graph* graph = nullptr;  ///< one microbatch's training graph (forward, loss, backward, update)
+  std::vector<const ir::Graph*> graphs;  ///< per TP rank: one microbatch's training graph
   int stages = 1, chunks = 1, microbatches = 1;
   /// Per model stage (chunk * stages + stage), in topological order: its forward ops (the loss on the
   /// last), its backward ops (recomputation included) and its optimizer update.
   std::vector<std::vector<ir::OpId>> forward, backward, update;
   /// The gradient tensors each model stage's backward pass completes (what the data-parallel all-reduce sums).
   std::vector<std::vector<ir::TensorId>> gradients;
-  std::vector<std::vector<int>> chips;             ///< [replica][stage]: the chip
+  std::vector<std::vector<std::vector<int>>> chips;  ///< [replica][stage][TP rank]: the chip
   std::vector<std::vector<TrainingPass>> order;    ///< per stage, in execution order
   Bytes bucketBytes = Bytes{25} << 20;             ///< gradient all-reduce bucket
 };
@@ -40,8 +41,8 @@ struct TrainingStepSchedule {
   Cycle allReduceCycles = 0; ///< end of the last gradient all-reduce (0 without data parallelism)
   int buckets = 0;           ///< all-reduce buckets scheduled (per replica group)
   int microbatches = 1;
-  /// Per [stage][chunk]: the cycles of one microbatch's forward and backward pass (the longest of its
-  /// compiled variants), what the ideal pipeline time is made of.
+  /// Per [stage][chunk]: the cycles of one microbatch's forward and backward pass (the longest span
+  /// from its start to its end, collectives included), what the ideal pipeline time is made of.
   std::vector<std::vector<Cycle>> forwardCycles, backwardCycles;
   /// The busiest stage's work: m x the sum over its chunks of forward + backward.
   double idealCycles() const;
@@ -51,7 +52,8 @@ struct TrainingStepSchedule {
 
 /// Schedules the step: passes run in each stage's order as soon as their inputs are on the chip
 /// (tensors from another chip arrive whole before the pass starts: sent during the producing pass
-/// over a direct link, or as a message on the route); each model stage's gradients are all-reduced
+/// over a direct link, or as a message on the route); a pass's collectives (TP all-reduces, forward
+/// and backward) run over its TP group's chips between its compute runs; each model stage's gradients are all-reduced
 /// over its replicas in buckets as soon as that stage's last backward pass ends, while other stages
 /// are still in their backward passes; then every chip runs its optimizer update. Identical passes
 /// are compiled once and relocated. Errors name the op; an order that cannot finish is internal.
