@@ -1,10 +1,12 @@
 // Training steps of pipelined and data-parallel plans through the training cluster scheduler: pipeline bubbles
 // against the event simulation of the same orders and against Megatron's formula, shared passes, all-reduce buckets.
 #include <cstdio>
+#include <map>
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "compile/frontend/builtin_models.h"
 #include "partition/pipeline_schedule.h"
 #include "partition/training_step.h"
 #include "topology/cluster_config.h"
@@ -102,6 +104,45 @@ TEST(TrainingStep, UniformPipelineBubbleMatchesTheEventSimulationAndTheFormula) 
     EXPECT_LT(scheduled->bubbleFraction(), formula);
     EXPECT_GT(scheduled->bubbleFraction(), 0.5 * formula);
   }
+}
+
+// Megatron's conjugate operators: with tp = 2 every transformer layer's backward pass all-reduces the
+// gradients of the activations its column-parallel matmuls read (attention's QKV input, the MLP's
+// input), and the step schedules with those collectives on the TP pair's chips.
+TEST(TrainingStep, TensorParallelBackwardAllReducesTheColumnParallelInputs) {
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", "2"}, {"hidden", "128"}, {"heads", "2"}, {"seq", "16"},
+                 {"batch", "4"},  {"vocab", "256"},  {"dtype", "fp16"}};
+  auto forward = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(forward.ok()) << forward.error().format();
+  Plan plan = pipelinePlan(forward->layerCount(), 2, 2, 1);
+  plan.tp = 2;
+  plan.split = TensorSplit::kMegatron;
+  plan.placement = {0, 1, 2, 3};  // stage s, TP rank t on chip 2 s + t
+  TrainingConfig config;
+  config.enabled = true;
+  config.optimizer = ir::Optimizer::kSgd;
+  auto step = buildTrainingStep(*forward, plan, config);
+  ASSERT_TRUE(step.ok()) << step.error().format();
+  ASSERT_EQ((*step)->training.size(), 2u);
+  const ir::Graph& g = (*step)->training.front().graph;
+  std::map<int, int> backwardAllReduces;  // per layer
+  int forwardAllReduces = 0;
+  const auto& work = (*step)->workload;
+  for (const auto& ops : work.backward)
+    for (ir::OpId op : ops)
+      if (g.op(op).kind == ir::OpKind::kAllReduce) ++backwardAllReduces[g.op(op).layer];
+  for (const auto& ops : work.forward)
+    for (ir::OpId op : ops) forwardAllReduces += g.op(op).kind == ir::OpKind::kAllReduce;
+  EXPECT_GT(forwardAllReduces, 0);
+  for (int layer = 1; layer <= 2; ++layer) EXPECT_EQ(backwardAllReduces[layer], 2) << "layer " << layer;
+  EXPECT_EQ(work.chips.front()[1], (std::vector<int>{2, 3}));
+  const auto cluster = ring(4, "{latency_ns: 250}");
+  auto scheduled = schedule::scheduleTrainingStep(work, cluster);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.error().format();
+  EXPECT_GT(scheduled->cluster.collectives, 0);
+  for (int c = 0; c < 4; ++c) EXPECT_GT(scheduled->cluster.programs[c].instructions.size(), 0u) << c;
 }
 
 }  // namespace
