@@ -84,6 +84,18 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
     if (!training) return training.error();
     step->training.push_back(std::move(*training));
   }
+  // Every microbatch adds its weight gradients into accumulators kept on chip (state tensors), in the
+  // backward pass of the layer that made them: the ops after the training graph's own.
+  const auto trainingOps = static_cast<ir::OpId>(step->training.front().graph.ops().size());
+  for (auto& t : step->training)
+    for (ir::TensorId grad : t.tensors.gradients) {
+      if (grad < 0) continue;
+      ir::Graph& tg = t.graph;
+      const ir::Tensor gradient = tg.tensor(grad);
+      const ir::TensorId sum = tg.addState(gradient.name + ".accumulated", gradient.shape, gradient.dtype);
+      auto added = tg.addOp(ir::OpKind::kAdd, gradient.name + ".accumulate", {grad, sum}, tg.op(gradient.producer).layer);
+      if (!added) return added.error();
+    }
   const ir::Graph& g = step->training.front().graph;
   schedule::TrainingWorkload& work = step->workload;
   for (const auto& t : step->training) work.graphs.push_back(&t.graph);
@@ -112,7 +124,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
     if (chunk < 0 || static_cast<size_t>(chunk) >= stages)
       return makeError(ExitCode::kInternal, fmt::format("layer {} is in chunk {} of a plan of {} chunks",
                                                         g.op(op).layer, chunk, stages));
-    auto& to = op < forwardOps ? work.forward : op < firstUpdate ? work.backward : work.update;
+    auto& to = op < forwardOps ? work.forward : op < firstUpdate || op >= trainingOps ? work.backward : work.update;
     to[chunk].push_back(op);
   }
   for (ir::TensorId grad : step->training.front().tensors.gradients)
