@@ -70,7 +70,9 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
     if (!propagated) return propagated.error();
     auto group = shardGraph(*block, *propagated);
     if (!group) return group.error();
-    devices = std::move(group->graphs);
+    // Every TP rank runs rank 0's device graph: the ranks' graphs differ only in the block their
+    // Slices take (whose gradients then pad on different sides), with the same shapes and costs.
+    devices.push_back(std::move(group->graphs.front()));
   } else {
     devices.push_back(*block);
   }
@@ -98,7 +100,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
     }
   const ir::Graph& g = step->training.front().graph;
   schedule::TrainingWorkload& work = step->workload;
-  for (const auto& t : step->training) work.graphs.push_back(&t.graph);
+  for (int t = 0; t < tp; ++t) work.graphs.push_back(&step->training.front().graph);
   work.stages = p;
   work.chunks = v;
   work.microbatches = m;

@@ -12,14 +12,15 @@
 
 namespace tsp::partition {
 
-/// The training graph of one microbatch per TP rank and the workload over them (which points into them).
+/// The training graph of one microbatch and the workload over it (which points into it).
 struct TrainingStep {
-  std::vector<ir::TrainingGraph> training;  ///< per TP rank
+  std::vector<ir::TrainingGraph> training;  ///< one: TP rank 0's, which every TP rank runs
   schedule::TrainingWorkload workload;
 };
 
 /// Builds the step of a dp x tp x pp (x m, x v) plan: the forward graph's batch block (dp x m
-/// blocks), with tp > 1 its TP ranks' device graphs (Megatron's split, planAnnotations), each one's
+/// blocks), with tp > 1 TP rank 0's device graph (Megatron's split, planAnnotations) for every
+/// rank (the ranks differ only in which block their Slices take: the same shapes and costs), its
 /// training graph (with the loss: buildTrainingGraph; without: differentiate, the output's gradient
 /// an input), the gradient of every replicated activation that only column-parallel matmuls read
 /// all-reduced over the TP group, the ops split by the plan's layer chunks into forward, backward

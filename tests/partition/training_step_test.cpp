@@ -125,7 +125,7 @@ TEST(TrainingStep, TensorParallelBackwardAllReducesTheColumnParallelInputs) {
   config.optimizer = ir::Optimizer::kSgd;
   auto step = buildTrainingStep(*forward, plan, config);
   ASSERT_TRUE(step.ok()) << step.error().format();
-  ASSERT_EQ((*step)->training.size(), 2u);
+  ASSERT_EQ((*step)->workload.graphs.size(), 2u);
   const ir::Graph& g = (*step)->training.front().graph;
   std::map<int, int> backwardAllReduces;  // per layer
   int forwardAllReduces = 0;

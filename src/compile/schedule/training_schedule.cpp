@@ -140,9 +140,16 @@ class TrainingScheduler {
     if (work_.graphs.empty() || work_.forward.size() != stages || work_.backward.size() != stages ||
         work_.update.size() != stages || work_.order.size() != static_cast<size_t>(p) || work_.chips.empty())
       return makeError(ExitCode::kInternal, "training step: the workload's stages do not match its plan");
-    for (const ir::Graph* g : work_.graphs)
-      if (!g || g->ops().size() != work_.graphs.front()->ops().size())
-        return makeError(ExitCode::kInternal, "training step: the TP ranks' graphs are not SPMD");
+    for (size_t t = 0; t < work_.graphs.size(); ++t) {
+      const ir::Graph* g = work_.graphs[t];
+      const ir::Graph& lead = *work_.graphs.front();
+      if (!g) return makeError(ExitCode::kInternal, "training step: a TP rank without a graph");
+      for (size_t j = 0; j < std::max(g->ops().size(), lead.ops().size()); ++j)
+        if (j >= g->ops().size() || j >= lead.ops().size() || g->op(j).kind != lead.op(j).kind)
+          return makeError(ExitCode::kInternal,
+                           fmt::format("training step: TP rank {}'s graph is not SPMD with rank 0's at op {} ('{}')", t,
+                                       j, j < g->ops().size() ? g->op(j).name : lead.op(j).name));
+    }
     for (const auto& replica : work_.chips) {
       if (replica.size() != static_cast<size_t>(p))
         return makeError(ExitCode::kInternal, "training step: a replica without a chip for every stage");
