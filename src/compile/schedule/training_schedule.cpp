@@ -101,7 +101,8 @@ class TrainingScheduler {
       done.insert({pass.microbatch, static_cast<int>(seg.phase), seg.stage});
       if (pass.backward) {
         for (const auto& replica : work_.chips)
-          for (int c : replica[best]) result_.pipelineCycles = std::max(result_.pipelineCycles, timelines_.freeAt(c));
+          for (int c : replica[best])
+            result_.pipelineCycles = std::max(result_.pipelineCycles, timelines_.freeAt(c) - drainCycles());
         if (lastBackward[best][pass.chunk] == next[best])
           if (auto s = allReduce(best, seg.stage); !s) return s.error();
       }
@@ -445,7 +446,8 @@ class TrainingScheduler {
         ++result_.cluster.collectives;
         if (t == 0) ++result_.buckets;
       }
-      for (int c : group) result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c));
+      for (int c : group)
+        result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c) - drainCycles());
     }
     return {};
   }

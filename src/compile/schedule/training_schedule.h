@@ -37,7 +37,7 @@ struct TrainingWorkload {
 /// A scheduled training step and the figures of its pipeline.
 struct TrainingStepSchedule {
   ClusterSchedule cluster;
-  Cycle pipelineCycles = 0;  ///< end of the last backward pass on any chip
+  Cycle pipelineCycles = 0;  ///< end of the last backward pass on any chip (its last instruction's completion)
   Cycle allReduceCycles = 0; ///< end of the last gradient all-reduce (0 without data parallelism)
   int buckets = 0;           ///< all-reduce buckets scheduled (per replica group)
   int microbatches = 1;
