@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "partition/plan_shards.h"
-#include "partition/sharding_spmd.h"
 
 namespace tsp::partition {
 
@@ -63,12 +62,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
   if (!block) return block.error();
   std::vector<ir::Graph> devices;
   if (tp > 1) {
-    const Mesh mesh = tensorMesh(plan);
-    auto annotations = planAnnotations(*block, plan, mesh);
-    if (!annotations) return annotations.error();
-    auto propagated = propagateShardings(*block, mesh, *annotations);
-    if (!propagated) return propagated.error();
-    auto group = shardGraph(*block, *propagated);
+    auto group = tensorParallelGraphs(*block, plan);
     if (!group) return group.error();
     // Every TP rank runs rank 0's device graph: the ranks' graphs differ only in the block their
     // Slices take (whose gradients then pad on different sides), with the same shapes and costs.

@@ -12,6 +12,21 @@ using schedule::Step;
 using schedule::Task;
 using topology::UnitKind;
 
+namespace {
+
+// One timing-only VXM step of a chain: the kernels' values stay in the ALU or are not spelled out.
+Step aluStep(int vxm, Opcode opcode, isa::VxmFunc func, std::int64_t rows, int producer, int producer2 = -1) {
+  Step step;
+  step.inst = makeInst(vxm, opcode, rows);
+  step.inst.func = func;
+  step.inst.timingOnly = true;
+  step.producer = producer;
+  step.producer2 = producer2;
+  return step;
+}
+
+}  // namespace
+
 Status Lowering::lowerLoss(const ir::Op& op) {
   // loss = mean over rows of (logsumexp(scores_row) - scores_row[label]): one statistics pass over
   // the scores (running max and exp-sum per row in the ALU), one over the labels (the label's score
@@ -25,11 +40,7 @@ Status Lowering::lowerLoss(const ir::Op& op) {
   stats.insert(stats.end(), picks.begin(), picks.end());
   Task task;
   task.name = fmt::format("{} emit", op.name);
-  Step emit;
-  emit.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, 1);
-  emit.inst.func = isa::VxmFunc::kMul;  // the mean's scale
-  emit.inst.timingOnly = true;
-  task.steps.push_back(emit);
+  task.steps.push_back(aluStep(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, isa::VxmFunc::kMul, 1, -1));  // the mean's scale
   task.steps.push_back(writeStep(loss, 0, 0, 1, 0));
   const int id = addTask(std::move(task), {}, {{loss, 0, 0, 1, 1}});
   waitForStatistics(stats, id, 0, -1);
@@ -57,25 +68,9 @@ Status Lowering::lowerLossGrad(const ir::Op& op) {
       const int tile = t % xs.placement.tiles;
       task.steps.push_back(readStep(scores, tile, r0, n, false));
       std::vector<Access> reads{{scores, tile, r0, n, 0}};
-      Step softmax;
-      softmax.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      softmax.inst.func = isa::VxmFunc::kExp;
-      softmax.inst.timingOnly = true;
-      softmax.producer = 0;
-      task.steps.push_back(softmax);
-      Step onehot;
-      onehot.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      onehot.inst.func = isa::VxmFunc::kSub;
-      onehot.inst.timingOnly = true;
-      onehot.producer = 1;
-      task.steps.push_back(onehot);
-      Step scale;
-      scale.inst = makeInst(vxm, Opcode::kVxmBinary, n);
-      scale.inst.func = isa::VxmFunc::kMul;
-      scale.inst.timingOnly = true;
-      scale.producer = 2;
-      scale.producer2 = 4;
-      task.steps.push_back(scale);
+      task.steps.push_back(aluStep(vxm, Opcode::kVxmUnary, isa::VxmFunc::kExp, n, 0));      // exp(x - lse)
+      task.steps.push_back(aluStep(vxm, Opcode::kVxmUnary, isa::VxmFunc::kSub, n, 1));      // - onehot
+      task.steps.push_back(aluStep(vxm, Opcode::kVxmBinary, isa::VxmFunc::kMul, n, 2, 4));  // x dLoss / rows
       task.steps.push_back(readStep(seed, 0, r0, n, true, sideReads_++));
       reads.push_back({seed, 0, 0, 1, 4});
       task.steps.push_back(writeStep(out, t, r0, n, 3));
@@ -105,11 +100,7 @@ Status Lowering::lowerGatherGrad(const ir::Op& op) {
     for (const auto& [r0, n] : rowPieces(0, tableRows, {out})) {
       Task task;
       task.name = fmt::format("{} zero tile {} rows {}", op.name, t, r0);
-      Step zero;
-      zero.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      zero.inst.func = isa::VxmFunc::kConvert;
-      zero.inst.timingOnly = true;
-      task.steps.push_back(zero);
+      task.steps.push_back(aluStep(vxm, Opcode::kVxmUnary, isa::VxmFunc::kConvert, n, -1));
       task.steps.push_back(writeStep(out, t, r0, n, 0));
       addTask(std::move(task), {}, {{out, t, r0, n, 1}});
     }
@@ -124,13 +115,7 @@ Status Lowering::lowerGatherGrad(const ir::Op& op) {
         Task task;
         task.name = fmt::format("{} add tile {} rows {}", op.name, t, g0 + done);
         task.steps.push_back(readStep(dy, tile, g0 + done, n, false));
-        Step add;
-        add.inst = makeInst(vxm, Opcode::kVxmBinary, n);
-        add.inst.func = isa::VxmFunc::kAdd;
-        add.inst.timingOnly = true;
-        add.producer = 0;
-        add.producer2 = 2;
-        task.steps.push_back(add);
+        task.steps.push_back(aluStep(vxm, Opcode::kVxmBinary, isa::VxmFunc::kAdd, n, 0, 2));
         task.steps.push_back(readStep(out, t, row, n, false));
         task.steps.push_back(writeStep(out, t, row, n, 1));
         const int id = addTask(std::move(task), {{dy, tile, g0 + done, n, 0}, {out, t, row, n, 2}}, {{out, t, row, n, 3}});

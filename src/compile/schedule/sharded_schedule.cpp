@@ -15,20 +15,10 @@ namespace tsp::schedule {
 
 namespace {
 
-bool isCollective(ir::OpKind kind) {
-  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
-         kind == ir::OpKind::kAllToAll;
-}
-bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
+using detail::collectiveOpOf;
+using detail::isCollective;
 
-CollectiveOp collectiveOpOf(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
-    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
-    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
-    default: return CollectiveOp::kAllReduce;
-  }
-}
+bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
 
 std::string attrText(const ir::AttrValue& value) {
   return std::visit(

@@ -14,6 +14,22 @@
 
 namespace tsp::schedule::detail {
 
+/// AllReduce, AllGather, ReduceScatter, AllToAll: the ops scheduled as collectives on routes.
+inline bool isCollective(ir::OpKind kind) {
+  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
+         kind == ir::OpKind::kAllToAll;
+}
+
+/// The collective a collective op kind performs.
+inline CollectiveOp collectiveOpOf(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
+    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
+    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
+    default: return CollectiveOp::kAllReduce;
+  }
+}
+
 /// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
 std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 

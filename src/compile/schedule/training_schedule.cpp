@@ -39,19 +39,8 @@ struct SegmentId {
   bool operator==(const SegmentId& o) const = default;
 };
 
-bool isCollective(ir::OpKind kind) {
-  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
-         kind == ir::OpKind::kAllToAll;
-}
-
-CollectiveOp collectiveOpOf(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
-    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
-    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
-    default: return CollectiveOp::kAllReduce;
-  }
-}
+using detail::collectiveOpOf;
+using detail::isCollective;
 
 class TrainingScheduler {
  public:
