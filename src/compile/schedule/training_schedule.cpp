@@ -235,10 +235,11 @@ class TrainingScheduler {
       j = k;
     }
     if (seg.phase != Phase::kUpdate && r == 0) {
-      // The pass's span on replica 0's TP rank 0, its collectives included: what the ideal is made of.
+      // The pass's span on replica 0's TP rank 0, its collectives included and the drain after it
+      // not: what the ideal is made of.
       auto& cycles = seg.phase == Phase::kForward ? result_.forwardCycles : result_.backwardCycles;
       Cycle& slot = cycles[seg.stage % work_.stages][seg.stage / work_.stages];
-      slot = std::max(slot, timelines_.freeAt(chipOf(0, 0, seg)) - start);
+      slot = std::max(slot, timelines_.freeAt(chipOf(0, 0, seg)) - drainCycles() - start);
     }
     return {};
   }
