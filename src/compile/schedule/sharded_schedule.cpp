@@ -31,6 +31,49 @@ std::string attrText(const ir::AttrValue& value) {
       value);
 }
 
+}  // namespace
+
+namespace detail {
+
+// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
+std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::map<ir::TensorId, int> local;
+  const std::set<ir::OpId> inSegment(ops.begin(), ops.end());
+  std::string key;
+  auto tensorText = [&](ir::TensorId id) {
+    const auto& t = graph.tensor(id);
+    std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
+    if (t.role == ir::TensorRole::kConstant && t.data)
+      text += fmt::format("#{:x}", std::hash<std::string>{}(std::string(reinterpret_cast<const char*>(t.data->data()),
+                                                                           t.data->size() * sizeof(double))));
+    return text;
+  };
+  for (ir::OpId id : ops) {
+    const auto& op = graph.op(id);
+    key += ir::opKindName(op.kind);
+    for (const auto& [name, value] : op.attrs) key += fmt::format(" {}={}", name, attrText(value));
+    key += " (";
+    for (ir::TensorId in : op.inputs) {
+      auto it = local.find(in);
+      key += it != local.end() ? fmt::format("%{} ", it->second) : tensorText(in) + " ";
+    }
+    key += ") ->";
+    for (ir::TensorId out : op.outputs) {
+      const int n = static_cast<int>(local.size());
+      local[out] = n;
+      bool leaves = std::find(graph.outputs().begin(), graph.outputs().end(), out) != graph.outputs().end();
+      for (ir::OpId user : graph.tensor(out).users) leaves |= !inSegment.count(user);
+      key += fmt::format(" %{}={}{}", n, tensorText(out), leaves ? "!" : "");
+    }
+    key += ";";
+  }
+  return key;
+}
+
+}  // namespace detail
+
+namespace {
+
 using detail::ChipTimelines;
 using detail::InFlight;
 using detail::segmentKey;
@@ -386,41 +429,6 @@ class ShardedScheduler {
 }  // namespace
 
 namespace detail {
-
-// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
-std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
-  std::map<ir::TensorId, int> local;
-  const std::set<ir::OpId> inSegment(ops.begin(), ops.end());
-  std::string key;
-  auto tensorText = [&](ir::TensorId id) {
-    const auto& t = graph.tensor(id);
-    std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
-    if (t.role == ir::TensorRole::kConstant && t.data)
-      text += fmt::format("#{:x}", std::hash<std::string>{}(std::string(reinterpret_cast<const char*>(t.data->data()),
-                                                                           t.data->size() * sizeof(double))));
-    return text;
-  };
-  for (ir::OpId id : ops) {
-    const auto& op = graph.op(id);
-    key += ir::opKindName(op.kind);
-    for (const auto& [name, value] : op.attrs) key += fmt::format(" {}={}", name, attrText(value));
-    key += " (";
-    for (ir::TensorId in : op.inputs) {
-      auto it = local.find(in);
-      key += it != local.end() ? fmt::format("%{} ", it->second) : tensorText(in) + " ";
-    }
-    key += ") ->";
-    for (ir::TensorId out : op.outputs) {
-      const int n = static_cast<int>(local.size());
-      local[out] = n;
-      bool leaves = std::find(graph.outputs().begin(), graph.outputs().end(), out) != graph.outputs().end();
-      for (ir::OpId user : graph.tensor(out).users) leaves |= !inSegment.count(user);
-      key += fmt::format(" %{}={}{}", n, tensorText(out), leaves ? "!" : "");
-    }
-    key += ";";
-  }
-  return key;
-}
 
 void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.listCycles += part.listCycles;
