@@ -36,10 +36,13 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
 /// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
 class ChipTimelines {
  public:
+  /// Empty programs for `chips` chips of the spec, every chip free from cycle 0.
   ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
+  /// The first cycle chip c has nothing to do.
   Cycle freeAt(int c) const { return free_[c]; }
+  /// freeAt of every chip.
   const std::vector<Cycle>& free() const { return free_; }
   /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
   void append(int c, const isa::Program& program, Cycle offset) {
