@@ -99,6 +99,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
   work.chunks = v;
   work.microbatches = m;
   work.bucketBytes = config.bucketBytes;
+  work.shardOptimizer = config.shardOptimizer;
   const size_t stages = static_cast<size_t>(p) * v;
   work.forward.resize(stages);
   work.backward.resize(stages);

@@ -103,6 +103,10 @@ class TrainingScheduler {
       for (int c = 0; c < work_.chunks; ++c)
         for (size_t r = 0; r < work_.chips.size(); ++r)
           if (auto st = runPass(static_cast<int>(r), -1, {Phase::kUpdate, c * p + s}); !st) return st.error();
+    if (work_.shardOptimizer)
+      for (int s = 0; s < p; ++s)
+        for (int c = 0; c < work_.chunks; ++c)
+          if (auto st = allReduce(s, c * p + s, CollectiveOp::kAllGather); !st) return st.error();
     result_.cluster.programs = timelines_.finish();
     result_.cluster.reports.resize(cluster_.chipCount());
     for (int c = 0; c < cluster_.chipCount(); ++c) {
@@ -416,9 +420,11 @@ class TrainingScheduler {
   }
 
   // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank
-  // with the same rank of the other replicas), in buckets.
-  Status allReduce(int s, int stage) {
+  // with the same rank of the other replicas), in buckets: all-reduced, or with the optimizer state
+  // sharded reduce-scattered (and, once updated, the parameters all-gathered: op kAllGather).
+  Status allReduce(int s, int stage, CollectiveOp op = CollectiveOp::kAllReduce) {
     if (work_.chips.size() < 2 || static_cast<size_t>(stage) >= work_.gradients.size()) return {};
+    if (op == CollectiveOp::kAllReduce && work_.shardOptimizer) op = CollectiveOp::kReduceScatter;
     for (int t = 0; t < ranks(); ++t) {
       Bytes bytes = 0;
       for (ir::TensorId g : work_.gradients[stage]) bytes += graph(t).tensor(g).bytes();
@@ -429,16 +435,15 @@ class TrainingScheduler {
       const std::int64_t buckets = ceilDiv(bytes, bucket);
       for (std::int64_t b = 0; b < buckets; ++b) {
         const Bytes size = std::min(bucket, bytes - b * bucket);
-        auto plan = planCollective(CollectiveOp::kAllReduce,
-                                   chooseAlgorithm(CollectiveOp::kAllReduce, group, size, cluster_), group, size,
-                                   cluster_);
+        auto plan = planCollective(op, chooseAlgorithm(op, group, size, cluster_), group, size, cluster_);
         if (!plan) return plan.error();
         if (auto st = appendSettled(*plan); !st) return st;
         ++result_.cluster.collectives;
-        if (t == 0) ++result_.buckets;
+        if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;
       }
-      for (int c : group)
-        result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c) - drainCycles());
+      if (op != CollectiveOp::kAllGather)
+        for (int c : group)
+          result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c) - drainCycles());
     }
     return {};
   }

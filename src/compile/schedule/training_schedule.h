@@ -32,6 +32,9 @@ struct TrainingWorkload {
   std::vector<std::vector<std::vector<int>>> chips;  ///< [replica][stage][TP rank]: the chip
   std::vector<std::vector<TrainingPass>> order;    ///< per stage, in execution order
   Bytes bucketBytes = Bytes{25} << 20;             ///< gradient all-reduce bucket
+  /// Optimizer state sharded over the replicas (ZeRO stage 1): the buckets are reduce-scattered,
+  /// and after the update the parameters are all-gathered in buckets of the same size.
+  bool shardOptimizer = false;
 };
 
 /// A scheduled training step and the figures of its pipeline.
