@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
@@ -17,8 +18,8 @@ namespace {
 
 topology::Cluster ring(int chips, const std::string& link) {
   topology::YamlReader reader("ring.yaml");
-  auto c = topology::loadCluster(reader, YAML::Load("topology: {kind: ring, chips: " + std::to_string(chips) +
-                                                    "}\nlink: " + link + "\n"));
+  auto c = topology::loadCluster(reader, YAML::Load(fmt::format("topology: {{kind: ring, chips: {}}}\nlink: {}\n",
+                                                                chips, link)));
   EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.error().format());
   return *c;
 }
@@ -28,9 +29,9 @@ ir::Graph uniformChain(int layers, std::int64_t rows, std::int64_t hidden) {
   ir::Graph g;
   ir::TensorId x = g.addInput("x", {rows, hidden}, ir::DType::kF16);
   for (int l = 0; l < layers; ++l) {
-    const auto w = g.addWeight("w" + std::to_string(l), {hidden, hidden}, ir::DType::kF16);
-    x = *g.addOp(ir::OpKind::kRelu, "relu" + std::to_string(l),
-                 {*g.addOp(ir::OpKind::kMatMul, "fc" + std::to_string(l), {x, w}, l)}, l);
+    const auto w = g.addWeight(fmt::format("w{}", l), {hidden, hidden}, ir::DType::kF16);
+    x = *g.addOp(ir::OpKind::kRelu, fmt::format("relu{}", l),
+                 {*g.addOp(ir::OpKind::kMatMul, fmt::format("fc{}", l), {x, w}, l)}, l);
   }
   g.markOutput(x);
   return g;
