@@ -101,17 +101,21 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
   }
 }
 
+Expected<DeviceGraphs> tensorParallelGraphs(const ir::Graph& block, const Plan& plan) {
+  const Mesh mesh = tensorMesh(plan);
+  auto annotations = planAnnotations(block, plan, mesh);
+  if (!annotations) return annotations.error();
+  auto propagated = propagateShardings(block, mesh, *annotations);
+  if (!propagated) return propagated.error();
+  return shardGraph(block, *propagated);
+}
+
 Expected<schedule::ShardedWorkload> shardPlan(const ir::Graph& graph, const Plan& plan) {
   // Two levels: one batch block (all blocks have its shapes and weights), then its TP group.
   const int blocks = plan.dp * plan.microbatches, tp = plan.tp;
   auto block = batchBlockGraph(graph, blocks);
   if (!block) return block.error();
-  const Mesh mesh = tensorMesh(plan);
-  auto annotations = planAnnotations(*block, plan, mesh);
-  if (!annotations) return annotations.error();
-  auto propagated = propagateShardings(*block, mesh, *annotations);
-  if (!propagated) return propagated.error();
-  auto group = shardGraph(*block, *propagated);
+  auto group = tensorParallelGraphs(*block, plan);
   if (!group) return group.error();
   schedule::ShardedWorkload work;
   const auto chunks = plan.layerChunks(graph.layerCount());

@@ -7,6 +7,7 @@
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/plan.h"
 #include "partition/sharding.h"
+#include "partition/sharding_spmd.h"
 #include "support/expected.h"
 
 namespace tsp::partition {
@@ -27,6 +28,9 @@ Expected<ir::Graph> batchBlockGraph(const ir::Graph& graph, int blocks);
 /// Errors name the tensor.
 Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph& graph, const Plan& plan,
                                                                  const Mesh& mesh);
+
+/// The TP group's device graphs of a batch block: planAnnotations, their propagation and shardGraph.
+Expected<DeviceGraphs> tensorParallelGraphs(const ir::Graph& block, const Plan& plan);
 
 /// The plan's per-device graphs (device b tp + t: batch block b = d m + i, TP rank t; shardGraph
 /// of the propagated annotations on the batch block), the chip of every op (its layer's stage, the

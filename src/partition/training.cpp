@@ -20,7 +20,7 @@ Expected<TrainingConfig> loadTraining(const topology::YamlReader& reader, const 
   auto schedule = reader.text(node, "schedule", "1f1b", {"gpipe", "1f1b", "interleaved"});
   if (!schedule) return schedule.error();
   parsePipelineSchedule(*schedule, config.schedule);
-  auto optimizer = reader.text(node, "optimizer", "adam", {"sgd", "adam"});
+  auto optimizer = reader.text(node, "optimizer", "adam", {"none", "sgd", "adam"});
   if (!optimizer) return optimizer.error();
   ir::parseOptimizer(*optimizer, config.optimizer);
   auto recompute = reader.text(node, "recompute", "none", {"none", "full"});

@@ -31,6 +31,7 @@
 #include "partition/search.h"
 #include "compile/ir/autodiff.h"
 #include "partition/training_cost.h"
+#include "partition/training_step.h"
 #include "runtime/event_buffer.h"
 #include "runtime/functional_run.h"
 #include "runtime/pdes.h"
@@ -605,6 +606,51 @@ Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, 
   return schedule::scheduleCluster(*workload, cluster, options);
 }
 
+// What a simulated training step's pipeline did: the scheduler's figures next to Megatron's formula.
+struct TrainingFigures {
+  int stages = 1, microbatches = 1, chunks = 1, buckets = 0;
+  Cycle pipelineCycles = 0, allReduceCycles = 0;
+  double idealCycles = 0, bubble = 0;
+  int compiledPasses = 0, sharedPasses = 0;
+  std::vector<std::vector<Cycle>> forwardCycles, backwardCycles;  ///< [stage][chunk], one microbatch
+  bool pipelineOnly = false;  ///< no all-reduce and no update: the programs end with the pipeline
+};
+
+// A training step of the plan through the training cluster scheduler; its pipeline figures go to `figures`.
+Expected<schedule::ClusterSchedule> scheduleTrainingPlan(const ir::Graph& graph, const partition::Plan& plan,
+                                                         const partition::TrainingConfig& training,
+                                                         const topology::Cluster& cluster,
+                                                         const schedule::Options& options,
+                                                         std::optional<TrainingFigures>& figures) {
+  auto step = partition::buildTrainingStep(graph, plan, training);
+  if (!step) return step.error();
+  auto scheduled = schedule::scheduleTrainingStep((*step)->workload, cluster, options);
+  if (!scheduled) return scheduled.error();
+  figures = TrainingFigures{plan.pp, plan.microbatches, plan.interleave, scheduled->buckets,
+                            scheduled->pipelineCycles, scheduled->allReduceCycles, scheduled->idealCycles(),
+                            scheduled->bubbleFraction(), scheduled->cluster.compiledShards,
+                            scheduled->cluster.sharedShards, scheduled->forwardCycles, scheduled->backwardCycles,
+                            scheduled->allReduceCycles == 0 && training.optimizer == ir::Optimizer::kNone};
+  return std::move(scheduled->cluster);
+}
+
+nlohmann::json trainingJson(const TrainingFigures& t, const partition::TrainingConfig& training) {
+  const double formula = static_cast<double>(t.stages - 1) / t.microbatches;
+  return {{"schedule", partition::pipelineScheduleName(training.schedule)},
+          {"optimizer", ir::optimizerName(training.optimizer)},
+          {"recompute", ir::recomputeName(training.recompute)},
+          {"pipeline_cycles", t.pipelineCycles},
+          {"ideal_cycles", t.idealCycles},
+          {"bubble_fraction", t.bubble},
+          {"bubble_formula", formula / t.chunks},  // (p-1)/m, and (1/v)(p-1)/m interleaved
+          {"all_reduce_end_cycles", t.allReduceCycles},
+          {"all_reduce_buckets", t.buckets},
+          {"forward_cycles", t.forwardCycles},
+          {"backward_cycles", t.backwardCycles},
+          {"passes_compiled", t.compiledPasses},
+          {"passes_shared", t.sharedPasses}};
+}
+
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
   const auto wallStart = Clock::now();
   int rank = 0, ranks = 1;
@@ -727,9 +773,9 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (root) printSearch(*choice, yamlPath, options.json);
     return {};
   }
-  if (config.training.enabled)
-    return failure(makeError(ExitCode::kConfig, "training: the simulator runs inference steps only; --search-only "
-                                                "predicts the training step's plan and cost"),
+  if (config.training.enabled && functional)
+    return failure(makeError(ExitCode::kConfig, "training: functional mode runs inference steps, training steps "
+                                                "run in timing mode"),
                    root);
   if (!plan->purePipeline() && config.simulation.mode == "functional") {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
@@ -743,6 +789,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   std::vector<isa::Program> compiled;
   std::vector<schedule::CompileReport> reports;
   int compiledSegments = 0, sharedSegments = 0;  // a sharded plan's compute segments: compiled, reused
+  std::optional<TrainingFigures> trainingFigures;  // a training step's pipeline
   if (options.programs) {
     auto loaded = loadPrograms(*options.programs, cluster);
     if (!loaded) return failure(loaded.error(), root);
@@ -754,6 +801,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
     compileOptions.annealMoves = 256;
     auto compilePlan = [&](const partition::Plan& p) {
+      if (config.training.enabled)
+        return scheduleTrainingPlan(*graph, p, config.training, cluster, compileOptions, trainingFigures);
       return p.purePipeline() ? schedule::scheduleCluster(*graph, partition::stagesOf(*graph, p), cluster, compileOptions)
                               : scheduleShardedPlan(*graph, p, cluster, compileOptions);
     };
@@ -1122,6 +1171,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     if (functionalSetup) j["functional"] = functionalSummary(*functionalSetup);
     if (!choice->placement.method.empty()) j["placement"] = placementJson(choice->placement);
     if (compiledSegments > 0) j["segments"] = {{"compiled", compiledSegments}, {"shared", sharedSegments}};
+    if (trainingFigures) {
+      j["training"] = trainingJson(*trainingFigures, config.training);
+      // The step ends with its pipeline: the simulated makespan is the pipeline's time.
+      if (trainingFigures->pipelineOnly && trainingFigures->idealCycles > 0)
+        j["training"]["simulated_bubble_fraction"] =
+            (static_cast<double>(run.makespanCycles) - trainingFigures->idealCycles) / trainingFigures->idealCycles;
+    }
     if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
     fmt::print("{}\n", j.dump(2));
     return {};
@@ -1171,6 +1227,13 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
                    std::max<double>(1, static_cast<double>(run.makespanCycles)));
   for (const auto& why : choice->skipped)
     fmt::print("skipped:     searched plan {}\n", why);
+  if (trainingFigures)
+    fmt::print("training:    {} step, pipeline {} cycles, bubble {:.4f} (formula {:.4f}), {} all-reduce buckets, "
+               "{} passes compiled, {} shared\n",
+               partition::pipelineScheduleName(config.training.schedule), trainingFigures->pipelineCycles,
+               trainingFigures->bubble,
+               static_cast<double>(trainingFigures->stages - 1) / trainingFigures->microbatches / trainingFigures->chunks,
+               trainingFigures->buckets, trainingFigures->compiledPasses, trainingFigures->sharedPasses);
   fmt::print("utilisation:");
   for (int k = 0; k < topology::kUnitKindCount; ++k)
     fmt::print(" {} {:.2f}%", topology::unitKindName(static_cast<topology::UnitKind>(k)), 100 * kindUtilisation(k));

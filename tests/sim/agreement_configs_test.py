@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Every shipped config, simulated with no fault: each chip's simulated cycles equal the compiler's prediction.
+"""Every shipped config, simulated with no fault: each chip's simulated cycles equal the compiler's prediction
+(and a training step that ends with its pipeline has the scheduled bubble).
 
 Extra arguments CONFIG_STEM|MODEL run a shipped config with --model MODEL too (e.g. multi-hop collectives)."""
 import glob
@@ -29,10 +30,17 @@ def main():
             chips = summary["chips"]
             used = [c for c in chips if c["instructions"] > 0]
             bad = [c["chip"] for c in chips if c["predicted_cycles"] != c["simulated_cycles"]]
+            # A training step that ends with its pipeline: the simulated makespan's bubble is the scheduled one.
+            training = summary.get("training", {})
+            bubble = training.get("simulated_bubble_fraction")
             if bad or not used or summary["hazards_counted"] != 0:
                 failed.append(f"{name}: chips {bad} disagree (or no chip ran, or hazards were counted)")
+            elif bubble is not None and abs(bubble - training["bubble_fraction"]) > 1e-12:
+                failed.append(f"{name}: simulated bubble {bubble}, scheduled {training['bubble_fraction']}")
             else:
-                print(f"ok: {name}: {len(used)} chips, makespan {summary['makespan_cycles']} cycles, predicted == simulated")
+                extra = f", bubble {bubble:.4f} (formula {training['bubble_formula']:.4f})" if bubble is not None else ""
+                print(f"ok: {name}: {len(used)} chips, makespan {summary['makespan_cycles']} cycles, predicted == simulated"
+                      + extra)
     for f in failed:
         print("FAIL: " + f)
     print(f"{len(files) - len(failed)} configs agree, {len(failed)} failed")

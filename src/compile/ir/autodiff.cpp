@@ -94,6 +94,13 @@ class BackwardBuilder {
         recomputedLayer = op.layer;
         if (auto s = recomputeLayer(op.layer, forwardOps); !s) return s.error();
       }
+      for (TensorId out : op.outputs) {
+        auto partial = options_.partialGradients.find(out);
+        auto grad = grads_.find(out);
+        if (partial == options_.partialGradients.end() || grad == grads_.end()) continue;
+        where_ = g_.tensor(out).name + "/grad";
+        grad->second = this->op(OpKind::kAllReduce, {grad->second}, partial->second);
+      }
       if (auto s = backward(op); !s) return s.error();
       if (!error_.empty()) return modelError(errorWhere_, error_);
     }
@@ -456,6 +463,26 @@ class BackwardBuilder {
           if (pieces.size() > 1) g = op(OpKind::kConcat, pieces, {{"axis", axis}});
         }
         give(0, g);
+        return {};
+      }
+      case OpKind::kAllReduce:  // y = the sum of every device's x: each device's dx is dy
+        give(0, dy);
+        return {};
+      case OpKind::kAllGather: {
+        // y = every device's x joined on `axis`: dx is the device's block of dy. The device graph
+        // does not know its position, so every device takes block 0 (the same shape and cost).
+        const std::int64_t axis = fwd.intAttr("axis", 0);
+        give(0, op(OpKind::kSlice, {dy}, {{"starts", Shape{0}}, {"ends", Shape{shape(in(0))[axis]}},
+                                         {"axes", Shape{axis}}}));
+        return {};
+      }
+      case OpKind::kReduceScatter:  // y = the device's block of the sum: dx gathers every device's dy
+        give(0, op(OpKind::kAllGather, {dy}, fwd.attrs));
+        return {};
+      case OpKind::kAllToAll: {
+        Attrs attrs = fwd.attrs;
+        std::swap(attrs["split_axis"], attrs["concat_axis"]);
+        give(0, op(OpKind::kAllToAll, {dy}, attrs));
         return {};
       }
       case OpKind::kGather:

@@ -2,6 +2,7 @@
 // and the optimizer step (SGD, Adam), all as ordinary IR ops appended to a copy of the forward graph.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct TrainingOptions {
   int step = 1;                                        ///< Adam's step count, for the bias correction
   /// The scores the loss reads (a tensor name); empty: the forward graph's last output.
   std::string scores;
+  /// Tensors of a tensor-parallel device graph whose gradient is a partial sum over the TP group (a
+  /// replicated activation read by column-parallel matmuls): once complete, the gradient is summed by
+  /// an AllReduce with these attributes (Megatron's conjugate of the forward all-reduce).
+  std::map<TensorId, Attrs> partialGradients;
 };
 
 /// Tensors of a training graph, by role.

@@ -505,6 +505,9 @@ Status Lowering::lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops,
     case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze: case ir::OpKind::kIdentity:
     case ir::OpKind::kExpand: case ir::OpKind::kGather: return lowerDataMovement(op);
     case ir::OpKind::kConcat: case ir::OpKind::kSplit: case ir::OpKind::kSlice: return lowerCopy(op);
+    case ir::OpKind::kSoftmaxCrossEntropyLoss: return lowerLoss(op);
+    case ir::OpKind::kSoftmaxCrossEntropyLossGrad: return lowerLossGrad(op);
+    case ir::OpKind::kGatherGrad: return lowerGatherGrad(op);
     default: break;
   }
   return modelError(op.name, fmt::format("op kind {} cannot be lowered", ir::opKindName(op.kind)));
@@ -887,7 +890,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   // rows; over other axes too, for every statistics task.
   bool rowsOnly = stat.reduced.back() != 0;
   for (size_t d = 0; d + 1 < stat.dims.size(); ++d) rowsOnly = rowsOnly && !stat.reduced[d];
-  std::vector<std::array<std::int64_t, 3>> stats;  // (task, first row, rows)
+  std::vector<RowStatistics> stats;
   for (int t = 0; t < xs.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
       Task task;
@@ -942,14 +945,38 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       }
       task.steps.push_back(writeStep(out, t, r0, n, tail));
       const int id = addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
-      for (const auto& [st, s0, sn] : stats) {
-        if (rowsOnly && (s0 >= r0 + n || r0 >= s0 + sn)) continue;
-        const int statTask = static_cast<int>(st);
-        const Instruction& si = problem_.tasks()[statTask].steps[1].inst;
-        problem_.addDependence({statTask, 1, id, 0, Cycle{si.repeat}});
-      }
+      waitForStatistics(stats, id, r0, rowsOnly ? n : -1);
     }
   return {};
+}
+
+std::vector<Lowering::RowStatistics> Lowering::statisticsPass(const ir::Op& op, ir::TensorId in, isa::VxmFunc func) {
+  const TensorState& xs = tensors_.at(in);
+  const int vxm = chip_.firstUnit(UnitKind::kVxm);
+  std::vector<RowStatistics> stats;
+  for (int t = 0; t < xs.placement.tiles; ++t)
+    for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
+      Task task;
+      task.name = fmt::format("{} statistics {} tile {}", op.name, graph_.tensor(in).name, t);
+      task.steps.push_back(readStep(in, t, r0, n, false));
+      Step alu;
+      alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
+      alu.inst.func = func;
+      alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
+      alu.producer = 0;
+      task.steps.push_back(alu);
+      stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
+    }
+  return stats;
+}
+
+void Lowering::waitForStatistics(const std::vector<RowStatistics>& stats, int task, std::int64_t row0,
+                                 std::int64_t rows) {
+  for (const auto& st : stats) {
+    if (rows >= 0 && (st.row0 >= row0 + rows || row0 >= st.row0 + st.rows)) continue;
+    const Instruction& si = problem_.tasks()[st.task].steps[1].inst;
+    problem_.addDependence({st.task, 1, task, 0, Cycle{si.repeat} * si.interval});
+  }
 }
 
 Status Lowering::lowerDataMovement(const ir::Op& op) {

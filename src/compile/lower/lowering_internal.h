@@ -138,6 +138,19 @@ class Lowering {
                    std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
                    isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1);
   Status lowerNormalization(const ir::Op& op);
+  // A pass of per-row statistics kept in the ALU (Softmax's exp-sum, LayerNorm's moments, a loss's
+  // log-sum-exp): one task per tile and row piece of `in`, reading it through `func`.
+  struct RowStatistics {
+    int task = -1;
+    std::int64_t row0 = 0, rows = 0;
+  };
+  std::vector<RowStatistics> statisticsPass(const ir::Op& op, ir::TensorId in, isa::VxmFunc func);
+  // Task `task` starts after the statistics of rows [row0, row0 + rows) (rows < 0: of every row).
+  void waitForStatistics(const std::vector<RowStatistics>& stats, int task, std::int64_t row0, std::int64_t rows);
+  // Training kernels (training_lowering.cpp): the loss, its gradient, the embedding's scatter-add.
+  Status lowerLoss(const ir::Op& op);
+  Status lowerLossGrad(const ir::Op& op);
+  Status lowerGatherGrad(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerBatchNorm(const ir::Op& op);

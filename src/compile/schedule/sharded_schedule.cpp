@@ -9,25 +9,16 @@
 
 #include "compile/schedule/cluster_schedule.h"
 #include "compile/schedule/collectives.h"
+#include "compile/schedule/sharded_schedule_internal.h"
 
 namespace tsp::schedule {
 
 namespace {
 
-bool isCollective(ir::OpKind kind) {
-  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
-         kind == ir::OpKind::kAllToAll;
-}
-bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
+using detail::collectiveOpOf;
+using detail::isCollective;
 
-CollectiveOp collectiveOpOf(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
-    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
-    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
-    default: return CollectiveOp::kAllReduce;
-  }
-}
+bool isPointToPoint(ir::OpKind kind) { return kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv; }
 
 std::string attrText(const ir::AttrValue& value) {
   return std::visit(
@@ -39,6 +30,10 @@ std::string attrText(const ir::AttrValue& value) {
       },
       value);
 }
+
+}  // namespace
+
+namespace detail {
 
 // What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
 std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
@@ -75,47 +70,13 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
   return key;
 }
 
-// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
-class ChipTimelines {
- public:
-  ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
-    for (auto& p : programs_) p.chipSpecHash = chip.hash();
-  }
-  Cycle freeAt(int c) const { return free_[c]; }
-  const std::vector<Cycle>& free() const { return free_; }
-  /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
-  void append(int c, const isa::Program& program, Cycle offset) {
-    if (program.instructions.empty()) return;
-    for (auto inst : program.instructions) {
-      inst.issue += offset;
-      programs_[c].instructions.push_back(inst);
-    }
-    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
-    free_[c] = std::max(free_[c], offset + program.predictedCycles);
-  }
-  std::vector<isa::Program> finish() {
-    for (auto& p : programs_) {
-      isa::canonicalize(p);
-      if (p.instructions.empty()) continue;
-      Cycle last = 0;
-      std::map<int, Cycle> busy;
-      for (const auto& inst : p.instructions) {
-        last = std::max(last, isa::completion(chip_, inst));
-        busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
-      }
-      Cycle busiest = 0;
-      for (const auto& [unit, cycles] : busy) busiest = std::max(busiest, cycles);
-      p.predictedCycles = last + chip_.rippleCycles;
-      p.lowerBoundCycles = busiest + chip_.rippleCycles;
-    }
-    return std::move(programs_);
-  }
+}  // namespace detail
 
- private:
-  const topology::ChipSpec& chip_;
-  std::vector<Cycle> free_;
-  std::vector<isa::Program> programs_;
-};
+namespace {
+
+using detail::ChipTimelines;
+using detail::InFlight;
+using detail::segmentKey;
 
 class ShardedScheduler {
  public:
@@ -194,17 +155,7 @@ class ShardedScheduler {
 
   // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
   // every touched chip's chains to its timeline.
-  Status schedule(CollectivePlan plan) {
-    auto scheduled = scheduleCollective(plan, cluster_, timelines_.free(), calendar_);
-    if (!scheduled) return scheduled.error();
-    for (int c = 0; c < cluster_.chipCount(); ++c) timelines_.append(c, scheduled->cluster.programs[c], 0);
-    for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
-      C2CTransfer t = scheduled->cluster.transfers[i];
-      if (scheduled->transfers[i].links.size() > 1) t.route = scheduled->transfers[i].links;
-      result_.transfers.push_back(t);
-    }
-    return {};
-  }
+  Status schedule(CollectivePlan plan) { return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_); }
 
   // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
   // whole message log2(p) times up and down, which loses to a ring once the bytes term dominates.
@@ -311,12 +262,6 @@ class ShardedScheduler {
     int chip;
   };
 
-  // Tensors sent by a producing segment over a direct link, their receives left to the consumer.
-  struct InFlight {
-    int port = 0;
-    int interval = 1;
-    std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
-  };
 
   // Moves every needed tensor that is not on its chip yet (and is not in flight to it) as one
   // step of messages: send and receive chains at the earliest cycle chips and links allow.
@@ -442,7 +387,7 @@ class ShardedScheduler {
       const CompiledShard& shard = it->second;
       timelines_.append(chip, shard.program, offset);
       if (auto s = bookSends(d, chip, offset, interface, sendTo, shard); !s) return s;
-      addReport(chip, shard.report);
+      detail::accumulateReport(reports_[chip], shard.report);
       for (ir::OpId op : ops)
         for (ir::TensorId out : g.op(op).outputs) placedOn_[d][out].insert(chip);
       for (ir::TensorId in : received) {
@@ -456,47 +401,17 @@ class ShardedScheduler {
   // Books the bursts a segment sent in the link calendar and records their arrivals for the receiver.
   Status bookSends(int d, int chip, Cycle offset, const lower::ShardInterface& interface,
                    const std::vector<std::pair<ir::TensorId, int>>& sendTo, const CompiledShard& shard) {
-    const topology::ChipSpec& spec = cluster_.chip();
-    for (size_t i = 0; i < sendTo.size(); ++i) {
-      const auto& link = cluster_.links()[sendTo[i].second];
-      const int to = link.other(chip);
-      const auto [rows, tiles] = lower::vectorShape(spec, work_.graphs[d].tensor(sendTo[i].first));
-      (void)tiles;
-      InFlight flight;
-      flight.port = link.portOn(to);
-      flight.interval = interface.sends[i].interval;
-      const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
-      for (Cycle issue : shard.sendIssues.at(i)) {
-        const Cycle at = offset + issue, length = Cycle{rows} * flight.interval;
-        // Everything booked on this link direction before was sent (or forwarded) by this chip
-        // before the segment started, so the window is free; the calendar checks it.
-        if (calendar_.firstFit(hops, at, length) != at)
-          return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {}", chip,
-                                                            at, link.id));
-        calendar_.reserve(hops, at, length);
-        const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
-        flight.arrivals.push_back(arrive);
-        result_.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows), flight.interval,
-                                     Bytes{rows} * spec.vectorBytes, {}});
-      }
-      inFlight_[d][{sendTo[i].first, to}] = std::move(flight);
+    std::vector<int> links;
+    std::vector<std::int64_t> rows;
+    for (const auto& [tensor, link] : sendTo) {
+      links.push_back(link);
+      rows.push_back(lower::vectorShape(cluster_.chip(), work_.graphs[d].tensor(tensor)).first);
     }
+    auto flights = detail::bookSegmentSends(cluster_, calendar_, chip, offset, interface, links, rows, shard, result_);
+    if (!flights) return flights.error();
+    for (size_t i = 0; i < sendTo.size(); ++i)
+      inFlight_[d][{sendTo[i].first, cluster_.links()[sendTo[i].second].other(chip)}] = std::move((*flights)[i]);
     return {};
-  }
-
-  void addReport(int chip, const CompileReport& part) {
-    auto& report = reports_[chip];
-    report.listCycles += part.listCycles;
-    report.criticalPath += part.criticalPath;
-    report.busiestResource += part.busiestResource;
-    report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
-    report.sramCapacityBytes = part.sramCapacityBytes;
-    report.spills += part.spills;
-    report.memAccesses += part.memAccesses;
-    report.delayedMemAccesses += part.delayedMemAccesses;
-    report.tasks += part.tasks;
-    report.annealMoves += part.annealMoves;
-    report.annealAccepted += part.annealAccepted;
   }
 
   const ShardedWorkload& work_;
@@ -512,6 +427,69 @@ class ShardedScheduler {
 };
 
 }  // namespace
+
+namespace detail {
+
+void accumulateReport(CompileReport& report, const CompileReport& part) {
+  report.listCycles += part.listCycles;
+  report.criticalPath += part.criticalPath;
+  report.busiestResource += part.busiestResource;
+  report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+  report.sramCapacityBytes = part.sramCapacityBytes;
+  report.spills += part.spills;
+  report.memAccesses += part.memAccesses;
+  report.delayedMemAccesses += part.delayedMemAccesses;
+  report.tasks += part.tasks;
+  report.annealMoves += part.annealMoves;
+  report.annealAccepted += part.annealAccepted;
+}
+
+Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
+                        LinkCalendar& calendar, ClusterSchedule& result) {
+  auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar);
+  if (!scheduled) return scheduled.error();
+  for (int c = 0; c < cluster.chipCount(); ++c) timelines.append(c, scheduled->cluster.programs[c], 0);
+  for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
+    C2CTransfer t = scheduled->cluster.transfers[i];
+    if (scheduled->transfers[i].links.size() > 1) t.route = scheduled->transfers[i].links;
+    result.transfers.push_back(t);
+  }
+  return {};
+}
+
+Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluster, LinkCalendar& calendar, int chip,
+                                                 Cycle offset, const lower::ShardInterface& interface,
+                                                 const std::vector<int>& links, const std::vector<std::int64_t>& rows,
+                                                 const CompiledShard& shard, ClusterSchedule& result) {
+  const topology::ChipSpec& spec = cluster.chip();
+  std::vector<InFlight> flights;
+  for (size_t i = 0; i < links.size(); ++i) {
+    const auto& link = cluster.links()[links[i]];
+    const int to = link.other(chip);
+    InFlight flight;
+    flight.port = link.portOn(to);
+    flight.interval = interface.sends[i].interval;
+    const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+    for (Cycle issue : shard.sendIssues.at(i)) {
+      const Cycle at = offset + issue, length = Cycle{rows[i]} * flight.interval;
+      // Everything booked on this link direction before was sent (or forwarded) by this chip
+      // before the segment started, so the window is free; the calendar checks it.
+      if (calendar.firstFit(hops, at, length) != at)
+        return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {}", chip,
+                                                          at, link.id));
+      calendar.reserve(hops, at, length);
+      const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
+      flight.arrivals.push_back(arrive);
+      flight.lastVector = std::max(flight.lastVector, arrive + Cycle{rows[i] - 1} * flight.interval);
+      result.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows[i]), flight.interval,
+                                  Bytes{rows[i]} * spec.vectorBytes, {}});
+    }
+    flights.push_back(std::move(flight));
+  }
+  return flights;
+}
+
+}  // namespace detail
 
 Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
                                           const Options& options) {

@@ -1,9 +1,11 @@
 // A training step end to end on one chip: autodiff and SGD on an MLP, compiled by the one-chip
 // compiler and run on the cycle-accurate chip in exactly the predicted cycles.
 #include <cstdio>
+#include <set>
 
 #include <gtest/gtest.h>
 
+#include "compile/frontend/builtin_models.h"
 #include "compile/ir/autodiff.h"
 #include "compile/schedule/shard_compiler.h"
 #include "sim/chip.h"
@@ -53,6 +55,46 @@ TEST(TrainingStep, SimulatesInExactlyThePredictedCycles) {
                 static_cast<long long>(compiled->report.lowerBound));
     EXPECT_GE(compiled->program.predictedCycles, compiled->report.lowerBound);
   }
+}
+
+// A whole GPT training step on one chip: embedding (Gather and its scatter-add GatherGrad),
+// attention, LayerNorm, GELU, the loss and its gradient, and the optimizer, every op lowered.
+TEST(TrainingStep, GptStepOfEveryOptimizerAndRecomputationSimulatesInThePredictedCycles) {
+  topology::ChipSpec chip;
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", "2"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "16"},
+                 {"batch", "2"},  {"vocab", "128"}, {"dtype", "fp16"}};
+  auto forward = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(forward.ok()) << forward.error().format();
+  for (ir::Optimizer optimizer : {ir::Optimizer::kSgd, ir::Optimizer::kAdam})
+    for (ir::Recompute recompute : {ir::Recompute::kNone, ir::Recompute::kFull}) {
+      ir::TrainingOptions options;
+      options.optimizer = optimizer;
+      options.recompute = recompute;
+      auto step = ir::buildTrainingGraph(*forward, options);
+      ASSERT_TRUE(step.ok()) << step.error().format();
+      const ir::Graph& g = step->graph;
+      std::set<ir::OpKind> kinds;
+      std::vector<ir::OpId> ops;
+      for (size_t i = 0; i < g.ops().size(); ++i) {
+        ops.push_back(static_cast<ir::OpId>(i));
+        kinds.insert(g.op(static_cast<ir::OpId>(i)).kind);
+      }
+      for (ir::OpKind k : {ir::OpKind::kSoftmaxCrossEntropyLoss, ir::OpKind::kSoftmaxCrossEntropyLossGrad,
+                           ir::OpKind::kGatherGrad, ir::OpKind::kReduceSum, ir::OpKind::kTranspose})
+        EXPECT_TRUE(kinds.count(k)) << ir::opKindName(k);
+      Options o;
+      o.annealMoves = 20;
+      auto compiled = compileShard(chip, g, ops, {}, o);
+      ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+      auto c = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), {}, {});
+      ASSERT_TRUE(c->advanceTo(sim::kNever).ok());
+      EXPECT_EQ(c->stats().cycles, compiled->program.predictedCycles);
+      std::printf("GPT 2 x 64 training step, %s, recompute %s: %lld cycles predicted and simulated (lower bound %lld)\n",
+                  ir::optimizerName(optimizer), ir::recomputeName(recompute),
+                  static_cast<long long>(c->stats().cycles), static_cast<long long>(compiled->report.lowerBound));
+    }
 }
 
 }  // namespace

@@ -1,0 +1,108 @@
+// What the cluster schedulers share (sharded plans, training steps): segment keys for sharing compiled segments, the chips' timelines.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compile/ir/graph.h"
+#include "compile/isa/program.h"
+#include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/collectives.h"
+#include "compile/schedule/shard_compiler.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::schedule::detail {
+
+/// AllReduce, AllGather, ReduceScatter, AllToAll: the ops scheduled as collectives on routes.
+inline bool isCollective(ir::OpKind kind) {
+  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
+         kind == ir::OpKind::kAllToAll;
+}
+
+/// The collective a collective op kind performs.
+inline CollectiveOp collectiveOpOf(ir::OpKind kind) {
+  switch (kind) {
+    case ir::OpKind::kAllGather: return CollectiveOp::kAllGather;
+    case ir::OpKind::kReduceScatter: return CollectiveOp::kReduceScatter;
+    case ir::OpKind::kAllToAll: return CollectiveOp::kAllToAll;
+    default: return CollectiveOp::kAllReduce;
+  }
+}
+
+/// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
+std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
+
+/// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
+class ChipTimelines {
+ public:
+  /// Empty programs for `chips` chips of the spec, every chip free from cycle 0.
+  ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
+    for (auto& p : programs_) p.chipSpecHash = chip.hash();
+  }
+  /// The first cycle chip c has nothing to do.
+  Cycle freeAt(int c) const { return free_[c]; }
+  /// freeAt of every chip.
+  const std::vector<Cycle>& free() const { return free_; }
+  /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
+  void append(int c, const isa::Program& program, Cycle offset) {
+    if (program.instructions.empty()) return;
+    for (auto inst : program.instructions) {
+      inst.issue += offset;
+      programs_[c].instructions.push_back(inst);
+    }
+    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
+    free_[c] = std::max(free_[c], offset + program.predictedCycles);
+  }
+  /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
+  void idle(int c, Cycle cycles) { free_[c] += cycles; }
+  /// The programs, canonical, with their predicted cycles and lower bounds.
+  std::vector<isa::Program> finish() {
+    for (auto& p : programs_) {
+      isa::canonicalize(p);
+      if (p.instructions.empty()) continue;
+      Cycle last = 0;
+      std::map<int, Cycle> busy;
+      for (const auto& inst : p.instructions) {
+        last = std::max(last, isa::completion(chip_, inst));
+        busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
+      }
+      Cycle busiest = 0;
+      for (const auto& [unit, cycles] : busy) busiest = std::max(busiest, cycles);
+      p.predictedCycles = last + chip_.rippleCycles;
+      p.lowerBoundCycles = busiest + chip_.rippleCycles;
+    }
+    return std::move(programs_);
+  }
+
+ private:
+  const topology::ChipSpec& chip_;
+  std::vector<Cycle> free_;
+  std::vector<isa::Program> programs_;
+};
+
+
+/// A tensor sent by a segment over a direct link, its receives left to the consumer.
+struct InFlight {
+  int port = 0;                 ///< the receiver's port
+  int interval = 1;             ///< cycles between vectors
+  std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
+  Cycle lastVector = 0;         ///< arrival of the last vector of the last burst
+};
+
+/// Adds the compile report of one segment to its chip's report (sums, and the SRAM peak).
+void accumulateReport(CompileReport& report, const CompileReport& part);
+
+/// Schedules a collective (or one step of messages) at the earliest cycles the chips and links
+/// allow, appends every touched chip's chain to its timeline and records the transfers.
+Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
+                        LinkCalendar& calendar, ClusterSchedule& result);
+
+/// Books the bursts of a segment placed on `chip` at `offset`: send i (interface.sends[i], `rows[i]`
+/// vectors per tile) on the direct link links[i]. Records the transfers; returns each send's arrivals.
+Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluster, LinkCalendar& calendar, int chip,
+                                                 Cycle offset, const lower::ShardInterface& interface,
+                                                 const std::vector<int>& links, const std::vector<std::int64_t>& rows,
+                                                 const CompiledShard& shard, ClusterSchedule& result);
+
+}  // namespace tsp::schedule::detail

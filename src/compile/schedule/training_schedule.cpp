@@ -1,0 +1,471 @@
+// The training-step cluster scheduler: pipeline orders of forward and backward passes, stage-to-stage tensors, bucketed gradient all-reduce, optimizer update.
+#include "compile/schedule/training_schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "compile/schedule/sharded_schedule_internal.h"
+
+namespace tsp::schedule {
+
+double TrainingStepSchedule::idealCycles() const {
+  double busiest = 0;
+  for (size_t s = 0; s < forwardCycles.size(); ++s) {
+    double stage = 0;
+    for (size_t c = 0; c < forwardCycles[s].size(); ++c)
+      stage += static_cast<double>(forwardCycles[s][c] + backwardCycles[s][c]);
+    busiest = std::max(busiest, stage);
+  }
+  return busiest * microbatches;
+}
+
+double TrainingStepSchedule::bubbleFraction() const {
+  const double ideal = idealCycles();
+  return ideal > 0 ? (static_cast<double>(pipelineCycles) - ideal) / ideal : 0.0;
+}
+
+namespace {
+
+enum class Phase : std::uint8_t { kForward, kBackward, kUpdate };
+
+// Where one segment (a model stage's forward, backward or update ops) sits.
+struct SegmentId {
+  Phase phase = Phase::kForward;
+  int stage = 0;  // model stage: chunk * stages + pipeline stage
+  bool operator<(const SegmentId& o) const { return std::tie(phase, stage) < std::tie(o.phase, o.stage); }
+  bool operator==(const SegmentId& o) const = default;
+};
+
+using detail::collectiveOpOf;
+using detail::isCollective;
+
+class TrainingScheduler {
+ public:
+  TrainingScheduler(const TrainingWorkload& work, const topology::Cluster& cluster, const Options& options)
+      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
+        calendar_(cluster.links().size()) {}
+
+  Expected<TrainingStepSchedule> run() {
+    if (auto s = check(); !s) return s.error();
+    const int p = work_.stages;
+    data_.assign(work_.chips.size(), std::vector<std::vector<MicrobatchData>>(
+                                         ranks(), std::vector<MicrobatchData>(work_.microbatches)));
+    result_.microbatches = work_.microbatches;
+    result_.forwardCycles.assign(p, std::vector<Cycle>(work_.chunks, 0));
+    result_.backwardCycles = result_.forwardCycles;
+    // Each stage's passes in its order, the next one chosen as the pass that can start first
+    // (lowest stage on ties): a pass is ready once the passes that make its inputs have run.
+    std::vector<size_t> next(p, 0);
+    std::set<std::tuple<int, int, int>> done;  // (microbatch, phase, model stage)
+    std::vector<std::map<int, size_t>> lastBackward(p);  // per stage: chunk -> position of its last backward
+    for (int s = 0; s < p; ++s)
+      for (size_t i = 0; i < work_.order[s].size(); ++i)
+        if (work_.order[s][i].backward) lastBackward[s][work_.order[s][i].chunk] = i;
+    size_t remaining = 0;
+    for (const auto& o : work_.order) remaining += o.size();
+    while (remaining > 0) {
+      int best = -1;
+      Cycle bestStart = 0;
+      for (int s = 0; s < p; ++s) {
+        if (next[s] >= work_.order[s].size()) continue;
+        const TrainingPass& pass = work_.order[s][next[s]];
+        const SegmentId seg{pass.backward ? Phase::kBackward : Phase::kForward, pass.chunk * p + s};
+        bool ready = true;
+        for (const SegmentId& from : producers_[seg])
+          ready = ready && done.count({pass.microbatch, static_cast<int>(from.phase), from.stage});
+        if (!ready) continue;
+        const Cycle start = startOf(0, 0, pass.microbatch, seg, opsOf(seg));
+        if (best < 0 || start < bestStart) best = s, bestStart = start;
+      }
+      if (best < 0)
+        return makeError(ExitCode::kInternal, "training step: the pipeline orders cannot finish (a pass waits for "
+                                              "one that never runs)");
+      const TrainingPass pass = work_.order[best][next[best]];
+      const SegmentId seg{pass.backward ? Phase::kBackward : Phase::kForward, pass.chunk * p + best};
+      for (size_t r = 0; r < work_.chips.size(); ++r)
+        if (auto s = runPass(static_cast<int>(r), pass.microbatch, seg); !s) return s.error();
+      done.insert({pass.microbatch, static_cast<int>(seg.phase), seg.stage});
+      if (pass.backward) {
+        for (const auto& replica : work_.chips)
+          for (int c : replica[best])
+            result_.pipelineCycles = std::max(result_.pipelineCycles, timelines_.freeAt(c) - drainCycles());
+        if (lastBackward[best][pass.chunk] == next[best])
+          if (auto s = allReduce(best, seg.stage); !s) return s.error();
+      }
+      ++next[best];
+      --remaining;
+    }
+    for (int s = 0; s < p; ++s)
+      for (int c = 0; c < work_.chunks; ++c)
+        for (size_t r = 0; r < work_.chips.size(); ++r)
+          if (auto st = runPass(static_cast<int>(r), -1, {Phase::kUpdate, c * p + s}); !st) return st.error();
+    if (work_.shardOptimizer)
+      for (int s = 0; s < p; ++s)
+        for (int c = 0; c < work_.chunks; ++c)
+          if (auto st = allReduce(s, c * p + s, CollectiveOp::kAllGather); !st) return st.error();
+    result_.cluster.programs = timelines_.finish();
+    result_.cluster.reports.resize(cluster_.chipCount());
+    for (int c = 0; c < cluster_.chipCount(); ++c) {
+      auto& report = result_.cluster.reports[c];
+      report = reports_[c];
+      report.cycles = result_.cluster.programs[c].predictedCycles;
+      report.lowerBound = result_.cluster.programs[c].lowerBoundCycles;
+      report.instructions = static_cast<std::int64_t>(result_.cluster.programs[c].instructions.size());
+    }
+    return std::move(result_);
+  }
+
+ private:
+  // Where a microbatch's tensors are on one replica and TP rank: chips holding them, and those sent over a link.
+  struct MicrobatchData {
+    std::map<ir::TensorId, std::set<int>> on;
+    std::map<std::pair<ir::TensorId, int>, detail::InFlight> inFlight;
+  };
+
+  int ranks() const { return static_cast<int>(work_.graphs.size()); }
+  const ir::Graph& graph(int t) const { return *work_.graphs[t]; }
+
+  Status check() {
+    const int p = work_.stages, v = work_.chunks;
+    const size_t stages = static_cast<size_t>(p) * v;
+    if (work_.graphs.empty() || work_.forward.size() != stages || work_.backward.size() != stages ||
+        work_.update.size() != stages || work_.order.size() != static_cast<size_t>(p) || work_.chips.empty())
+      return makeError(ExitCode::kInternal, "training step: the workload's stages do not match its plan");
+    for (size_t t = 0; t < work_.graphs.size(); ++t) {
+      const ir::Graph* g = work_.graphs[t];
+      const ir::Graph& lead = *work_.graphs.front();
+      if (!g) return makeError(ExitCode::kInternal, "training step: a TP rank without a graph");
+      for (size_t j = 0; j < std::max(g->ops().size(), lead.ops().size()); ++j)
+        if (j >= g->ops().size() || j >= lead.ops().size() || g->op(j).kind != lead.op(j).kind)
+          return makeError(ExitCode::kInternal,
+                           fmt::format("training step: TP rank {}'s graph is not SPMD with rank 0's at op {} ('{}')", t,
+                                       j, j < g->ops().size() ? g->op(j).name : lead.op(j).name));
+    }
+    for (const auto& replica : work_.chips) {
+      if (replica.size() != static_cast<size_t>(p))
+        return makeError(ExitCode::kInternal, "training step: a replica without a chip for every stage");
+      for (const auto& group : replica) {
+        if (group.size() != work_.graphs.size())
+          return makeError(ExitCode::kInternal, "training step: a stage without a chip for every TP rank");
+        for (int c : group)
+          if (c < 0 || c >= cluster_.chipCount())
+            return makeError(ExitCode::kConfig, fmt::format("training step: stage placed on chip {}, not in the "
+                                                            "cluster of {} chips", c, cluster_.chipCount()));
+      }
+    }
+    // Which segment each op is in, and which segments' outputs each forward or backward segment reads.
+    const ir::Graph& g = graph(0);
+    for (size_t k = 0; k < stages; ++k) {
+      for (ir::OpId op : work_.forward[k]) segmentOf_[op] = {Phase::kForward, static_cast<int>(k)};
+      for (ir::OpId op : work_.backward[k]) segmentOf_[op] = {Phase::kBackward, static_cast<int>(k)};
+      for (ir::OpId op : work_.update[k]) segmentOf_[op] = {Phase::kUpdate, static_cast<int>(k)};
+    }
+    for (const auto& [op, seg] : segmentOf_) {
+      if (seg.phase == Phase::kUpdate) continue;
+      for (ir::TensorId in : g.op(op).inputs) {
+        const ir::OpId producer = g.tensor(in).producer;
+        if (producer < 0) continue;
+        auto from = segmentOf_.find(producer);
+        if (from == segmentOf_.end())
+          return modelError(g.op(op).name, fmt::format("training step: its input '{}' is made by an op of no stage",
+                                                       g.tensor(in).name));
+        if (from->second == seg) continue;
+        if (from->second.phase == Phase::kUpdate)
+          return modelError(g.op(op).name, "training step: a forward or backward op reads the optimizer's output");
+        producers_[seg].insert(from->second);
+      }
+    }
+    return {};
+  }
+
+  const std::vector<ir::OpId>& opsOf(const SegmentId& seg) const {
+    return seg.phase == Phase::kForward ? work_.forward[seg.stage]
+           : seg.phase == Phase::kBackward ? work_.backward[seg.stage]
+                                           : work_.update[seg.stage];
+  }
+  int chipOf(int replica, int rank, const SegmentId& seg) const {
+    return work_.chips[replica][seg.stage % work_.stages][rank];
+  }
+
+  // Tensors that ops read and none of them makes.
+  std::vector<ir::TensorId> outsideInputs(int t, const std::vector<ir::OpId>& ops) const {
+    const std::set<ir::OpId> inRun(ops.begin(), ops.end());
+    std::set<ir::TensorId> ins;
+    for (ir::OpId op : ops)
+      for (ir::TensorId in : graph(t).op(op).inputs) {
+        const ir::OpId producer = graph(t).tensor(in).producer;
+        if (producer >= 0 && !inRun.count(producer)) ins.insert(in);
+      }
+    return {ins.begin(), ins.end()};
+  }
+
+  // The first cycle ops can start on the chip of replica r and TP rank t: the chip is free and
+  // every input sent to it has arrived whole.
+  Cycle startOf(int r, int t, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) const {
+    const int chip = chipOf(r, t, seg);
+    Cycle start = timelines_.freeAt(chip);
+    if (microbatch < 0) return start;
+    const MicrobatchData& data = data_[r][t][microbatch];
+    for (ir::TensorId in : outsideInputs(t, ops)) {
+      auto on = data.on.find(in);
+      if (on != data.on.end() && on->second.count(chip)) continue;
+      auto flight = data.inFlight.find({in, chip});
+      if (flight != data.inFlight.end()) start = std::max(start, flight->second.lastVector + 1);
+    }
+    return start;
+  }
+
+  // A pass of replica r: its compute runs on every TP rank's chip, its collectives over the TP group.
+  Status runPass(int r, int microbatch, const SegmentId& seg) {
+    const std::vector<ir::OpId>& ops = opsOf(seg);
+    if (ops.empty()) return {};
+    const ir::Graph& lead = graph(0);
+    const Cycle start = startOf(r, 0, microbatch, seg, ops);
+    for (size_t j = 0; j < ops.size();) {
+      size_t k = j + 1;
+      if (isCollective(lead.op(ops[j]).kind)) {
+        if (auto s = runCollective(r, microbatch, seg, ops[j]); !s) return s;
+      } else {
+        while (k < ops.size() && !isCollective(lead.op(ops[k]).kind)) ++k;
+        const std::vector<ir::OpId> run(ops.begin() + static_cast<std::ptrdiff_t>(j),
+                                        ops.begin() + static_cast<std::ptrdiff_t>(k));
+        for (int t = 0; t < ranks(); ++t)
+          if (auto s = runCompute(r, t, microbatch, seg, run); !s) return s;
+      }
+      j = k;
+    }
+    if (seg.phase != Phase::kUpdate && r == 0) {
+      // The pass's span on replica 0's TP rank 0, its collectives included and the drain after it
+      // not: what the ideal is made of.
+      auto& cycles = seg.phase == Phase::kForward ? result_.forwardCycles : result_.backwardCycles;
+      Cycle& slot = cycles[seg.stage % work_.stages][seg.stage / work_.stages];
+      slot = std::max(slot, timelines_.freeAt(chipOf(0, 0, seg)) - drainCycles() - start);
+    }
+    return {};
+  }
+
+  // One collective of a pass over the chips of its TP group (the ranks its `devices` name).
+  Status runCollective(int r, int microbatch, const SegmentId& seg, ir::OpId id) {
+    const ir::Op& op = graph(0).op(id);
+    std::vector<int> chips;
+    for (std::int64_t rank : op.intsAttr("devices")) {
+      if (rank < 0 || rank >= ranks())
+        return modelError(op.name, fmt::format("{} joins TP rank {} of {}", ir::opKindName(op.kind), rank, ranks()));
+      chips.push_back(chipOf(r, static_cast<int>(rank), seg));
+    }
+    const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
+    const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph(0).tensor(full));
+    const std::int64_t bytes = rows * tiles * cluster_.chip().vectorBytes;
+    if (chips.size() > 1) {
+      auto plan = planCollective(collectiveOpOf(op.kind),
+                                 chooseAlgorithm(collectiveOpOf(op.kind), chips, bytes, cluster_), chips, bytes, cluster_);
+      if (!plan) {
+        Diagnostic e = plan.error();
+        e.message = fmt::format("{}: {}", op.name, e.message);
+        return e;
+      }
+      if (auto s = appendSettled(*plan); !s) return s;
+      ++result_.cluster.collectives;
+    }
+    if (microbatch < 0) return {};
+    for (int t = 0; t < ranks(); ++t) {
+      const int chip = chipOf(r, t, seg);
+      data_[r][t][microbatch].on[op.outputs.front()].insert(chip);
+      std::vector<std::pair<ir::TensorId, int>> messageTo;
+      for (int to : readersElsewhere(r, t, seg, op.outputs.front(), chip)) messageTo.push_back({op.outputs.front(), to});
+      if (auto s = sendMessages(r, t, microbatch, chip, messageTo); !s) return s;
+    }
+    return {};
+  }
+
+  // The chips other than `chip` whose forward or backward passes read tensor `out` of rank t's graph.
+  std::set<int> readersElsewhere(int r, int t, const SegmentId& seg, ir::TensorId out, int chip) const {
+    std::set<int> chips;
+    for (ir::OpId user : graph(t).tensor(out).users) {
+      const SegmentId& to = segmentOf_.at(user);
+      if (to == seg || to.phase == Phase::kUpdate) continue;
+      if (const int c = chipOf(r, t, to); c != chip) chips.insert(c);
+    }
+    return chips;
+  }
+
+  // Tensors to chips that no direct link joins: one step of messages on the routes, now.
+  Status sendMessages(int r, int t, int microbatch, int chip, const std::vector<std::pair<ir::TensorId, int>>& to) {
+    if (to.empty()) return {};
+    CollectivePlan plan;
+    plan.steps.emplace_back();
+    MicrobatchData& data = data_[r][t][microbatch];
+    for (const auto& [tensor, dst] : to) {
+      const auto [vectorRows, tiles] = lower::vectorShape(cluster_.chip(), graph(t).tensor(tensor));
+      plan.steps.front().push_back({chip, dst, vectorRows * tiles, false});
+      data.on[tensor].insert(dst);
+    }
+    return appendSettled(plan);
+  }
+
+  // Compiles (or reuses) a compute run of TP rank t with its interface, places it on the chip's
+  // timeline, sends its outputs to the chips whose passes read them.
+  Status runCompute(int r, int t, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
+    if (ops.empty()) return {};
+    const ir::Graph& g = graph(t);
+    const topology::ChipSpec& spec = cluster_.chip();
+    const int chip = chipOf(r, t, seg);
+    const Cycle offset = startOf(r, t, microbatch, seg, ops);
+    lower::ShardInterface interface;
+    std::string key = detail::segmentKey(g, ops);
+    std::vector<ir::TensorId> received;
+    if (microbatch >= 0) {
+      MicrobatchData& data = data_[r][t][microbatch];
+      for (ir::TensorId in : outsideInputs(t, ops)) {
+        auto on = data.on.find(in);
+        if (on != data.on.end() && on->second.count(chip)) {
+          interface.resident.push_back(in);
+          continue;
+        }
+        auto flight = data.inFlight.find({in, chip});
+        if (flight == data.inFlight.end())
+          return makeError(ExitCode::kInternal, fmt::format("training step: tensor '{}' of microbatch {} was never "
+                                                            "sent to chip {}", g.tensor(in).name, microbatch, chip));
+        // Wholly arrived before the run starts: read from the port at one vector a cycle.
+        lower::ReceivePlan plan;
+        plan.tensor = in;
+        plan.port = flight->second.port;
+        plan.interval = 1;
+        plan.arrivals.assign(flight->second.arrivals.size(), 0);
+        key += fmt::format(" recv {}:{}", interface.receives.size(), plan.port);
+        interface.receives.push_back(std::move(plan));
+        received.push_back(in);
+      }
+    } else {
+      // The update reads the accumulated gradients and the weights: all on the chip.
+      interface.resident = outsideInputs(t, ops);
+    }
+    // Outputs read by passes on other chips: sent during the run over a direct link, else after it.
+    std::vector<int> links;
+    std::vector<std::int64_t> rows;
+    std::vector<std::pair<ir::TensorId, int>> sendTo, messageTo;  // (tensor, link or chip)
+    if (microbatch >= 0) {
+      std::map<ir::TensorId, int> localOf;
+      int n = 0;
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) localOf[out] = n++;
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs)
+          for (int to : readersElsewhere(r, t, seg, out, chip)) {
+            const auto route = cluster_.route(chip, to);
+            if (route.size() != 1) {
+              messageTo.push_back({out, to});
+              continue;
+            }
+            const auto& link = cluster_.links()[route.front().link];
+            lower::SendPlan plan;
+            plan.tensor = out;
+            plan.port = link.portOn(chip);
+            plan.interval = linkVectorInterval(spec, link);
+            plan.linkBusy = plan.interval;
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            interface.sends.push_back(plan);
+            sendTo.push_back({out, link.id});
+            links.push_back(link.id);
+            rows.push_back(lower::vectorShape(spec, g.tensor(out)).first);
+          }
+    }
+    auto it = compiled_.find(key);
+    if (it == compiled_.end()) {
+      Options shardOptions = options_;
+      shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);
+      auto shard = compileShard(spec, g, ops, interface, shardOptions);
+      if (!shard) return shard.error();
+      it = compiled_.emplace(key, std::move(*shard)).first;
+      ++result_.cluster.compiledShards;
+    } else {
+      ++result_.cluster.sharedShards;
+    }
+    const CompiledShard& shard = it->second;
+    timelines_.append(chip, shard.program, offset);
+    timelines_.idle(chip, drainCycles());
+    detail::accumulateReport(reports_[chip], shard.report);
+    if (microbatch < 0) return {};
+    MicrobatchData& data = data_[r][t][microbatch];
+    for (ir::OpId op : ops)
+      for (ir::TensorId out : g.op(op).outputs) data.on[out].insert(chip);
+    for (ir::TensorId in : received) {
+      data.on[in].insert(chip);
+      data.inFlight.erase({in, chip});
+    }
+    auto flights = detail::bookSegmentSends(cluster_, calendar_, chip, offset, interface, links, rows, shard,
+                                            result_.cluster);
+    if (!flights) return flights.error();
+    for (size_t i = 0; i < sendTo.size(); ++i)
+      data.inFlight[{sendTo[i].first, cluster_.links()[sendTo[i].second].other(chip)}] = std::move((*flights)[i]);
+    return sendMessages(r, t, microbatch, chip, messageTo);  // multi-hop: once the run is done
+  }
+
+  // Cycles a chip stays idle after each piece of work appended to it: every value its last
+  // instructions put on a stream has left the chip, so that no read of the next piece (compiled on
+  // its own) lines up with one of them.
+  Cycle drainCycles() const { return cluster_.chip().sliceCount() + cluster_.chip().rippleCycles; }
+
+  // A collective (or a step of messages) appended, every chip it touched then drained.
+  Status appendSettled(const CollectivePlan& plan) {
+    const std::vector<Cycle> before = timelines_.free();
+    if (auto s = detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster); !s) return s;
+    for (int c = 0; c < cluster_.chipCount(); ++c)
+      if (timelines_.freeAt(c) != before[c]) timelines_.idle(c, drainCycles());
+    return {};
+  }
+
+  // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank
+  // with the same rank of the other replicas), in buckets: all-reduced, or with the optimizer state
+  // sharded reduce-scattered (and, once updated, the parameters all-gathered: op kAllGather).
+  Status allReduce(int s, int stage, CollectiveOp op = CollectiveOp::kAllReduce) {
+    if (work_.chips.size() < 2 || static_cast<size_t>(stage) >= work_.gradients.size()) return {};
+    if (op == CollectiveOp::kAllReduce && work_.shardOptimizer) op = CollectiveOp::kReduceScatter;
+    for (int t = 0; t < ranks(); ++t) {
+      Bytes bytes = 0;
+      for (ir::TensorId g : work_.gradients[stage]) bytes += graph(t).tensor(g).bytes();
+      if (bytes <= 0) continue;
+      std::vector<int> group;
+      for (const auto& replica : work_.chips) group.push_back(replica[s][t]);
+      const Bytes bucket = std::max<Bytes>(cluster_.chip().vectorBytes, work_.bucketBytes);
+      const std::int64_t buckets = ceilDiv(bytes, bucket);
+      for (std::int64_t b = 0; b < buckets; ++b) {
+        const Bytes size = std::min(bucket, bytes - b * bucket);
+        auto plan = planCollective(op, chooseAlgorithm(op, group, size, cluster_), group, size, cluster_);
+        if (!plan) return plan.error();
+        if (auto st = appendSettled(*plan); !st) return st;
+        ++result_.cluster.collectives;
+        if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;
+      }
+      if (op != CollectiveOp::kAllGather)
+        for (int c : group)
+          result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c) - drainCycles());
+    }
+    return {};
+  }
+
+  const TrainingWorkload& work_;
+  const topology::Cluster& cluster_;
+  Options options_;
+  detail::ChipTimelines timelines_;
+  LinkCalendar calendar_;
+  std::map<ir::OpId, SegmentId> segmentOf_;
+  std::map<SegmentId, std::set<SegmentId>> producers_;
+  std::vector<std::vector<std::vector<MicrobatchData>>> data_;  // [replica][TP rank][microbatch]
+  std::map<std::string, CompiledShard> compiled_;
+  std::map<int, CompileReport> reports_;
+  TrainingStepSchedule result_;
+};
+
+}  // namespace
+
+Expected<TrainingStepSchedule> scheduleTrainingStep(const TrainingWorkload& workload, const topology::Cluster& cluster,
+                                                    const Options& options) {
+  return TrainingScheduler(workload, cluster, options).run();
+}
+
+}  // namespace tsp::schedule
