@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -131,34 +132,96 @@ Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
 struct LayerEstimate {
   Cycle cycles = 0;
   Cycle fixedCycles = -1;  ///< the part that does not shrink with the batch; -1: not measured
+  std::vector<std::pair<double, Cycle>> batchCycles;  ///< (share of the batch, cycles), ascending
+  double sendHiddenPerShare = -1;  ///< send cycles the layer's compute hides, per share of the batch
   std::string error;       ///< why the compiler could not lower it, or empty
 };
 
-// The per-microbatch fixed part of a layer: the layer is compiled again on a quarter (or half) of
-// the batch, split off by the sharding mechanism, and the line through the two points meets zero
-// rows at the fixed part (weight installation, pipeline fill). -1 when the batch cannot be split.
-Cycle fixedPartOfLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, Cycle cycles) {
-  const int parts = batch % 4 == 0 ? 4 : batch % 2 == 0 ? 2 : 1;
-  if (parts == 1) return -1;
+// Block 0 of the layer with its batch split `parts` ways by the sharding mechanism; empty when the
+// inputs do not all lead with the batch or a split would need communication.
+std::optional<ir::Graph> batchSlice(const ir::Graph& layer, std::int64_t batch, int parts) {
   std::map<ir::TensorId, TensorSharding> annotations;
   for (ir::TensorId in : layer.inputs()) {
     const auto& t = layer.tensor(in);
-    if (t.shape.empty() || t.shape[0] != batch) return -1;
+    if (t.shape.empty() || t.shape[0] != batch) return std::nullopt;
     auto spec = TensorSharding::replicated(t.shape.size());
     spec.dimAxis[0] = 0;
     annotations[in] = spec;
   }
   const Mesh mesh{{"dp"}, {parts}};
   auto plan = propagateShardings(layer, mesh, annotations);
-  if (!plan || !plan->reshards.empty()) return -1;
+  if (!plan || !plan->reshards.empty()) return std::nullopt;
   auto devices = shardGraph(layer, *plan);
-  if (!devices) return -1;
-  auto small = schedule::estimateLayerCycles(devices->graphs.front(), chip);
-  if (!small || small->empty()) return -1;
-  // cycles(rows) = fixed + slope x rows through (batch, cycles) and (batch / parts, small).
-  const double slope = static_cast<double>(cycles - small->front()) / (static_cast<double>(batch) * (parts - 1) / parts);
-  const double fixed = static_cast<double>(cycles) - slope * static_cast<double>(batch);
-  return static_cast<Cycle>(std::clamp(std::llround(fixed), 0LL, static_cast<long long>(cycles)));
+  if (!devices) return std::nullopt;
+  return std::move(devices->graphs.front());
+}
+
+// Cycles of a one-layer graph on one chip; with interval > 0 its outbound tensors (made and not
+// used inside) leave over a link port at one vector per `interval` cycles, as a stage's sends do.
+Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
+  if (interval <= 0) {
+    auto cycles = schedule::estimateLayerCycles(layer, chip);
+    if (!cycles) return cycles.error();
+    if (cycles->empty()) return makeError(ExitCode::kInternal, "no layer");
+    return cycles->front();
+  }
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  for (size_t i = 0; i < layer.ops().size(); ++i) {
+    ops.push_back(static_cast<ir::OpId>(i));
+    for (ir::TensorId out : layer.op(i).outputs)
+      if (layer.tensor(out).users.empty()) {
+        lower::SendPlan send;
+        send.tensor = out;
+        send.interval = interval;
+        send.linkBusy = interval;
+        interface.sends.push_back(send);
+      }
+  }
+  auto compiled = schedule::compileShard(chip, layer, ops, interface, schedule::Options{});
+  if (!compiled) return compiled.error();
+  return compiled->program.predictedCycles;
+}
+
+// The layer's cycles at shares 1, 1/2, 1/4, ... of the batch (the shares the sharding mechanism
+// can split off, at most kBatchPoints), the fixed part (where the line through the two smallest
+// shares meets zero rows: weight installation, pipeline fill) and, when the layer sends tensors on,
+// how many send cycles its compute hides at the smallest share (compiled again with the sends on
+// a link of the chip's default rate).
+constexpr int kBatchPoints = 6;
+void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, bool sends,
+                  LayerEstimate& value) {
+  value.batchCycles = {{1.0, value.cycles}};
+  std::optional<ir::Graph> smallest;
+  for (int parts = 2; batch % parts == 0 && static_cast<int>(value.batchCycles.size()) < kBatchPoints; parts *= 2) {
+    auto slice = batchSlice(layer, batch, parts);
+    if (!slice) break;
+    auto cycles = compileLayerAlone(*slice, chip, 0);
+    if (!cycles) break;
+    value.batchCycles.insert(value.batchCycles.begin(), {1.0 / parts, *cycles});
+    smallest = std::move(*slice);
+  }
+  if (value.batchCycles.size() >= 2) {
+    const auto [f0, c0] = value.batchCycles[0];
+    const auto [f1, c1] = value.batchCycles[1];
+    const double slope = static_cast<double>(c1 - c0) / (f1 - f0);
+    value.fixedCycles = static_cast<Cycle>(
+        std::clamp(std::llround(static_cast<double>(c0) - slope * f0), 0LL, static_cast<long long>(value.cycles)));
+  }
+  if (!sends) return;
+  const ir::Graph& probe = smallest ? *smallest : layer;
+  const double share = value.batchCycles.front().first;
+  const double bytesPerCycle =
+      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
+  const int interval = static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+  auto withSends = compileLayerAlone(probe, chip, interval);
+  if (!withSends) return;
+  double serialise = 0;
+  for (const auto& op : probe.ops())
+    for (ir::TensorId out : op.outputs)
+      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
+  const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
+  value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
 
 }  // namespace
@@ -287,10 +350,10 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (!sub) {
         value.error = sub.error().format();
       } else {
-        auto cycles = schedule::estimateLayerCycles(*sub, chip);
-        if (cycles && !cycles->empty()) value.cycles = cycles->front();
-        else value.error = cycles ? "no layer" : cycles.error().format();
-        if (value.error.empty()) value.fixedCycles = fixedPartOfLayer(*sub, chip, profile.samples, value.cycles);
+        auto cycles = compileLayerAlone(*sub, chip, 0);
+        if (cycles) value.cycles = *cycles;
+        else value.error = cycles.error().format();
+        if (value.error.empty()) measureLayer(*sub, chip, profile.samples, layer.outBytes > 0, value);
       }
       found = estimated.emplace(signature, value).first;
     }
@@ -301,6 +364,8 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     } else {
       layer.cycles = std::max<Cycle>(1, found->second.cycles);
       if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
+      layer.batchCycles = found->second.batchCycles;
+      layer.sendHiddenPerShare = found->second.sendHiddenPerShare;
     }
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
@@ -319,10 +384,23 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
+double layerCyclesAt(const LayerProfile& layer, double share) {
+  const auto& points = layer.batchCycles;
+  if (points.size() < 2) {
+    const double install = static_cast<double>(layer.installCycles);
+    return (static_cast<double>(layer.cycles) - install) * share + install;
+  }
+  size_t i = 1;
+  while (i + 1 < points.size() && points[i].first < share) ++i;
+  const auto [f0, c0] = points[i - 1];
+  const auto [f1, c1] = points[i];
+  const double at = static_cast<double>(c0) + (static_cast<double>(c1 - c0)) * (share - f0) / (f1 - f0);
+  return std::max(1.0, at);
+}
+
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
-  const double install = static_cast<double>(layer.installCycles);
-  const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
+  const double scaled = layerCyclesAt(layer, frac);
   LayerShare share;
   const double t = c.tp;
   // A ring of two: each chip sends to and receives from one neighbour over one link, and the send
@@ -439,15 +517,22 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
   cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
   std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
-    const LayerShare share = layerShare(profile.layers[l], c, links);
+    const LayerProfile& layer = profile.layers[l];
+    const LayerShare share = layerShare(layer, c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
-    lastCompute[stages.layerChunk[l]] = share.compute;  // the chunk's last layer so far
+    // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
+    // ending in a row-wise normalisation makes its output at the end), else all of its compute.
+    const double splitShare = share.compute / std::max(1.0, layerCyclesAt(layer, frac));
+    lastCompute[stages.layerChunk[l]] =
+        layer.sendHiddenPerShare >= 0 ? std::min(share.compute, layer.sendHiddenPerShare * frac * splitShare)
+                                      : share.compute;
   }
-  // The compiler sends tiles as they are computed: a chunk's sends overlap the compute of its last
-  // layer (the one whose output tiles leave), so the chunk takes the rest of its time, the longer of
-  // that layer's compute and the serialisation, and one route latency.
+  // The compiler sends tiles as they are computed: a chunk's sends overlap the part of its last
+  // layer's compute that follows the first outbound tile, so the chunk takes the rest of its time,
+  // the longer of that part and the serialisation, and one route latency.
   const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
   for (int k = 0; k < stages.chunks; ++k)
     if (sends[k] > 0) {

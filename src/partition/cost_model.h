@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compile/ir/graph.h"
@@ -30,6 +31,10 @@ struct LayerProfile {
   Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
   Cycle installCycles = 0;   ///< the part of cycles spent installing matmul weights: paid per microbatch
   bool fallback = false;     ///< true when cycles is the FLOP-based estimate, not the compiler's
+  /// The compiler's cycles at shares of the batch (1, 1/2, 1/4, ...; ascending share); empty: not measured.
+  std::vector<std::pair<double, Cycle>> batchCycles;
+  /// Cycles of sends to the next stage that the layer's compute hides, per share of the batch; < 0: not measured.
+  double sendHiddenPerShare = -1;
   Bytes weightBytes = 0;     ///< weights and constants
   Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
   Bytes stateBytes = 0;      ///< KV cache, proportional to the batch
@@ -129,6 +134,9 @@ struct CandidateLinks {
 struct LayerShare {
   double compute = 0, comm = 0;
 };
+/// Compute cycles of a layer on `share` of the batch, one chip: interpolated between the compiler's
+/// measured shares, extrapolated below the smallest along the line through the two smallest.
+double layerCyclesAt(const LayerProfile& layer, double share);
 /// The forward share of a layer for one microbatch on one chip of the candidate.
 LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links);
 

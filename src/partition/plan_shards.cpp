@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "partition/pipeline_schedule.h"
 #include "partition/sharding_spmd.h"
 
 namespace tsp::partition {
@@ -135,6 +136,17 @@ Expected<schedule::ShardedWorkload> shardPlan(const ir::Graph& graph, const Plan
       std::vector<int> wave;
       for (int t = 0; t < tp; ++t) wave.push_back((d * plan.microbatches + i) * tp + t);
       work.waves.push_back(std::move(wave));
+    }
+  // Each replica's stage runs its chunks in the order of an interleaved inference pipeline.
+  for (const auto& op : group->graphs.front().ops())
+    work.opChunk.push_back(chunks[std::clamp(op.layer, 0, static_cast<int>(chunks.size()) - 1)]);
+  const auto order = forwardOrder(plan.pp, plan.microbatches, plan.interleave);
+  for (int d = 0; d < plan.dp; ++d)
+    for (int s = 0; s < plan.pp; ++s) {
+      std::vector<schedule::WaveChunk> lane;
+      for (const PipelineTask& task : order[s])
+        lane.push_back({task.microbatch * plan.dp + d, task.chunk * plan.pp + s});
+      work.lanes.push_back(std::move(lane));
     }
   return work;
 }
