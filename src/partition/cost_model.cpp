@@ -308,10 +308,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {
         const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
-        Bytes in = 0;
-        for (ir::TensorId t : op.inputs)
-          if (graph.tensor(t).role != ir::TensorRole::kWeight) in += graph.tensor(t).bytes();
-        layer.matmulIoBytes += in + out;
+        layer.matmulOutBytes += out;
         ++layer.weightMatmuls;
         layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
         if (weightMatmulIndex++ % 2 == 1) {
@@ -422,13 +419,14 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
                        links.tp.contention * sharedPort;
       break;
     case TensorSplit::k2d: {
-      // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
-      // output along a column of q chips; a chip holds 1/q of each activation.
+      // q x q grid: each weight matmul holds 1/q^2 of its weight (K split over one axis, N over
+      // the other) and all-reduces its partial output, 1/q of it per chip, over the q chips of one
+      // axis (a ring of two shares one port, as for Megatron).
       const double q = std::round(std::sqrt(t));
       share.compute = scaled * (conv + (1 - conv) / t);
       share.comm = layer.weightMatmuls * 2 * (q - 1) * static_cast<double>(links.tp.alpha) +
-                   (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q * frac * links.tp.cyclesPerByte *
-                       links.tp.contention;
+                   2 * (q - 1) / q * static_cast<double>(layer.matmulOutBytes) / q * frac * links.tp.cyclesPerByte *
+                       links.tp.contention * (q == 2 ? 2.0 : 1.0);
       break;
     }
     case TensorSplit::kSpatial: {
@@ -478,8 +476,10 @@ std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate
   std::vector<double> outbound(stages.chunks, 0);
   for (const auto& e : profile.edges)
     if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
+      // 2D: an activation is split over one grid axis and replicated over the other.
       const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
-      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / (replicated ? 1 : c.tp);
+      const double holds = replicated ? 1 : c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds;
     }
   for (int k = 0; k < stages.chunks; ++k)
     if (outbound[k] > 0) sends[k] = links.pp.transfer(outbound[k] * frac);

@@ -44,7 +44,7 @@ struct LayerProfile {
   int allReduces = 0;        ///< Megatron: number of those all-reduces
   Bytes allGatherBytes = 0;  ///< Megatron: a column-parallel output with no row-parallel partner
   int allGathers = 0;        ///< Megatron: number of those all-gathers
-  Bytes matmulIoBytes = 0;   ///< 2D: inputs plus outputs of the weight matmuls
+  Bytes matmulOutBytes = 0;  ///< 2D: outputs of the weight matmuls (each reduced over one grid axis)
   int weightMatmuls = 0;     ///< matmuls with a weight operand
   Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1

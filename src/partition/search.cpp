@@ -434,7 +434,7 @@ PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
     if (c.split == TensorSplit::kMegatron)
       ring += 2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) + (t - 1) / t * static_cast<double>(layer.allGatherBytes);
     else if (c.split == TensorSplit::k2d)
-      ring += (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q;
+      ring += 2 * (q - 1) / q * static_cast<double>(layer.matmulOutBytes) / q;
     else if (c.split == TensorSplit::kSpatial)
       ring += static_cast<double>(layer.haloBytes);
   }

@@ -166,13 +166,43 @@ TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {
   EXPECT_LE(placementTraffic(*cluster, *mapped, graph), placementTraffic(*cluster, *order, graph));
 }
 
-TEST(PlanShards, TwoDimensionalSplitIsNotExecuted) {
-  const ir::Graph g = mlp(2, 8, 8, DType::kF32);
+// 2D on a 2 x 2 grid: every weight is split over both axes (a quarter per chip), each matmul
+// reduces over one axis of 2 chips, and the group's graphs compute what the unsharded block does.
+TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
+  const ir::Graph g = mlp(4, 8, 8, DType::kF32);
   Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
   p.split = TensorSplit::k2d;
+  const Mesh mesh = tensorMesh(p);
+  EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2, 2}));
+  auto annotations = planAnnotations(g, p, mesh);
+  ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+  auto propagated = propagateShardings(g, mesh, *annotations);
+  ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w0")].text(mesh), "[r,c]");
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w1")].text(mesh), "[c,r]");
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w2")].text(mesh), "[r,c]");
+  auto devices = shardGraph(g, *propagated);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  ASSERT_EQ(devices->graphs.size(), 4u);
+  EXPECT_EQ(devices->graphs[3].tensor(*devices->graphs[3].findTensor("w1")).shape, (Shape{4, 4}));
+  ir::Value x{DType::kF32, {8, 8}, *values(64, 7)};
+  auto want = ir::interpret(g, {x});
+  auto got = interpretSharded(*devices, {x});
+  ASSERT_TRUE(want.ok() && got.ok()) << (got.ok() ? "" : got.error().format());
+  ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+  for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+    EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
   auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  EXPECT_EQ(work->graphs.size(), 4u);
+}
+
+TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
+  Plan p = plan(1, 8, 1, 1, {0, 1, 2, 3, 4, 5, 6, 7});
+  p.split = TensorSplit::k2d;
+  auto work = shardPlan(mlp(2, 8, 8, DType::kF32), p);
   ASSERT_FALSE(work.ok());
-  EXPECT_NE(work.error().message.find("the 2d split is predicted by the search but not executed"), std::string::npos);
+  EXPECT_EQ(work.error().message, "the 2d split runs on a q x q grid: tp = 8 is not a square");
 }
 
 }  // namespace
