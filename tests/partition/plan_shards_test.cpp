@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "compile/ir/interpreter.h"
+#include "partition/pipeline_schedule.h"
 #include "partition/placement.h"
 #include "partition/sharding_spmd.h"
 #include "test_values.h"
@@ -164,6 +165,42 @@ TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {
       EXPECT_EQ(cluster->route((*mapped)[group * 4 + t], (*mapped)[group * 4 + (t + 1) % 4]).size(), 1u)
           << "group " << group << " rank " << t;
   EXPECT_LE(placementTraffic(*cluster, *mapped, graph), placementTraffic(*cluster, *order, graph));
+}
+
+// Interleaved (pp 2, v 2, m 4): each chip's lane runs two microbatches through one chunk, then the
+// same two through its next chunk; run in that order the chips overlap the next microbatch with the
+// wait for the other chip, where waves in turn leave them idle.
+TEST(PlanShards, InterleavedLanesOverlapMicrobatches) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  Plan p = plan(1, 1, 2, 4, {});
+  p.interleave = 2;
+  p.stageChip = {0, 1};
+  p.layerChunk = {0, 1, 2, 3};
+  auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  using schedule::WaveChunk;
+  ASSERT_EQ(work->lanes.size(), 2u);
+  std::vector<std::pair<int, int>> lane0, lane1;
+  for (const WaveChunk& t : work->lanes[0]) lane0.push_back({t.wave, t.chunk});
+  for (const WaveChunk& t : work->lanes[1]) lane1.push_back({t.wave, t.chunk});
+  EXPECT_EQ(lane0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 2}, {1, 2}, {2, 0}, {3, 0}, {2, 2}, {3, 2}}));
+  EXPECT_EQ(lane1, (std::vector<std::pair<int, int>>{{0, 1}, {1, 1}, {0, 3}, {1, 3}, {2, 1}, {3, 1}, {2, 3}, {3, 3}}));
+  const auto cluster = ring(2);
+  auto makespan = [&](const schedule::ShardedWorkload& w) {
+    auto s = schedule::scheduleCluster(w, cluster);
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().format());
+    Cycle last = 0;
+    for (const auto& program : s->programs) last = std::max(last, program.predictedCycles);
+    return last;
+  };
+  schedule::ShardedWorkload wavesInTurn = *work;
+  wavesInTurn.lanes.clear();
+  EXPECT_LT(makespan(*work), makespan(wavesInTurn));
+  // A partial last group: 3 microbatches on 2 stages run (0, 1), then (2) through each chunk.
+  const auto order = forwardOrder(2, 3, 2);
+  std::vector<std::pair<int, int>> stage0;
+  for (const auto& t : order[0]) stage0.push_back({t.microbatch, t.chunk});
+  EXPECT_EQ(stage0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}}));
 }
 
 // 2D on a 2 x 2 grid: every weight is split over both axes (a quarter per chip), each matmul

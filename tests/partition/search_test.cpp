@@ -70,6 +70,27 @@ TEST(CostModel, BubbleIsTheTextbookFractionOnUniformLayers) {
     }
 }
 
+// The compute of a microbatch is the compiler's: the profile compiles each distinct layer at halved
+// shares of the batch (the share of 16 of 64 rows is what a batch-16 profile measures) and
+// interpolates between them; a layer that sends on knows how much of the send its compute hides.
+TEST(CostModel, LayerCyclesAtMicrobatchSharesAreTheCompilers) {
+  const auto c = cluster(kFreeRing);
+  const auto g64 = model("mlp", {{"layers", "2"}, {"hidden", "1024"}, {"batch", "64"}});
+  const auto g16 = model("mlp", {{"layers", "2"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto p64 = profileOf(g64, c, 64), p16 = profileOf(g16, c, 16);
+  const LayerProfile& layer = p64.layers[0];
+  ASSERT_EQ(layer.batchCycles.size(), 6u);  // shares 1/32 .. 1
+  EXPECT_DOUBLE_EQ(layer.batchCycles.back().first, 1.0);
+  EXPECT_DOUBLE_EQ(layer.batchCycles.front().first, 1.0 / 32);
+  EXPECT_DOUBLE_EQ(layerCyclesAt(layer, 0.25), static_cast<double>(p16.layers[0].cycles));
+  EXPECT_DOUBLE_EQ(layerCyclesAt(layer, 1.0), static_cast<double>(layer.cycles));
+  const double between = layerCyclesAt(layer, 0.375);
+  EXPECT_GT(between, layerCyclesAt(layer, 0.25));
+  EXPECT_LT(between, layerCyclesAt(layer, 0.5));
+  EXPECT_GE(layer.sendHiddenPerShare, 0);        // layer 0 sends to layer 1
+  EXPECT_LT(p64.layers[1].sendHiddenPerShare, 0);  // the last layer sends nothing on
+}
+
 TEST(CostModel, InterleavingDividesTheBubbleByV) {
   // A synthetic profile of 16 equal layers with no communication: bubble (p-1)/(m v + p - 1).
   ModelProfile profile;

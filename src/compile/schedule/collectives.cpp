@@ -180,7 +180,9 @@ std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> ch
     size_t last = 1;
     for (size_t l = 1; l < n; ++l)
       if (cost[full][l] + hops[l][0] < cost[full][last] + hops[last][0]) last = l;
-    for (size_t mask = full, at = last, i = n; i-- > 0;) {
+    int inOrder = 0;  // chip order is kept unless a ring is strictly shorter
+    for (size_t i = 0; i < n; ++i) inOrder += hops[i][(i + 1) % n];
+    for (size_t mask = full, at = last, i = n; inOrder > cost[full][last] + hops[last][0] && i-- > 0;) {
       ring[i] = at;
       const int prev = from[mask][at];
       mask &= ~(size_t{1} << at);

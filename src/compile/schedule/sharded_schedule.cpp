@@ -490,8 +490,8 @@ class ShardedScheduler {
           const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
           if (lastVector < offset) plan.interval = 1;
           for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
-          key += fmt::format(" recv {}:{}@{}", static_cast<int>(interface.receives.size()), plan.port,
-                             fmt::join(plan.arrivals, ","));
+          key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
+                             plan.interval, fmt::join(plan.arrivals, ","));
           interface.receives.push_back(std::move(plan));
         }
       for (ir::TensorId in : received) resident.erase(in);
