@@ -12,6 +12,7 @@
 
 #include "compile/lower/lowering.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/plan_shards.h"
 #include "partition/sharding.h"
 #include "partition/sharding_spmd.h"
 #include "partition/training_cost.h"
@@ -183,6 +184,62 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
   return compiled->program.predictedCycles;
 }
 
+// A layer whose weights do not fit one chip, estimated by the compiler op by op: each op alone,
+// and an op whose weights exceed a quarter of the SRAM split by the sharding mechanism into k
+// chip-sized pieces (a matmul's weight by columns, a lookup table by rows; k the smallest power of
+// two that fits), one piece compiled (weight installation included) and counted k times. Errors
+// when an op cannot be lowered or split.
+Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const topology::ChipSpec& chip) {
+  Cycle total = 0;
+  const Bytes fits = chip.sramBytes() / 4;
+  for (ir::OpId id : ops) {
+    auto single = layerGraph(graph, {id});
+    if (!single) return single.error();
+    const ir::Op& op = single->op(0);
+    Bytes weights = 0;
+    for (ir::TensorId t : op.inputs)
+      if (single->tensor(t).role == ir::TensorRole::kWeight) weights += single->tensor(t).bytes();
+    if (weights <= fits) {
+      auto cycles = compileLayerAlone(*single, chip, 0);
+      if (!cycles) return cycles.error();
+      total += *cycles;
+      continue;
+    }
+    const bool lookup = op.kind == ir::OpKind::kGather && op.intAttr("axis", 0) == 0;
+    if ((op.kind != ir::OpKind::kMatMul && !lookup) || op.inputs.size() != 2 ||
+        single->tensor(op.inputs[lookup ? 0 : 1]).shape.size() != 2)
+      return modelError(op.name, fmt::format("{} with {} bytes of weights does not fit one chip and is not split",
+                                             ir::opKindName(op.kind), weights));
+    const ir::TensorId w = op.inputs[lookup ? 0 : 1];
+    const std::int64_t along = single->tensor(w).shape[lookup ? 0 : 1];
+    int pieces = 2;
+    while (ceilDiv(weights, Bytes{pieces}) > fits && pieces < (1 << 12)) pieces *= 2;
+    if (along % pieces != 0)
+      return modelError(op.name, fmt::format("its weight ({} along the split) does not divide into {} pieces", along,
+                                             pieces));
+    const Mesh mesh{{"piece"}, {pieces}};
+    auto spec = TensorSharding::replicated(2);
+    spec.dimAxis[lookup ? 0 : 1] = 0;
+    auto plan = propagateShardings(*single, mesh, {{w, spec}});
+    if (!plan) return plan.error();
+    auto devices = shardGraph(*single, *plan);
+    if (!devices) return devices.error();
+    const ir::Graph& piece = devices->graphs.front();
+    std::vector<ir::OpId> compute;
+    for (size_t i = 0; i < piece.ops().size(); ++i) {
+      const ir::OpKind kind = piece.op(i).kind;
+      if (kind != ir::OpKind::kAllReduce && kind != ir::OpKind::kAllGather && kind != ir::OpKind::kReduceScatter &&
+          kind != ir::OpKind::kAllToAll)
+        compute.push_back(static_cast<ir::OpId>(i));
+    }
+    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, schedule::Options{});
+    if (!compiled) return compiled.error();
+    total += compiled->program.predictedCycles * pieces;
+  }
+  return total;
+}
+
 // The layer's cycles at shares 1, 1/2, 1/4, ... of the batch (the shares the sharding mechanism
 // can split off, at most kBatchPoints), the fixed part (where the line through the two smallest
 // shares meets zero rows: weight installation, pipeline fill) and, when the layer sends tensors on,
@@ -222,6 +279,54 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
       if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
   const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
+}
+
+// Megatron's collectives as the runtime's sharding makes them: the plan annotations at tp = 2 on
+// the whole graph, propagated, and every reshard step counted in the layer of the op it feeds (an
+// all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
+// bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
+// layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
+bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  Plan plan;
+  plan.tp = 2;
+  plan.split = TensorSplit::kMegatron;
+  const Mesh mesh = tensorMesh(plan);
+  auto annotations = planAnnotations(graph, plan, mesh);
+  if (!annotations) return false;
+  auto propagated = propagateShardings(graph, mesh, *annotations);
+  if (!propagated) return false;
+  for (auto& layer : profile.layers) {
+    layer.allReduces = layer.allGathers = 0;
+    layer.allReduceBytes = layer.allGatherBytes = 0;
+    layer.outputSplit = false;
+  }
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  for (const auto& r : propagated->reshards) {
+    const int l = std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last);
+    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    for (const auto& step : r.steps) {
+      LayerProfile& layer = profile.layers[l];
+      if (step.kind == ReshardKind::kAllReduce) {
+        ++layer.allReduces;
+        layer.allReduceBytes += bytes;
+      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                 step.kind == ReshardKind::kAllToAll) {
+        ++layer.allGathers;
+        layer.allGatherBytes += bytes;
+      }
+    }
+  }
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(i);
+    for (ir::TensorId t : op.inputs) {
+      const ir::OpId producer = graph.tensor(t).producer;
+      if (producer < 0 || graph.op(producer).layer == op.layer) continue;
+      const auto& spec = propagated->tensors[t];
+      if (std::any_of(spec.dimAxis.begin(), spec.dimAxis.end(), [](int a) { return a >= 0; }))
+        profile.layers[std::clamp(graph.op(producer).layer, 0, last)].outputSplit = true;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -354,10 +459,19 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       }
       found = estimated.emplace(signature, value).first;
     }
+    if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
+      // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).
+      auto pieces = piecewiseLayerCycles(graph, ops[l], chip);
+      found->second.cycles = pieces ? *pieces : -1;
+      if (pieces) found->second.error.clear();
+    }
     if (!found->second.error.empty()) {
       layer.fallback = true;
       layer.cycles = flopEstimateCycles(graph, ops[l], chip);
       if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.error;
+    } else if (found->second.batchCycles.empty() && layer.weightBytes > chip.sramBytes() / 2) {
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      ++profile.piecewiseLayers;
     } else {
       layer.cycles = std::max<Cycle>(1, found->second.cycles);
       if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
@@ -367,6 +481,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
+  if (profile.hasWeightMatmul && megatronCollectives(graph, chip, profile)) return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();

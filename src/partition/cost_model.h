@@ -72,6 +72,7 @@ struct ModelProfile {
   bool hasWeightMatmul = false;
   bool hasConv = false;
   int fallbackLayers = 0;        ///< layers whose cycles are the FLOP-based estimate
+  int piecewiseLayers = 0;       ///< layers larger than one chip, costed op by op in chip-sized pieces
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
 };
