@@ -554,6 +554,10 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   return share;
 }
 
+Bytes allocatableSramBytes(const topology::ChipSpec& chip) {
+  return static_cast<Bytes>(static_cast<double>(chip.sramBytes()) * kAllocatableSramShare);
+}
+
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
@@ -630,7 +634,7 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
   if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
-  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
+  cost.fits = cost.memoryPerChip <= allocatableSramBytes(chip) && c.chips() <= clusterChips;
   std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   for (size_t l = 0; l < profile.layers.size(); ++l) {

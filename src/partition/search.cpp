@@ -153,7 +153,7 @@ Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipS
         if (!stages) continue;
         found = cache.emplace(pp, std::move(*stages)).first;
       }
-      if (memoryPerChip(profile, c, found->second) > chip.sramBytes()) continue;
+      if (memoryPerChip(profile, c, found->second) > allocatableSramBytes(chip)) continue;
       if (best.dp == 0 || c.chips() < best.chips() || (c.chips() == best.chips() && c.canonical() < best.canonical()))
         best = c;
       break;
@@ -275,7 +275,7 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
       result.spaceSize += count;
       const Shape& widest = variants.back();
       const Candidate loosest{split, widest.dp, tp, pp, widest.ms.back(), 1};
-      if (memoryPerChip(profile, loosest, **stages) > sram) {
+      if (memoryPerChip(profile, loosest, **stages) > allocatableSramBytes(cluster.chip())) {
         result.pruned += count;
         continue;
       }
