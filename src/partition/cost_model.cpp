@@ -496,6 +496,15 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
+double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort) {
+  if (chips < 2) return 0;
+  const double alpha = static_cast<double>(links.alpha), beta = links.cyclesPerByte * links.contention;
+  const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta * sharedPort;
+  if (bytes >= kTreeAllReduceBelowBytes) return ring;
+  const double tree = 2 * std::ceil(std::log2(chips)) * (alpha + bytes * beta);
+  return std::min(ring, tree);
+}
+
 double layerCyclesAt(const LayerProfile& layer, double share) {
   const auto& points = layer.batchCycles;
   if (points.size() < 2) {
@@ -525,10 +534,9 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
     case TensorSplit::kMegatron:
       // Matmuls, attention heads and the elementwise work between them split; convolutions do not.
       share.compute = scaled * (conv + (1 - conv) / t);
-      // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
-      share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
-                   2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention * sharedPort +
+      // All-reduce as the scheduler runs it (allReduceCycles); all-gather (t-1)alpha + (t-1)/t n beta.
+      share.comm = layer.allReduces * allReduceCycles(t, static_cast<double>(layer.allReduceBytes) * frac /
+                                                             std::max(1, layer.allReduces), links.tp, sharedPort) +
                    layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
                    (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
                        links.tp.contention * sharedPort;
@@ -539,9 +547,9 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // axis (a ring of two shares one port, as for Megatron).
       const double q = std::round(std::sqrt(t));
       share.compute = scaled * (conv + (1 - conv) / t);
-      share.comm = layer.weightMatmuls * 2 * (q - 1) * static_cast<double>(links.tp.alpha) +
-                   2 * (q - 1) / q * static_cast<double>(layer.matmulOutBytes) / q * frac * links.tp.cyclesPerByte *
-                       links.tp.contention * (q == 2 ? 2.0 : 1.0);
+      share.comm = layer.weightMatmuls *
+                   allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
+                                          std::max(1, layer.weightMatmuls), links.tp, q == 2 ? 2.0 : 1.0);
       break;
     }
     case TensorSplit::kSpatial: {

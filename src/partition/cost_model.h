@@ -135,6 +135,14 @@ struct CandidateLinks {
 struct LayerShare {
   double compute = 0, comm = 0;
 };
+/// Below this many bytes per chip the scheduler takes a binomial tree for an all-reduce when its
+/// alpha-beta time beats the ring's (collectives' chooseAlgorithm: latency-bound messages).
+constexpr double kTreeAllReduceBelowBytes = 64 << 10;
+/// Cycles of an all-reduce of `bytes` per chip over `chips` chips as the scheduler picks it: the
+/// ring 2(t-1) alpha + 2 (t-1)/t n beta c (x sharedPort for a ring of two), or under
+/// kTreeAllReduceBelowBytes the tree 2 ceil(log2 t)(alpha + n beta c) when that is shorter.
+double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort);
+
 /// Compute cycles of a layer on `share` of the batch, one chip: interpolated between the compiler's
 /// measured shares, extrapolated below the smallest along the line through the two smallest.
 double layerCyclesAt(const LayerProfile& layer, double share);
