@@ -286,7 +286,39 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
 // all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
 // bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
 // layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
+// The 2D split's collectives likewise, on a 2 x 2 grid: each step is over one axis, its tensor
+// whole or split on the other.
+void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  Plan plan;
+  plan.tp = 4;
+  plan.split = TensorSplit::k2d;
+  const Mesh mesh = tensorMesh(plan);
+  auto annotations = planAnnotations(graph, plan, mesh);
+  if (!annotations) return;
+  auto propagated = propagateShardings(graph, mesh, *annotations);
+  if (!propagated) return;
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  for (const auto& r : propagated->reshards) {
+    LayerProfile& layer = profile.layers[std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last)];
+    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    for (const auto& step : r.steps) {
+      const int other = 1 - step.axis;
+      const int split = std::find(r.from.dimAxis.begin(), r.from.dimAxis.end(), other) != r.from.dimAxis.end();
+      auto& axis = layer.grid[std::clamp(step.axis, 0, 1)];
+      if (step.kind == ReshardKind::kAllReduce) {
+        ++axis.allReduces;
+        axis.allReduceBytes[split] += bytes;
+      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                 step.kind == ReshardKind::kAllToAll) {
+        ++axis.allGathers;
+        axis.allGatherBytes[split] += bytes;
+      }
+    }
+  }
+}
+
 bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  gridCollectives(graph, chip, profile);
   Plan plan;
   plan.tp = 2;
   plan.split = TensorSplit::kMegatron;
@@ -547,9 +579,26 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // axis (a ring of two shares one port, as for Megatron).
       const double q = std::round(std::sqrt(t));
       share.compute = scaled * (conv + (1 - conv) / t);
-      share.comm = layer.weightMatmuls *
-                   allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
-                                          std::max(1, layer.weightMatmuls), links.tp, q == 2 ? 2.0 : 1.0);
+      const double port = q == 2 ? 2.0 : 1.0;
+      const auto& g = layer.grid;
+      if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
+        share.comm = layer.weightMatmuls *
+                     allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
+                                            std::max(1, layer.weightMatmuls), links.tp, port);
+        break;
+      }
+      // The collectives the sharding makes, each on its axis's rings: a tensor split over the other
+      // axis moves 1/q of itself.
+      for (int a = 0; a < 2; ++a) {
+        const LinkFigures& f = links.grid[a].alpha > 0 ? links.grid[a] : links.tp;
+        const double reduced =
+            (static_cast<double>(g[a].allReduceBytes[0]) + static_cast<double>(g[a].allReduceBytes[1]) / q) * frac;
+        const double gathered =
+            (static_cast<double>(g[a].allGatherBytes[0]) + static_cast<double>(g[a].allGatherBytes[1]) / q) * frac;
+        share.comm += g[a].allReduces * allReduceCycles(q, reduced / std::max(1, g[a].allReduces), f, port) +
+                      g[a].allGathers * (q - 1) * static_cast<double>(f.alpha) +
+                      (q - 1) / q * gathered * f.cyclesPerByte * f.contention * port;
+      }
       break;
     }
     case TensorSplit::kSpatial: {

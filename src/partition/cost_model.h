@@ -45,6 +45,13 @@ struct LayerProfile {
   Bytes allGatherBytes = 0;  ///< Megatron: a column-parallel output with no row-parallel partner
   int allGathers = 0;        ///< Megatron: number of those all-gathers
   Bytes matmulOutBytes = 0;  ///< 2D: outputs of the weight matmuls (each reduced over one grid axis)
+  /// 2D, from the runtime's sharding: the collectives over one grid axis and their whole tensors'
+  /// bytes, [0] of tensors whole on the other axis, [1] of tensors split over it (1/q per chip).
+  struct GridCollectives {
+    int allReduces = 0, allGathers = 0;
+    Bytes allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
+  };
+  GridCollectives grid[2];  ///< over axis r (the grid's columns), over axis c (its rows)
   int weightMatmuls = 0;     ///< matmuls with a weight operand
   Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
@@ -127,6 +134,7 @@ struct PlanCost {
 /// Communication figures the cost model needs for one candidate on its placement.
 struct CandidateLinks {
   LinkFigures tp;  ///< ring of a tensor-parallel group
+  LinkFigures grid[2];  ///< 2D: the rings along grid axis r (columns) and along axis c (rows)
   LinkFigures pp;  ///< stage-to-stage sends
   LinkFigures dp;  ///< ring of the data-parallel replicas of one chip (training: gradient all-reduce)
 };

@@ -155,6 +155,21 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           sends.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, (s + 1) % pp, t, tp, pp)]});
         }
   figures.tp = measure(ring);
+  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+  if (grid && q >= 2 && q * q == tp)
+    for (int axis = 0; axis < 2; ++axis) {
+      // Axis r joins the ranks of one grid column (same c), axis c those of one row.
+      std::vector<std::pair<int, int>> rings;
+      for (int d = 0; d < (allGroups ? dp : 1); ++d)
+        for (int s = 0; s < (allGroups ? pp : 1); ++s)
+          for (int i = 0; i < q; ++i)
+            for (int j = 0; j < q; ++j) {
+              const int a = axis == 0 ? j * q + i : i * q + j;
+              const int b = axis == 0 ? ((j + 1) % q) * q + i : i * q + (j + 1) % q;
+              rings.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
+            }
+      figures.grid[axis] = measure(rings);
+    }
   figures.pp = measure(sends);
   std::vector<std::pair<int, int>> replicas;
   if (dp > 1)
