@@ -281,21 +281,21 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
 
-// Megatron's collectives as the runtime's sharding makes them: the plan annotations at tp = 2 on
-// the whole graph, propagated, and every reshard step counted in the layer of the op it feeds (an
-// all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
-// bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
-// layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
-// The 2D split's collectives likewise, on a 2 x 2 grid: each step is over one axis, its tensor
-// whole or split on the other.
-void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+// The propagated sharding the runtime gives the whole graph for a tensor split over tp chips.
+Expected<ShardingPlan> runtimeSharding(const ir::Graph& graph, TensorSplit split, int tp) {
   Plan plan;
-  plan.tp = 4;
-  plan.split = TensorSplit::k2d;
+  plan.tp = tp;
+  plan.split = split;
   const Mesh mesh = tensorMesh(plan);
   auto annotations = planAnnotations(graph, plan, mesh);
-  if (!annotations) return;
-  auto propagated = propagateShardings(graph, mesh, *annotations);
+  if (!annotations) return annotations.error();
+  return propagateShardings(graph, mesh, *annotations);
+}
+
+// The 2D split's collectives as the runtime's sharding makes them on a 2 x 2 grid, per layer and
+// grid axis (each step is over one axis, its tensor whole or split on the other).
+void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  auto propagated = runtimeSharding(graph, TensorSplit::k2d, 4);
   if (!propagated) return;
   const int last = static_cast<int>(profile.layers.size()) - 1;
   for (const auto& r : propagated->reshards) {
@@ -317,15 +317,15 @@ void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, Mod
   }
 }
 
+// Megatron's collectives as the runtime's sharding makes them: the plan annotations at tp = 2 on
+// the whole graph, propagated, and every reshard step counted in the layer of the op it feeds (an
+// all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
+// bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
+// layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
+// The 2D figures come along (gridCollectives).
 bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
   gridCollectives(graph, chip, profile);
-  Plan plan;
-  plan.tp = 2;
-  plan.split = TensorSplit::kMegatron;
-  const Mesh mesh = tensorMesh(plan);
-  auto annotations = planAnnotations(graph, plan, mesh);
-  if (!annotations) return false;
-  auto propagated = propagateShardings(graph, mesh, *annotations);
+  auto propagated = runtimeSharding(graph, TensorSplit::kMegatron, 2);
   if (!propagated) return false;
   for (auto& layer : profile.layers) {
     layer.allReduces = layer.allGathers = 0;
