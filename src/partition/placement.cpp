@@ -142,11 +142,25 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
     return f;
   };
   std::vector<std::pair<int, int>> ring, sends;
-  const auto neighbours = tpNeighbours(tp, grid);
+  // Each ring as the scheduler runs it (groupRing: rank order unless a shorter ring exists).
+  auto addRing = [&](std::vector<std::pair<int, int>>& messages, const std::vector<int>& chips) {
+    const auto order = schedule::groupRing(cluster, chips);
+    for (size_t i = 0; i < order.size() && order.size() > 1; ++i)
+      messages.push_back({order[i], order[(i + 1) % order.size()]});
+  };
+  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+  const bool isGrid = grid && q >= 2 && q * q == tp;
   for (int d = 0; d < (allGroups ? dp : 1); ++d)
-    for (int s = 0; s < (allGroups ? pp : 1); ++s)
-      for (const auto& [a, b] : neighbours)
-        ring.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
+    for (int s = 0; s < (allGroups ? pp : 1); ++s) {
+      if (isGrid) {
+        for (const auto& [a, b] : tpNeighbours(tp, grid))
+          ring.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
+        continue;
+      }
+      std::vector<int> chips;
+      for (int t = 0; t < tp && tp > 1; ++t) chips.push_back(placement[rankOf(d, s, t, tp, pp)]);
+      addRing(ring, chips);
+    }
   if (pp > 1)
     for (int d = 0; d < (allGroups ? dp : 1); ++d)
       for (int t = 0; t < (allGroups ? tp : 1); ++t)
@@ -155,19 +169,17 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           sends.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, (s + 1) % pp, t, tp, pp)]});
         }
   figures.tp = measure(ring);
-  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
-  if (grid && q >= 2 && q * q == tp)
+  if (isGrid)
     for (int axis = 0; axis < 2; ++axis) {
       // Axis r joins the ranks of one grid column (same c), axis c those of one row.
       std::vector<std::pair<int, int>> rings;
       for (int d = 0; d < (allGroups ? dp : 1); ++d)
         for (int s = 0; s < (allGroups ? pp : 1); ++s)
-          for (int i = 0; i < q; ++i)
-            for (int j = 0; j < q; ++j) {
-              const int a = axis == 0 ? j * q + i : i * q + j;
-              const int b = axis == 0 ? ((j + 1) % q) * q + i : i * q + (j + 1) % q;
-              rings.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
-            }
+          for (int i = 0; i < q; ++i) {
+            std::vector<int> chips;
+            for (int j = 0; j < q; ++j) chips.push_back(placement[rankOf(d, s, axis == 0 ? j * q + i : i * q + j, tp, pp)]);
+            addRing(rings, chips);
+          }
       figures.grid[axis] = measure(rings);
     }
   figures.pp = measure(sends);

@@ -212,6 +212,16 @@ std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> ch
   return order;
 }
 
+std::vector<int> groupRing(const topology::Cluster& cluster, const std::vector<int>& chips) {
+  auto hops = [&](const std::vector<int>& ring) {
+    std::size_t total = 0;
+    for (size_t i = 0; i < ring.size(); ++i) total += cluster.route(ring[i], ring[(i + 1) % ring.size()]).size();
+    return total;
+  };
+  auto shortest = ringOrder(cluster, chips);
+  return hops(chips) <= hops(shortest) ? chips : shortest;
+}
+
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster) {
   const auto& d = cluster.description();

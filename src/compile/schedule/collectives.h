@@ -49,6 +49,10 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
 /// whole 2-D meshes and tori; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
 
+/// The ring a group of placed chips runs: in the group's order (the order the placement laid it
+/// out for) unless ringOrder's ring has fewer hops.
+std::vector<int> groupRing(const topology::Cluster& cluster, const std::vector<int>& chips);
+
 /// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps. A ring
 /// runs in ringOrder, or in the group's own order when keepOrder (a placement made for that ring).
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,

@@ -343,15 +343,10 @@ class ShardedScheduler {
       const ir::Graph& g = work_.graphs[d];
       const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
       const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
-      // The ring in rank order (the order the placement laid the group out for) unless ringOrder's is shorter.
-      auto ringHops = [&](const std::vector<int>& ring) {
-        std::size_t hops = 0;
-        for (size_t i = 0; i < ring.size(); ++i) hops += cluster_.route(ring[i], ring[(i + 1) % ring.size()]).size();
-        return hops;
-      };
-      const bool keepOrder = ringHops(chips) <= ringHops(ringOrder(cluster_, chips));
-      auto plan = planCollective(collectiveOpOf(op.kind), algorithmFor(collectiveOpOf(op.kind), chips, bytes), chips,
-                                 bytes, cluster_, keepOrder);
+      const CollectiveAlgorithm algorithm = algorithmFor(collectiveOpOf(op.kind), chips, bytes);
+      auto plan = planCollective(collectiveOpOf(op.kind), algorithm,
+                                 algorithm == CollectiveAlgorithm::kRing ? groupRing(cluster_, chips) : chips, bytes,
+                                 cluster_, true);
       if (!plan) {
         Diagnostic e = plan.error();
         e.message = fmt::format("{}: {}", op.name, e.message);
