@@ -237,11 +237,16 @@ class ShardedScheduler {
     for (size_t i = 0; i < seen.size(); ++i)
       if (!seen[i] && doneAt[i] < 0)
         return makeError(ExitCode::kInternal, fmt::format("wave {} chunk {} is in no lane", i / chunks, i % chunks));
-    auto chipsOf = [&](const WaveChunk& t) {
-      std::set<int> chips;
-      for (const auto& [a, b] : runs[t.chunk])
-        for (int d : work_.waves[t.wave])
-          for (int j = a; j < b; ++j) chips.insert(work_.opChip[d][j]);
+    std::vector<std::vector<int>> chipsOfTask(doneAt.size());  // filled on first use
+    auto chipsOf = [&](const WaveChunk& t) -> const std::vector<int>& {
+      auto& chips = chipsOfTask[t.wave * chunks + t.chunk];
+      if (chips.empty()) {
+        std::set<int> on;
+        for (const auto& [a, b] : runs[t.chunk])
+          for (int d : work_.waves[t.wave])
+            for (int j = a; j < b; ++j) on.insert(work_.opChip[d][j]);
+        chips.assign(on.begin(), on.end());
+      }
       return chips;
     };
     std::vector<size_t> next(work_.lanes.size(), 0);
