@@ -204,7 +204,9 @@ class ShardedScheduler {
   }
 
   // The lanes' wave chunks, list-scheduled: of the lanes whose next chunk has its previous chunk
-  // (same wave) done, the one whose chips and input are ready first goes next (ties: lower lane).
+  // (same wave) done, the one whose chips and input are ready first goes next (ties: the later
+  // chunk, so that a tensor a collective made reaches the next stage before its chips move on to
+  // the next microbatch; then the lower lane).
   // Each chip thus runs its chunks in its lane's order, and the placement order follows time.
   Status runLanes() {
     const int ops = static_cast<int>(work_.graphs.front().ops().size());
@@ -251,7 +253,7 @@ class ShardedScheduler {
     };
     std::vector<size_t> next(work_.lanes.size(), 0);
     for (size_t left = seen.size() - std::count(seen.begin(), seen.end(), 0); left > 0; --left) {
-      int best = -1;
+      int best = -1, bestChunk = 0;
       Cycle bestReady = 0;
       for (size_t l = 0; l < work_.lanes.size(); ++l) {
         if (next[l] >= work_.lanes[l].size()) continue;
@@ -259,9 +261,10 @@ class ShardedScheduler {
         if (t.chunk > 0 && doneAt[t.wave * chunks + t.chunk - 1] < 0) continue;
         Cycle ready = t.chunk > 0 ? doneAt[t.wave * chunks + t.chunk - 1] : 0;
         for (int c : chipsOf(t)) ready = std::max(ready, timelines_.freeAt(c));
-        if (best < 0 || ready < bestReady) {
+        if (best < 0 || ready < bestReady || (ready == bestReady && t.chunk > bestChunk)) {
           best = static_cast<int>(l);
           bestReady = ready;
+          bestChunk = t.chunk;
         }
       }
       if (best < 0) return makeError(ExitCode::kInternal, "the pipeline lanes' chunk orders deadlock");
