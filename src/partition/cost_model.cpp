@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 
 #include "compile/lower/lowering.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "partition/plan_shards.h"
 #include "partition/sharding.h"
 #include "partition/sharding_spmd.h"
 #include "partition/training_cost.h"
@@ -131,34 +133,232 @@ Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
 struct LayerEstimate {
   Cycle cycles = 0;
   Cycle fixedCycles = -1;  ///< the part that does not shrink with the batch; -1: not measured
+  std::vector<std::pair<double, Cycle>> batchCycles;  ///< (share of the batch, cycles), ascending
+  double sendHiddenPerShare = -1;  ///< send cycles the layer's compute hides, per share of the batch
   std::string error;       ///< why the compiler could not lower it, or empty
 };
 
-// The per-microbatch fixed part of a layer: the layer is compiled again on a quarter (or half) of
-// the batch, split off by the sharding mechanism, and the line through the two points meets zero
-// rows at the fixed part (weight installation, pipeline fill). -1 when the batch cannot be split.
-Cycle fixedPartOfLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, Cycle cycles) {
-  const int parts = batch % 4 == 0 ? 4 : batch % 2 == 0 ? 2 : 1;
-  if (parts == 1) return -1;
+// Block 0 of the layer with its batch split `parts` ways by the sharding mechanism; empty when the
+// inputs do not all lead with the batch or a split would need communication.
+std::optional<ir::Graph> batchSlice(const ir::Graph& layer, std::int64_t batch, int parts) {
   std::map<ir::TensorId, TensorSharding> annotations;
   for (ir::TensorId in : layer.inputs()) {
     const auto& t = layer.tensor(in);
-    if (t.shape.empty() || t.shape[0] != batch) return -1;
+    if (t.shape.empty() || t.shape[0] != batch) return std::nullopt;
     auto spec = TensorSharding::replicated(t.shape.size());
     spec.dimAxis[0] = 0;
     annotations[in] = spec;
   }
   const Mesh mesh{{"dp"}, {parts}};
   auto plan = propagateShardings(layer, mesh, annotations);
-  if (!plan || !plan->reshards.empty()) return -1;
+  if (!plan || !plan->reshards.empty()) return std::nullopt;
   auto devices = shardGraph(layer, *plan);
-  if (!devices) return -1;
-  auto small = schedule::estimateLayerCycles(devices->graphs.front(), chip);
-  if (!small || small->empty()) return -1;
-  // cycles(rows) = fixed + slope x rows through (batch, cycles) and (batch / parts, small).
-  const double slope = static_cast<double>(cycles - small->front()) / (static_cast<double>(batch) * (parts - 1) / parts);
-  const double fixed = static_cast<double>(cycles) - slope * static_cast<double>(batch);
-  return static_cast<Cycle>(std::clamp(std::llround(fixed), 0LL, static_cast<long long>(cycles)));
+  if (!devices) return std::nullopt;
+  return std::move(devices->graphs.front());
+}
+
+// Cycles of a one-layer graph on one chip; with interval > 0 its outbound tensors (made and not
+// used inside) leave over a link port at one vector per `interval` cycles, as a stage's sends do.
+Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
+  if (interval <= 0) {
+    auto cycles = schedule::estimateLayerCycles(layer, chip);
+    if (!cycles) return cycles.error();
+    if (cycles->empty()) return makeError(ExitCode::kInternal, "no layer");
+    return cycles->front();
+  }
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  for (size_t i = 0; i < layer.ops().size(); ++i) {
+    ops.push_back(static_cast<ir::OpId>(i));
+    for (ir::TensorId out : layer.op(i).outputs)
+      if (layer.tensor(out).users.empty()) {
+        lower::SendPlan send;
+        send.tensor = out;
+        send.interval = interval;
+        send.linkBusy = interval;
+        interface.sends.push_back(send);
+      }
+  }
+  auto compiled = schedule::compileShard(chip, layer, ops, interface, schedule::Options{});
+  if (!compiled) return compiled.error();
+  return compiled->program.predictedCycles;
+}
+
+// A layer whose weights do not fit one chip, estimated by the compiler op by op: each op alone,
+// and an op whose weights exceed a quarter of the SRAM split by the sharding mechanism into k
+// chip-sized pieces (a matmul's weight by columns, a lookup table by rows; k the smallest power of
+// two that fits), one piece compiled (weight installation included) and counted k times. Errors
+// when an op cannot be lowered or split.
+Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const topology::ChipSpec& chip) {
+  Cycle total = 0;
+  const Bytes fits = chip.sramBytes() / 4;
+  for (ir::OpId id : ops) {
+    auto single = layerGraph(graph, {id});
+    if (!single) return single.error();
+    const ir::Op& op = single->op(0);
+    Bytes weights = 0;
+    for (ir::TensorId t : op.inputs)
+      if (single->tensor(t).role == ir::TensorRole::kWeight) weights += single->tensor(t).bytes();
+    if (weights <= fits) {
+      auto cycles = compileLayerAlone(*single, chip, 0);
+      if (!cycles) return cycles.error();
+      total += *cycles;
+      continue;
+    }
+    const bool lookup = op.kind == ir::OpKind::kGather && op.intAttr("axis", 0) == 0;
+    if ((op.kind != ir::OpKind::kMatMul && !lookup) || op.inputs.size() != 2 ||
+        single->tensor(op.inputs[lookup ? 0 : 1]).shape.size() != 2)
+      return modelError(op.name, fmt::format("{} with {} bytes of weights does not fit one chip and is not split",
+                                             ir::opKindName(op.kind), weights));
+    const ir::TensorId w = op.inputs[lookup ? 0 : 1];
+    const std::int64_t along = single->tensor(w).shape[lookup ? 0 : 1];
+    int pieces = 2;
+    while (ceilDiv(weights, Bytes{pieces}) > fits && pieces < (1 << 12)) pieces *= 2;
+    if (along % pieces != 0)
+      return modelError(op.name, fmt::format("its weight ({} along the split) does not divide into {} pieces", along,
+                                             pieces));
+    const Mesh mesh{{"piece"}, {pieces}};
+    auto spec = TensorSharding::replicated(2);
+    spec.dimAxis[lookup ? 0 : 1] = 0;
+    auto plan = propagateShardings(*single, mesh, {{w, spec}});
+    if (!plan) return plan.error();
+    auto devices = shardGraph(*single, *plan);
+    if (!devices) return devices.error();
+    const ir::Graph& piece = devices->graphs.front();
+    std::vector<ir::OpId> compute;
+    for (size_t i = 0; i < piece.ops().size(); ++i) {
+      const ir::OpKind kind = piece.op(i).kind;
+      if (kind != ir::OpKind::kAllReduce && kind != ir::OpKind::kAllGather && kind != ir::OpKind::kReduceScatter &&
+          kind != ir::OpKind::kAllToAll)
+        compute.push_back(static_cast<ir::OpId>(i));
+    }
+    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, schedule::Options{});
+    if (!compiled) return compiled.error();
+    total += compiled->program.predictedCycles * pieces;
+  }
+  return total;
+}
+
+// The layer's cycles at shares 1, 1/2, 1/4, ... of the batch (the shares the sharding mechanism
+// can split off, at most kBatchPoints), the fixed part (where the line through the two smallest
+// shares meets zero rows: weight installation, pipeline fill) and, when the layer sends tensors on,
+// how many send cycles its compute hides at the smallest share (compiled again with the sends on
+// a link of the chip's default rate).
+constexpr int kBatchPoints = 6;
+void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, bool sends,
+                  LayerEstimate& value) {
+  value.batchCycles = {{1.0, value.cycles}};
+  std::optional<ir::Graph> smallest;
+  for (int parts = 2; batch % parts == 0 && static_cast<int>(value.batchCycles.size()) < kBatchPoints; parts *= 2) {
+    auto slice = batchSlice(layer, batch, parts);
+    if (!slice) break;
+    auto cycles = compileLayerAlone(*slice, chip, 0);
+    if (!cycles) break;
+    value.batchCycles.insert(value.batchCycles.begin(), {1.0 / parts, *cycles});
+    smallest = std::move(*slice);
+  }
+  if (value.batchCycles.size() >= 2) {
+    const auto [f0, c0] = value.batchCycles[0];
+    const auto [f1, c1] = value.batchCycles[1];
+    const double slope = static_cast<double>(c1 - c0) / (f1 - f0);
+    value.fixedCycles = static_cast<Cycle>(
+        std::clamp(std::llround(static_cast<double>(c0) - slope * f0), 0LL, static_cast<long long>(value.cycles)));
+  }
+  if (!sends) return;
+  const ir::Graph& probe = smallest ? *smallest : layer;
+  const double share = value.batchCycles.front().first;
+  const double bytesPerCycle =
+      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
+  const int interval = static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+  auto withSends = compileLayerAlone(probe, chip, interval);
+  if (!withSends) return;
+  double serialise = 0;
+  for (const auto& op : probe.ops())
+    for (ir::TensorId out : op.outputs)
+      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
+  const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
+  value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
+}
+
+// The propagated sharding the runtime gives the whole graph for a tensor split over tp chips.
+Expected<ShardingPlan> runtimeSharding(const ir::Graph& graph, TensorSplit split, int tp) {
+  Plan plan;
+  plan.tp = tp;
+  plan.split = split;
+  const Mesh mesh = tensorMesh(plan);
+  auto annotations = planAnnotations(graph, plan, mesh);
+  if (!annotations) return annotations.error();
+  return propagateShardings(graph, mesh, *annotations);
+}
+
+// The 2D split's collectives as the runtime's sharding makes them on a 2 x 2 grid, per layer and
+// grid axis (each step is over one axis, its tensor whole or split on the other).
+void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  auto propagated = runtimeSharding(graph, TensorSplit::k2d, 4);
+  if (!propagated) return;
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  for (const auto& r : propagated->reshards) {
+    LayerProfile& layer = profile.layers[std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last)];
+    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    for (const auto& step : r.steps) {
+      const int other = 1 - step.axis;
+      const int split = std::find(r.from.dimAxis.begin(), r.from.dimAxis.end(), other) != r.from.dimAxis.end();
+      auto& axis = layer.grid[std::clamp(step.axis, 0, 1)];
+      if (step.kind == ReshardKind::kAllReduce) {
+        ++axis.allReduces;
+        axis.allReduceBytes[split] += bytes;
+      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                 step.kind == ReshardKind::kAllToAll) {
+        ++axis.allGathers;
+        axis.allGatherBytes[split] += bytes;
+      }
+    }
+  }
+}
+
+// Megatron's collectives as the runtime's sharding makes them: the plan annotations at tp = 2 on
+// the whole graph, propagated, and every reshard step counted in the layer of the op it feeds (an
+// all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
+// bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
+// layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
+// The 2D figures come along (gridCollectives).
+bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  gridCollectives(graph, chip, profile);
+  auto propagated = runtimeSharding(graph, TensorSplit::kMegatron, 2);
+  if (!propagated) return false;
+  for (auto& layer : profile.layers) {
+    layer.allReduces = layer.allGathers = 0;
+    layer.allReduceBytes = layer.allGatherBytes = 0;
+    layer.outputSplit = false;
+  }
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  for (const auto& r : propagated->reshards) {
+    const int l = std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last);
+    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    for (const auto& step : r.steps) {
+      LayerProfile& layer = profile.layers[l];
+      if (step.kind == ReshardKind::kAllReduce) {
+        ++layer.allReduces;
+        layer.allReduceBytes += bytes;
+      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                 step.kind == ReshardKind::kAllToAll) {
+        ++layer.allGathers;
+        layer.allGatherBytes += bytes;
+      }
+    }
+  }
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(i);
+    for (ir::TensorId t : op.inputs) {
+      const ir::OpId producer = graph.tensor(t).producer;
+      if (producer < 0 || graph.op(producer).layer == op.layer) continue;
+      const auto& spec = propagated->tensors[t];
+      if (std::any_of(spec.dimAxis.begin(), spec.dimAxis.end(), [](int a) { return a >= 0; }))
+        profile.layers[std::clamp(graph.op(producer).layer, 0, last)].outputSplit = true;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -245,10 +445,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {
         const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
-        Bytes in = 0;
-        for (ir::TensorId t : op.inputs)
-          if (graph.tensor(t).role != ir::TensorRole::kWeight) in += graph.tensor(t).bytes();
-        layer.matmulIoBytes += in + out;
+        layer.matmulOutBytes += out;
         ++layer.weightMatmuls;
         layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
         if (weightMatmulIndex++ % 2 == 1) {
@@ -287,24 +484,36 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (!sub) {
         value.error = sub.error().format();
       } else {
-        auto cycles = schedule::estimateLayerCycles(*sub, chip);
-        if (cycles && !cycles->empty()) value.cycles = cycles->front();
-        else value.error = cycles ? "no layer" : cycles.error().format();
-        if (value.error.empty()) value.fixedCycles = fixedPartOfLayer(*sub, chip, profile.samples, value.cycles);
+        auto cycles = compileLayerAlone(*sub, chip, 0);
+        if (cycles) value.cycles = *cycles;
+        else value.error = cycles.error().format();
+        if (value.error.empty()) measureLayer(*sub, chip, profile.samples, layer.outBytes > 0, value);
       }
       found = estimated.emplace(signature, value).first;
+    }
+    if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
+      // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).
+      auto pieces = piecewiseLayerCycles(graph, ops[l], chip);
+      found->second.cycles = pieces ? *pieces : -1;
+      if (pieces) found->second.error.clear();
     }
     if (!found->second.error.empty()) {
       layer.fallback = true;
       layer.cycles = flopEstimateCycles(graph, ops[l], chip);
       if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.error;
+    } else if (found->second.batchCycles.empty() && layer.weightBytes > chip.sramBytes() / 2) {
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      ++profile.piecewiseLayers;
     } else {
       layer.cycles = std::max<Cycle>(1, found->second.cycles);
       if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
+      layer.batchCycles = found->second.batchCycles;
+      layer.sendHiddenPerShare = found->second.sendHiddenPerShare;
     }
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
+  if (profile.hasWeightMatmul && megatronCollectives(graph, chip, profile)) return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();
@@ -319,10 +528,32 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
+double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort) {
+  if (chips < 2) return 0;
+  const double alpha = static_cast<double>(links.alpha), beta = links.cyclesPerByte * links.contention;
+  const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta * sharedPort;
+  if (bytes >= kTreeAllReduceBelowBytes) return ring;
+  const double tree = 2 * std::ceil(std::log2(chips)) * (alpha + bytes * beta);
+  return std::min(ring, tree);
+}
+
+double layerCyclesAt(const LayerProfile& layer, double share) {
+  const auto& points = layer.batchCycles;
+  if (points.size() < 2) {
+    const double install = static_cast<double>(layer.installCycles);
+    return (static_cast<double>(layer.cycles) - install) * share + install;
+  }
+  size_t i = 1;
+  while (i + 1 < points.size() && points[i].first < share) ++i;
+  const auto [f0, c0] = points[i - 1];
+  const auto [f1, c1] = points[i];
+  const double at = static_cast<double>(c0) + (static_cast<double>(c1 - c0)) * (share - f0) / (f1 - f0);
+  return std::max(1.0, at);
+}
+
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
-  const double install = static_cast<double>(layer.installCycles);
-  const double scaled = (static_cast<double>(layer.cycles) - install) * frac + install;
+  const double scaled = layerCyclesAt(layer, frac);
   LayerShare share;
   const double t = c.tp;
   // A ring of two: each chip sends to and receives from one neighbour over one link, and the send
@@ -335,22 +566,39 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
     case TensorSplit::kMegatron:
       // Matmuls, attention heads and the elementwise work between them split; convolutions do not.
       share.compute = scaled * (conv + (1 - conv) / t);
-      // Ring all-reduce 2(t-1)alpha + 2(t-1)/t n beta; all-gather (t-1)alpha + (t-1)/t n beta.
-      share.comm = layer.allReduces * 2 * (t - 1) * static_cast<double>(links.tp.alpha) +
-                   2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention * sharedPort +
+      // All-reduce as the scheduler runs it (allReduceCycles); all-gather (t-1)alpha + (t-1)/t n beta.
+      share.comm = layer.allReduces * allReduceCycles(t, static_cast<double>(layer.allReduceBytes) * frac /
+                                                             std::max(1, layer.allReduces), links.tp, sharedPort) +
                    layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
                    (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
                        links.tp.contention * sharedPort;
       break;
     case TensorSplit::k2d: {
-      // q x q grid: each weight matmul all-gathers its input along a row and reduce-scatters its
-      // output along a column of q chips; a chip holds 1/q of each activation.
+      // q x q grid: each weight matmul holds 1/q^2 of its weight (K split over one axis, N over
+      // the other) and all-reduces its partial output, 1/q of it per chip, over the q chips of one
+      // axis (a ring of two shares one port, as for Megatron).
       const double q = std::round(std::sqrt(t));
       share.compute = scaled * (conv + (1 - conv) / t);
-      share.comm = layer.weightMatmuls * 2 * (q - 1) * static_cast<double>(links.tp.alpha) +
-                   (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q * frac * links.tp.cyclesPerByte *
-                       links.tp.contention;
+      const double port = q == 2 ? 2.0 : 1.0;
+      const auto& g = layer.grid;
+      if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
+        share.comm = layer.weightMatmuls *
+                     allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
+                                            std::max(1, layer.weightMatmuls), links.tp, port);
+        break;
+      }
+      // The collectives the sharding makes, each on its axis's rings: a tensor split over the other
+      // axis moves 1/q of itself.
+      for (int a = 0; a < 2; ++a) {
+        const LinkFigures& f = links.grid[a].alpha > 0 ? links.grid[a] : links.tp;
+        const double reduced =
+            (static_cast<double>(g[a].allReduceBytes[0]) + static_cast<double>(g[a].allReduceBytes[1]) / q) * frac;
+        const double gathered =
+            (static_cast<double>(g[a].allGatherBytes[0]) + static_cast<double>(g[a].allGatherBytes[1]) / q) * frac;
+        share.comm += g[a].allReduces * allReduceCycles(q, reduced / std::max(1, g[a].allReduces), f, port) +
+                      g[a].allGathers * (q - 1) * static_cast<double>(f.alpha) +
+                      (q - 1) / q * gathered * f.cyclesPerByte * f.contention * port;
+      }
       break;
     }
     case TensorSplit::kSpatial: {
@@ -361,6 +609,10 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
     }
   }
   return share;
+}
+
+Bytes allocatableSramBytes(const topology::ChipSpec& chip) {
+  return static_cast<Bytes>(static_cast<double>(chip.sramBytes()) * kAllocatableSramShare);
 }
 
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
@@ -400,8 +652,10 @@ std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate
   std::vector<double> outbound(stages.chunks, 0);
   for (const auto& e : profile.edges)
     if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
+      // 2D: an activation is split over one grid axis and replicated over the other.
       const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
-      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / (replicated ? 1 : c.tp);
+      const double holds = replicated ? 1 : c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds;
     }
   for (int k = 0; k < stages.chunks; ++k)
     if (outbound[k] > 0) sends[k] = links.pp.transfer(outbound[k] * frac);
@@ -437,17 +691,24 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
   if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
-  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips;
+  cost.fits = cost.memoryPerChip <= allocatableSramBytes(chip) && c.chips() <= clusterChips;
   std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
-    const LayerShare share = layerShare(profile.layers[l], c, links);
+    const LayerProfile& layer = profile.layers[l];
+    const LayerShare share = layerShare(layer, c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     chunkComm[stages.layerChunk[l]] += share.comm;
-    lastCompute[stages.layerChunk[l]] = share.compute;  // the chunk's last layer so far
+    // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
+    // ending in a row-wise normalisation makes its output at the end), else all of its compute.
+    const double splitShare = share.compute / std::max(1.0, layerCyclesAt(layer, frac));
+    lastCompute[stages.layerChunk[l]] =
+        layer.sendHiddenPerShare >= 0 ? std::min(share.compute, layer.sendHiddenPerShare * frac * splitShare)
+                                      : share.compute;
   }
-  // The compiler sends tiles as they are computed: a chunk's sends overlap the compute of its last
-  // layer (the one whose output tiles leave), so the chunk takes the rest of its time, the longer of
-  // that layer's compute and the serialisation, and one route latency.
+  // The compiler sends tiles as they are computed: a chunk's sends overlap the part of its last
+  // layer's compute that follows the first outbound tile, so the chunk takes the rest of its time,
+  // the longer of that part and the serialisation, and one route latency.
   const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
   for (int k = 0; k < stages.chunks; ++k)
     if (sends[k] > 0) {

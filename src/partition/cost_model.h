@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compile/ir/graph.h"
@@ -30,6 +31,10 @@ struct LayerProfile {
   Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
   Cycle installCycles = 0;   ///< the part of cycles spent installing matmul weights: paid per microbatch
   bool fallback = false;     ///< true when cycles is the FLOP-based estimate, not the compiler's
+  /// The compiler's cycles at shares of the batch (1, 1/2, 1/4, ...; ascending share); empty: not measured.
+  std::vector<std::pair<double, Cycle>> batchCycles;
+  /// Cycles of sends to the next stage that the layer's compute hides, per share of the batch; < 0: not measured.
+  double sendHiddenPerShare = -1;
   Bytes weightBytes = 0;     ///< weights and constants
   Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
   Bytes stateBytes = 0;      ///< KV cache, proportional to the batch
@@ -39,7 +44,14 @@ struct LayerProfile {
   int allReduces = 0;        ///< Megatron: number of those all-reduces
   Bytes allGatherBytes = 0;  ///< Megatron: a column-parallel output with no row-parallel partner
   int allGathers = 0;        ///< Megatron: number of those all-gathers
-  Bytes matmulIoBytes = 0;   ///< 2D: inputs plus outputs of the weight matmuls
+  Bytes matmulOutBytes = 0;  ///< 2D: outputs of the weight matmuls (each reduced over one grid axis)
+  /// 2D, from the runtime's sharding: the collectives over one grid axis and their whole tensors'
+  /// bytes, [0] of tensors whole on the other axis, [1] of tensors split over it (1/q per chip).
+  struct GridCollectives {
+    int allReduces = 0, allGathers = 0;
+    Bytes allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
+  };
+  GridCollectives grid[2];  ///< over axis r (the grid's columns), over axis c (its rows)
   int weightMatmuls = 0;     ///< matmuls with a weight operand
   Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
@@ -67,6 +79,7 @@ struct ModelProfile {
   bool hasWeightMatmul = false;
   bool hasConv = false;
   int fallbackLayers = 0;        ///< layers whose cycles are the FLOP-based estimate
+  int piecewiseLayers = 0;       ///< layers larger than one chip, costed op by op in chip-sized pieces
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
 };
@@ -121,6 +134,7 @@ struct PlanCost {
 /// Communication figures the cost model needs for one candidate on its placement.
 struct CandidateLinks {
   LinkFigures tp;  ///< ring of a tensor-parallel group
+  LinkFigures grid[2];  ///< 2D: the rings along grid axis r (columns) and along axis c (rows)
   LinkFigures pp;  ///< stage-to-stage sends
   LinkFigures dp;  ///< ring of the data-parallel replicas of one chip (training: gradient all-reduce)
 };
@@ -129,6 +143,17 @@ struct CandidateLinks {
 struct LayerShare {
   double compute = 0, comm = 0;
 };
+/// Below this many bytes per chip the scheduler takes a binomial tree for an all-reduce when its
+/// alpha-beta time beats the ring's (collectives' chooseAlgorithm: latency-bound messages).
+constexpr double kTreeAllReduceBelowBytes = 64 << 10;
+/// Cycles of an all-reduce of `bytes` per chip over `chips` chips as the scheduler picks it: the
+/// ring 2(t-1) alpha + 2 (t-1)/t n beta c (x sharedPort for a ring of two), or under
+/// kTreeAllReduceBelowBytes the tree 2 ceil(log2 t)(alpha + n beta c) when that is shorter.
+double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort);
+
+/// Compute cycles of a layer on `share` of the batch, one chip: interpolated between the compiler's
+/// measured shares, extrapolated below the smallest along the line through the two smallest.
+double layerCyclesAt(const LayerProfile& layer, double share);
 /// The forward share of a layer for one microbatch on one chip of the candidate.
 LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links);
 
@@ -151,6 +176,13 @@ struct PipelineTime {
 /// The pipeline formula of docs/partitioning.md over chunk times and their communication parts.
 PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm,
                           const Candidate& candidate);
+
+/// The share of a chip's SRAM the compiler's allocator fills in practice: every tile takes a run of
+/// consecutive rows on one slice, and near a full chip no slice has a long enough run left (BERT
+/// shards placed at 93.3 % of the SRAM by the allocator's own count, failed from 93.6 %).
+constexpr double kAllocatableSramShare = 0.93;
+/// What the memory check lets a plan use of one chip: kAllocatableSramShare of its SRAM.
+Bytes allocatableSramBytes(const topology::ChipSpec& chip);
 
 /// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);

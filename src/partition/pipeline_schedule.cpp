@@ -105,6 +105,15 @@ Expected<PipelineOrder> buildPipelineOrder(PipelineSchedule schedule, int stages
   return order;
 }
 
+std::vector<std::vector<PipelineTask>> forwardOrder(int stages, int microbatches, int chunks) {
+  std::vector<std::vector<PipelineTask>> order(stages);
+  for (auto& list : order)
+    for (int first = 0; first < microbatches; first += stages)
+      for (int chunk = 0; chunk < chunks; ++chunk)
+        for (int i = first; i < std::min(first + stages, microbatches); ++i) list.push_back({i, false, chunk});
+  return order;
+}
+
 PipelineCosts PipelineCosts::uniform(int stages, int chunks, double forwardCycles, double backwardCycles,
                                      double transfer) {
   PipelineCosts costs;

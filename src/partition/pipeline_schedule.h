@@ -49,6 +49,11 @@ struct PipelineOrder {
 /// errors are config errors naming the numbers.
 Expected<PipelineOrder> buildPipelineOrder(PipelineSchedule schedule, int stages, int microbatches, int chunks);
 
+/// An inference pipeline's order (forward passes only) on every stage, for any m: Megatron's
+/// interleaved grouping, p microbatches (fewer in a last partial group) through one chunk, then the
+/// same group through the stage's next chunk. With one chunk it is microbatch order.
+std::vector<std::vector<PipelineTask>> forwardOrder(int stages, int microbatches, int chunks);
+
 /// Costs of one microbatch's pass through each chunk of each stage, and the stage-to-stage transfer.
 struct PipelineCosts {
   std::vector<std::vector<double>> forward;   ///< [stage][chunk] cycles

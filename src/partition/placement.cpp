@@ -2,6 +2,7 @@
 #include "partition/placement.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 
@@ -110,8 +111,23 @@ Expected<std::vector<int>> placePlan(const topology::Cluster& cluster, const std
   return std::vector<int>(order.begin(), order.begin() + chips);
 }
 
+std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid) {
+  std::vector<std::pair<int, int>> pairs;
+  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+  if (grid && q >= 2 && q * q == tp) {
+    for (int r = 0; r < q; ++r)
+      for (int c = 0; c < q; ++c) {
+        pairs.push_back({r * q + c, r * q + (c + 1) % q});
+        pairs.push_back({r * q + c, ((r + 1) % q) * q + c});
+      }
+    return pairs;
+  }
+  for (int t = 0; t < tp && tp > 1; ++t) pairs.push_back({t, (t + 1) % tp});
+  return pairs;
+}
+
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups) {
+                           int pp, int interleave, bool allGroups, bool grid) {
   CandidateLinks figures;
   auto measure = [&](const std::vector<std::pair<int, int>>& messages) {
     LinkFigures f;
@@ -126,11 +142,25 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
     return f;
   };
   std::vector<std::pair<int, int>> ring, sends;
-  if (tp > 1)
-    for (int d = 0; d < (allGroups ? dp : 1); ++d)
-      for (int s = 0; s < (allGroups ? pp : 1); ++s)
-        for (int t = 0; t < tp; ++t)
-          ring.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, s, (t + 1) % tp, tp, pp)]});
+  // Each ring as the scheduler runs it (groupRing: rank order unless a shorter ring exists).
+  auto addRing = [&](std::vector<std::pair<int, int>>& messages, const std::vector<int>& chips) {
+    const auto order = schedule::groupRing(cluster, chips);
+    for (size_t i = 0; i < order.size() && order.size() > 1; ++i)
+      messages.push_back({order[i], order[(i + 1) % order.size()]});
+  };
+  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+  const bool isGrid = grid && q >= 2 && q * q == tp;
+  for (int d = 0; d < (allGroups ? dp : 1); ++d)
+    for (int s = 0; s < (allGroups ? pp : 1); ++s) {
+      if (isGrid) {
+        for (const auto& [a, b] : tpNeighbours(tp, grid))
+          ring.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
+        continue;
+      }
+      std::vector<int> chips;
+      for (int t = 0; t < tp && tp > 1; ++t) chips.push_back(placement[rankOf(d, s, t, tp, pp)]);
+      addRing(ring, chips);
+    }
   if (pp > 1)
     for (int d = 0; d < (allGroups ? dp : 1); ++d)
       for (int t = 0; t < (allGroups ? tp : 1); ++t)
@@ -139,6 +169,19 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           sends.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, (s + 1) % pp, t, tp, pp)]});
         }
   figures.tp = measure(ring);
+  if (isGrid)
+    for (int axis = 0; axis < 2; ++axis) {
+      // Axis r joins the ranks of one grid column (same c), axis c those of one row.
+      std::vector<std::pair<int, int>> rings;
+      for (int d = 0; d < (allGroups ? dp : 1); ++d)
+        for (int s = 0; s < (allGroups ? pp : 1); ++s)
+          for (int i = 0; i < q; ++i) {
+            std::vector<int> chips;
+            for (int j = 0; j < q; ++j) chips.push_back(placement[rankOf(d, s, axis == 0 ? j * q + i : i * q + j, tp, pp)]);
+            addRing(rings, chips);
+          }
+      figures.grid[axis] = measure(rings);
+    }
   figures.pp = measure(sends);
   std::vector<std::pair<int, int>> replicas;
   if (dp > 1)
@@ -151,7 +194,7 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
 }
 
 PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                                int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes) {
+                                int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes, bool grid) {
   PlacementReport report;
   std::map<int, Bytes> bytes;
   auto carry = [&](int src, int dst, Bytes amount) {
@@ -164,11 +207,11 @@ PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vec
     return static_cast<int>(route.size());
   };
   std::int64_t tpEdges = 0, tpHops = 0, ppEdges = 0, ppHops = 0;
+  const auto neighbours = tpNeighbours(tp, grid);
   for (int d = 0; d < dp; ++d)
     for (int s = 0; s < pp; ++s)
-      for (int t = 0; t < tp && tp > 1; ++t) {
-        const int h = carry(placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, s, (t + 1) % tp, tp, pp)],
-                            tpEdgeBytes);
+      for (const auto& [a, b] : neighbours) {
+        const int h = carry(placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)], tpEdgeBytes);
         report.tpMaxHops = std::max(report.tpMaxHops, h);
         tpHops += h;
         ++tpEdges;
@@ -196,7 +239,8 @@ PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vec
   return report;
 }
 
-CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes) {
+CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes,
+                                      bool grid) {
   CommunicationGraph g;
   g.ranks = dp * tp * pp;
   g.edges.resize(g.ranks);
@@ -207,8 +251,8 @@ CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes,
   };
   for (int d = 0; d < dp; ++d)
     for (int s = 0; s < pp; ++s) {
-      for (int t = 0; t < tp && tp > 2; ++t) add(rankOf(d, s, t, tp, pp), rankOf(d, s, (t + 1) % tp, tp, pp), tpEdgeBytes);
-      if (tp == 2) add(rankOf(d, s, 0, tp, pp), rankOf(d, s, 1, tp, pp), 2 * tpEdgeBytes);  // both ring directions
+      // A ring of two lists both directions: its one edge carries twice the bytes.
+      for (const auto& [a, b] : tpNeighbours(tp, grid)) add(rankOf(d, s, a, tp, pp), rankOf(d, s, b, tp, pp), tpEdgeBytes);
       for (int t = 0; t < tp && s + 1 < pp; ++t)
         add(rankOf(d, s, t, tp, pp), rankOf(d, s + 1, t, tp, pp), s < static_cast<int>(ppEdgeBytes.size()) ? ppEdgeBytes[s] : 0);
     }

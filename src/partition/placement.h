@@ -25,8 +25,13 @@ Expected<std::vector<int>> placePlan(const topology::Cluster& cluster, const std
 /// Alpha-beta figures of the TP rings and the stage-to-stage sends of a placement. With allGroups,
 /// contention counts the messages of every group that run at once; otherwise those of the first
 /// TP group and the first pipeline only (cheap screening of large clusters).
+/// With grid, a TP group of q x q ranks communicates along the rows and columns of its grid (2D split).
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups);
+                           int pp, int interleave, bool allGroups, bool grid = false);
+
+/// The (rank, rank) pairs of one TP group that exchange messages: its ring (t, t + 1 mod tp), or
+/// with grid (tp = q x q) the rings of every row and column of the grid; a ring of two lists both directions.
+std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid);
 
 /// Hops and link load of a placement for one iteration of a plan.
 struct PlacementReport {
@@ -47,7 +52,8 @@ struct CommunicationGraph {
   int ranks = 0;
   std::vector<std::map<int, Bytes>> edges;  ///< per rank: neighbour -> bytes (symmetric)
 };
-CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes);
+CommunicationGraph communicationGraph(int dp, int tp, int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes,
+                                      bool grid = false);
 
 /// Bytes x hops of a placement's communication graph on the cluster's routes (what placement minimises).
 double placementTraffic(const topology::Cluster& cluster, const std::vector<int>& placement,
@@ -62,6 +68,6 @@ Expected<std::vector<int>> mapCommunicationGraph(const CommunicationGraph& graph
 /// Routes every TP ring edge (tpEdgeBytes each) and every stage-to-stage send (ppEdgeBytes[s]
 /// from stage s to s + 1 of each pipeline) on real routes and reports hops and link load.
 PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                                int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes);
+                                int pp, Bytes tpEdgeBytes, const std::vector<Bytes>& ppEdgeBytes, bool grid = false);
 
 }  // namespace tsp::partition

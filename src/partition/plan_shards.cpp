@@ -2,9 +2,11 @@
 #include "partition/plan_shards.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
+#include "partition/pipeline_schedule.h"
 #include "partition/sharding_spmd.h"
 
 namespace tsp::partition {
@@ -18,7 +20,58 @@ bool usesAxis(const TensorSharding& s, int axis) {
 
 }  // namespace
 
-Mesh tensorMesh(const Plan& plan) { return Mesh{{"tp"}, {plan.tp}}; }
+namespace {
+
+// q with q x q = tp, or 0 when tp is not a square.
+int gridSide(int tp) {
+  const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
+  return q * q == tp ? q : 0;
+}
+
+// 2D: every weight matmul's weight [K, N] is split over both grid axes, K over the axis its
+// activation's last dim is split on (the other one's output partial sums then leave over that
+// axis), N over the other, taken one at a time in graph order as for Megatron. Each matmul then
+// holds 1/q^2 of its weight and reduces its output over one axis of q chips; lookup tables split
+// their rows over r and their columns over c.
+Expected<std::map<ir::TensorId, TensorSharding>> gridAnnotations(const ir::Graph& graph, const Mesh& mesh) {
+  std::map<ir::TensorId, TensorSharding> annotations;
+  const int q = mesh.axisSizes[0];
+  for (const auto& op : graph.ops()) {
+    if (op.kind != ir::OpKind::kGather || op.inputs.size() != 2 || op.intAttr("axis", 0) != 0) continue;
+    const auto& table = graph.tensor(op.inputs[0]);
+    if (table.role == ir::TensorRole::kWeight && table.shape.size() == 2 && table.shape[0] % q == 0 &&
+        table.shape[1] % q == 0)
+      annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
+  }
+  std::vector<bool> tried(graph.tensors().size(), false);
+  for (;;) {
+    auto propagated = propagateShardings(graph, mesh, annotations);
+    if (!propagated) return propagated.error();
+    bool added = false;
+    for (const auto& op : graph.ops()) {
+      if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) continue;
+      const ir::TensorId w = op.inputs[1];
+      const auto& weight = graph.tensor(w);
+      if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 || tried[w] || annotations.count(w)) continue;
+      tried[w] = true;
+      if (weight.shape[0] % q != 0 || weight.shape[1] % q != 0) continue;
+      const auto& in = propagated->tensors[op.inputs[0]];
+      const int k = !in.dimAxis.empty() && in.dimAxis.back() >= 0 ? in.dimAxis.back() : 0;
+      annotations[w] = TensorSharding{{k, 1 - k}, {}};
+      added = true;
+      break;
+    }
+    if (!added) return annotations;
+  }
+}
+
+}  // namespace
+
+Mesh tensorMesh(const Plan& plan) {
+  if (plan.split == TensorSplit::k2d && plan.tp > 1 && gridSide(plan.tp) > 0)
+    return Mesh{{"r", "c"}, {gridSide(plan.tp), gridSide(plan.tp)}};
+  return Mesh{{"tp"}, {plan.tp}};
+}
 
 Expected<ir::Graph> batchBlockGraph(const ir::Graph& graph, int blocks) {
   if (blocks <= 1) return graph;
@@ -65,10 +118,12 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
     }
     return annotations;
   }
-  if (plan.split != TensorSplit::kMegatron)
-    return makeError(ExitCode::kConfig, fmt::format("the {} split is predicted by the search but not executed by "
-                                                    "this build (megatron and spatial are)",
-                                                    tensorSplitName(plan.split)));
+  if (plan.split == TensorSplit::k2d) {
+    if (gridSide(plan.tp) == 0 || mesh.axisSizes.size() != 2)
+      return makeError(ExitCode::kConfig, fmt::format("the 2d split runs on a q x q grid: tp = {} is not a square",
+                                                      plan.tp));
+    return gridAnnotations(graph, mesh);
+  }
   const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
   // Vocabulary-parallel embeddings: a lookup table's rows are split over tp (a device's lookups
   // outside its rows read zeros, and an all-reduce sums the partial results).
@@ -139,6 +194,17 @@ Expected<schedule::ShardedWorkload> shardPlan(const ir::Graph& graph, const Plan
       std::vector<int> wave;
       for (int t = 0; t < tp; ++t) wave.push_back((d * plan.microbatches + i) * tp + t);
       work.waves.push_back(std::move(wave));
+    }
+  // Each replica's stage runs its chunks in the order of an interleaved inference pipeline.
+  for (const auto& op : group->graphs.front().ops())
+    work.opChunk.push_back(chunks[std::clamp(op.layer, 0, static_cast<int>(chunks.size()) - 1)]);
+  const auto order = forwardOrder(plan.pp, plan.microbatches, plan.interleave);
+  for (int d = 0; d < plan.dp; ++d)
+    for (int s = 0; s < plan.pp; ++s) {
+      std::vector<schedule::WaveChunk> lane;
+      for (const PipelineTask& task : order[s])
+        lane.push_back({task.microbatch * plan.dp + d, task.chunk * plan.pp + s});
+      work.lanes.push_back(std::move(lane));
     }
   return work;
 }

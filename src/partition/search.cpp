@@ -79,12 +79,14 @@ class Evaluator {
     // Screening looks at the first group only, whose chips depend on tp (and pp for the sends).
     // A training step also needs the replicas' ring (its gradient all-reduce), so its key keeps dp.
     const bool replicas = exact || profile_.training.enabled;
+    const bool grid = c.split == TensorSplit::k2d;
     const auto key = std::make_tuple(replicas ? c.dp : 0, c.tp, c.pp, c.interleave > 1, exact,
-                                     c.dp == 1 && c.tp == 1 ? 1 : 0);
+                                     (c.dp == 1 && c.tp == 1 ? 1 : 0) + (grid ? 2 : 0));
     auto found = links_.find(key);
     if (found == links_.end()) {
       const int dp = replicas ? c.dp : 1;
-      found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact))
+      found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact,
+                                              grid))
                   .first;
     }
     return found->second;
@@ -151,7 +153,7 @@ Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipS
         if (!stages) continue;
         found = cache.emplace(pp, std::move(*stages)).first;
       }
-      if (memoryPerChip(profile, c, found->second) > chip.sramBytes()) continue;
+      if (memoryPerChip(profile, c, found->second) > allocatableSramBytes(chip)) continue;
       if (best.dp == 0 || c.chips() < best.chips() || (c.chips() == best.chips() && c.canonical() < best.canonical()))
         best = c;
       break;
@@ -224,7 +226,7 @@ Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelP
   if (static_cast<std::int64_t>(placement.size()) != std::int64_t{c.dp} * c.tp * c.pp || c.chips() > cluster.chipCount())
     return makeError(ExitCode::kDoesNotFit, fmt::format("plan {} needs {} chips; the cluster has {}", c.canonical(),
                                                         c.chips(), cluster.chipCount()));
-  const auto links = linkFigures(cluster, placement, c.dp, c.tp, c.pp, c.interleave, true);
+  const auto links = linkFigures(cluster, placement, c.dp, c.tp, c.pp, c.interleave, true, c.split == TensorSplit::k2d);
   RankedPlan ranked{c, evaluateCandidate(profile, c, stages, links, cluster.chip(), cluster.chipCount()), true};
   return ranked;
 }
@@ -273,7 +275,7 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
       result.spaceSize += count;
       const Shape& widest = variants.back();
       const Candidate loosest{split, widest.dp, tp, pp, widest.ms.back(), 1};
-      if (memoryPerChip(profile, loosest, **stages) > sram) {
+      if (memoryPerChip(profile, loosest, **stages) > allocatableSramBytes(cluster.chip())) {
         result.pruned += count;
         continue;
       }
@@ -434,7 +436,7 @@ PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
     if (c.split == TensorSplit::kMegatron)
       ring += 2 * (t - 1) / t * static_cast<double>(layer.allReduceBytes) + (t - 1) / t * static_cast<double>(layer.allGatherBytes);
     else if (c.split == TensorSplit::k2d)
-      ring += (q - 1) / q * static_cast<double>(layer.matmulIoBytes) / q;
+      ring += 2 * (q - 1) / q * static_cast<double>(layer.matmulOutBytes) / q;
     else if (c.split == TensorSplit::kSpatial)
       ring += static_cast<double>(layer.haloBytes);
   }
@@ -457,10 +459,11 @@ PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
 PlacementReport reportPlanPlacement(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan) {
   const PlanTraffic traffic = planTraffic(profile, plan);
   const std::vector<int>& placement = plan.placement.empty() ? plan.stageChip : plan.placement;
+  const bool grid = plan.split == TensorSplit::k2d;
   PlacementReport report =
-      reportPlacement(cluster, placement, plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
-  report.traffic = placementTraffic(cluster, placement,
-                                    communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes));
+      reportPlacement(cluster, placement, plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes, grid);
+  report.traffic = placementTraffic(
+      cluster, placement, communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes, grid));
   report.method = plan.placement.empty() ? "pipeline path" : "locality order";
   return report;
 }
@@ -470,7 +473,8 @@ Expected<PlacementReport> refinePlacement(const topology::Cluster& cluster, cons
   PlacementReport report = reportPlanPlacement(cluster, profile, plan);
   if (plan.placement.empty()) return report;
   const PlanTraffic traffic = planTraffic(profile, plan);
-  const auto graph = communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes);
+  const auto graph = communicationGraph(plan.dp, plan.tp, plan.pp, traffic.ringEdgeBytes, traffic.stageBytes,
+                                        plan.split == TensorSplit::k2d);
   // The same chips as the locality placement, ranks mapped onto them by the communication graph.
   std::vector<int> chips = plan.placement;
   std::sort(chips.begin(), chips.end(), [&](int a, int b) {

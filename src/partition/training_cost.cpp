@@ -181,7 +181,7 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   const TrainingConfig& training = profile.training;
   PlanCost cost;
   cost.memoryPerChip = memoryPerChip(profile, c, stages);
-  cost.fits = cost.memoryPerChip <= chip.sramBytes() && c.chips() <= clusterChips && scheduleRuns(training, c) &&
+  cost.fits = cost.memoryPerChip <= allocatableSramBytes(chip) && c.chips() <= clusterChips && scheduleRuns(training, c) &&
               (training.microbatches == 0 || training.microbatches == c.microbatches);
   const TrainingChunks chunks = trainingChunks(profile, c, stages, links);
   const std::vector<double>& backward = chunks.backward;

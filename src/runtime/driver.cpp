@@ -482,7 +482,6 @@ Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanC
   for (; next < ranked.size(); ++next) {
     auto plan = partition::buildPlan(cluster, *choice.profile, ranked[next].candidate, *order);
     if (!plan || plan->canonical() == choice.plan.canonical()) continue;
-    if (plan->split == partition::TensorSplit::k2d) continue;  // not executed by this build
     auto placement = partition::refinePlacement(cluster, *choice.profile, *plan, *order);
     if (!placement) return placement.error();
     choice.placement = *placement;
@@ -811,7 +810,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     // best ranked plan that compiles (the same on every rank: compiling is deterministic).
     size_t next = 0;
     while (!schedule &&
-           (schedule.error().code == ExitCode::kDoesNotFit || plan->split == partition::TensorSplit::k2d) &&
+           schedule.error().code == ExitCode::kDoesNotFit &&
            choice->search && choice->planFile.empty() &&
            static_cast<int>(choice->skipped.size()) < kMaxPlanFallbacks) {
       choice->skipped.push_back(fmt::format("{} ({})", plan->canonical(), schedule.error().message));

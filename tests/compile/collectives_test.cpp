@@ -1,6 +1,7 @@
 // Tests of collectives: algorithm steps, schedules on routes, link exclusivity, shared programs, alpha-beta times.
 #include "compile/schedule/collectives.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -133,6 +134,27 @@ TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   ASSERT_EQ(hd.plan.steps.size(), 6u);
   EXPECT_EQ(hd.plan.steps[0][0].vectors, 32);
   EXPECT_EQ(hd.plan.steps[2][0].vectors, 8);
+}
+
+// A group on two dragonfly nodes (chips 0, 1, 4, 5 of node 0 and 8, 9, 12, 13 of node 1, whose
+// nodes are joined by links 0-8, 1-9, 2-10, 3-11): in chip order the ring crosses over routes of
+// two hops; its ring order crosses on the direct links, every edge one hop.
+TEST(Collectives, RingOrderCrossesNodesOnDirectLinks) {
+  const auto c = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  const std::vector<int> group = {0, 1, 4, 5, 8, 9, 12, 13};
+  auto hops = [&](const std::vector<int>& ring) {
+    std::vector<size_t> h;
+    for (size_t i = 0; i < ring.size(); ++i) h.push_back(c.route(ring[i], ring[(i + 1) % ring.size()]).size());
+    return h;
+  };
+  const auto sorted = hops(group);
+  EXPECT_EQ(*std::max_element(sorted.begin(), sorted.end()), 2u);
+  const auto order = ringOrder(c, group);
+  EXPECT_EQ(std::set<int>(order.begin(), order.end()), std::set<int>(group.begin(), group.end()));
+  for (size_t h : hops(order)) EXPECT_EQ(h, 1u);
+  // A whole ring keeps its chip order.
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 8}}");
+  EXPECT_EQ(ringOrder(ring, allChips(ring)), allChips(ring));
 }
 
 TEST(Collectives, BusBandwidthFactors) {

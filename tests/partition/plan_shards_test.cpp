@@ -10,6 +10,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "compile/ir/interpreter.h"
+#include "partition/pipeline_schedule.h"
 #include "partition/placement.h"
 #include "partition/sharding_spmd.h"
 #include "test_values.h"
@@ -166,13 +167,79 @@ TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {
   EXPECT_LE(placementTraffic(*cluster, *mapped, graph), placementTraffic(*cluster, *order, graph));
 }
 
-TEST(PlanShards, TwoDimensionalSplitIsNotExecuted) {
-  const ir::Graph g = mlp(2, 8, 8, DType::kF32);
+// Interleaved (pp 2, v 2, m 4): each chip's lane runs two microbatches through one chunk, then the
+// same two through its next chunk; run in that order the chips overlap the next microbatch with the
+// wait for the other chip, where waves in turn leave them idle.
+TEST(PlanShards, InterleavedLanesOverlapMicrobatches) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  Plan p = plan(1, 1, 2, 4, {});
+  p.interleave = 2;
+  p.stageChip = {0, 1};
+  p.layerChunk = {0, 1, 2, 3};
+  auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  using schedule::WaveChunk;
+  ASSERT_EQ(work->lanes.size(), 2u);
+  std::vector<std::pair<int, int>> lane0, lane1;
+  for (const WaveChunk& t : work->lanes[0]) lane0.push_back({t.wave, t.chunk});
+  for (const WaveChunk& t : work->lanes[1]) lane1.push_back({t.wave, t.chunk});
+  EXPECT_EQ(lane0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 2}, {1, 2}, {2, 0}, {3, 0}, {2, 2}, {3, 2}}));
+  EXPECT_EQ(lane1, (std::vector<std::pair<int, int>>{{0, 1}, {1, 1}, {0, 3}, {1, 3}, {2, 1}, {3, 1}, {2, 3}, {3, 3}}));
+  const auto cluster = ring(2);
+  auto makespan = [&](const schedule::ShardedWorkload& w) {
+    auto s = schedule::scheduleCluster(w, cluster);
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().format());
+    Cycle last = 0;
+    for (const auto& program : s->programs) last = std::max(last, program.predictedCycles);
+    return last;
+  };
+  schedule::ShardedWorkload wavesInTurn = *work;
+  wavesInTurn.lanes.clear();
+  EXPECT_LT(makespan(*work), makespan(wavesInTurn));
+  // A partial last group: 3 microbatches on 2 stages run (0, 1), then (2) through each chunk.
+  const auto order = forwardOrder(2, 3, 2);
+  std::vector<std::pair<int, int>> stage0;
+  for (const auto& t : order[0]) stage0.push_back({t.microbatch, t.chunk});
+  EXPECT_EQ(stage0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}}));
+}
+
+// 2D on a 2 x 2 grid: every weight is split over both axes (a quarter per chip), each matmul
+// reduces over one axis of 2 chips, and the group's graphs compute what the unsharded block does.
+TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
+  const ir::Graph g = mlp(4, 8, 8, DType::kF32);
   Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
   p.split = TensorSplit::k2d;
+  const Mesh mesh = tensorMesh(p);
+  EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2, 2}));
+  auto annotations = planAnnotations(g, p, mesh);
+  ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+  auto propagated = propagateShardings(g, mesh, *annotations);
+  ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w0")].text(mesh), "[r,c]");
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w1")].text(mesh), "[c,r]");
+  EXPECT_EQ(propagated->tensors[*g.findTensor("w2")].text(mesh), "[r,c]");
+  auto devices = shardGraph(g, *propagated);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  ASSERT_EQ(devices->graphs.size(), 4u);
+  EXPECT_EQ(devices->graphs[3].tensor(*devices->graphs[3].findTensor("w1")).shape, (Shape{4, 4}));
+  ir::Value x{DType::kF32, {8, 8}, *values(64, 7)};
+  auto want = ir::interpret(g, {x});
+  auto got = interpretSharded(*devices, {x});
+  ASSERT_TRUE(want.ok() && got.ok()) << (got.ok() ? "" : got.error().format());
+  ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+  for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+    EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
   auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  EXPECT_EQ(work->graphs.size(), 4u);
+}
+
+TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
+  Plan p = plan(1, 8, 1, 1, {0, 1, 2, 3, 4, 5, 6, 7});
+  p.split = TensorSplit::k2d;
+  auto work = shardPlan(mlp(2, 8, 8, DType::kF32), p);
   ASSERT_FALSE(work.ok());
-  EXPECT_NE(work.error().message.find("the 2d split is predicted by the search but not executed"), std::string::npos);
+  EXPECT_EQ(work.error().message, "the 2d split runs on a q x q grid: tp = 8 is not a square");
 }
 
 }  // namespace

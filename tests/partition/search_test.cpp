@@ -70,6 +70,27 @@ TEST(CostModel, BubbleIsTheTextbookFractionOnUniformLayers) {
     }
 }
 
+// The compute of a microbatch is the compiler's: the profile compiles each distinct layer at halved
+// shares of the batch (the share of 16 of 64 rows is what a batch-16 profile measures) and
+// interpolates between them; a layer that sends on knows how much of the send its compute hides.
+TEST(CostModel, LayerCyclesAtMicrobatchSharesAreTheCompilers) {
+  const auto c = cluster(kFreeRing);
+  const auto g64 = model("mlp", {{"layers", "2"}, {"hidden", "1024"}, {"batch", "64"}});
+  const auto g16 = model("mlp", {{"layers", "2"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto p64 = profileOf(g64, c, 64), p16 = profileOf(g16, c, 16);
+  const LayerProfile& layer = p64.layers[0];
+  ASSERT_EQ(layer.batchCycles.size(), 6u);  // shares 1/32 .. 1
+  EXPECT_DOUBLE_EQ(layer.batchCycles.back().first, 1.0);
+  EXPECT_DOUBLE_EQ(layer.batchCycles.front().first, 1.0 / 32);
+  EXPECT_DOUBLE_EQ(layerCyclesAt(layer, 0.25), static_cast<double>(p16.layers[0].cycles));
+  EXPECT_DOUBLE_EQ(layerCyclesAt(layer, 1.0), static_cast<double>(layer.cycles));
+  const double between = layerCyclesAt(layer, 0.375);
+  EXPECT_GT(between, layerCyclesAt(layer, 0.25));
+  EXPECT_LT(between, layerCyclesAt(layer, 0.5));
+  EXPECT_GE(layer.sendHiddenPerShare, 0);        // layer 0 sends to layer 1
+  EXPECT_LT(p64.layers[1].sendHiddenPerShare, 0);  // the last layer sends nothing on
+}
+
 TEST(CostModel, InterleavingDividesTheBubbleByV) {
   // A synthetic profile of 16 equal layers with no communication: bubble (p-1)/(m v + p - 1).
   ModelProfile profile;
@@ -89,12 +110,18 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
   const auto profile = profileOf(g, c, 1);
-  // A GPT block: QKV (column), out-proj (row), fc1 (column), fc2 (row): two all-reduces of B s h,
-  // counted as the links carry them: each 512-byte row of 256 FP16 values is two 320-byte vectors.
+  // A GPT block as the runtime's sharding splits it (QKV and fc1 column-parallel, out-proj and fc2
+  // row-parallel): the out-proj's all-reduce of B s h, an all-gather of the fused QKV output before
+  // its Split (3 h per row) and one of the residual the fc2 reduce-scatter left split before the next
+  // LayerNorm; bytes as the links carry them (a 512-byte row of 256 FP16 values is two 320-byte
+  // vectors, a 1,536-byte row five), and the block's output leaves split.
   const auto& block = profile.layers[1];
   EXPECT_EQ(block.weightMatmuls, 4);
-  EXPECT_EQ(block.allReduces, 2);
-  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 2 * 320);
+  EXPECT_EQ(block.allReduces, 1);
+  EXPECT_EQ(block.allReduceBytes, 64 * 2 * 320);
+  EXPECT_EQ(block.allGathers, 2);
+  EXPECT_EQ(block.allGatherBytes, 64 * 5 * 320 + 64 * 2 * 320);
+  EXPECT_TRUE(block.outputSplit);
   EXPECT_TRUE(profile.chain);
 }
 

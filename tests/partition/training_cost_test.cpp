@@ -302,10 +302,10 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
       ASSERT_TRUE(timing.ok());
       const double ratio = closed / timing->makespan;
-      // Never more than 2 % optimistic, and at most 12 % pessimistic (a short stage's idle time
+      // Never more than 2 % optimistic, and at most 16 % pessimistic (a short stage's idle time
       // the closed form charges at t_max).
       EXPECT_GE(ratio, 0.98) << pipelineScheduleName(schedule) << " " << cand.canonical();
-      EXPECT_LE(ratio, 1.12) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      EXPECT_LE(ratio, 1.16) << pipelineScheduleName(schedule) << " " << cand.canonical();
       low = std::min(low, ratio);
       high = std::max(high, ratio);
       ++pipelines;

@@ -38,6 +38,12 @@ struct ClusterSchedule {
   int collectives = 0;     ///< collectives scheduled on routes (sharded plans)
 };
 
+/// One pipeline chunk of one wave: the ops of model chunk `chunk` on every device of wave `wave`.
+struct WaveChunk {
+  int wave = 0;
+  int chunk = 0;
+};
+
 /// The per-chip graphs of a sharded plan (SPMD: every device graph has the same op sequence; its
 /// collectives and Send/Recv ops name the devices they join in `devices` and `peer` by their
 /// position in the device's wave).
@@ -47,6 +53,12 @@ struct ShardedWorkload {
   /// Devices scheduled together, in order (a TP group of one microbatch of one replica): the
   /// collectives of a wave's graphs join only devices of that wave.
   std::vector<std::vector<int>> waves;
+  /// The model chunk of each op of the SPMD graphs; empty: every op in chunk 0.
+  std::vector<int> opChunk;
+  /// Per pipeline lane (the chips of one replica's stage), the order its wave chunks run in (every
+  /// (wave, chunk) in exactly one lane); the scheduler takes the lanes' next chunks as they become
+  /// ready. Empty: the waves in turn, each wave's ops in order.
+  std::vector<std::vector<WaveChunk>> lanes;
 };
 
 /// Cycles between consecutive vectors on a link: one 320-byte vector at the link's bandwidth.

@@ -123,6 +123,11 @@ bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
 
 }  // namespace
 
+// Groups up to this size get their ring shortened by 2-opt moves (n^3 hop sums per pass).
+constexpr size_t kRingOrderMaxChips = 64;
+// Groups up to this size get the shortest ring (2^n n^2 steps).
+constexpr size_t kRingOrderExactChips = 12;
+
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips) {
   std::sort(chips.begin(), chips.end());
   const auto& d = cluster.description();
@@ -141,7 +146,80 @@ std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> ch
       for (int c = 1; c < cols; ++c) order.push_back(r * cols + ((rows - 1 - r) % 2 == 0 ? c : cols - c));
     return order;
   }
-  return chips;
+  // Elsewhere (a group inside a larger cluster, a dragonfly's nodes): chip order, then 2-opt moves
+  // while one shortens the ring's hops, so that a ring over two nodes crosses on direct links.
+  const size_t n = chips.size();
+  if (n < 4 || n > kRingOrderMaxChips) return chips;
+  std::vector<std::vector<int>> hops(n, std::vector<int>(n, 0));
+  for (size_t a = 0; a < n; ++a)
+    for (size_t b = 0; b < n; ++b)
+      if (a != b) hops[a][b] = static_cast<int>(cluster.route(chips[a], chips[b]).size());
+  std::vector<size_t> ring(n);
+  for (size_t i = 0; i < n; ++i) ring[i] = i;
+  if (n <= kRingOrderExactChips) {
+    // Small groups: the shortest ring exactly (Held-Karp over subsets, paths from chip 0; ties to
+    // the lower index), which 2-opt can miss (two nodes' crossings need two moves at once).
+    const size_t full = (size_t{1} << n) - 1;
+    constexpr int kFar = 1 << 29;
+    std::vector<std::vector<int>> cost(full + 1, std::vector<int>(n, kFar));
+    std::vector<std::vector<int>> from(full + 1, std::vector<int>(n, -1));
+    cost[1][0] = 0;
+    for (size_t mask = 1; mask <= full; mask += 2)
+      for (size_t last = 0; last < n; ++last) {
+        if (cost[mask][last] >= kFar) continue;
+        for (size_t next = 1; next < n; ++next) {
+          if (mask >> next & 1) continue;
+          const size_t to = mask | size_t{1} << next;
+          const int c = cost[mask][last] + hops[last][next];
+          if (c < cost[to][next]) {
+            cost[to][next] = c;
+            from[to][next] = static_cast<int>(last);
+          }
+        }
+      }
+    size_t last = 1;
+    for (size_t l = 1; l < n; ++l)
+      if (cost[full][l] + hops[l][0] < cost[full][last] + hops[last][0]) last = l;
+    int inOrder = 0;  // chip order is kept unless a ring is strictly shorter
+    for (size_t i = 0; i < n; ++i) inOrder += hops[i][(i + 1) % n];
+    for (size_t mask = full, at = last, i = n; inOrder > cost[full][last] + hops[last][0] && i-- > 0;) {
+      ring[i] = at;
+      const int prev = from[mask][at];
+      mask &= ~(size_t{1} << at);
+      at = prev < 0 ? 0 : static_cast<size_t>(prev);
+    }
+  }
+  auto length = [&](const std::vector<size_t>& r) {
+    int total = 0;
+    for (size_t i = 0; i < n; ++i) total += hops[r[i]][r[(i + 1) % n]];
+    return total;
+  };
+  for (int best = length(ring), improved = 1; improved;) {
+    improved = 0;
+    for (size_t i = 1; i + 1 < n && !improved; ++i)
+      for (size_t j = i + 1; j < n && !improved; ++j) {
+        std::vector<size_t> moved = ring;
+        std::reverse(moved.begin() + static_cast<std::ptrdiff_t>(i), moved.begin() + static_cast<std::ptrdiff_t>(j) + 1);
+        if (const int l = length(moved); l < best) {
+          best = l;
+          ring = std::move(moved);
+          improved = 1;
+        }
+      }
+  }
+  std::vector<int> order;
+  for (size_t i : ring) order.push_back(chips[i]);
+  return order;
+}
+
+std::vector<int> groupRing(const topology::Cluster& cluster, const std::vector<int>& chips) {
+  auto hops = [&](const std::vector<int>& ring) {
+    std::size_t total = 0;
+    for (size_t i = 0; i < ring.size(); ++i) total += cluster.route(ring[i], ring[(i + 1) % ring.size()]).size();
+    return total;
+  };
+  auto shortest = ringOrder(cluster, chips);
+  return hops(chips) <= hops(shortest) ? chips : shortest;
 }
 
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,

@@ -45,8 +45,13 @@ struct CollectivePlan {
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster);
 
-/// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on 2-D meshes and tori).
+/// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on
+/// whole 2-D meshes and tori; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
+
+/// The ring a group of placed chips runs: in the group's order (the order the placement laid it
+/// out for) unless ringOrder's ring has fewer hops.
+std::vector<int> groupRing(const topology::Cluster& cluster, const std::vector<int>& chips);
 
 /// Unrolls op over group (bytes per chip, rounded up to whole vectors per chunk) into steps. A ring
 /// runs in ringOrder, or in the group's own order when keepOrder (a placement made for that ring).

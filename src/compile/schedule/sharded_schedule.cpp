@@ -88,24 +88,11 @@ class ShardedScheduler {
   Expected<ClusterSchedule> run() {
     if (auto s = check(); !s) return s.error();
     const int ops = static_cast<int>(work_.graphs.front().ops().size());
-    for (const auto& wave : work_.waves) {
-      const ir::Graph& lead = work_.graphs[wave.front()];
-      for (int j = 0; j < ops;) {
-        const ir::OpKind kind = lead.op(j).kind;
-        int k = j + 1;
-        if (isCollective(kind)) {
-          if (auto s = collective(wave, j); !s) return s.error();
-        } else if (isPointToPoint(kind)) {
-          while (k < ops && isPointToPoint(lead.op(k).kind)) ++k;
-          if (auto s = pointToPoint(wave, j, k); !s) return s.error();
-        } else {
-          while (k < ops && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) &&
-                 sameChipRun(wave, j, k))
-            ++k;
-          if (auto s = compute(wave, j, k); !s) return s.error();
-        }
-        j = k;
-      }
+    if (work_.lanes.empty()) {
+      for (const auto& wave : work_.waves)
+        if (auto s = walk(wave, 0, ops); !s) return s.error();
+    } else if (auto s = runLanes(); !s) {
+      return s.error();
     }
     result_.programs = timelines_.finish();
     result_.reports.resize(cluster_.chipCount());
@@ -137,6 +124,102 @@ class ShardedScheduler {
                                                           "cluster of {} chips", g.op(j).name, d, c,
                                                           cluster_.chipCount()));
       }
+    }
+    return {};
+  }
+
+  // Ops [first, end) of every device of the wave: compute segments, collectives, Send/Recv steps in turn.
+  Status walk(const std::vector<int>& wave, int first, int end) {
+    const ir::Graph& lead = work_.graphs[wave.front()];
+    for (int j = first; j < end;) {
+      const ir::OpKind kind = lead.op(j).kind;
+      int k = j + 1;
+      if (isCollective(kind)) {
+        if (auto s = collective(wave, j); !s) return s;
+      } else if (isPointToPoint(kind)) {
+        while (k < end && isPointToPoint(lead.op(k).kind)) ++k;
+        if (auto s = pointToPoint(wave, j, k); !s) return s;
+      } else {
+        while (k < end && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) && sameChipRun(wave, j, k))
+          ++k;
+        if (auto s = compute(wave, j, k); !s) return s;
+      }
+      j = k;
+    }
+    return {};
+  }
+
+  // The lanes' wave chunks, list-scheduled: of the lanes whose next chunk has its previous chunk
+  // (same wave) done, the one whose chips and input are ready first goes next (ties: the later
+  // chunk, so that a tensor a collective made reaches the next stage before its chips move on to
+  // the next microbatch; then the lower lane).
+  // Each chip thus runs its chunks in its lane's order, and the placement order follows time.
+  Status runLanes() {
+    const int ops = static_cast<int>(work_.graphs.front().ops().size());
+    int chunks = 1;
+    for (int c : work_.opChunk) chunks = std::max(chunks, c + 1);
+    for (const auto& lane : work_.lanes)
+      for (const WaveChunk& t : lane) chunks = std::max(chunks, t.chunk + 1);
+    auto chunkOf = [&](int op) { return work_.opChunk.empty() ? 0 : work_.opChunk[op]; };
+    // Runs of consecutive ops of each chunk, in op order.
+    std::vector<std::vector<std::pair<int, int>>> runs(chunks);
+    for (int j = 0; j < ops;) {
+      int k = j + 1;
+      while (k < ops && chunkOf(k) == chunkOf(j)) ++k;
+      runs[chunkOf(j)].push_back({j, k});
+      j = k;
+    }
+    const int waves = static_cast<int>(work_.waves.size());
+    std::vector<Cycle> doneAt(static_cast<size_t>(waves) * chunks, -1);
+    std::vector<int> seen(doneAt.size(), 0);
+    for (const auto& lane : work_.lanes)
+      for (const WaveChunk& t : lane) {
+        if (t.wave < 0 || t.wave >= waves || t.chunk < 0 || t.chunk >= chunks || seen[t.wave * chunks + t.chunk]++)
+          return makeError(ExitCode::kInternal, fmt::format("lane task (wave {}, chunk {}) is out of range or repeated",
+                                                            t.wave, t.chunk));
+      }
+    // Chunks without ops (none of a wave's ops lie in them) count as done at once.
+    for (int c = 0; c < chunks; ++c)
+      if (runs[c].empty())
+        for (int w = 0; w < waves; ++w) doneAt[w * chunks + c] = 0;
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (!seen[i] && doneAt[i] < 0)
+        return makeError(ExitCode::kInternal, fmt::format("wave {} chunk {} is in no lane", i / chunks, i % chunks));
+    std::vector<std::vector<int>> chipsOfTask(doneAt.size());  // filled on first use
+    auto chipsOf = [&](const WaveChunk& t) -> const std::vector<int>& {
+      auto& chips = chipsOfTask[t.wave * chunks + t.chunk];
+      if (chips.empty()) {
+        std::set<int> on;
+        for (const auto& [a, b] : runs[t.chunk])
+          for (int d : work_.waves[t.wave])
+            for (int j = a; j < b; ++j) on.insert(work_.opChip[d][j]);
+        chips.assign(on.begin(), on.end());
+      }
+      return chips;
+    };
+    std::vector<size_t> next(work_.lanes.size(), 0);
+    for (size_t left = seen.size() - std::count(seen.begin(), seen.end(), 0); left > 0; --left) {
+      int best = -1, bestChunk = 0;
+      Cycle bestReady = 0;
+      for (size_t l = 0; l < work_.lanes.size(); ++l) {
+        if (next[l] >= work_.lanes[l].size()) continue;
+        const WaveChunk& t = work_.lanes[l][next[l]];
+        if (t.chunk > 0 && doneAt[t.wave * chunks + t.chunk - 1] < 0) continue;
+        Cycle ready = t.chunk > 0 ? doneAt[t.wave * chunks + t.chunk - 1] : 0;
+        for (int c : chipsOf(t)) ready = std::max(ready, timelines_.freeAt(c));
+        if (best < 0 || ready < bestReady || (ready == bestReady && t.chunk > bestChunk)) {
+          best = static_cast<int>(l);
+          bestReady = ready;
+          bestChunk = t.chunk;
+        }
+      }
+      if (best < 0) return makeError(ExitCode::kInternal, "the pipeline lanes' chunk orders deadlock");
+      const WaveChunk t = work_.lanes[best][next[best]++];
+      for (const auto& [a, b] : runs[t.chunk])
+        if (auto s = walk(work_.waves[t.wave], a, b); !s) return s;
+      Cycle done = 0;
+      for (int c : chipsOf(t)) done = std::max(done, timelines_.freeAt(c));
+      doneAt[t.wave * chunks + t.chunk] = done;
     }
     return {};
   }
@@ -204,15 +287,10 @@ class ShardedScheduler {
       const ir::Graph& g = work_.graphs[d];
       const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
       const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
-      // The ring in rank order (the order the placement laid the group out for) unless ringOrder's is shorter.
-      auto ringHops = [&](const std::vector<int>& ring) {
-        std::size_t hops = 0;
-        for (size_t i = 0; i < ring.size(); ++i) hops += cluster_.route(ring[i], ring[(i + 1) % ring.size()]).size();
-        return hops;
-      };
-      const bool keepOrder = ringHops(chips) <= ringHops(ringOrder(cluster_, chips));
-      auto plan = planCollective(collectiveOpOf(op.kind), algorithmFor(collectiveOpOf(op.kind), chips, bytes), chips,
-                                 bytes, cluster_, keepOrder);
+      const CollectiveAlgorithm algorithm = algorithmFor(collectiveOpOf(op.kind), chips, bytes);
+      auto plan = planCollective(collectiveOpOf(op.kind), algorithm,
+                                 algorithm == CollectiveAlgorithm::kRing ? groupRing(cluster_, chips) : chips, bytes,
+                                 cluster_, true);
       if (!plan) {
         Diagnostic e = plan.error();
         e.message = fmt::format("{}: {}", op.name, e.message);
@@ -345,8 +423,8 @@ class ShardedScheduler {
           const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
           if (lastVector < offset) plan.interval = 1;
           for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
-          key += fmt::format(" recv {}:{}@{}", static_cast<int>(interface.receives.size()), plan.port,
-                             fmt::join(plan.arrivals, ","));
+          key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
+                             plan.interval, fmt::join(plan.arrivals, ","));
           interface.receives.push_back(std::move(plan));
         }
       for (ir::TensorId in : received) resident.erase(in);

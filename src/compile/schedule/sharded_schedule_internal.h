@@ -37,7 +37,8 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
 class ChipTimelines {
  public:
   /// Empty programs for `chips` chips of the spec, every chip free from cycle 0.
-  ChipTimelines(const topology::ChipSpec& chip, int chips) : chip_(chip), free_(chips, 0), programs_(chips) {
+  ChipTimelines(const topology::ChipSpec& chip, int chips)
+      : chip_(chip), units_(chip.units()), free_(chips, 0), programs_(chips) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
   /// The first cycle chip c has nothing to do.
@@ -52,7 +53,20 @@ class ChipTimelines {
       programs_[c].instructions.push_back(inst);
     }
     programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
-    free_[c] = std::max(free_[c], offset + program.predictedCycles);
+    free_[c] = std::max(free_[c], offset + std::max(program.predictedCycles, streamDrain(program)));
+  }
+  /// The cycle the program's last stream value has passed the chip's edge: a value keeps moving
+  /// along its stream after its last reader, and the next program's values must not meet it.
+  Cycle streamDrain(const isa::Program& program) const {
+    Cycle drain = 0;
+    const int slices = chip_.sliceCount();
+    for (const auto& inst : program.instructions)
+      if (inst.dst.valid()) {
+        const int slice = units_[inst.unit].slice;
+        const int distance = inst.dst.dir == isa::Direction::kEast ? slices - slice : slice + 1;
+        drain = std::max(drain, isa::completion(chip_, inst) + distance);
+      }
+    return drain;
   }
   /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
   void idle(int c, Cycle cycles) { free_[c] += cycles; }
@@ -77,6 +91,7 @@ class ChipTimelines {
 
  private:
   const topology::ChipSpec& chip_;
+  std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> free_;
   std::vector<isa::Program> programs_;
 };
