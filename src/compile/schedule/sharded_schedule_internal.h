@@ -38,11 +38,13 @@ class ChipTimelines {
  public:
   /// Empty programs for `chips` chips of the spec, every chip free from cycle 0.
   ChipTimelines(const topology::ChipSpec& chip, int chips)
-      : chip_(chip), units_(chip.units()), free_(chips, 0), programs_(chips) {
+      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
   /// The first cycle chip c has nothing to do.
   Cycle freeAt(int c) const { return free_[c]; }
+  /// The cycle chip c's last appended program completes (its stream drain and idle time not counted).
+  Cycle endAt(int c) const { return end_[c]; }
   /// freeAt of every chip.
   const std::vector<Cycle>& free() const { return free_; }
   /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
@@ -53,6 +55,7 @@ class ChipTimelines {
       programs_[c].instructions.push_back(inst);
     }
     programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
+    end_[c] = std::max(end_[c], offset + program.predictedCycles);
     free_[c] = std::max(free_[c], offset + std::max(program.predictedCycles, streamDrain(program)));
   }
   /// The cycle the program's last stream value has passed the chip's edge: a value keeps moving
@@ -93,6 +96,7 @@ class ChipTimelines {
   const topology::ChipSpec& chip_;
   std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> free_;
+  std::vector<Cycle> end_;
   std::vector<isa::Program> programs_;
 };
 

@@ -92,7 +92,7 @@ class TrainingScheduler {
       if (pass.backward) {
         for (const auto& replica : work_.chips)
           for (int c : replica[best])
-            result_.pipelineCycles = std::max(result_.pipelineCycles, timelines_.freeAt(c) - drainCycles());
+            result_.pipelineCycles = std::max(result_.pipelineCycles, timelines_.endAt(c));
         if (lastBackward[best][pass.chunk] == next[best])
           if (auto s = allReduce(best, seg.stage); !s) return s.error();
       }
@@ -243,7 +243,7 @@ class TrainingScheduler {
       // not: what the ideal is made of.
       auto& cycles = seg.phase == Phase::kForward ? result_.forwardCycles : result_.backwardCycles;
       Cycle& slot = cycles[seg.stage % work_.stages][seg.stage / work_.stages];
-      slot = std::max(slot, timelines_.freeAt(chipOf(0, 0, seg)) - drainCycles() - start);
+      slot = std::max(slot, timelines_.endAt(chipOf(0, 0, seg)) - start);
     }
     return {};
   }
@@ -443,7 +443,7 @@ class TrainingScheduler {
       }
       if (op != CollectiveOp::kAllGather)
         for (int c : group)
-          result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.freeAt(c) - drainCycles());
+          result_.allReduceCycles = std::max(result_.allReduceCycles, timelines_.endAt(c));
     }
     return {};
   }
