@@ -107,7 +107,7 @@ std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
   return s;
 }
 
-Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid) {
+Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
   const auto [rows, tiles] = geometry(tensor);
@@ -127,16 +127,35 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
+  if (copies > 1) st.placement.replicas = copies;
   const int pieces = st.segments();
-  st.writers.resize(static_cast<size_t>(tiles) * pieces);
+  st.writers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  auto westOf = [&](int slice) { return chip_.units()[memFirst + slice].slice < vxmSlice; };
   for (int k = 0; k < tiles * st.placement.replicas; ++k) {
     std::set<int> away = avoid;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
-      auto block = out_.sram.allocate(static_cast<int>(segRows), away);
+      std::set<int> here = away;
+      if (copies > 1 && k >= tiles) {
+        // A copy of a segment: on another slice of the first copy's hemisphere, so that the one
+        // stream value that writes the first copy passes it on its way.
+        const int firstSlice = st.blocks[static_cast<size_t>(k % tiles) * pieces + g].slice;
+        for (int c = k % tiles; c < k; c += tiles) here.insert(st.blocks[static_cast<size_t>(c) * pieces + g].slice);
+        for (int sl = 0; sl < chip_.memSlices; ++sl)
+          if (westOf(sl) != westOf(firstSlice)) here.insert(sl);
+      }
+      // Preferably off every slice of the tensor so far: a copy sharing a slice with another
+      // segment shares its read port too.
+      // (The allocator takes any slice when every one is to be avoided, so ask only while some remain.)
+      std::set<int> apart = here;
+      if (copies > 1 && k >= tiles)
+        for (const auto& b : st.blocks) apart.insert(b.slice);
+      auto block = out_.sram.allocate(static_cast<int>(segRows),
+                                      static_cast<int>(apart.size()) < chip_.memSlices ? apart : here);
       if (!block) {
         const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
         return makeError(ExitCode::kDoesNotFit,
@@ -158,8 +177,8 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
 
 void Lowering::dependOnWriters(const Access& read, int task) {
   const TensorState& st = tensors_.at(read.tensor);
-  const int first = st.piece(read.tile, read.row0);
-  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  const int first = st.pieceOf(read.tile, read.row0, read.replica);
+  const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p)
     for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
 }
@@ -167,14 +186,14 @@ void Lowering::dependOnWriters(const Access& read, int task) {
 void Lowering::noteReader(const Access& read, int task) {
   // Per piece, so that space reused from a freed piece waits only for the reads of that piece.
   TensorState& st = tensors_.at(read.tensor);
-  const int first = st.piece(read.tile, read.row0);
-  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  const int first = st.pieceOf(read.tile, read.row0, read.replica);
+  const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p) st.readers[p].push_back({task, read.step});
 }
 
 void Lowering::noteWriter(const Access& write, int task) {
   TensorState& st = tensors_.at(write.tensor);
-  const int piece = st.piece(write.tile, write.row0);
+  const int piece = st.pieceOf(write.tile, write.row0, write.replica);
   st.writers[piece].push_back({task, write.step});
   waitForFreedReaders(st.blocks[piece], task, write.step);
 }
@@ -264,9 +283,10 @@ Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::i
   return s;
 }
 
-Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const {
+Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer,
+                         int replica) const {
   const TensorState& st = tensors_.at(tensor);
-  const int piece = st.piece(tile, row0);
+  const int piece = st.pieceOf(tile, row0, replica);
   assert((row0 % st.segmentRows()) + rows <= st.segmentRows() && "a write crosses a segment");
   Step s;
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemWrite, rows);
@@ -311,7 +331,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Lowering::rowPieces(std::int6
 
 std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
   const TensorState& ys = tensors_.at(job.out);
-  std::set<int> slices{ys.blocks[ys.piece(tile, row0)].slice};
+  std::set<int> slices;
+  for (int c = 0; c < ys.placement.replicas; ++c) slices.insert(ys.blocks[ys.pieceOf(tile, row0, c)].slice);
   for (ir::TensorId side : {job.bias, job.residual})
     if (side >= 0) {
       const TensorState& bs = tensors_.at(side);
@@ -668,7 +689,8 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   if (last) {
     // Epilogue: + bias, + residual, activation, write.
     const int plane = (computeUnit - chip_.firstUnit(UnitKind::kMxm)) / 2;
-    std::set<int> busy{ys.blocks[ys.piece(n, row0)].slice};
+    std::set<int> busy;
+    for (int c = 0; c < ys.placement.replicas; ++c) busy.insert(ys.blocks[ys.pieceOf(n, row0, c)].slice);
     int tailStep = 1;
     for (ir::TensorId side : {job.bias, job.residual}) {
       if (side < 0) continue;
@@ -690,7 +712,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       read.inst.address = bs.placement.address[piece] + static_cast<int>(broadcast ? 0 : row0 % bs.segmentRows());
       compute.steps.push_back(read);
       reads.push_back({side, n % bs.placement.tiles, broadcast ? 0 : row0, broadcast ? 1 : rows,
-                       static_cast<int>(compute.steps.size()) - 1});
+                       static_cast<int>(compute.steps.size()) - 1, piece / (bs.placement.tiles * bs.segments())});
     }
     if (job.activation != ir::OpKind::kIdentity) {
       Step act;
@@ -701,8 +723,11 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       compute.steps.push_back(act);
       tailStep = static_cast<int>(compute.steps.size()) - 1;
     }
-    compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
-    writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
+    // A feature map stored in several copies: the one result is written by every copy's slice.
+    for (int c = 0; c < ys.placement.replicas; ++c) {
+      compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep, c));
+      writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1, c});
+    }
   }
   const int id = addTask(std::move(compute), reads, writes);
   if (readAccess.tensor < 0) {

@@ -61,7 +61,10 @@ class Lowering {
  public:
   Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out);
 
-  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
+  /// Places a tensor; with `copies` > 1 every tile segment is stored that many times, on slices of
+  /// one hemisphere (one stream value written by all of them), for tensors whose readers read each
+  /// row many times (readCopies).
+  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {}, int copies = 1);
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
@@ -84,6 +87,7 @@ class Lowering {
     int tile = 0;
     std::int64_t row0 = 0, rows = 0;
     int step = 0;
+    int replica = 0;  ///< which copy of the tensor (a feature map written twice for its many tap reads)
   };
   // One MXM job: output rows in blocks, K tiles streamed from a source, an optional epilogue.
   struct MxmJob {
@@ -151,7 +155,8 @@ class Lowering {
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
                 int replica = 0) const;
   // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.
-  Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const;
+  Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer,
+                 int replica = 0) const;
   // Adds the task and records its reads and writes (the Access steps index into the task).
   int addTask(schedule::Task task, const std::vector<Access>& reads, const std::vector<Access>& writes);
   void dependOnWriters(const Access& read, int task);
@@ -173,9 +178,13 @@ class Lowering {
                                                         std::int64_t tm) const;
   // The read of one tap (ky, kx) of input tile `tile` for a block of output pixels.
   // With `exact`, whether the rows read are the tap's pixels (no padding taps, no clamping).
+  // Reads copy `replica` (modulo the input's copies).
   std::pair<Step, Access> windowRead(const Window& win, ir::TensorId in, int tile,
                                      const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
-                                     bool* exact = nullptr) const;
+                                     bool* exact = nullptr, int replica = 0) const;
+  // How many copies a feature map made by an MXM epilogue gets: 2 when every reader is a window op
+  // of at least 4 taps (each row read once per tap) and SRAM has room, else 1.
+  int readCopies(ir::TensorId tensor) const;
   // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.
   std::int64_t storageCols(ir::TensorId tensor) const;
   // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.

@@ -113,7 +113,7 @@ std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& wi
 
 std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::TensorId in, int tile,
                                                        const std::array<std::int64_t, 3>& block, std::int64_t ky,
-                                                       std::int64_t kx, bool* exact) const {
+                                                       std::int64_t kx, bool* exact, int replica) const {
   // Output pixels [row0, row0 + rows) read input pixels at the tap's offset. Padding taps read the
   // nearest in-range rows (a timing model: which values land there is the functional mode's part).
   const TensorState& xs = tensors_.at(in);
@@ -139,12 +139,13 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   // for a 1 x 1 window) and no clamping into the segment.
   if (exact) *exact = win.inside() && first == wanted;
   assert(first + span < segEnd && "a window read longer than its input segment");
-  const int piece = xs.piece(tile, first);
+  const int copy = replica % xs.placement.replicas;
+  const int piece = xs.pieceOf(tile, first, copy);
   Step s;
   s.inst = makeInst(xs.placement.memUnit[piece], Opcode::kMemRead, rows);
   s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
   s.inst.stride = static_cast<std::int32_t>(stride);
-  return {s, Access{in, tile, first, span + 1, 0}};
+  return {s, Access{in, tile, first, span + 1, 0, copy}};
 }
 
 Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
@@ -192,7 +193,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   std::set<int> avoid = slicesOf(in);
   for (ir::TensorId side : {job.bias, job.residual})
     for (int s : slicesOf(side)) avoid.insert(s);
-  if (auto s = place(job.out, false, avoid); !s) return s;
+  if (auto s = place(job.out, false, avoid, readCopies(job.out)); !s) return s;
 
   const Window win = windowOf(graph_, op);
   const int eb = ir::dtypeBytes(x.dtype);
@@ -240,7 +241,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.blocks = windowBlocks(win, in, job.out, tm);
   job.source = [this, in, win, cinTiles](int k, const std::array<std::int64_t, 3>& block) {
     const std::int64_t tap = k / cinTiles;
-    return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw);
+    return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, nullptr, static_cast<int>(tap));
   };
   job.weightRow = [cin, cinTiles, planeElems](std::int64_t, int k) {
     return (k / cinTiles) * cin + std::int64_t{k % cinTiles} * planeElems;
@@ -316,6 +317,28 @@ Status Lowering::lowerBatchNorm(const ir::Op& op) {
                        false);
 }
 
+int Lowering::readCopies(ir::TensorId tensor) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  if (!spatial_ || t.role != ir::TensorRole::kActivation || c2cTensors_.count(tensor) || t.users.empty()) return 1;
+  for (ir::OpId u : t.users) {
+    const ir::Op& user = graph_.op(u);
+    const bool window = user.kind == ir::OpKind::kConv || user.kind == ir::OpKind::kMaxPool ||
+                        user.kind == ir::OpKind::kAveragePool;
+    if (!window || user.inputs[0] != tensor || windowOf(graph_, user).taps() < 4) return 1;
+    // A Conv only when its gather passes pack several taps per vector (few input channels): then
+    // every tap is a pass of its own over the input (tapPasses); an implicit GEMM's taps are K tiles
+    // the planes stream one after another anyway.
+    if (user.kind == ir::OpKind::kConv &&
+        graph_.tensor(user.inputs[1]).shape[1] * ir::dtypeBytes(t.dtype) * 3 > chip_.vectorBytes)
+      return 1;
+  }
+  const int copies = 2;
+  const auto [rows, tiles] = geometry(tensor);
+  // Only while SRAM stays at most half full: the copies are a speed-up, never a reason not to fit.
+  if (out_.sram.inUse() + Bytes{copies} * rows * tiles * chip_.vectorBytes > out_.sram.capacity() / 2) return 1;
+  return copies;
+}
+
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
@@ -338,47 +361,72 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   }
   std::vector<std::pair<int, int>> readers[2];
   TapChain chain;
-  for (std::int64_t tap = tap0; tap < tap1; ++tap) {
-    const std::int64_t pass = tap - tap0;
+  // An input stored twice lets a pass read two taps at once (one from each copy) and combine them
+  // before the partial: half the passes, one ALU step fewer per chain. Only where the first tap is
+  // a plain copy (max-pool, a gather), since a pair starts with `combine`.
+  const bool pairs = tensors_.at(in).placement.replicas >= 2 && first == isa::VxmFunc::kConvert;
+  std::int64_t pass = 0;
+  for (std::int64_t tap = tap0; tap < tap1; ++pass) {
+    const std::int64_t width = pairs && tap + 1 < tap1 ? 2 : 1;
     Task task;
     task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
-    auto [read, access] = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
-    task.steps.push_back(read);
-    if (shiftLanes && pass > 0) {
-      Step shift;  // to the tap's lanes of the packed vector
-      // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
-      // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
-      bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
-      if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
-      sxmRows_[west ? 0 : 1] += rows;
-      shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
-                                static_cast<int>(tap % sxmHalf),
-                            Opcode::kSxmShift, rows);
-      shift.producer = 0;
-      task.steps.push_back(shift);
+    std::vector<Access> reads;
+    int operand[2] = {-1, -1};  // the step carrying each tap's rows to the ALU
+    for (std::int64_t i = 0; i < width; ++i) {
+      const std::int64_t t = tap + i;
+      auto [read, access] = windowRead(win, in, tile, block, t / win.kw, t % win.kw, nullptr, static_cast<int>(i));
+      access.step = static_cast<int>(task.steps.size());
+      reads.push_back(access);
+      task.steps.push_back(read);
+      operand[i] = access.step;
+      if (shiftLanes && t > tap0) {
+        Step shift;  // to the tap's lanes of the packed vector
+        // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
+        // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
+        bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+        if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
+        sxmRows_[west ? 0 : 1] += rows;
+        shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
+                                  static_cast<int>(t % sxmHalf),
+                              Opcode::kSxmShift, rows);
+        shift.producer = operand[i];
+        task.steps.push_back(shift);
+        operand[i] = static_cast<int>(task.steps.size()) - 1;
+      }
     }
     Step alu;
-    alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
-    alu.inst.func = pass == 0 ? first : combine;
+    alu.inst = makeInst(vxm, width == 1 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
+    alu.inst.func = width == 1 && pass == 0 ? first : combine;
     alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
-    alu.producer = static_cast<int>(task.steps.size()) - 1;
+    alu.producer = operand[0];
+    if (width == 2) alu.producer2 = operand[1];
     task.steps.push_back(alu);
-    const int aluAt = static_cast<int>(task.steps.size()) - 1;
+    int aluAt = static_cast<int>(task.steps.size()) - 1;
     const alloc::Block& from = partial[(pass + 1) % 2];
     const alloc::Block& to = partial[pass % 2];
     int sideAt = -1;
     if (pass > 0) {
+      if (width == 2) {  // the pair's result, combined with the partial
+        Step merge;
+        merge.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+        merge.inst.func = combine;
+        merge.inst.timingOnly = true;
+        merge.producer = aluAt;
+        task.steps.push_back(merge);
+        aluAt = static_cast<int>(task.steps.size()) - 1;
+      }
       task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
       task.steps.push_back(makeReadOf(from, rows));
       sideAt = static_cast<int>(task.steps.size()) - 1;
     }
-    const bool last = tap + 1 == tap1;
+    tap += width;
+    const bool last = tap == tap1;
     task.steps.push_back(last ? finalWrite(aluAt) : makeWriteOf(to, rows, aluAt));
     const int writeAt = static_cast<int>(task.steps.size()) - 1;
     std::vector<Access> writes;
     if (last)
       for (Access w : finalWrites) writes.push_back((w.step = writeAt, w));
-    const int id = addTask(std::move(task), {access}, writes);
+    const int id = addTask(std::move(task), reads, writes);
     if (!last) waitForFreedReaders(to, id, writeAt);
     if (pass > 0) {
       problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
