@@ -128,6 +128,17 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
   if (copies > 1) st.placement.replicas = copies;
+  if (auto s = allocatePieces(st, avoid); !s) return s;
+  tensors_.emplace(tensor, std::move(st));
+  return {};
+}
+
+Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
+  const std::int64_t rows = st.placement.rows;
+  const int tiles = st.placement.tiles;
+  // Copies of a map made on chip are written by one stream value (a resident parameter's copies
+  // are placed like separate tensors).
+  const int copies = st.placement.resident ? 1 : st.placement.replicas;
   const int pieces = st.segments();
   st.writers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
@@ -135,8 +146,17 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   const Bytes liveBefore = out_.sram.inUse();
   const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
   auto westOf = [&](int slice) { return chip_.units()[memFirst + slice].slice < vxmSlice; };
+  // Copies written by one stream value lie on one hemisphere: the one the avoided slices crowd less.
+  std::set<int> base = avoid;
+  if (copies > 1) {
+    int westAvoided = 0;
+    for (int sl : avoid) westAvoided += westOf(sl);
+    const bool west = 2 * westAvoided < static_cast<int>(avoid.size());
+    for (int sl = 0; sl < chip_.memSlices; ++sl)
+      if (westOf(sl) != west) base.insert(sl);
+  }
   for (int k = 0; k < tiles * st.placement.replicas; ++k) {
-    std::set<int> away = avoid;  // the segments of one tile on different slices
+    std::set<int> away = base;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
       std::set<int> here = away;
@@ -161,7 +181,7 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
         return makeError(ExitCode::kDoesNotFit,
                          fmt::format("shard does not fit in SRAM: needs {} bytes, {} bytes available (tensor '{}' of {} "
                                      "bytes with {} bytes live{})",
-                                     needed, out_.sram.capacity(), t.name, Bytes{rows} * tiles * chip_.vectorBytes,
+                                     needed, out_.sram.capacity(), st.placement.name, Bytes{rows} * tiles * chip_.vectorBytes,
                                      liveBefore,
                                      needed <= out_.sram.capacity() ? ", no slice has a free run of its tile's rows" : ""));
       }
@@ -171,7 +191,6 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
       st.placement.address.push_back(block->address);
     }
   }
-  tensors_.emplace(tensor, std::move(st));
   return {};
 }
 

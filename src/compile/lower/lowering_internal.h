@@ -65,6 +65,8 @@ class Lowering {
   /// one hemisphere (one stream value written by all of them), for tensors whose readers read each
   /// row many times (readCopies).
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {}, int copies = 1);
+  /// Allocates the pieces of a tensor whose geometry `st` gives (every copy, tile and segment).
+  Status allocatePieces(TensorState& st, const std::set<int>& avoid);
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
@@ -145,7 +147,7 @@ class Lowering {
   Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine,
-                               const std::function<Step(int)>& finalWrite, const std::vector<Access>& finalWrites,
+                               const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
                                const std::set<int>& avoid);
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);

@@ -281,7 +281,8 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       const alloc::Block pb = *buffer;
       auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
                              std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
-                             [&](int producer) { return makeWriteOf(pb, job.blocks[b][2], producer); }, {}, avoid);
+                             [&](int producer, int) { return makeWriteOf(pb, job.blocks[b][2], producer); },
+                             {{-1, 0, 0, job.blocks[b][2], 0}}, avoid);
       if (!chain) return chain.error();
       waitForFreedReaders(pb, chain->task, chain->writeStep);
       packed[k].push_back({pb, *chain});
@@ -342,7 +343,7 @@ int Lowering::readCopies(ir::TensorId tensor) const {
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
-                                                 isa::VxmFunc combine, const std::function<Step(int)>& finalWrite,
+                                                 isa::VxmFunc combine, const std::function<Step(int, int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
@@ -421,11 +422,18 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     }
     tap += width;
     const bool last = tap == tap1;
-    task.steps.push_back(last ? finalWrite(aluAt) : makeWriteOf(to, rows, aluAt));
-    const int writeAt = static_cast<int>(task.steps.size()) - 1;
+    // The last pass writes finalWrite once per copy of the output (finalWrites: one Access per copy).
+    const int writeAt = static_cast<int>(task.steps.size());
+    if (!last) task.steps.push_back(makeWriteOf(to, rows, aluAt));
+    for (int c = 0; last && c < static_cast<int>(finalWrites.size()); ++c) task.steps.push_back(finalWrite(aluAt, c));
     std::vector<Access> writes;
     if (last)
-      for (Access w : finalWrites) writes.push_back((w.step = writeAt, w));
+      for (size_t c = 0; c < finalWrites.size(); ++c)
+        if (finalWrites[c].tensor >= 0) {  // (scratch, tensor -1: its caller keeps track)
+          Access w = finalWrites[c];
+          w.step = writeAt + static_cast<int>(c);
+          writes.push_back(w);
+        }
     const int id = addTask(std::move(task), reads, writes);
     if (!last) waitForFreedReaders(to, id, writeAt);
     if (pass > 0) {
@@ -444,20 +452,23 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
 
 Status Lowering::lowerPool(const ir::Op& op) {
   // Per channel tile and block of output pixels, one pass per tap (tapPasses): max compares, average
-  // adds (the first tap copies, scaled for the average); the last tap writes the output.
+  // adds (the first tap copies, scaled for the average); the last tap writes every copy of the output.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
   std::set<int> avoid = slicesOf(in);
   for (int s : slicesOf(out)) avoid.insert(s);
-  for (int t = 0; t < tensors_.at(out).placement.tiles; ++t)
+  const TensorState& ys = tensors_.at(out);
+  for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
+      std::vector<Access> writes;
+      for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
       auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
                              average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub,
-                             [&](int producer) { return writeStep(out, t, block[1], block[2], producer); },
-                             {{out, t, block[1], block[2], 0}}, avoid);
+                             [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
+                             writes, avoid);
       if (!chain) return chain.error();
     }
   return {};
