@@ -362,24 +362,24 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   }
   std::vector<std::pair<int, int>> readers[2];
   TapChain chain;
-  // An input stored twice lets a pass read two taps at once (one from each copy) and combine them
-  // before the partial: half the passes, one ALU step fewer per chain. Only where the first tap is
-  // a plain copy (max-pool, a gather), since a pair starts with `combine`.
-  const bool pairs = tensors_.at(in).placement.replicas >= 2 && first == isa::VxmFunc::kConvert;
+  // An input stored in several copies lets a pass read as many taps at once (one from each copy)
+  // and combine them before the partial: fewer passes, one ALU step fewer per chain. Only where the
+  // first tap is a plain copy (max-pool, a gather), since a group starts with `combine`.
+  const std::int64_t copies = first == isa::VxmFunc::kConvert ? tensors_.at(in).placement.replicas : 1;
   std::int64_t pass = 0;
   for (std::int64_t tap = tap0; tap < tap1; ++pass) {
-    const std::int64_t width = pairs && tap + 1 < tap1 ? 2 : 1;
+    const std::int64_t width = std::min(copies, tap1 - tap);
     Task task;
     task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
     std::vector<Access> reads;
-    int operand[2] = {-1, -1};  // the step carrying each tap's rows to the ALU
+    std::vector<int> operand;  // the step carrying each tap's rows to the ALU
     for (std::int64_t i = 0; i < width; ++i) {
       const std::int64_t t = tap + i;
       auto [read, access] = windowRead(win, in, tile, block, t / win.kw, t % win.kw, nullptr, static_cast<int>(i));
       access.step = static_cast<int>(task.steps.size());
       reads.push_back(access);
       task.steps.push_back(read);
-      operand[i] = access.step;
+      operand.push_back(access.step);
       if (shiftLanes && t > tap0) {
         Step shift;  // to the tap's lanes of the packed vector
         // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
@@ -390,32 +390,30 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
         shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
                                   static_cast<int>(t % sxmHalf),
                               Opcode::kSxmShift, rows);
-        shift.producer = operand[i];
+        shift.producer = operand.back();
         task.steps.push_back(shift);
-        operand[i] = static_cast<int>(task.steps.size()) - 1;
+        operand.back() = static_cast<int>(task.steps.size()) - 1;
       }
     }
-    Step alu;
-    alu.inst = makeInst(vxm, width == 1 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
-    alu.inst.func = width == 1 && pass == 0 ? first : combine;
-    alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
-    alu.producer = operand[0];
-    if (width == 2) alu.producer2 = operand[1];
-    task.steps.push_back(alu);
-    int aluAt = static_cast<int>(task.steps.size()) - 1;
+    // ALU steps: `first` on a lone first tap; else `combine` folds the taps, then the partial.
+    int aluAt = operand[0];
+    auto addAlu = [&](int a, int b) {
+      Step alu;
+      alu.inst = makeInst(vxm, b < 0 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
+      alu.inst.func = b < 0 && pass == 0 ? first : combine;
+      alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
+      alu.producer = a;
+      alu.producer2 = b;
+      task.steps.push_back(alu);
+      return static_cast<int>(task.steps.size()) - 1;
+    };
+    if (width == 1) aluAt = addAlu(aluAt, -1);
+    for (std::int64_t i = 1; i < width; ++i) aluAt = addAlu(aluAt, operand[i]);
     const alloc::Block& from = partial[(pass + 1) % 2];
     const alloc::Block& to = partial[pass % 2];
     int sideAt = -1;
     if (pass > 0) {
-      if (width == 2) {  // the pair's result, combined with the partial
-        Step merge;
-        merge.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
-        merge.inst.func = combine;
-        merge.inst.timingOnly = true;
-        merge.producer = aluAt;
-        task.steps.push_back(merge);
-        aluAt = static_cast<int>(task.steps.size()) - 1;
-      }
+      if (width > 1) aluAt = addAlu(aluAt, -1);  // the group's result, combined with the partial
       task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
       task.steps.push_back(makeReadOf(from, rows));
       sideAt = static_cast<int>(task.steps.size()) - 1;
