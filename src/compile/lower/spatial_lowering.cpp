@@ -211,8 +211,21 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (gatheringConv(chip_, graph_, in) == &op) {
     // Window-gathered input: a plain matmul over packed (kh*kw*Cin)-element vectors.
     job.kTiles = xs.placement.tiles;
-    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out}))
-      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) job.blocks.push_back({0, b0, std::min(tm, r0 + n - b0)});
+    // Blocks taken in turn from as many consecutive segments as there are planes: the planes, which
+    // start one block each at once, then write (and read) different MEM slices.
+    std::vector<std::vector<std::array<std::int64_t, 3>>> bySegment;
+    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out})) {
+      bySegment.emplace_back();
+      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) bySegment.back().push_back({0, b0, std::min(tm, r0 + n - b0)});
+    }
+    for (size_t g = 0; g < bySegment.size(); g += static_cast<size_t>(chip_.mxmPlanes)) {
+      const size_t end = std::min(bySegment.size(), g + static_cast<size_t>(chip_.mxmPlanes));
+      for (size_t j = 0, more = 1; more; ++j) {
+        more = 0;
+        for (size_t sg = g; sg < end; ++sg)
+          if (j < bySegment[sg].size()) job.blocks.push_back(bySegment[sg][j]), more = 1;
+      }
+    }
     job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
       return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
     };
