@@ -129,8 +129,32 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
   if (copies > 1) st.placement.replicas = copies;
   if (auto s = allocatePieces(st, avoid); !s) return s;
+  if (copies > 1 && !copiesOnOneSide(st)) {
+    // No room for every copy on the first one's side: one copy, as any other tensor.
+    for (const auto& b : st.blocks) out_.sram.release(b);
+    st.blocks.clear();
+    st.placement.memUnit.clear();
+    st.placement.address.clear();
+    st.placement.replicas = 1;
+    if (auto s = allocatePieces(st, avoid); !s) return s;
+  }
   tensors_.emplace(tensor, std::move(st));
   return {};
+}
+
+bool Lowering::copiesOnOneSide(const TensorState& st) const {
+  const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  const size_t pieces = static_cast<size_t>(st.placement.tiles) * st.segments();
+  for (size_t p = 0; p < pieces; ++p) {
+    const bool west = chip_.units()[memFirst + st.blocks[p].slice].slice < vxmSlice;
+    std::set<int> slices;
+    for (size_t c = 0; c < static_cast<size_t>(st.placement.replicas); ++c) {
+      const int slice = st.blocks[c * pieces + p].slice;
+      if ((chip_.units()[memFirst + slice].slice < vxmSlice) != west || !slices.insert(slice).second) return false;
+    }
+  }
+  return true;
 }
 
 Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {

@@ -67,6 +67,8 @@ class Lowering {
   Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {}, int copies = 1);
   /// Allocates the pieces of a tensor whose geometry `st` gives (every copy, tile and segment).
   Status allocatePieces(TensorState& st, const std::set<int>& avoid);
+  /// Do the copies of every piece lie on distinct slices of one hemisphere (one stream can write them)?
+  bool copiesOnOneSide(const TensorState& st) const;
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
