@@ -182,6 +182,46 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
   return outputs;
 }
 
+// A folded tensor's values from the stored graph values (isa::WeightFold): per channel c, scale =
+// gamma / sqrt(var + eps) and shift = beta - mean * scale, integers rounded ties to even for INT8
+// (the interpreter's INT8 BatchNormalization) and wrapped; Conv weights [Cout, ...] times scale[co].
+Expected<std::vector<double>> foldedValues(
+    const isa::WeightFold& fold, const std::map<std::string, std::shared_ptr<const std::vector<double>>>& leaves,
+    sim::ElementType element) {
+  auto find = [&](const std::string& name) -> const std::vector<double>* {
+    auto it = leaves.find(name);
+    return it == leaves.end() ? nullptr : it->second.get();
+  };
+  const auto *gamma = find(fold.gamma), *beta = find(fold.beta), *mean = find(fold.mean), *var = find(fold.var);
+  const std::vector<double>* source = fold.kind == isa::WeightFold::Kind::kWeights ? find(fold.source) : gamma;
+  if (!gamma || !beta || !mean || !var || !source || gamma->empty() || beta->size() != gamma->size() ||
+      mean->size() != gamma->size() || var->size() != gamma->size() || source->size() % gamma->size() != 0)
+    return makeError(ExitCode::kInternal, fmt::format("functional mode: the fold of '{}' names tensors without matching "
+                                                      "values", fold.tensor));
+  const bool integer = element == sim::ElementType::kInt8;
+  const size_t channels = gamma->size();
+  std::vector<double> scale(channels), shift(channels);
+  for (size_t c = 0; c < channels; ++c) {
+    scale[c] = (*gamma)[c] / std::sqrt((*var)[c] + fold.epsilon);
+    if (integer) scale[c] = std::nearbyint(scale[c]);
+    shift[c] = (*beta)[c] - (*mean)[c] * scale[c];
+    if (integer) shift[c] = std::nearbyint(shift[c]);
+  }
+  std::vector<double> out;
+  switch (fold.kind) {
+    case isa::WeightFold::Kind::kScale: out = scale; break;
+    case isa::WeightFold::Kind::kShift: out = shift; break;
+    case isa::WeightFold::Kind::kWeights: {
+      out = *source;
+      const size_t perChannel = out.size() / channels;
+      for (size_t i = 0; i < out.size(); ++i) out[i] *= scale[i / perChannel];
+      break;
+    }
+  }
+  for (double& v : out) v = toStorage(v, element);
+  return out;
+}
+
 }  // namespace
 
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
@@ -197,11 +237,18 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
         stored = dtype;
         first = t.name;
       }
-      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8))
+      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8)) {
+        // The ops that read the tensor (a Gather's INT32 indices, ...), to name what is refused.
+        std::vector<std::string> readers;
+        if (const auto id = graph.findTensor(t.name))
+          for (ir::OpId u : graph.tensor(*id).users)
+            readers.push_back(fmt::format("{} '{}'", ir::opKindName(graph.op(u).kind), graph.op(u).name));
         return makeError(ExitCode::kModel,
                          fmt::format("{}: functional mode computes one storage type on chip, f16 or i8; this tensor "
-                                     "is stored as {} ('{}' as {})",
-                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored)));
+                                     "is stored as {} ('{}' as {}){}",
+                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored),
+                                     readers.empty() ? std::string() : fmt::format(", read by {}", fmt::join(readers, ", "))));
+      }
     }
   FunctionalSetup setup;
   const topology::ChipSpec defaultChip;
@@ -214,6 +261,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   // Every leaf's values as the chip stores them; the reference graph gets the same values.
   ir::Graph reference = graph;
   std::map<std::string, std::shared_ptr<const std::vector<double>>> leaves;  // one copy, shared
+  std::map<std::string, std::shared_ptr<const std::vector<double>>> folded;
   std::vector<ir::Value> inputs;
   auto stateAndInputs = graph.inputs();
   stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
@@ -241,11 +289,20 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     leaves[t.name] = std::move(shared);
   }
 
+  // Tensors the compiler folded (BatchNormalization into a Conv's weights and bias, or into its own
+  // scale and shift) get the folded values in the chip's image; the reference keeps the graph's.
+  for (const auto& p : programs)
+    for (const auto& fold : p->folds) {
+      if (folded.count(fold.tensor)) continue;
+      auto values = foldedValues(fold, leaves, element);
+      if (!values) return values.error();
+      folded[fold.tensor] = std::make_shared<const std::vector<double>>(std::move(*values));
+    }
   auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();
   for (const auto& p : programs)
     for (const auto& placement : p->tensors) {
       if (!placement.resident || resident->count(placement.name)) continue;
-      auto it = leaves.find(placement.name);
+      auto it = folded.count(placement.name) ? folded.find(placement.name) : leaves.find(placement.name);
       const auto id = graph.findTensor(placement.name);
       if (it == leaves.end() || !id)
         return makeError(ExitCode::kInternal,

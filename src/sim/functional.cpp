@@ -16,42 +16,35 @@ using Host = Kokkos::DefaultHostExecutionSpace;
 template <typename T>
 using HostView = Kokkos::View<T*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// The FP32 lane function of a VXM op; binary functions read b.
-KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b) {
+// The FP32 lane function of a VXM op; binary functions read b, kScaleAdd the immediates.
+KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, float immediate, float immediate2) {
   switch (func) {
     case isa::VxmFunc::kAdd: return a + b;
     case isa::VxmFunc::kSub: return a - b;
     case isa::VxmFunc::kMul: return a * b;
+    case isa::VxmFunc::kDiv: return a / b;
+    case isa::VxmFunc::kPow: return std::pow(a, b);
+    case isa::VxmFunc::kMax: return a != a || a > b ? a : b;  // a NaN operand gives NaN
+    case isa::VxmFunc::kScaleAdd: return a * immediate + b * immediate2;
     case isa::VxmFunc::kRelu: return a > 0.0f ? a : 0.0f;
     case isa::VxmFunc::kGelu: return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f));  // ONNX Gelu (erf form)
     case isa::VxmFunc::kTanh: return std::tanh(a);
     case isa::VxmFunc::kExp: return std::exp(a);
     case isa::VxmFunc::kRsqrt: return 1.0f / std::sqrt(a);
+    case isa::VxmFunc::kSigmoid: return 1.0f / (1.0f + std::exp(-a));
+    case isa::VxmFunc::kSqrt: return std::sqrt(a);
+    case isa::VxmFunc::kErf: return std::erf(a);
     default: return a;  // kConvert: FP16 to FP16 is the identity
   }
 }
 
-bool isBinary(isa::VxmFunc func) {
-  return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul;
-}
-
-const char* funcName(isa::VxmFunc func) {
-  switch (func) {
-    case isa::VxmFunc::kNone: return "None";
-    case isa::VxmFunc::kAdd: return "Add";
-    case isa::VxmFunc::kSub: return "Sub";
-    case isa::VxmFunc::kMul: return "Mul";
-    case isa::VxmFunc::kRelu: return "Relu";
-    case isa::VxmFunc::kGelu: return "Gelu";
-    case isa::VxmFunc::kTanh: return "Tanh";
-    case isa::VxmFunc::kExp: return "Exp";
-    case isa::VxmFunc::kRsqrt: return "Rsqrt";
-    case isa::VxmFunc::kConvert: return "Convert";
-  }
-  return "?";
-}
-
 }  // namespace
+
+bool isBinaryFunc(isa::VxmFunc func) {
+  return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul ||
+         func == isa::VxmFunc::kDiv || func == isa::VxmFunc::kPow || func == isa::VxmFunc::kMax ||
+         func == isa::VxmFunc::kScaleAdd;
+}
 
 std::uint16_t floatToHalf(float value) {
   std::uint32_t bits;
@@ -143,12 +136,12 @@ void emitFp16(const float* acc, std::uint16_t* out, std::size_t count) {
 }
 
 void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
-             std::size_t count) {
-  const HostView<const std::uint16_t> av(a, count), bv(isBinary(func) ? b : a, count);
+             std::size_t count, float immediate, float immediate2) {
+  const HostView<const std::uint16_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::uint16_t> ov(out, count);
   Kokkos::parallel_for(
       "tsp.vxm_fp16", Kokkos::RangePolicy<Host>(0, count), KOKKOS_LAMBDA(const std::size_t i) {
-        ov(i) = floatToHalf(applyFloat(func, halfToFloat(av(i)), halfToFloat(bv(i))));
+        ov(i) = floatToHalf(applyFloat(func, halfToFloat(av(i)), halfToFloat(bv(i)), immediate, immediate2));
       });
   Kokkos::fence();
 }
@@ -156,9 +149,10 @@ void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, 
 Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
                 std::size_t count) {
   if (func != isa::VxmFunc::kAdd && func != isa::VxmFunc::kSub && func != isa::VxmFunc::kMul &&
+      func != isa::VxmFunc::kDiv && func != isa::VxmFunc::kPow && func != isa::VxmFunc::kMax &&
       func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert)
-    return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", funcName(func)));
-  const HostView<const std::int32_t> av(a, count), bv(isBinary(func) ? b : a, count);
+    return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func)));
+  const HostView<const std::int32_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::int32_t> ov(out, count);
   Kokkos::parallel_for(
       "tsp.vxm_int32", Kokkos::RangePolicy<Host>(0, count), KOKKOS_LAMBDA(const std::size_t i) {
@@ -169,6 +163,15 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
         if (func == isa::VxmFunc::kSub) r = x - y;
         if (func == isa::VxmFunc::kMul) r = x * y;
         if (func == isa::VxmFunc::kRelu) r = av(i) > 0 ? x : 0u;
+        if (func == isa::VxmFunc::kMax) r = av(i) > bv(i) ? x : y;
+        // Truncating division; a divisor of zero gives zero (the IR's integer rule).
+        if (func == isa::VxmFunc::kDiv)
+          r = bv(i) == 0 ? 0u : static_cast<std::uint32_t>(static_cast<std::int64_t>(av(i)) / bv(i));
+        if (func == isa::VxmFunc::kPow) {
+          // Repeated multiplication, wrapping; a negative exponent gives 1 for a base of 1, else 0.
+          r = bv(i) < 0 ? (av(i) == 1 ? 1u : 0u) : 1u;
+          for (std::int32_t e = 0; e < bv(i); ++e) r *= x;
+        }
         ov(i) = static_cast<std::int32_t>(r);
       });
   Kokkos::fence();

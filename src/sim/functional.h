@@ -23,12 +23,15 @@ void mxmAccumulateFp16(const std::uint16_t* x, const std::uint16_t* w, float* ac
 /// FP32 accumulators to FP16 storage (when a compute with a destination emits its row).
 void emitFp16(const float* acc, std::uint16_t* out, std::size_t count);
 
+/// Whether a VXM function reads a second operand (Add, Sub, Mul, Div, Pow, Max, ScaleAdd).
+bool isBinaryFunc(isa::VxmFunc func);
 /// A VXM ALU op on FP16 vectors: lanes are computed in FP32 and stored back as FP16. `b` is read by
-/// the binary functions (Add, Sub, Mul) only.
+/// the binary functions only, the immediates by ScaleAdd (a * immediate + b * immediate2).
 void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
-             std::size_t count);
-/// A VXM ALU op on INT32 lanes (Add, Sub, Mul wrap as two's complement; Relu; Convert is the identity).
-/// Transcendental functions have no integer form: an error naming the function.
+             std::size_t count, float immediate = 0.0f, float immediate2 = 1.0f);
+/// A VXM ALU op on INT32 lanes (Add, Sub, Mul, Pow wrap as two's complement; Div truncates, x / 0 = 0;
+/// Max; Relu; Convert is the identity). Transcendental functions have no integer form: an error
+/// naming the function.
 Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
                 std::size_t count);
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <Kokkos_Core.hpp>
+
 #include <fmt/format.h>
 
 #include "sim/functional.h"
@@ -45,7 +47,8 @@ int elementBytes(ElementType type) { return type == ElementType::kFp16 ? 2 : 1; 
 
 FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType element)
     : spec_(spec), element_(element), vectorBytes_(spec.vectorBytes), lanes_(spec.vectorBytes / elementBytes(element)),
-      memFirst_(spec.firstUnit(topology::UnitKind::kMem)) {
+      memFirst_(spec.firstUnit(topology::UnitKind::kMem)),
+      accumulators_(element, spec.vectorBytes / elementBytes(element)) {
   sram_.resize(spec.memSlices);
   zeros_.assign(static_cast<std::size_t>(vectorBytes_), 0);
   planes_.resize(spec.mxmPlanes);
@@ -135,30 +138,165 @@ void FunctionalState::memWrite(const Instruction& inst, const std::vector<std::u
                 vectors.data() + static_cast<std::size_t>(j) * vectorBytes_, vectorBytes_);
 }
 
-Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const std::vector<std::uint8_t>& a,
-                                         const std::vector<std::uint8_t>* b) const {
-  const std::size_t count = a.size() / elementBytes(element_);
+namespace {
+
+// Lane 0 of every vector repeated over its lanes (an operand with one value per row).
+std::vector<std::uint8_t> splat(const std::vector<std::uint8_t>& vectors, int vectorBytes, int eb) {
+  std::vector<std::uint8_t> out(vectors.size());
+  for (std::size_t v = 0; v < vectors.size(); v += static_cast<std::size_t>(vectorBytes))
+    for (int l = 0; l < vectorBytes; l += eb) std::memcpy(out.data() + v + l, vectors.data() + v, static_cast<std::size_t>(eb));
+  return out;
+}
+
+}  // namespace
+
+Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Program& program,
+                                         const std::vector<std::uint8_t>* a, const std::vector<std::uint8_t>* b) {
+  const int eb = elementBytes(element_);
+  const isa::FunctionalOperand* operand = nullptr;
+  if (inst.operand >= 0) {
+    if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))
+      return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
+                                                        program.operands.size()));
+    operand = &program.operands[static_cast<size_t>(inst.operand)];
+  }
+  const bool accumulates = inst.func == isa::VxmFunc::kAccumulate || inst.func == isa::VxmFunc::kEmit ||
+                           inst.func == isa::VxmFunc::kNormalize;
+  if (accumulates || inst.func == isa::VxmFunc::kScaleAdd) {
+    if (!operand || (accumulates && (operand->accumulator < 0 ||
+                                     operand->accumulator >= static_cast<std::int32_t>(program.accumulators.size()))))
+      return makeError(ExitCode::kInternal, fmt::format("VXM function {} without its operand or accumulator",
+                                                        isa::vxmFuncName(inst.func)));
+  }
+  if (inst.func == isa::VxmFunc::kEmit) {
+    auto out = accumulators_.emit(operand->accumulator, program.accumulators[static_cast<size_t>(operand->accumulator)],
+                                  *operand, inst.repeat);
+    if (!out) return out.error();
+    return VectorRun(std::make_shared<std::vector<std::uint8_t>>(std::move(*out)));
+  }
+  if (!a || (isBinaryFunc(inst.func) && inst.op == isa::Opcode::kVxmBinary && !b))
+    return makeError(ExitCode::kModel, "an ALU op without its operands");
+  std::vector<std::uint8_t> splatA, splatB;
+  if (operand && operand->splatA) a = &(splatA = splat(*a, vectorBytes_, eb));
+  if (operand && operand->splatB && b) b = &(splatB = splat(*b, vectorBytes_, eb));
+  const std::size_t count = a->size() / eb;
+  if (inst.func == isa::VxmFunc::kAccumulate || inst.func == isa::VxmFunc::kNormalize) {
+    const auto id = operand->accumulator;
+    const isa::Accumulator& acc = program.accumulators[static_cast<size_t>(id)];
+    const std::int64_t vectors = static_cast<std::int64_t>(a->size()) / vectorBytes_;
+    if (inst.func == isa::VxmFunc::kAccumulate) {
+      if (auto s = accumulators_.accumulate(id, acc, *operand, a->data(), vectors); !s) return s.error();
+      return VectorRun();
+    }
+    auto out = accumulators_.normalize(id, acc, *operand, a->data(), vectors);
+    if (!out) return out.error();
+    return VectorRun(std::make_shared<std::vector<std::uint8_t>>(std::move(*out)));
+  }
   if (element_ == ElementType::kFp16) {
-    const auto x = asHalves(a.data(), count);
+    const auto x = asHalves(a->data(), count);
     const auto y = b ? asHalves(b->data(), count) : x;
     std::vector<std::uint16_t> out(count);
-    vxmFp16(inst.func, x.data(), y.data(), out.data(), count);
+    vxmFp16(inst.func, x.data(), y.data(), out.data(), count, operand ? operand->immediate : 0.0f,
+            operand ? operand->immediate2 : 1.0f);
     return VectorRun(fromHalves(out));
   }
-  const auto x = widen(a.data(), count);
+  if (inst.func == isa::VxmFunc::kScaleAdd) return makeError(ExitCode::kModel, "VXM function scale_add has no integer form");
+  const auto x = widen(a->data(), count);
   const auto y = b ? widen(b->data(), count) : x;
   std::vector<std::int32_t> out(count);
   if (auto s = vxmInt32(inst.func, x.data(), y.data(), out.data(), count); !s) return s.error();
   return VectorRun(narrow(out));
 }
 
-Status FunctionalState::install(int plane, const Instruction& inst) {
+VectorRun FunctionalState::shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const {
+  const int eb = elementBytes(element_);
+  auto out = std::make_shared<std::vector<std::uint8_t>>(vectors.size(), 0);
+  // Down by laneShift (a negative shift moves up): out lane l = in lane l + shift for the kept lanes.
+  const std::int64_t shift = std::int64_t{operand.laneShift} * eb;
+  const std::int64_t from = std::max<std::int64_t>(0, shift), to = std::max<std::int64_t>(0, -shift);
+  const std::int64_t keep = std::min<std::int64_t>(std::int64_t{operand.laneCount} * eb, vectorBytes_ - std::max(from, to));
+  if (keep <= 0) return out;
+  for (std::size_t v = 0; v < vectors.size(); v += static_cast<std::size_t>(vectorBytes_))
+    std::memcpy(out->data() + v + to, vectors.data() + v + from, static_cast<std::size_t>(keep));
+  return out;
+}
+
+Expected<const isa::WindowRead*> FunctionalState::windowOf(const Instruction& inst, const isa::Program& program,
+                                                           bool second) {
+  if (inst.operand < 0) return static_cast<const isa::WindowRead*>(nullptr);
+  if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))
+    return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
+                                                      program.operands.size()));
+  const isa::FunctionalOperand& operand = program.operands[static_cast<size_t>(inst.operand)];
+  const std::int32_t w = second ? operand.window2 : operand.window;
+  if (w < 0) return static_cast<const isa::WindowRead*>(nullptr);
+  if (w >= static_cast<std::int32_t>(program.windows.size()))
+    return makeError(ExitCode::kInternal, fmt::format("window {} is not in the program's table of {}", w,
+                                                      program.windows.size()));
+  return &program.windows[static_cast<size_t>(w)];
+}
+
+Expected<std::vector<std::uint8_t>> FunctionalState::windowTap(const isa::WindowRead& win,
+                                                               const std::vector<std::uint8_t>& vectors,
+                                                               std::int64_t count) const {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const int eb = elementBytes(element_), vb = vectorBytes_;
+  const std::int64_t carried = static_cast<std::int64_t>(vectors.size()) / vb;
+  std::vector<std::uint8_t> out(static_cast<size_t>(count) * vb, 0);
+  std::vector<std::int64_t> source(static_cast<size_t>(count), -1);  // stream vector, -1 padding, -2 missing
+  // The fill's bytes (FP16 bits, or an INT8 value).
+  std::uint8_t fill[2] = {0, 0};
+  if (element_ == ElementType::kFp16) {
+    const std::uint16_t h = floatToHalf(win.fill);
+    std::memcpy(fill, &h, sizeof h);
+  } else {
+    fill[0] = static_cast<std::uint8_t>(static_cast<std::int64_t>(std::max(-128.0f, std::min(127.0f, win.fill))) & 0xff);
+  }
+  const std::int64_t shift = std::int64_t{win.laneShift} * eb, valid = std::int64_t{win.lanes} * eb;
+  Kokkos::parallel_for(
+      "tsp.window_tap", Kokkos::RangePolicy<Host>(0, count), [&](const std::int64_t j) {
+        const std::int64_t q = win.pixel0 + j, plane = win.ho * win.wo;
+        const std::int64_t image = q / plane, oy = (q % plane) / win.wo, ox = q % win.wo;
+        const std::int64_t iy = oy * win.sh + win.ky * win.dh - win.pt, ix = ox * win.sw + win.kx * win.dw - win.pl;
+        std::uint8_t* v = out.data() + static_cast<size_t>(j) * vb;
+        if (iy < 0 || iy >= win.h || ix < 0 || ix >= win.w) {
+          for (std::int64_t b = 0; b < valid && b + shift < vb; b += eb) std::memcpy(v + shift + b, fill, static_cast<size_t>(eb));
+          return;
+        }
+        const std::int64_t p = (image * win.h + iy) * win.w + ix, off = p - win.first;
+        const std::int64_t k = win.stride > 0 && off % win.stride == 0 ? off / win.stride : -1;
+        if (k < 0 || k >= carried) {
+          source[static_cast<size_t>(j)] = -2;
+          return;
+        }
+        source[static_cast<size_t>(j)] = k;
+        std::memcpy(v + shift, vectors.data() + static_cast<size_t>(k) * vb, static_cast<size_t>(vb - shift));
+      });
+  Kokkos::fence();
+  for (std::int64_t j = 0; j < count; ++j)
+    if (source[static_cast<size_t>(j)] == -2)
+      return makeError(ExitCode::kModel,
+                       fmt::format("tap ({}, {}) of output pixel {} reads an input pixel its stream of {} vectors from "
+                                   "pixel {} does not carry (the read was moved into its segment)",
+                                   win.ky, win.kx, win.pixel0 + j, carried, win.first));
+  return out;
+}
+
+Status FunctionalState::install(int plane, const Instruction& inst, bool transposed) {
   Plane& p = planes_.at(plane);
   const int eb = elementBytes(element_);
   std::fill(p.weights.begin(), p.weights.end(), 0);
-  for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r)
-    std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb,
-                vectorAt(sliceOf(inst.weightUnit), inst.address + r), vectorBytes_);
+  for (int r = 0; r < std::min(inst.weightRows, lanes_); ++r) {
+    const std::uint8_t* v = vectorAt(sliceOf(inst.weightUnit), inst.address + r);
+    if (!transposed) {
+      std::memcpy(p.weights.data() + static_cast<std::size_t>(r) * lanes_ * eb, v, vectorBytes_);
+      continue;
+    }
+    // Vector r is column r of the tile: lane k goes to weight row k.
+    for (int k = 0; k < lanes_; ++k)
+      std::memcpy(p.weights.data() + (static_cast<std::size_t>(k) * lanes_ + r) * eb, v + static_cast<std::size_t>(k) * eb,
+                  static_cast<std::size_t>(eb));
+  }
   p.next = 0;
   return {};
 }

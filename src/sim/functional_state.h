@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compile/isa/program.h"
+#include "sim/accumulators.h"
 #include "sim/chip.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
@@ -40,16 +41,30 @@ class FunctionalState {
   VectorRun memRead(const isa::Instruction& inst) const;
   /// MemWrite: stores the vectors at address + j*stride.
   void memWrite(const isa::Instruction& inst, const std::vector<std::uint8_t>& vectors);
-  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only).
-  Expected<VectorRun> vxm(const isa::Instruction& inst, const std::vector<std::uint8_t>& a,
-                          const std::vector<std::uint8_t>* b) const;
+  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only). The functions
+  /// after kConvert read the instruction's operand of `program` (splatted lanes, an immediate, a named
+  /// accumulator); kAccumulate returns no vectors, kEmit reads no source (a null).
+  Expected<VectorRun> vxm(const isa::Instruction& inst, const isa::Program& program, const std::vector<std::uint8_t>* a,
+                          const std::vector<std::uint8_t>* b);
   /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;
   /// the computes that follow use the plane's accumulators from the first on.
-  Status install(int plane, const isa::Instruction& inst);
+  /// With `transposed`, weight vector r is column r of the tile (its lane k is weight row k).
+  Status install(int plane, const isa::Instruction& inst, bool transposed = false);
   /// MxmCompute on plane: accumulates x times the plane's weights into the next accumulator; with a
   /// destination it emits the rows in the element type (FP32 rounded to FP16, INT32 wrapped to INT8)
   /// and clears that accumulator.
   Expected<VectorRun> compute(int plane, const isa::Instruction& inst, const std::vector<std::uint8_t>& x);
+  /// A window tap's vectors for its output pixels (isa::WindowRead): `vectors` are the stream's, the
+  /// result has one vector per output pixel (`count`), padding filled, lanes shifted. A pixel the
+  /// stream does not carry is an error naming it (exit 2).
+  Expected<std::vector<std::uint8_t>> windowTap(const isa::WindowRead& window, const std::vector<std::uint8_t>& vectors,
+                                                std::int64_t count) const;
+  /// SXM lanes: each vector's lanes moved down by operand.laneShift, operand.laneCount kept, the rest zero.
+  VectorRun shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const;
+  /// The window of an instruction's operand (null: none), of src or with `second` of src2; an index
+  /// out of the program's tables is exit 5.
+  static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program,
+                                                   bool second = false);
 
  private:
   std::uint8_t* vectorAt(int slice, std::int64_t address);
@@ -76,6 +91,7 @@ class FunctionalState {
     std::size_t next = 0;
   };
   std::vector<Plane> planes_;
+  AccumulatorBank accumulators_;
 };
 
 }  // namespace tsp::sim

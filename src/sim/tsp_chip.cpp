@@ -257,14 +257,9 @@ class TspChip final : public Chip {
     failure_ = makeError(ExitCode::kModel,
                          fmt::format("functional mode cannot compute instruction #{} ({}{}) on chip {}, unit {} ({} {}): {}",
                                      index, isa::opcodeName(inst.op),
-                                     inst.func != isa::VxmFunc::kNone ? fmt::format(" {}", funcText(inst.func)) : std::string(),
+                                     inst.func != isa::VxmFunc::kNone ? fmt::format(" {}", isa::vxmFuncName(inst.func)) : std::string(),
                                      id_, inst.unit, topology::unitKindName(unit.kind), unit.indexInKind, why));
     return false;
-  }
-
-  static std::string funcText(isa::VxmFunc func) {
-    static const char* kNames[] = {"none", "add", "sub", "mul", "relu", "gelu", "tanh", "exp", "rsqrt", "convert"};
-    return kNames[static_cast<int>(func)];
   }
 
   // The vectors a consumer reads from a matched run: value first + j*step for j < repeat.
@@ -319,6 +314,19 @@ class TspChip final : public Chip {
       if (!b.values) return notComputable(inst, index, "its second source stream carries no values");
       in2 = gather(inst, b);
     }
+    // One tap of a window read: the stream's vectors realigned to the instruction's output pixels
+    // (src's window, and src2's when an ALU step folds two taps).
+    const isa::WindowRead* window = nullptr;
+    for (const bool second : {false, true}) {
+      auto tapWindow = FunctionalState::windowOf(inst, *program_, second);
+      if (!tapWindow) return malformed(inst, index, tapWindow.error().message);
+      if (!second) window = *tapWindow;
+      auto& vectors = second ? in2 : in;
+      if (!*tapWindow || !vectors) continue;
+      auto tap = values_->windowTap(**tapWindow, *vectors, inst.repeat);
+      if (!tap) return notComputable(inst, index, tap.error().message);
+      vectors = std::make_shared<std::vector<std::uint8_t>>(std::move(*tap));
+    }
     const auto& unit = units_[inst.unit];
     switch (inst.op) {
       case Opcode::kMemRead: result = values_->memRead(inst); return true;
@@ -327,17 +335,23 @@ class TspChip final : public Chip {
         values_->memWrite(inst, *in);
         return true;
       case Opcode::kVxmUnary: case Opcode::kVxmBinary: {
-        if (!in || (inst.op == Opcode::kVxmBinary && !in2))
+        if ((!in && inst.func != isa::VxmFunc::kEmit) || (inst.op == Opcode::kVxmBinary && !in2))
           return notComputable(inst, index, "an ALU op without its operands");
-        auto out = values_->vxm(inst, *in, inst.op == Opcode::kVxmBinary ? in2.get() : nullptr);
-        if (!out) return notComputable(inst, index, out.error().message);
+        auto out = values_->vxm(inst, *program_, in.get(), inst.op == Opcode::kVxmBinary ? in2.get() : nullptr);
+        if (!out) {
+          if (out.error().code != ExitCode::kModel) return malformed(inst, index, out.error().message);
+          return notComputable(inst, index, out.error().message);
+        }
         result = *out;
         return true;
       }
       case Opcode::kMxmInstall:
         if (inst.weightUnit < spec_.firstUnit(UnitKind::kMem) || inst.weightUnit >= spec_.firstUnit(UnitKind::kMem) + spec_.memSlices)
           return notComputable(inst, index, "the install does not say which MEM slice holds its weights");
-        if (auto s = values_->install(unit.indexInKind / 2, inst); !s) return notComputable(inst, index, s.error().message);
+        if (auto s = values_->install(unit.indexInKind / 2, inst,
+                                      inst.operand >= 0 && program_->operands[static_cast<size_t>(inst.operand)].transposed);
+            !s)
+          return notComputable(inst, index, s.error().message);
         return true;
       case Opcode::kMxmCompute: {
         if (!in) return notComputable(inst, index, "a compute with no activation stream");
@@ -347,7 +361,14 @@ class TspChip final : public Chip {
         return true;
       }
       case Opcode::kSxmShift:
-        if (inst.sxm != isa::SxmFunc::kCopy)
+        if (inst.sxm == isa::SxmFunc::kWindow && !window)
+          return malformed(inst, index, "an SXM window shift without its window");
+        if (inst.sxm == isa::SxmFunc::kLanes) {
+          if (inst.operand < 0) return malformed(inst, index, "an SXM lane shift without its operand");
+          result = values_->shiftLanes(program_->operands[static_cast<size_t>(inst.operand)], *in);
+          return true;
+        }
+        if (inst.sxm == isa::SxmFunc::kUnspecified)
           return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
                                                         operandNames(a, b)));
         result = in;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -135,10 +137,51 @@ TEST(VxmKernels, Int32FunctionsAndTheirLimits) {
   EXPECT_EQ(out, (std::vector<std::int32_t>{-21, 0, 2147483647, 25}));
   ASSERT_TRUE(vxmInt32(isa::VxmFunc::kRelu, a.data(), nullptr, out.data(), 4).ok());
   EXPECT_EQ(out, (std::vector<std::int32_t>{0, 0, 2147483647, 5}));
-  auto s = vxmInt32(isa::VxmFunc::kExp, a.data(), nullptr, out.data(), 4);
-  ASSERT_FALSE(s.ok());
-  EXPECT_EQ(s.error().code, ExitCode::kModel);
-  EXPECT_NE(s.error().message.find("VXM function Exp has no integer form"), std::string::npos);
+  // Division truncates toward zero, x / 0 = 0; pow multiplies (wrapping), a negative exponent gives
+  // 1 for a base of 1 and 0 otherwise; max.
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kDiv, a.data(), b.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{-2, 0, 2147483647, 1}));
+  const std::vector<std::int32_t> zero = {0, 0, 0, 0};
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kDiv, a.data(), zero.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, zero);
+  const std::vector<std::int32_t> base = {-3, 1, 2, 7}, exponent = {3, -1, -1, 0};
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kPow, base.data(), exponent.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{-27, 1, 0, 1}));
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kMax, a.data(), b.data(), out.data(), 4).ok());
+  EXPECT_EQ(out, (std::vector<std::int32_t>{3, 0, 2147483647, 5}));
+  for (const auto func : {isa::VxmFunc::kExp, isa::VxmFunc::kSigmoid, isa::VxmFunc::kSqrt, isa::VxmFunc::kErf}) {
+    auto s = vxmInt32(func, a.data(), nullptr, out.data(), 4);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ExitCode::kModel);
+    EXPECT_NE(s.error().message.find(fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func))),
+              std::string::npos);
+  }
+}
+
+TEST(VxmKernels, Fp16DivisionAndTranscendentalFunctions) {
+  const std::vector<std::uint16_t> a = {floatToHalf(1.0f), floatToHalf(-2.0f), floatToHalf(4.0f), floatToHalf(0.5f)};
+  const std::vector<std::uint16_t> b = {floatToHalf(4.0f), floatToHalf(8.0f), floatToHalf(0.5f), floatToHalf(3.0f)};
+  std::vector<std::uint16_t> out(4);
+  vxmFp16(isa::VxmFunc::kDiv, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(halfToFloat(out[0]), 0.25f);
+  EXPECT_EQ(halfToFloat(out[1]), -0.25f);
+  EXPECT_EQ(halfToFloat(out[2]), 8.0f);
+  vxmFp16(isa::VxmFunc::kPow, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(halfToFloat(out[1]), 256.0f);
+  EXPECT_EQ(halfToFloat(out[2]), 2.0f);
+  EXPECT_EQ(halfToFloat(out[3]), 0.125f);
+  vxmFp16(isa::VxmFunc::kMax, a.data(), b.data(), out.data(), 4);
+  EXPECT_EQ(halfToFloat(out[2]), 4.0f);
+  EXPECT_EQ(halfToFloat(out[3]), 3.0f);
+  vxmFp16(isa::VxmFunc::kSqrt, a.data() + 2, nullptr, out.data(), 1);
+  EXPECT_EQ(halfToFloat(out[0]), 2.0f);
+  vxmFp16(isa::VxmFunc::kSigmoid, a.data(), nullptr, out.data(), 1);
+  EXPECT_EQ(out[0], floatToHalf(0.7310586f));
+  vxmFp16(isa::VxmFunc::kErf, a.data() + 3, nullptr, out.data(), 1);
+  EXPECT_EQ(out[0], floatToHalf(0.5204999f));
+  vxmFp16(isa::VxmFunc::kScaleAdd, a.data(), b.data(), out.data(), 4, 0.5f);  // a * 0.5 + b
+  EXPECT_EQ(halfToFloat(out[0]), 4.5f);
+  EXPECT_EQ(halfToFloat(out[1]), 7.0f);
 }
 
 TEST(Tolerance, Fp16GrowsWithTheReductionLength) {

@@ -25,7 +25,10 @@ class SramAllocator {
 
   /// A block of `rows` addresses on some slice, preferring slices not in `avoid` and spreading
   /// consecutive requests over the slices; nullopt when no slice has `rows` free addresses in a row.
-  std::optional<Block> allocate(int rows, const std::set<int>& avoid);
+  /// A `pristine` block (for values in SRAM from the program's start: a resident tensor placed
+  /// late) takes addresses no earlier block has used when some slice has them, so that no earlier
+  /// tensor's writes land on it.
+  std::optional<Block> allocate(int rows, const std::set<int>& avoid, bool pristine = false);
   /// Returns a block to its slice.
   void release(const Block& block);
 
@@ -37,6 +40,7 @@ class SramAllocator {
  private:
   const topology::ChipSpec& chip_;
   std::vector<std::vector<std::pair<int, int>>> free_;  // per slice: sorted (address, length)
+  std::vector<int> highWater_;  // per slice: the end of the highest address ever allocated
   int cursor_ = 0;
   Bytes inUse_ = 0, peak_ = 0, capacity_ = 0;
 };

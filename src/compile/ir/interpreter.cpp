@@ -502,14 +502,23 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
       return finish();
     }
     case OpKind::kBatchNormalization: {
+      // On integers the scale and shift are integers: S = round(gamma / sqrt(var + eps)), T =
+      // round(beta - mean * S) (ties to even), y = x * S + T, so that folding S into a Conv's integer
+      // weights and T into its bias is exact under wrapping.
       const double eps = op.floatAttr("epsilon", 1e-5);
+      const bool integer = !isFloat(y->dtype);
       const std::int64_t c = x.shape[1], inner = product(x.shape, 2), outer = x.shape[0];
       for (std::int64_t o = 0; o < outer; ++o)
         for (std::int64_t ch = 0; ch < c; ++ch) {
-          const double scale = in[1]->data[ch] / std::sqrt(in[4]->data[ch] + eps);
+          double scale = in[1]->data[ch] / std::sqrt(in[4]->data[ch] + eps);
+          double shift = in[2]->data[ch] - in[3]->data[ch] * scale;
+          if (integer) {
+            scale = std::nearbyint(scale);
+            shift = std::nearbyint(in[2]->data[ch] - in[3]->data[ch] * scale);
+          }
           for (std::int64_t i = 0; i < inner; ++i) {
             const std::int64_t at = (o * c + ch) * inner + i;
-            y->data[at] = (x.data[at] - in[3]->data[ch]) * scale + in[2]->data[ch];
+            y->data[at] = integer ? x.data[at] * scale + shift : (x.data[at] - in[3]->data[ch]) * scale + in[2]->data[ch];
           }
         }
       return finish();

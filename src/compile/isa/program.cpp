@@ -11,6 +11,8 @@ namespace tsp::isa {
 
 using topology::UnitKind;
 
+static_assert(sizeof(Instruction) == 64, "an instruction stays 64 bytes (the simulator's working set)");
+
 const char* opcodeName(Opcode op) {
   switch (op) {
     case Opcode::kNop: return "Nop";
@@ -25,6 +27,32 @@ const char* opcodeName(Opcode op) {
     case Opcode::kC2cReceive: return "C2cReceive";
     case Opcode::kC2cForward: return "C2cForward";
     case Opcode::kCount: break;
+  }
+  return "?";
+}
+
+const char* vxmFuncName(VxmFunc func) {
+  switch (func) {
+    case VxmFunc::kNone: return "";
+    case VxmFunc::kAdd: return "add";
+    case VxmFunc::kSub: return "sub";
+    case VxmFunc::kMul: return "mul";
+    case VxmFunc::kRelu: return "relu";
+    case VxmFunc::kGelu: return "gelu";
+    case VxmFunc::kTanh: return "tanh";
+    case VxmFunc::kExp: return "exp";
+    case VxmFunc::kRsqrt: return "rsqrt";
+    case VxmFunc::kConvert: return "convert";
+    case VxmFunc::kDiv: return "div";
+    case VxmFunc::kSigmoid: return "sigmoid";
+    case VxmFunc::kSqrt: return "sqrt";
+    case VxmFunc::kErf: return "erf";
+    case VxmFunc::kPow: return "pow";
+    case VxmFunc::kMax: return "max";
+    case VxmFunc::kAccumulate: return "accumulate";
+    case VxmFunc::kEmit: return "emit";
+    case VxmFunc::kNormalize: return "normalize";
+    case VxmFunc::kScaleAdd: return "scale_add";
   }
   return "?";
 }
@@ -89,6 +117,7 @@ nlohmann::json toJson(const Instruction& i) {
   // The functional fields follow only when set, so that programs without them keep their form and hash.
   if (i.hasFunctionalFields())
     for (int v : {i.weightUnit, i.weightRows, static_cast<int>(i.sxm), i.timingOnly ? 1 : 0}) j.push_back(v);
+  if (i.operand >= 0) j.push_back(i.operand);
   return j;
 }
 
@@ -113,7 +142,86 @@ Instruction fromJson(const nlohmann::json& j) {
     i.sxm = static_cast<SxmFunc>(j.at(18).get<int>());
     i.timingOnly = j.at(19).get<int>() != 0;
   }
+  if (j.size() > 20) i.operand = j.at(20);
   return i;
+}
+
+nlohmann::json toJson(const FunctionalOperand& o) {
+  nlohmann::json j = {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window,
+                      o.immediate2, o.transposed ? 1 : 0, o.laneShift, o.laneCount};
+  if (o.window2 >= 0) j.push_back(o.window2);  // only when set: programs without one keep their text and hash
+  return j;
+}
+
+FunctionalOperand operandFromJson(const nlohmann::json& j) {
+  FunctionalOperand o;
+  o.accumulator = j.at(0);
+  o.tile = j.at(1);
+  o.row0 = j.at(2);
+  o.immediate = j.at(3);
+  o.splatA = j.at(4).get<int>() != 0;
+  o.splatB = j.at(5).get<int>() != 0;
+  if (j.size() > 6) o.window = j.at(6);
+  if (j.size() > 8) {
+    o.immediate2 = j.at(7);
+    o.transposed = j.at(8).get<int>() != 0;
+  }
+  if (j.size() > 10) {
+    o.laneShift = j.at(9);
+    o.laneCount = j.at(10);
+  }
+  if (j.size() > 11) o.window2 = j.at(11);
+  return o;
+}
+
+nlohmann::json toJson(const WindowRead& w) {
+  return {w.h,  w.w,  w.ho, w.wo,     w.sh,    w.sw,     w.dh,        w.dw,    w.pt,
+          w.pl, w.ky, w.kx, w.pixel0, w.first, w.stride, w.laneShift, w.lanes, w.fill};
+}
+
+WindowRead windowFromJson(const nlohmann::json& j) {
+  WindowRead w;
+  std::int64_t* fields[] = {&w.h,  &w.w,  &w.ho, &w.wo, &w.sh,     &w.sw,    &w.dh,
+                            &w.dw, &w.pt, &w.pl, &w.ky, &w.kx, &w.pixel0, &w.first, &w.stride};
+  for (size_t k = 0; k < std::size(fields); ++k) *fields[k] = j.at(k);
+  w.laneShift = j.at(15);
+  w.lanes = j.at(16);
+  w.fill = j.at(17);
+  return w;
+}
+
+nlohmann::json toJson(const WeightFold& f) {
+  return {{"tensor", f.tensor}, {"kind", static_cast<int>(f.kind)}, {"source", f.source}, {"gamma", f.gamma},
+          {"beta", f.beta},     {"mean", f.mean},                   {"var", f.var},       {"epsilon", f.epsilon}};
+}
+
+WeightFold foldFromJson(const nlohmann::json& j) {
+  WeightFold f;
+  f.tensor = j.at("tensor");
+  f.kind = static_cast<WeightFold::Kind>(j.at("kind").get<int>());
+  f.source = j.at("source");
+  f.gamma = j.at("gamma");
+  f.beta = j.at("beta");
+  f.mean = j.at("mean");
+  f.var = j.at("var");
+  f.epsilon = j.at("epsilon");
+  return f;
+}
+
+nlohmann::json toJson(const Accumulator& a) {
+  return {{"kind", static_cast<int>(a.kind)}, {"dims", a.dims},       {"reduced", a.reduced},
+          {"out_cols", a.outCols},           {"divisor", a.divisor}, {"epsilon", a.epsilon}};
+}
+
+Accumulator accumulatorFromJson(const nlohmann::json& j) {
+  Accumulator a;
+  a.kind = static_cast<Accumulator::Kind>(j.at("kind").get<int>());
+  a.dims = j.at("dims").get<std::vector<std::int64_t>>();
+  a.reduced = j.at("reduced").get<std::vector<std::uint8_t>>();
+  a.outCols = j.at("out_cols");
+  a.divisor = j.at("divisor");
+  a.epsilon = j.at("epsilon");
+  return a;
 }
 
 nlohmann::json toJson(const TensorPlacement& t) {
@@ -149,11 +257,28 @@ std::string serialize(const Program& program) {
   doc["lower_bound_cycles"] = program.lowerBoundCycles;
   doc["sram_bytes"] = program.sramBytes;
   doc["fields"] = "unit,issue,opcode,func,src,src_dir,src2,src2_dir,dst,dst_dir,address,bank,stride,port,repeat,interval"
-                   "[,weight_unit,weight_rows,sxm,timing_only]";
+                   "[,weight_unit,weight_rows,sxm,timing_only[,operand]]";
   auto& list = doc["instructions"] = nlohmann::json::array();
   for (const auto& inst : program.instructions) list.push_back(toJson(inst));
   auto& tensors = doc["tensors"] = nlohmann::json::array();
   for (const auto& t : program.tensors) tensors.push_back(toJson(t));
+  // The functional tables follow only when present, so that programs without them keep their form and hash.
+  if (!program.operands.empty()) {
+    auto& operands = doc["operands"] = nlohmann::json::array();
+    for (const auto& o : program.operands) operands.push_back(toJson(o));
+  }
+  if (!program.accumulators.empty()) {
+    auto& accumulators = doc["accumulators"] = nlohmann::json::array();
+    for (const auto& a : program.accumulators) accumulators.push_back(toJson(a));
+  }
+  if (!program.windows.empty()) {
+    auto& windows = doc["windows"] = nlohmann::json::array();
+    for (const auto& w : program.windows) windows.push_back(toJson(w));
+  }
+  if (!program.folds.empty()) {
+    auto& folds = doc["folds"] = nlohmann::json::array();
+    for (const auto& f : program.folds) folds.push_back(toJson(f));
+  }
   return doc.dump();
 }
 
@@ -179,6 +304,14 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
     program.sramBytes = doc.at("sram_bytes");
     for (const auto& j : doc.at("instructions")) program.instructions.push_back(fromJson(j));
     for (const auto& j : doc.at("tensors")) program.tensors.push_back(placementFromJson(j));
+    if (doc.contains("operands"))
+      for (const auto& j : doc.at("operands")) program.operands.push_back(operandFromJson(j));
+    if (doc.contains("accumulators"))
+      for (const auto& j : doc.at("accumulators")) program.accumulators.push_back(accumulatorFromJson(j));
+    if (doc.contains("windows"))
+      for (const auto& j : doc.at("windows")) program.windows.push_back(windowFromJson(j));
+    if (doc.contains("folds"))
+      for (const auto& j : doc.at("folds")) program.folds.push_back(foldFromJson(j));
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
@@ -188,6 +321,11 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
 namespace {
 
 constexpr char kBinaryMagic[8] = {'T', 'S', 'P', 'P', 'R', 'O', 'G', '\0'};
+// Opens the optional functional section after the tensor table ("FUNC" little-endian).
+constexpr std::uint32_t kFunctionalTag = 0x434e5546u;
+// Opens the optional table of second-operand windows after the functional section ("WIN2"):
+// (operand, window2) pairs, only when some operand has one, so that other programs keep their bytes.
+constexpr std::uint32_t kWindow2Tag = 0x324e4957u;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -285,6 +423,71 @@ std::string serializeBinary(const Program& program) {
     }
     w.put<std::uint8_t>(t.resident ? 1 : 0);
   }
+  // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
+  // accumulators.
+  if (!program.operands.empty() || !program.accumulators.empty() || !program.windows.empty() ||
+      !program.folds.empty()) {
+    w.put<std::uint32_t>(kFunctionalTag);
+    std::uint64_t withOperand = 0;
+    for (const auto& i : program.instructions) withOperand += i.operand >= 0 ? 1 : 0;
+    w.put<std::uint64_t>(withOperand);
+    for (size_t k = 0; k < program.instructions.size(); ++k)
+      if (program.instructions[k].operand >= 0) {
+        w.put<std::uint64_t>(k);
+        w.put<std::int32_t>(program.instructions[k].operand);
+      }
+    w.put<std::uint64_t>(program.operands.size());
+    for (const auto& o : program.operands) {
+      w.put<std::int32_t>(o.accumulator);
+      w.put<std::int32_t>(o.tile);
+      w.put<std::int64_t>(o.row0);
+      w.put<float>(o.immediate);
+      w.put<std::uint8_t>(static_cast<std::uint8_t>((o.splatA ? 1 : 0) | (o.splatB ? 2 : 0) | (o.transposed ? 4 : 0)));
+      w.put<std::int32_t>(o.window);
+      w.put<float>(o.immediate2);
+      w.put<std::int32_t>(o.laneShift);
+      w.put<std::int32_t>(o.laneCount);
+    }
+    w.put<std::uint64_t>(program.accumulators.size());
+    for (const auto& a : program.accumulators) {
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(a.kind));
+      w.put<std::uint64_t>(a.dims.size());
+      for (size_t d = 0; d < a.dims.size(); ++d) {
+        w.put<std::int64_t>(a.dims[d]);
+        w.put<std::uint8_t>(d < a.reduced.size() ? a.reduced[d] : 0);
+      }
+      w.put<std::int64_t>(a.outCols);
+      w.put<std::int64_t>(a.divisor);
+      w.put<double>(a.epsilon);
+    }
+    w.put<std::uint64_t>(program.windows.size());
+    for (const auto& win : program.windows) {
+      for (std::int64_t v : {win.h, win.w, win.ho, win.wo, win.sh, win.sw, win.dh, win.dw, win.pt, win.pl, win.ky,
+                             win.kx, win.pixel0, win.first, win.stride})
+        w.put<std::int64_t>(v);
+      w.put<std::int32_t>(win.laneShift);
+      w.put<std::int32_t>(win.lanes);
+      w.put<float>(win.fill);
+    }
+    w.put<std::uint64_t>(program.folds.size());
+    for (const auto& f : program.folds) {
+      w.putText(f.tensor);
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(f.kind));
+      for (const std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var}) w.putText(*text);
+      w.put<double>(f.epsilon);
+    }
+    std::uint64_t withWindow2 = 0;
+    for (const auto& o : program.operands) withWindow2 += o.window2 >= 0 ? 1 : 0;
+    if (withWindow2 > 0) {
+      w.put<std::uint32_t>(kWindow2Tag);
+      w.put<std::uint64_t>(withWindow2);
+      for (size_t k = 0; k < program.operands.size(); ++k)
+        if (program.operands[k].window2 >= 0) {
+          w.put<std::uint64_t>(k);
+          w.put<std::int32_t>(program.operands[k].window2);
+        }
+    }
+  }
   return w.take();
 }
 
@@ -322,8 +525,8 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
               getRef(r, i.src2) && getRef(r, i.dst) && r.get(i.address) && r.get(i.bank) && r.get(i.stride) &&
               r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
               r.get(sxm) && r.get(timingOnly);
-    if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(VxmFunc::kConvert) ||
-        sxm > static_cast<std::uint8_t>(SxmFunc::kCopy) || timingOnly > 1)
+    if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(kLastVxmFunc) ||
+        sxm > static_cast<std::uint8_t>(SxmFunc::kLanes) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
     i.sxm = static_cast<SxmFunc>(sxm);
     i.timingOnly = timingOnly != 0;
@@ -347,7 +550,81 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     if (!r.get(resident)) return fail("malformed program: bad tensor table");
     t.resident = resident != 0;
   }
-  if (!r.done()) return fail("malformed program: trailing bytes");
+  std::uint32_t tag = 0;
+  if (!r.done() && r.get(tag) && tag == kFunctionalTag) {
+    const auto bad = [&] { return fail("malformed program: bad functional section"); };
+    std::uint64_t pairs = 0;
+    if (!r.get(pairs) || pairs > program.instructions.size()) return bad();
+    for (std::uint64_t p = 0; p < pairs; ++p) {
+      std::uint64_t k = 0;
+      std::int32_t operand = -1;
+      if (!r.get(k) || !r.get(operand) || k >= program.instructions.size() || operand < 0) return bad();
+      program.instructions[k].operand = operand;
+    }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.operands.resize(count);
+    for (auto& o : program.operands) {
+      std::uint8_t splat = 0;
+      if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
+          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount))
+        return bad();
+      o.splatA = (splat & 1) != 0;
+      o.splatB = (splat & 2) != 0;
+      o.transposed = (splat & 4) != 0;
+    }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.accumulators.resize(count);
+    for (auto& a : program.accumulators) {
+      std::uint8_t kind = 0;
+      std::uint64_t dims = 0;
+      if (!r.get(kind) || kind > static_cast<std::uint8_t>(Accumulator::Kind::kMoments) || !r.get(dims) ||
+          dims > body.size())
+        return bad();
+      a.kind = static_cast<Accumulator::Kind>(kind);
+      a.dims.resize(dims);
+      a.reduced.resize(dims);
+      for (size_t d = 0; d < dims; ++d)
+        if (!r.get(a.dims[d]) || !r.get(a.reduced[d])) return bad();
+      if (!r.get(a.outCols) || !r.get(a.divisor) || !r.get(a.epsilon)) return bad();
+    }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.windows.resize(count);
+    for (auto& win : program.windows) {
+      for (std::int64_t* v : {&win.h, &win.w, &win.ho, &win.wo, &win.sh, &win.sw, &win.dh, &win.dw, &win.pt, &win.pl,
+                              &win.ky, &win.kx, &win.pixel0, &win.first, &win.stride})
+        if (!r.get(*v)) return bad();
+      if (!r.get(win.laneShift) || !r.get(win.lanes) || !r.get(win.fill)) return bad();
+    }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.folds.resize(count);
+    for (auto& f : program.folds) {
+      std::uint8_t kind = 0;
+      if (!r.getText(f.tensor) || !r.get(kind) || kind > static_cast<std::uint8_t>(WeightFold::Kind::kScale)) return bad();
+      f.kind = static_cast<WeightFold::Kind>(kind);
+      for (std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var})
+        if (!r.getText(*text)) return bad();
+      if (!r.get(f.epsilon)) return bad();
+    }
+    std::uint32_t tag2 = 0;
+    if (!r.done() && r.get(tag2)) {
+      std::uint64_t pairs2 = 0;
+      if (tag2 != kWindow2Tag || !r.get(pairs2) || pairs2 > program.operands.size()) return bad();
+      for (std::uint64_t p = 0; p < pairs2; ++p) {
+        std::uint64_t k = 0;
+        std::int32_t window2 = -1;
+        if (!r.get(k) || !r.get(window2) || k >= program.operands.size() || window2 < 0) return bad();
+        program.operands[k].window2 = window2;
+      }
+    }
+    for (const auto& i : program.instructions)
+      if (i.operand >= static_cast<std::int32_t>(program.operands.size())) return bad();
+    for (const auto& o : program.operands)
+      if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size()) ||
+          o.window >= static_cast<std::int32_t>(program.windows.size()) ||
+          o.window2 >= static_cast<std::int32_t>(program.windows.size()))
+        return bad();
+  }
+  if (!r.done() || (tag != 0 && tag != kFunctionalTag)) return fail("malformed program: trailing bytes");
   return program;
 }
 
@@ -369,19 +646,21 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
   auto ref = [](const char* name, StreamRef r) {
     return r.valid() ? fmt::format(" {}={}{}", name, r.dir == Direction::kEast ? 'E' : 'W', r.id) : std::string();
   };
-  static const char* kFuncs[] = {"", "add", "sub", "mul", "relu", "gelu", "tanh", "exp", "rsqrt", "convert"};
   for (const auto& i : program.instructions) {
     const bool known = i.unit >= 0 && i.unit < static_cast<int>(units.size());
     out += fmt::format("{:>10} q{:<3} {}{:<2} s{:<3} {}", i.issue, i.unit,
                        known ? topology::unitKindName(units[i.unit].kind) : "?",
                        known ? units[i.unit].indexInKind : -1, known ? units[i.unit].slice : -1, opcodeName(i.op));
-    if (i.func != VxmFunc::kNone) out += fmt::format(".{}", kFuncs[static_cast<int>(i.func)]);
+    if (i.func != VxmFunc::kNone) out += fmt::format(".{}", vxmFuncName(i.func));
     out += ref("src", i.src) + ref("src2", i.src2) + ref("dst", i.dst);
     if (i.address >= 0) out += fmt::format(" addr={} bank={} stride={}", i.address, i.bank, i.stride);
     if (i.port >= 0) out += fmt::format(" port={}", i.port);
     if (i.weightUnit >= 0) out += fmt::format(" weights=q{}x{}", i.weightUnit, i.weightRows);
     if (i.sxm == SxmFunc::kCopy) out += " copy";
+    if (i.sxm == SxmFunc::kWindow) out += " window";
+    if (i.sxm == SxmFunc::kLanes) out += " lanes";
     if (i.timingOnly) out += " timing-only";
+    if (i.operand >= 0) out += fmt::format(" operand={}", i.operand);
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);
     out += "\n";
   }

@@ -38,12 +38,34 @@ const char* opcodeName(Opcode op);
 /// Unit kind that executes an opcode (kNop: any).
 topology::UnitKind unitKindOf(Opcode op);
 
-/// Functions of the VXM ALUs.
-enum class VxmFunc : std::uint8_t { kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert };
+/// Functions of the VXM ALUs. Every function takes one ALU pass (the latency table does not depend
+/// on it); the ones after kConvert read their instruction's FunctionalOperand (Program::operands).
+enum class VxmFunc : std::uint8_t {
+  kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert,
+  kDiv,         ///< a / b (INT8: truncating, a / 0 = 0)
+  kSigmoid,     ///< 1 / (1 + exp(-a))
+  kSqrt,        ///< sqrt(a)
+  kErf,         ///< erf(a)
+  kPow,         ///< a ^ b (INT8: repeated multiplication, wrapping)
+  kMax,         ///< max(a, b)
+  kAccumulate,  ///< folds src into the operand's accumulator (sum, max, softmax or moment statistics); no result
+  kEmit,        ///< the operand's accumulator values (a reduction's output rows) onto dst; no source
+  kNormalize,   ///< src by its elements' statistics: exp(a - max) / sum (softmax), (a - mean) / sqrt(var + eps)
+  kScaleAdd,    ///< a * operand.immediate + b * operand.immediate2 (Gemm's alpha and beta)
+};
+/// The last VxmFunc (the on-disk forms refuse larger codes).
+inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kScaleAdd;
+/// Lower-case name of a VXM function ("add", ...; "" for kNone).
+const char* vxmFuncName(VxmFunc func);
 
 /// What an SXM instruction does to each vector in functional mode. kUnspecified: the lowering gives
 /// only its timing (a permute it does not spell out), which functional mode refuses.
-enum class SxmFunc : std::uint8_t { kUnspecified, kCopy };
+enum class SxmFunc : std::uint8_t {
+  kUnspecified,
+  kCopy,
+  kWindow,  ///< the vectors of one window tap realigned to their output pixels, lanes shifted (its operand's window)
+  kLanes,   ///< each vector's lanes moved down by the operand's laneShift (up when negative), laneCount kept
+};
 
 /// Stream directions along the east-west axis.
 enum class Direction : std::uint8_t { kEast = 0, kWest = 1 };
@@ -60,6 +82,9 @@ struct StreamRef {
 /// repeated `repeat` times every `interval` cycles, advancing `address` by `stride` each time.
 struct Instruction {
   std::int32_t unit = 0;
+  /// VXM, MXM compute, SXM: index of the instruction's FunctionalOperand in Program::operands (-1: none). It sits in the
+  /// padding after `unit`, so that an instruction stays 64 bytes.
+  std::int32_t operand = -1;
   Cycle issue = 0;
   Opcode op = Opcode::kNop;
   VxmFunc func = VxmFunc::kNone;
@@ -78,7 +103,7 @@ struct Instruction {
   std::int32_t weightRows = 0;   ///< MxmInstall: weight vectors (K rows) the tile has; the plane's rows past it are zero
   /// True when one of the functional fields above differs from its default.
   bool hasFunctionalFields() const {
-    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly;
+    return weightUnit >= 0 || weightRows != 0 || sxm != SxmFunc::kUnspecified || timingOnly || operand >= 0;
   }
   friend bool operator==(const Instruction&, const Instruction&) = default;
 };
@@ -114,6 +139,77 @@ struct TensorPlacement {
   friend bool operator==(const TensorPlacement&, const TensorPlacement&) = default;
 };
 
+/// What a VXM instruction reads beyond its streams (functional mode; the timing ignores it).
+struct FunctionalOperand {
+  std::int32_t accumulator = -1;  ///< Program::accumulators index (kAccumulate, kEmit, kNormalize)
+  std::int32_t tile = 0;          ///< the tile (column block) of the instruction's vectors
+  std::int64_t row0 = 0;          ///< the storage row of vector 0; vector j is row row0 + j
+  float immediate = 0.0f;         ///< kScaleAdd's factor of a
+  float immediate2 = 1.0f;        ///< kScaleAdd's factor of b
+  bool splatA = false;            ///< lane 0 of src stands for every lane (a one-value-per-row operand)
+  bool splatB = false;            ///< the same for src2
+  std::int32_t window = -1;       ///< Program::windows index: src is one tap of a window read (below)
+  bool transposed = false;        ///< MxmInstall: the weight vectors are the tile's columns (Gemm transB)
+  std::int32_t laneShift = 0;     ///< SXM lanes: out lane l is in lane l + laneShift (a Split down, a Concat up)
+  std::int32_t laneCount = 0;     ///< SXM lanes: lanes kept (the rest zero)
+  std::int32_t window2 = -1;      ///< Program::windows index: src2 is one tap of a window read (two taps folded)
+  friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
+};
+
+/// One tap of a window read (a Conv or pooling op over a channels-last map, pixels as rows): which
+/// stream vector holds each output pixel's input pixel. Vector j of the instruction stands for
+/// output pixel q = pixel0 + j (image, oy, ox); its tap reads input pixel (oy*sh + ky*dh - pt,
+/// ox*sw + kx*dw - pl), which is padding outside the map (every value `fill` in the first `lanes`
+/// lanes, zero past them) and otherwise stream vector (p - first) / stride, p its pixel index;
+/// then the lanes move up by laneShift (packed taps). A pixel the stream does not carry is refused.
+struct WindowRead {
+  std::int64_t h = 1, w = 1, ho = 1, wo = 1;
+  std::int64_t sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pl = 0;
+  std::int64_t ky = 0, kx = 0;
+  std::int64_t pixel0 = 0;  ///< output pixel of vector 0
+  std::int64_t first = 0;   ///< input pixel of the stream's vector 0
+  std::int64_t stride = 1;  ///< input pixels between stream vectors
+  std::int32_t laneShift = 0;
+  std::int32_t lanes = 0;   ///< lanes that hold values (the channels)
+  float fill = 0.0f;        ///< a padding tap's value (0 for a Conv, the lowest FP16 for a max)
+  friend bool operator==(const WindowRead&, const WindowRead&) = default;
+};
+
+/// A tensor whose initial SRAM image is folded at compile time from graph tensors: inference
+/// BatchNormalization into a Conv's weights (column co of the tap-major weights times scale[co]) and
+/// into its shift (the bias the epilogue adds), scale = gamma / sqrt(var + epsilon), shift =
+/// beta - mean * scale. For INT8 storage scale and shift are rounded to integers (ties to even),
+/// as the reference interpreter's INT8 BatchNormalization defines them, and weights wrap.
+struct WeightFold {
+  enum class Kind : std::uint8_t { kWeights, kShift, kScale };
+  std::string tensor;  ///< the placement the folded values go to
+  Kind kind = Kind::kWeights;
+  std::string source;  ///< kWeights: the Conv weight the tensor holds folded
+  std::string gamma, beta, mean, var;
+  double epsilon = 1e-5;
+  friend bool operator==(const WeightFold&, const WeightFold&) = default;
+};
+
+/// A named accumulator: the running values of one reduction or normalisation in the VXM, one per
+/// output element. Input element (row, col) of a tensor stored as `dims` (the dimensions in storage
+/// order, the last one the values per row) goes to the output element that drops the reduced
+/// dimensions (row-major over the kept ones).
+struct Accumulator {
+  enum class Kind : std::uint8_t {
+    kSum,      ///< sum (emitted divided by `divisor`: a mean)
+    kMax,      ///< maximum
+    kSoftmax,  ///< running maximum and sum of exp(x - maximum), one pass (Normalize reads them)
+    kMoments,  ///< running mean and sum of squared deviations (Welford; Normalize reads them)
+  };
+  Kind kind = Kind::kSum;
+  std::vector<std::int64_t> dims;      ///< the input's storage dimensions
+  std::vector<std::uint8_t> reduced;   ///< per dimension: 1 when reduced
+  std::int64_t outCols = 1;            ///< kEmit: values per output row
+  std::int64_t divisor = 1;            ///< kEmit of a kSum: the sum is divided by it (a mean)
+  double epsilon = 0.0;                ///< kMoments: added to the variance
+  friend bool operator==(const Accumulator&, const Accumulator&) = default;
+};
+
 /// One chip's program. Carries no end cycles: the simulator derives them from the chip spec.
 struct Program {
   int version = kProgramVersion;
@@ -123,6 +219,10 @@ struct Program {
   Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
   Bytes sramBytes = 0;                    ///< SRAM the program allocates
   std::vector<TensorPlacement> tensors;   ///< every tensor the program keeps in SRAM, by name
+  std::vector<FunctionalOperand> operands;    ///< what VXM instructions read beyond their streams (Instruction::operand)
+  std::vector<Accumulator> accumulators;  ///< the named accumulators FunctionalOperand::accumulator refers to
+  std::vector<WindowRead> windows;        ///< the window taps FunctionalOperand::window refers to
+  std::vector<WeightFold> folds;          ///< resident tensors whose values are folded from graph tensors
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;

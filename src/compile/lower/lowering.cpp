@@ -59,18 +59,22 @@ Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval) {
   return inst;
 }
 
-// Ops without their own ALU function use the one of the same cost (one pass through an ALU): Div
-// multiplies by a reciprocal, Sigmoid and Erf are evaluated through Exp and TanH, Equal subtracts.
+// Every elementwise function is one pass through an ALU (the latency table does not depend on the
+// function); Equal has none of its own and is timed as a Sub.
 isa::VxmFunc funcOf(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
     case ir::OpKind::kSub: case ir::OpKind::kEqual: return isa::VxmFunc::kSub;
-    case ir::OpKind::kMul: case ir::OpKind::kDiv: case ir::OpKind::kPow: return isa::VxmFunc::kMul;
+    case ir::OpKind::kMul: return isa::VxmFunc::kMul;
+    case ir::OpKind::kDiv: return isa::VxmFunc::kDiv;
+    case ir::OpKind::kPow: return isa::VxmFunc::kPow;
     case ir::OpKind::kRelu: return isa::VxmFunc::kRelu;
     case ir::OpKind::kGelu: return isa::VxmFunc::kGelu;
-    case ir::OpKind::kTanh: case ir::OpKind::kErf: return isa::VxmFunc::kTanh;
-    case ir::OpKind::kExp: case ir::OpKind::kSigmoid: return isa::VxmFunc::kExp;
-    case ir::OpKind::kSqrt: return isa::VxmFunc::kRsqrt;
+    case ir::OpKind::kTanh: return isa::VxmFunc::kTanh;
+    case ir::OpKind::kErf: return isa::VxmFunc::kErf;
+    case ir::OpKind::kExp: return isa::VxmFunc::kExp;
+    case ir::OpKind::kSigmoid: return isa::VxmFunc::kSigmoid;
+    case ir::OpKind::kSqrt: return isa::VxmFunc::kSqrt;
     case ir::OpKind::kCast: return isa::VxmFunc::kConvert;
     default: return isa::VxmFunc::kNone;
   }
@@ -78,8 +82,10 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
 
 bool computesValues(ir::OpKind kind) {
   switch (kind) {
-    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kRelu:
-    case ir::OpKind::kGelu: case ir::OpKind::kTanh: case ir::OpKind::kExp: case ir::OpKind::kIdentity: return true;
+    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
+    case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
+    case ir::OpKind::kErf: case ir::OpKind::kExp: case ir::OpKind::kSigmoid: case ir::OpKind::kSqrt:
+    case ir::OpKind::kIdentity: return true;
     default: return false;
   }
 }
@@ -97,6 +103,30 @@ std::int64_t Lowering::storageCols(ir::TensorId tensor) const {
   const ir::Tensor& t = graph_.tensor(tensor);
   if (spatial_ && t.shape.size() == 4) return t.shape[1];
   return t.shape.empty() ? 1 : t.shape.back();
+}
+
+std::vector<std::int64_t> Lowering::storageDims(ir::TensorId tensor) const {
+  const auto& shape = graph_.tensor(tensor).shape;
+  if (shape.empty()) return {1};
+  if (spatial_ && shape.size() == 4) return {shape[0], shape[2], shape[3], shape[1]};
+  return shape;
+}
+
+size_t Lowering::storageAxis(ir::TensorId tensor, std::int64_t axis) const {
+  const auto rank = static_cast<std::int64_t>(graph_.tensor(tensor).shape.size());
+  if (axis < 0) axis += rank;
+  if (spatial_ && rank == 4) return static_cast<size_t>(axis == 0 ? 0 : axis == 1 ? 3 : axis - 1);
+  return static_cast<size_t>(std::clamp<std::int64_t>(axis, 0, std::max<std::int64_t>(0, rank - 1)));
+}
+
+int Lowering::addOperand(const isa::FunctionalOperand& operand) {
+  out_.operands.push_back(operand);
+  return static_cast<int>(out_.operands.size()) - 1;
+}
+
+int Lowering::addAccumulator(const isa::Accumulator& accumulator) {
+  out_.accumulators.push_back(accumulator);
+  return static_cast<int>(out_.accumulators.size()) - 1;
 }
 
 std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
@@ -198,8 +228,11 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
       std::set<int> apart = here;
       if (copies > 1 && k >= tiles)
         for (const auto& b : st.blocks) apart.insert(b.slice);
+      // A resident tensor holds its values from the program's start: not in space an earlier
+      // tensor of this program has used (when the SRAM has such space).
       auto block = out_.sram.allocate(static_cast<int>(segRows),
-                                      static_cast<int>(apart.size()) < chip_.memSlices ? apart : here);
+                                      static_cast<int>(apart.size()) < chip_.memSlices ? apart : here,
+                                      st.placement.resident);
       if (!block) {
         const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
         return makeError(ExitCode::kDoesNotFit,
@@ -588,8 +621,11 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const int eb = ir::dtypeBytes(x.dtype);
   // Batched weights ([..., K, N], attention's activations x activations): batch b multiplies rows
   // [b*m, (b+1)*m) of X by weight rows [b*K, (b+1)*K).
-  const std::int64_t nDim = w.shape.back();
-  const std::int64_t kDim = w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
+  // Gemm's transB stores the weights [N, K].
+  job.transposedWeights = op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) != 0 && w.shape.size() == 2;
+  const std::int64_t nDim = job.transposedWeights ? w.shape[0] : w.shape.back();
+  const std::int64_t kDim = job.transposedWeights ? w.shape[1]
+                                                  : w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
   const std::int64_t batches = std::max<std::int64_t>(1, w.elements() / std::max<std::int64_t>(1, kDim * nDim));
   const std::int64_t m = xs.placement.rows / batches;
   const MatMulTiling tiling =
@@ -612,14 +648,20 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const int tk = tiling.tk;
   job.weightRow = [kDim, tk](std::int64_t batch, int k) { return batch * kDim + std::int64_t{k} * tk; };
   job.weightRows = [kDim, tk](int k) { return std::min<std::int64_t>(tk, kDim - std::int64_t{k} * tk); };
-  // Values (functional mode) are x W (+ bias): Gemm's transposes and scales, and a bias whose last
-  // dimension is not N or whose rows are neither one nor the output's, are timed alike but not computed.
-  job.timingOnly = op.kind == ir::OpKind::kGemm &&
-                   (op.intAttr("transA", 0) != 0 || op.intAttr("transB", 0) != 0 ||
-                    op.floatAttr("alpha", 1.0) != 1.0 || op.floatAttr("beta", 1.0) != 1.0);
+  // Values (functional mode) are alpha x (x W) + beta x bias, W installed transposed for transB:
+  // Gemm's transA, alpha or beta without a bias (no epilogue step to scale in), and a bias whose last
+  // dimension is neither N nor one or whose rows are neither one nor the output's, are timed alike
+  // but not computed.
+  if (op.kind == ir::OpKind::kGemm) {
+    job.alpha = static_cast<float>(op.floatAttr("alpha", 1.0));
+    job.beta = static_cast<float>(op.floatAttr("beta", 1.0));
+    job.timingOnly = op.intAttr("transA", 0) != 0 || (op.intAttr("transB", 0) != 0 && !job.transposedWeights) ||
+                     ((job.alpha != 1.0f || job.beta != 1.0f) && job.bias < 0);
+  }
   if (job.bias >= 0) {
     const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
-    job.biasTimingOnly = storageCols(job.bias) != nDim ||
+    job.biasSplat = storageCols(job.bias) == 1 && nDim > 1;
+    job.biasTimingOnly = (storageCols(job.bias) != nDim && !job.biasSplat) ||
                          (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
   }
   return lowerMxm(job);
@@ -681,12 +723,21 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           install.name = fmt::format("{} install k{} n{}", op.name, k, n);
           Step ins;
           ins.inst = makeInst(installUnit, Opcode::kMxmInstall, 1);
-          const int wTile = n % ws.placement.tiles;
-          const std::int64_t wRow = std::min<std::int64_t>(job.weightRow(batch, k), ws.placement.rows - 1);
+          // Transposed weights: tile (k, n) is the rows n x lanes on of column tile k.
+          const std::int64_t planeLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(job.weights).dtype));
+          const int wTile = job.transposedWeights ? k % ws.placement.tiles : n % ws.placement.tiles;
+          const std::int64_t wRow = std::min<std::int64_t>(
+              job.transposedWeights ? n * planeLanes : job.weightRow(batch, k), ws.placement.rows - 1);
           const int wPiece = ws.piece(wTile, wRow);
           ins.inst.address = ws.placement.address[wPiece] + static_cast<int>(wRow % ws.segmentRows());
           ins.inst.weightUnit = ws.placement.memUnit[wPiece];
-          ins.inst.weightRows = static_cast<int>(job.weightRows ? job.weightRows(k) : 0);
+          ins.inst.weightRows = static_cast<int>(
+              job.transposedWeights ? std::min(planeLanes, ws.placement.rows - wRow) : job.weightRows ? job.weightRows(k) : 0);
+          if (job.transposedWeights) {
+            isa::FunctionalOperand transposed;
+            transposed.transposed = true;
+            ins.inst.operand = addOperand(transposed);
+          }
           // The tile's rows must lie in one segment for the plane to load them from one slice.
           ins.inst.timingOnly = !job.weightRows || wRow + ins.inst.weightRows > ws.placement.rows ||
                                 (wRow % ws.segmentRows()) + ins.inst.weightRows > ws.segmentRows();
@@ -726,6 +777,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   Step mxm;
   mxm.inst = makeInst(computeUnit, Opcode::kMxmCompute, rows);
   mxm.inst.timingOnly = job.timingOnly;
+  if (job.window && !job.timingOnly) mxm.inst.operand = job.window(k, block);
   mxm.producer = 0;
   compute.steps.push_back(mxm);
   std::vector<Access> reads{readAccess}, writes;
@@ -741,6 +793,16 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
       add.inst.func = isa::VxmFunc::kAdd;
       add.inst.timingOnly = side == job.bias && job.biasTimingOnly;
+      if (side == job.bias && !job.biasTimingOnly && (job.biasSplat || job.alpha != 1.0f || job.beta != 1.0f)) {
+        isa::FunctionalOperand operand;
+        operand.splatB = job.biasSplat;
+        if (job.alpha != 1.0f || job.beta != 1.0f) {
+          add.inst.func = isa::VxmFunc::kScaleAdd;
+          operand.immediate = job.alpha;
+          operand.immediate2 = job.beta;
+        }
+        add.inst.operand = addOperand(operand);
+      }
       add.producer = tailStep;
       add.producer2 = static_cast<int>(compute.steps.size()) + 1;
       compute.steps.push_back(add);
@@ -811,12 +873,15 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   std::vector<ir::TensorId> aligned{out};
   for (ir::TensorId in : operands) aligned.push_back(in);
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  // Lanes line up only when every operand has the output's values per row and its rows or one row
-  // (read with stride 0); other broadcasts are timed alike but not computed.
+  // Lanes line up when every operand has the output's values per row, or one value per row (its lane
+  // 0 splatted over the lanes), and the output's rows or one row (read with stride 0); other
+  // broadcasts are timed alike but not computed.
   bool timingOnly = !valuesKnown;
-  for (ir::TensorId in : operands) {
-    const std::int64_t inRows = tensors_.at(in).placement.rows;
-    if (storageCols(in) != storageCols(out) || (inRows != rows && inRows != 1)) timingOnly = true;
+  std::vector<bool> splat(operands.size(), false);
+  for (size_t i = 0; i < operands.size(); ++i) {
+    const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
+    splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1)) timingOnly = true;
   }
   for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, rows, aligned)) {
@@ -845,6 +910,12 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
+        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]))) {
+          isa::FunctionalOperand operand;
+          operand.splatA = i == 0 && splat[0];
+          operand.splatB = binary && !square && splat[i + 1];
+          alu.inst.operand = addOperand(operand);
+        }
         alu.producer = tail;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
@@ -867,7 +938,24 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   const std::int64_t rows = ys.placement.rows;
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
   const bool layerNorm = op.kind == ir::OpKind::kLayerNormalization;
-  // Statistics are per row: a normalising task waits for the statistics of its own rows only.
+  // The statistics go to a named accumulator: Softmax reduces its axis (running maximum and sum of
+  // exponentials), LayerNormalization every axis from its axis on (running mean and variance).
+  isa::Accumulator stat;
+  stat.kind = layerNorm ? isa::Accumulator::Kind::kMoments : isa::Accumulator::Kind::kSoftmax;
+  stat.dims = storageDims(in);
+  stat.reduced.assign(stat.dims.size(), 0);
+  const auto rank = static_cast<std::int64_t>(graph_.tensor(in).shape.size());
+  std::int64_t axis = op.intAttr("axis", -1);
+  if (axis < 0) axis += rank;
+  for (std::int64_t a = layerNorm ? axis : std::max<std::int64_t>(0, axis); a < (layerNorm ? rank : axis + 1); ++a)
+    stat.reduced[storageAxis(in, a)] = 1;
+  if (rank == 0) stat.reduced[0] = 1;
+  stat.epsilon = op.floatAttr("epsilon", 1e-5);
+  const int acc = addAccumulator(stat);
+  // Statistics over the values of a row only: a normalising task waits for the statistics of its own
+  // rows; over other axes too, for every statistics task.
+  bool rowsOnly = stat.reduced.back() != 0;
+  for (size_t d = 0; d + 1 < stat.dims.size(); ++d) rowsOnly = rowsOnly && !stat.reduced[d];
   std::vector<std::array<std::int64_t, 3>> stats;  // (task, first row, rows)
   for (int t = 0; t < xs.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
@@ -876,17 +964,21 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       task.steps.push_back(readStep(in, t, r0, n, false));
       Step alu;
       alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      alu.inst.func = layerNorm ? isa::VxmFunc::kMul : isa::VxmFunc::kExp;
-      alu.inst.timingOnly = true;  // the statistics stay in the ALU: a cost, not values the program names
+      alu.inst.func = isa::VxmFunc::kAccumulate;
+      alu.inst.operand = addOperand({acc, t, r0});
       alu.producer = 0;
       task.steps.push_back(alu);
       stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
     }
   std::vector<ir::TensorId> params;
+  // LayerNormalization's scale and bias line up with the output's lanes when they are one row of its values.
+  bool paramsAligned = true;
   if (layerNorm)
     for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
       if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
       params.push_back(op.inputs[i]);
+      paramsAligned = paramsAligned && tensors_.at(op.inputs[i]).placement.rows == 1 &&
+                      storageCols(op.inputs[i]) == storageCols(out);
     }
   for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, rows, {in, out})) {
@@ -897,8 +989,8 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       std::vector<Access> reads{{in, tile, r0, n, 0}};
       Step scale;
       scale.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      scale.inst.func = layerNorm ? isa::VxmFunc::kRsqrt : isa::VxmFunc::kMul;
-      scale.inst.timingOnly = true;
+      scale.inst.func = isa::VxmFunc::kNormalize;
+      scale.inst.operand = addOperand({acc, tile, r0});
       scale.producer = 0;
       task.steps.push_back(scale);
       int tail = 1;
@@ -907,7 +999,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         Step alu;
         alu.inst = makeInst(vxm, Opcode::kVxmBinary, n);
         alu.inst.func = i == 0 ? isa::VxmFunc::kMul : isa::VxmFunc::kAdd;
-        alu.inst.timingOnly = true;
+        alu.inst.timingOnly = !paramsAligned;
         alu.producer = tail;
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
@@ -920,7 +1012,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       task.steps.push_back(writeStep(out, t, r0, n, tail));
       const int id = addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
       for (const auto& [st, s0, sn] : stats) {
-        if (s0 >= r0 + n || r0 >= s0 + sn) continue;
+        if (rowsOnly && (s0 >= r0 + n || r0 >= s0 + sn)) continue;
         const int statTask = static_cast<int>(st);
         const Instruction& si = problem_.tasks()[statTask].steps[1].inst;
         problem_.addDependence({statTask, 1, id, 0, Cycle{si.repeat}});
@@ -957,7 +1049,7 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                            std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
-                           isa::SxmFunc func) {
+                           isa::SxmFunc func, int operand) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
@@ -983,6 +1075,7 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
       shift.inst.sxm = func;
+      shift.inst.operand = operand;
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));

@@ -81,6 +81,10 @@ struct LoweredShard {
   std::vector<std::vector<int>> sendTasks;    ///< per SendPlan, one task per tile; step 1 is the send
   Cycle matmulLowerBound = 0;                 ///< cycles the busiest MXM plane computes (for reports)
   std::int64_t macs = 0;                      ///< matmul MACs, at the INT8 rate (FP16 counts fp16_rate_divisor each)
+  std::vector<isa::FunctionalOperand> operands;   ///< Instruction::operand indexes these (Program::operands)
+  std::vector<isa::Accumulator> accumulators; ///< FunctionalOperand::accumulator indexes these (Program::accumulators)
+  std::vector<isa::WindowRead> windows;       ///< FunctionalOperand::window indexes these (Program::windows)
+  std::vector<isa::WeightFold> folds;         ///< folded resident tensors (Program::folds)
 };
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed

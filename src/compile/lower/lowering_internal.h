@@ -114,6 +114,14 @@ class Lowering {
     bool timingOnly = false;
     /// The bias add's values are not computed (its lanes or rows do not line up with the output's).
     bool biasTimingOnly = false;
+    /// The bias has one value (splatted over the lanes); the epilogue computes alpha x (x W) + beta x bias.
+    bool biasSplat = false;
+    float alpha = 1.0f, beta = 1.0f;
+    /// The weights are stored transposed ([N, K], Gemm transB): tile (k, n) is rows n x lanes on of
+    /// column tile k, installed as columns.
+    bool transposedWeights = false;
+    /// The operand of K tile k's compute for a block (-1: none): a window tap's realignment.
+    std::function<int(int k, const std::array<std::int64_t, 3>& block)> window;
     /// For a source read of scratch (Access tensor -1): records the reading task and returns the
     /// (task, step) that wrote the scratch.
     std::function<std::pair<int, int>(const Access& read, int task)> scratchSource;
@@ -136,24 +144,32 @@ class Lowering {
   // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                    std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
-                   isa::SxmFunc func = isa::SxmFunc::kUnspecified);
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1);
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerBatchNorm(const ir::Op& op);
+  // Whether a graph leaf is read by `user` alone (its values may be replaced by folded ones).
+  bool foldsAlone(ir::TensorId tensor, const ir::Op& user) const;
+  // Records that `tensor`'s image holds BatchNormalization `bn` folded (kWeights: into `weights`).
+  void recordFold(const ir::Op& bn, ir::TensorId tensor, isa::WeightFold::Kind kind, ir::TensorId weights);
   Status lowerPool(const ir::Op& op);
   Status lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t tapsPerVector, std::int64_t tm);
   // Passes over one block of output pixels for taps [tap0, tap1) of input tile `tile`, combining each
   // with the previous partial; with shiftLanes every pass after the first moves its rows to its
   // tap's lanes on the SXM (packing taps into one vector).
+  // With `computes`, every tap's rows are realigned (padding `fill`) through a window: a shifted
+  // tap's on its SXM shift, an unshifted one's as the ALU instruction's src (or src2) operand.
   Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
-                               bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine,
+                               bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
                                const std::set<int>& avoid);
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);
+  // A Concat part joining a one-tile output off tile boundaries (its lane-shift operand given).
+  void mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whole, int operand);
 
   // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
@@ -189,8 +205,24 @@ class Lowering {
   // How many copies a feature map made by an MXM epilogue gets: 2 when every reader is a window op
   // of at least 4 taps (each row read once per tap) and SRAM has room, else 1.
   int readCopies(ir::TensorId tensor) const;
+  // The window of tap (ky, kx) for a block of output pixels whose source is the window read `read`
+  // (LoweredShard::windows): the tap's pixels realigned (padding `fill` in `lanes` lanes), lanes
+  // moved up by laneShift. Returns its index.
+  int addWindow(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
+                const std::pair<Step, Access>& read, std::int64_t lanes, float fill, std::int64_t laneShift);
+  // The operand of an instruction whose source is that window read (addWindow's window as src).
+  int windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
+                    const std::pair<Step, Access>& read, std::int64_t lanes, float fill, std::int64_t laneShift);
   // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.
   std::int64_t storageCols(ir::TensorId tensor) const;
+  // A tensor's dimensions in storage order (the rows' dimensions, then the values per row): the
+  // shape, or [N, H, W, C] for a channels-last map; and where shape axis `axis` sits in them.
+  std::vector<std::int64_t> storageDims(ir::TensorId tensor) const;
+  size_t storageAxis(ir::TensorId tensor, std::int64_t axis) const;
+  // Records a VXM instruction's operand (LoweredShard::operands) and returns its index.
+  int addOperand(const isa::FunctionalOperand& operand);
+  // Records a named accumulator (LoweredShard::accumulators) and returns its id.
+  int addAccumulator(const isa::Accumulator& accumulator);
   // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.
   Step makeReadOf(const alloc::Block& block, std::int64_t rows) const;
   Step makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const;

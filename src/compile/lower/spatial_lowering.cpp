@@ -135,6 +135,16 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
   const std::int64_t wanted = first;
   first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
+  // A strided read moved into its segment keeps its stride phase where the segment allows: the
+  // pixels it then misses are padding at the row's ends, and its vectors stay the tap's pixels.
+  if (stride > 1 && first != wanted) {
+    const std::int64_t phase = ((wanted - first) % stride + stride) % stride;
+    for (const std::int64_t phased : {first + phase, first + phase - stride})
+      if (phase != 0 && phased >= segStart && phased + span < segEnd) {
+        first = phased;
+        break;
+      }
+  }
   // The pixels of the tap exactly: no padding (a unit-stride stream over all pixels has none only
   // for a 1 x 1 window) and no clamping into the segment.
   if (exact) *exact = win.inside() && first == wanted;
@@ -146,6 +156,31 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
   s.inst.stride = static_cast<std::int32_t>(stride);
   return {s, Access{in, tile, first, span + 1, 0, copy}};
+}
+
+int Lowering::addWindow(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                        std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
+                        std::int64_t laneShift) {
+  isa::WindowRead w;
+  w.h = win.h, w.w = win.w, w.ho = win.ho, w.wo = win.wo;
+  w.sh = win.sh, w.sw = win.sw, w.dh = win.dh, w.dw = win.dw, w.pt = win.pt, w.pl = win.pl;
+  w.ky = ky, w.kx = kx;
+  w.pixel0 = block[1];
+  w.first = read.second.row0;
+  w.stride = read.first.inst.stride;
+  w.laneShift = static_cast<std::int32_t>(laneShift);
+  w.lanes = static_cast<std::int32_t>(lanes);
+  w.fill = fill;
+  out_.windows.push_back(w);
+  return static_cast<int>(out_.windows.size()) - 1;
+}
+
+int Lowering::windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                            std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
+                            std::int64_t laneShift) {
+  isa::FunctionalOperand operand;
+  operand.window = addWindow(win, block, ky, kx, read, lanes, fill, laneShift);
+  return addOperand(operand);
 }
 
 Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
@@ -171,7 +206,13 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (const ir::Op* bn = soleUser(job.out, ops, position + 1, {ir::OpKind::kBatchNormalization})) {
     job.bias = bn->inputs[2];
     job.out = bn->outputs[0];
-    job.timingOnly = true;  // the program does not carry the folded weights: timed, not computed
+    // The program's SRAM image holds the folded weights and shift (Program::folds) when the weights
+    // and beta serve this pair alone and the Conv has no bias of its own; else timed, not computed.
+    if (op.inputs.size() < 3 && foldsAlone(op.inputs[1], op) && foldsAlone(bn->inputs[2], *bn))
+      for (const auto kind : {isa::WeightFold::Kind::kWeights, isa::WeightFold::Kind::kShift})
+        recordFold(*bn, kind == isa::WeightFold::Kind::kWeights ? op.inputs[1] : bn->inputs[2], kind, op.inputs[1]);
+    else
+      job.timingOnly = true;
     ++consumed;
   }
   // A residual Add of an earlier feature map of the output's shape joins the epilogue too.
@@ -262,16 +303,17 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.weightRows = [cin, cinTiles, planeElems](int k) {
     return std::min<std::int64_t>(planeElems, cin - std::int64_t{k % cinTiles} * planeElems);
   };
-  for (int k = 0; k < job.kTiles && !job.timingOnly; ++k)
-    for (const auto& block : job.blocks) {
-      bool exact = false;
-      const std::int64_t tap = k / cinTiles;
-      windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
-      if (!exact) {
-        job.timingOnly = true;
-        break;
-      }
-    }
+  // Padding taps and rows read off the tap's pixels (the read moved into its segment) are the
+  // compute's window operand: functional mode realigns the stream to the output pixels.
+  const int planeLanes = planeElems;
+  job.window = [this, in, win, cinTiles, cin, planeLanes](int k, const std::array<std::int64_t, 3>& block) {
+    const std::int64_t tap = k / cinTiles;
+    bool exact = false;
+    const auto read = windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, &exact);
+    if (exact) return -1;
+    const std::int64_t lanes = std::min<std::int64_t>(planeLanes, cin - std::int64_t{k % cinTiles} * planeLanes);
+    return windowOperand(win, block, tap / win.kw, tap % win.kw, read, lanes, 0.0f, 0);
+  };
   return lowerMxm(job);
 }
 
@@ -294,6 +336,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       const alloc::Block pb = *buffer;
       auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
                              std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
+                             true, 0.0f,
                              [&](int producer, int) { return makeWriteOf(pb, job.blocks[b][2], producer); },
                              {{-1, 0, 0, job.blocks[b][2], 0}}, avoid);
       if (!chain) return chain.error();
@@ -315,7 +358,6 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
   const std::int64_t taps = win.taps();
   job.weightRows = [g, cin, taps](int k) { return (std::min(taps, (std::int64_t{k} + 1) * g) - std::int64_t{k} * g) * cin; };
-  job.timingOnly = true;  // the gather passes shift rows to their lanes, which functional mode does not compute
   const Status lowered = lowerMxm(job);
   for (size_t k = 0; k < packed.size(); ++k)
     for (size_t b = 0; b < packed[k].size(); ++b)
@@ -323,12 +365,35 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   return lowered;
 }
 
+bool Lowering::foldsAlone(ir::TensorId tensor, const ir::Op& user) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  return t.producer < 0 && t.users.size() == 1 && &graph_.op(t.users[0]) == &user;
+}
+
+void Lowering::recordFold(const ir::Op& bn, ir::TensorId tensor, isa::WeightFold::Kind kind, ir::TensorId weights) {
+  isa::WeightFold fold;
+  fold.tensor = graph_.tensor(tensor).name;
+  fold.kind = kind;
+  if (kind == isa::WeightFold::Kind::kWeights) fold.source = graph_.tensor(weights).name;
+  fold.gamma = graph_.tensor(bn.inputs[1]).name;
+  fold.beta = graph_.tensor(bn.inputs[2]).name;
+  fold.mean = graph_.tensor(bn.inputs[3]).name;
+  fold.var = graph_.tensor(bn.inputs[4]).name;
+  fold.epsilon = bn.floatAttr("epsilon", 1e-5);
+  out_.folds.push_back(fold);
+}
+
 Status Lowering::lowerBatchNorm(const ir::Op& op) {
   // Inference form on the VXM: y = x * scale + shift per channel (mean and variance folded into
-  // scale and shift at compile time), the channel vectors read as broadcast rows.
-  // Timing only in functional mode: the program does not carry the folded scale and shift.
+  // scale and shift at compile time: the program's image holds them in gamma's and beta's places,
+  // Program::folds), the channel vectors read as broadcast rows.
+  const bool folds = foldsAlone(op.inputs[1], op) && foldsAlone(op.inputs[2], op);
+  if (folds) {
+    recordFold(op, op.inputs[1], isa::WeightFold::Kind::kScale, -1);
+    recordFold(op, op.inputs[2], isa::WeightFold::Kind::kShift, -1);
+  }
   return lowerVxmChain(op, {op.inputs[0], op.inputs[1], op.inputs[2]}, {isa::VxmFunc::kMul, isa::VxmFunc::kAdd},
-                       false);
+                       folds);
 }
 
 int Lowering::readCopies(ir::TensorId tensor) const {
@@ -356,7 +421,8 @@ int Lowering::readCopies(ir::TensorId tensor) const {
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
-                                                 isa::VxmFunc combine, const std::function<Step(int, int)>& finalWrite,
+                                                 isa::VxmFunc combine, bool computes, float fill,
+                                                 const std::function<Step(int, int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
@@ -379,21 +445,34 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   // and combine them before the partial: fewer passes, one ALU step fewer per chain. Only where the
   // first tap is a plain copy (max-pool, a gather), since a group starts with `combine`.
   const std::int64_t copies = first == isa::VxmFunc::kConvert ? tensors_.at(in).placement.replicas : 1;
+  // The lanes of the input tile that hold values (a shifted tap moves up by cin per tap).
+  const std::int64_t cin = storageCols(in);
+  const std::int64_t laneWidth = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(in).dtype));
+  const std::int64_t lanes = std::min(laneWidth, cin - std::int64_t{tile} * laneWidth);
   std::int64_t pass = 0;
   for (std::int64_t tap = tap0; tap < tap1; ++pass) {
     const std::int64_t width = std::min(copies, tap1 - tap);
     Task task;
     task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
     std::vector<Access> reads;
-    std::vector<int> operand;  // the step carrying each tap's rows to the ALU
+    // Per tap: the step carrying its rows to the ALU, and the window the ALU instruction taking it
+    // applies (an unshifted tap's; a shifted tap is realigned on its SXM shift).
+    std::vector<int> operand, operandWindow;
     for (std::int64_t i = 0; i < width; ++i) {
       const std::int64_t t = tap + i;
-      auto [read, access] = windowRead(win, in, tile, block, t / win.kw, t % win.kw, nullptr, static_cast<int>(i));
+      const auto windowed = windowRead(win, in, tile, block, t / win.kw, t % win.kw, nullptr, static_cast<int>(i));
+      auto [read, access] = windowed;
       access.step = static_cast<int>(task.steps.size());
       reads.push_back(access);
       task.steps.push_back(read);
       operand.push_back(access.step);
-      if (shiftLanes && t > tap0) {
+      // The tap realigned to the output pixels: on the SXM with its lane shift, else on the ALU.
+      const bool shifted = shiftLanes && t > tap0;
+      const int window = computes ? addWindow(win, block, t / win.kw, t % win.kw, windowed, lanes, fill,
+                                              shifted ? (t - tap0) * cin : 0)
+                                  : -1;
+      operandWindow.push_back(shifted ? -1 : window);
+      if (shifted) {
         Step shift;  // to the tap's lanes of the packed vector
         // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
         // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
@@ -403,30 +482,47 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
         shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
                                   static_cast<int>(t % sxmHalf),
                               Opcode::kSxmShift, rows);
+        shift.inst.sxm = computes ? isa::SxmFunc::kWindow : isa::SxmFunc::kUnspecified;
+        if (computes) {
+          isa::FunctionalOperand realigned;
+          realigned.window = window;
+          shift.inst.operand = addOperand(realigned);
+        }
         shift.producer = operand.back();
         task.steps.push_back(shift);
         operand.back() = static_cast<int>(task.steps.size()) - 1;
       }
     }
     // ALU steps: `first` on a lone first tap; else `combine` folds the taps, then the partial.
-    int aluAt = operand[0];
-    auto addAlu = [&](int a, int b) {
+    // An operand that is an unshifted tap is realigned by the instruction (window, window2).
+    auto addAlu = [&](int a, int aWindow, int b, int bWindow) {
       Step alu;
       alu.inst = makeInst(vxm, b < 0 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
       alu.inst.func = b < 0 && pass == 0 ? first : combine;
-      alu.inst.timingOnly = true;  // pooling's compare and scale, a gather's lane merge: costs only
+      alu.inst.timingOnly = !computes;  // an average pool's scale is a cost only
+      if (aWindow >= 0 || bWindow >= 0) {
+        isa::FunctionalOperand realigned;
+        realigned.window = aWindow;
+        realigned.window2 = bWindow;
+        alu.inst.operand = addOperand(realigned);
+      }
       alu.producer = a;
       alu.producer2 = b;
       task.steps.push_back(alu);
       return static_cast<int>(task.steps.size()) - 1;
     };
-    if (width == 1) aluAt = addAlu(aluAt, -1);
-    for (std::int64_t i = 1; i < width; ++i) aluAt = addAlu(aluAt, operand[i]);
+    int aluAt = operand[0];
+    int aluWindow = operandWindow[0];
+    if (width == 1) aluAt = addAlu(aluAt, aluWindow, -1, -1);
+    for (std::int64_t i = 1; i < width; ++i) {
+      aluAt = addAlu(aluAt, aluWindow, operand[i], operandWindow[i]);
+      aluWindow = -1;  // the folded taps are realigned already
+    }
     const alloc::Block& from = partial[(pass + 1) % 2];
     const alloc::Block& to = partial[pass % 2];
     int sideAt = -1;
     if (pass > 0) {
-      if (width > 1) aluAt = addAlu(aluAt, -1);  // the group's result, combined with the partial
+      if (width > 1) aluAt = addAlu(aluAt, -1, -1, -1);  // the group's result, combined with the partial
       task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
       task.steps.push_back(makeReadOf(from, rows));
       sideAt = static_cast<int>(task.steps.size()) - 1;
@@ -475,9 +571,11 @@ Status Lowering::lowerPool(const ir::Op& op) {
     for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
       std::vector<Access> writes;
       for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
+      // Max: the first tap copies, each further one keeps the larger; padding is the lowest value.
+      const float lowest = ir::dtypeBytes(graph_.tensor(in).dtype) == 1 ? -128.0f : -65504.0f;
       auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
-                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kSub,
+                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
                              [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
                              writes, avoid);
       if (!chain) return chain.error();

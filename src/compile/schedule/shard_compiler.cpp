@@ -244,6 +244,10 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   program.lowerBoundCycles = bound.value();
   program.sramBytes = shard.sram.peak();
   program.tensors = shard.tensors;
+  program.operands = shard.operands;
+  program.accumulators = shard.accumulators;
+  program.windows = shard.windows;
+  program.folds = shard.folds;
   for (const auto& tasks : shard.sendTasks) {
     result.sendIssues.emplace_back();
     for (int t : tasks) {

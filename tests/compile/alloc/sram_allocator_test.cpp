@@ -39,5 +39,33 @@ TEST(SramAllocator, ReusesFreedSpaceAndTracksThePeak) {
   EXPECT_FALSE(a.allocate(101, {}));  // larger than a slice
 }
 
+// A pristine block (a resident tensor placed late) takes addresses no earlier block used, while
+// such addresses remain; then it falls back to reused space.
+TEST(SramAllocator, PristineBlocksAvoidUsedAddresses) {
+  topology::ChipSpec chip;
+  chip.memSlices = 1;
+  chip.addressesPerSlice = 100;
+  SramAllocator a(chip);
+  auto x = a.allocate(40, {});
+  ASSERT_TRUE(x);
+  a.release(*x);
+  auto reused = a.allocate(10, {});
+  ASSERT_TRUE(reused);
+  EXPECT_EQ(reused->address, 0);  // first fit reuses
+  auto pristine = a.allocate(30, {}, true);
+  ASSERT_TRUE(pristine);
+  EXPECT_EQ(pristine->address, 40);  // above everything used so far
+  auto filler = a.allocate(20, {}, false);
+  ASSERT_TRUE(filler);
+  EXPECT_EQ(filler->address, 10);  // the space below the pristine block stayed free
+  auto fallback = a.allocate(30, {}, true);
+  ASSERT_TRUE(fallback);
+  EXPECT_EQ(fallback->address, 70);
+  auto last = a.allocate(10, {}, true);  // no pristine space left: reuses
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->address, 30);
+  EXPECT_EQ(a.inUse(), 100 * chip.vectorBytes);
+}
+
 }  // namespace
 }  // namespace tsp::alloc

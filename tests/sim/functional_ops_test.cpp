@@ -1,0 +1,360 @@
+// Functional mode on the VXM functions beyond add/mul: division, transcendental functions, splatted
+// operands, Softmax and LayerNorm statistics and reductions through named accumulators.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "compile/schedule/cluster_schedule.h"
+#include "runtime/functional_run.h"
+#include "sim/accumulators.h"
+#include "sim/chip.h"
+#include "sim/functional.h"
+#include "sim/kokkos_environment.h"
+#include "sim/onnx_node_cases.h"
+
+namespace tsp::sim {
+namespace {
+
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+using ir::OpKind;
+
+// Compiles the whole graph for one chip, simulates it in functional mode and checks its outputs
+// against the reference interpreter (and the cycles against the prediction).
+Status runOnOneChip(const ir::Graph& g, std::uint64_t seed = 3) {
+  const topology::ChipSpec spec;
+  const topology::Cluster cluster = oneChipCluster(spec);
+  schedule::PipelineStage stage;
+  for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+  auto schedule = schedule::scheduleCluster(g, {stage}, cluster);
+  if (!schedule) return schedule.error();
+  const auto program = std::make_shared<const isa::Program>(schedule->programs.front());
+  auto setup = runtime::prepareFunctional(g, {program}, {seed, std::nullopt, std::nullopt});
+  if (!setup) return setup.error();
+  SimOptions options;
+  options.functional = setup->options;
+  auto chip = makeTspChip(0, spec, program, std::vector<PortBinding>(spec.c2cPorts), options);
+  if (auto s = chip->advanceTo(kNever); !s) return s;
+  EXPECT_EQ(chip->stats().cycles, program->predictedCycles);
+  return runtime::checkFunctionalOutputs(*setup, {program}, [&](int) { return chip.get(); });
+}
+
+TEST(FunctionalOps, ElementwiseFunctionsAndSplattedOperandsMatchTheInterpreter) {
+  // Div, Pow, Sqrt, Sigmoid, Erf on FP16, and a scalar and a one-value-per-row operand whose lane 0
+  // stands for every lane.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = g.addInput("x", {40, 200}, dt);
+  const auto y = g.addInput("y", {40, 200}, dt);
+  const auto positive = *g.addOp(OpKind::kAdd, "positive", {*g.addOp(OpKind::kMul, "square", {x, x}, 0),
+                                                           g.addWeight("one", {200}, dt)}, 0);
+  const auto root = *g.addOp(OpKind::kSqrt, "sqrt", {positive}, 0);
+  const auto ratio = *g.addOp(OpKind::kDiv, "div", {y, root}, 0);
+  const auto gate = *g.addOp(OpKind::kSigmoid, "sigmoid", {ratio}, 0);
+  const auto erf = *g.addOp(OpKind::kErf, "erf", {gate}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scale", {erf, g.addWeight("s", {}, dt)}, 0);
+  const auto perRow = *g.addOp(OpKind::kSub, "per_row", {scaled, g.addInput("r", {40, 1}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kPow, "pow", {positive, g.addWeight("two", {1}, dt)}, 0));
+  g.markOutput(perRow);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, AttentionScoresSoftmaxAndLayerNormMatchTheInterpreter) {
+  // Scores x W scaled by a scalar, a Softmax over 200 values a row (two tiles, the second part
+  // full), a second matmul, a residual and a LayerNormalization with scale and bias: FP16.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = g.addInput("x", {64, 160}, dt);
+  const auto scores = *g.addOp(OpKind::kMatMul, "qk", {x, g.addWeight("wk", {160, 200}, dt)}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scale", {scores, g.addWeight("attn_scale", {}, dt)}, 0);
+  const auto probs = *g.addOp(OpKind::kSoftmax, "softmax", {scaled}, {{"axis", std::int64_t{-1}}}, 0);
+  g.markOutput(probs);
+  const auto ctx = *g.addOp(OpKind::kMatMul, "pv", {probs, g.addWeight("wv", {200, 160}, dt)}, 0);
+  const auto sum = *g.addOp(OpKind::kAdd, "residual", {ctx, x}, 0);
+  g.markOutput(*g.addOp(OpKind::kLayerNormalization, "norm",
+                        {sum, g.addWeight("gamma", {160}, dt), g.addWeight("beta", {160}, dt)},
+                        {{"axis", std::int64_t{-1}}, {"epsilon", 1e-5}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, Int8ReductionsAreExact) {
+  // Sum over the values of a row, maximum over the outer axis, a mean over the middle axis
+  // (truncated toward zero as the interpreter stores it) and a mean over everything.
+  ir::Graph g;
+  const auto dt = ir::DType::kI8;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {6, 5, 400}, dt)}, 0);
+  const auto y = g.addInput("y", {6, 5, 400}, dt);
+  g.markOutput(*g.addOp(OpKind::kReduceSum, "sum", {x}, {{"axes", std::vector<std::int64_t>{-1}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMax, "max", {y}, {{"axes", std::vector<std::int64_t>{0}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMean, "mean", {y},
+                        {{"axes", std::vector<std::int64_t>{1}}, {"keepdims", std::int64_t{0}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kReduceMean, "mean_all", {y}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, GlobalAveragePoolOfAChannelsLastMapMatchesTheInterpreter) {
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {2, 200, 7, 7}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kGlobalAveragePool, "pool", {x}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, Int8SoftmaxIsRefusedNamingTheFunction) {
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kSoftmax, "softmax", {g.addInput("x", {8, 64}, ir::DType::kI8)},
+                        {{"axis", std::int64_t{-1}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("VxmUnary accumulate"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("softmax and moment statistics have no integer form"), std::string::npos)
+      << s.error().message;
+}
+
+TEST(FunctionalOps, Int8SigmoidIsRefusedNamingTheFunction) {
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kSigmoid, "sigmoid", {g.addInput("x", {8, 64}, ir::DType::kI8)}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("VXM function sigmoid has no integer form"), std::string::npos) << s.error().message;
+}
+
+TEST(FunctionalOps, ReductionOfRowValuesIntoSeveralOutputTilesIsRefused) {
+  // Each output tile's emit waits for the input tiles of its own columns only: a reduction of the
+  // values per row whose output spans several tiles is timed, not computed (exit 2).
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kReduceSum, "sum", {g.addInput("x", {2, 400, 5}, ir::DType::kF16)},
+                        {{"axes", std::vector<std::int64_t>{-1}}, {"keepdims", std::int64_t{0}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("the lowering gives only its timing"), std::string::npos) << s.error().message;
+}
+
+// The accumulator kernels on known values: an online softmax across a new maximum, Welford moments,
+// and an INT8 mean that truncates toward zero.
+TEST(FunctionalOps, AccumulatorKernelsOnKnownValues) {
+  const int lanes = 4;
+  AccumulatorBank fp16(ElementType::kFp16, lanes);
+  isa::Accumulator softmax;
+  softmax.kind = isa::Accumulator::Kind::kSoftmax;
+  softmax.dims = {1, 4};
+  softmax.reduced = {0, 1};
+  std::uint16_t halves[4] = {floatToHalf(1), floatToHalf(3), floatToHalf(2), floatToHalf(0)};
+  std::uint8_t bytes[8];
+  std::memcpy(bytes, halves, sizeof bytes);
+  ASSERT_TRUE(fp16.accumulate(0, softmax, {0, 0, 0}, bytes, 1).ok());
+  auto probs = fp16.normalize(0, softmax, {0, 0, 0}, bytes, 1);
+  ASSERT_TRUE(probs.ok()) << probs.error().format();
+  std::uint16_t out[4];
+  std::memcpy(out, probs->data(), sizeof out);
+  const double total = std::exp(1.0) + std::exp(3.0) + std::exp(2.0) + 1.0;
+  EXPECT_NEAR(halfToFloat(out[1]), std::exp(3.0) / total, 1e-3);
+  EXPECT_NEAR(halfToFloat(out[3]), 1.0 / total, 1e-3);
+
+  isa::Accumulator moments = softmax;
+  moments.kind = isa::Accumulator::Kind::kMoments;
+  ASSERT_TRUE(fp16.accumulate(1, moments, {1, 0, 0}, bytes, 1).ok());
+  auto normal = fp16.normalize(1, moments, {1, 0, 0}, bytes, 1);
+  ASSERT_TRUE(normal.ok());
+  std::memcpy(out, normal->data(), sizeof out);
+  // mean 1.5, variance 1.25: (3 - 1.5) / sqrt(1.25)
+  EXPECT_NEAR(halfToFloat(out[1]), 1.5 / std::sqrt(1.25), 2e-3);
+
+  AccumulatorBank int8(ElementType::kInt8, lanes);
+  isa::Accumulator mean;
+  mean.dims = {2, 4};  // two rows, reduced: one value per lane position
+  mean.reduced = {1, 0};
+  mean.outCols = 4;
+  mean.divisor = 2;
+  const std::int8_t values[8] = {-7, 5, 3, 1, 0, 4, -2, 1};
+  ASSERT_TRUE(int8.accumulate(2, mean, {2, 0, 0}, reinterpret_cast<const std::uint8_t*>(values), 2).ok());
+  auto emitted = int8.emit(2, mean, {2, 0, 0}, 1);
+  ASSERT_TRUE(emitted.ok());
+  const std::int8_t expected[4] = {-3, 4, 0, 1};  // -7/2, 9/2, 1/2, 2/2 truncated
+  for (int l = 0; l < 4; ++l) EXPECT_EQ(static_cast<std::int8_t>((*emitted)[l]), expected[l]) << l;
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// Conv and pooling windows over channels-last maps made on chip (so that they are not gathered).
+ir::TensorId mapOf(ir::Graph& g, const std::string& name, const std::vector<std::int64_t>& shape, ir::DType dt) {
+  return *g.addOp(OpKind::kRelu, name + "_relu", {g.addInput(name, shape, dt)}, 0);
+}
+
+using Ints = std::vector<std::int64_t>;
+
+TEST(FunctionalOps, StridedPaddedConvAndPaddedMaxPoolMatchTheInterpreter) {
+  for (const auto dt : {ir::DType::kF16, ir::DType::kI8}) {
+    ir::Graph g;
+    const auto x = mapOf(g, "x", {1, 200, 9, 9}, dt);
+    const auto y = *g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {24, 200, 3, 3}, dt)},
+                            {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+    g.markOutput(y);
+    g.markOutput(*g.addOp(OpKind::kMaxPool, "pool", {x},
+                          {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
+TEST(FunctionalOps, PackedTapConvMatchesTheInterpreter) {
+  // 32 input channels: five taps per 160-lane vector, merged on the VXM after SXM lane shifts; padded.
+  ir::Graph g;
+  const auto x = mapOf(g, "x", {1, 32, 8, 8}, ir::DType::kF16);
+  g.markOutput(*g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {40, 32, 3, 3}, ir::DType::kF16)},
+                        {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, TapAcrossAMemSegmentIsRefusedCleanly) {
+  // A 16 x 16 map is cut into four segments on different MEM slices; a unit-stride tap of a block
+  // at a segment's start needs the previous segment's rows, which its read (moved into its own
+  // segment) does not carry: exit 2 naming the tap and pixel.
+  ir::Graph g;
+  const auto x = mapOf(g, "x", {1, 32, 16, 16}, ir::DType::kF16);
+  g.markOutput(*g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {40, 32, 3, 3}, ir::DType::kF16)},
+                        {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("does not carry"), std::string::npos) << s.error().message;
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// A Conv followed by inference BatchNormalization (and ReLU): the program's image holds the folded
+// weights and shift (Program::folds); INT8 folding is exact under the integer BatchNormalization.
+ir::TensorId convBn(ir::Graph& g, const std::string& p, ir::TensorId x, std::int64_t cin, std::int64_t cout,
+                    std::int64_t k, std::int64_t stride, ir::DType dt) {
+  const auto y = *g.addOp(OpKind::kConv, p + ".conv", {x, g.addWeight(p + ".w", {cout, cin, k, k}, dt)},
+                          {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}},
+                           {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}},
+                          0);
+  const auto mean = g.addConstant(p + ".mean", {cout}, dt,
+                                  std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 1.0));
+  const auto var = g.addConstant(p + ".var", {cout}, dt,
+                                 std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 3.0));
+  const auto bn = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
+                           {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
+                           {{"epsilon", 1e-5}}, 0);
+  return *g.addOp(OpKind::kRelu, p + ".relu", {bn}, 0);
+}
+
+TEST(FunctionalOps, ConvWithFoldedBatchNormMatchesTheInterpreter) {
+  for (const auto dt : {ir::DType::kI8, ir::DType::kF16}) {
+    ir::Graph g;
+    const auto stem = convBn(g, "stem", g.addInput("images", {1, 3, 16, 16}, dt), 3, 64, 7, 2, dt);  // gathered
+    g.markOutput(stem);
+    g.markOutput(convBn(g, "b", stem, 64, 64, 3, 1, dt));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// Two ResNet bottleneck stages on a 32 x 32 image, INT8: the gathered stem with folded BatchNorm,
+// a padded strided max-pool, 1 x 1 and packed 3 x 3 Convs, strided downsampling, residual Adds and
+// ReLUs in the epilogues, GlobalAveragePool, Flatten and the classifier. The classifier's weights
+// are placed when it is lowered, late: they must not share addresses with earlier activations
+// (they hold their values from the program's start), else the chip computes with overwritten weights.
+TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
+  const auto dt = ir::DType::kI8;
+  ir::Graph g;
+  auto bn = [&](const std::string& p, ir::TensorId in, std::int64_t cin, std::int64_t cout, std::int64_t k,
+                std::int64_t stride, bool relu) {
+    const auto y = *g.addOp(OpKind::kConv, p + ".conv", {in, g.addWeight(p + ".w", {cout, cin, k, k}, dt)},
+                            {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}},
+                             {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}}, 0);
+    const auto mean = g.addConstant(p + ".mean", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 0.0));
+    const auto var = g.addConstant(p + ".var", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 1.0));
+    const auto b = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
+                            {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
+                            {{"epsilon", 1e-5}}, 0);
+    return relu ? *g.addOp(OpKind::kRelu, p + ".relu", {b}, 0) : b;
+  };
+  auto x = bn("stem", g.addInput("images", {1, 3, 32, 32}, dt), 3, 64, 7, 2, true);
+  x = *g.addOp(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0);
+  std::int64_t cin = 64;
+  for (int stage = 0; stage < 2; ++stage) {
+    const std::int64_t width = 64 << stage, cout = 4 * width, stride = stage > 0 ? 2 : 1;
+    const std::string p = "s" + std::to_string(stage);
+    auto y = bn(p + ".a", x, cin, width, 1, 1, true);
+    y = bn(p + ".b", y, width, width, 3, stride, true);
+    g.markOutput(y);
+    y = bn(p + ".c", y, width, cout, 1, 1, false);
+    const auto shortcut = bn(p + ".down", x, cin, cout, 1, stride, false);
+    g.markOutput(shortcut);
+    x = *g.addOp(OpKind::kRelu, p + ".relu", {*g.addOp(OpKind::kAdd, p + ".add", {y, shortcut}, 0)}, 0);
+    g.markOutput(x);
+    cin = cout;
+  }
+  x = *g.addOp(OpKind::kFlatten, "flatten", {*g.addOp(OpKind::kGlobalAveragePool, "avgpool", {x}, 0)}, {{"axis", std::int64_t{1}}}, 0);
+  g.markOutput(x);
+  x = *g.addOp(OpKind::kAdd, "fc.bias_add", {*g.addOp(OpKind::kMatMul, "fc", {x, g.addWeight("fc.w", {cin, 100}, dt)}, 0), g.addWeight("fc.b", {100}, dt)}, 0);
+  g.markOutput(x);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+TEST(FunctionalOps, SplitOffTileBoundariesShiftsLanes) {
+  // Three parts of 40, 100 and 20 values of a 160-value row (one FP16 tile): each part's lanes move
+  // down to lane 0 on the SXM, the lanes past its values zero.
+  ir::Graph g;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {24, 160}, ir::DType::kF16)}, 0);
+  auto parts = g.addMultiOp(OpKind::kSplit, "split", {x}, {{"axis", std::int64_t{-1}}, {"split", Ints{40, 100, 20}}}, 0,
+                            {"a", "b", "c"});
+  ASSERT_TRUE(parts.ok()) << parts.error().format();
+  for (auto p : *parts) g.markOutput(p);
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+TEST(FunctionalOps, ConcatOffTileBoundariesMergesLanes) {
+  // Parts of 30, 50 and 60 values into one 140-value FP16 tile: the first copied with its lanes, the
+  // others moved up on the SXM and added into the output row on the VXM.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  std::vector<ir::TensorId> parts;
+  for (const auto& [name, cols] : std::vector<std::pair<std::string, std::int64_t>>{{"a", 30}, {"b", 50}, {"c", 60}})
+    parts.push_back(*g.addOp(OpKind::kExp, name + "_exp", {g.addInput(name, {12, cols}, dt)}, 0));
+  g.markOutput(*g.addOp(OpKind::kConcat, "concat", parts, {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim
