@@ -221,12 +221,14 @@ VectorRun FunctionalState::shiftLanes(const isa::FunctionalOperand& operand, con
   return out;
 }
 
-Expected<const isa::WindowRead*> FunctionalState::windowOf(const Instruction& inst, const isa::Program& program) {
+Expected<const isa::WindowRead*> FunctionalState::windowOf(const Instruction& inst, const isa::Program& program,
+                                                           bool second) {
   if (inst.operand < 0) return static_cast<const isa::WindowRead*>(nullptr);
   if (inst.operand >= static_cast<std::int32_t>(program.operands.size()))
     return makeError(ExitCode::kInternal, fmt::format("operand {} is not in the program's table of {}", inst.operand,
                                                       program.operands.size()));
-  const std::int32_t w = program.operands[static_cast<size_t>(inst.operand)].window;
+  const isa::FunctionalOperand& operand = program.operands[static_cast<size_t>(inst.operand)];
+  const std::int32_t w = second ? operand.window2 : operand.window;
   if (w < 0) return static_cast<const isa::WindowRead*>(nullptr);
   if (w >= static_cast<std::int32_t>(program.windows.size()))
     return makeError(ExitCode::kInternal, fmt::format("window {} is not in the program's table of {}", w,

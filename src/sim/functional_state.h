@@ -61,8 +61,10 @@ class FunctionalState {
                                                 std::int64_t count) const;
   /// SXM lanes: each vector's lanes moved down by operand.laneShift, operand.laneCount kept, the rest zero.
   VectorRun shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const;
-  /// The window of an instruction's operand (null: none); an index out of the program's tables is exit 5.
-  static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program);
+  /// The window of an instruction's operand (null: none), of src or with `second` of src2; an index
+  /// out of the program's tables is exit 5.
+  static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program,
+                                                   bool second = false);
 
  private:
   std::uint8_t* vectorAt(int slice, std::int64_t address);

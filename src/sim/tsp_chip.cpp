@@ -314,13 +314,18 @@ class TspChip final : public Chip {
       if (!b.values) return notComputable(inst, index, "its second source stream carries no values");
       in2 = gather(inst, b);
     }
-    // One tap of a window read: the stream's vectors realigned to the instruction's output pixels.
-    auto window = FunctionalState::windowOf(inst, *program_);
-    if (!window) return malformed(inst, index, window.error().message);
-    if (*window && in) {
-      auto tap = values_->windowTap(**window, *in, inst.repeat);
+    // One tap of a window read: the stream's vectors realigned to the instruction's output pixels
+    // (src's window, and src2's when an ALU step folds two taps).
+    const isa::WindowRead* window = nullptr;
+    for (const bool second : {false, true}) {
+      auto tapWindow = FunctionalState::windowOf(inst, *program_, second);
+      if (!tapWindow) return malformed(inst, index, tapWindow.error().message);
+      if (!second) window = *tapWindow;
+      auto& vectors = second ? in2 : in;
+      if (!*tapWindow || !vectors) continue;
+      auto tap = values_->windowTap(**tapWindow, *vectors, inst.repeat);
       if (!tap) return notComputable(inst, index, tap.error().message);
-      in = std::make_shared<std::vector<std::uint8_t>>(std::move(*tap));
+      vectors = std::make_shared<std::vector<std::uint8_t>>(std::move(*tap));
     }
     const auto& unit = units_[inst.unit];
     switch (inst.op) {
@@ -356,7 +361,7 @@ class TspChip final : public Chip {
         return true;
       }
       case Opcode::kSxmShift:
-        if (inst.sxm == isa::SxmFunc::kWindow && !*window)
+        if (inst.sxm == isa::SxmFunc::kWindow && !window)
           return malformed(inst, index, "an SXM window shift without its window");
         if (inst.sxm == isa::SxmFunc::kLanes) {
           if (inst.operand < 0) return malformed(inst, index, "an SXM lane shift without its operand");

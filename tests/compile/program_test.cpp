@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace tsp::isa {
 namespace {
@@ -52,6 +53,16 @@ TEST(Program, RoundTripsThroughTheOnDiskForm) {
   EXPECT_EQ(back->contentHash(), p.contentHash());
 }
 
+// The program reads back equal from both on-disk forms.
+void expectBothFormsRoundTrip(const Program& p) {
+  auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
+  ASSERT_TRUE(json.ok()) << json.error().format();
+  EXPECT_EQ(*json, p);
+  auto binary = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
+  ASSERT_TRUE(binary.ok()) << binary.error().format();
+  EXPECT_EQ(*binary, p);
+}
+
 // What functional mode needs (an install's weight slice and rows, an SXM copy, a timing-only
 // stand-in) survives both on-disk forms; a program without these fields keeps its old form.
 TEST(Program, FunctionalFieldsRoundTrip) {
@@ -73,31 +84,27 @@ TEST(Program, FunctionalFieldsRoundTrip) {
   standIn.func = VxmFunc::kMul;
   standIn.timingOnly = true;
   p.instructions.insert(p.instructions.end(), {install, shift, standIn});
-  auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
-  ASSERT_TRUE(json.ok()) << json.error().format();
-  EXPECT_EQ(*json, p);
-  auto binary = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
-  ASSERT_TRUE(binary.ok()) << binary.error().format();
-  EXPECT_EQ(*binary, p);
+  expectBothFormsRoundTrip(p);
   EXPECT_EQ(plain.find("[100,1,1,0,64,1]"), plain.find("[100,1,1,0,64,1"));  // 16 fields, none appended
   EXPECT_NE(toText(p, topology::ChipSpec{}).find("weights=q7x97"), std::string::npos);
+}
+
+// A VXM instruction (unit 88) with a functional operand.
+Instruction vxmWithOperand(Opcode op, VxmFunc func, std::int32_t operand) {
+  Instruction i;
+  i.unit = 88;
+  i.op = op;
+  i.func = func;
+  i.operand = operand;
+  return i;
 }
 
 // A VXM instruction's operand (splatted lanes, an immediate, a named accumulator) and the
 // accumulator table survive both on-disk forms; a bad accumulator index is refused.
 TEST(Program, FunctionalOperandsAndAccumulatorsRoundTrip) {
   Program p = sample();
-  Instruction accumulate;
-  accumulate.unit = 88;
-  accumulate.op = Opcode::kVxmUnary;
-  accumulate.func = VxmFunc::kAccumulate;
-  accumulate.operand = 1;
-  Instruction scaled;
-  scaled.unit = 88;
-  scaled.op = Opcode::kVxmBinary;
-  scaled.func = VxmFunc::kScaleAdd;
-  scaled.operand = 0;
-  p.instructions.insert(p.instructions.end(), {accumulate, scaled});
+  p.instructions.insert(p.instructions.end(), {vxmWithOperand(Opcode::kVxmUnary, VxmFunc::kAccumulate, 1),
+                                               vxmWithOperand(Opcode::kVxmBinary, VxmFunc::kScaleAdd, 0)});
   p.operands = {{-1, 0, 0, 0.25f, false, true}, {0, 2, 130, 0.0f, false, false}};
   isa::Accumulator moments;
   moments.kind = isa::Accumulator::Kind::kMoments;
@@ -138,6 +145,31 @@ TEST(Program, FunctionalOperandsAndAccumulatorsRoundTrip) {
   EXPECT_NE(p.contentHash(), sample().contentHash());
   EXPECT_NE(toText(p, topology::ChipSpec{}).find("VxmUnary.accumulate operand=1"), std::string::npos);
   p.operands[1].accumulator = 5;  // no such accumulator
+  auto bad = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("bad functional section"), std::string::npos);
+}
+
+TEST(Program, SecondOperandWindowRoundTripsAndLeavesOtherProgramsAlone) {
+  // An ALU step folding two window taps carries a window for each operand (window, window2).
+  Program p = sample();
+  p.instructions.push_back(vxmWithOperand(Opcode::kVxmBinary, VxmFunc::kMax, 0));
+  isa::WindowRead tap;
+  tap.ky = 1;
+  isa::WindowRead next = tap;
+  next.kx = 1;
+  p.windows = {tap, next};
+  p.operands.resize(1);
+  p.operands[0].window = 0;
+  // Without window2 the program's text (and so its hash) and bytes are those of its older form.
+  const std::string text = serialize(p);
+  const std::string bytes = serializeBinary(p);
+  EXPECT_EQ(nlohmann::json::parse(text).at("operands").at(0).size(), 11u);
+  p.operands[0].window2 = 1;
+  EXPECT_NE(serialize(p), text);
+  EXPECT_GT(serializeBinary(p).size(), bytes.size());
+  expectBothFormsRoundTrip(p);
+  p.operands[0].window2 = 2;  // no such window
   auto bad = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("bad functional section"), std::string::npos);

@@ -242,6 +242,30 @@ TEST(FunctionalAgreement, PaddedImplicitConvMatchesTheInterpreter) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
+TEST(FunctionalAgreement, MaxPoolOverTwoCopiesMatchesTheInterpreter) {
+  // The Conv's map, read nine times per pixel by the pool, is written twice by one stream; each pool
+  // pass folds two taps (one from each copy, each realigned through its window: src and src2).
+  ir::Graph g;
+  using Ints = std::vector<std::int64_t>;
+  const auto dt = ir::DType::kI8;
+  auto y = *g.addOp(ir::OpKind::kConv, "conv", {g.addInput("x", {1, 3, 32, 32}, dt), g.addWeight("w", {64, 3, 7, 7}, dt)},
+                    {{"strides", Ints{2, 2}}, {"pads", Ints{3, 3, 3, 3}}}, 0);
+  y = *g.addOp(ir::OpKind::kRelu, "relu", {y}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {y},
+                        {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const std::vector<isa::Program> compiled = pipelineOf(g, ring(1));
+  ASSERT_EQ(compiled.size(), 1u);
+  int copies = 0, twoWindows = 0;
+  for (const auto& t : compiled[0].tensors)
+    if (t.name == g.tensor(y).name) copies = t.replicas;
+  for (const auto& i : compiled[0].instructions)
+    if (i.operand >= 0 && compiled[0].operands[static_cast<size_t>(i.operand)].window2 >= 0) ++twoWindows;
+  EXPECT_EQ(copies, 2);
+  EXPECT_GT(twoWindows, 0);
+  const Status s = runConvGraph(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
 INSTANTIATE_TEST_SUITE_P(Mlps, Agreement,
                          ::testing::Values(Case{1, 1, 320, 1, ir::DType::kI8}, Case{1, 3, 640, 24, ir::DType::kF16},
                                            Case{2, 2, 1024, 8, ir::DType::kI8}, Case{4, 4, 2048, 64, ir::DType::kF16},

@@ -147,8 +147,10 @@ Instruction fromJson(const nlohmann::json& j) {
 }
 
 nlohmann::json toJson(const FunctionalOperand& o) {
-  return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window, o.immediate2,
-          o.transposed ? 1 : 0, o.laneShift, o.laneCount};
+  nlohmann::json j = {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window,
+                      o.immediate2, o.transposed ? 1 : 0, o.laneShift, o.laneCount};
+  if (o.window2 >= 0) j.push_back(o.window2);  // only when set: programs without one keep their text and hash
+  return j;
 }
 
 FunctionalOperand operandFromJson(const nlohmann::json& j) {
@@ -168,6 +170,7 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
     o.laneShift = j.at(9);
     o.laneCount = j.at(10);
   }
+  if (j.size() > 11) o.window2 = j.at(11);
   return o;
 }
 
@@ -320,6 +323,9 @@ namespace {
 constexpr char kBinaryMagic[8] = {'T', 'S', 'P', 'P', 'R', 'O', 'G', '\0'};
 // Opens the optional functional section after the tensor table ("FUNC" little-endian).
 constexpr std::uint32_t kFunctionalTag = 0x434e5546u;
+// Opens the optional table of second-operand windows after the functional section ("WIN2"):
+// (operand, window2) pairs, only when some operand has one, so that other programs keep their bytes.
+constexpr std::uint32_t kWindow2Tag = 0x324e4957u;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -470,6 +476,17 @@ std::string serializeBinary(const Program& program) {
       for (const std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var}) w.putText(*text);
       w.put<double>(f.epsilon);
     }
+    std::uint64_t withWindow2 = 0;
+    for (const auto& o : program.operands) withWindow2 += o.window2 >= 0 ? 1 : 0;
+    if (withWindow2 > 0) {
+      w.put<std::uint32_t>(kWindow2Tag);
+      w.put<std::uint64_t>(withWindow2);
+      for (size_t k = 0; k < program.operands.size(); ++k)
+        if (program.operands[k].window2 >= 0) {
+          w.put<std::uint64_t>(k);
+          w.put<std::int32_t>(program.operands[k].window2);
+        }
+    }
   }
   return w.take();
 }
@@ -588,11 +605,23 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
         if (!r.getText(*text)) return bad();
       if (!r.get(f.epsilon)) return bad();
     }
+    std::uint32_t tag2 = 0;
+    if (!r.done() && r.get(tag2)) {
+      std::uint64_t pairs2 = 0;
+      if (tag2 != kWindow2Tag || !r.get(pairs2) || pairs2 > program.operands.size()) return bad();
+      for (std::uint64_t p = 0; p < pairs2; ++p) {
+        std::uint64_t k = 0;
+        std::int32_t window2 = -1;
+        if (!r.get(k) || !r.get(window2) || k >= program.operands.size() || window2 < 0) return bad();
+        program.operands[k].window2 = window2;
+      }
+    }
     for (const auto& i : program.instructions)
       if (i.operand >= static_cast<std::int32_t>(program.operands.size())) return bad();
     for (const auto& o : program.operands)
       if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size()) ||
-          o.window >= static_cast<std::int32_t>(program.windows.size()))
+          o.window >= static_cast<std::int32_t>(program.windows.size()) ||
+          o.window2 >= static_cast<std::int32_t>(program.windows.size()))
         return bad();
   }
   if (!r.done() || (tag != 0 && tag != kFunctionalTag)) return fail("malformed program: trailing bytes");

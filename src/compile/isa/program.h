@@ -130,7 +130,8 @@ struct TensorPlacement {
   /// entry per (tile, segment), index t * segments + g.
   std::int64_t segmentRows = 0;
   /// Identical copies of the tensor (a small broadcast operand read by several MXM planes or ALUs at
-  /// once); memUnit and address hold replicas x tiles x segments entries, copy-major.
+  /// once, or a feature map read once per tap of a window op, whose producer writes every copy from
+  /// one stream); memUnit and address hold replicas x tiles x segments entries, copy-major.
   std::int32_t replicas = 1;
   std::vector<std::int32_t> memUnit;  ///< MEM queue id of each tile (or tile segment)
   std::vector<std::int32_t> address;  ///< first address of each tile (or tile segment)
@@ -151,6 +152,7 @@ struct FunctionalOperand {
   bool transposed = false;        ///< MxmInstall: the weight vectors are the tile's columns (Gemm transB)
   std::int32_t laneShift = 0;     ///< SXM lanes: out lane l is in lane l + laneShift (a Split down, a Concat up)
   std::int32_t laneCount = 0;     ///< SXM lanes: lanes kept (the rest zero)
+  std::int32_t window2 = -1;      ///< Program::windows index: src2 is one tap of a window read (two taps folded)
   friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
 };
 

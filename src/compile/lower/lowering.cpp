@@ -137,7 +137,7 @@ std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
   return s;
 }
 
-Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid) {
+Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
   const auto [rows, tiles] = geometry(tensor);
@@ -157,24 +157,88 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
+  if (copies > 1) st.placement.replicas = copies;
+  if (auto s = allocatePieces(st, avoid); !s) return s;
+  if (copies > 1 && !copiesOnOneSide(st)) {
+    // No room for every copy on the first one's side: one copy, as any other tensor.
+    for (const auto& b : st.blocks) out_.sram.release(b);
+    st.blocks.clear();
+    st.placement.memUnit.clear();
+    st.placement.address.clear();
+    st.placement.replicas = 1;
+    if (auto s = allocatePieces(st, avoid); !s) return s;
+  }
+  tensors_.emplace(tensor, std::move(st));
+  return {};
+}
+
+bool Lowering::copiesOnOneSide(const TensorState& st) const {
+  const int memFirst = chip_.firstUnit(UnitKind::kMem);
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  const size_t pieces = static_cast<size_t>(st.placement.tiles) * st.segments();
+  for (size_t p = 0; p < pieces; ++p) {
+    const bool west = chip_.units()[memFirst + st.blocks[p].slice].slice < vxmSlice;
+    std::set<int> slices;
+    for (size_t c = 0; c < static_cast<size_t>(st.placement.replicas); ++c) {
+      const int slice = st.blocks[c * pieces + p].slice;
+      if ((chip_.units()[memFirst + slice].slice < vxmSlice) != west || !slices.insert(slice).second) return false;
+    }
+  }
+  return true;
+}
+
+Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
+  const std::int64_t rows = st.placement.rows;
+  const int tiles = st.placement.tiles;
+  // Copies of a map made on chip are written by one stream value (a resident parameter's copies
+  // are placed like separate tensors).
+  const int copies = st.placement.resident ? 1 : st.placement.replicas;
   const int pieces = st.segments();
-  st.writers.resize(static_cast<size_t>(tiles) * pieces);
+  st.writers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  auto westOf = [&](int slice) { return chip_.units()[memFirst + slice].slice < vxmSlice; };
+  // Copies written by one stream value lie on one hemisphere: the one the avoided slices crowd less.
+  std::set<int> base = avoid;
+  if (copies > 1) {
+    int westAvoided = 0;
+    for (int sl : avoid) westAvoided += westOf(sl);
+    const bool west = 2 * westAvoided < static_cast<int>(avoid.size());
+    for (int sl = 0; sl < chip_.memSlices; ++sl)
+      if (westOf(sl) != west) base.insert(sl);
+  }
   for (int k = 0; k < tiles * st.placement.replicas; ++k) {
-    std::set<int> away = avoid;  // the segments of one tile on different slices
+    std::set<int> away = base;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
+      std::set<int> here = away;
+      if (copies > 1 && k >= tiles) {
+        // A copy of a segment: on another slice of the first copy's hemisphere, so that the one
+        // stream value that writes the first copy passes it on its way.
+        const int firstSlice = st.blocks[static_cast<size_t>(k % tiles) * pieces + g].slice;
+        for (int c = k % tiles; c < k; c += tiles) here.insert(st.blocks[static_cast<size_t>(c) * pieces + g].slice);
+        for (int sl = 0; sl < chip_.memSlices; ++sl)
+          if (westOf(sl) != westOf(firstSlice)) here.insert(sl);
+      }
+      // Preferably off every slice of the tensor so far: a copy sharing a slice with another
+      // segment shares its read port too.
+      // (The allocator takes any slice when every one is to be avoided, so ask only while some remain.)
+      std::set<int> apart = here;
+      if (copies > 1 && k >= tiles)
+        for (const auto& b : st.blocks) apart.insert(b.slice);
       // A resident tensor holds its values from the program's start: not in space an earlier
       // tensor of this program has used (when the SRAM has such space).
-      auto block = out_.sram.allocate(static_cast<int>(segRows), away, resident);
+      auto block = out_.sram.allocate(static_cast<int>(segRows),
+                                      static_cast<int>(apart.size()) < chip_.memSlices ? apart : here,
+                                      st.placement.resident);
       if (!block) {
         const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
         return makeError(ExitCode::kDoesNotFit,
                          fmt::format("shard does not fit in SRAM: needs {} bytes, {} bytes available (tensor '{}' of {} "
                                      "bytes with {} bytes live{})",
-                                     needed, out_.sram.capacity(), t.name, Bytes{rows} * tiles * chip_.vectorBytes,
+                                     needed, out_.sram.capacity(), st.placement.name, Bytes{rows} * tiles * chip_.vectorBytes,
                                      liveBefore,
                                      needed <= out_.sram.capacity() ? ", no slice has a free run of its tile's rows" : ""));
       }
@@ -184,14 +248,13 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
       st.placement.address.push_back(block->address);
     }
   }
-  tensors_.emplace(tensor, std::move(st));
   return {};
 }
 
 void Lowering::dependOnWriters(const Access& read, int task) {
   const TensorState& st = tensors_.at(read.tensor);
-  const int first = st.piece(read.tile, read.row0);
-  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  const int first = st.pieceOf(read.tile, read.row0, read.replica);
+  const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p)
     for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
 }
@@ -199,14 +262,14 @@ void Lowering::dependOnWriters(const Access& read, int task) {
 void Lowering::noteReader(const Access& read, int task) {
   // Per piece, so that space reused from a freed piece waits only for the reads of that piece.
   TensorState& st = tensors_.at(read.tensor);
-  const int first = st.piece(read.tile, read.row0);
-  const int last = st.piece(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1));
+  const int first = st.pieceOf(read.tile, read.row0, read.replica);
+  const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p) st.readers[p].push_back({task, read.step});
 }
 
 void Lowering::noteWriter(const Access& write, int task) {
   TensorState& st = tensors_.at(write.tensor);
-  const int piece = st.piece(write.tile, write.row0);
+  const int piece = st.pieceOf(write.tile, write.row0, write.replica);
   st.writers[piece].push_back({task, write.step});
   waitForFreedReaders(st.blocks[piece], task, write.step);
 }
@@ -296,9 +359,10 @@ Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::i
   return s;
 }
 
-Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const {
+Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer,
+                         int replica) const {
   const TensorState& st = tensors_.at(tensor);
-  const int piece = st.piece(tile, row0);
+  const int piece = st.pieceOf(tile, row0, replica);
   assert((row0 % st.segmentRows()) + rows <= st.segmentRows() && "a write crosses a segment");
   Step s;
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemWrite, rows);
@@ -343,7 +407,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Lowering::rowPieces(std::int6
 
 std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
   const TensorState& ys = tensors_.at(job.out);
-  std::set<int> slices{ys.blocks[ys.piece(tile, row0)].slice};
+  std::set<int> slices;
+  for (int c = 0; c < ys.placement.replicas; ++c) slices.insert(ys.blocks[ys.pieceOf(tile, row0, c)].slice);
   for (ir::TensorId side : {job.bias, job.residual})
     if (side >= 0) {
       const TensorState& bs = tensors_.at(side);
@@ -722,7 +787,8 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   if (last) {
     // Epilogue: + bias, + residual, activation, write.
     const int plane = (computeUnit - chip_.firstUnit(UnitKind::kMxm)) / 2;
-    std::set<int> busy{ys.blocks[ys.piece(n, row0)].slice};
+    std::set<int> busy;
+    for (int c = 0; c < ys.placement.replicas; ++c) busy.insert(ys.blocks[ys.pieceOf(n, row0, c)].slice);
     int tailStep = 1;
     for (ir::TensorId side : {job.bias, job.residual}) {
       if (side < 0) continue;
@@ -754,7 +820,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       read.inst.address = bs.placement.address[piece] + static_cast<int>(broadcast ? 0 : row0 % bs.segmentRows());
       compute.steps.push_back(read);
       reads.push_back({side, n % bs.placement.tiles, broadcast ? 0 : row0, broadcast ? 1 : rows,
-                       static_cast<int>(compute.steps.size()) - 1});
+                       static_cast<int>(compute.steps.size()) - 1, piece / (bs.placement.tiles * bs.segments())});
     }
     if (job.activation != ir::OpKind::kIdentity) {
       Step act;
@@ -765,8 +831,11 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
       compute.steps.push_back(act);
       tailStep = static_cast<int>(compute.steps.size()) - 1;
     }
-    compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep));
-    writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1});
+    // A feature map stored in several copies: the one result is written by every copy's slice.
+    for (int c = 0; c < ys.placement.replicas; ++c) {
+      compute.steps.push_back(writeStep(job.out, n, row0, rows, tailStep, c));
+      writes.push_back({job.out, n, row0, rows, static_cast<int>(compute.steps.size()) - 1, c});
+    }
   }
   const int id = addTask(std::move(compute), reads, writes);
   if (readAccess.tensor < 0) {

@@ -61,7 +61,14 @@ class Lowering {
  public:
   Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out);
 
-  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {});
+  /// Places a tensor; with `copies` > 1 every tile segment is stored that many times, on slices of
+  /// one hemisphere (one stream value written by all of them), for tensors whose readers read each
+  /// row many times (readCopies).
+  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {}, int copies = 1);
+  /// Allocates the pieces of a tensor whose geometry `st` gives (every copy, tile and segment).
+  Status allocatePieces(TensorState& st, const std::set<int>& avoid);
+  /// Do the copies of every piece lie on distinct slices of one hemisphere (one stream can write them)?
+  bool copiesOnOneSide(const TensorState& st) const;
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
@@ -84,6 +91,7 @@ class Lowering {
     int tile = 0;
     std::int64_t row0 = 0, rows = 0;
     int step = 0;
+    int replica = 0;  ///< which copy of the tensor (a feature map written twice for its many tap reads)
   };
   // One MXM job: output rows in blocks, K tiles streamed from a source, an optional epilogue.
   struct MxmJob {
@@ -163,11 +171,12 @@ class Lowering {
   // Passes over one block of output pixels for taps [tap0, tap1) of input tile `tile`, combining each
   // with the previous partial; with shiftLanes every pass after the first moves its rows to its
   // tap's lanes on the SXM (packing taps into one vector).
-  // With `computes`, each pass realigns its tap's rows (padding `fill`) through a window operand.
+  // With `computes`, every tap's rows are realigned (padding `fill`) through a window: a shifted
+  // tap's on its SXM shift, an unshifted one's as the ALU instruction's src (or src2) operand.
   Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
-                               const std::function<Step(int)>& finalWrite, const std::vector<Access>& finalWrites,
+                               const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
                                const std::set<int>& avoid);
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
@@ -179,7 +188,8 @@ class Lowering {
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
                 int replica = 0) const;
   // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.
-  Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer) const;
+  Step writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, int producer,
+                 int replica = 0) const;
   // Adds the task and records its reads and writes (the Access steps index into the task).
   int addTask(schedule::Task task, const std::vector<Access>& reads, const std::vector<Access>& writes);
   void dependOnWriters(const Access& read, int task);
@@ -201,12 +211,19 @@ class Lowering {
                                                         std::int64_t tm) const;
   // The read of one tap (ky, kx) of input tile `tile` for a block of output pixels.
   // With `exact`, whether the rows read are the tap's pixels (no padding taps, no clamping).
+  // Reads copy `replica` (modulo the input's copies).
   std::pair<Step, Access> windowRead(const Window& win, ir::TensorId in, int tile,
                                      const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
-                                     bool* exact = nullptr) const;
-  // The operand of an instruction whose source is the window read `read` of tap (ky, kx) for a block
-  // of output pixels: the tap's pixels realigned (padding `fill` in `lanes` lanes), lanes moved up
-  // by laneShift.
+                                     bool* exact = nullptr, int replica = 0) const;
+  // How many copies a feature map made by an MXM epilogue gets: 2 when every reader is a window op
+  // of at least 4 taps (each row read once per tap) and SRAM has room, else 1.
+  int readCopies(ir::TensorId tensor) const;
+  // The window of tap (ky, kx) for a block of output pixels whose source is the window read `read`
+  // (LoweredShard::windows): the tap's pixels realigned (padding `fill` in `lanes` lanes), lanes
+  // moved up by laneShift. Returns its index.
+  int addWindow(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
+                const std::pair<Step, Access>& read, std::int64_t lanes, float fill, std::int64_t laneShift);
+  // The operand of an instruction whose source is that window read (addWindow's window as src).
   int windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky, std::int64_t kx,
                     const std::pair<Step, Access>& read, std::int64_t lanes, float fill, std::int64_t laneShift);
   // Values per storage row of a tensor: the channels of a channels-last map, else the last dimension.

@@ -113,7 +113,7 @@ std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& wi
 
 std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::TensorId in, int tile,
                                                        const std::array<std::int64_t, 3>& block, std::int64_t ky,
-                                                       std::int64_t kx, bool* exact) const {
+                                                       std::int64_t kx, bool* exact, int replica) const {
   // Output pixels [row0, row0 + rows) read input pixels at the tap's offset. Padding taps read the
   // nearest in-range rows (a timing model: which values land there is the functional mode's part).
   const TensorState& xs = tensors_.at(in);
@@ -149,17 +149,18 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   // for a 1 x 1 window) and no clamping into the segment.
   if (exact) *exact = win.inside() && first == wanted;
   assert(first + span < segEnd && "a window read longer than its input segment");
-  const int piece = xs.piece(tile, first);
+  const int copy = replica % xs.placement.replicas;
+  const int piece = xs.pieceOf(tile, first, copy);
   Step s;
   s.inst = makeInst(xs.placement.memUnit[piece], Opcode::kMemRead, rows);
   s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
   s.inst.stride = static_cast<std::int32_t>(stride);
-  return {s, Access{in, tile, first, span + 1, 0}};
+  return {s, Access{in, tile, first, span + 1, 0, copy}};
 }
 
-int Lowering::windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
-                            std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
-                            std::int64_t laneShift) {
+int Lowering::addWindow(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                        std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
+                        std::int64_t laneShift) {
   isa::WindowRead w;
   w.h = win.h, w.w = win.w, w.ho = win.ho, w.wo = win.wo;
   w.sh = win.sh, w.sw = win.sw, w.dh = win.dh, w.dw = win.dw, w.pt = win.pt, w.pl = win.pl;
@@ -171,8 +172,14 @@ int Lowering::windowOperand(const Window& win, const std::array<std::int64_t, 3>
   w.lanes = static_cast<std::int32_t>(lanes);
   w.fill = fill;
   out_.windows.push_back(w);
+  return static_cast<int>(out_.windows.size()) - 1;
+}
+
+int Lowering::windowOperand(const Window& win, const std::array<std::int64_t, 3>& block, std::int64_t ky,
+                            std::int64_t kx, const std::pair<Step, Access>& read, std::int64_t lanes, float fill,
+                            std::int64_t laneShift) {
   isa::FunctionalOperand operand;
-  operand.window = static_cast<std::int32_t>(out_.windows.size()) - 1;
+  operand.window = addWindow(win, block, ky, kx, read, lanes, fill, laneShift);
   return addOperand(operand);
 }
 
@@ -227,7 +234,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   std::set<int> avoid = slicesOf(in);
   for (ir::TensorId side : {job.bias, job.residual})
     for (int s : slicesOf(side)) avoid.insert(s);
-  if (auto s = place(job.out, false, avoid); !s) return s;
+  if (auto s = place(job.out, false, avoid, readCopies(job.out)); !s) return s;
 
   const Window win = windowOf(graph_, op);
   const int eb = ir::dtypeBytes(x.dtype);
@@ -245,8 +252,21 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (gatheringConv(chip_, graph_, in) == &op) {
     // Window-gathered input: a plain matmul over packed (kh*kw*Cin)-element vectors.
     job.kTiles = xs.placement.tiles;
-    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out}))
-      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) job.blocks.push_back({0, b0, std::min(tm, r0 + n - b0)});
+    // Blocks taken in turn from as many consecutive segments as there are planes: the planes, which
+    // start one block each at once, then write (and read) different MEM slices.
+    std::vector<std::vector<std::array<std::int64_t, 3>>> bySegment;
+    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out})) {
+      bySegment.emplace_back();
+      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) bySegment.back().push_back({0, b0, std::min(tm, r0 + n - b0)});
+    }
+    for (size_t g = 0; g < bySegment.size(); g += static_cast<size_t>(chip_.mxmPlanes)) {
+      const size_t end = std::min(bySegment.size(), g + static_cast<size_t>(chip_.mxmPlanes));
+      for (size_t j = 0, more = 1; more; ++j) {
+        more = 0;
+        for (size_t sg = g; sg < end; ++sg)
+          if (j < bySegment[sg].size()) job.blocks.push_back(bySegment[sg][j]), more = 1;
+      }
+    }
     job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
       return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
     };
@@ -275,7 +295,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.blocks = windowBlocks(win, in, job.out, tm);
   job.source = [this, in, win, cinTiles](int k, const std::array<std::int64_t, 3>& block) {
     const std::int64_t tap = k / cinTiles;
-    return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw);
+    return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, nullptr, static_cast<int>(tap));
   };
   job.weightRow = [cin, cinTiles, planeElems](std::int64_t, int k) {
     return (k / cinTiles) * cin + std::int64_t{k % cinTiles} * planeElems;
@@ -317,7 +337,8 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
                              std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
                              true, 0.0f,
-                             [&](int producer) { return makeWriteOf(pb, job.blocks[b][2], producer); }, {}, avoid);
+                             [&](int producer, int) { return makeWriteOf(pb, job.blocks[b][2], producer); },
+                             {{-1, 0, 0, job.blocks[b][2], 0}}, avoid);
       if (!chain) return chain.error();
       waitForFreedReaders(pb, chain->task, chain->writeStep);
       packed[k].push_back({pb, *chain});
@@ -375,11 +396,33 @@ Status Lowering::lowerBatchNorm(const ir::Op& op) {
                        folds);
 }
 
+int Lowering::readCopies(ir::TensorId tensor) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  if (!spatial_ || t.role != ir::TensorRole::kActivation || c2cTensors_.count(tensor) || t.users.empty()) return 1;
+  for (ir::OpId u : t.users) {
+    const ir::Op& user = graph_.op(u);
+    const bool window = user.kind == ir::OpKind::kConv || user.kind == ir::OpKind::kMaxPool ||
+                        user.kind == ir::OpKind::kAveragePool;
+    if (!window || user.inputs[0] != tensor || windowOf(graph_, user).taps() < 4) return 1;
+    // A Conv only when its gather passes pack several taps per vector (few input channels): then
+    // every tap is a pass of its own over the input (tapPasses); an implicit GEMM's taps are K tiles
+    // the planes stream one after another anyway.
+    if (user.kind == ir::OpKind::kConv &&
+        graph_.tensor(user.inputs[1]).shape[1] * ir::dtypeBytes(t.dtype) * 3 > chip_.vectorBytes)
+      return 1;
+  }
+  const int copies = 2;
+  const auto [rows, tiles] = geometry(tensor);
+  // Only while SRAM stays at most half full: the copies are a speed-up, never a reason not to fit.
+  if (out_.sram.inUse() + Bytes{copies} * rows * tiles * chip_.vectorBytes > out_.sram.capacity() / 2) return 1;
+  return copies;
+}
+
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
                                                  isa::VxmFunc combine, bool computes, float fill,
-                                                 const std::function<Step(int)>& finalWrite,
+                                                 const std::function<Step(int, int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
@@ -398,59 +441,107 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   }
   std::vector<std::pair<int, int>> readers[2];
   TapChain chain;
-  for (std::int64_t tap = tap0; tap < tap1; ++tap) {
-    const std::int64_t pass = tap - tap0;
+  // An input stored in several copies lets a pass read as many taps at once (one from each copy)
+  // and combine them before the partial: fewer passes, one ALU step fewer per chain. Only where the
+  // first tap is a plain copy (max-pool, a gather), since a group starts with `combine`.
+  const std::int64_t copies = first == isa::VxmFunc::kConvert ? tensors_.at(in).placement.replicas : 1;
+  // The lanes of the input tile that hold values (a shifted tap moves up by cin per tap).
+  const std::int64_t cin = storageCols(in);
+  const std::int64_t laneWidth = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(in).dtype));
+  const std::int64_t lanes = std::min(laneWidth, cin - std::int64_t{tile} * laneWidth);
+  std::int64_t pass = 0;
+  for (std::int64_t tap = tap0; tap < tap1; ++pass) {
+    const std::int64_t width = std::min(copies, tap1 - tap);
     Task task;
     task.name = fmt::format("{} tile {} rows {} tap {}", name, tile, block[1], tap);
-    const auto windowed = windowRead(win, in, tile, block, tap / win.kw, tap % win.kw);
-    const auto& [read, access] = windowed;
-    task.steps.push_back(read);
-    // The pass's tap realigned to the output pixels: on the SXM with its lane shift, else on the ALU.
-    const std::int64_t cin = storageCols(in);
-    const std::int64_t laneWidth = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(in).dtype));
-    const std::int64_t lanes = std::min(laneWidth, cin - std::int64_t{tile} * laneWidth);
-    const bool shifted = shiftLanes && pass > 0;
-    const int window = computes ? windowOperand(win, block, tap / win.kw, tap % win.kw, windowed, lanes, fill,
-                                                shifted ? pass * cin : 0)
-                                : -1;
-    if (shiftLanes && pass > 0) {
-      Step shift;  // to the tap's lanes of the packed vector
-      // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
-      // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
-      bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
-      if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
-      sxmRows_[west ? 0 : 1] += rows;
-      shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
-                                static_cast<int>(tap % sxmHalf),
-                            Opcode::kSxmShift, rows);
-      shift.producer = 0;
-      shift.inst.sxm = computes ? isa::SxmFunc::kWindow : isa::SxmFunc::kUnspecified;
-      shift.inst.operand = window;
-      task.steps.push_back(shift);
+    std::vector<Access> reads;
+    // Per tap: the step carrying its rows to the ALU, and the window the ALU instruction taking it
+    // applies (an unshifted tap's; a shifted tap is realigned on its SXM shift).
+    std::vector<int> operand, operandWindow;
+    for (std::int64_t i = 0; i < width; ++i) {
+      const std::int64_t t = tap + i;
+      const auto windowed = windowRead(win, in, tile, block, t / win.kw, t % win.kw, nullptr, static_cast<int>(i));
+      auto [read, access] = windowed;
+      access.step = static_cast<int>(task.steps.size());
+      reads.push_back(access);
+      task.steps.push_back(read);
+      operand.push_back(access.step);
+      // The tap realigned to the output pixels: on the SXM with its lane shift, else on the ALU.
+      const bool shifted = shiftLanes && t > tap0;
+      const int window = computes ? addWindow(win, block, t / win.kw, t % win.kw, windowed, lanes, fill,
+                                              shifted ? (t - tap0) * cin : 0)
+                                  : -1;
+      operandWindow.push_back(shifted ? -1 : window);
+      if (shifted) {
+        Step shift;  // to the tap's lanes of the packed vector
+        // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
+        // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
+        bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
+        if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
+        sxmRows_[west ? 0 : 1] += rows;
+        shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
+                                  static_cast<int>(t % sxmHalf),
+                              Opcode::kSxmShift, rows);
+        shift.inst.sxm = computes ? isa::SxmFunc::kWindow : isa::SxmFunc::kUnspecified;
+        if (computes) {
+          isa::FunctionalOperand realigned;
+          realigned.window = window;
+          shift.inst.operand = addOperand(realigned);
+        }
+        shift.producer = operand.back();
+        task.steps.push_back(shift);
+        operand.back() = static_cast<int>(task.steps.size()) - 1;
+      }
     }
-    Step alu;
-    alu.inst = makeInst(vxm, pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
-    alu.inst.func = pass == 0 ? first : combine;
-    alu.inst.timingOnly = !computes;  // an average pool's scale is a cost only
-    if (!shifted) alu.inst.operand = window;
-    alu.producer = static_cast<int>(task.steps.size()) - 1;
-    task.steps.push_back(alu);
-    const int aluAt = static_cast<int>(task.steps.size()) - 1;
+    // ALU steps: `first` on a lone first tap; else `combine` folds the taps, then the partial.
+    // An operand that is an unshifted tap is realigned by the instruction (window, window2).
+    auto addAlu = [&](int a, int aWindow, int b, int bWindow) {
+      Step alu;
+      alu.inst = makeInst(vxm, b < 0 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
+      alu.inst.func = b < 0 && pass == 0 ? first : combine;
+      alu.inst.timingOnly = !computes;  // an average pool's scale is a cost only
+      if (aWindow >= 0 || bWindow >= 0) {
+        isa::FunctionalOperand realigned;
+        realigned.window = aWindow;
+        realigned.window2 = bWindow;
+        alu.inst.operand = addOperand(realigned);
+      }
+      alu.producer = a;
+      alu.producer2 = b;
+      task.steps.push_back(alu);
+      return static_cast<int>(task.steps.size()) - 1;
+    };
+    int aluAt = operand[0];
+    int aluWindow = operandWindow[0];
+    if (width == 1) aluAt = addAlu(aluAt, aluWindow, -1, -1);
+    for (std::int64_t i = 1; i < width; ++i) {
+      aluAt = addAlu(aluAt, aluWindow, operand[i], operandWindow[i]);
+      aluWindow = -1;  // the folded taps are realigned already
+    }
     const alloc::Block& from = partial[(pass + 1) % 2];
     const alloc::Block& to = partial[pass % 2];
     int sideAt = -1;
     if (pass > 0) {
+      if (width > 1) aluAt = addAlu(aluAt, -1, -1, -1);  // the group's result, combined with the partial
       task.steps[aluAt].producer2 = static_cast<int>(task.steps.size());
       task.steps.push_back(makeReadOf(from, rows));
       sideAt = static_cast<int>(task.steps.size()) - 1;
     }
-    const bool last = tap + 1 == tap1;
-    task.steps.push_back(last ? finalWrite(aluAt) : makeWriteOf(to, rows, aluAt));
-    const int writeAt = static_cast<int>(task.steps.size()) - 1;
+    tap += width;
+    const bool last = tap == tap1;
+    // The last pass writes finalWrite once per copy of the output (finalWrites: one Access per copy).
+    const int writeAt = static_cast<int>(task.steps.size());
+    if (!last) task.steps.push_back(makeWriteOf(to, rows, aluAt));
+    for (int c = 0; last && c < static_cast<int>(finalWrites.size()); ++c) task.steps.push_back(finalWrite(aluAt, c));
     std::vector<Access> writes;
     if (last)
-      for (Access w : finalWrites) writes.push_back((w.step = writeAt, w));
-    const int id = addTask(std::move(task), {access}, writes);
+      for (size_t c = 0; c < finalWrites.size(); ++c)
+        if (finalWrites[c].tensor >= 0) {  // (scratch, tensor -1: its caller keeps track)
+          Access w = finalWrites[c];
+          w.step = writeAt + static_cast<int>(c);
+          writes.push_back(w);
+        }
+    const int id = addTask(std::move(task), reads, writes);
     if (!last) waitForFreedReaders(to, id, writeAt);
     if (pass > 0) {
       problem_.addDataDependence(chain.task, chain.writeStep, id, sideAt);
@@ -468,22 +559,25 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
 
 Status Lowering::lowerPool(const ir::Op& op) {
   // Per channel tile and block of output pixels, one pass per tap (tapPasses): max compares, average
-  // adds (the first tap copies, scaled for the average); the last tap writes the output.
+  // adds (the first tap copies, scaled for the average); the last tap writes every copy of the output.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
   std::set<int> avoid = slicesOf(in);
   for (int s : slicesOf(out)) avoid.insert(s);
-  for (int t = 0; t < tensors_.at(out).placement.tiles; ++t)
+  const TensorState& ys = tensors_.at(out);
+  for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
+      std::vector<Access> writes;
+      for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
       // Max: the first tap copies, each further one keeps the larger; padding is the lowest value.
       const float lowest = ir::dtypeBytes(graph_.tensor(in).dtype) == 1 ? -128.0f : -65504.0f;
       auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
                              average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
-                             [&](int producer) { return writeStep(out, t, block[1], block[2], producer); },
-                             {{out, t, block[1], block[2], 0}}, avoid);
+                             [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
+                             writes, avoid);
       if (!chain) return chain.error();
     }
   return {};

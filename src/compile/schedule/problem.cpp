@@ -175,8 +175,18 @@ Status Problem::check() const {
         return bad(t, fmt::format("step {} issues at offset {}, but following step {} by {} gives {}", k,
                                   steps[k].offset, f, steps[k].followGap, steps[f].offset + steps[k].followGap));
     }
-    for (size_t p = 0; p < steps.size(); ++p)
-      if (consumers[p] > 1) return bad(t, fmt::format("step {} feeds {} consumers; this problem form allows one", p, consumers[p]));
+    // A value may feed several consumers (a result written by two MEM slices), all downstream of
+    // its producer in one direction: a stream travels one way.
+    for (size_t p = 0; p < steps.size(); ++p) {
+      if (consumers[p] < 2) continue;
+      int east = -1, west = -1;
+      for (size_t k = 0; k < steps.size(); ++k)
+        if (steps[k].producer == static_cast<int>(p) || steps[k].producer2 == static_cast<int>(p))
+          (sliceOf(steps[k].inst.unit) >= sliceOf(steps[p].inst.unit) ? east : west) = static_cast<int>(k);
+      if (east >= 0 && west >= 0)
+        return bad(t, fmt::format("step {} feeds step {} eastward and step {} westward; a stream value travels one way", p,
+                                  east, west));
+    }
     // A task needing more registers at once than a direction has can never be placed.
     const auto [eb, ee] = edgesOf(t);
     for (int e = eb; e < ee; ++e) {

@@ -51,6 +51,34 @@ TEST(Problem, SideOperandsAreAlignedBackwards) {
   EXPECT_TRUE(west);
 }
 
+TEST(Problem, AValueWrittenByTwoSlicesReachesTheFarther) {
+  // One result written by two MEM slices downstream of its producer: each write at its own time of
+  // flight, the stream edge reaching the farther; verify() sees both write ports.
+  topology::ChipSpec chip;
+  Problem p(chip);
+  Task t = chainTask(chip, 0, 60, 40, "twice");
+  t.steps.push_back(t.steps[2]);
+  t.steps[3].inst.unit = chip.firstUnit(topology::UnitKind::kMem) + 70;
+  p.addTask(t);
+  p.addTask(chainTask(chip, 1, 70, 40, "other"));  // writes the second copy's slice too
+  p.finalize();
+  ASSERT_TRUE(p.check().ok()) << checkError(p);
+  const auto& steps = p.tasks()[0].steps;
+  EXPECT_EQ(steps[3].offset - steps[2].offset, 10);
+  const auto [eb, ee] = p.edgesOf(0);
+  ASSERT_EQ(ee - eb, 2);
+  EXPECT_EQ(p.streamEdges()[eb + 1].reach, p.sliceOf(steps[3].inst.unit) - p.sliceOf(steps[1].inst.unit));
+  auto s = scheduleList(p, {});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  ASSERT_TRUE(verify(p, *s).ok());
+  // The two tasks write slice 70 for 40 cycles each: they must not overlap there.
+  const Cycle a = s->start[0] + steps[3].offset, b = s->start[1] + p.tasks()[1].steps[2].offset;
+  EXPECT_TRUE(a + 40 <= b || b + 40 <= a);
+  Schedule broken = *s;
+  broken.start[1] = s->start[0] + steps[3].offset - p.tasks()[1].steps[2].offset;
+  EXPECT_FALSE(verify(p, broken).ok());
+}
+
 TEST(ProblemCheck, RejectsEachMalformedInput) {
   topology::ChipSpec chip;
   {
@@ -126,10 +154,10 @@ TEST(ProblemCheck, RejectsEachMalformedInput) {
     Problem p(chip);
     Task t = chainTask(chip, 0, 1, 4, "fanout");
     t.steps.push_back(t.steps[2]);
-    t.steps[3].inst.unit = chip.firstUnit(topology::UnitKind::kMem) + 2;
+    t.steps[3].inst.unit = chip.firstUnit(topology::UnitKind::kMem) + 80;  // the VXM's other side
     p.addTask(t);
     p.finalize();
-    EXPECT_NE(checkError(p).find("feeds 2 consumers"), std::string::npos);
+    EXPECT_NE(checkError(p).find("step 1 feeds step 3 eastward and step 2 westward"), std::string::npos);
   }
   {
     Problem p(chip);

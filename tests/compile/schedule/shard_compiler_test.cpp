@@ -3,6 +3,7 @@
 #include "compile/schedule/shard_compiler.h"
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -316,6 +317,59 @@ TEST(ShardCompiler, PackedConvSimulatesInExactlyThePredictedCycles) {
   auto cycles = simulate(chip, compiled->program);
   ASSERT_TRUE(cycles.ok()) << cycles.error().format();
   EXPECT_EQ(*cycles, compiled->program.predictedCycles);
+}
+
+// A feature map that a 3 x 3 max-pool reads nine times per pixel is stored twice: the Conv's one
+// result stream is written by two MEM slices of one hemisphere, each pass of the pool reads two taps,
+// one from each copy, and the program still simulates in exactly the predicted cycles.
+TEST(ShardCompiler, AFeatureMapReadByManyTapsIsWrittenTwice) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  using Ints = std::vector<std::int64_t>;
+  const auto x = g.addInput("x", {1, 3, 32, 32}, ir::DType::kI8);
+  const auto w = g.addWeight("w", {64, 3, 7, 7}, ir::DType::kI8);
+  auto y = *g.addOp(ir::OpKind::kConv, "conv", {x, w},
+                    ir::Attrs{{"strides", Ints{2, 2}}, {"pads", Ints{3, 3, 3, 3}}}, 0);
+  y = *g.addOp(ir::OpKind::kRelu, "relu", {y}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {y},
+                        ir::Attrs{{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}},
+                        0));
+  auto compiled = compileShard(chip, g, allOps(g), {}, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  const isa::Program& program = compiled->program;
+  const isa::TensorPlacement* map = nullptr;
+  for (const auto& t : program.tensors)
+    if (t.name == g.tensor(y).name) map = &t;
+  ASSERT_NE(map, nullptr);
+  ASSERT_EQ(map->replicas, 2);
+  const size_t pieces = map->memUnit.size() / 2;
+  std::set<int> first(map->memUnit.begin(), map->memUnit.begin() + static_cast<std::ptrdiff_t>(pieces));
+  std::set<int> second(map->memUnit.begin() + static_cast<std::ptrdiff_t>(pieces), map->memUnit.end());
+  std::int64_t written[2] = {0, 0}, read[2] = {0, 0};
+  for (const auto& i : program.instructions) {
+    for (int c = 0; c < 2; ++c) {
+      if (!(c == 0 ? first : second).count(i.unit)) continue;
+      (i.op == isa::Opcode::kMemWrite ? written : read)[c] += i.op == isa::Opcode::kMemWrite || i.op == isa::Opcode::kMemRead ? i.repeat : 0;
+    }
+  }
+  EXPECT_EQ(written[0], 16 * 16);  // every pixel, in both copies
+  EXPECT_EQ(written[1], 16 * 16);
+  // Nine taps of 8 x 8 output pixels: passes of two taps (one per copy) and a last single tap.
+  EXPECT_EQ(read[0] + read[1], 9 * 8 * 8);
+  EXPECT_EQ(read[1], 4 * 8 * 8);
+  // Each write of the second copy shares its stream (and so its values) with one of the first.
+  std::set<std::pair<Cycle, int>> firstWrites;
+  for (const auto& i : program.instructions)
+    if (i.op == isa::Opcode::kMemWrite && first.count(i.unit)) firstWrites.insert({i.issue, i.src.id});
+  for (const auto& i : program.instructions)
+    if (i.op == isa::Opcode::kMemWrite && second.count(i.unit)) {
+      bool shared = false;
+      for (const auto& [issue, id] : firstWrites) shared |= id == i.src.id && std::abs(issue - i.issue) < chip.sliceCount();
+      EXPECT_TRUE(shared) << "a write of the second copy at cycle " << i.issue;
+    }
+  auto cycles = simulate(chip, program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, program.predictedCycles);
 }
 
 // Golden programs: the readable form of tiny graphs, regenerated only on purpose
