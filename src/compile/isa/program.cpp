@@ -148,7 +148,7 @@ Instruction fromJson(const nlohmann::json& j) {
 
 nlohmann::json toJson(const FunctionalOperand& o) {
   return {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window, o.immediate2,
-          o.transposed ? 1 : 0, o.laneShift, o.laneCount};
+          o.transposed ? 1 : 0, o.laneShift, o.laneCount, o.map};
 }
 
 FunctionalOperand operandFromJson(const nlohmann::json& j) {
@@ -168,6 +168,7 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
     o.laneShift = j.at(9);
     o.laneCount = j.at(10);
   }
+  if (j.size() > 11) o.map = j.at(11);
   return o;
 }
 
@@ -185,6 +186,32 @@ WindowRead windowFromJson(const nlohmann::json& j) {
   w.lanes = j.at(16);
   w.fill = j.at(17);
   return w;
+}
+
+nlohmann::json toJson(const ElementMap& m) {
+  return {{"sources", m.sources}, {"source_dims", m.sourceDims}, {"out_dims", m.outDims}, {"out_cols", m.outCols},
+          {"source_cols", m.sourceCols}, {"from", m.from},
+          {"starts", m.starts},   {"steps", m.steps},            {"concat_axis", m.concatAxis},
+          {"offsets", m.offsets}, {"indices", m.indices},        {"index_dims", m.indexDims},
+          {"index_axis", m.indexAxis}};
+}
+
+ElementMap mapFromJson(const nlohmann::json& j) {
+  ElementMap m;
+  m.sources = j.at("sources").get<std::vector<std::string>>();
+  m.sourceDims = j.at("source_dims").get<std::vector<std::int64_t>>();
+  m.outDims = j.at("out_dims").get<std::vector<std::int64_t>>();
+  m.outCols = j.at("out_cols");
+  m.sourceCols = j.at("source_cols").get<std::vector<std::int64_t>>();
+  m.from = j.at("from").get<std::vector<std::int64_t>>();
+  m.starts = j.at("starts").get<std::vector<std::int64_t>>();
+  m.steps = j.at("steps").get<std::vector<std::int64_t>>();
+  m.concatAxis = j.at("concat_axis");
+  m.offsets = j.at("offsets").get<std::vector<std::int64_t>>();
+  m.indices = j.at("indices");
+  m.indexDims = j.at("index_dims").get<std::vector<std::int64_t>>();
+  m.indexAxis = j.at("index_axis");
+  return m;
 }
 
 nlohmann::json toJson(const WeightFold& f) {
@@ -276,6 +303,10 @@ std::string serialize(const Program& program) {
     auto& folds = doc["folds"] = nlohmann::json::array();
     for (const auto& f : program.folds) folds.push_back(toJson(f));
   }
+  if (!program.maps.empty()) {
+    auto& maps = doc["maps"] = nlohmann::json::array();
+    for (const auto& m : program.maps) maps.push_back(toJson(m));
+  }
   return doc.dump();
 }
 
@@ -309,6 +340,8 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
       for (const auto& j : doc.at("windows")) program.windows.push_back(windowFromJson(j));
     if (doc.contains("folds"))
       for (const auto& j : doc.at("folds")) program.folds.push_back(foldFromJson(j));
+    if (doc.contains("maps"))
+      for (const auto& j : doc.at("maps")) program.maps.push_back(mapFromJson(j));
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
@@ -420,7 +453,7 @@ std::string serializeBinary(const Program& program) {
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
   if (!program.operands.empty() || !program.accumulators.empty() || !program.windows.empty() ||
-      !program.folds.empty()) {
+      !program.folds.empty() || !program.maps.empty()) {
     w.put<std::uint32_t>(kFunctionalTag);
     std::uint64_t withOperand = 0;
     for (const auto& i : program.instructions) withOperand += i.operand >= 0 ? 1 : 0;
@@ -441,6 +474,7 @@ std::string serializeBinary(const Program& program) {
       w.put<float>(o.immediate2);
       w.put<std::int32_t>(o.laneShift);
       w.put<std::int32_t>(o.laneCount);
+      w.put<std::int32_t>(o.map);
     }
     w.put<std::uint64_t>(program.accumulators.size());
     for (const auto& a : program.accumulators) {
@@ -469,6 +503,20 @@ std::string serializeBinary(const Program& program) {
       w.put<std::uint8_t>(static_cast<std::uint8_t>(f.kind));
       for (const std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var}) w.putText(*text);
       w.put<double>(f.epsilon);
+    }
+    w.put<std::uint64_t>(program.maps.size());
+    for (const auto& m : program.maps) {
+      w.put<std::uint64_t>(m.sources.size());
+      for (const auto& name : m.sources) w.putText(name);
+      w.put<std::int64_t>(m.outCols);
+      for (const auto* list : {&m.sourceDims, &m.outDims, &m.sourceCols, &m.from, &m.starts, &m.steps, &m.offsets,
+                               &m.indexDims}) {
+        w.put<std::uint64_t>(list->size());
+        for (std::int64_t v : *list) w.put<std::int64_t>(v);
+      }
+      w.put<std::int32_t>(m.concatAxis);
+      w.putText(m.indices);
+      w.put<std::int32_t>(m.indexAxis);
     }
   }
   return w.take();
@@ -509,7 +557,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
               r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
               r.get(sxm) && r.get(timingOnly);
     if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(kLastVxmFunc) ||
-        sxm > static_cast<std::uint8_t>(SxmFunc::kLanes) || timingOnly > 1)
+        sxm > static_cast<std::uint8_t>(SxmFunc::kPermute) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
     i.sxm = static_cast<SxmFunc>(sxm);
     i.timingOnly = timingOnly != 0;
@@ -549,7 +597,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     for (auto& o : program.operands) {
       std::uint8_t splat = 0;
       if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
-          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount))
+          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount) || !r.get(o.map))
         return bad();
       o.splatA = (splat & 1) != 0;
       o.splatB = (splat & 2) != 0;
@@ -588,11 +636,30 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
         if (!r.getText(*text)) return bad();
       if (!r.get(f.epsilon)) return bad();
     }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.maps.resize(count);
+    for (auto& m : program.maps) {
+      std::uint64_t n = 0;
+      if (!r.get(n) || n > body.size()) return bad();
+      m.sources.resize(n);
+      for (auto& name : m.sources)
+        if (!r.getText(name)) return bad();
+      if (!r.get(m.outCols)) return bad();
+      for (auto* list : {&m.sourceDims, &m.outDims, &m.sourceCols, &m.from, &m.starts, &m.steps, &m.offsets,
+                         &m.indexDims}) {
+        if (!r.get(n) || n > body.size()) return bad();
+        list->resize(n);
+        for (auto& v : *list)
+          if (!r.get(v)) return bad();
+      }
+      if (!r.get(m.concatAxis) || !r.getText(m.indices) || !r.get(m.indexAxis)) return bad();
+    }
     for (const auto& i : program.instructions)
       if (i.operand >= static_cast<std::int32_t>(program.operands.size())) return bad();
     for (const auto& o : program.operands)
       if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size()) ||
-          o.window >= static_cast<std::int32_t>(program.windows.size()))
+          o.window >= static_cast<std::int32_t>(program.windows.size()) ||
+          o.map >= static_cast<std::int32_t>(program.maps.size()))
         return bad();
   }
   if (!r.done() || (tag != 0 && tag != kFunctionalTag)) return fail("malformed program: trailing bytes");
@@ -630,6 +697,7 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     if (i.sxm == SxmFunc::kCopy) out += " copy";
     if (i.sxm == SxmFunc::kWindow) out += " window";
     if (i.sxm == SxmFunc::kLanes) out += " lanes";
+    if (i.sxm == SxmFunc::kPermute) out += " permute";
     if (i.timingOnly) out += " timing-only";
     if (i.operand >= 0) out += fmt::format(" operand={}", i.operand);
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);

@@ -973,14 +973,15 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
     if (perm.empty()) copies = copies && graph_.tensor(in).shape.size() <= 1;  // no perm: the axes reversed
     for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
   }
+  const int map = copies ? -1 : elementMap(op, out);
   copyVectors(op, in, out, 0, ys.placement.tiles, 0, ys.placement.rows, 0, 0, true,
-              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified);
+              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified, -1, map);
   return {};
 }
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                            std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
-                           isa::SxmFunc func, int operand) {
+                           isa::SxmFunc func, int operand, int map) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
@@ -1005,12 +1006,24 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       // pieces taking the units of their half in turn.
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
-      shift.inst.sxm = func;
+      shift.inst.sxm = map >= 0 ? isa::SxmFunc::kPermute : func;
       shift.inst.operand = operand;
+      std::vector<Access> reads = {{in, tile, ir0, n, 0}};
+      if (map >= 0) {
+        isa::FunctionalOperand where;
+        where.tile = t;
+        where.row0 = r;
+        where.map = map;
+        shift.inst.operand = addOperand(where);
+        // The permute's values come from the whole of its sources: it waits for all their writers.
+        for (ir::TensorId src : mapReads_[static_cast<size_t>(map)])
+          for (int st = 0; st < tensors_.at(src).placement.tiles; ++st)
+            reads.push_back({src, st, 0, tensors_.at(src).placement.rows, 1});
+      }
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));
-      addTask(std::move(task), {{in, tile, ir0, n, 0}}, {{out, t, r, n, 2}});
+      addTask(std::move(task), reads, {{out, t, r, n, 2}});
       r += n;
     }
 }

@@ -136,7 +136,13 @@ class Lowering {
   // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                    std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
-                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1);
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1, int map = -1);
+  // The element map (isa::ElementMap) of a data-movement op's output `out` (Transpose, Reshape and its
+  // kin, Expand, Gather, Slice, Concat and Split along any axis); -1 when the op's tensors are not
+  // stored row-major in their shape (channels-last maps) or its parameters are not constants.
+  // copyVectors with the map re-forms every vector from the map's sources, which its pieces then
+  // read whole (they wait for every writer of the sources, and a reuse of their space for them).
+  int elementMap(const ir::Op& op, ir::TensorId out);
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
@@ -230,6 +236,7 @@ class Lowering {
   std::int64_t minSegmentRows_ = 128;
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
+  std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
   // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
   std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
