@@ -809,22 +809,47 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   // broadcasts are timed alike but not computed.
   bool timingOnly = !valuesKnown;
   std::vector<bool> splat(operands.size(), false);
+  // An operand whose shape is the output's trailing dimensions (an attention mask [S, T] added to
+  // scores [B, heads, S, T]) repeats every `its rows` output rows: row r reads its row r mod rows.
+  std::vector<std::int64_t> period(operands.size(), 0);
+  const auto& outShape = graph_.tensor(out).shape;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
+    const auto& inShape = graph_.tensor(operands[i]).shape;
     splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
-    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1)) timingOnly = true;
+    if (inRows > 1 && inRows < rows && rows % inRows == 0 && inShape.size() < outShape.size() &&
+        std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
+        !(spatial_ && outShape.size() == 4))
+      period[i] = inRows;
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i]))
+      timingOnly = true;
   }
+  // Pieces do not cross a period's end or a segment end of a periodic operand.
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (const auto& [p0, pn] : rowPieces(0, rows, aligned))
+    for (std::int64_t r = p0; r < p0 + pn;) {
+      std::int64_t end = p0 + pn;
+      for (size_t i = 0; i < operands.size(); ++i)
+        if (period[i]) {
+          const std::int64_t seg = std::min(period[i], tensors_.at(operands[i]).segmentRows());
+          end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
+        }
+      pieces.push_back({r, end - r});
+      r = end;
+    }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& [r0, n] : rowPieces(0, rows, aligned)) {
+    for (const auto& [r0, n] : pieces) {
       Task task;
       task.name = fmt::format("{} tile {}", op.name, t);
       std::vector<Access> reads;
       auto input = [&](ir::TensorId in) {
         const TensorState& is = tensors_.at(in);
-        const bool broadcast = is.placement.rows != rows;
+        const bool periodic = !timingOnly && period[static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin())] > 0;
+        const bool broadcast = is.placement.rows != rows && !periodic;
+        const std::int64_t from = periodic ? r0 % is.placement.rows : r0;
         const int tile = t % is.placement.tiles;
-        task.steps.push_back(readStep(in, tile, r0, n, broadcast, broadcast ? sideReads_++ : 0));
-        reads.push_back({in, tile, broadcast ? 0 : r0, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
+        task.steps.push_back(readStep(in, tile, from, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({in, tile, broadcast ? 0 : from, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
         return static_cast<int>(task.steps.size()) - 1;
       };
       int tail = input(operands[0]);
