@@ -17,9 +17,9 @@ const isa::TensorPlacement* placementOf(const isa::Program& program, const std::
   return it == program.tensors.end() ? nullptr : &*it;
 }
 
-std::int64_t product(const std::int64_t* dims, size_t rank) {
+std::int64_t product(const std::vector<std::int64_t>& dims) {
   std::int64_t n = 1;
-  for (size_t d = 0; d < rank; ++d) n *= dims[d];
+  for (std::int64_t d : dims) n *= d;
   return n;
 }
 
@@ -46,7 +46,7 @@ Expected<VectorRun> FunctionalState::permute(const isa::Program& program, const 
   const int eb = bytesOf(*sources[0]);
   const int lanes = vectorBytes_ / eb;
   const std::int64_t outCols = map.outCols;
-  const std::int64_t outElements = product(map.outDims.data(), map.outDims.size());
+  const std::int64_t outElements = product(map.outDims);
   const std::int64_t indexCols = map.indexDims.empty() ? 1 : map.indexDims.back();
   // Element (row, col) of a placement stored rows x cols, as its bytes.
   auto element = [&](const isa::TensorPlacement& t, std::int64_t flat, std::int64_t cols) {
@@ -56,46 +56,25 @@ Expected<VectorRun> FunctionalState::permute(const isa::Program& program, const 
     return vectorAt(sliceOf(unit), address) + (c % tl) * tb;
   };
   auto out = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(count) * vectorBytes_, 0);
-  std::vector<std::int64_t> coord(map.outDims.size()), src(rank);
   for (std::int64_t j = 0; j < count; ++j)
     for (int l = 0; l < lanes; ++l) {
       const std::int64_t c = std::int64_t{operand.tile} * lanes + l;
       const std::int64_t f = (operand.row0 + j) * outCols + c;
       if (c >= outCols || f >= outElements) continue;  // lanes past the values stay zero
-      std::int64_t rest = f;
-      for (size_t d = map.outDims.size(); d-- > 0;) {
-        coord[d] = rest % map.outDims[d];
-        rest /= map.outDims[d];
+      std::int64_t index = 0;
+      if (indices) {  // the table row: the indices' value at the output's index coordinates
+        const std::int64_t at = isa::indexElementOf(map, f);
+        std::memcpy(&index, element(*indices, at, indexCols), static_cast<std::size_t>(bytesOf(*indices)));
+        if (bytesOf(*indices) == 4) index = static_cast<std::int32_t>(index);
+        const std::int64_t n = map.sourceDims[static_cast<size_t>(map.indexAxis)];
+        if (index < 0) index += n;
+        if (index < 0 || index >= n)
+          return makeError(ExitCode::kModel, fmt::format("Gather index {} of '{}' (element {}) is out of range [0, {}) of '{}'",
+                                                         index, map.indices, at, n, map.sources[0]));
       }
-      for (size_t s = 0; s < rank; ++s) {
-        if (static_cast<std::int32_t>(s) == map.indexAxis && indices) {
-          std::int64_t at = 0;  // the indices' element at the output coordinates [indexAxis, +indexDims)
-          for (size_t d = 0; d < map.indexDims.size(); ++d) at = at * map.indexDims[d] + coord[s + d];
-          std::int64_t k = 0;
-          std::memcpy(&k, element(*indices, at, indexCols), static_cast<std::size_t>(bytesOf(*indices)));
-          if (bytesOf(*indices) == 4) k = static_cast<std::int32_t>(k);
-          const std::int64_t n = map.sourceDims[s];
-          if (k < 0) k += n;
-          if (k < 0 || k >= n)
-            return makeError(ExitCode::kModel, fmt::format("Gather index {} of '{}' (element {}) is out of range [0, {}) of '{}'",
-                                                           k, map.indices, at, n, map.sources[0]));
-          src[s] = k;
-        } else {
-          src[s] = map.starts[s] + map.steps[s] * coord[static_cast<size_t>(map.from[s])];
-        }
-      }
-      size_t k = 0;
-      if (map.concatAxis >= 0) {
-        const auto axis = static_cast<size_t>(map.concatAxis);
-        while (k + 1 < map.offsets.size() && src[axis] >= map.offsets[k + 1]) ++k;
-        src[axis] -= map.offsets[k];
-      }
-      const std::int64_t* dims = map.sourceDims.data() + k * rank;
-      std::int64_t flat = 0;
-      for (size_t s = 0; s < rank; ++s) flat = flat * dims[s] + src[s];
-      const std::int64_t cols = std::max<std::int64_t>(1, map.sourceCols[k]);
+      const auto [k, flat] = isa::sourceElementOf(map, f, index);
       std::memcpy(out->data() + static_cast<std::size_t>(j) * vectorBytes_ + static_cast<std::size_t>(l) * eb,
-                  element(*sources[k], flat, cols), static_cast<std::size_t>(eb));
+                  element(*sources[k], flat, std::max<std::int64_t>(1, map.sourceCols[k])), static_cast<std::size_t>(eb));
     }
   return VectorRun(out);
 }

@@ -270,6 +270,58 @@ TensorPlacement placementFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
+namespace {
+
+// Output element f's coordinates over the map's output shape.
+void unravel(const ElementMap& map, std::int64_t f, std::int64_t* coord) {
+  for (size_t d = map.outDims.size(); d-- > 0;) {
+    coord[d] = f % map.outDims[d];
+    f /= map.outDims[d];
+  }
+}
+
+}  // namespace
+
+std::int64_t indexElementOf(const ElementMap& map, std::int64_t f) {
+  std::vector<std::int64_t> coord(map.outDims.size());
+  unravel(map, f, coord.data());
+  std::int64_t at = 0;
+  for (size_t d = 0; d < map.indexDims.size(); ++d)
+    at = at * map.indexDims[d] + coord[static_cast<size_t>(map.indexAxis) + d];
+  return at;
+}
+
+std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int64_t f, std::int64_t index) {
+  const size_t rank = map.from.size();
+  // Coordinates on the stack for the usual ranks (this runs once per element of a permute).
+  constexpr size_t kSmall = 8;
+  std::int64_t coordSmall[kSmall], srcSmall[kSmall];
+  std::vector<std::int64_t> coordBig, srcBig;
+  std::int64_t* coord = coordSmall;
+  std::int64_t* src = srcSmall;
+  if (map.outDims.size() > kSmall || rank > kSmall) {
+    coordBig.resize(map.outDims.size());
+    srcBig.resize(rank);
+    coord = coordBig.data();
+    src = srcBig.data();
+  }
+  unravel(map, f, coord);
+  for (size_t s = 0; s < rank; ++s)
+    src[s] = static_cast<std::int32_t>(s) == map.indexAxis && !map.indices.empty()
+                 ? index
+                 : map.starts[s] + map.steps[s] * coord[static_cast<size_t>(map.from[s])];
+  size_t k = 0;
+  if (map.concatAxis >= 0) {
+    const auto axis = static_cast<size_t>(map.concatAxis);
+    while (k + 1 < map.offsets.size() && src[axis] >= map.offsets[k + 1]) ++k;
+    src[axis] -= map.offsets[k];
+  }
+  const std::int64_t* dims = map.sourceDims.data() + k * rank;
+  std::int64_t flat = 0;
+  for (size_t s = 0; s < rank; ++s) flat = flat * dims[s] + src[s];
+  return {k, flat};
+}
+
 std::uint64_t Program::contentHash() const { return fnv1a(serialize(*this)); }
 
 std::string serialize(const Program& program) {

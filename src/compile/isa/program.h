@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/expected.h"
@@ -197,6 +198,12 @@ struct ElementMap {
   std::int32_t indexAxis = -1;            ///< Gather: the table axis the indices select
   friend bool operator==(const ElementMap&, const ElementMap&) = default;
 };
+
+/// The element of a Gather's indices that output element f (row-major over map.outDims) reads.
+std::int64_t indexElementOf(const ElementMap& map, std::int64_t f);
+/// Which source output element f takes: (source k, its element's row-major index over its shape);
+/// a Gather's table axis takes `index` (the value at indexElementOf, in range).
+std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int64_t f, std::int64_t index = 0);
 
 /// A tensor whose initial SRAM image is folded at compile time from graph tensors: inference
 /// BatchNormalization into a Conv's weights (column co of the tap-major weights times scale[co]) and

@@ -1040,10 +1040,7 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
         where.row0 = r;
         where.map = map;
         shift.inst.operand = addOperand(where);
-        // The permute's values come from the whole of its sources: it waits for all their writers.
-        for (ir::TensorId src : mapReads_[static_cast<size_t>(map)])
-          for (int st = 0; st < tensors_.at(src).placement.tiles; ++st)
-            reads.push_back({src, st, 0, tensors_.at(src).placement.rows, 1});
+        permuteReads(map, out, t, r, n, reads);
       }
       shift.producer = 0;
       task.steps.push_back(shift);
@@ -1051,6 +1048,44 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       addTask(std::move(task), reads, {{out, t, r, n, 2}});
       r += n;
     }
+}
+
+void Lowering::permuteReads(int map, ir::TensorId out, int tile, std::int64_t row0, std::int64_t rows, std::vector<Access>& reads) const {
+  // The source rows the piece's elements take, per source tile (a Gather's rows are the run-time
+  // indices': the whole table and the whole index tensor).
+  const isa::ElementMap& m = out_.maps[static_cast<size_t>(map)];
+  const auto& sources = mapReads_[static_cast<size_t>(map)];
+  auto whole = [&](ir::TensorId src) {
+    for (int st = 0; st < tensors_.at(src).placement.tiles; ++st) reads.push_back({src, st, 0, tensors_.at(src).placement.rows, 1});
+  };
+  const TensorState& ys = tensors_.at(out);
+  std::int64_t elements = 1;
+  for (std::int64_t d : m.outDims) elements *= d;
+  // Past kPreciseElements output elements the piece waits for its sources whole (a bound on the
+  // compile's work, counted in elements).
+  constexpr std::int64_t kPreciseElements = std::int64_t{1} << 22;
+  if (!m.indices.empty() || elements > kPreciseElements) {
+    for (ir::TensorId src : sources) whole(src);
+    return;
+  }
+  const std::int64_t outLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(static_cast<ir::DType>(ys.placement.dtype)));
+  std::map<std::pair<size_t, int>, std::pair<std::int64_t, std::int64_t>> span;  // (source, tile) -> rows [lo, hi]
+  for (std::int64_t r = row0; r < row0 + rows; ++r)
+    for (std::int64_t c = std::int64_t{tile} * outLanes; c < std::min(m.outCols, std::int64_t{tile + 1} * outLanes); ++c) {
+      const std::int64_t f = r * m.outCols + c;
+      if (f >= elements) break;
+      const auto [k, flat] = isa::sourceElementOf(m, f);
+      const std::int64_t cols = std::max<std::int64_t>(1, m.sourceCols[k]);
+      const TensorState& ss = tensors_.at(sources[k]);
+      const std::int64_t srcLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(static_cast<ir::DType>(ss.placement.dtype)));
+      const std::pair<size_t, int> key{k, static_cast<int>(flat % cols / srcLanes)};
+      const std::int64_t row = flat / cols;
+      auto it = span.find(key);
+      if (it == span.end()) span[key] = {row, row};
+      else it->second = {std::min(it->second.first, row), std::max(it->second.second, row)};
+    }
+  for (const auto& [key, rowsOf] : span)
+    reads.push_back({sources[key.first], key.second, rowsOf.first, rowsOf.second - rowsOf.first + 1, 1});
 }
 
 void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {

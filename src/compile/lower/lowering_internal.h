@@ -140,9 +140,13 @@ class Lowering {
   // The element map (isa::ElementMap) of a data-movement op's output `out` (Transpose, Reshape and its
   // kin, Expand, Gather, Slice, Concat and Split along any axis); -1 when the op's tensors are not
   // stored row-major in their shape (channels-last maps) or its parameters are not constants.
-  // copyVectors with the map re-forms every vector from the map's sources, which its pieces then
-  // read whole (they wait for every writer of the sources, and a reuse of their space for them).
+  // copyVectors with the map re-forms every vector from the map's sources: each piece waits for
+  // the writers of the source rows it takes, and a reuse of their space for it.
   int elementMap(const ir::Op& op, ir::TensorId out);
+  // The source rows (per source tile) that output rows [row0, +rows) of `tile` of map's output take,
+  // as reads of the permute's step; a Gather's whole table and indices.
+  void permuteReads(int map, ir::TensorId out, int tile, std::int64_t row0, std::int64_t rows,
+                    std::vector<Access>& reads) const;
   Status lowerNormalization(const ir::Op& op);
   Status lowerDataMovement(const ir::Op& op);
   Status lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
