@@ -403,13 +403,28 @@ TEST(FunctionalOps, GatherReadsInt32IdsFromSram) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
-TEST(FunctionalOps, ChannelsLastTransposeIsRefusedNamingItsTensor) {
-  // In a graph with pooling a 4-D map is stored channels-last; a Transpose of it has no element
-  // map, and functional mode refuses it (exit 2) naming the tensor its SXM reads.
-  ir::Graph g;
+// A [1, 16, 4, 4] map made on chip by a 1 x 1 max pool: the graph stores 4-D maps channels-last.
+ir::TensorId pooledMap(ir::Graph& g) {
   const auto x = mapOf(g, "x", {1, 16, 4, 4}, ir::DType::kF16);
-  const auto p = *g.addOp(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Ints{1, 1}}}, 0);
+  return *g.addOp(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Ints{1, 1}}}, 0);
+}
+
+TEST(FunctionalOps, ChannelsLastTransposeAndFlattenArePermutes) {
+  // In a graph with pooling a 4-D map is stored channels-last ([N, H, W, C]): the element maps are
+  // expressed over that order, for a Transpose of the map and a Flatten of it into rows.
+  ir::Graph g;
+  const auto p = pooledMap(g);
   g.markOutput(*g.addOp(OpKind::kTranspose, "t", {p}, {{"perm", Ints{0, 2, 3, 1}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kFlatten, "flat", {p}, {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, ChannelsLastReshapeIsRefusedNamingItsTensor) {
+  // A reshape of a channels-last map into another 4-D map has no element map: functional mode
+  // refuses it (exit 2) naming the tensor its SXM reads.
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kReshape, "r", {pooledMap(g)}, {{"shape", Ints{1, 4, 16, 4}}}, 0));
   const Status s = runOnOneChip(g);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();

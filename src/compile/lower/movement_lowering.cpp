@@ -213,17 +213,20 @@ Status Lowering::lowerCopy(const ir::Op& op) {
 namespace tsp::lower::detail {
 
 int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
-  // Every tensor involved is stored row-major in its shape (rows x the last dimension).
-  std::vector<ir::TensorId> involved(op.inputs.begin(), op.inputs.end());
-  involved.push_back(out);
+  // The map is built over the tensors' shapes, then re-expressed over the storage order of a
+  // channels-last map ([N, C, H, W] stored as [N, H, W, C]).
+  auto channelsLast = [&](ir::TensorId t) { return spatial_ && graph_.tensor(t).shape.size() == 4; };
   const bool gather = op.kind == ir::OpKind::kGather;
   const bool slice = op.kind == ir::OpKind::kSlice;
-  for (size_t i = 0; i < involved.size(); ++i) {
-    const ir::TensorId t = involved[i];
-    const bool parameter = (gather || slice) && i > 0 && t != out;  // indices, starts, ends, ...
-    if (parameter) continue;
-    if (!tensors_.count(t) || (spatial_ && graph_.tensor(t).shape.size() == 4)) return -1;
+  const bool reshape = op.kind == ir::OpKind::kReshape || op.kind == ir::OpKind::kFlatten ||
+                       op.kind == ir::OpKind::kSqueeze || op.kind == ir::OpKind::kUnsqueeze ||
+                       op.kind == ir::OpKind::kIdentity;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    if ((gather || slice) && i > 0) continue;  // indices, starts, ends, ...
+    if (!tensors_.count(op.inputs[i]) || (gather && channelsLast(op.inputs[i]))) return -1;
   }
+  // A reshape re-forms a channels-last map only into a tensor stored row-major.
+  if (!tensors_.count(out) || (reshape && channelsLast(out))) return -1;
   const auto& outShape = graph_.tensor(out).shape;
   isa::ElementMap map;
   map.outDims = outShape;
@@ -260,13 +263,11 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
     }
     case ir::OpKind::kReshape: case ir::OpKind::kFlatten: case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze:
     case ir::OpKind::kIdentity: {
-      // The values in row-major order stay: one flat axis on both sides.
-      map.sources.push_back(graph_.tensor(in).name);
-      map.sourceDims = {graph_.tensor(in).elements()};
-      map.sourceCols.push_back(storageCols(in));
-      reads.push_back(in);
-      map.outDims = {graph_.tensor(out).elements()};
-      identity(1);
+      // The values in row-major order stay: the output's element f is the input's element f,
+      // counted over the input's shape.
+      addSource(in);
+      map.outDims = inShape;
+      identity(inShape.size());
       break;
     }
     case ir::OpKind::kExpand: {
@@ -348,6 +349,23 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
       break;
     }
     default: return -1;
+  }
+  // Storage axis a of a channels-last map is shape axis kShapeAxis[a]; shape axis a is storage axis kStorageAxis[a].
+  static constexpr std::int64_t kShapeAxis[4] = {0, 2, 3, 1}, kStorageAxis[4] = {0, 3, 1, 2};
+  if (channelsLast(out)) {
+    map.outDims = storageDims(out);
+    for (auto& f : map.from) f = kStorageAxis[f];
+  }
+  if (channelsLast(in)) {
+    auto reorder = [](std::vector<std::int64_t>& v, size_t at) {
+      const std::vector<std::int64_t> old(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at) + 4);
+      for (size_t a = 0; a < 4; ++a) v[at + a] = old[static_cast<size_t>(kShapeAxis[a])];
+    };
+    reorder(map.from, 0);
+    reorder(map.starts, 0);
+    reorder(map.steps, 0);
+    for (size_t k = 0; k < map.sources.size(); ++k) reorder(map.sourceDims, 4 * k);
+    if (map.concatAxis >= 0) map.concatAxis = static_cast<std::int32_t>(kStorageAxis[map.concatAxis]);
   }
   out_.maps.push_back(std::move(map));
   mapReads_.push_back(std::move(reads));
