@@ -50,12 +50,13 @@ std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::E
   return out;
 }
 
-// An INT32 or INT64 tensor that only Gathers read, as their indices: stored on chip in its own type.
+// An INT32 or INT64 graph input or constant that only Gathers read, as their indices: stored on
+// chip in its own type (no ALU op computes one).
 bool indexTensor(const ir::Graph& graph, const std::string& name) {
   const auto id = graph.findTensor(name);
   if (!id) return false;
   const ir::Tensor& t = graph.tensor(*id);
-  if ((t.dtype != ir::DType::kI32 && t.dtype != ir::DType::kI64) || t.users.empty()) return false;
+  if ((t.dtype != ir::DType::kI32 && t.dtype != ir::DType::kI64) || t.users.empty() || t.producer >= 0) return false;
   return std::all_of(t.users.begin(), t.users.end(), [&](ir::OpId u) {
     const ir::Op& op = graph.op(u);
     return op.kind == ir::OpKind::kGather && op.inputs.size() > 1 && op.inputs[1] == *id && op.inputs[0] != *id;
