@@ -32,9 +32,14 @@ std::uint64_t nameHash(const std::string& name) {
 // Deterministic values from (seed, tensor name, element), exact in the storage type: FP16 values
 // k/64 (|k| <= 64) scaled by a power of two near 1/sqrt(fan-in) for matrices, so that sums stay in
 // range layer after layer; INT8 values in [-3, 3].
-std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::ElementType element) {
+std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::ElementType element,
+                                 std::int64_t indexRange = 0) {
   std::vector<double> out(static_cast<size_t>(t.elements()));
   const std::uint64_t base = mix(seed ^ nameHash(t.name));
+  if (indexRange > 0) {  // Gather indices: rows of the table, in [0, indexRange)
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(mix(base + i) % static_cast<std::uint64_t>(indexRange));
+    return out;
+  }
   double scale = 1.0;
   if (t.shape.size() >= 2) scale = std::ldexp(1.0, -static_cast<int>(std::lround(0.5 * std::log2(static_cast<double>(std::max<std::int64_t>(1, t.shape[t.shape.size() - 2]))))));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -43,6 +48,34 @@ std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::E
                                                 : static_cast<double>(static_cast<std::int64_t>(h % 7) - 3);
   }
   return out;
+}
+
+// An INT32 or INT64 graph input or constant that only Gathers read, as their indices: stored on
+// chip in its own type (no ALU op computes one).
+bool indexTensor(const ir::Graph& graph, const std::string& name) {
+  const auto id = graph.findTensor(name);
+  if (!id) return false;
+  const ir::Tensor& t = graph.tensor(*id);
+  if ((t.dtype != ir::DType::kI32 && t.dtype != ir::DType::kI64) || t.users.empty() || t.producer >= 0) return false;
+  return std::all_of(t.users.begin(), t.users.end(), [&](ir::OpId u) {
+    const ir::Op& op = graph.op(u);
+    return op.kind == ir::OpKind::kGather && op.inputs.size() > 1 && op.inputs[1] == *id && op.inputs[0] != *id;
+  });
+}
+
+// The rows of the table axis a Gather's indices select (0: not Gather indices).
+std::int64_t indexRange(const ir::Graph& graph, ir::TensorId id) {
+  if (!indexTensor(graph, graph.tensor(id).name)) return 0;
+  std::int64_t range = 0;
+  for (ir::OpId u : graph.tensor(id).users) {
+    const ir::Op& op = graph.op(u);
+    const auto& shape = graph.tensor(op.inputs[0]).shape;
+    std::int64_t axis = op.intAttr("axis", 0);
+    if (axis < 0) axis += static_cast<std::int64_t>(shape.size());
+    const std::int64_t n = shape.at(static_cast<size_t>(axis));
+    range = range == 0 ? n : std::min(range, n);
+  }
+  return range;
 }
 
 // A value as the chip stores it: rounded to FP16, or wrapped to INT8. The reference side rounds with
@@ -233,6 +266,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   for (const auto& p : programs)
     for (const auto& t : p->tensors) {
       const auto dtype = static_cast<ir::DType>(t.dtype);
+      if (indexTensor(graph, t.name)) continue;  // INT32 / INT64 Gather indices, stored as such
       if (!stored) {
         stored = dtype;
         first = t.name;
@@ -273,17 +307,19 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (!value) return value.error();
       data = std::move(value->data);
     } else {
-      data = seededValues(sources.seed, t, element);
+      data = seededValues(sources.seed, t, element, indexRange(graph, stateAndInputs[i]));
     }
-    for (double& v : data) v = toStorage(v, element);
+    if (!indexTensor(graph, t.name))
+      for (double& v : data) v = toStorage(v, element);
     inputs.push_back({t.dtype, t.shape, data});
     leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
   }
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
     const ir::Tensor& t = graph.tensor(id);
     if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
-    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element);
-    for (double& v : data) v = toStorage(v, element);
+    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element, indexRange(graph, id));
+    if (!indexTensor(graph, t.name))
+      for (double& v : data) v = toStorage(v, element);
     auto shared = std::make_shared<const std::vector<double>>(std::move(data));
     reference.setData(id, shared);
     leaves[t.name] = std::move(shared);

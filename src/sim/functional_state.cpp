@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/ir/graph.h"
 #include "sim/functional.h"
 
 namespace tsp::sim {
@@ -78,27 +79,34 @@ const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) c
   return mem.size() < end ? zeros_.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
+int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
+  const auto dtype = static_cast<ir::DType>(tensor.dtype);
+  return dtype == ir::DType::kI32 || dtype == ir::DType::kI64 ? ir::dtypeBytes(dtype) : elementBytes(element_);
+}
+
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
   const std::int64_t cols = values.cols;
   static const std::vector<double> kNone;
   const std::vector<double>& data = values.data ? *values.data : kNone;
+  const int eb = bytesOf(tensor);
+  const int lanes = vectorBytes_ / eb;
   if (cols <= 0 || static_cast<std::int64_t>(data.size()) != tensor.rows * cols ||
-      (cols + lanes_ - 1) / lanes_ > tensor.tiles)
+      (cols + lanes - 1) / lanes > tensor.tiles)
     return makeError(ExitCode::kInternal,
                      fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
                                  data.size(), tensor.name, tensor.rows, tensor.tiles));
-  const int eb = elementBytes(element_);
   for (int copy = 0; copy < std::max(1, tensor.replicas); ++copy)
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes_), r);
-      std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
+      const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes), r);
+      std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
       const double x = data[static_cast<std::size_t>(r * cols + c)];
-      if (element_ == ElementType::kFp16) {
+      if (eb > 2 || (eb == 1 && element_ == ElementType::kInt8)) {
+        const auto i = static_cast<std::int64_t>(x);  // little-endian two's complement, eb bytes
+        std::memcpy(v, &i, static_cast<std::size_t>(eb));
+      } else {
         const std::uint16_t h = floatToHalf(static_cast<float>(x));
         std::memcpy(v, &h, sizeof h);
-      } else {
-        *v = static_cast<std::uint8_t>(static_cast<std::int64_t>(x) & 0xff);
       }
     }
   return {};
@@ -106,18 +114,27 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
 
 std::vector<double> FunctionalState::read(const isa::TensorPlacement& tensor, std::int64_t cols) const {
   std::vector<double> out(static_cast<std::size_t>(tensor.rows * cols));
-  const int eb = elementBytes(element_);
+  const int eb = bytesOf(tensor);
+  const int lanes = vectorBytes_ / eb;
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
-      const auto [unit, address] = vectorOf(tensor, 0, static_cast<int>(c / lanes_), r);
-      const std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes_) * eb;
+      const auto [unit, address] = vectorOf(tensor, 0, static_cast<int>(c / lanes), r);
+      const std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
       double x;
-      if (element_ == ElementType::kFp16) {
+      if (eb == 2) {
         std::uint16_t h;
         std::memcpy(&h, v, sizeof h);
         x = halfToFloat(h);
-      } else {
+      } else if (eb == 1) {
         x = static_cast<std::int8_t>(*v);
+      } else if (eb == 4) {
+        std::int32_t i;
+        std::memcpy(&i, v, sizeof i);
+        x = i;
+      } else {
+        std::int64_t i;
+        std::memcpy(&i, v, sizeof i);
+        x = static_cast<double>(i);
       }
       out[static_cast<std::size_t>(r * cols + c)] = x;
     }

@@ -61,6 +61,13 @@ class FunctionalState {
                                                 std::int64_t count) const;
   /// SXM lanes: each vector's lanes moved down by operand.laneShift, operand.laneCount kept, the rest zero.
   VectorRun shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const;
+  /// SXM permute: `count` vectors, rows operand.row0 + j of output tile operand.tile, each element
+  /// read from its source's SRAM image as the operand's isa::ElementMap says; an index out of its
+  /// table's range or a source no placement holds is an error naming them (exit 2).
+  Expected<VectorRun> permute(const isa::Program& program, const isa::FunctionalOperand& operand,
+                              std::int64_t count) const;
+  /// Bytes per element of a placement: 4 or 8 for INT32 or INT64 index tensors, else the run's element type.
+  int bytesOf(const isa::TensorPlacement& tensor) const;
   /// The window of an instruction's operand (null: none), of src or with `second` of src2; an index
   /// out of the program's tables is exit 5.
   static Expected<const isa::WindowRead*> windowOf(const isa::Instruction& inst, const isa::Program& program,

@@ -368,6 +368,16 @@ class TspChip final : public Chip {
           result = values_->shiftLanes(program_->operands[static_cast<size_t>(inst.operand)], *in);
           return true;
         }
+        if (inst.sxm == isa::SxmFunc::kPermute) {
+          if (inst.operand < 0) return malformed(inst, index, "an SXM permute without its operand");
+          auto out = values_->permute(*program_, program_->operands[static_cast<size_t>(inst.operand)], inst.repeat);
+          if (!out) {
+            if (out.error().code != ExitCode::kModel) return malformed(inst, index, out.error().message);
+            return notComputable(inst, index, out.error().message);
+          }
+          result = *out;
+          return true;
+        }
         if (inst.sxm == isa::SxmFunc::kUnspecified)
           return notComputable(inst, index, fmt::format("the lowering does not say which permutation it applies{}",
                                                         operandNames(a, b)));

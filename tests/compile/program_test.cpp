@@ -135,6 +135,20 @@ TEST(Program, FunctionalOperandsAndAccumulatorsRoundTrip) {
   fold.mean = "m";
   fold.var = "v";
   p.folds = {fold};
+  isa::ElementMap gather;  // embedding rows selected by ids [2, 8] from a [100, 64] table
+  gather.sources = {"table"};
+  gather.sourceDims = {100, 64};
+  gather.sourceCols = {64};
+  gather.outDims = {2, 8, 64};
+  gather.outCols = 64;
+  gather.from = {0, 2};
+  gather.starts = {0, 0};
+  gather.steps = {1, 1};
+  gather.indices = "ids";
+  gather.indexDims = {2, 8};
+  gather.indexAxis = 0;
+  p.maps = {gather};
+  p.operands[1].map = 0;
   auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
   ASSERT_TRUE(json.ok()) << json.error().format();
   EXPECT_EQ(*json, p);

@@ -299,7 +299,7 @@ TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
   std::int64_t cin = 64;
   for (int stage = 0; stage < 2; ++stage) {
     const std::int64_t width = 64 << stage, cout = 4 * width, stride = stage > 0 ? 2 : 1;
-    const std::string p = "s" + std::to_string(stage);
+    const std::string p = stage == 0 ? "s0" : "s1";
     auto y = bn(p + ".a", x, cin, width, 1, 1, true);
     y = bn(p + ".b", y, width, width, 3, stride, true);
     g.markOutput(y);
@@ -354,6 +354,82 @@ TEST(FunctionalOps, ConcatOffTileBoundariesMergesLanes) {
   g.markOutput(*g.addOp(OpKind::kConcat, "concat", parts, {{"axis", std::int64_t{1}}}, 0));
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+TEST(FunctionalOps, TransposeAcrossTilesIsAnSxmPermute) {
+  // [320, 480] -> [480, 320]: every output vector takes one lane of 160 input rows (three input
+  // tiles, two output tiles); the Program's element map names the source of every lane.
+  ir::Graph g;
+  const auto x = *g.addOp(OpKind::kRelu, "relu", {g.addInput("x", {320, 480}, ir::DType::kF16)}, 0);
+  g.markOutput(*g.addOp(OpKind::kTranspose, "t", {x}, {{"perm", Ints{1, 0}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, AttentionHeadsReshapeTransposeSliceAndMiddleConcat) {
+  // Attention's reshape-to-heads [2, 16, 256] -> [2, 16, 4, 64] -> [2, 4, 16, 64] and back, a
+  // Concat along a middle axis, a strided Slice of a middle axis and an Expand.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = *g.addOp(OpKind::kExp, "exp", {g.addInput("x", {2, 16, 256}, dt)}, 0);
+  const auto heads = *g.addOp(OpKind::kReshape, "heads_r", {x}, {{"shape", Ints{2, 16, 4, 64}}}, 0);
+  const auto t = *g.addOp(OpKind::kTranspose, "heads_t", {heads}, {{"perm", Ints{0, 2, 1, 3}}}, 0);
+  const auto back = *g.addOp(OpKind::kTranspose, "ctx_t", {t}, {{"perm", Ints{0, 2, 1, 3}}}, 0);
+  g.markOutput(*g.addOp(OpKind::kReshape, "ctx_r", {back}, {{"shape", Ints{2, 16, 256}}}, 0));
+  const auto y = *g.addOp(OpKind::kExp, "exp_y", {g.addInput("y", {2, 5, 256}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kConcat, "cat", {x, y}, {{"axis", std::int64_t{1}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kSlice, "slice", {x},
+                        {{"starts", Ints{1}}, {"ends", Ints{15}}, {"axes", Ints{1}}, {"steps", Ints{3}}}, 0));
+  const auto row = *g.addOp(OpKind::kExp, "exp_row", {g.addInput("row", {1, 256}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kExpand, "expand", {row}, {{"shape", Ints{24, 256}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, GatherReadsInt32IdsFromSram) {
+  // An FP16 table of 50 rows of 200 values and INT32 ids [3, 7] (stored as 4-byte lanes): the
+  // output rows are the rows the ids select, not the table in order.
+  ir::Graph g;
+  const auto ids = g.addInput("ids", {3, 7}, ir::DType::kI32);
+  g.markOutput(*g.addOp(OpKind::kGather, "embed", {g.addWeight("table", {50, 200}, ir::DType::kF16), ids},
+                        {{"axis", std::int64_t{0}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+// A [1, 16, 4, 4] map made on chip by a 1 x 1 max pool: the graph stores 4-D maps channels-last.
+ir::TensorId pooledMap(ir::Graph& g) {
+  const auto x = mapOf(g, "x", {1, 16, 4, 4}, ir::DType::kF16);
+  return *g.addOp(OpKind::kMaxPool, "pool", {x}, {{"kernel_shape", Ints{1, 1}}}, 0);
+}
+
+TEST(FunctionalOps, ChannelsLastTransposeAndFlattenArePermutes) {
+  // In a graph with pooling a 4-D map is stored channels-last ([N, H, W, C]): the element maps are
+  // expressed over that order, for a Transpose of the map and a Flatten of it into rows.
+  ir::Graph g;
+  const auto p = pooledMap(g);
+  g.markOutput(*g.addOp(OpKind::kTranspose, "t", {p}, {{"perm", Ints{0, 2, 3, 1}}}, 0));
+  g.markOutput(*g.addOp(OpKind::kFlatten, "flat", {p}, {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, ChannelsLastReshapeIsRefusedNamingItsTensor) {
+  // A reshape of a channels-last map into another 4-D map has no element map: functional mode
+  // refuses it (exit 2) naming the tensor its SXM reads.
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kReshape, "r", {pooledMap(g)}, {{"shape", Ints{1, 4, 16, 4}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel) << s.error().format();
+  EXPECT_NE(s.error().message.find("does not say which permutation it applies, on 'pool.out'"), std::string::npos)
+      << s.error().message;
 }
 
 }  // namespace

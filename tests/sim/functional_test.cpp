@@ -10,7 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "compile/ir/graph.h"
 #include "sim/chip.h"
+#include "sim/functional_state.h"
 #include "sim/kokkos_environment.h"
 
 namespace tsp::sim {
@@ -232,6 +234,69 @@ TEST(Tolerance, MismatchIsExitCodeSix) {
   const std::vector<float> nan = {std::nanf("")};
   EXPECT_TRUE(compareWithReference("n", nan.data(), nan.data(), 1, integerTolerance()).ok());
   EXPECT_FALSE(compareWithReference("n", ints.data(), nan.data(), 1, integerTolerance()).ok());
+}
+
+}  // namespace
+}  // namespace tsp::sim
+
+namespace tsp::sim {
+namespace {
+
+// A resident placement of `rows` x one tile at `address` of the first MEM slice.
+isa::TensorPlacement placementAt(const topology::ChipSpec& spec, const std::string& name, ir::DType dtype,
+                                 std::int64_t rows, std::int32_t address) {
+  isa::TensorPlacement t;
+  t.name = name;
+  t.dtype = static_cast<std::int32_t>(dtype);
+  t.rows = rows;
+  t.tiles = 1;
+  t.memUnit = {spec.firstUnit(topology::UnitKind::kMem)};
+  t.address = {address};
+  t.resident = true;
+  return t;
+}
+
+TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {
+  // A 4 x 8 FP16 table and INT32 ids [1, -1] (4-byte lanes): the permute's rows are table rows 1
+  // and 3; an id of 9 is refused naming the indices, the element and the table.
+  const topology::ChipSpec spec;
+  FunctionalState state(spec, ElementType::kFp16);
+  isa::Program program;
+  program.tensors = {placementAt(spec, "table", ir::DType::kF16, 4, 0), placementAt(spec, "ids", ir::DType::kI32, 1, 10)};
+  std::vector<double> table(32);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<double>(i);
+  ASSERT_TRUE(state.place(program.tensors[0], {8, std::make_shared<const std::vector<double>>(table)}).ok());
+  ASSERT_TRUE(state.place(program.tensors[1], {2, std::make_shared<const std::vector<double>>(std::vector<double>{1, -1})}).ok());
+  EXPECT_EQ(state.read(program.tensors[1], 2), (std::vector<double>{1, -1}));
+  isa::ElementMap gather;
+  gather.sources = {"table"};
+  gather.sourceDims = {4, 8};
+  gather.sourceCols = {8};
+  gather.outDims = {2, 8};
+  gather.outCols = 8;
+  gather.from = {0, 1};
+  gather.starts = {0, 0};
+  gather.steps = {1, 1};
+  gather.indices = "ids";
+  gather.indexDims = {2};
+  gather.indexAxis = 0;
+  program.maps = {gather};
+  isa::FunctionalOperand operand;
+  operand.map = 0;
+  auto rows = state.permute(program, operand, 2);
+  ASSERT_TRUE(rows.ok()) << rows.error().format();
+  const auto* halves = reinterpret_cast<const std::uint16_t*>((*rows)->data());
+  const int lanes = state.lanes();
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(halfToFloat(halves[c]), 8.0f + static_cast<float>(c));
+    EXPECT_EQ(halfToFloat(halves[lanes + c]), 24.0f + static_cast<float>(c));
+  }
+  EXPECT_EQ(halves[8], 0);  // lanes past the values stay zero
+  ASSERT_TRUE(state.place(program.tensors[1], {2, std::make_shared<const std::vector<double>>(std::vector<double>{1, 9})}).ok());
+  auto bad = state.permute(program, operand, 2);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, ExitCode::kModel);
+  EXPECT_EQ(bad.error().message, "Gather index 9 of 'ids' (element 1) is out of range [0, 4) of 'table'");
 }
 
 }  // namespace

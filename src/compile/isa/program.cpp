@@ -148,7 +148,7 @@ Instruction fromJson(const nlohmann::json& j) {
 
 nlohmann::json toJson(const FunctionalOperand& o) {
   nlohmann::json j = {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window,
-                      o.immediate2, o.transposed ? 1 : 0, o.laneShift, o.laneCount};
+                      o.immediate2, o.transposed ? 1 : 0, o.laneShift, o.laneCount, o.map};
   if (o.window2 >= 0) j.push_back(o.window2);  // only when set: programs without one keep their text and hash
   return j;
 }
@@ -170,7 +170,8 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
     o.laneShift = j.at(9);
     o.laneCount = j.at(10);
   }
-  if (j.size() > 11) o.window2 = j.at(11);
+  if (j.size() > 11) o.map = j.at(11);
+  if (j.size() > 12) o.window2 = j.at(12);
   return o;
 }
 
@@ -188,6 +189,32 @@ WindowRead windowFromJson(const nlohmann::json& j) {
   w.lanes = j.at(16);
   w.fill = j.at(17);
   return w;
+}
+
+nlohmann::json toJson(const ElementMap& m) {
+  return {{"sources", m.sources}, {"source_dims", m.sourceDims}, {"out_dims", m.outDims}, {"out_cols", m.outCols},
+          {"source_cols", m.sourceCols}, {"from", m.from},
+          {"starts", m.starts},   {"steps", m.steps},            {"concat_axis", m.concatAxis},
+          {"offsets", m.offsets}, {"indices", m.indices},        {"index_dims", m.indexDims},
+          {"index_axis", m.indexAxis}};
+}
+
+ElementMap mapFromJson(const nlohmann::json& j) {
+  ElementMap m;
+  m.sources = j.at("sources").get<std::vector<std::string>>();
+  m.sourceDims = j.at("source_dims").get<std::vector<std::int64_t>>();
+  m.outDims = j.at("out_dims").get<std::vector<std::int64_t>>();
+  m.outCols = j.at("out_cols");
+  m.sourceCols = j.at("source_cols").get<std::vector<std::int64_t>>();
+  m.from = j.at("from").get<std::vector<std::int64_t>>();
+  m.starts = j.at("starts").get<std::vector<std::int64_t>>();
+  m.steps = j.at("steps").get<std::vector<std::int64_t>>();
+  m.concatAxis = j.at("concat_axis");
+  m.offsets = j.at("offsets").get<std::vector<std::int64_t>>();
+  m.indices = j.at("indices");
+  m.indexDims = j.at("index_dims").get<std::vector<std::int64_t>>();
+  m.indexAxis = j.at("index_axis");
+  return m;
 }
 
 nlohmann::json toJson(const WeightFold& f) {
@@ -246,6 +273,58 @@ TensorPlacement placementFromJson(const nlohmann::json& j) {
 
 }  // namespace
 
+namespace {
+
+// Output element f's coordinates over the map's output shape.
+void unravel(const ElementMap& map, std::int64_t f, std::int64_t* coord) {
+  for (size_t d = map.outDims.size(); d-- > 0;) {
+    coord[d] = f % map.outDims[d];
+    f /= map.outDims[d];
+  }
+}
+
+}  // namespace
+
+std::int64_t indexElementOf(const ElementMap& map, std::int64_t f) {
+  std::vector<std::int64_t> coord(map.outDims.size());
+  unravel(map, f, coord.data());
+  std::int64_t at = 0;
+  for (size_t d = 0; d < map.indexDims.size(); ++d)
+    at = at * map.indexDims[d] + coord[static_cast<size_t>(map.indexAxis) + d];
+  return at;
+}
+
+std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int64_t f, std::int64_t index) {
+  const size_t rank = map.from.size();
+  // Coordinates on the stack for the usual ranks (this runs once per element of a permute).
+  constexpr size_t kSmall = 8;
+  std::int64_t coordSmall[kSmall], srcSmall[kSmall];
+  std::vector<std::int64_t> coordBig, srcBig;
+  std::int64_t* coord = coordSmall;
+  std::int64_t* src = srcSmall;
+  if (map.outDims.size() > kSmall || rank > kSmall) {
+    coordBig.resize(map.outDims.size());
+    srcBig.resize(rank);
+    coord = coordBig.data();
+    src = srcBig.data();
+  }
+  unravel(map, f, coord);
+  for (size_t s = 0; s < rank; ++s)
+    src[s] = static_cast<std::int32_t>(s) == map.indexAxis && !map.indices.empty()
+                 ? index
+                 : map.starts[s] + map.steps[s] * coord[static_cast<size_t>(map.from[s])];
+  size_t k = 0;
+  if (map.concatAxis >= 0) {
+    const auto axis = static_cast<size_t>(map.concatAxis);
+    while (k + 1 < map.offsets.size() && src[axis] >= map.offsets[k + 1]) ++k;
+    src[axis] -= map.offsets[k];
+  }
+  const std::int64_t* dims = map.sourceDims.data() + k * rank;
+  std::int64_t flat = 0;
+  for (size_t s = 0; s < rank; ++s) flat = flat * dims[s] + src[s];
+  return {k, flat};
+}
+
 std::uint64_t Program::contentHash() const { return fnv1a(serialize(*this)); }
 
 std::string serialize(const Program& program) {
@@ -278,6 +357,10 @@ std::string serialize(const Program& program) {
   if (!program.folds.empty()) {
     auto& folds = doc["folds"] = nlohmann::json::array();
     for (const auto& f : program.folds) folds.push_back(toJson(f));
+  }
+  if (!program.maps.empty()) {
+    auto& maps = doc["maps"] = nlohmann::json::array();
+    for (const auto& m : program.maps) maps.push_back(toJson(m));
   }
   return doc.dump();
 }
@@ -312,6 +395,8 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
       for (const auto& j : doc.at("windows")) program.windows.push_back(windowFromJson(j));
     if (doc.contains("folds"))
       for (const auto& j : doc.at("folds")) program.folds.push_back(foldFromJson(j));
+    if (doc.contains("maps"))
+      for (const auto& j : doc.at("maps")) program.maps.push_back(mapFromJson(j));
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
@@ -426,7 +511,7 @@ std::string serializeBinary(const Program& program) {
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
   if (!program.operands.empty() || !program.accumulators.empty() || !program.windows.empty() ||
-      !program.folds.empty()) {
+      !program.folds.empty() || !program.maps.empty()) {
     w.put<std::uint32_t>(kFunctionalTag);
     std::uint64_t withOperand = 0;
     for (const auto& i : program.instructions) withOperand += i.operand >= 0 ? 1 : 0;
@@ -447,6 +532,7 @@ std::string serializeBinary(const Program& program) {
       w.put<float>(o.immediate2);
       w.put<std::int32_t>(o.laneShift);
       w.put<std::int32_t>(o.laneCount);
+      w.put<std::int32_t>(o.map);
     }
     w.put<std::uint64_t>(program.accumulators.size());
     for (const auto& a : program.accumulators) {
@@ -475,6 +561,20 @@ std::string serializeBinary(const Program& program) {
       w.put<std::uint8_t>(static_cast<std::uint8_t>(f.kind));
       for (const std::string* text : {&f.source, &f.gamma, &f.beta, &f.mean, &f.var}) w.putText(*text);
       w.put<double>(f.epsilon);
+    }
+    w.put<std::uint64_t>(program.maps.size());
+    for (const auto& m : program.maps) {
+      w.put<std::uint64_t>(m.sources.size());
+      for (const auto& name : m.sources) w.putText(name);
+      w.put<std::int64_t>(m.outCols);
+      for (const auto* list : {&m.sourceDims, &m.outDims, &m.sourceCols, &m.from, &m.starts, &m.steps, &m.offsets,
+                               &m.indexDims}) {
+        w.put<std::uint64_t>(list->size());
+        for (std::int64_t v : *list) w.put<std::int64_t>(v);
+      }
+      w.put<std::int32_t>(m.concatAxis);
+      w.putText(m.indices);
+      w.put<std::int32_t>(m.indexAxis);
     }
     std::uint64_t withWindow2 = 0;
     for (const auto& o : program.operands) withWindow2 += o.window2 >= 0 ? 1 : 0;
@@ -526,7 +626,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
               r.get(i.port) && r.get(i.repeat) && r.get(i.interval) && r.get(i.weightUnit) && r.get(i.weightRows) &&
               r.get(sxm) && r.get(timingOnly);
     if (!ok || op >= static_cast<std::uint8_t>(Opcode::kCount) || func > static_cast<std::uint8_t>(kLastVxmFunc) ||
-        sxm > static_cast<std::uint8_t>(SxmFunc::kLanes) || timingOnly > 1)
+        sxm > static_cast<std::uint8_t>(SxmFunc::kPermute) || timingOnly > 1)
       return fail("malformed program: bad instruction record");
     i.sxm = static_cast<SxmFunc>(sxm);
     i.timingOnly = timingOnly != 0;
@@ -566,7 +666,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     for (auto& o : program.operands) {
       std::uint8_t splat = 0;
       if (!r.get(o.accumulator) || !r.get(o.tile) || !r.get(o.row0) || !r.get(o.immediate) || !r.get(splat) ||
-          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount))
+          splat > 7 || !r.get(o.window) || !r.get(o.immediate2) || !r.get(o.laneShift) || !r.get(o.laneCount) || !r.get(o.map))
         return bad();
       o.splatA = (splat & 1) != 0;
       o.splatB = (splat & 2) != 0;
@@ -605,6 +705,24 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
         if (!r.getText(*text)) return bad();
       if (!r.get(f.epsilon)) return bad();
     }
+    if (!r.get(count) || count > body.size()) return bad();
+    program.maps.resize(count);
+    for (auto& m : program.maps) {
+      std::uint64_t n = 0;
+      if (!r.get(n) || n > body.size()) return bad();
+      m.sources.resize(n);
+      for (auto& name : m.sources)
+        if (!r.getText(name)) return bad();
+      if (!r.get(m.outCols)) return bad();
+      for (auto* list : {&m.sourceDims, &m.outDims, &m.sourceCols, &m.from, &m.starts, &m.steps, &m.offsets,
+                         &m.indexDims}) {
+        if (!r.get(n) || n > body.size()) return bad();
+        list->resize(n);
+        for (auto& v : *list)
+          if (!r.get(v)) return bad();
+      }
+      if (!r.get(m.concatAxis) || !r.getText(m.indices) || !r.get(m.indexAxis)) return bad();
+    }
     std::uint32_t tag2 = 0;
     if (!r.done() && r.get(tag2)) {
       std::uint64_t pairs2 = 0;
@@ -621,7 +739,8 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     for (const auto& o : program.operands)
       if (o.accumulator >= static_cast<std::int32_t>(program.accumulators.size()) ||
           o.window >= static_cast<std::int32_t>(program.windows.size()) ||
-          o.window2 >= static_cast<std::int32_t>(program.windows.size()))
+          o.window2 >= static_cast<std::int32_t>(program.windows.size()) ||
+          o.map >= static_cast<std::int32_t>(program.maps.size()))
         return bad();
   }
   if (!r.done() || (tag != 0 && tag != kFunctionalTag)) return fail("malformed program: trailing bytes");
@@ -659,6 +778,7 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     if (i.sxm == SxmFunc::kCopy) out += " copy";
     if (i.sxm == SxmFunc::kWindow) out += " window";
     if (i.sxm == SxmFunc::kLanes) out += " lanes";
+    if (i.sxm == SxmFunc::kPermute) out += " permute";
     if (i.timingOnly) out += " timing-only";
     if (i.operand >= 0) out += fmt::format(" operand={}", i.operand);
     if (i.repeat != 1 || i.interval != 1) out += fmt::format(" repeat={},{}", i.repeat, i.interval);

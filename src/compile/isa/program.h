@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/expected.h"
@@ -65,6 +66,7 @@ enum class SxmFunc : std::uint8_t {
   kCopy,
   kWindow,  ///< the vectors of one window tap realigned to their output pixels, lanes shifted (its operand's window)
   kLanes,   ///< each vector's lanes moved down by the operand's laneShift (up when negative), laneCount kept
+  kPermute, ///< output vectors re-formed element by element from their sources (the operand's ElementMap)
 };
 
 /// Stream directions along the east-west axis.
@@ -153,6 +155,7 @@ struct FunctionalOperand {
   std::int32_t laneShift = 0;     ///< SXM lanes: out lane l is in lane l + laneShift (a Split down, a Concat up)
   std::int32_t laneCount = 0;     ///< SXM lanes: lanes kept (the rest zero)
   std::int32_t window2 = -1;      ///< Program::windows index: src2 is one tap of a window read (two taps folded)
+  std::int32_t map = -1;          ///< SXM permute: Program::maps index; the vectors are rows row0 + j of tile `tile`
   friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
 };
 
@@ -174,6 +177,35 @@ struct WindowRead {
   float fill = 0.0f;        ///< a padding tap's value (0 for a Conv, the lowest FP16 for a max)
   friend bool operator==(const WindowRead&, const WindowRead&) = default;
 };
+
+/// Which source element each output element of an SXM permute takes (Transpose, Reshape across
+/// tile layouts, Slice, Concat or Split along a row axis, Gather). Output storage element (row r,
+/// value c) is element f = r x outCols + c of the output in row-major order; its
+/// coordinates over outDims give source axis s the coordinate starts[s] + steps[s] x out[from[s]]
+/// (for a Gather's table axis `indexAxis`: the value of `indices` at the output coordinates
+/// [indexAxis, indexAxis + indexDims.size())); their row-major index over the source's dimensions
+/// is element (flat / cols, flat mod cols) of the source stored rows x cols (sourceCols). With several sources (Concat along `concatAxis`) source k holds
+/// coordinates [offsets[k], offsets[k+1]) of that axis, and the coordinate is taken relative to it.
+struct ElementMap {
+  std::vector<std::string> sources;       ///< the placements read (graph tensor names)
+  std::vector<std::int64_t> sourceDims;   ///< the sources' shapes, one after another (each sourceRank long)
+  std::vector<std::int64_t> outDims;      ///< the output's shape
+  std::int64_t outCols = 1;               ///< the output's values per storage row
+  std::vector<std::int64_t> sourceCols;   ///< per source: its values per storage row
+  std::vector<std::int64_t> from, starts, steps;  ///< per source axis (sourceRank of each)
+  std::int32_t concatAxis = -1;           ///< the source axis the sources split (-1: one source)
+  std::vector<std::int64_t> offsets;      ///< per source: its first coordinate along concatAxis
+  std::string indices;                    ///< Gather: the placement of the row indices ("" none)
+  std::vector<std::int64_t> indexDims;    ///< Gather: the indices' shape
+  std::int32_t indexAxis = -1;            ///< Gather: the table axis the indices select
+  friend bool operator==(const ElementMap&, const ElementMap&) = default;
+};
+
+/// The element of a Gather's indices that output element f (row-major over map.outDims) reads.
+std::int64_t indexElementOf(const ElementMap& map, std::int64_t f);
+/// Which source output element f takes: (source k, its element's row-major index over its shape);
+/// a Gather's table axis takes `index` (the value at indexElementOf, in range).
+std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int64_t f, std::int64_t index = 0);
 
 /// A tensor whose initial SRAM image is folded at compile time from graph tensors: inference
 /// BatchNormalization into a Conv's weights (column co of the tap-major weights times scale[co]) and
@@ -223,6 +255,7 @@ struct Program {
   std::vector<Accumulator> accumulators;  ///< the named accumulators FunctionalOperand::accumulator refers to
   std::vector<WindowRead> windows;        ///< the window taps FunctionalOperand::window refers to
   std::vector<WeightFold> folds;          ///< resident tensors whose values are folded from graph tensors
+  std::vector<ElementMap> maps;           ///< the SXM permutes FunctionalOperand::map refers to
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;

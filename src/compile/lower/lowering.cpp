@@ -881,22 +881,47 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   // broadcasts are timed alike but not computed.
   bool timingOnly = !valuesKnown;
   std::vector<bool> splat(operands.size(), false);
+  // An operand whose shape is the output's trailing dimensions (an attention mask [S, T] added to
+  // scores [B, heads, S, T]) repeats every `its rows` output rows: row r reads its row r mod rows.
+  std::vector<std::int64_t> period(operands.size(), 0);
+  const auto& outShape = graph_.tensor(out).shape;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
+    const auto& inShape = graph_.tensor(operands[i]).shape;
     splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
-    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1)) timingOnly = true;
+    if (inRows > 1 && inRows < rows && rows % inRows == 0 && inShape.size() < outShape.size() &&
+        std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
+        !(spatial_ && outShape.size() == 4))
+      period[i] = inRows;
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i]))
+      timingOnly = true;
   }
+  // Pieces do not cross a period's end or a segment end of a periodic operand.
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (const auto& [p0, pn] : rowPieces(0, rows, aligned))
+    for (std::int64_t r = p0; r < p0 + pn;) {
+      std::int64_t end = p0 + pn;
+      for (size_t i = 0; i < operands.size(); ++i)
+        if (period[i]) {
+          const std::int64_t seg = std::min(period[i], tensors_.at(operands[i]).segmentRows());
+          end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
+        }
+      pieces.push_back({r, end - r});
+      r = end;
+    }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& [r0, n] : rowPieces(0, rows, aligned)) {
+    for (const auto& [r0, n] : pieces) {
       Task task;
       task.name = fmt::format("{} tile {}", op.name, t);
       std::vector<Access> reads;
       auto input = [&](ir::TensorId in) {
         const TensorState& is = tensors_.at(in);
-        const bool broadcast = is.placement.rows != rows;
+        const bool periodic = !timingOnly && period[static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin())] > 0;
+        const bool broadcast = is.placement.rows != rows && !periodic;
+        const std::int64_t from = periodic ? r0 % is.placement.rows : r0;
         const int tile = t % is.placement.tiles;
-        task.steps.push_back(readStep(in, tile, r0, n, broadcast, broadcast ? sideReads_++ : 0));
-        reads.push_back({in, tile, broadcast ? 0 : r0, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
+        task.steps.push_back(readStep(in, tile, from, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({in, tile, broadcast ? 0 : from, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
         return static_cast<int>(task.steps.size()) - 1;
       };
       int tail = input(operands[0]);
@@ -1069,14 +1094,15 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
     if (perm.empty()) copies = copies && graph_.tensor(in).shape.size() <= 1;  // no perm: the axes reversed
     for (size_t i = 0; i < perm.size(); ++i) copies = copies && perm[i] == static_cast<std::int64_t>(i);
   }
+  const int map = copies ? -1 : elementMap(op, out);
   copyVectors(op, in, out, 0, ys.placement.tiles, 0, ys.placement.rows, 0, 0, true,
-              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified);
+              copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified, -1, map);
   return {};
 }
 
 void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                            std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk,
-                           isa::SxmFunc func, int operand) {
+                           isa::SxmFunc func, int operand, int map) {
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
   const int sxmFirst = chip_.firstUnit(UnitKind::kSxm);
@@ -1101,14 +1127,61 @@ void Lowering::copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, 
       // pieces taking the units of their half in turn.
       const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
       shift.inst = makeInst(sxmFirst + (west ? 0 : chip_.sxmUnits / 2) + piece++ % sxmHalf, Opcode::kSxmShift, n);
-      shift.inst.sxm = func;
+      shift.inst.sxm = map >= 0 ? isa::SxmFunc::kPermute : func;
       shift.inst.operand = operand;
+      std::vector<Access> reads = {{in, tile, ir0, n, 0}};
+      if (map >= 0) {
+        isa::FunctionalOperand where;
+        where.tile = t;
+        where.row0 = r;
+        where.map = map;
+        shift.inst.operand = addOperand(where);
+        permuteReads(map, out, t, r, n, reads);
+      }
       shift.producer = 0;
       task.steps.push_back(shift);
       task.steps.push_back(writeStep(out, t, r, n, 1));
-      addTask(std::move(task), {{in, tile, ir0, n, 0}}, {{out, t, r, n, 2}});
+      addTask(std::move(task), reads, {{out, t, r, n, 2}});
       r += n;
     }
+}
+
+void Lowering::permuteReads(int map, ir::TensorId out, int tile, std::int64_t row0, std::int64_t rows, std::vector<Access>& reads) const {
+  // The source rows the piece's elements take, per source tile (a Gather's rows are the run-time
+  // indices': the whole table and the whole index tensor).
+  const isa::ElementMap& m = out_.maps[static_cast<size_t>(map)];
+  const auto& sources = mapReads_[static_cast<size_t>(map)];
+  auto whole = [&](ir::TensorId src) {
+    for (int st = 0; st < tensors_.at(src).placement.tiles; ++st) reads.push_back({src, st, 0, tensors_.at(src).placement.rows, 1});
+  };
+  const TensorState& ys = tensors_.at(out);
+  std::int64_t elements = 1;
+  for (std::int64_t d : m.outDims) elements *= d;
+  // Past kPreciseElements output elements the piece waits for its sources whole (a bound on the
+  // compile's work, counted in elements).
+  constexpr std::int64_t kPreciseElements = std::int64_t{1} << 22;
+  if (!m.indices.empty() || elements > kPreciseElements) {
+    for (ir::TensorId src : sources) whole(src);
+    return;
+  }
+  const std::int64_t outLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(static_cast<ir::DType>(ys.placement.dtype)));
+  std::map<std::pair<size_t, int>, std::pair<std::int64_t, std::int64_t>> span;  // (source, tile) -> rows [lo, hi]
+  for (std::int64_t r = row0; r < row0 + rows; ++r)
+    for (std::int64_t c = std::int64_t{tile} * outLanes; c < std::min(m.outCols, std::int64_t{tile + 1} * outLanes); ++c) {
+      const std::int64_t f = r * m.outCols + c;
+      if (f >= elements) break;
+      const auto [k, flat] = isa::sourceElementOf(m, f);
+      const std::int64_t cols = std::max<std::int64_t>(1, m.sourceCols[k]);
+      const TensorState& ss = tensors_.at(sources[k]);
+      const std::int64_t srcLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(static_cast<ir::DType>(ss.placement.dtype)));
+      const std::pair<size_t, int> key{k, static_cast<int>(flat % cols / srcLanes)};
+      const std::int64_t row = flat / cols;
+      auto it = span.find(key);
+      if (it == span.end()) span[key] = {row, row};
+      else it->second = {std::min(it->second.first, row), std::max(it->second.second, row)};
+    }
+  for (const auto& [key, rowsOf] : span)
+    reads.push_back({sources[key.first], key.second, rowsOf.first, rowsOf.second - rowsOf.first + 1, 1});
 }
 
 void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep) {

@@ -85,6 +85,7 @@ struct LoweredShard {
   std::vector<isa::Accumulator> accumulators; ///< FunctionalOperand::accumulator indexes these (Program::accumulators)
   std::vector<isa::WindowRead> windows;       ///< FunctionalOperand::window indexes these (Program::windows)
   std::vector<isa::WeightFold> folds;         ///< folded resident tensors (Program::folds)
+  std::vector<isa::ElementMap> maps;          ///< FunctionalOperand::map indexes these (Program::maps)
 };
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed

@@ -144,7 +144,17 @@ class Lowering {
   // in order starting at row inRow0 of tile inTile0.
   void copyVectors(const ir::Op& op, ir::TensorId in, ir::TensorId out, int outTile0, int outTiles,
                    std::int64_t outRow0, std::int64_t outRows, int inTile0, std::int64_t inRow0, bool walk = false,
-                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1);
+                   isa::SxmFunc func = isa::SxmFunc::kUnspecified, int operand = -1, int map = -1);
+  // The element map (isa::ElementMap) of a data-movement op's output `out` (Transpose, Reshape and its
+  // kin, Expand, Gather, Slice, Concat and Split along any axis); -1 when the op's tensors are not
+  // stored row-major in their shape (channels-last maps) or its parameters are not constants.
+  // copyVectors with the map re-forms every vector from the map's sources: each piece waits for
+  // the writers of the source rows it takes, and a reuse of their space for it.
+  int elementMap(const ir::Op& op, ir::TensorId out);
+  // The source rows (per source tile) that output rows [row0, +rows) of `tile` of map's output take,
+  // as reads of the permute's step; a Gather's whole table and indices.
+  void permuteReads(int map, ir::TensorId out, int tile, std::int64_t row0, std::int64_t rows,
+                    std::vector<Access>& reads) const;
   Status lowerNormalization(const ir::Op& op);
   // A pass of per-row statistics kept in the ALU (Softmax's exp-sum, LayerNorm's moments, a loss's
   // log-sum-exp): one task per tile and row piece of `in`, reading it through `func`.
@@ -260,6 +270,7 @@ class Lowering {
   std::int64_t minSegmentRows_ = 128;
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
+  std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
   // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
   std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn

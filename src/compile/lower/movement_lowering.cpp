@@ -1,5 +1,6 @@
 // Lowering of reductions (ReduceMean/Sum/Max, GlobalAveragePool) on the VXM and of Concat/Split/Slice on the SXM.
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -145,6 +146,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
   const TensorState& ws = tensors_.at(whole);
   std::int64_t offset = 0, valuesBefore = 0;
   const std::int64_t lanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(graph_.tensor(whole).dtype));
+  int concatMap = -2;  // not made yet
   for (ir::TensorId part : parts) {
     const TensorState& ps = tensors_.at(part);
     const std::int64_t size = byTiles ? ps.placement.tiles : ps.placement.rows;
@@ -194,13 +196,180 @@ Status Lowering::lowerCopy(const ir::Op& op) {
       copies = copies && axis < vectorAxis && storageCols(part) == storageCols(whole) && (!spatial_ || rank != 4 || axis == 0);
     }
     const isa::SxmFunc func = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
+    // Otherwise the output's vectors are re-formed from the element map (one for a Concat's output).
+    if (!copies && (!concat || concatMap == -2)) concatMap = elementMap(op, concat ? whole : part);
+    const int map = copies ? -1 : concatMap;
     if (concat)
-      copyVectors(op, part, whole, tile0, ps.placement.tiles, row0, ps.placement.rows, 0, 0, false, func);
+      copyVectors(op, part, whole, tile0, ps.placement.tiles, row0, ps.placement.rows, 0, 0, false, func, -1, map);
     else
-      copyVectors(op, whole, part, 0, ps.placement.tiles, 0, ps.placement.rows, tile0, row0, false, func);
+      copyVectors(op, whole, part, 0, ps.placement.tiles, 0, ps.placement.rows, tile0, row0, false, func, -1, map);
     offset += size;
   }
   return {};
+}
+
+}  // namespace tsp::lower::detail
+
+namespace tsp::lower::detail {
+
+int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
+  // The map is built over the tensors' shapes, then re-expressed over the storage order of a
+  // channels-last map ([N, C, H, W] stored as [N, H, W, C]).
+  auto channelsLast = [&](ir::TensorId t) { return spatial_ && graph_.tensor(t).shape.size() == 4; };
+  const bool gather = op.kind == ir::OpKind::kGather;
+  const bool slice = op.kind == ir::OpKind::kSlice;
+  const bool reshape = op.kind == ir::OpKind::kReshape || op.kind == ir::OpKind::kFlatten ||
+                       op.kind == ir::OpKind::kSqueeze || op.kind == ir::OpKind::kUnsqueeze ||
+                       op.kind == ir::OpKind::kIdentity;
+  for (size_t i = 0; i < op.inputs.size(); ++i) {
+    if ((gather || slice) && i > 0) continue;  // indices, starts, ends, ...
+    if (!tensors_.count(op.inputs[i]) || (gather && channelsLast(op.inputs[i]))) return -1;
+  }
+  // A reshape re-forms a channels-last map only into a tensor stored row-major.
+  if (!tensors_.count(out) || (reshape && channelsLast(out))) return -1;
+  const auto& outShape = graph_.tensor(out).shape;
+  isa::ElementMap map;
+  map.outDims = outShape;
+  map.outCols = storageCols(out);
+  std::vector<ir::TensorId> reads;
+  auto addSource = [&](ir::TensorId t) {
+    map.sources.push_back(graph_.tensor(t).name);
+    const auto& shape = graph_.tensor(t).shape;
+    map.sourceDims.insert(map.sourceDims.end(), shape.begin(), shape.end());
+    map.sourceCols.push_back(storageCols(t));
+    reads.push_back(t);
+  };
+  auto identity = [&](size_t rank) {
+    for (size_t s = 0; s < rank; ++s) {
+      map.from.push_back(static_cast<std::int64_t>(s));
+      map.starts.push_back(0);
+      map.steps.push_back(1);
+    }
+  };
+  const ir::TensorId in = op.inputs[0];
+  const auto& inShape = graph_.tensor(in).shape;
+  const auto rank = static_cast<std::int64_t>(inShape.size());
+  auto axisOf = [&](std::int64_t a) { return a < 0 ? a + rank : a; };
+  switch (op.kind) {
+    case ir::OpKind::kTranspose: {
+      // out axis i is in axis perm[i] (no perm: the axes reversed).
+      std::vector<std::int64_t> perm = op.intsAttr("perm");
+      if (perm.empty())
+        for (std::int64_t i = rank - 1; i >= 0; --i) perm.push_back(i);
+      addSource(in);
+      identity(inShape.size());
+      for (size_t i = 0; i < perm.size(); ++i) map.from[static_cast<size_t>(perm[i])] = static_cast<std::int64_t>(i);
+      break;
+    }
+    case ir::OpKind::kReshape: case ir::OpKind::kFlatten: case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze:
+    case ir::OpKind::kIdentity: {
+      // The values in row-major order stay: the output's element f is the input's element f,
+      // counted over the input's shape.
+      addSource(in);
+      map.outDims = inShape;
+      identity(inShape.size());
+      break;
+    }
+    case ir::OpKind::kExpand: {
+      // Right-aligned broadcast: a source axis of one reads coordinate 0.
+      addSource(in);
+      const auto shift = static_cast<std::int64_t>(outShape.size()) - rank;
+      if (shift < 0) return -1;
+      for (std::int64_t s = 0; s < rank; ++s) {
+        map.from.push_back(s + shift);
+        map.starts.push_back(0);
+        map.steps.push_back(inShape[static_cast<size_t>(s)] == 1 ? 0 : 1);
+      }
+      break;
+    }
+    case ir::OpKind::kGather: {
+      // out = table[:axis] + indices + table[axis+1:]; the table's axis takes the indices' values.
+      const ir::TensorId ids = op.inputs[1];
+      if (!tensors_.count(ids) || (spatial_ && graph_.tensor(ids).shape.size() == 4)) return -1;
+      const auto axis = axisOf(op.intAttr("axis", 0));
+      const auto& idShape = graph_.tensor(ids).shape;
+      addSource(in);
+      identity(inShape.size());
+      for (std::int64_t s = axis + 1; s < rank; ++s)
+        map.from[static_cast<size_t>(s)] = s + static_cast<std::int64_t>(idShape.size()) - 1;
+      map.indices = graph_.tensor(ids).name;
+      map.indexDims = idShape;
+      map.indexAxis = static_cast<std::int32_t>(axis);
+      reads.push_back(ids);
+      break;
+    }
+    case ir::OpKind::kConcat: {
+      const auto axis = axisOf(op.intAttr("axis", 0));
+      std::int64_t offset = 0;
+      for (ir::TensorId part : op.inputs) {
+        map.offsets.push_back(offset);
+        offset += graph_.tensor(part).shape[static_cast<size_t>(axis)];
+        addSource(part);
+      }
+      map.concatAxis = static_cast<std::int32_t>(axis);
+      identity(inShape.size());
+      break;
+    }
+    case ir::OpKind::kSplit: {
+      // Output k starts where the outputs before it end along the axis.
+      const auto axis = axisOf(op.intAttr("axis", 0));
+      addSource(in);
+      identity(inShape.size());
+      for (ir::TensorId part : op.outputs) {
+        if (part == out) break;
+        map.starts[static_cast<size_t>(axis)] += graph_.tensor(part).shape[static_cast<size_t>(axis)];
+      }
+      break;
+    }
+    case ir::OpKind::kSlice: {
+      // starts, ends, axes, steps: attributes (opset 1) or constant inputs (opset 10).
+      auto param = [&](size_t input, const char* name) -> std::optional<std::vector<std::int64_t>> {
+        if (op.inputs.size() <= 1) return op.intsAttr(name);
+        if (op.inputs.size() <= input) return std::vector<std::int64_t>{};
+        const ir::Tensor& t = graph_.tensor(op.inputs[input]);
+        if (!t.data) return std::nullopt;
+        std::vector<std::int64_t> v;
+        for (double x : *t.data) v.push_back(static_cast<std::int64_t>(x));
+        return v;
+      };
+      const auto starts = param(1, "starts"), axes = param(3, "axes"), steps = param(4, "steps");
+      if (!starts || !axes || !steps) return -1;
+      addSource(in);
+      identity(inShape.size());
+      for (size_t i = 0; i < starts->size(); ++i) {
+        const std::int64_t a = axisOf(i < axes->size() ? (*axes)[i] : static_cast<std::int64_t>(i));
+        const std::int64_t dim = inShape[static_cast<size_t>(a)];
+        const std::int64_t step = i < steps->size() ? (*steps)[i] : 1;
+        std::int64_t start = (*starts)[i];
+        if (start < 0) start += dim;
+        start = step > 0 ? std::clamp<std::int64_t>(start, 0, dim) : std::clamp<std::int64_t>(start, 0, dim - 1);
+        map.starts[static_cast<size_t>(a)] = start;
+        map.steps[static_cast<size_t>(a)] = step;
+      }
+      break;
+    }
+    default: return -1;
+  }
+  // Storage axis a of a channels-last map is shape axis kShapeAxis[a]; shape axis a is storage axis kStorageAxis[a].
+  static constexpr std::int64_t kShapeAxis[4] = {0, 2, 3, 1}, kStorageAxis[4] = {0, 3, 1, 2};
+  if (channelsLast(out)) {
+    map.outDims = storageDims(out);
+    for (auto& f : map.from) f = kStorageAxis[f];
+  }
+  if (channelsLast(in)) {
+    auto reorder = [](std::vector<std::int64_t>& v, size_t at) {
+      const std::vector<std::int64_t> old(v.begin() + static_cast<std::ptrdiff_t>(at), v.begin() + static_cast<std::ptrdiff_t>(at) + 4);
+      for (size_t a = 0; a < 4; ++a) v[at + a] = old[static_cast<size_t>(kShapeAxis[a])];
+    };
+    reorder(map.from, 0);
+    reorder(map.starts, 0);
+    reorder(map.steps, 0);
+    for (size_t k = 0; k < map.sources.size(); ++k) reorder(map.sourceDims, 4 * k);
+    if (map.concatAxis >= 0) map.concatAxis = static_cast<std::int32_t>(kStorageAxis[map.concatAxis]);
+  }
+  out_.maps.push_back(std::move(map));
+  mapReads_.push_back(std::move(reads));
+  return static_cast<int>(out_.maps.size()) - 1;
 }
 
 }  // namespace tsp::lower::detail

@@ -248,6 +248,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   program.accumulators = shard.accumulators;
   program.windows = shard.windows;
   program.folds = shard.folds;
+  program.maps = shard.maps;
   for (const auto& tasks : shard.sendTasks) {
     result.sendIssues.emplace_back();
     for (int t : tasks) {
