@@ -125,6 +125,14 @@ TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
   EXPECT_GT(schedule->compiledShards, 0);
   EXPECT_EQ(schedule->collectives, 4);  // two all-reduces per microbatch
   for (int c = 0; c < 6; ++c) EXPECT_EQ(schedule->programs[c].instructions.empty(), c == 2 || c == 3) << "chip " << c;
+  // A chip's report adds up its segments' reports, the diagnostic window bound and bank delays included.
+  for (int c : {0, 1, 4, 5}) {
+    const auto& report = schedule->reports[c];
+    EXPECT_GT(report.busiestResource, 0) << "chip " << c;
+    EXPECT_GE(report.resourceWindowBound, report.busiestResource) << "chip " << c;
+    EXPECT_LE(report.bankDelayedMemAccesses, report.delayedMemAccesses) << "chip " << c;
+    EXPECT_GT(report.streamRegisters[0] + report.streamRegisters[1], 0) << "chip " << c;
+  }
   // Directed link windows [send + send cycles, + vectors x interval) never overlap.
   std::map<std::pair<int, int>, std::vector<std::pair<Cycle, Cycle>>> windows;
   for (const auto& t : schedule->transfers) {

@@ -512,11 +512,14 @@ void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.listCycles += part.listCycles;
   report.criticalPath += part.criticalPath;
   report.busiestResource += part.busiestResource;
+  report.resourceWindowBound += part.resourceWindowBound;
   report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
   report.sramCapacityBytes = part.sramCapacityBytes;
   report.spills += part.spills;
   report.memAccesses += part.memAccesses;
   report.delayedMemAccesses += part.delayedMemAccesses;
+  report.bankDelayedMemAccesses += part.bankDelayedMemAccesses;
+  for (int d = 0; d < 2; ++d) report.streamRegisters[d] = std::max(report.streamRegisters[d], part.streamRegisters[d]);
   report.tasks += part.tasks;
   report.annealMoves += part.annealMoves;
   report.annealAccepted += part.annealAccepted;
