@@ -182,12 +182,6 @@ TEST(FunctionalOps, AccumulatorKernelsOnKnownValues) {
   for (int l = 0; l < 4; ++l) EXPECT_EQ(static_cast<std::int8_t>((*emitted)[l]), expected[l]) << l;
 }
 
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
-
 // Conv and pooling windows over channels-last maps made on chip (so that they are not gathered).
 ir::TensorId mapOf(ir::Graph& g, const std::string& name, const std::vector<std::int64_t>& shape, ir::DType dt) {
   return *g.addOp(OpKind::kRelu, name + "_relu", {g.addInput(name, shape, dt)}, 0);
@@ -233,12 +227,6 @@ TEST(FunctionalOps, TapAcrossAMemSegmentIsRefusedCleanly) {
   EXPECT_NE(s.error().message.find("does not carry"), std::string::npos) << s.error().message;
 }
 
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
-
 // A Conv followed by inference BatchNormalization (and ReLU): the program's image holds the folded
 // weights and shift (Program::folds); INT8 folding is exact under the integer BatchNormalization.
 ir::TensorId convBn(ir::Graph& g, const std::string& p, ir::TensorId x, std::int64_t cin, std::int64_t cout,
@@ -267,12 +255,6 @@ TEST(FunctionalOps, ConvWithFoldedBatchNormMatchesTheInterpreter) {
     EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
   }
 }
-
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
 
 // Two ResNet bottleneck stages on a 32 x 32 image, INT8: the gathered stem with folded BatchNorm,
 // a padded strided max-pool, 1 x 1 and packed 3 x 3 Convs, strided downsampling, residual Adds and
@@ -318,12 +300,6 @@ TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
-
 TEST(FunctionalOps, SplitOffTileBoundariesShiftsLanes) {
   // Three parts of 40, 100 and 20 values of a 160-value row (one FP16 tile): each part's lanes move
   // down to lane 0 on the SXM, the lanes past its values zero.
@@ -337,12 +313,6 @@ TEST(FunctionalOps, SplitOffTileBoundariesShiftsLanes) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
-
 TEST(FunctionalOps, ConcatOffTileBoundariesMergesLanes) {
   // Parts of 30, 50 and 60 values into one 140-value FP16 tile: the first copied with its lanes, the
   // others moved up on the SXM and added into the output row on the VXM.
@@ -355,12 +325,6 @@ TEST(FunctionalOps, ConcatOffTileBoundariesMergesLanes) {
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
-
-}  // namespace
-}  // namespace tsp::sim
-
-namespace tsp::sim {
-namespace {
 
 TEST(FunctionalOps, TransposeAcrossTilesIsAnSxmPermute) {
   // [320, 480] -> [480, 320]: every output vector takes one lane of 160 input rows (three input
