@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -28,6 +30,58 @@ int gridSide(int tp) {
   return q * q == tp ? q : 0;
 }
 
+// A matmul's choice for its weight, made from the shardings of the ops before it: nullopt when the
+// op makes no choice; a weight with no sharding when it is tried and left as propagation places it.
+using WeightChoice = std::optional<std::pair<ir::TensorId, std::optional<TensorSharding>>>;
+using WeightChooser = std::function<WeightChoice(const ir::Op&, const ShardingPlan&,
+                                                 const std::map<ir::TensorId, TensorSharding>&)>;
+
+// Weights annotated one at a time in graph order, each choice seeing the propagation of the ones
+// before it. Propagation runs in graph order, so an op's view depends only on earlier ops, and one
+// propagation choosing each weight as its matmul is reached gives the same annotations. A weight
+// that an earlier op reads first would change that op's view: such graphs take the rule
+// literally, one propagation per weight.
+Expected<std::map<ir::TensorId, TensorSharding>> chooseWeightsInOrder(
+    const ir::Graph& graph, const Mesh& mesh, std::map<ir::TensorId, TensorSharding> annotations,
+    const WeightChooser& choose) {
+  std::vector<ir::OpId> firstReader(graph.tensors().size(), -1);
+  for (size_t i = graph.ops().size(); i-- > 0;)
+    for (ir::TensorId t : graph.op(i).inputs) firstReader[t] = static_cast<ir::OpId>(i);
+  std::vector<bool> tried(graph.tensors().size(), false);
+  bool literal = false;
+  auto chosen = annotations;
+  auto onePass = propagateShardings(graph, mesh, chosen,
+                                    [&](ir::OpId id, const ShardingPlan& sofar,
+                                        std::map<ir::TensorId, TensorSharding>& added) {
+                                      auto choice = choose(graph.op(id), sofar, chosen);
+                                      if (!choice || tried[choice->first]) return true;
+                                      if (firstReader[choice->first] != id) {
+                                        literal = true;
+                                        return true;
+                                      }
+                                      tried[choice->first] = true;
+                                      if (choice->second) added.emplace(choice->first, *choice->second);
+                                      return true;
+                                    });
+  if (!onePass) return onePass.error();
+  if (!literal) return chosen;
+  std::fill(tried.begin(), tried.end(), false);
+  for (;;) {
+    auto propagated = propagateShardings(graph, mesh, annotations);
+    if (!propagated) return propagated.error();
+    bool added = false;
+    for (size_t i = 0; i < graph.ops().size() && !added; ++i) {
+      auto choice = choose(graph.op(i), *propagated, annotations);
+      if (!choice || tried[choice->first]) continue;
+      tried[choice->first] = true;
+      if (!choice->second) continue;
+      annotations.emplace(choice->first, *choice->second);
+      added = true;
+    }
+    if (!added) return annotations;
+  }
+}
+
 // 2D: every weight matmul's weight [K, N] is split over both grid axes, K over the axis its
 // activation's last dim is split on (the other one's output partial sums then leave over that
 // axis), N over the other, taken one at a time in graph order as for Megatron. Each matmul then
@@ -43,26 +97,21 @@ Expected<std::map<ir::TensorId, TensorSharding>> gridAnnotations(const ir::Graph
         table.shape[1] % q == 0)
       annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
   }
-  std::vector<bool> tried(graph.tensors().size(), false);
-  for (;;) {
-    auto propagated = propagateShardings(graph, mesh, annotations);
-    if (!propagated) return propagated.error();
-    bool added = false;
-    for (const auto& op : graph.ops()) {
-      if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) continue;
-      const ir::TensorId w = op.inputs[1];
-      const auto& weight = graph.tensor(w);
-      if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 || tried[w] || annotations.count(w)) continue;
-      tried[w] = true;
-      if (weight.shape[0] % q != 0 || weight.shape[1] % q != 0) continue;
-      const auto& in = propagated->tensors[op.inputs[0]];
-      const int k = !in.dimAxis.empty() && in.dimAxis.back() >= 0 ? in.dimAxis.back() : 0;
-      annotations[w] = TensorSharding{{k, 1 - k}, {}};
-      added = true;
-      break;
-    }
-    if (!added) return annotations;
-  }
+  return chooseWeightsInOrder(graph, mesh, std::move(annotations),
+                              [&](const ir::Op& op, const ShardingPlan& sofar,
+                                  const std::map<ir::TensorId, TensorSharding>& chosen) -> WeightChoice {
+                                if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) return std::nullopt;
+                                const ir::TensorId w = op.inputs[1];
+                                const auto& weight = graph.tensor(w);
+                                if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 ||
+                                    chosen.count(w))
+                                  return std::nullopt;
+                                if (weight.shape[0] % q != 0 || weight.shape[1] % q != 0)
+                                  return WeightChoice{{w, std::nullopt}};
+                                const auto& in = sofar.tensors[op.inputs[0]];
+                                const int k = !in.dimAxis.empty() && in.dimAxis.back() >= 0 ? in.dimAxis.back() : 0;
+                                return WeightChoice{{w, TensorSharding{{k, 1 - k}, {}}}};
+                              });
 }
 
 }  // namespace
@@ -133,27 +182,20 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
     if (table.role == ir::TensorRole::kWeight && table.shape.size() == 2 && table.shape[0] % size == 0)
       annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
   }
-  // Column-split one weight at a time, in topological order, re-propagating in between: whether a
-  // matmul's activation is split over tp depends on the splits before it.
-  std::vector<bool> tried(graph.tensors().size(), false);
-  for (;;) {
-    auto propagated = propagateShardings(graph, mesh, annotations);
-    if (!propagated) return propagated.error();
-    bool added = false;
-    for (const auto& op : graph.ops()) {
-      if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) continue;
-      const ir::TensorId w = op.inputs[1];
-      const auto& weight = graph.tensor(w);
-      if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 || tried[w]) continue;
-      if (usesAxis(propagated->tensors[op.inputs[0]], tp) || usesAxis(propagated->tensors[w], tp)) continue;
-      tried[w] = true;
-      if (weight.shape[1] % size != 0) continue;
-      annotations[w] = TensorSharding{{-1, tp}, {}};
-      added = true;
-      break;
-    }
-    if (!added) return annotations;
-  }
+  // Column-split one weight at a time, in topological order: whether a matmul's activation is
+  // split over tp depends on the splits before it.
+  return chooseWeightsInOrder(graph, mesh, std::move(annotations),
+                              [&](const ir::Op& op, const ShardingPlan& sofar,
+                                  const std::map<ir::TensorId, TensorSharding>&) -> WeightChoice {
+                                if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) return std::nullopt;
+                                const ir::TensorId w = op.inputs[1];
+                                const auto& weight = graph.tensor(w);
+                                if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2) return std::nullopt;
+                                if (usesAxis(sofar.tensors[op.inputs[0]], tp) || usesAxis(sofar.tensors[w], tp))
+                                  return std::nullopt;
+                                if (weight.shape[1] % size != 0) return WeightChoice{{w, std::nullopt}};
+                                return WeightChoice{{w, TensorSharding{{-1, tp}, {}}}};
+                              });
 }
 
 Expected<DeviceGraphs> tensorParallelGraphs(const ir::Graph& block, const Plan& plan) {

@@ -148,6 +148,13 @@ Status checkSharding(const ir::Graph& graph, const Mesh& mesh, ir::TensorId id, 
 
 Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
                                           const std::map<ir::TensorId, TensorSharding>& annotations) {
+  auto chosen = annotations;
+  return propagateShardings(graph, mesh, chosen, nullptr);
+}
+
+Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
+                                          std::map<ir::TensorId, TensorSharding>& annotations,
+                                          const AnnotateBeforeOp& before) {
   ShardingPlan plan;
   plan.mesh = mesh;
   const size_t tensorCount = graph.tensors().size();
@@ -176,6 +183,21 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
   plan.opDimAxis.resize(graph.ops().size());
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
+    if (before) {
+      std::map<ir::TensorId, TensorSharding> added;
+      if (!before(static_cast<ir::OpId>(i), plan, added))
+        return modelError(op.name, "no sharding could be chosen for its operands");
+      for (auto& [id, s] : added) {
+        const ir::Tensor& t = graph.tensor(id);
+        if (known[id] || annotations.count(id) || t.producer >= 0 ||
+            (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant))
+          return modelError(t.name, "an annotation chosen during propagation must be a weight or constant no earlier op read");
+        if (auto st = checkSharding(graph, mesh, id, s); !st) return st.error();
+        plan.tensors[id] = s;
+        known[id] = true;
+        annotations[id] = std::move(s);
+      }
+    }
     auto space = ir::iterationSpace(graph, op);
     if (!space) return space.error();
     const DependenceInfo deps = analyzeDependences(*space);

@@ -1,6 +1,7 @@
 // Sharding: device meshes, tensor sharding specs, GSPMD-style propagation and resharding collectives.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -93,6 +94,18 @@ struct ShardingPlan {
 /// Graph outputs end without partial sums. Errors name the tensor or op.
 Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
                                           const std::map<ir::TensorId, TensorSharding>& annotations);
+
+/// Chooses annotations during propagation: called before each op with the plan so far (every
+/// earlier op propagated); it may annotate the op's operands that no earlier op has read (weights
+/// and constants), as if they had been annotated from the start. Returns false to give up (the
+/// propagation then ends with an error).
+using AnnotateBeforeOp = std::function<bool(ir::OpId op, const ShardingPlan& sofar,
+                                            std::map<ir::TensorId, TensorSharding>& annotations)>;
+
+/// propagateShardings with annotations chosen on the way; `annotations` ends with every one chosen.
+Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
+                                          std::map<ir::TensorId, TensorSharding>& annotations,
+                                          const AnnotateBeforeOp& before);
 
 /// The reshard steps from `from` to `to` (halo steps are added by propagation, not here).
 std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSharding& to);

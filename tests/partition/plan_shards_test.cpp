@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "compile/frontend/builtin_models.h"
 #include "compile/ir/interpreter.h"
 #include "partition/pipeline_schedule.h"
 #include "partition/placement.h"
@@ -240,6 +241,88 @@ TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
   auto work = shardPlan(g, p);
   ASSERT_TRUE(work.ok()) << work.error().format();
   EXPECT_EQ(work->graphs.size(), 4u);
+}
+
+// The weight rule taken literally: one propagation per annotated weight, each choice made on the
+// propagation of the annotations before it (Megatron: the first matmul whose activation and weight
+// are not split over tp takes a column split; 2D: [k, 1 - k] from its activation's last dim).
+std::map<ir::TensorId, TensorSharding> literalWeightRule(const ir::Graph& g, const Plan& p, const Mesh& mesh) {
+  std::map<ir::TensorId, TensorSharding> annotations;
+  const bool grid = p.split == TensorSplit::k2d;
+  const int q = mesh.axisSizes[0];
+  for (const auto& op : g.ops()) {
+    if (op.kind != OpKind::kGather || op.intAttr("axis", 0) != 0) continue;
+    const auto& table = g.tensor(op.inputs[0]);
+    if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2 || table.shape[0] % q != 0) continue;
+    if (!grid) annotations[op.inputs[0]] = TensorSharding{{0, -1}, {}};
+    else if (table.shape[1] % q == 0) annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
+  }
+  auto split = [](const TensorSharding& s) {
+    return std::any_of(s.dimAxis.begin(), s.dimAxis.end(), [](int a) { return a >= 0; }) || !s.partialAxes.empty();
+  };
+  std::set<ir::TensorId> tried;
+  for (bool added = true; added;) {
+    added = false;
+    auto propagated = propagateShardings(g, mesh, annotations);
+    EXPECT_TRUE(propagated.ok());
+    if (!propagated.ok()) break;
+    for (const auto& op : g.ops()) {
+      if (op.kind != OpKind::kMatMul || op.inputs.size() != 2) continue;
+      const ir::TensorId w = op.inputs[1];
+      const auto& weight = g.tensor(w);
+      if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2 || tried.count(w) ||
+          annotations.count(w))
+        continue;
+      const auto& in = propagated->tensors[op.inputs[0]];
+      if (!grid && (split(in) || split(propagated->tensors[w]))) continue;
+      tried.insert(w);
+      if (weight.shape[0] % q != 0 && grid) continue;
+      if (weight.shape[1] % q != 0) continue;
+      const int k = !in.dimAxis.empty() && in.dimAxis.back() >= 0 ? in.dimAxis.back() : 0;
+      annotations[w] = grid ? TensorSharding{{k, 1 - k}, {}} : TensorSharding{{-1, 0}, {}};
+      added = true;
+      break;
+    }
+  }
+  return annotations;
+}
+
+// planAnnotations chooses every weight in one propagation (graphs whose weights are first read by
+// their matmul) or one propagation per weight (a weight read earlier): the same annotations as the
+// literal rule either way, on the builtin transformers, Megatron and 2D.
+TEST(PlanShards, WeightsChosenInOnePropagationFollowTheLiteralRule) {
+  std::vector<ir::Graph> graphs;
+  for (const std::string name : {"gpt", "bert"}) {
+    frontend::ModelSpec spec;
+    spec.builtin = name;
+    spec.params = {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "16"}};
+    auto g = frontend::buildBuiltinModel(spec);
+    ASSERT_TRUE(g.ok()) << g.error().format();
+    graphs.push_back(std::move(*g));
+  }
+  // A weight an Add reads before its matmul does: the one-pass choice would change the Add's view.
+  ir::Graph early;
+  const auto x = early.addInput("x", {8, 8}, DType::kF32);
+  const auto w0 = early.addWeight("w0", {8, 8}, DType::kF32, values(64, 1));
+  const auto w1 = early.addWeight("w1", {8, 8}, DType::kF32, values(64, 2));
+  const auto a = *early.addOp(OpKind::kAdd, "early_read", {x, w1}, 0);
+  const auto h = *early.addOp(OpKind::kMatMul, "fc0", {a, w0}, 0);
+  early.markOutput(*early.addOp(OpKind::kMatMul, "fc1", {*early.addOp(OpKind::kRelu, "relu", {h}, 0), w1}, 0));
+  graphs.push_back(std::move(early));
+  for (const auto& g : graphs)
+    for (const TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
+      Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
+      p.split = split;
+      const Mesh mesh = tensorMesh(p);
+      auto annotations = planAnnotations(g, p, mesh);
+      ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+      const auto want = literalWeightRule(g, p, mesh);
+      EXPECT_EQ(annotations->size(), want.size());
+      for (const auto& [id, s] : want) {
+        ASSERT_TRUE(annotations->count(id)) << g.tensor(id).name;
+        EXPECT_EQ(annotations->at(id).text(mesh), s.text(mesh)) << g.tensor(id).name;
+      }
+    }
 }
 
 TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
