@@ -180,6 +180,19 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
       known[id] = true;
     }
 
+  // A reshard of a tensor already moved the same way feeds its operand from that one.
+  std::map<ir::TensorId, std::vector<size_t>> reshardsOf;
+  auto record = [&](Reshard reshard) {
+    for (size_t at : reshardsOf[reshard.tensor]) {
+      Reshard& earlier = plan.reshards[at];
+      if (earlier.to == reshard.to && earlier.steps == reshard.steps) {
+        earlier.alsoFeeds.emplace_back(reshard.op, reshard.operand);
+        return;
+      }
+    }
+    reshardsOf[reshard.tensor].push_back(plan.reshards.size());
+    plan.reshards.push_back(std::move(reshard));
+  };
   plan.opDimAxis.resize(graph.ops().size());
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
@@ -244,7 +257,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
         known[id] = true;
         continue;
       }
-      Reshard reshard{static_cast<ir::OpId>(i), r.operand, id, plan.tensors[id], want, {}};
+      Reshard reshard{static_cast<ir::OpId>(i), r.operand, id, plan.tensors[id], want, {}, {}};
       reshard.steps = reshardSteps(plan.tensors[id], want);
       for (size_t t = 0; t < r.index.size(); ++t) {
         if (r.index[t].terms.empty()) continue;
@@ -256,7 +269,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
           reshard.steps.push_back(halo);
         }
       }
-      if (!reshard.steps.empty()) plan.reshards.push_back(std::move(reshard));
+      if (!reshard.steps.empty()) record(std::move(reshard));
     }
     // Results: split as their index maps say; partial over the axes of split reduction dims.
     std::vector<int> partial;
@@ -280,8 +293,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     if (plan.tensors[id].partialAxes.empty()) continue;
     TensorSharding want = plan.tensors[id];
     want.partialAxes.clear();
-    Reshard reshard{-1, static_cast<int>(o), id, plan.tensors[id], want, reshardSteps(plan.tensors[id], want)};
-    plan.reshards.push_back(std::move(reshard));
+    record(Reshard{-1, static_cast<int>(o), id, plan.tensors[id], want, reshardSteps(plan.tensors[id], want), {}});
   }
   return plan;
 }

@@ -64,16 +64,19 @@ struct ReshardStep {
   int dim = -1;       ///< the tensor dim gathered, scattered, sliced, or haloed (AllToAll: the new split dim)
   int fromDim = -1;   ///< AllToAll: the old split dim
   std::int64_t haloBefore = 0, haloAfter = 0;  ///< kHalo: elements from the previous and next device
+  friend bool operator==(const ReshardStep&, const ReshardStep&) = default;
 };
 
 /// Where specs disagree: the operand `operand` of op `op` (op == -1: graph output `operand`) moves
-/// from `from` to `to` through `steps`, in order.
+/// from `from` to `to` through `steps`, in order. Later operands that need the same tensor moved the
+/// same way read its result (`alsoFeeds`): a tensor is reduced or gathered once, not once per consumer.
 struct Reshard {
   ir::OpId op = -1;
   int operand = 0;
   ir::TensorId tensor = -1;
   TensorSharding from, to;
   std::vector<ReshardStep> steps;
+  std::vector<std::pair<ir::OpId, int>> alsoFeeds;  ///< further (op, operand) reading the moved value
 };
 
 /// The result of propagation: every tensor's sharding, every op's split of its iteration dims

@@ -68,7 +68,10 @@ class DeviceBuilder {
     for (ir::TensorId id : global_.inputs()) local_[id] = g_.addInput(global_.tensor(id).name, shapeOf(id), global_.tensor(id).dtype);
     for (ir::TensorId id : global_.states()) local_[id] = g_.addState(global_.tensor(id).name, shapeOf(id), global_.tensor(id).dtype);
     std::map<std::pair<ir::OpId, int>, const Reshard*> reshardOf;
-    for (const auto& r : plan_.reshards) reshardOf[{r.op, r.operand}] = &r;
+    for (const auto& r : plan_.reshards) {
+      reshardOf[{r.op, r.operand}] = &r;
+      for (const auto& feeds : r.alsoFeeds) reshardOf[feeds] = &r;
+    }
     for (size_t i = 0; i < global_.ops().size(); ++i) {
       const ir::Op& op = global_.op(i);
       std::vector<ir::TensorId> inputs;
@@ -79,7 +82,7 @@ class DeviceBuilder {
         ir::TensorId v = *value;
         auto found = reshardOf.find({static_cast<ir::OpId>(i), static_cast<int>(k)});
         if (found != reshardOf.end()) {
-          auto moved = apply(*found->second, v, op.name + fmt::format(".in{}", k));
+          auto moved = movedValue(*found->second, v, op.name + fmt::format(".in{}", k));
           if (!moved) return moved.error();
           v = *moved;
           for (const auto& s : found->second->steps)
@@ -104,7 +107,7 @@ class DeviceBuilder {
       ir::TensorId v = local_[global_.outputs()[o]];
       auto found = reshardOf.find({-1, static_cast<int>(o)});
       if (found != reshardOf.end()) {
-        auto moved = apply(*found->second, v, fmt::format("output{}", o));
+        auto moved = movedValue(*found->second, v, fmt::format("output{}", o));
         if (!moved) return moved.error();
         v = *moved;
       }
@@ -135,6 +138,15 @@ class DeviceBuilder {
 
   ir::TensorId constant(const std::string& name, Shape shape, ir::DType dtype, std::vector<double> values) {
     return g_.addConstant(name, std::move(shape), dtype, std::make_shared<const std::vector<double>>(std::move(values)));
+  }
+
+  // A reshard's result, made by its first operand and read by the others it feeds.
+  Expected<ir::TensorId> movedValue(const Reshard& r, ir::TensorId v, const std::string& base) {
+    auto done = moved_.find(&r);
+    if (done != moved_.end()) return done->second;
+    auto made = apply(r, v, base);
+    if (made) moved_.emplace(&r, *made);
+    return made;
   }
 
   // One reshard: its steps in order on the local value.
@@ -285,6 +297,7 @@ class DeviceBuilder {
   int device_;
   std::vector<int> coords_;
   std::vector<ir::TensorId> local_;
+  std::map<const Reshard*, ir::TensorId> moved_;  // reshards applied, by the reshard
   ir::Graph g_;
   int* tag_ = nullptr;
   int layer_ = 0;

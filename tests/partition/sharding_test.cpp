@@ -198,6 +198,29 @@ TEST(Propagation, VocabParallelEmbedding) {
   EXPECT_EQ(plan.tensors[y].text(mesh), "[-,-,-] partial(tp)");
 }
 
+// A vocabulary-parallel lookup read by a norm-like chain (x * x, x / ...) and a residual: its
+// partial sums are all-reduced once, and every consumer reads the one reduced value.
+TEST(Propagation, APartialTensorIsReducedOnceForAllItsConsumers) {
+  ir::Graph g;
+  const auto ids = g.addInput("ids", {2, 3}, DType::kI64);
+  const auto table = weight(g, "embedding", {12, 4}, 1);
+  const auto x = op(g, OpKind::kGather, "lookup", {table, ids});
+  const auto sq = op(g, OpKind::kMul, "square", {x, x});
+  const auto y = op(g, OpKind::kAdd, "residual", {op(g, OpKind::kDiv, "div", {x, op(g, OpKind::kSigmoid, "s", {sq})}), x});
+  g.markOutput(y);
+  const Mesh mesh{{"tp"}, {4}};
+  ir::Value idv{DType::kI64, {2, 3}, {0, 11, 5, 3, 7, 8}};
+  DeviceGraphs devices;
+  auto plan = expectSameResults(g, mesh, {{table, spec({0, -1})}}, {idv}, &devices);
+  EXPECT_EQ(plan.count(ReshardKind::kAllReduce), 1);
+  ASSERT_EQ(plan.reshards.size(), 1u);
+  EXPECT_EQ(plan.reshards[0].alsoFeeds.size(), 3u);  // square's second operand, div, residual
+  ASSERT_FALSE(devices.graphs.empty());
+  int allReduces = 0;
+  for (const auto& o : devices.graphs[0].ops()) allReduces += o.kind == OpKind::kAllReduce;
+  EXPECT_EQ(allReduces, 1);
+}
+
 // Spatial split of a 3x3 convolution over a 4x4 grid: interior tiles exchange the seed's
 // 2p(tile_h + tile_w)C bytes plus the 4p^2 C corner elements.
 TEST(Propagation, SpatialConvHaloMatchesTheSeedFormula) {
