@@ -153,7 +153,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
   if ((t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput) && !c2cTensors_.count(tensor))
     segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
-  if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
+  if (segments > 1) {
+    // A feature map read by a window op keeps whole image rows in every segment (rounded down: the
+    // more segments, the more row blocks read different MEM queues at once): the rows a tap of a
+    // block needs then lie in one segment once the reads are cut at the bands (bandCuts).
+    std::int64_t segRows = ceilDiv(rows, segments);
+    if (const std::int64_t w = windowRowLength(tensor); w > 1 && w <= chip_.addressesPerSlice)
+      segRows = std::max<std::int64_t>(1, segRows / w) * w;
+    if (segRows < rows) st.placement.segmentRows = segRows;
+  }
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
@@ -839,8 +847,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   }
   const int id = addTask(std::move(compute), reads, writes);
   if (readAccess.tensor < 0) {
-    const auto [wt, ws] = job.scratchSource(readAccess, id);
-    problem_.addDataDependence(wt, ws, id, 0);
+    for (const auto& [wt, ws] : job.scratchSource(readAccess, id)) problem_.addDataDependence(wt, ws, id, 0);
   }
   return id;
 }
