@@ -203,6 +203,7 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
   const int copies = st.placement.resident ? 1 : st.placement.replicas;
   const int pieces = st.segments();
   st.writers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
+  st.writerRows.resize(st.writers.size());
   st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
@@ -264,7 +265,11 @@ void Lowering::dependOnWriters(const Access& read, int task) {
   const int first = st.pieceOf(read.tile, read.row0, read.replica);
   const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p)
-    for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
+    for (size_t w = 0; w < st.writers[p].size(); ++w) {
+      const auto [r0, r1] = st.writerRows[p][w];
+      if (r0 < read.row0 + std::max<std::int64_t>(1, read.rows) && read.row0 < r1)
+        problem_.addDataDependence(st.writers[p][w].first, st.writers[p][w].second, task, read.step);
+    }
 }
 
 void Lowering::noteReader(const Access& read, int task) {
@@ -279,6 +284,7 @@ void Lowering::noteWriter(const Access& write, int task) {
   TensorState& st = tensors_.at(write.tensor);
   const int piece = st.pieceOf(write.tile, write.row0, write.replica);
   st.writers[piece].push_back({task, write.step});
+  st.writerRows[piece].push_back({write.row0, write.row0 + std::max<std::int64_t>(1, write.rows)});
   waitForFreedReaders(st.blocks[piece], task, write.step);
 }
 

@@ -26,6 +26,8 @@ struct TensorState {
   isa::TensorPlacement placement;
   std::vector<alloc::Block> blocks;                       ///< per piece
   std::vector<std::vector<std::pair<int, int>>> writers;  ///< per piece: (task, step)
+  /// Per piece, beside writers: the rows [first, end) each writer wrote (a read waits for its rows' writers only).
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> writerRows;
   std::vector<std::vector<std::pair<int, int>>> readers;  ///< per piece: (task, step) of every read
   bool pinned = false;                                    ///< never freed (resident, sent, graph output)
 
@@ -187,7 +189,10 @@ class Lowering {
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
-                               const std::set<int>& avoid);
+                               const std::set<int>& avoid, isa::VxmFunc finish = isa::VxmFunc::kNone);
+  // Is `relu` (a ReLU's output) read by one max-pool alone and not a graph output? Then the ReLU
+  // is the pool's last ALU step instead of its producer's (they commute; the pool has 4x fewer rows).
+  bool reluAfterPool(ir::TensorId relu) const;
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);
@@ -278,6 +283,7 @@ class Lowering {
   // which the receiver's release times assume (a tile longer than a slice still goes in segments).
   std::set<ir::TensorId> c2cTensors_;
   std::int64_t minSegmentRows_ = 128;
+  std::set<ir::TensorId> poolRelu_;  // feature maps stored before their ReLU, which their max-pool applies
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)

@@ -268,8 +268,11 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     }
   }
   if (const ir::Op* act = soleUser(job.out, ops, position + consumed, {ir::OpKind::kRelu})) {
-    job.activation = act->kind;
     job.out = act->outputs[0];
+    if (reluAfterPool(job.out))
+      poolRelu_.insert(job.out);  // stored before the ReLU: the max-pool applies it (reluAfterPool)
+    else
+      job.activation = act->kind;
     ++consumed;
   }
   if (job.bias >= 0)
@@ -295,20 +298,21 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (gatheringConv(chip_, graph_, in) == &op) {
     // Window-gathered input: a plain matmul over packed (kh*kw*Cin)-element vectors.
     job.kTiles = xs.placement.tiles;
-    // Blocks taken in turn from as many consecutive segments as there are planes: the planes, which
-    // start one block each at once, then write (and read) different MEM slices.
+    // A map a window op reads next (the stem's max-pool) comes in blocks of two image rows: its
+    // reader's passes over the first rows of a segment run while the planes compute the others.
+    if (windowRowLength(job.out) > 1) tm = std::min<std::int64_t>(tm, 2 * win.wo);
+    // Blocks taken in turn from every segment: the planes, which start one block each at once, then
+    // write (and read) different MEM slices, and each segment is written a block at a time over the
+    // whole conv, so that its reader's passes over the rows done fit between its writes.
     std::vector<std::vector<std::array<std::int64_t, 3>>> bySegment;
     for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out})) {
       bySegment.emplace_back();
       for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) bySegment.back().push_back({0, b0, std::min(tm, r0 + n - b0)});
     }
-    for (size_t g = 0; g < bySegment.size(); g += static_cast<size_t>(chip_.mxmPlanes)) {
-      const size_t end = std::min(bySegment.size(), g + static_cast<size_t>(chip_.mxmPlanes));
-      for (size_t j = 0, more = 1; more; ++j) {
-        more = 0;
-        for (size_t sg = g; sg < end; ++sg)
-          if (j < bySegment[sg].size()) job.blocks.push_back(bySegment[sg][j]), more = 1;
-      }
+    for (size_t j = 0, more = 1; more; ++j) {
+      more = 0;
+      for (const auto& segment : bySegment)
+        if (j < segment.size()) job.blocks.push_back(segment[j]), more = 1;
     }
     job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
       return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
@@ -486,12 +490,19 @@ std::int64_t Lowering::windowRowLength(ir::TensorId tensor) const {
   return 1;
 }
 
+bool Lowering::reluAfterPool(ir::TensorId relu) const {
+  const ir::Tensor& t = graph_.tensor(relu);
+  if (t.users.size() != 1 || graph_.op(t.users[0]).kind != ir::OpKind::kMaxPool) return false;
+  return std::find(graph_.outputs().begin(), graph_.outputs().end(), relu) == graph_.outputs().end();
+}
+
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
                                                  isa::VxmFunc combine, bool computes, float fill,
                                                  const std::function<Step(int, int)>& finalWrite,
-                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
+                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid,
+                                                 isa::VxmFunc finish) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
@@ -597,6 +608,15 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     }
     tap += width;
     const bool last = tap == tap1;
+    if (last && finish != isa::VxmFunc::kNone) {  // one more ALU step on the result (a deferred ReLU)
+      Step alu;
+      alu.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
+      alu.inst.func = finish;
+      alu.inst.timingOnly = !computes;
+      alu.producer = aluAt;
+      task.steps.push_back(alu);
+      aluAt = static_cast<int>(task.steps.size()) - 1;
+    }
     // The last pass writes finalWrite once per copy of the output (finalWrites: one Access per copy).
     const int writeAt = static_cast<int>(task.steps.size());
     if (!last) task.steps.push_back(makeWriteOf(to, rows, aluAt));
@@ -645,7 +665,7 @@ Status Lowering::lowerPool(const ir::Op& op) {
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
                              average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
                              [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
-                             writes, avoid);
+                             writes, avoid, poolRelu_.count(in) ? isa::VxmFunc::kRelu : isa::VxmFunc::kNone);
       if (!chain) return chain.error();
     }
   return {};
