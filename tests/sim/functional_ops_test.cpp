@@ -266,6 +266,21 @@ TEST(FunctionalOps, ConvWithFoldedBatchNormMatchesTheInterpreter) {
   }
 }
 
+TEST(FunctionalOps, ReluBeforeAMaxPoolIsThePoolsLastStep) {
+  // The stem's Conv -> BatchNorm -> ReLU -> max-pool: the ReLU runs on the pool's rows (they
+  // commute) unless the ReLU's output is itself a graph output, which must then hold its values.
+  for (const bool reluIsOutput : {false, true}) {
+    ir::Graph g;
+    const auto dt = ir::DType::kI8;
+    const auto stem = convBn(g, "stem", g.addInput("images", {1, 3, 32, 32}, dt), 3, 64, 7, 2, dt);
+    if (reluIsOutput) g.markOutput(stem);
+    g.markOutput(*g.addOp(OpKind::kMaxPool, "pool", {stem},
+                          {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << (reluIsOutput ? "ReLU output marked: " : "") << s.error().format();
+  }
+}
+
 // Two ResNet bottleneck stages on a 32 x 32 image, INT8: the gathered stem with folded BatchNorm,
 // a padded strided max-pool, 1 x 1 and packed 3 x 3 Convs, strided downsampling, residual Adds and
 // ReLUs in the epilogues, GlobalAveragePool, Flatten and the classifier. The classifier's weights
