@@ -171,7 +171,7 @@ void BM_QualityResnet50(benchmark::State& state) {
   }
   compileForQuality(state, chip, g, ops, interface);
 }
-BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(5)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
 
 // Bank mapping policies (0 linear, 1 prime-modulo, 2 xor) on whole shards: the compile report's
 // bank-conflict rate (accesses delayed because the other port's run shared a bank). Second argument:

@@ -153,7 +153,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   std::int64_t segments = ceilDiv(rows, chip_.addressesPerSlice);
   if ((t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput) && !c2cTensors_.count(tensor))
     segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
-  if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
+  if (segments > 1) {
+    // A feature map read by a window op keeps whole image rows in every segment (rounded down: the
+    // more segments, the more row blocks read different MEM queues at once): the rows a tap of a
+    // block needs then lie in one segment once the reads are cut at the bands (bandCuts).
+    std::int64_t segRows = ceilDiv(rows, segments);
+    if (const std::int64_t w = windowRowLength(tensor); w > 1 && w <= chip_.addressesPerSlice)
+      segRows = std::max<std::int64_t>(1, segRows / w) * w;
+    if (segRows < rows) st.placement.segmentRows = segRows;
+  }
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
@@ -195,6 +203,7 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
   const int copies = st.placement.resident ? 1 : st.placement.replicas;
   const int pieces = st.segments();
   st.writers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
+  st.writerRows.resize(st.writers.size());
   st.readers.resize(static_cast<size_t>(tiles) * pieces * st.placement.replicas);
   const int memFirst = chip_.firstUnit(UnitKind::kMem);
   const Bytes liveBefore = out_.sram.inUse();
@@ -256,7 +265,11 @@ void Lowering::dependOnWriters(const Access& read, int task) {
   const int first = st.pieceOf(read.tile, read.row0, read.replica);
   const int last = st.pieceOf(read.tile, std::max<std::int64_t>(read.row0, read.row0 + read.rows - 1), read.replica);
   for (int p = first; p <= last; ++p)
-    for (const auto& [wt, ws] : st.writers[p]) problem_.addDataDependence(wt, ws, task, read.step);
+    for (size_t w = 0; w < st.writers[p].size(); ++w) {
+      const auto [r0, r1] = st.writerRows[p][w];
+      if (r0 < read.row0 + std::max<std::int64_t>(1, read.rows) && read.row0 < r1)
+        problem_.addDataDependence(st.writers[p][w].first, st.writers[p][w].second, task, read.step);
+    }
 }
 
 void Lowering::noteReader(const Access& read, int task) {
@@ -271,6 +284,7 @@ void Lowering::noteWriter(const Access& write, int task) {
   TensorState& st = tensors_.at(write.tensor);
   const int piece = st.pieceOf(write.tile, write.row0, write.replica);
   st.writers[piece].push_back({task, write.step});
+  st.writerRows[piece].push_back({write.row0, write.row0 + std::max<std::int64_t>(1, write.rows)});
   waitForFreedReaders(st.blocks[piece], task, write.step);
 }
 
@@ -839,8 +853,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   }
   const int id = addTask(std::move(compute), reads, writes);
   if (readAccess.tensor < 0) {
-    const auto [wt, ws] = job.scratchSource(readAccess, id);
-    problem_.addDataDependence(wt, ws, id, 0);
+    for (const auto& [wt, ws] : job.scratchSource(readAccess, id)) problem_.addDataDependence(wt, ws, id, 0);
   }
   return id;
 }

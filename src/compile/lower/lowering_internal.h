@@ -26,6 +26,8 @@ struct TensorState {
   isa::TensorPlacement placement;
   std::vector<alloc::Block> blocks;                       ///< per piece
   std::vector<std::vector<std::pair<int, int>>> writers;  ///< per piece: (task, step)
+  /// Per piece, beside writers: the rows [first, end) each writer wrote (a read waits for its rows' writers only).
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> writerRows;
   std::vector<std::vector<std::pair<int, int>>> readers;  ///< per piece: (task, step) of every read
   bool pinned = false;                                    ///< never freed (resident, sent, graph output)
 
@@ -123,8 +125,8 @@ class Lowering {
     /// The operand of K tile k's compute for a block (-1: none): a window tap's realignment.
     std::function<int(int k, const std::array<std::int64_t, 3>& block)> window;
     /// For a source read of scratch (Access tensor -1): records the reading task and returns the
-    /// (task, step) that wrote the scratch.
-    std::function<std::pair<int, int>(const Access& read, int task)> scratchSource;
+    /// (task, step) pairs that wrote the scratch.
+    std::function<std::vector<std::pair<int, int>>(const Access& read, int task)> scratchSource;
   };
   // The last pass of a chain of tap passes: (task, its write step).
   struct TapChain {
@@ -187,7 +189,10 @@ class Lowering {
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
-                               const std::set<int>& avoid);
+                               const std::set<int>& avoid, isa::VxmFunc finish = isa::VxmFunc::kNone);
+  // Is `relu` (a ReLU's output) read by one max-pool alone and not a graph output? Then the ReLU
+  // is the pool's last ALU step instead of its producer's (they commute; the pool has 4x fewer rows).
+  bool reluAfterPool(ir::TensorId relu) const;
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);
@@ -216,9 +221,16 @@ class Lowering {
   // The compute task of K tile k for output tile n and one row block (with the epilogue when last).
   int addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block, std::int64_t batchRow0,
                     int computeUnit, bool last, int vxm);
-  // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments.
+  // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments, cut so
+  // that the rows every tap of a block needs lie in one segment of the input.
   std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
-                                                        std::int64_t tm) const;
+                                                        std::int64_t tm, bool bands = true) const;
+  // The output pixels at which a unit-stride window op's blocks are cut so that each tap of a block
+  // reads the rows it needs from one segment of the input (none for a strided window).
+  std::set<std::int64_t> bandCuts(const Window& win, ir::TensorId in) const;
+  // A block cut at `cuts` into pieces of at most tm pixels.
+  static std::vector<std::array<std::int64_t, 3>> cutBlock(const std::array<std::int64_t, 3>& block,
+                                                           const std::set<std::int64_t>& cuts, std::int64_t tm);
   // The read of one tap (ky, kx) of input tile `tile` for a block of output pixels.
   // With `exact`, whether the rows read are the tap's pixels (no padding taps, no clamping).
   // Reads copy `replica` (modulo the input's copies).
@@ -228,6 +240,9 @@ class Lowering {
   // How many copies a feature map made by an MXM epilogue gets: 2 when every reader is a window op
   // of at least 4 taps (each row read once per tap) and SRAM has room, else 1.
   int readCopies(ir::TensorId tensor) const;
+  // The image row length W of a feature map that a window op other than a 1 x 1 unit-stride one
+  // reads (its segments then hold whole image rows), else 1.
+  std::int64_t windowRowLength(ir::TensorId tensor) const;
   // The window of tap (ky, kx) for a block of output pixels whose source is the window read `read`
   // (LoweredShard::windows): the tap's pixels realigned (padding `fill` in `lanes` lanes), lanes
   // moved up by laneShift. Returns its index.
@@ -268,6 +283,7 @@ class Lowering {
   // which the receiver's release times assume (a tile longer than a slice still goes in segments).
   std::set<ir::TensorId> c2cTensors_;
   std::int64_t minSegmentRows_ = 128;
+  std::set<ir::TensorId> poolRelu_;  // feature maps stored before their ReLU, which their max-pool applies
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cassert>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -95,15 +96,53 @@ Window windowOf(const ir::Graph& graph, const ir::Op& op) {
 
 }  // namespace
 
+std::set<std::int64_t> Lowering::bandCuts(const Window& win, ir::TensorId in) const {
+  // Tap (ky, kx) of pixel p reads input pixel p + d, d = dy W + dx: a block that holds no pixel
+  // B - d of an input segment end B reads each tap's rows from one segment. Over segments of whole
+  // image rows the column offset dx only reaches padding, so the bands are cut at B - dy W; blocks
+  // that read the (shorter) last segment are cut to its length.
+  std::set<std::int64_t> cuts;
+  if (!win.unitStride()) return cuts;
+  const TensorState& xs = tensors_.at(in);
+  const std::int64_t seg = xs.segmentRows(), inRows = xs.placement.rows, pixels = win.n * win.ho * win.wo;
+  const bool wholeRows = seg % win.w == 0;
+  const std::int64_t lastStart = (ceilDiv(inRows, seg) - 1) * seg, lastRows = inRows - lastStart;
+  for (std::int64_t ky = 0; ky < win.kh; ++ky)
+    for (std::int64_t kx = 0; kx < (wholeRows ? 1 : win.kw); ++kx) {
+      const std::int64_t d = (ky * win.dh - win.pt) * win.w + (wholeRows ? 0 : kx * win.dw - win.pl);
+      for (std::int64_t b = seg; b < inRows; b += seg)
+        if (b - d > 0 && b - d < pixels) cuts.insert(b - d);
+      if (lastRows < seg)
+        for (std::int64_t b = lastStart - d + lastRows; b < pixels; b += lastRows)
+          if (b > 0) cuts.insert(b);
+    }
+  return cuts;
+}
+
+std::vector<std::array<std::int64_t, 3>> Lowering::cutBlock(const std::array<std::int64_t, 3>& block,
+                                                            const std::set<std::int64_t>& cuts, std::int64_t tm) {
+  std::vector<std::array<std::int64_t, 3>> pieces;
+  const std::int64_t end = block[1] + block[2];
+  for (std::int64_t p0 = block[1]; p0 < end;) {
+    const auto cut = cuts.upper_bound(p0);
+    const std::int64_t p1 = cut == cuts.end() ? end : std::min(end, *cut);
+    for (std::int64_t b0 = p0; b0 < p1; b0 += tm) pieces.push_back({block[0], b0, std::min(tm, p1 - b0)});
+    p0 = p1;
+  }
+  return pieces;
+}
+
 std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
-                                                                std::int64_t tm) const {
-  // Unit stride: blocks of tm pixels over the whole map. Otherwise one output row per block (the
-  // input address advances by the stride inside a row and jumps between rows).
+                                                                std::int64_t tm, bool bands) const {
+  // Unit stride: blocks of tm pixels over the whole map, cut at the bands (bandCuts) unless the
+  // caller reads each block's taps in bands itself. Otherwise one output row per block (the input
+  // address advances by the stride inside a row and jumps between rows).
   std::vector<std::array<std::int64_t, 3>> blocks;
   const std::int64_t pixels = win.n * win.ho * win.wo;
   if (win.unitStride()) {
+    const std::set<std::int64_t> cuts = bands ? bandCuts(win, in) : std::set<std::int64_t>{};
     for (const auto& [r0, n] : rowPieces(0, pixels, {in, out}))
-      for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) blocks.push_back({0, b0, std::min(tm, r0 + n - b0)});
+      for (const auto& b : cutBlock({0, r0, n}, cuts, tm)) blocks.push_back(b);
   } else {
     for (std::int64_t row = 0; row < win.n * win.ho; ++row)
       for (const auto& [r0, n] : rowPieces(row * win.wo, (row + 1) * win.wo, {out})) blocks.push_back({0, r0, n});
@@ -114,24 +153,28 @@ std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& wi
 std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::TensorId in, int tile,
                                                        const std::array<std::int64_t, 3>& block, std::int64_t ky,
                                                        std::int64_t kx, bool* exact, int replica) const {
-  // Output pixels [row0, row0 + rows) read input pixels at the tap's offset. Padding taps read the
-  // nearest in-range rows (a timing model: which values land there is the functional mode's part).
+  // Output pixels [row0, row0 + rows) read input pixels at the tap's offset, from the segment that
+  // holds every one of them that is not padding (windowBlocks cut the blocks so that one does). A
+  // read that would run past that segment's ends is moved inside it: the rows it then misses or
+  // adds are padding taps (which value lands there is the functional mode's part).
   const TensorState& xs = tensors_.at(in);
   const std::int64_t row0 = block[1], rows = block[2];
-  std::int64_t first = 0, stride = 1;
+  const std::int64_t segRows = xs.segmentRows();
+  std::int64_t first = 0, stride = 1, anchor = 0;
   if (win.unitStride()) {
     first = row0 + (ky * win.dh - win.pt) * win.w + (kx * win.dw - win.pl);
+    anchor = segRows % win.w == 0 ? row0 + (ky * win.dh - win.pt) * win.w : first;
   } else {
     const std::int64_t image = row0 / (win.ho * win.wo), rem = row0 % (win.ho * win.wo);
     const std::int64_t oy = rem / win.wo, ox = rem % win.wo;
     const std::int64_t iy = std::clamp<std::int64_t>(oy * win.sh + ky * win.dh - win.pt, 0, win.h - 1);
-    first = image * win.h * win.w + iy * win.w + ox * win.sw + kx * win.dw - win.pl;
+    anchor = image * win.h * win.w + iy * win.w;
+    first = anchor + ox * win.sw + kx * win.dw - win.pl;
     stride = win.sw;
+    if (segRows % win.w != 0) anchor = first + ((rows - 1) * stride) / 2;
   }
   const std::int64_t span = (rows - 1) * stride;
-  const std::int64_t segRows = xs.segmentRows();
-  // The segment holding the middle of the span: a block reads its own segment, not a neighbour's.
-  const std::int64_t segStart = std::clamp<std::int64_t>(first + span / 2, 0, xs.placement.rows - 1) / segRows * segRows;
+  const std::int64_t segStart = std::clamp<std::int64_t>(anchor, 0, xs.placement.rows - 1) / segRows * segRows;
   const std::int64_t segEnd = std::min(xs.placement.rows, segStart + segRows);
   const std::int64_t wanted = first;
   first = std::clamp<std::int64_t>(first, segStart, std::max(segStart, segEnd - 1 - span));
@@ -225,8 +268,11 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     }
   }
   if (const ir::Op* act = soleUser(job.out, ops, position + consumed, {ir::OpKind::kRelu})) {
-    job.activation = act->kind;
     job.out = act->outputs[0];
+    if (reluAfterPool(job.out))
+      poolRelu_.insert(job.out);  // stored before the ReLU: the max-pool applies it (reluAfterPool)
+    else
+      job.activation = act->kind;
     ++consumed;
   }
   if (job.bias >= 0)
@@ -252,20 +298,21 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (gatheringConv(chip_, graph_, in) == &op) {
     // Window-gathered input: a plain matmul over packed (kh*kw*Cin)-element vectors.
     job.kTiles = xs.placement.tiles;
-    // Blocks taken in turn from as many consecutive segments as there are planes: the planes, which
-    // start one block each at once, then write (and read) different MEM slices.
+    // A map a window op reads next (the stem's max-pool) comes in blocks of two image rows: its
+    // reader's passes over the first rows of a segment run while the planes compute the others.
+    if (windowRowLength(job.out) > 1) tm = std::min<std::int64_t>(tm, 2 * win.wo);
+    // Blocks taken in turn from every segment: the planes, which start one block each at once, then
+    // write (and read) different MEM slices, and each segment is written a block at a time over the
+    // whole conv, so that its reader's passes over the rows done fit between its writes.
     std::vector<std::vector<std::array<std::int64_t, 3>>> bySegment;
     for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out})) {
       bySegment.emplace_back();
       for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) bySegment.back().push_back({0, b0, std::min(tm, r0 + n - b0)});
     }
-    for (size_t g = 0; g < bySegment.size(); g += static_cast<size_t>(chip_.mxmPlanes)) {
-      const size_t end = std::min(bySegment.size(), g + static_cast<size_t>(chip_.mxmPlanes));
-      for (size_t j = 0, more = 1; more; ++j) {
-        more = 0;
-        for (size_t sg = g; sg < end; ++sg)
-          if (j < bySegment[sg].size()) job.blocks.push_back(bySegment[sg][j]), more = 1;
-      }
+    for (size_t j = 0, more = 1; more; ++j) {
+      more = 0;
+      for (const auto& segment : bySegment)
+        if (j < segment.size()) job.blocks.push_back(segment[j]), more = 1;
     }
     job.source = [this, in](int k, const std::array<std::int64_t, 3>& block) {
       return std::make_pair(readStep(in, k, block[1], block[2], false), Access{in, k, block[1], block[2], 0});
@@ -285,7 +332,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (g >= 2 && win.taps() > 1) {
     // Worth it when the MXM cycles saved per plane exceed the latency of one gather chain (g passes,
     // each a block's rows plus the widest time of flight) that the planes first wait for.
-    const auto blocks = windowBlocks(win, in, job.out, tm);
+    const auto blocks = windowBlocks(win, in, job.out, tm, false);
     const std::int64_t saved = (win.taps() - ceilDiv(win.taps(), g)) * pixels * nTiles / chip_.mxmPlanes;
     const std::int64_t chain = g * (ceilDiv(pixels, static_cast<std::int64_t>(blocks.size())) + chip_.sliceCount());
     if (saved > chain) return lowerPackedConv(job, win, in, g, tm);
@@ -321,12 +368,16 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   const std::int64_t cin = graph_.tensor(job.weights).shape[1];
   const std::int64_t packedTiles = ceilDiv(win.taps(), g);
   job.kTiles = static_cast<int>(packedTiles);
-  job.blocks = windowBlocks(win, in, job.out, tm);
+  // Blocks as the MXM streams them; their gathers go band by band.
+  job.blocks = windowBlocks(win, in, job.out, tm, false);
   std::set<int> avoid = slicesOf(in);
   for (ir::TensorId t : {job.out, job.bias, job.residual})
     for (int s : slicesOf(t)) avoid.insert(s);
-  // packed[k][b]: the scratch block of packed tile k for row block b, and the pass that wrote it.
-  std::vector<std::vector<std::pair<alloc::Block, TapChain>>> packed(static_cast<size_t>(packedTiles));
+  // packed[k][b]: the scratch block of packed tile k for row block b, and the last pass of each of
+  // its gather chains: one chain per band of the block (bandCuts), each tap of a band reading the
+  // rows it needs from one input segment, written to the band's rows of the scratch block.
+  const std::set<std::int64_t> cuts = bandCuts(win, in);
+  std::vector<std::vector<std::pair<alloc::Block, std::vector<TapChain>>>> packed(static_cast<size_t>(packedTiles));
   std::map<std::int64_t, size_t> blockIndex;
   for (size_t b = 0; b < job.blocks.size(); ++b) {
     blockIndex[job.blocks[b][1]] = b;
@@ -334,14 +385,19 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       auto buffer = scratch(job.blocks[b][2], avoid);
       if (!buffer) return buffer.error();
       const alloc::Block pb = *buffer;
-      auto chain = tapPasses(job.op->name + " gather", win, in, 0, job.blocks[b], k * g,
-                             std::min(win.taps(), (k + 1) * g), true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd,
-                             true, 0.0f,
-                             [&](int producer, int) { return makeWriteOf(pb, job.blocks[b][2], producer); },
-                             {{-1, 0, 0, job.blocks[b][2], 0}}, avoid);
-      if (!chain) return chain.error();
-      waitForFreedReaders(pb, chain->task, chain->writeStep);
-      packed[k].push_back({pb, *chain});
+      std::vector<TapChain> chains;
+      for (const auto& band : cutBlock(job.blocks[b], cuts, job.blocks[b][2])) {
+        const alloc::Block rows{pb.slice, pb.address + static_cast<int>(band[1] - job.blocks[b][1]),
+                                static_cast<int>(band[2])};
+        auto chain = tapPasses(job.op->name + " gather", win, in, 0, band, k * g, std::min(win.taps(), (k + 1) * g),
+                               true, isa::VxmFunc::kConvert, isa::VxmFunc::kAdd, true, 0.0f,
+                               [&](int producer, int) { return makeWriteOf(rows, band[2], producer); },
+                               {{-1, 0, 0, band[2], 0}}, avoid);
+        if (!chain) return chain.error();
+        waitForFreedReaders(rows, chain->task, chain->writeStep);
+        chains.push_back(*chain);
+      }
+      packed[k].push_back({pb, std::move(chains)});
     }
   }
   std::vector<std::vector<std::pair<int, int>>> readers(packed.size() * job.blocks.size());
@@ -353,7 +409,9 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   job.scratchSource = [&packed, &blockIndex, &readers](const Access& a, int task) {
     const size_t k = static_cast<size_t>(a.tile) / blockIndex.size(), b = static_cast<size_t>(a.tile) % blockIndex.size();
     readers[a.tile].push_back({task, 0});
-    return std::make_pair(packed[k][b].second.task, packed[k][b].second.writeStep);
+    std::vector<std::pair<int, int>> writers;
+    for (const TapChain& c : packed[k][b].second) writers.push_back({c.task, c.writeStep});
+    return writers;
   };
   job.weightRow = [g, cin](std::int64_t, int k) { return std::int64_t{k} * g * cin; };
   const std::int64_t taps = win.taps();
@@ -418,12 +476,33 @@ int Lowering::readCopies(ir::TensorId tensor) const {
   return copies;
 }
 
+std::int64_t Lowering::windowRowLength(ir::TensorId tensor) const {
+  const ir::Tensor& t = graph_.tensor(tensor);
+  if (!spatial_ || t.shape.size() != 4) return 1;
+  for (ir::OpId u : t.users) {
+    const ir::Op& user = graph_.op(u);
+    const bool window = user.kind == ir::OpKind::kConv || user.kind == ir::OpKind::kMaxPool ||
+                        user.kind == ir::OpKind::kAveragePool;
+    if (!window || user.inputs[0] != tensor || gatheringConv(chip_, graph_, tensor) == &user) continue;
+    const Window win = windowOf(graph_, user);
+    if (win.taps() > 1 || !win.unitStride()) return win.w;
+  }
+  return 1;
+}
+
+bool Lowering::reluAfterPool(ir::TensorId relu) const {
+  const ir::Tensor& t = graph_.tensor(relu);
+  if (t.users.size() != 1 || graph_.op(t.users[0]).kind != ir::OpKind::kMaxPool) return false;
+  return std::find(graph_.outputs().begin(), graph_.outputs().end(), relu) == graph_.outputs().end();
+}
+
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
                                                  isa::VxmFunc combine, bool computes, float fill,
                                                  const std::function<Step(int, int)>& finalWrite,
-                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid) {
+                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid,
+                                                 isa::VxmFunc finish) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
@@ -529,6 +608,15 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     }
     tap += width;
     const bool last = tap == tap1;
+    if (last && finish != isa::VxmFunc::kNone) {  // one more ALU step on the result (a deferred ReLU)
+      Step alu;
+      alu.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
+      alu.inst.func = finish;
+      alu.inst.timingOnly = !computes;
+      alu.producer = aluAt;
+      task.steps.push_back(alu);
+      aluAt = static_cast<int>(task.steps.size()) - 1;
+    }
     // The last pass writes finalWrite once per copy of the output (finalWrites: one Access per copy).
     const int writeAt = static_cast<int>(task.steps.size());
     if (!last) task.steps.push_back(makeWriteOf(to, rows, aluAt));
@@ -577,7 +665,7 @@ Status Lowering::lowerPool(const ir::Op& op) {
                              average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
                              average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
                              [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
-                             writes, avoid);
+                             writes, avoid, poolRelu_.count(in) ? isa::VxmFunc::kRelu : isa::VxmFunc::kNone);
       if (!chain) return chain.error();
     }
   return {};
