@@ -60,11 +60,12 @@ Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval) {
 }
 
 // Every elementwise function is one pass through an ALU (the latency table does not depend on the
-// function); Equal has none of its own and is timed as a Sub.
+// function).
 isa::VxmFunc funcOf(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
-    case ir::OpKind::kSub: case ir::OpKind::kEqual: return isa::VxmFunc::kSub;
+    case ir::OpKind::kSub: return isa::VxmFunc::kSub;
+    case ir::OpKind::kEqual: return isa::VxmFunc::kEqual;
     case ir::OpKind::kMul: return isa::VxmFunc::kMul;
     case ir::OpKind::kDiv: return isa::VxmFunc::kDiv;
     case ir::OpKind::kPow: return isa::VxmFunc::kPow;
@@ -80,12 +81,14 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
   }
 }
 
+bool storageTypeComputes(ir::DType type) { return type == ir::DType::kF16 || type == ir::DType::kI8; }
+
 bool computesValues(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
     case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
     case ir::OpKind::kErf: case ir::OpKind::kExp: case ir::OpKind::kSigmoid: case ir::OpKind::kSqrt:
-    case ir::OpKind::kIdentity: return true;
+    case ir::OpKind::kIdentity: case ir::OpKind::kEqual: case ir::OpKind::kCast: return true;
     default: return false;
   }
 }
@@ -543,7 +546,19 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
+  const size_t firstTask = problem_.tasks().size();
+  timingReason_.clear();
   const Status lowered = lowerFamily(op, ops, position, consumed);
+  // An op some of whose instructions only stand in for its cost is named for functional mode.
+  for (size_t t = firstTask; t < problem_.tasks().size() && lowered.ok(); ++t)
+    if (std::any_of(problem_.tasks()[t].steps.begin(), problem_.tasks()[t].steps.end(),
+                    [](const Step& st) { return st.inst.timingOnly; })) {
+      out_.refusals.push_back(fmt::format(
+          "{} '{}': {}", ir::opKindName(op.kind), op.name,
+          timingReason_.empty() ? fmt::format("the lowering gives only the timing of {}", ir::opKindName(op.kind))
+                                : timingReason_));
+      break;
+    }
   for (const auto& [block, readers] : opScratch_) releaseScratch(block, readers);
   opScratch_.clear();
   return lowered;
@@ -660,6 +675,14 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
     job.beta = static_cast<float>(op.floatAttr("beta", 1.0));
     job.timingOnly = op.intAttr("transA", 0) != 0 || (op.intAttr("transB", 0) != 0 && !job.transposedWeights) ||
                      ((job.alpha != 1.0f || job.beta != 1.0f) && job.bias < 0);
+    if (job.timingOnly)
+      timingReason_ = op.intAttr("transA", 0) != 0 ? "Gemm's transA is timed, not computed (its activations are not transposed)"
+                                                   : "Gemm's transB or alpha and beta without a bias are timed, not computed";
+  }
+  // The MXM multiplies FP16 or INT8 (storageTypeComputes); other element types are timed alike.
+  if (!storageTypeComputes(x.dtype)) {
+    job.timingOnly = true;
+    timingReason_ = fmt::format("the MXM multiplies FP16 or INT8 values, not {}", ir::dtypeName(x.dtype));
   }
   if (job.bias >= 0) {
     const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
@@ -856,11 +879,10 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
   } else {
     funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
   }
-  // Where's arithmetic select and the stand-in functions (Div as a Mul, ...) give the op's cost, not
-  // its values; a Cast that keeps the type is a copy.
-  const bool valuesKnown = op.kind != ir::OpKind::kWhere &&
-                           (computesValues(op.kind) ||
-                            (op.kind == ir::OpKind::kCast && graph_.tensor(op.inputs[0]).dtype == graph_.tensor(op.outputs[0]).dtype));
+  // Where's arithmetic select gives the op's cost, not its values; a Cast converts between the
+  // element types of its operand and result.
+  const bool valuesKnown = op.kind != ir::OpKind::kWhere && computesValues(op.kind);
+  if (!valuesKnown) timingReason_ = "its arithmetic select is timed, not computed";
   return lowerVxmChain(op, operands, funcs, valuesKnown);
 }
 
@@ -893,8 +915,28 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
         !(spatial_ && outShape.size() == 4))
       period[i] = inRows;
-    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i]))
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i])) {
+      if (!timingOnly)
+        timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
+                                    graph_.tensor(operands[i]).name);
       timingOnly = true;
+    }
+  }
+  // Tensors of other element types than the storage type's (INT32, FP32, BF16, bool) name their
+  // types in the operand; lane l of a vector is the same column in every operand only when the
+  // element widths agree, or every operand that is not splatted is one tile.
+  const auto dtypeOf = [&](ir::TensorId t) { return graph_.tensor(t).dtype; };
+  const ir::DType outType = dtypeOf(out);
+  bool typed = outType != ir::DType::kF16 && outType != ir::DType::kI8;
+  bool widths = true, oneTile = ys.placement.tiles == 1;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    typed = typed || dtypeOf(operands[i]) != outType;
+    widths = widths && ir::dtypeBytes(dtypeOf(operands[i])) == ir::dtypeBytes(outType);
+    oneTile = oneTile && (splat[i] || tensors_.at(operands[i]).placement.tiles == 1);
+  }
+  if (!timingOnly && !widths && !oneTile) {
+    timingReason_ = "its operands' element widths differ and they span several tiles (their lanes do not line up)";
+    timingOnly = true;
   }
   // Pieces do not cross a period's end or a segment end of a periodic operand.
   std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
@@ -938,10 +980,14 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
-        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]))) {
+        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]) || typed)) {
           isa::FunctionalOperand operand;
           operand.splatA = i == 0 && splat[0];
           operand.splatB = binary && !square && splat[i + 1];
+          // Step 0 reads the op's first operand, a later step the chain's value (the output's type).
+          const ir::DType a = i == 0 ? dtypeOf(operands[0]) : outType;
+          const ir::DType b = binary && !square ? dtypeOf(operands[i + 1]) : a;
+          if (typed) operand.types = isa::packElementTypes(static_cast<int>(a), static_cast<int>(b), static_cast<int>(outType));
           alu.inst.operand = addOperand(operand);
         }
         alu.producer = tail;
@@ -980,6 +1026,10 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   if (rank == 0) stat.reduced[0] = 1;
   stat.epsilon = op.floatAttr("epsilon", 1e-5);
   const int acc = addAccumulator(stat);
+  const bool typeComputes = storageTypeComputes(graph_.tensor(in).dtype) && graph_.tensor(in).dtype == graph_.tensor(out).dtype;
+  if (!typeComputes)
+    timingReason_ = fmt::format("its statistics are accumulated for FP16 or INT8 values, not {}",
+                                ir::dtypeName(graph_.tensor(in).dtype));
   // Statistics over the values of a row only: a normalising task waits for the statistics of its own
   // rows; over other axes too, for every statistics task.
   bool rowsOnly = stat.reduced.back() != 0;
@@ -994,22 +1044,48 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
       alu.inst.func = isa::VxmFunc::kAccumulate;
       alu.inst.operand = addOperand({acc, t, r0});
+      alu.inst.timingOnly = !typeComputes;
       alu.producer = 0;
       task.steps.push_back(alu);
       stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
     }
   std::vector<ir::TensorId> params;
-  // LayerNormalization's scale and bias line up with the output's lanes when they are one row of its values.
+  // LayerNormalization's scale and bias line up with the output's lanes when they have its values
+  // per row, and one row, its rows, or the rows of its trailing dimensions (normalised over more
+  // than the last axis: output row r reads their row r mod theirs).
   bool paramsAligned = true;
+  std::vector<std::int64_t> period;  // per parameter: its rows when they repeat over the output's, else 0
+  const auto& outShape = graph_.tensor(out).shape;
   if (layerNorm)
     for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
       if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
       params.push_back(op.inputs[i]);
-      paramsAligned = paramsAligned && tensors_.at(op.inputs[i]).placement.rows == 1 &&
-                      storageCols(op.inputs[i]) == storageCols(out);
+      const std::int64_t prow = tensors_.at(op.inputs[i]).placement.rows;
+      auto shape = graph_.tensor(op.inputs[i]).shape;
+      while (!shape.empty() && shape.front() == 1) shape.erase(shape.begin());
+      const bool trailing = shape.size() <= outShape.size() &&
+                            std::equal(shape.begin(), shape.end(), outShape.end() - static_cast<std::ptrdiff_t>(shape.size()));
+      period.push_back(prow > 1 && prow < rows && rows % prow == 0 && trailing ? prow : 0);
+      paramsAligned = paramsAligned && storageCols(op.inputs[i]) == storageCols(out) &&
+                      (prow == 1 || prow == rows || period.back() > 0);
+    }
+  if (!paramsAligned)
+    timingReason_ = "its scale or bias does not line up with the output's rows and values per row";
+  // Pieces do not cross a period's end or a segment end of a periodic parameter.
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (const auto& [p0, pn] : rowPieces(0, rows, {in, out}))
+    for (std::int64_t r = p0; r < p0 + pn;) {
+      std::int64_t end = p0 + pn;
+      for (size_t i = 0; i < params.size() && paramsAligned; ++i)
+        if (period[i]) {
+          const std::int64_t seg = std::min(period[i], tensors_.at(params[i]).segmentRows());
+          end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
+        }
+      pieces.push_back({r, end - r});
+      r = end;
     }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& [r0, n] : rowPieces(0, rows, {in, out})) {
+    for (const auto& [r0, n] : pieces) {
       Task task;
       task.name = fmt::format("{} normalise tile {}", op.name, t);
       const int tile = t % xs.placement.tiles;
@@ -1032,9 +1108,11 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
-        const bool broadcast = ps.placement.rows != rows;
-        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, r0, n, broadcast, broadcast ? sideReads_++ : 0));
-        reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : r0, broadcast ? 1 : n,
+        const bool periodic = paramsAligned && period[i] > 0;
+        const bool broadcast = ps.placement.rows != rows && !periodic;
+        const std::int64_t from = periodic ? r0 % period[i] : r0;
+        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, from, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : from, broadcast ? 1 : n,
                          static_cast<int>(task.steps.size()) - 1});
       }
       task.steps.push_back(writeStep(out, t, r0, n, tail));

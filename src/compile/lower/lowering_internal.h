@@ -19,6 +19,9 @@ isa::Instruction makeInst(int unit, isa::Opcode op, std::int64_t repeat, int int
 isa::VxmFunc funcOf(ir::OpKind kind);
 /// Whether funcOf(kind) computes the op's values (functional mode) or only stands in for its cost.
 bool computesValues(ir::OpKind kind);
+/// Whether the MXM and the named accumulators compute on values of this type (FP16 or INT8, the
+/// storage types; INT32, FP32, BF16 and bool tensors are computed by elementwise ops only).
+bool storageTypeComputes(ir::DType type);
 
 /// A tensor's SRAM pieces with the tasks that write and read each of them. A tile's rows are cut
 /// into segments of at most `segmentRows` rows, each on its own MEM slice; piece = tile x segments + segment.
@@ -272,6 +275,9 @@ class Lowering {
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
+  // Why the op being lowered is timed without its values (Program::refusals; empty: the op kind's
+  // stand-in instruction).
+  std::string timingReason_;
   // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
   std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
   // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).

@@ -58,8 +58,15 @@ Status Lowering::lowerReduction(const ir::Op& op) {
   if (!mean) sums.divisor = 1;
   // Values are computed when the output holds the kept elements in order and every output tile's
   // emit waits for all the accumulations it reads (one output tile, or the values per row kept).
-  const bool computes = axesKnown && kept == graph_.tensor(out).elements() &&
+  const bool typeComputes = storageTypeComputes(graph_.tensor(in).dtype) && graph_.tensor(in).dtype == graph_.tensor(out).dtype;
+  const bool computes = axesKnown && typeComputes && kept == graph_.tensor(out).elements() &&
                         (ys.placement.tiles == 1 || !sums.reduced.back());
+  if (!computes)
+    timingReason_ = !axesKnown ? "its axes are not a constant"
+                    : !typeComputes ? fmt::format("its sums are accumulated for FP16 or INT8 values, not {}",
+                                                  ir::dtypeName(graph_.tensor(in).dtype))
+                    : kept != graph_.tensor(out).elements() ? "its output rows are not its kept elements in order"
+                                                            : "it reduces the values per row into several output tiles";
   const int acc = addAccumulator(sums);
   for (int t = 0; t < ys.placement.tiles; ++t) {
     std::vector<int> accumulated;
