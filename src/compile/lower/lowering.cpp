@@ -140,6 +140,17 @@ std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
   return s;
 }
 
+std::int64_t Lowering::mxmWeightRows(ir::TensorId tensor) const {
+  const auto& shape = graph_.tensor(tensor).shape;
+  for (ir::OpId u : graph_.tensor(tensor).users) {
+    const ir::Op& op = graph_.op(u);
+    const bool matmul = op.kind == ir::OpKind::kMatMul || op.kind == ir::OpKind::kFusedMatMul ||
+                        (op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) == 0);
+    if (matmul && op.inputs.size() > 1 && op.inputs[1] == tensor && shape.size() >= 2) return shape[shape.size() - 2];
+  }
+  return 0;
+}
+
 Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
@@ -157,6 +168,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
   if ((t.role == ir::TensorRole::kActivation || t.role == ir::TensorRole::kInput) && !c2cTensors_.count(tensor))
     segments = std::max(segments, std::min<std::int64_t>(spreadSegments_, rows / minSegmentRows_));
   if (segments > 1) st.placement.segmentRows = ceilDiv(rows, segments);
+  // A tensor made on chip that an MXM installs as weights (a tied output head's transposed
+  // embedding, attention's V) keeps each K tile on one slice: its segments are whole K tiles of
+  // one matrix, or whole matrices of a batch of them.
+  if (const std::int64_t k = mxmWeightRows(tensor); st.placement.segmentRows > 0 && t.producer >= 0 && k > 0) {
+    const std::int64_t kLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(t.dtype));
+    const std::int64_t unit = rows > k ? k : kLanes;
+    const std::int64_t aligned = ceilDiv(st.placement.segmentRows, unit) * unit;
+    if (aligned <= chip_.addressesPerSlice) st.placement.segmentRows = aligned >= rows ? 0 : aligned;
+  }
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
   if (resident && rows == 1 && t.producer < 0 && t.role != ir::TensorRole::kInput) st.placement.replicas = chip_.mxmPlanes;
@@ -886,6 +906,37 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
   return lowerVxmChain(op, operands, funcs, valuesKnown);
 }
 
+namespace {
+
+// Output row r of a broadcast operand reads its row (r / repeat) mod its rows when the operand keeps
+// one contiguous block of the output's row dimensions and has 1 in the others (a ReduceMax over a
+// middle axis with keepdims, subtracted from its input): `repeat` is the product of the output's
+// row dimensions after the block (0: the operand is not of this form).
+std::int64_t rowRepeat(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
+  if (out.size() < 2 || in.size() > out.size()) return 0;
+  std::vector<std::int64_t> e(out.size() - in.size(), 1);
+  e.insert(e.end(), in.begin(), in.end());
+  int first = -1, last = -1;
+  for (size_t d = 0; d + 1 < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    if (e[d] != out[d] && e[d] != 1) return 0;
+    if (e[d] != out[d]) continue;
+    if (last >= 0 && last != static_cast<int>(d) - 1) {
+      // a kept dimension after a broadcast one: the block is contiguous only across size-1 dimensions
+      for (size_t g = static_cast<size_t>(last) + 1; g < d; ++g)
+        if (out[g] != 1) return 0;
+    }
+    if (first < 0) first = static_cast<int>(d);
+    last = static_cast<int>(d);
+  }
+  if (first < 0) return 0;
+  std::int64_t repeat = 1;
+  for (size_t d = static_cast<size_t>(last) + 1; d + 1 < out.size(); ++d) repeat *= out[d];
+  return repeat;
+}
+
+}  // namespace
+
 Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
                                const std::vector<isa::VxmFunc>& funcs, bool valuesKnown) {
   const ir::TensorId out = op.outputs[0];
@@ -906,6 +957,9 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   // An operand whose shape is the output's trailing dimensions (an attention mask [S, T] added to
   // scores [B, heads, S, T]) repeats every `its rows` output rows: row r reads its row r mod rows.
   std::vector<std::int64_t> period(operands.size(), 0);
+  // An operand that keeps a block of the output's row dimensions and broadcasts the later ones
+  // (rowRepeat) gives `repeat` consecutive output rows one of its rows, read with stride 0.
+  std::vector<std::int64_t> repeat(operands.size(), 0);
   const auto& outShape = graph_.tensor(out).shape;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
@@ -915,7 +969,13 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
         !(spatial_ && outShape.size() == 4))
       period[i] = inRows;
-    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i])) {
+    if (inRows > 1 && inRows < rows && !period[i] && !(spatial_ && outShape.size() == 4)) {
+      const std::int64_t r = rowRepeat(inShape, outShape);
+      if (r == 1 && rows % inRows == 0) period[i] = inRows;  // leading dimensions of 1, then the output's trailing ones
+      if (r > 1 && rows % (r * inRows) == 0) repeat[i] = r;
+    }
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) ||
+        (inRows != rows && inRows != 1 && !period[i] && !repeat[i])) {
       if (!timingOnly)
         timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
                                     graph_.tensor(operands[i]).name);
@@ -943,11 +1003,13 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   for (const auto& [p0, pn] : rowPieces(0, rows, aligned))
     for (std::int64_t r = p0; r < p0 + pn;) {
       std::int64_t end = p0 + pn;
-      for (size_t i = 0; i < operands.size(); ++i)
+      for (size_t i = 0; i < operands.size(); ++i) {
         if (period[i]) {
           const std::int64_t seg = std::min(period[i], tensors_.at(operands[i]).segmentRows());
           end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
         }
+        if (repeat[i] && !timingOnly) end = std::min(end, (r / repeat[i] + 1) * repeat[i]);
+      }
       pieces.push_back({r, end - r});
       r = end;
     }
@@ -958,10 +1020,20 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
       std::vector<Access> reads;
       auto input = [&](ir::TensorId in) {
         const TensorState& is = tensors_.at(in);
-        const bool periodic = !timingOnly && period[static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin())] > 0;
+        const auto k = static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin());
+        const int tile = t % is.placement.tiles;
+        if (!timingOnly && repeat[k]) {  // one row for the piece's rows, read with stride 0
+          const std::int64_t row = (r0 / repeat[k]) % is.placement.rows;
+          Step one = readStep(in, tile, row, 1, false);
+          one.inst.repeat = static_cast<std::int32_t>(n);
+          one.inst.stride = 0;
+          task.steps.push_back(one);
+          reads.push_back({in, tile, row, 1, static_cast<int>(task.steps.size()) - 1});
+          return static_cast<int>(task.steps.size()) - 1;
+        }
+        const bool periodic = !timingOnly && period[k] > 0;
         const bool broadcast = is.placement.rows != rows && !periodic;
         const std::int64_t from = periodic ? r0 % is.placement.rows : r0;
-        const int tile = t % is.placement.tiles;
         task.steps.push_back(readStep(in, tile, from, n, broadcast, broadcast ? sideReads_++ : 0));
         reads.push_back({in, tile, broadcast ? 0 : from, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
         return static_cast<int>(task.steps.size()) - 1;

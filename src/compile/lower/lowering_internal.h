@@ -275,6 +275,8 @@ class Lowering {
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
+  // The K rows of the matrix a MatMul (or a Gemm without transB) installs the tensor as (0: none).
+  std::int64_t mxmWeightRows(ir::TensorId tensor) const;
   // Why the op being lowered is timed without its values (Program::refusals; empty: the op kind's
   // stand-in instruction).
   std::string timingReason_;
