@@ -1,0 +1,89 @@
+// Functional mode on tensors of other element types than the storage type (INT32, bool, BF16, FP32),
+// broadcasts that repeat rows, LayerNormalization over several axes, and the compile-time refusals.
+#include <gtest/gtest.h>
+
+#include "sim/kokkos_environment.h"
+#include "sim/one_chip_functional.h"
+
+namespace tsp::sim {
+namespace {
+
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new KokkosEnvironment);
+
+using ir::OpKind;
+
+ir::Attrs axesAttrs(std::int64_t axis) { return {{"axes", std::vector<std::int64_t>{axis}}, {"keepdims", std::int64_t{1}}}; }
+
+TEST(FunctionalTypes, Int32ElementwiseAndEqualAreExact) {
+  // INT32 tensors stored 80 to a vector, computed on the INT32 ALUs with two's complement wrap;
+  // Equal gives a bool tensor (320 to a vector).
+  ir::Graph g;
+  const auto i32 = ir::DType::kI32;
+  const auto x = g.addInput("x", {6, 50}, i32);
+  const auto y = g.addInput("y", {6, 50}, i32);
+  const auto sum = *g.addOp(OpKind::kAdd, "sum", {x, y}, 0);
+  g.markOutput(*g.addOp(OpKind::kMul, "product", {sum, y}, 0));
+  g.markOutput(*g.addOp(OpKind::kPow, "cube", {sum, g.addWeight("three", {1}, i32)}, 0));
+  g.markOutput(*g.addOp(OpKind::kDiv, "quotient", {x, y}, 0));  // truncating, x / 0 = 0
+  g.markOutput(*g.addOp(OpKind::kEqual, "equal", {x, y}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalTypes, MixedTypeOperandsAndCastsMatchTheInterpreter) {
+  // FP16 to the power of INT32 exponents (one tile each: the lanes line up), and casts of FP16 to
+  // INT32 (toward zero), BF16 (rounded to nearest even) and FP32.
+  ir::Graph g;
+  const auto f16 = ir::DType::kF16;
+  const auto x = g.addInput("x", {8, 60}, f16);
+  const auto wide = *g.addOp(OpKind::kMul, "wide", {x, g.addWeight("nine", {}, f16)}, 0);
+  g.markOutput(*g.addOp(OpKind::kPow, "pow", {wide, g.addInput("e", {8, 60}, ir::DType::kI32)}, 0));
+  for (const auto& [name, to] : {std::pair{"to_int32", "int32"}, std::pair{"to_bf16", "bf16"}, std::pair{"to_fp32", "fp32"}})
+    g.markOutput(*g.addOp(OpKind::kCast, name, {wide}, {{"to", std::string(to)}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalTypes, ExpandedSoftmaxOverOuterAndMiddleAxesMatchesTheInterpreter) {
+  // ReduceMax and ReduceSum with keepdims over axis 0 ([1, 8, 20]: output row r reads row r mod 8)
+  // and over axis 1 ([3, 1, 20]: eight consecutive output rows read one row, with stride 0).
+  for (std::int64_t axis : {0, 1}) {
+    ir::Graph g;
+    const auto x = g.addInput("x", {3, 8, 20}, ir::DType::kF16);
+    const auto max = *g.addOp(OpKind::kReduceMax, "max", {x}, axesAttrs(axis), 0);
+    const auto e = *g.addOp(OpKind::kExp, "exp", {*g.addOp(OpKind::kSub, "centered", {x, max}, 0)}, 0);
+    const auto sum = *g.addOp(OpKind::kReduceSum, "sum", {e}, axesAttrs(axis), 0);
+    g.markOutput(*g.addOp(OpKind::kDiv, "softmax", {e, sum}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << "axis " << axis << ": " << s.error().format();
+  }
+}
+
+TEST(FunctionalTypes, LayerNormalizationOverTwoAxesReadsItsScaleAndBiasPeriodically) {
+  // Normalised over [6, 40]: the scale and bias [6, 40] repeat every 6 output rows.
+  ir::Graph g;
+  const auto f16 = ir::DType::kF16;
+  const auto x = g.addInput("x", {4, 6, 40}, f16);
+  g.markOutput(*g.addOp(OpKind::kLayerNormalization, "ln",
+                        {x, g.addWeight("gamma", {6, 40}, f16), g.addWeight("beta", {6, 40}, f16)},
+                        {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalTypes, MixedWidthsOverSeveralTilesAreRefusedAtCompileTime) {
+  // FP16 [4, 200] (2 tiles) to the power of INT32 [4, 200] (3 tiles): lane l is not one column in
+  // both, so the program only times the op, and functional mode refuses it before it runs.
+  ir::Graph g;
+  g.markOutput(*g.addOp(OpKind::kPow, "pow",
+                        {g.addInput("x", {4, 200}, ir::DType::kF16), g.addInput("e", {4, 200}, ir::DType::kI32)}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("Pow 'pow': its operands' element widths differ and they span several tiles"),
+            std::string::npos)
+      << s.error().message;
+}
+
+}  // namespace
+}  // namespace tsp::sim
