@@ -158,7 +158,8 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
   return out;
 }
 
-// The longest reduction behind a tensor: K of the last MAC op on any path into it (1 for none).
+// The longest reduction behind a tensor: K of the last MAC op on any path into it, or the taps of
+// an average pool (its sum of taps rounds once per tap), 1 for none.
 std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
   if (auto it = memo.find(id); it != memo.end()) return it->second;
   std::int64_t k = 1;
@@ -166,6 +167,10 @@ std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<i
   if (t.producer >= 0) {
     const ir::Op& op = graph.op(t.producer);
     if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
+    if (op.kind == ir::OpKind::kAveragePool) {
+      k = 1;
+      for (std::int64_t n : op.intsAttr("kernel_shape")) k *= n;
+    }
     for (ir::TensorId in : op.inputs) k = std::max(k, reductionLength(graph, in, memo));
   }
   return memo[id] = k;

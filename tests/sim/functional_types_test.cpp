@@ -1,5 +1,6 @@
 // Functional mode on tensors of other element types than the storage type (INT32, bool, BF16, FP32),
-// broadcasts that repeat rows, LayerNormalization over several axes, and the compile-time refusals.
+// broadcasts that repeat rows, LayerNormalization over several axes, average pooling, and the
+// compile-time refusals.
 #include <gtest/gtest.h>
 
 #include "sim/kokkos_environment.h"
@@ -81,6 +82,36 @@ TEST(FunctionalTypes, MixedWidthsOverSeveralTilesAreRefusedAtCompileTime) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code, ExitCode::kModel);
   EXPECT_NE(s.error().message.find("Pow 'pow': its operands' element widths differ and they span several tiles"),
+            std::string::npos)
+      << s.error().message;
+}
+
+using Ints = std::vector<std::int64_t>;
+
+TEST(FunctionalTypes, AveragePoolsWhoseDivisorIsTheKernelMatchTheInterpreter) {
+  // Every tap scaled by 1 / taps and added to the partial: a padded strided 3 x 3 pool whose padding
+  // counts (count_include_pad) over two channel tiles, and an unpadded 2 x 2 one.
+  for (const bool padded : {true, false}) {
+    ir::Graph g;
+    const auto x = *g.addOp(OpKind::kRelu, "x_relu", {g.addInput("x", {1, padded ? 200 : 40, 9, 8}, ir::DType::kF16)}, 0);
+    ir::Attrs attrs = padded ? ir::Attrs{{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}},
+                                         {"count_include_pad", std::int64_t{1}}}
+                             : ir::Attrs{{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}};
+    g.markOutput(*g.addOp(OpKind::kAveragePool, "pool", {x}, attrs, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << (padded ? "padded: " : "unpadded: ") << s.error().format();
+  }
+}
+
+TEST(FunctionalTypes, AveragePoolOverPaddingThatDoesNotCountIsRefusedAtCompileTime) {
+  // Without count_include_pad a border pixel divides by its taps inside the map, not by 9.
+  ir::Graph g;
+  const auto x = *g.addOp(OpKind::kRelu, "x_relu", {g.addInput("x", {1, 40, 6, 6}, ir::DType::kF16)}, 0);
+  g.markOutput(*g.addOp(OpKind::kAveragePool, "pool", {x}, {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+  const Status s = runOnOneChip(g);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kModel);
+  EXPECT_NE(s.error().message.find("AveragePool 'pool': an average pool whose divisor is not the kernel's size"),
             std::string::npos)
       << s.error().message;
 }

@@ -186,11 +186,13 @@ class Lowering {
   // tap's lanes on the SXM (packing taps into one vector).
   // With `computes`, every tap's rows are realigned (padding `fill`) through a window: a shifted
   // tap's on its SXM shift, an unshifted one's as the ALU instruction's src (or src2) operand.
+  // A nonzero `tapScale` is the immediate of kScaleAdd steps (an average pool: the first tap times
+  // tapScale, then tap x tapScale + partial).
   Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
-                               const std::set<int>& avoid);
+                               const std::set<int>& avoid, float tapScale = 0.0f);
   Status lowerReduction(const ir::Op& op);
   Status lowerWhere(const ir::Op& op);
   Status lowerCopy(const ir::Op& op);
