@@ -570,6 +570,16 @@ class Importer {
       if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i)));
       inputs.push_back(*id);
     }
+    // Gemm's transA is an explicit Transpose of A (an SXM permute on chip): the MXM streams the rows
+    // of A, and A^T's rows are columns of the stored A.
+    if (kind == OpKind::kGemm && ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("transA", 0) != 0 && !inputs.empty() &&
+        graph_.tensor(inputs[0]).shape.size() == 2) {
+      auto transposed = graph_.addMultiOp(OpKind::kTranspose, nodeId + "/transA", {inputs[0]},
+                                          {{"perm", std::vector<std::int64_t>{1, 0}}}, layer, {""});
+      if (!transposed) return withOp(transposed.error(), node);
+      inputs[0] = transposed->front();
+      attrs.erase("transA");
+    }
     if (kind == OpKind::kCast && options_.precision && std::get<std::string>(attrs["to"]) == "fp32")
       attrs["to"] = std::string(ir::dtypeName(options_.precision->activations));
 

@@ -977,8 +977,12 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
     if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) ||
         (inRows != rows && inRows != 1 && !period[i] && !repeat[i])) {
       if (!timingOnly)
-        timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
-                                    graph_.tensor(operands[i]).name);
+        timingReason_ = op.kind == ir::OpKind::kBatchNormalization
+                            ? fmt::format("its per-channel operand '{}' is one row of channels, and the channel axis of "
+                                          "a graph without convolutions is a row axis, not the lanes",
+                                          graph_.tensor(operands[i]).name)
+                            : fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
+                                          graph_.tensor(operands[i]).name);
       timingOnly = true;
     }
   }
