@@ -3,6 +3,8 @@
 // compile-time refusals.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "sim/kokkos_environment.h"
 #include "sim/one_chip_functional.h"
 
@@ -84,6 +86,40 @@ TEST(FunctionalTypes, MixedWidthsOverSeveralTilesAreRefusedAtCompileTime) {
   EXPECT_NE(s.error().message.find("Pow 'pow': its operands' element widths differ and they span several tiles"),
             std::string::npos)
       << s.error().message;
+}
+
+TEST(FunctionalTypes, OpsThatComputeOnlyTheStorageTypesAreRefusedNamingTheType) {
+  // The named accumulators and the SXM's lane shifts work on FP16 or INT8 lanes; FP16 and INT8 do
+  // not share a run. Each is refused before it runs (exit 2), naming the node or the tensor.
+  struct Case {
+    const char* expected;
+    std::function<void(ir::Graph&)> build;
+  };
+  const std::vector<Case> cases = {
+      {"ReduceSum 'sum': its sums are accumulated for FP16 or INT8 values, not int32",
+       [](ir::Graph& g) {
+         g.markOutput(*g.addOp(OpKind::kReduceSum, "sum", {g.addInput("x", {4, 30}, ir::DType::kI32)}, axesAttrs(1), 0));
+       }},
+      {"Concat 'cat': its lane shifts move FP16 or INT8 lanes, not int32",
+       [](ir::Graph& g) {
+         g.markOutput(*g.addOp(OpKind::kConcat, "cat",
+                               {g.addInput("a", {4, 30}, ir::DType::kI32), g.addInput("b", {4, 20}, ir::DType::kI32)},
+                               {{"axis", std::int64_t{1}}}, 0));
+       }},
+      {"functional mode stores FP16 or INT8 on chip, not both",
+       [](ir::Graph& g) {
+         g.markOutput(*g.addOp(OpKind::kRelu, "relu", {g.addInput("a", {4, 30}, ir::DType::kF16)}, 0));
+         g.markOutput(*g.addOp(OpKind::kRelu, "relu8", {g.addInput("b", {4, 30}, ir::DType::kI8)}, 0));
+       }},
+  };
+  for (const auto& c : cases) {
+    ir::Graph g;
+    c.build(g);
+    const Status s = runOnOneChip(g);
+    ASSERT_FALSE(s.ok()) << c.expected;
+    EXPECT_EQ(s.error().code, ExitCode::kModel);
+    EXPECT_NE(s.error().message.find(c.expected), std::string::npos) << s.error().message;
+  }
 }
 
 using Ints = std::vector<std::int64_t>;

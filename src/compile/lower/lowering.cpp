@@ -569,14 +569,19 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
   const size_t firstTask = problem_.tasks().size();
   timingReason_.clear();
   const Status lowered = lowerFamily(op, ops, position, consumed);
-  // An op some of whose instructions only stand in for its cost is named for functional mode.
+  // An op some of whose instructions only stand in for its cost (or move vectors on the SXM in a
+  // way the program does not spell out) is named for functional mode.
   for (size_t t = firstTask; t < problem_.tasks().size() && lowered.ok(); ++t)
-    if (std::any_of(problem_.tasks()[t].steps.begin(), problem_.tasks()[t].steps.end(),
-                    [](const Step& st) { return st.inst.timingOnly; })) {
-      out_.refusals.push_back(fmt::format(
-          "{} '{}': {}", ir::opKindName(op.kind), op.name,
-          timingReason_.empty() ? fmt::format("the lowering gives only the timing of {}", ir::opKindName(op.kind))
-                                : timingReason_));
+    if (std::any_of(problem_.tasks()[t].steps.begin(), problem_.tasks()[t].steps.end(), [](const Step& st) {
+          return st.inst.timingOnly || (st.inst.op == Opcode::kSxmShift && st.inst.sxm == isa::SxmFunc::kUnspecified);
+        })) {
+      const std::string why =
+          !timingReason_.empty() ? timingReason_
+          : op.inputs.empty()    ? fmt::format("the lowering gives only the timing of {}", ir::opKindName(op.kind))
+                                 : fmt::format("the lowering gives only its timing or does not say which permutation it "
+                                               "applies, on '{}'",
+                                               graph_.tensor(op.inputs[0]).name);
+      out_.refusals.push_back(fmt::format("{} '{}': {}", ir::opKindName(op.kind), op.name, why));
       break;
     }
   for (const auto& [block, readers] : opScratch_) releaseScratch(block, readers);
@@ -708,7 +713,11 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
     const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
     job.biasSplat = storageCols(job.bias) == 1 && nDim > 1;
     job.biasTimingOnly = (storageCols(job.bias) != nDim && !job.biasSplat) ||
-                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
+                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows) ||
+                         graph_.tensor(job.bias).dtype != graph_.tensor(job.out).dtype;
+    if (job.biasTimingOnly)
+      timingReason_ = fmt::format("its bias '{}' does not line up with the output's rows, values per row or type",
+                                  graph_.tensor(job.bias).name);
   }
   return lowerMxm(job);
 }
@@ -1143,7 +1152,8 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
                             std::equal(shape.begin(), shape.end(), outShape.end() - static_cast<std::ptrdiff_t>(shape.size()));
       period.push_back(prow > 1 && prow < rows && rows % prow == 0 && trailing ? prow : 0);
       paramsAligned = paramsAligned && storageCols(op.inputs[i]) == storageCols(out) &&
-                      (prow == 1 || prow == rows || period.back() > 0);
+                      (prow == 1 || prow == rows || period.back() > 0) &&
+                      graph_.tensor(op.inputs[i]).dtype == graph_.tensor(out).dtype;
     }
   if (!paramsAligned)
     timingReason_ = "its scale or bias does not line up with the output's rows and values per row";

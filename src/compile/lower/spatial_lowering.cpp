@@ -578,10 +578,13 @@ Status Lowering::lowerPool(const ir::Op& op) {
       // Average: every tap scaled by 1 / taps and added to the partial (padding is 0), computed when
       // the divisor is the kernel's size: no padding, or padding that counts (count_include_pad).
       const float lowest = ir::dtypeBytes(graph_.tensor(in).dtype) == 1 ? -128.0f : -65504.0f;
-      const bool computes = !average || ((win.inside() || op.intAttr("count_include_pad", 0) != 0) &&
-                                         op.intAttr("ceil_mode", 0) == 0 && ir::isFloat(graph_.tensor(in).dtype));
+      const ir::DType type = graph_.tensor(in).dtype;
+      const bool computes = storageTypeComputes(type) &&
+                            (!average || ((win.inside() || op.intAttr("count_include_pad", 0) != 0) &&
+                                          op.intAttr("ceil_mode", 0) == 0 && ir::isFloat(type)));
       if (!computes)
-        timingReason_ = ir::isFloat(graph_.tensor(in).dtype)
+        timingReason_ = !storageTypeComputes(type) ? fmt::format("its window taps are FP16 or INT8, not {}", ir::dtypeName(type))
+                        : ir::isFloat(type)
                             ? "an average pool whose divisor is not the kernel's size (padding that does not count) is "
                               "timed, not computed"
                             : "an integer average pool (its 1 / taps scale has no integer form) is timed, not computed";
