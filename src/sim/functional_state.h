@@ -47,9 +47,10 @@ class FunctionalState {
   VectorRun memRead(const isa::Instruction& inst) const;
   /// MemWrite: stores the vectors at address + j*stride.
   void memWrite(const isa::Instruction& inst, const std::vector<std::uint8_t>& vectors);
-  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only). The functions
-  /// after kConvert read the instruction's operand of `program` (splatted lanes, an immediate, a named
-  /// accumulator); kAccumulate returns no vectors, kEmit reads no source (a null).
+  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only), or on the
+  /// element types the instruction's operand names (FunctionalOperand::types). kAccumulate to
+  /// kScaleAdd read the operand of `program` (an immediate, a named accumulator), any function its
+  /// splatted lanes; kAccumulate returns no vectors, kEmit reads no source (a null).
   Expected<VectorRun> vxm(const isa::Instruction& inst, const isa::Program& program, const std::vector<std::uint8_t>* a,
                           const std::vector<std::uint8_t>* b);
   /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;

@@ -40,7 +40,8 @@ const char* opcodeName(Opcode op);
 topology::UnitKind unitKindOf(Opcode op);
 
 /// Functions of the VXM ALUs. Every function takes one ALU pass (the latency table does not depend
-/// on it); the ones after kConvert read their instruction's FunctionalOperand (Program::operands).
+/// on it); kAccumulate to kScaleAdd read their instruction's FunctionalOperand (Program::operands),
+/// and any function may carry one (splatted lanes, element types).
 enum class VxmFunc : std::uint8_t {
   kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert,
   kDiv,         ///< a / b (INT8: truncating, a / 0 = 0)
