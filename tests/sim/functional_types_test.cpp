@@ -1,6 +1,6 @@
 // Functional mode on tensors of other element types than the storage type (INT32, bool, BF16, FP32),
-// broadcasts that repeat rows, LayerNormalization over several axes, average pooling, and the
-// compile-time refusals.
+// broadcasts that repeat rows, LayerNormalization over several axes, BatchNormalization without
+// convolutions, average pooling, and the compile-time refusals.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -70,6 +70,21 @@ TEST(FunctionalTypes, LayerNormalizationOverTwoAxesReadsItsScaleAndBiasPeriodica
   g.markOutput(*g.addOp(OpKind::kLayerNormalization, "ln",
                         {x, g.addWeight("gamma", {6, 40}, f16), g.addWeight("beta", {6, 40}, f16)},
                         {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalTypes, BatchNormalizationWithoutConvolutionsPermutesItsChannelsToRows) {
+  // [2, 3, 4, 30] is stored as 24 rows of 30: each row's channel value of the folded scale and
+  // shift is put in lane 0 by an SXM permute and splatted over the lanes.
+  ir::Graph g;
+  const auto f16 = ir::DType::kF16;
+  const auto var = g.addWeight("var", {3}, f16);
+  g.setData(var, std::make_shared<const std::vector<double>>(std::vector<double>{0.5, 2.0, 1.25}));
+  g.markOutput(*g.addOp(OpKind::kBatchNormalization, "bn",
+                        {g.addInput("x", {2, 3, 4, 30}, f16), g.addWeight("gamma", {3}, f16), g.addWeight("beta", {3}, f16),
+                         g.addWeight("mean", {3}, f16), var},
+                        {{"epsilon", 1e-5}}, 0));
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
 }

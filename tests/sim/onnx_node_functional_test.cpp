@@ -108,7 +108,7 @@ TEST(OnnxNodeFunctional, LoweredCasesMatchTheInterpreterAndTheTestData) {
   // add, div, pow, sigmoid, sqrt, erf, the reductions, softmax, Gemm's alpha/beta/transB, Split and
   // Concat off tile boundaries, INT32 Equal and Pow, BF16 casts, LayerNormalization's statistics outputs
   // among them.
-  EXPECT_GE(matchData, 134);
+  EXPECT_GE(matchData, 138);
 }
 
 }  // namespace

@@ -969,11 +969,33 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   // An operand that keeps a block of the output's row dimensions and broadcasts the later ones
   // (rowRepeat) gives `repeat` consecutive output rows one of its rows, read with stride 0.
   std::vector<std::int64_t> repeat(operands.size(), 0);
+  std::vector<int> channelMap(operands.size(), -1);  // per operand: its per-channel element map (BatchNormalization)
   const auto& outShape = graph_.tensor(out).shape;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
     const auto& inShape = graph_.tensor(operands[i]).shape;
     splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
+    // BatchNormalization's per-channel operand [C] in a graph without convolutions, whose channel
+    // axis is a row axis ([N, C, ...] stored rows of the last axis): an SXM permute (an element map
+    // [C] -> [N, C, ..., 1]) puts each row's channel value in lane 0, splatted over the lanes.
+    if (op.kind == ir::OpKind::kBatchNormalization && i > 0 && !spatial_ && outShape.size() >= 3 &&
+        inShape.size() == 1 && inShape[0] == outShape[1] && tensors_.at(operands[i]).placement.tiles == 1) {
+      isa::ElementMap map;
+      map.sources = {graph_.tensor(operands[i]).name};
+      map.sourceDims = inShape;
+      map.outDims.assign(outShape.begin(), outShape.end() - 1);
+      map.outDims.push_back(1);
+      map.outCols = 1;
+      map.sourceCols = {storageCols(operands[i])};
+      map.from = {1};
+      map.starts = {0};
+      map.steps = {1};
+      channelMap[i] = static_cast<int>(out_.maps.size());
+      out_.maps.push_back(std::move(map));
+      mapReads_.push_back({operands[i]});
+      splat[i] = storageCols(out) > 1;
+      continue;
+    }
     if (inRows > 1 && inRows < rows && rows % inRows == 0 && inShape.size() < outShape.size() &&
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
         !(spatial_ && outShape.size() == 4))
@@ -986,12 +1008,8 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
     if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) ||
         (inRows != rows && inRows != 1 && !period[i] && !repeat[i])) {
       if (!timingOnly)
-        timingReason_ = op.kind == ir::OpKind::kBatchNormalization
-                            ? fmt::format("its per-channel operand '{}' is one row of channels, and the channel axis of "
-                                          "a graph without convolutions is a row axis, not the lanes",
-                                          graph_.tensor(operands[i]).name)
-                            : fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
-                                          graph_.tensor(operands[i]).name);
+        timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
+                                    graph_.tensor(operands[i]).name);
       timingOnly = true;
     }
   }
@@ -1035,6 +1053,22 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         const TensorState& is = tensors_.at(in);
         const auto k = static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin());
         const int tile = t % is.placement.tiles;
+        if (channelMap[k] >= 0) {  // the channels' row streamed once per output row, re-formed on the SXM
+          task.steps.push_back(readStep(in, 0, 0, n, true, sideReads_++));
+          reads.push_back({in, 0, 0, 1, static_cast<int>(task.steps.size()) - 1});
+          Step permute;
+          const bool west = chip_.units()[task.steps.back().inst.unit].slice < chip_.units()[vxm].slice;
+          permute.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2), Opcode::kSxmShift, n);
+          permute.inst.sxm = isa::SxmFunc::kPermute;
+          isa::FunctionalOperand where;
+          where.row0 = r0;
+          where.map = channelMap[k];
+          permute.inst.operand = addOperand(where);
+          permute.producer = static_cast<int>(task.steps.size()) - 1;
+          task.steps.push_back(permute);
+          permuteReads(channelMap[k], out, 0, r0, n, reads);
+          return static_cast<int>(task.steps.size()) - 1;
+        }
         if (!timingOnly && repeat[k]) {  // one row for the piece's rows, read with stride 0
           const std::int64_t row = (r0 / repeat[k]) % is.placement.rows;
           Step one = readStep(in, tile, row, 1, false);
