@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -32,8 +33,7 @@ std::uint64_t nameHash(const std::string& name) {
 // Deterministic values from (seed, tensor name, element), exact in the storage type: FP16 values
 // k/64 (|k| <= 64) scaled by a power of two near 1/sqrt(fan-in) for matrices, so that sums stay in
 // range layer after layer; INT8 values in [-3, 3].
-std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::ElementType element,
-                                 std::int64_t indexRange = 0) {
+std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, std::int64_t indexRange = 0) {
   std::vector<double> out(static_cast<size_t>(t.elements()));
   const std::uint64_t base = mix(seed ^ nameHash(t.name));
   if (indexRange > 0) {  // Gather indices: rows of the table, in [0, indexRange)
@@ -44,8 +44,8 @@ std::vector<double> seededValues(std::uint64_t seed, const ir::Tensor& t, sim::E
   if (t.shape.size() >= 2) scale = std::ldexp(1.0, -static_cast<int>(std::lround(0.5 * std::log2(static_cast<double>(std::max<std::int64_t>(1, t.shape[t.shape.size() - 2]))))));
   for (size_t i = 0; i < out.size(); ++i) {
     const std::uint64_t h = mix(base + i);
-    out[i] = element == sim::ElementType::kFp16 ? static_cast<double>(static_cast<std::int64_t>(h % 129) - 64) / 64.0 * scale
-                                                : static_cast<double>(static_cast<std::int64_t>(h % 7) - 3);
+    out[i] = ir::isFloat(t.dtype) ? static_cast<double>(static_cast<std::int64_t>(h % 129) - 64) / 64.0 * scale
+                                  : static_cast<double>(static_cast<std::int64_t>(h % 7) - 3);
   }
   return out;
 }
@@ -78,11 +78,34 @@ std::int64_t indexRange(const ir::Graph& graph, ir::TensorId id) {
   return range;
 }
 
-// A value as the chip stores it: rounded to FP16, or wrapped to INT8. The reference side rounds with
-// the compiler's _Float16, not with the simulator's conversion, so that the two check each other.
-double toStorage(double v, sim::ElementType element) {
-  if (element == sim::ElementType::kFp16) return static_cast<double>(static_cast<_Float16>(v));
-  return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+// bfloat16 rounding (nearest, ties to even) on the value's float bits.
+double toBf16(double v) {
+  const auto f = static_cast<float>(v);
+  if (!std::isfinite(f)) return f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
+
+// A value as the chip stores a tensor of `dtype`: rounded to FP16 (BF16, FP32), or wrapped to its
+// integer width. The reference side rounds with the compiler's _Float16, not with the simulator's
+// conversion, so that the two check each other.
+double toStorage(double v, ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
+    case ir::DType::kBF16: return toBf16(v);
+    case ir::DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case ir::DType::kBool: return v != 0.0 ? 1.0 : 0.0;
+    case ir::DType::kI8:
+      return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+    case ir::DType::kI32:
+      return static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::int64_t>(v) & 0xffffffffLL)));
+    case ir::DType::kI64: return std::trunc(v);
+  }
+  return v;
 }
 
 std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
@@ -135,7 +158,8 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
   return out;
 }
 
-// The longest reduction behind a tensor: K of the last MAC op on any path into it (1 for none).
+// The longest reduction behind a tensor: K of the last MAC op on any path into it, or the taps of
+// an average pool (its sum of taps rounds once per tap), 1 for none.
 std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
   if (auto it = memo.find(id); it != memo.end()) return it->second;
   std::int64_t k = 1;
@@ -143,6 +167,10 @@ std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<i
   if (t.producer >= 0) {
     const ir::Op& op = graph.op(t.producer);
     if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
+    if (op.kind == ir::OpKind::kAveragePool) {
+      k = 1;
+      for (std::int64_t n : op.intsAttr("kernel_shape")) k *= n;
+    }
     for (ir::TensorId in : op.inputs) k = std::max(k, reductionLength(graph, in, memo));
   }
   return memo[id] = k;
@@ -153,7 +181,7 @@ Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t inde
   if (!std::filesystem::exists(path))
     return makeError(ExitCode::kConfig, fmt::format("{}: missing: graph {} {} ('{}') has no values file", path,
                                                     kind, index, tensor.name));
-  auto value = frontend::readTensorProtoFile(path);
+  auto value = frontend::readTensorProtoFile(path, tensor.dtype == ir::DType::kBF16);
   if (!value) return value.error();
   if (value->elements() != tensor.elements())
     return makeError(ExitCode::kConfig, fmt::format("{}: holds {} elements, graph {} '{}' has {}", path,
@@ -161,10 +189,9 @@ Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t inde
   return value;
 }
 
-// The reference interpreter op by op, each result stored as the chip stores tensors (FP16
-// rounding, INT8 wrap); inside an op it computes in FP32 or exactly, as interpret() does.
-Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const std::vector<ir::Value>& inputs,
-                                                 sim::ElementType element) {
+// The reference interpreter op by op, each result stored as the chip stores a tensor of its type
+// (FP16 or BF16 rounding, integer wrap); inside an op it computes in FP32 or exactly, as interpret() does.
+Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const std::vector<ir::Value>& inputs) {
   std::vector<ir::Value> values(graph.tensors().size());
   std::vector<bool> known(graph.tensors().size(), false);
   size_t next = 0;
@@ -197,7 +224,7 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
     auto outs = ir::evaluateOp(op.kind, op.name, op.attrs, ins, types);
     if (!outs) return outs.error();
     for (size_t k = 0; k < op.outputs.size(); ++k) {
-      for (double& v : (*outs)[k].data) v = toStorage(v, element);
+      for (double& v : (*outs)[k].data) v = toStorage(v, graph.tensor(op.outputs[k]).dtype);
       values[op.outputs[k]] = std::move((*outs)[k]);
       known[op.outputs[k]] = true;
     }
@@ -251,7 +278,8 @@ Expected<std::vector<double>> foldedValues(
       break;
     }
   }
-  for (double& v : out) v = toStorage(v, element);
+  const ir::DType type = integer ? ir::DType::kI8 : ir::DType::kF16;
+  for (double& v : out) v = toStorage(v, type);
   return out;
 }
 
@@ -260,27 +288,36 @@ Expected<std::vector<double>> foldedValues(
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                             const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                             const FunctionalSources& sources) {
-  // One element type for every tensor the chips hold.
+  // An op the lowering timed without its values is refused before anything runs.
+  for (const auto& p : programs)
+    if (!p->refusals.empty())
+      return makeError(ExitCode::kModel, fmt::format("{}; functional mode does not compute this op (the program "
+                                                     "stands in for its cost)",
+                                                     p->refusals.front()));
+  // The MXM's and the reductions' storage type: FP16 or INT8, not both. INT32, FP32, BF16 and bool
+  // tensors are stored in their own types (elementwise ops compute on them); INT64 only as Gather indices.
   std::optional<ir::DType> stored;
   std::string first;
   for (const auto& p : programs)
     for (const auto& t : p->tensors) {
       const auto dtype = static_cast<ir::DType>(t.dtype);
       if (indexTensor(graph, t.name)) continue;  // INT32 / INT64 Gather indices, stored as such
-      if (!stored) {
+      const bool primary = dtype == ir::DType::kF16 || dtype == ir::DType::kI8;
+      if (primary && !stored) {
         stored = dtype;
         first = t.name;
       }
-      if (dtype != *stored || (dtype != ir::DType::kF16 && dtype != ir::DType::kI8)) {
+      if ((primary && dtype != *stored) || dtype == ir::DType::kI64) {
         // The ops that read the tensor (a Gather's INT32 indices, ...), to name what is refused.
         std::vector<std::string> readers;
         if (const auto id = graph.findTensor(t.name))
           for (ir::OpId u : graph.tensor(*id).users)
             readers.push_back(fmt::format("{} '{}'", ir::opKindName(graph.op(u).kind), graph.op(u).name));
         return makeError(ExitCode::kModel,
-                         fmt::format("{}: functional mode computes one storage type on chip, f16 or i8; this tensor "
-                                     "is stored as {} ('{}' as {}){}",
-                                     t.name, ir::dtypeName(dtype), first, ir::dtypeName(*stored),
+                         fmt::format("{}: functional mode stores FP16 or INT8 on chip, not both, and INT64 only as "
+                                     "Gather indices; this tensor is stored as {}{}{}",
+                                     t.name, ir::dtypeName(dtype),
+                                     stored ? fmt::format(" ('{}' as {})", first, ir::dtypeName(*stored)) : std::string(),
                                      readers.empty() ? std::string() : fmt::format(", read by {}", fmt::join(readers, ", "))));
       }
     }
@@ -307,19 +344,19 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (!value) return value.error();
       data = std::move(value->data);
     } else {
-      data = seededValues(sources.seed, t, element, indexRange(graph, stateAndInputs[i]));
+      data = seededValues(sources.seed, t, indexRange(graph, stateAndInputs[i]));
     }
     if (!indexTensor(graph, t.name))
-      for (double& v : data) v = toStorage(v, element);
+      for (double& v : data) v = toStorage(v, t.dtype);
     inputs.push_back({t.dtype, t.shape, data});
     leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
   }
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
     const ir::Tensor& t = graph.tensor(id);
     if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
-    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, element, indexRange(graph, id));
+    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, indexRange(graph, id));
     if (!indexTensor(graph, t.name))
-      for (double& v : data) v = toStorage(v, element);
+      for (double& v : data) v = toStorage(v, t.dtype);
     auto shared = std::make_shared<const std::vector<double>>(std::move(data));
     reference.setData(id, shared);
     leaves[t.name] = std::move(shared);
@@ -354,7 +391,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   // The reference: the interpreter on the stored values, or the expected files.
   std::vector<ir::Value> expected;
   if (!sources.expectDir) {
-    auto outputs = interpretStored(reference, inputs, element);
+    auto outputs = interpretStored(reference, inputs);
     if (!outputs) return outputs.error();
     expected = std::move(*outputs);
   }
@@ -377,9 +414,11 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     double largest = 0.0;
     for (double v : check.reference)
       if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
-    check.tolerance = element == sim::ElementType::kFp16
-                          ? sim::fp16TensorTolerance(reductionLength(graph, graph.outputs()[i], memo), largest)
-                          : sim::integerTolerance();
+    // Integers and bool are exact; floats derive from FP16 storage (a BF16 result within one of its units).
+    const std::int64_t k = reductionLength(graph, graph.outputs()[i], memo);
+    check.tolerance = !ir::isFloat(t.dtype)     ? sim::integerTolerance()
+                      : t.dtype == ir::DType::kBF16 ? sim::bf16TensorTolerance(k, largest)
+                                                    : sim::fp16TensorTolerance(k, largest);
     setup.outputs.push_back(std::move(check));
   }
   return setup;

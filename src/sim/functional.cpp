@@ -26,6 +26,7 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
     case isa::VxmFunc::kPow: return std::pow(a, b);
     case isa::VxmFunc::kMax: return a != a || a > b ? a : b;  // a NaN operand gives NaN
     case isa::VxmFunc::kScaleAdd: return a * immediate + b * immediate2;
+    case isa::VxmFunc::kEqual: return a == b ? 1.0f : 0.0f;
     case isa::VxmFunc::kRelu: return a > 0.0f ? a : 0.0f;
     case isa::VxmFunc::kGelu: return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f));  // ONNX Gelu (erf form)
     case isa::VxmFunc::kTanh: return std::tanh(a);
@@ -43,7 +44,22 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
 bool isBinaryFunc(isa::VxmFunc func) {
   return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul ||
          func == isa::VxmFunc::kDiv || func == isa::VxmFunc::kPow || func == isa::VxmFunc::kMax ||
-         func == isa::VxmFunc::kScaleAdd;
+         func == isa::VxmFunc::kScaleAdd || func == isa::VxmFunc::kEqual;
+}
+
+std::uint16_t floatToBf16(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);  // quiet NaN
+  const std::uint32_t rest = bits & 0xffffu, upper = bits >> 16;
+  return static_cast<std::uint16_t>(upper + (rest > 0x8000u || (rest == 0x8000u && (upper & 1u)) ? 1u : 0u));
+}
+
+float bf16ToFloat(std::uint16_t bits) {
+  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof value);
+  return value;
 }
 
 std::uint16_t floatToHalf(float value) {
@@ -146,11 +162,21 @@ void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, 
   Kokkos::fence();
 }
 
+void vxmFloat(isa::VxmFunc func, const float* a, const float* b, float* out, std::size_t count, float immediate,
+              float immediate2) {
+  const HostView<const float> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
+  const HostView<float> ov(out, count);
+  Kokkos::parallel_for(
+      "tsp.vxm_fp32", Kokkos::RangePolicy<Host>(0, count),
+      KOKKOS_LAMBDA(const std::size_t i) { ov(i) = applyFloat(func, av(i), bv(i), immediate, immediate2); });
+  Kokkos::fence();
+}
+
 Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
                 std::size_t count) {
   if (func != isa::VxmFunc::kAdd && func != isa::VxmFunc::kSub && func != isa::VxmFunc::kMul &&
       func != isa::VxmFunc::kDiv && func != isa::VxmFunc::kPow && func != isa::VxmFunc::kMax &&
-      func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert)
+      func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert && func != isa::VxmFunc::kEqual)
     return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func)));
   const HostView<const std::int32_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::int32_t> ov(out, count);
@@ -164,6 +190,7 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
         if (func == isa::VxmFunc::kMul) r = x * y;
         if (func == isa::VxmFunc::kRelu) r = av(i) > 0 ? x : 0u;
         if (func == isa::VxmFunc::kMax) r = av(i) > bv(i) ? x : y;
+        if (func == isa::VxmFunc::kEqual) r = x == y ? 1u : 0u;
         // Truncating division; a divisor of zero gives zero (the IR's integer rule).
         if (func == isa::VxmFunc::kDiv)
           r = bv(i) == 0 ? 0u : static_cast<std::uint32_t>(static_cast<std::int64_t>(av(i)) / bv(i));
@@ -186,6 +213,11 @@ Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnit
   Tolerance t = fp16Tolerance(reductionLength);
   t.atol += std::ldexp(std::fabs(largestMagnitude), -10);
   return t;
+}
+
+Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude) {
+  return {std::ldexp(1.0, -14) + std::ldexp(std::fabs(largestMagnitude), -7),
+          std::ldexp(1.0, -7) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
 }
 
 Tolerance integerTolerance() { return {0.0, 0.0}; }

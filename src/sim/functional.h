@@ -14,6 +14,10 @@ namespace tsp::sim {
 std::uint16_t floatToHalf(float value);
 /// The float value of IEEE 754 binary16 bits (exact).
 float halfToFloat(std::uint16_t bits);
+/// bfloat16 bits of a float (its upper 16 bits), rounded to nearest, ties to even (NaN kept quiet).
+std::uint16_t floatToBf16(float value);
+/// The float value of bfloat16 bits (exact).
+float bf16ToFloat(std::uint16_t bits);
 
 /// One MXM plane step over a block of rows, INT8 x INT8 into INT32 accumulators:
 /// acc[r][j] += sum_k x[r][k] * w[k][j] (row-major x: rows x k, w: k x n, acc: rows x n).
@@ -29,8 +33,12 @@ bool isBinaryFunc(isa::VxmFunc func);
 /// the binary functions only, the immediates by ScaleAdd (a * immediate + b * immediate2).
 void vxmFp16(isa::VxmFunc func, const std::uint16_t* a, const std::uint16_t* b, std::uint16_t* out,
              std::size_t count, float immediate = 0.0f, float immediate2 = 1.0f);
+/// A VXM ALU op on FP32 lanes (the lanes of mixed-type operands widened to FP32); the caller
+/// stores the result in its element type.
+void vxmFloat(isa::VxmFunc func, const float* a, const float* b, float* out, std::size_t count, float immediate = 0.0f,
+              float immediate2 = 1.0f);
 /// A VXM ALU op on INT32 lanes (Add, Sub, Mul, Pow wrap as two's complement; Div truncates, x / 0 = 0;
-/// Max; Relu; Convert is the identity). Transcendental functions have no integer form: an error
+/// Max; Relu; Equal gives 1 or 0; Convert is the identity). Transcendental functions have no integer form: an error
 /// naming the function.
 Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b, std::int32_t* out,
                 std::size_t count);
@@ -48,6 +56,9 @@ Tolerance fp16Tolerance(std::int64_t reductionLength);
 /// earlier tensor, or an input the chip stores rounded, moves a later sum by an amount set by its
 /// operands, which a sum that cancels to near zero does not shrink.
 Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude);
+/// A BF16 output (7 stored mantissa bits): the FP16 rule with one BF16 unit, 2^-7, in place of 2^-10
+/// (rtol = 2^-7 sqrt(K), atol = 2^-14 + 2^-7 x largest).
+Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude);
 /// Integers are exact.
 Tolerance integerTolerance();
 

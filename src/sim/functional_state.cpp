@@ -42,7 +42,44 @@ std::shared_ptr<std::vector<std::uint8_t>> narrow(const std::vector<std::int32_t
   return out;
 }
 
+// Integer element types (and bool) compute on the INT32 ALUs; the float ones in FP32.
+bool integerType(ir::DType t) { return t == ir::DType::kI8 || t == ir::DType::kI32 || t == ir::DType::kI64 || t == ir::DType::kBool; }
+
+// An integer lane's value from a float the way the IR converts (toward zero; NaN gives 0).
+std::int32_t truncated(double v) {
+  if (!(v == v)) return 0;
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::int64_t>(std::max(-9.2e18, std::min(9.2e18, v)))));
+}
+
 }  // namespace
+
+double decodeElement(const std::uint8_t* p, ir::DType type) {
+  switch (type) {
+    case ir::DType::kF16: { std::uint16_t h; std::memcpy(&h, p, sizeof h); return halfToFloat(h); }
+    case ir::DType::kBF16: { std::uint16_t h; std::memcpy(&h, p, sizeof h); return bf16ToFloat(h); }
+    case ir::DType::kF32: { float f; std::memcpy(&f, p, sizeof f); return f; }
+    case ir::DType::kI8: return static_cast<std::int8_t>(*p);
+    case ir::DType::kBool: return *p != 0 ? 1.0 : 0.0;
+    case ir::DType::kI32: { std::int32_t i; std::memcpy(&i, p, sizeof i); return i; }
+    case ir::DType::kI64: { std::int64_t i; std::memcpy(&i, p, sizeof i); return static_cast<double>(i); }
+  }
+  return 0.0;
+}
+
+void encodeElement(double value, ir::DType type, std::uint8_t* p) {
+  switch (type) {
+    case ir::DType::kF16: { const std::uint16_t h = floatToHalf(static_cast<float>(value)); std::memcpy(p, &h, sizeof h); return; }
+    case ir::DType::kBF16: { const std::uint16_t h = floatToBf16(static_cast<float>(value)); std::memcpy(p, &h, sizeof h); return; }
+    case ir::DType::kF32: { const auto f = static_cast<float>(value); std::memcpy(p, &f, sizeof f); return; }
+    case ir::DType::kBool: *p = value != 0.0 ? 1 : 0; return;
+    case ir::DType::kI8: case ir::DType::kI32: case ir::DType::kI64: {
+      // Little-endian two's complement, wrapped to the type's width.
+      const auto i = static_cast<std::int64_t>(value);
+      std::memcpy(p, &i, static_cast<std::size_t>(ir::dtypeBytes(type)));
+      return;
+    }
+  }
+}
 
 int elementBytes(ElementType type) { return type == ElementType::kFp16 ? 2 : 1; }
 
@@ -80,8 +117,7 @@ const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) c
 }
 
 int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
-  const auto dtype = static_cast<ir::DType>(tensor.dtype);
-  return dtype == ir::DType::kI32 || dtype == ir::DType::kI64 ? ir::dtypeBytes(dtype) : elementBytes(element_);
+  return ir::dtypeBytes(static_cast<ir::DType>(tensor.dtype));
 }
 
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
@@ -100,14 +136,7 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes), r);
       std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
-      const double x = data[static_cast<std::size_t>(r * cols + c)];
-      if (eb > 2 || (eb == 1 && element_ == ElementType::kInt8)) {
-        const auto i = static_cast<std::int64_t>(x);  // little-endian two's complement, eb bytes
-        std::memcpy(v, &i, static_cast<std::size_t>(eb));
-      } else {
-        const std::uint16_t h = floatToHalf(static_cast<float>(x));
-        std::memcpy(v, &h, sizeof h);
-      }
+      encodeElement(data[static_cast<std::size_t>(r * cols + c)], static_cast<ir::DType>(tensor.dtype), v);
     }
   return {};
 }
@@ -120,23 +149,7 @@ std::vector<double> FunctionalState::read(const isa::TensorPlacement& tensor, st
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto [unit, address] = vectorOf(tensor, 0, static_cast<int>(c / lanes), r);
       const std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
-      double x;
-      if (eb == 2) {
-        std::uint16_t h;
-        std::memcpy(&h, v, sizeof h);
-        x = halfToFloat(h);
-      } else if (eb == 1) {
-        x = static_cast<std::int8_t>(*v);
-      } else if (eb == 4) {
-        std::int32_t i;
-        std::memcpy(&i, v, sizeof i);
-        x = i;
-      } else {
-        std::int64_t i;
-        std::memcpy(&i, v, sizeof i);
-        x = static_cast<double>(i);
-      }
-      out[static_cast<std::size_t>(r * cols + c)] = x;
+      out[static_cast<std::size_t>(r * cols + c)] = decodeElement(v, static_cast<ir::DType>(tensor.dtype));
     }
   return out;
 }
@@ -193,6 +206,7 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
   }
   if (!a || (isBinaryFunc(inst.func) && inst.op == isa::Opcode::kVxmBinary && !b))
     return makeError(ExitCode::kModel, "an ALU op without its operands");
+  if (operand && operand->types != 0 && !accumulates) return typedVxm(inst, *operand, *a, b);
   std::vector<std::uint8_t> splatA, splatB;
   if (operand && operand->splatA) a = &(splatA = splat(*a, vectorBytes_, eb));
   if (operand && operand->splatB && b) b = &(splatB = splat(*b, vectorBytes_, eb));
@@ -223,6 +237,67 @@ Expected<VectorRun> FunctionalState::vxm(const Instruction& inst, const isa::Pro
   std::vector<std::int32_t> out(count);
   if (auto s = vxmInt32(inst.func, x.data(), y.data(), out.data(), count); !s) return s.error();
   return VectorRun(narrow(out));
+}
+
+Expected<VectorRun> FunctionalState::typedVxm(const Instruction& inst, const isa::FunctionalOperand& operand,
+                                              const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>* b) const {
+  // Each operand's lanes in its own element type; lane l of every vector is the same column (the
+  // lowering computes mixed widths only on one tile), lanes past an operand's width read 0.
+  const ir::DType runType = element_ == ElementType::kFp16 ? ir::DType::kF16 : ir::DType::kI8;
+  auto typeOf = [&](int k) {
+    const int t = isa::elementTypeOf(operand.types, k);
+    return t < 0 ? runType : static_cast<ir::DType>(t);
+  };
+  const ir::DType ta = typeOf(0), tb = typeOf(1), to = typeOf(2);
+  if (inst.func == isa::VxmFunc::kScaleAdd || inst.func == isa::VxmFunc::kAccumulate ||
+      inst.func == isa::VxmFunc::kEmit || inst.func == isa::VxmFunc::kNormalize)
+    return makeError(ExitCode::kModel, fmt::format("VXM function {} has no mixed-type form", isa::vxmFuncName(inst.func)));
+  const int vb = vectorBytes_, ea = ir::dtypeBytes(ta), ebb = ir::dtypeBytes(tb), eo = ir::dtypeBytes(to);
+  const std::int64_t vectors = static_cast<std::int64_t>(a.size()) / vb, lanesOut = vb / eo;
+  const std::size_t count = static_cast<std::size_t>(vectors * lanesOut);
+  const bool binary = b && isBinaryFunc(inst.func) && inst.op == isa::Opcode::kVxmBinary;
+  auto lane = [&](const std::vector<std::uint8_t>& src, ir::DType t, int e, bool splatted, std::int64_t v, std::int64_t l) {
+    if (splatted) l = 0;
+    return l < vb / e ? decodeElement(src.data() + v * vb + l * e, t) : 0.0;
+  };
+  // The interpreter's rule: the output's type decides integer or float arithmetic (Equal: its operands').
+  const bool integer = inst.func == isa::VxmFunc::kEqual ? integerType(ta) && (!binary || integerType(tb))
+                                                          : integerType(to) && to != ir::DType::kBool;
+  auto out = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(vectors) * vb, 0);
+  if (inst.func == isa::VxmFunc::kConvert && !integer) {  // a cast: the value in the result's type
+    for (std::int64_t v = 0; v < vectors; ++v)
+      for (std::int64_t l = 0; l < lanesOut; ++l)
+        encodeElement(lane(a, ta, ea, operand.splatA, v, l), to, out->data() + v * vb + l * eo);
+    return VectorRun(out);
+  }
+  std::vector<float> fx, fy, fr;
+  std::vector<std::int32_t> ix, iy, ir32;
+  if (integer) {
+    ix.resize(count), iy.resize(count), ir32.resize(count);
+  } else {
+    fx.resize(count), fy.resize(count), fr.resize(count);
+  }
+  for (std::int64_t v = 0; v < vectors; ++v)
+    for (std::int64_t l = 0; l < lanesOut; ++l) {
+      const auto i = static_cast<std::size_t>(v * lanesOut + l);
+      const double x = lane(a, ta, ea, operand.splatA, v, l), y = binary ? lane(*b, tb, ebb, operand.splatB, v, l) : x;
+      if (integer) {
+        ix[i] = truncated(x);
+        iy[i] = truncated(y);
+      } else {
+        fx[i] = static_cast<float>(x);
+        fy[i] = static_cast<float>(y);
+      }
+    }
+  if (integer) {
+    if (auto s = vxmInt32(inst.func, ix.data(), iy.data(), ir32.data(), count); !s) return s.error();
+  } else {
+    vxmFloat(inst.func, fx.data(), fy.data(), fr.data(), count, operand.immediate, operand.immediate2);
+  }
+  for (std::size_t i = 0; i < count; ++i)
+    encodeElement(integer ? static_cast<double>(ir32[i]) : static_cast<double>(fr[i]), to,
+                  out->data() + (i / static_cast<std::size_t>(lanesOut)) * vb + (i % static_cast<std::size_t>(lanesOut)) * eo);
+  return VectorRun(out);
 }
 
 VectorRun FunctionalState::shiftLanes(const isa::FunctionalOperand& operand, const std::vector<std::uint8_t>& vectors) const {

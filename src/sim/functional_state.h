@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "compile/ir/graph.h"
 #include "compile/isa/program.h"
 #include "sim/accumulators.h"
 #include "sim/chip.h"
@@ -21,6 +22,11 @@ using VectorRun = std::shared_ptr<const std::vector<std::uint8_t>>;
 /// The (MEM queue, address) of row `row` of tile `tile` in copy `replica` of a placement (Program v3:
 /// entries copy x tile x segment).
 std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row);
+
+/// An element of `type` at p as a double (FP16, BF16, FP32 bits; INT8, INT32, INT64 two's complement; bool 0/1).
+double decodeElement(const std::uint8_t* p, ir::DType type);
+/// Stores value at p in `type`: floats rounded to nearest even, integers wrapped, bool nonzero as 1.
+void encodeElement(double value, ir::DType type, std::uint8_t* p);
 
 /// One chip's values in functional mode. Every function computes what one instruction does to its
 /// operands with the Kokkos kernels of functional.h; errors name the instruction and are exit 2
@@ -41,9 +47,10 @@ class FunctionalState {
   VectorRun memRead(const isa::Instruction& inst) const;
   /// MemWrite: stores the vectors at address + j*stride.
   void memWrite(const isa::Instruction& inst, const std::vector<std::uint8_t>& vectors);
-  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only). The functions
-  /// after kConvert read the instruction's operand of `program` (splatted lanes, an immediate, a named
-  /// accumulator); kAccumulate returns no vectors, kEmit reads no source (a null).
+  /// VxmUnary / VxmBinary on the element type (b is read by binary functions only), or on the
+  /// element types the instruction's operand names (FunctionalOperand::types). kAccumulate to
+  /// kScaleAdd read the operand of `program` (an immediate, a named accumulator), any function its
+  /// splatted lanes; kAccumulate returns no vectors, kEmit reads no source (a null).
   Expected<VectorRun> vxm(const isa::Instruction& inst, const isa::Program& program, const std::vector<std::uint8_t>* a,
                           const std::vector<std::uint8_t>* b);
   /// MxmInstall on plane: loads inst.weightRows weight vectors from the weight slice, zero past them;
@@ -74,6 +81,10 @@ class FunctionalState {
                                                    bool second = false);
 
  private:
+  // A VXM op whose operand names the element types of its sources and result (mixed or not the
+  // storage type): lanes decoded per type, computed on the INT32 or FP32 ALUs, stored in the result's type.
+  Expected<VectorRun> typedVxm(const isa::Instruction& inst, const isa::FunctionalOperand& operand,
+                               const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>* b) const;
   std::uint8_t* vectorAt(int slice, std::int64_t address);
   const std::uint8_t* vectorAt(int slice, std::int64_t address) const;
   int sliceOf(int memUnit) const;

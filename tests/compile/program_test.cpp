@@ -189,6 +189,27 @@ TEST(Program, SecondOperandWindowRoundTripsAndLeavesOtherProgramsAlone) {
   EXPECT_NE(bad.error().message.find("bad functional section"), std::string::npos);
 }
 
+TEST(Program, ElementTypesAndRefusalsRoundTrip) {
+  // A mixed-type VXM op names its operands' element types; the ops timed without values are named
+  // for functional mode. Both forms carry them, alone or after a second-operand window.
+  Program p = sample();
+  p.instructions.push_back(vxmWithOperand(Opcode::kVxmBinary, VxmFunc::kEqual, 0));
+  p.operands.resize(2);
+  p.operands[0].types = isa::packElementTypes(4, 4, 6);  // int32, int32 -> bool
+  EXPECT_EQ(isa::elementTypeOf(p.operands[0].types, 0), 4);
+  EXPECT_EQ(isa::elementTypeOf(p.operands[0].types, 2), 6);
+  EXPECT_EQ(isa::elementTypeOf(p.operands[1].types, 1), -1);  // the run's storage type
+  p.refusals = {"Gemm 'g': Gemm's transA is timed, not computed"};
+  expectBothFormsRoundTrip(p);
+  isa::WindowRead tap;
+  p.windows = {tap};
+  p.operands[1].window2 = 0;
+  expectBothFormsRoundTrip(p);
+  p.operands[0].types = 0;
+  p.refusals.clear();
+  expectBothFormsRoundTrip(p);
+}
+
 TEST(Program, RefusesAProgramForAnotherChip) {
   topology::ChipSpec other;
   other.memReadCycles = 3;

@@ -1,5 +1,6 @@
 // Tests of the cycle-accurate chip: predicted equals simulated, and one test per hazard.
 #include "sim/chip.h"
+#include "compile/ir/graph.h"
 #include "sim/functional.h"
 #include "sim/kokkos_environment.h"
 
@@ -97,9 +98,10 @@ class ChipTest : public ::testing::Test {
   }
 
   isa::TensorPlacement placement(const std::string& name, std::int64_t rows, std::vector<int> memUnits,
-                                 bool resident, std::int32_t address = 0) const {
+                                 bool resident, std::int32_t address = 0, ir::DType dtype = ir::DType::kF16) const {
     isa::TensorPlacement t;
     t.name = name;
+    t.dtype = static_cast<std::int32_t>(dtype);
     t.rows = rows;
     t.tiles = static_cast<std::int32_t>(memUnits.size());
     t.memUnit = std::move(memUnits);
@@ -486,11 +488,11 @@ TEST_F(ChipTest, FunctionalMatmulAccumulatesKTilesInInt32) {
     list.push_back(mxm);
     next = mxm.issue + 2;  // the next install follows this compute (two weight buffers)
   }
-  const auto tensors = {placement("x", 2, {mem(0), mem(1)}, true), placement("w", 640, {mem(2)}, true),
-                        placement("y", 2, {mem(3)}, false)};
+  const auto tensors = {placement("x", 2, {mem(0), mem(1)}, true, 0, ir::DType::kI8),
+                        placement("w", 640, {mem(2)}, true, 0, ir::DType::kI8), placement("y", 2, {mem(3)}, false, 0, ir::DType::kI8)};
   auto s = runFunctional(list, tensors, {{"x", valuesOf(640, x)}, {"w", valuesOf(3, w)}}, ElementType::kInt8);
   ASSERT_TRUE(s.ok()) << s.error().format();
-  const auto y = chip_->readTensor(placement("y", 2, {mem(3)}, false), 3);
+  const auto y = chip_->readTensor(placement("y", 2, {mem(3)}, false, 0, ir::DType::kI8), 3);
   for (int r = 0; r < 2; ++r)
     for (int n = 0; n < 3; ++n) {
       std::int32_t sum = 0;

@@ -59,6 +59,39 @@ TEST(Half, EveryHalfRoundTrips) {
   EXPECT_EQ(halfToFloat(0x3555), 0.333251953125f);
 }
 
+TEST(Bf16, RoundsToNearestEvenAndEveryEncodingRoundTrips) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBf16(-2.0f), 0xc000);
+  EXPECT_EQ(floatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // the tie below: even
+  EXPECT_EQ(floatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // the tie above: even
+  EXPECT_EQ(floatToBf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);
+  EXPECT_EQ(floatToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
+  EXPECT_EQ(floatToBf16(std::nanf("")) & 0x7f80, 0x7f80);
+  EXPECT_NE(floatToBf16(std::nanf("")) & 0x007f, 0);
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const auto b = static_cast<std::uint16_t>(bits);
+    if (std::isnan(bf16ToFloat(b))) continue;
+    ASSERT_EQ(floatToBf16(bf16ToFloat(b)), b) << "bits " << bits;
+  }
+}
+
+TEST(ElementTypes, EncodeAndDecodeEachType) {
+  // Each type in its own width: floats rounded, integers wrapped, bool as 0 or 1.
+  std::uint8_t bytes[8] = {};
+  const auto roundTrip = [&](double v, ir::DType t) {
+    encodeElement(v, t, bytes);
+    return decodeElement(bytes, t);
+  };
+  EXPECT_EQ(roundTrip(1.0 / 3, ir::DType::kF16), static_cast<double>(halfToFloat(floatToHalf(1.0f / 3))));
+  EXPECT_EQ(roundTrip(1.0 / 3, ir::DType::kBF16), static_cast<double>(bf16ToFloat(floatToBf16(1.0f / 3))));
+  EXPECT_EQ(roundTrip(1.0 / 3, ir::DType::kF32), static_cast<double>(1.0f / 3));
+  EXPECT_EQ(roundTrip(-129, ir::DType::kI8), 127);
+  EXPECT_EQ(roundTrip(2147483648.0, ir::DType::kI32), -2147483648.0);
+  EXPECT_EQ(roundTrip(-7, ir::DType::kI64), -7);
+  EXPECT_EQ(roundTrip(-0.5, ir::DType::kBool), 1);
+  EXPECT_EQ(roundTrip(0, ir::DType::kBool), 0);
+}
+
 TEST(MxmKernels, Int8AccumulatesInInt32) {
   // x: 2 x 3, w: 3 x 2, by hand: [1 2 3; -4 5 -6] x [7 8; 9 10; 11 -12].
   const std::vector<std::int8_t> x = {1, 2, 3, -4, 5, -6};
@@ -158,6 +191,17 @@ TEST(VxmKernels, Int32FunctionsAndTheirLimits) {
     EXPECT_NE(s.error().message.find(fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func))),
               std::string::npos);
   }
+}
+
+TEST(VxmKernels, EqualInFp32AndInt32) {
+  const std::vector<float> a = {1.0f, -0.0f, 2.5f, std::nanf("")}, b = {1.0f, 0.0f, 2.25f, std::nanf("")};
+  std::vector<float> f(a.size());
+  vxmFloat(isa::VxmFunc::kEqual, a.data(), b.data(), f.data(), a.size());
+  EXPECT_EQ(f, (std::vector<float>{1.0f, 1.0f, 0.0f, 0.0f}));  // -0 == 0; NaN equals nothing
+  const std::vector<std::int32_t> x = {5, -5, 7}, y = {5, 5, -7};
+  std::vector<std::int32_t> r(x.size());
+  ASSERT_TRUE(vxmInt32(isa::VxmFunc::kEqual, x.data(), y.data(), r.data(), x.size()).ok());
+  EXPECT_EQ(r, (std::vector<std::int32_t>{1, 0, 0}));
 }
 
 TEST(VxmKernels, Fp16DivisionAndTranscendentalFunctions) {

@@ -570,6 +570,16 @@ class Importer {
       if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i)));
       inputs.push_back(*id);
     }
+    // Gemm's transA is an explicit Transpose of A (an SXM permute on chip): the MXM streams the rows
+    // of A, and A^T's rows are columns of the stored A.
+    if (kind == OpKind::kGemm && ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("transA", 0) != 0 && !inputs.empty() &&
+        graph_.tensor(inputs[0]).shape.size() == 2) {
+      auto transposed = graph_.addMultiOp(OpKind::kTranspose, nodeId + "/transA", {inputs[0]},
+                                          {{"perm", std::vector<std::int64_t>{1, 0}}}, layer, {""});
+      if (!transposed) return withOp(transposed.error(), node);
+      inputs[0] = transposed->front();
+      attrs.erase("transA");
+    }
     if (kind == OpKind::kCast && options_.precision && std::get<std::string>(attrs["to"]) == "fp32")
       attrs["to"] = std::string(ir::dtypeName(options_.precision->activations));
 
@@ -771,13 +781,15 @@ Expected<std::vector<std::string>> onnxInputNames(const std::string& path) {
   return names;
 }
 
-Expected<ir::Value> readTensorProtoFile(const std::string& path) {
+Expected<ir::Value> readTensorProtoFile(const std::string& path, bool bf16Bits) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return modelError(path, "cannot open the tensor file");
   std::ostringstream bytes;
   bytes << in.rdbuf();
   onnx::TensorProto t;
   if (!t.ParseFromString(bytes.str())) return modelError(path, "not a valid onnx.TensorProto");
+  // The ONNX backend tests store bfloat16 values as their bits in a UINT16 tensor (numpy has no bfloat16).
+  if (t.data_type() == onnx::TensorProto::UINT16 && bf16Bits) t.set_data_type(onnx::TensorProto::BFLOAT16);
   auto dtype = dtypeOf(t.data_type());
   if (!dtype) return modelError(path, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
   auto data = tensorValues(t, std::filesystem::path(path).parent_path(), true, path);

@@ -29,8 +29,10 @@ struct ImportOptions {
 /// opset (or the file when it cannot be read or parsed).
 Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& options = {});
 
-/// Reads a serialized onnx.TensorProto (the ONNX backend tests' input_N.pb / output_N.pb).
-Expected<ir::Value> readTensorProtoFile(const std::string& path);
+/// Reads a serialized onnx.TensorProto (the ONNX backend tests' input_N.pb / output_N.pb). With
+/// `bf16Bits`, a UINT16 tensor holds bfloat16 bit patterns (how the backend tests store bfloat16
+/// values) and is read as BF16.
+Expected<ir::Value> readTensorProtoFile(const std::string& path, bool bf16Bits = false);
 
 /// The names of a model's graph inputs that are not initializers, in order.
 Expected<std::vector<std::string>> onnxInputNames(const std::string& path);

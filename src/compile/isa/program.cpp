@@ -53,6 +53,7 @@ const char* vxmFuncName(VxmFunc func) {
     case VxmFunc::kEmit: return "emit";
     case VxmFunc::kNormalize: return "normalize";
     case VxmFunc::kScaleAdd: return "scale_add";
+    case VxmFunc::kEqual: return "equal";
   }
   return "?";
 }
@@ -149,7 +150,9 @@ Instruction fromJson(const nlohmann::json& j) {
 nlohmann::json toJson(const FunctionalOperand& o) {
   nlohmann::json j = {o.accumulator, o.tile, o.row0, o.immediate, o.splatA ? 1 : 0, o.splatB ? 1 : 0, o.window,
                       o.immediate2, o.transposed ? 1 : 0, o.laneShift, o.laneCount, o.map};
-  if (o.window2 >= 0) j.push_back(o.window2);  // only when set: programs without one keep their text and hash
+  // Only when set: programs without them keep their text and hash.
+  if (o.window2 >= 0 || o.types != 0) j.push_back(o.window2);
+  if (o.types != 0) j.push_back(o.types);
   return j;
 }
 
@@ -172,6 +175,7 @@ FunctionalOperand operandFromJson(const nlohmann::json& j) {
   }
   if (j.size() > 11) o.map = j.at(11);
   if (j.size() > 12) o.window2 = j.at(12);
+  if (j.size() > 13) o.types = j.at(13);
   return o;
 }
 
@@ -362,6 +366,7 @@ std::string serialize(const Program& program) {
     auto& maps = doc["maps"] = nlohmann::json::array();
     for (const auto& m : program.maps) maps.push_back(toJson(m));
   }
+  if (!program.refusals.empty()) doc["refusals"] = program.refusals;
   return doc.dump();
 }
 
@@ -397,6 +402,8 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
       for (const auto& j : doc.at("folds")) program.folds.push_back(foldFromJson(j));
     if (doc.contains("maps"))
       for (const auto& j : doc.at("maps")) program.maps.push_back(mapFromJson(j));
+    if (doc.contains("refusals"))
+      for (const auto& j : doc.at("refusals")) program.refusals.push_back(j.get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
@@ -411,6 +418,10 @@ constexpr std::uint32_t kFunctionalTag = 0x434e5546u;
 // Opens the optional table of second-operand windows after the functional section ("WIN2"):
 // (operand, window2) pairs, only when some operand has one, so that other programs keep their bytes.
 constexpr std::uint32_t kWindow2Tag = 0x324e4957u;
+// Then the element types of mixed-type VXM operands ("TYP3": (operand, types) pairs) and the ops
+// functional mode refuses ("REFU": texts), each only when there is one.
+constexpr std::uint32_t kTypesTag = 0x33505954u;
+constexpr std::uint32_t kRefusalsTag = 0x55464552u;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -511,7 +522,7 @@ std::string serializeBinary(const Program& program) {
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
   if (!program.operands.empty() || !program.accumulators.empty() || !program.windows.empty() ||
-      !program.folds.empty() || !program.maps.empty()) {
+      !program.folds.empty() || !program.maps.empty() || !program.refusals.empty()) {
     w.put<std::uint32_t>(kFunctionalTag);
     std::uint64_t withOperand = 0;
     for (const auto& i : program.instructions) withOperand += i.operand >= 0 ? 1 : 0;
@@ -586,6 +597,22 @@ std::string serializeBinary(const Program& program) {
           w.put<std::uint64_t>(k);
           w.put<std::int32_t>(program.operands[k].window2);
         }
+    }
+    std::uint64_t typed = 0;
+    for (const auto& o : program.operands) typed += o.types != 0 ? 1 : 0;
+    if (typed > 0) {  // the element types of mixed-type VXM ops ("TYP3")
+      w.put<std::uint32_t>(kTypesTag);
+      w.put<std::uint64_t>(typed);
+      for (size_t k = 0; k < program.operands.size(); ++k)
+        if (program.operands[k].types != 0) {
+          w.put<std::uint64_t>(k);
+          w.put<std::int32_t>(static_cast<std::int32_t>(program.operands[k].types));
+        }
+    }
+    if (!program.refusals.empty()) {  // "REFU"
+      w.put<std::uint32_t>(kRefusalsTag);
+      w.put<std::uint64_t>(program.refusals.size());
+      for (const auto& text : program.refusals) w.putText(text);
     }
   }
   return w.take();
@@ -723,15 +750,27 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
       }
       if (!r.get(m.concatAxis) || !r.getText(m.indices) || !r.get(m.indexAxis)) return bad();
     }
-    std::uint32_t tag2 = 0;
-    if (!r.done() && r.get(tag2)) {
-      std::uint64_t pairs2 = 0;
-      if (tag2 != kWindow2Tag || !r.get(pairs2) || pairs2 > program.operands.size()) return bad();
-      for (std::uint64_t p = 0; p < pairs2; ++p) {
+    // The optional tables, each opened by its tag, in the order they are written.
+    std::uint32_t last = 0;
+    for (std::uint32_t tag2 = 0; !r.done();) {
+      std::uint64_t entries = 0;
+      if (!r.get(tag2) || !r.get(entries) || tag2 == last) return bad();
+      last = tag2;
+      if (tag2 == kRefusalsTag) {
+        if (entries > body.size()) return bad();
+        program.refusals.resize(entries);
+        for (auto& text : program.refusals)
+          if (!r.getText(text)) return bad();
+        continue;
+      }
+      if ((tag2 != kWindow2Tag && tag2 != kTypesTag) || entries > program.operands.size()) return bad();
+      for (std::uint64_t p = 0; p < entries; ++p) {
         std::uint64_t k = 0;
-        std::int32_t window2 = -1;
-        if (!r.get(k) || !r.get(window2) || k >= program.operands.size() || window2 < 0) return bad();
-        program.operands[k].window2 = window2;
+        std::int32_t value = 0;
+        if (!r.get(k) || !r.get(value) || k >= program.operands.size() || value <= (tag2 == kTypesTag ? 0 : -1))
+          return bad();
+        if (tag2 == kWindow2Tag) program.operands[k].window2 = value;
+        else program.operands[k].types = static_cast<std::uint32_t>(value);
       }
     }
     for (const auto& i : program.instructions)

@@ -40,7 +40,8 @@ const char* opcodeName(Opcode op);
 topology::UnitKind unitKindOf(Opcode op);
 
 /// Functions of the VXM ALUs. Every function takes one ALU pass (the latency table does not depend
-/// on it); the ones after kConvert read their instruction's FunctionalOperand (Program::operands).
+/// on it); kAccumulate to kScaleAdd read their instruction's FunctionalOperand (Program::operands),
+/// and any function may carry one (splatted lanes, element types).
 enum class VxmFunc : std::uint8_t {
   kNone, kAdd, kSub, kMul, kRelu, kGelu, kTanh, kExp, kRsqrt, kConvert,
   kDiv,         ///< a / b (INT8: truncating, a / 0 = 0)
@@ -53,9 +54,10 @@ enum class VxmFunc : std::uint8_t {
   kEmit,        ///< the operand's accumulator values (a reduction's output rows) onto dst; no source
   kNormalize,   ///< src by its elements' statistics: exp(a - max) / sum (softmax), (a - mean) / sqrt(var + eps)
   kScaleAdd,    ///< a * operand.immediate + b * operand.immediate2 (Gemm's alpha and beta)
+  kEqual,       ///< 1 where a == b, else 0 (a bool result)
 };
 /// The last VxmFunc (the on-disk forms refuse larger codes).
-inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kScaleAdd;
+inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kEqual;
 /// Lower-case name of a VXM function ("add", ...; "" for kNone).
 const char* vxmFuncName(VxmFunc func);
 
@@ -156,8 +158,20 @@ struct FunctionalOperand {
   std::int32_t laneCount = 0;     ///< SXM lanes: lanes kept (the rest zero)
   std::int32_t window2 = -1;      ///< Program::windows index: src2 is one tap of a window read (two taps folded)
   std::int32_t map = -1;          ///< SXM permute: Program::maps index; the vectors are rows row0 + j of tile `tile`
+  /// VXM: the element types of src, src2 and the result, one byte each from the low one (ir::DType
+  /// + 1; 0: the run's storage type), for an op whose tensors are not all of the storage type.
+  std::uint32_t types = 0;
   friend bool operator==(const FunctionalOperand&, const FunctionalOperand&) = default;
 };
+
+/// FunctionalOperand::types from the three element types (ir::DType as integers).
+inline std::uint32_t packElementTypes(int a, int b, int out) {
+  return static_cast<std::uint32_t>(a + 1) | (static_cast<std::uint32_t>(b + 1) << 8) |
+         (static_cast<std::uint32_t>(out + 1) << 16);
+}
+/// Slot k (0 src, 1 src2, 2 result) of FunctionalOperand::types as an ir::DType integer, or -1 for
+/// the run's storage type.
+inline int elementTypeOf(std::uint32_t types, int k) { return static_cast<int>((types >> (8 * k)) & 0xffu) - 1; }
 
 /// One tap of a window read (a Conv or pooling op over a channels-last map, pixels as rows): which
 /// stream vector holds each output pixel's input pixel. Vector j of the instruction stands for
@@ -256,6 +270,9 @@ struct Program {
   std::vector<WindowRead> windows;        ///< the window taps FunctionalOperand::window refers to
   std::vector<WeightFold> folds;          ///< resident tensors whose values are folded from graph tensors
   std::vector<ElementMap> maps;           ///< the SXM permutes FunctionalOperand::map refers to
+  /// The ops the lowering timed without computing their values ("node: reason"): functional mode
+  /// refuses the program before it runs (exit 2).
+  std::vector<std::string> refusals;
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;

@@ -60,11 +60,12 @@ Instruction makeInst(int unit, Opcode op, std::int64_t repeat, int interval) {
 }
 
 // Every elementwise function is one pass through an ALU (the latency table does not depend on the
-// function); Equal has none of its own and is timed as a Sub.
+// function).
 isa::VxmFunc funcOf(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: return isa::VxmFunc::kAdd;
-    case ir::OpKind::kSub: case ir::OpKind::kEqual: return isa::VxmFunc::kSub;
+    case ir::OpKind::kSub: return isa::VxmFunc::kSub;
+    case ir::OpKind::kEqual: return isa::VxmFunc::kEqual;
     case ir::OpKind::kMul: return isa::VxmFunc::kMul;
     case ir::OpKind::kDiv: return isa::VxmFunc::kDiv;
     case ir::OpKind::kPow: return isa::VxmFunc::kPow;
@@ -80,12 +81,14 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
   }
 }
 
+bool storageTypeComputes(ir::DType type) { return type == ir::DType::kF16 || type == ir::DType::kI8; }
+
 bool computesValues(ir::OpKind kind) {
   switch (kind) {
     case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
     case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
     case ir::OpKind::kErf: case ir::OpKind::kExp: case ir::OpKind::kSigmoid: case ir::OpKind::kSqrt:
-    case ir::OpKind::kIdentity: return true;
+    case ir::OpKind::kIdentity: case ir::OpKind::kEqual: case ir::OpKind::kCast: return true;
     default: return false;
   }
 }
@@ -137,6 +140,17 @@ std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
   return s;
 }
 
+std::int64_t Lowering::mxmWeightRows(ir::TensorId tensor) const {
+  const auto& shape = graph_.tensor(tensor).shape;
+  for (ir::OpId u : graph_.tensor(tensor).users) {
+    const ir::Op& op = graph_.op(u);
+    const bool matmul = op.kind == ir::OpKind::kMatMul || op.kind == ir::OpKind::kFusedMatMul ||
+                        (op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) == 0);
+    if (matmul && op.inputs.size() > 1 && op.inputs[1] == tensor && shape.size() >= 2) return shape[shape.size() - 2];
+  }
+  return 0;
+}
+
 Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
@@ -161,6 +175,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& 
     if (const std::int64_t w = windowRowLength(tensor); w > 1 && w <= chip_.addressesPerSlice)
       segRows = std::max<std::int64_t>(1, segRows / w) * w;
     if (segRows < rows) st.placement.segmentRows = segRows;
+  }
+  // A tensor made on chip that an MXM installs as weights (a tied output head's transposed
+  // embedding, attention's V) keeps each K tile on one slice: its segments are whole K tiles of
+  // one matrix, or whole matrices of a batch of them.
+  if (const std::int64_t k = mxmWeightRows(tensor); st.placement.segmentRows > 0 && t.producer >= 0 && k > 0) {
+    const std::int64_t kLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(t.dtype));
+    const std::int64_t unit = rows > k ? k : kLanes;
+    const std::int64_t aligned = ceilDiv(st.placement.segmentRows, unit) * unit;
+    if (aligned <= chip_.addressesPerSlice) st.placement.segmentRows = aligned >= rows ? 0 : aligned;
   }
   st.pinned = resident;
   // A one-row parameter is read as a broadcast by every plane's epilogue at once: one copy per plane.
@@ -557,7 +580,24 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
+  const size_t firstTask = problem_.tasks().size();
+  timingReason_.clear();
   const Status lowered = lowerFamily(op, ops, position, consumed);
+  // An op some of whose instructions only stand in for its cost (or move vectors on the SXM in a
+  // way the program does not spell out) is named for functional mode.
+  for (size_t t = firstTask; t < problem_.tasks().size() && lowered.ok(); ++t)
+    if (std::any_of(problem_.tasks()[t].steps.begin(), problem_.tasks()[t].steps.end(), [](const Step& st) {
+          return st.inst.timingOnly || (st.inst.op == Opcode::kSxmShift && st.inst.sxm == isa::SxmFunc::kUnspecified);
+        })) {
+      const std::string why =
+          !timingReason_.empty() ? timingReason_
+          : op.inputs.empty()    ? fmt::format("the lowering gives only the timing of {}", ir::opKindName(op.kind))
+                                 : fmt::format("the lowering gives only its timing or does not say which permutation it "
+                                               "applies, on '{}'",
+                                               graph_.tensor(op.inputs[0]).name);
+      out_.refusals.push_back(fmt::format("{} '{}': {}", ir::opKindName(op.kind), op.name, why));
+      break;
+    }
   for (const auto& [block, readers] : opScratch_) releaseScratch(block, readers);
   opScratch_.clear();
   return lowered;
@@ -674,12 +714,24 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
     job.beta = static_cast<float>(op.floatAttr("beta", 1.0));
     job.timingOnly = op.intAttr("transA", 0) != 0 || (op.intAttr("transB", 0) != 0 && !job.transposedWeights) ||
                      ((job.alpha != 1.0f || job.beta != 1.0f) && job.bias < 0);
+    if (job.timingOnly)
+      timingReason_ = op.intAttr("transA", 0) != 0 ? "Gemm's transA is timed, not computed (its activations are not transposed)"
+                                                   : "Gemm's transB or alpha and beta without a bias are timed, not computed";
+  }
+  // The MXM multiplies FP16 or INT8 (storageTypeComputes); other element types are timed alike.
+  if (!storageTypeComputes(x.dtype)) {
+    job.timingOnly = true;
+    timingReason_ = fmt::format("the MXM multiplies FP16 or INT8 values, not {}", ir::dtypeName(x.dtype));
   }
   if (job.bias >= 0) {
     const std::int64_t biasRows = tensors_.at(job.bias).placement.rows;
     job.biasSplat = storageCols(job.bias) == 1 && nDim > 1;
     job.biasTimingOnly = (storageCols(job.bias) != nDim && !job.biasSplat) ||
-                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows);
+                         (biasRows != 1 && biasRows != tensors_.at(job.out).placement.rows) ||
+                         graph_.tensor(job.bias).dtype != graph_.tensor(job.out).dtype;
+    if (job.biasTimingOnly)
+      timingReason_ = fmt::format("its bias '{}' does not line up with the output's rows, values per row or type",
+                                  graph_.tensor(job.bias).name);
   }
   return lowerMxm(job);
 }
@@ -869,13 +921,43 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
   } else {
     funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
   }
-  // Where's arithmetic select and the stand-in functions (Div as a Mul, ...) give the op's cost, not
-  // its values; a Cast that keeps the type is a copy.
-  const bool valuesKnown = op.kind != ir::OpKind::kWhere &&
-                           (computesValues(op.kind) ||
-                            (op.kind == ir::OpKind::kCast && graph_.tensor(op.inputs[0]).dtype == graph_.tensor(op.outputs[0]).dtype));
+  // Where's arithmetic select gives the op's cost, not its values; a Cast converts between the
+  // element types of its operand and result.
+  const bool valuesKnown = op.kind != ir::OpKind::kWhere && computesValues(op.kind);
+  if (!valuesKnown) timingReason_ = "its arithmetic select is timed, not computed";
   return lowerVxmChain(op, operands, funcs, valuesKnown);
 }
+
+namespace {
+
+// Output row r of a broadcast operand reads its row (r / repeat) mod its rows when the operand keeps
+// one contiguous block of the output's row dimensions and has 1 in the others (a ReduceMax over a
+// middle axis with keepdims, subtracted from its input): `repeat` is the product of the output's
+// row dimensions after the block (0: the operand is not of this form).
+std::int64_t rowRepeat(const std::vector<std::int64_t>& in, const std::vector<std::int64_t>& out) {
+  if (out.size() < 2 || in.size() > out.size()) return 0;
+  std::vector<std::int64_t> e(out.size() - in.size(), 1);
+  e.insert(e.end(), in.begin(), in.end());
+  int first = -1, last = -1;
+  for (size_t d = 0; d + 1 < out.size(); ++d) {
+    if (out[d] == 1) continue;
+    if (e[d] != out[d] && e[d] != 1) return 0;
+    if (e[d] != out[d]) continue;
+    if (last >= 0 && last != static_cast<int>(d) - 1) {
+      // a kept dimension after a broadcast one: the block is contiguous only across size-1 dimensions
+      for (size_t g = static_cast<size_t>(last) + 1; g < d; ++g)
+        if (out[g] != 1) return 0;
+    }
+    if (first < 0) first = static_cast<int>(d);
+    last = static_cast<int>(d);
+  }
+  if (first < 0) return 0;
+  std::int64_t repeat = 1;
+  for (size_t d = static_cast<size_t>(last) + 1; d + 1 < out.size(); ++d) repeat *= out[d];
+  return repeat;
+}
+
+}  // namespace
 
 Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
                                const std::vector<isa::VxmFunc>& funcs, bool valuesKnown) {
@@ -897,28 +979,81 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   // An operand whose shape is the output's trailing dimensions (an attention mask [S, T] added to
   // scores [B, heads, S, T]) repeats every `its rows` output rows: row r reads its row r mod rows.
   std::vector<std::int64_t> period(operands.size(), 0);
+  // An operand that keeps a block of the output's row dimensions and broadcasts the later ones
+  // (rowRepeat) gives `repeat` consecutive output rows one of its rows, read with stride 0.
+  std::vector<std::int64_t> repeat(operands.size(), 0);
+  std::vector<int> channelMap(operands.size(), -1);  // per operand: its per-channel element map (BatchNormalization)
   const auto& outShape = graph_.tensor(out).shape;
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
     const auto& inShape = graph_.tensor(operands[i]).shape;
     splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
+    // BatchNormalization's per-channel operand [C] in a graph without convolutions, whose channel
+    // axis is a row axis ([N, C, ...] stored rows of the last axis): an SXM permute (an element map
+    // [C] -> [N, C, ..., 1]) puts each row's channel value in lane 0, splatted over the lanes.
+    if (op.kind == ir::OpKind::kBatchNormalization && i > 0 && !spatial_ && outShape.size() >= 3 &&
+        inShape.size() == 1 && inShape[0] == outShape[1] && tensors_.at(operands[i]).placement.tiles == 1) {
+      isa::ElementMap map;
+      map.sources = {graph_.tensor(operands[i]).name};
+      map.sourceDims = inShape;
+      map.outDims.assign(outShape.begin(), outShape.end() - 1);
+      map.outDims.push_back(1);
+      map.outCols = 1;
+      map.sourceCols = {storageCols(operands[i])};
+      map.from = {1};
+      map.starts = {0};
+      map.steps = {1};
+      channelMap[i] = static_cast<int>(out_.maps.size());
+      out_.maps.push_back(std::move(map));
+      mapReads_.push_back({operands[i]});
+      splat[i] = storageCols(out) > 1;
+      continue;
+    }
     if (inRows > 1 && inRows < rows && rows % inRows == 0 && inShape.size() < outShape.size() &&
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
         !(spatial_ && outShape.size() == 4))
       period[i] = inRows;
-    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) || (inRows != rows && inRows != 1 && !period[i]))
+    if (inRows > 1 && inRows < rows && !period[i] && !(spatial_ && outShape.size() == 4)) {
+      const std::int64_t r = rowRepeat(inShape, outShape);
+      if (r == 1 && rows % inRows == 0) period[i] = inRows;  // leading dimensions of 1, then the output's trailing ones
+      if (r > 1 && rows % (r * inRows) == 0) repeat[i] = r;
+    }
+    if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) ||
+        (inRows != rows && inRows != 1 && !period[i] && !repeat[i])) {
+      if (!timingOnly)
+        timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
+                                    graph_.tensor(operands[i]).name);
       timingOnly = true;
+    }
+  }
+  // Tensors of other element types than the storage type's (INT32, FP32, BF16, bool) name their
+  // types in the operand; lane l of a vector is the same column in every operand only when the
+  // element widths agree, or every operand that is not splatted is one tile.
+  const auto dtypeOf = [&](ir::TensorId t) { return graph_.tensor(t).dtype; };
+  const ir::DType outType = dtypeOf(out);
+  bool typed = outType != ir::DType::kF16 && outType != ir::DType::kI8;
+  bool widths = true, oneTile = ys.placement.tiles == 1;
+  for (size_t i = 0; i < operands.size(); ++i) {
+    typed = typed || dtypeOf(operands[i]) != outType;
+    widths = widths && ir::dtypeBytes(dtypeOf(operands[i])) == ir::dtypeBytes(outType);
+    oneTile = oneTile && (splat[i] || tensors_.at(operands[i]).placement.tiles == 1);
+  }
+  if (!timingOnly && !widths && !oneTile) {
+    timingReason_ = "its operands' element widths differ and they span several tiles (their lanes do not line up)";
+    timingOnly = true;
   }
   // Pieces do not cross a period's end or a segment end of a periodic operand.
   std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
   for (const auto& [p0, pn] : rowPieces(0, rows, aligned))
     for (std::int64_t r = p0; r < p0 + pn;) {
       std::int64_t end = p0 + pn;
-      for (size_t i = 0; i < operands.size(); ++i)
+      for (size_t i = 0; i < operands.size(); ++i) {
         if (period[i]) {
           const std::int64_t seg = std::min(period[i], tensors_.at(operands[i]).segmentRows());
           end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
         }
+        if (repeat[i] && !timingOnly) end = std::min(end, (r / repeat[i] + 1) * repeat[i]);
+      }
       pieces.push_back({r, end - r});
       r = end;
     }
@@ -929,10 +1064,36 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
       std::vector<Access> reads;
       auto input = [&](ir::TensorId in) {
         const TensorState& is = tensors_.at(in);
-        const bool periodic = !timingOnly && period[static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin())] > 0;
+        const auto k = static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin());
+        const int tile = t % is.placement.tiles;
+        if (channelMap[k] >= 0) {  // the channels' row streamed once per output row, re-formed on the SXM
+          task.steps.push_back(readStep(in, 0, 0, n, true, sideReads_++));
+          reads.push_back({in, 0, 0, 1, static_cast<int>(task.steps.size()) - 1});
+          Step permute;
+          const bool west = chip_.units()[task.steps.back().inst.unit].slice < chip_.units()[vxm].slice;
+          permute.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2), Opcode::kSxmShift, n);
+          permute.inst.sxm = isa::SxmFunc::kPermute;
+          isa::FunctionalOperand where;
+          where.row0 = r0;
+          where.map = channelMap[k];
+          permute.inst.operand = addOperand(where);
+          permute.producer = static_cast<int>(task.steps.size()) - 1;
+          task.steps.push_back(permute);
+          permuteReads(channelMap[k], out, 0, r0, n, reads);
+          return static_cast<int>(task.steps.size()) - 1;
+        }
+        if (!timingOnly && repeat[k]) {  // one row for the piece's rows, read with stride 0
+          const std::int64_t row = (r0 / repeat[k]) % is.placement.rows;
+          Step one = readStep(in, tile, row, 1, false);
+          one.inst.repeat = static_cast<std::int32_t>(n);
+          one.inst.stride = 0;
+          task.steps.push_back(one);
+          reads.push_back({in, tile, row, 1, static_cast<int>(task.steps.size()) - 1});
+          return static_cast<int>(task.steps.size()) - 1;
+        }
+        const bool periodic = !timingOnly && period[k] > 0;
         const bool broadcast = is.placement.rows != rows && !periodic;
         const std::int64_t from = periodic ? r0 % is.placement.rows : r0;
-        const int tile = t % is.placement.tiles;
         task.steps.push_back(readStep(in, tile, from, n, broadcast, broadcast ? sideReads_++ : 0));
         reads.push_back({in, tile, broadcast ? 0 : from, broadcast ? 1 : n, static_cast<int>(task.steps.size()) - 1});
         return static_cast<int>(task.steps.size()) - 1;
@@ -951,10 +1112,14 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
-        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]))) {
+        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]) || typed)) {
           isa::FunctionalOperand operand;
           operand.splatA = i == 0 && splat[0];
           operand.splatB = binary && !square && splat[i + 1];
+          // Step 0 reads the op's first operand, a later step the chain's value (the output's type).
+          const ir::DType a = i == 0 ? dtypeOf(operands[0]) : outType;
+          const ir::DType b = binary && !square ? dtypeOf(operands[i + 1]) : a;
+          if (typed) operand.types = isa::packElementTypes(static_cast<int>(a), static_cast<int>(b), static_cast<int>(outType));
           alu.inst.operand = addOperand(operand);
         }
         alu.producer = tail;
@@ -993,6 +1158,10 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   if (rank == 0) stat.reduced[0] = 1;
   stat.epsilon = op.floatAttr("epsilon", 1e-5);
   const int acc = addAccumulator(stat);
+  const bool typeComputes = storageTypeComputes(graph_.tensor(in).dtype) && graph_.tensor(in).dtype == graph_.tensor(out).dtype;
+  if (!typeComputes)
+    timingReason_ = fmt::format("its statistics are accumulated for FP16 or INT8 values, not {}",
+                                ir::dtypeName(graph_.tensor(in).dtype));
   // Statistics over the values of a row only: a normalising task waits for the statistics of its own
   // rows; over other axes too, for every statistics task.
   bool rowsOnly = stat.reduced.back() != 0;
@@ -1007,22 +1176,49 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
       alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
       alu.inst.func = isa::VxmFunc::kAccumulate;
       alu.inst.operand = addOperand({acc, t, r0});
+      alu.inst.timingOnly = !typeComputes;
       alu.producer = 0;
       task.steps.push_back(alu);
       stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
     }
   std::vector<ir::TensorId> params;
-  // LayerNormalization's scale and bias line up with the output's lanes when they are one row of its values.
+  // LayerNormalization's scale and bias line up with the output's lanes when they have its values
+  // per row, and one row, its rows, or the rows of its trailing dimensions (normalised over more
+  // than the last axis: output row r reads their row r mod theirs).
   bool paramsAligned = true;
+  std::vector<std::int64_t> period;  // per parameter: its rows when they repeat over the output's, else 0
+  const auto& outShape = graph_.tensor(out).shape;
   if (layerNorm)
     for (size_t i = 1; i < op.inputs.size() && i < 3; ++i) {
       if (auto s = place(op.inputs[i], graph_.tensor(op.inputs[i]).producer < 0); !s) return s;
       params.push_back(op.inputs[i]);
-      paramsAligned = paramsAligned && tensors_.at(op.inputs[i]).placement.rows == 1 &&
-                      storageCols(op.inputs[i]) == storageCols(out);
+      const std::int64_t prow = tensors_.at(op.inputs[i]).placement.rows;
+      auto shape = graph_.tensor(op.inputs[i]).shape;
+      while (!shape.empty() && shape.front() == 1) shape.erase(shape.begin());
+      const bool trailing = shape.size() <= outShape.size() &&
+                            std::equal(shape.begin(), shape.end(), outShape.end() - static_cast<std::ptrdiff_t>(shape.size()));
+      period.push_back(prow > 1 && prow < rows && rows % prow == 0 && trailing ? prow : 0);
+      paramsAligned = paramsAligned && storageCols(op.inputs[i]) == storageCols(out) &&
+                      (prow == 1 || prow == rows || period.back() > 0) &&
+                      graph_.tensor(op.inputs[i]).dtype == graph_.tensor(out).dtype;
+    }
+  if (!paramsAligned)
+    timingReason_ = "its scale or bias does not line up with the output's rows and values per row";
+  // Pieces do not cross a period's end or a segment end of a periodic parameter.
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+  for (const auto& [p0, pn] : rowPieces(0, rows, {in, out}))
+    for (std::int64_t r = p0; r < p0 + pn;) {
+      std::int64_t end = p0 + pn;
+      for (size_t i = 0; i < params.size() && paramsAligned; ++i)
+        if (period[i]) {
+          const std::int64_t seg = std::min(period[i], tensors_.at(params[i]).segmentRows());
+          end = std::min({end, (r / period[i] + 1) * period[i], r - r % period[i] + (r % period[i] / seg + 1) * seg});
+        }
+      pieces.push_back({r, end - r});
+      r = end;
     }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& [r0, n] : rowPieces(0, rows, {in, out})) {
+    for (const auto& [r0, n] : pieces) {
       Task task;
       task.name = fmt::format("{} normalise tile {}", op.name, t);
       const int tile = t % xs.placement.tiles;
@@ -1045,9 +1241,11 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
         alu.producer2 = static_cast<int>(task.steps.size()) + 1;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
-        const bool broadcast = ps.placement.rows != rows;
-        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, r0, n, broadcast, broadcast ? sideReads_++ : 0));
-        reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : r0, broadcast ? 1 : n,
+        const bool periodic = paramsAligned && period[i] > 0;
+        const bool broadcast = ps.placement.rows != rows && !periodic;
+        const std::int64_t from = periodic ? r0 % period[i] : r0;
+        task.steps.push_back(readStep(params[i], t % ps.placement.tiles, from, n, broadcast, broadcast ? sideReads_++ : 0));
+        reads.push_back({params[i], t % ps.placement.tiles, broadcast ? 0 : from, broadcast ? 1 : n,
                          static_cast<int>(task.steps.size()) - 1});
       }
       task.steps.push_back(writeStep(out, t, r0, n, tail));

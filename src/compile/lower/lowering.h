@@ -86,6 +86,7 @@ struct LoweredShard {
   std::vector<isa::WindowRead> windows;       ///< FunctionalOperand::window indexes these (Program::windows)
   std::vector<isa::WeightFold> folds;         ///< folded resident tensors (Program::folds)
   std::vector<isa::ElementMap> maps;          ///< FunctionalOperand::map indexes these (Program::maps)
+  std::vector<std::string> refusals;          ///< ops timed without their values (Program::refusals)
 };
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed

@@ -19,6 +19,9 @@ isa::Instruction makeInst(int unit, isa::Opcode op, std::int64_t repeat, int int
 isa::VxmFunc funcOf(ir::OpKind kind);
 /// Whether funcOf(kind) computes the op's values (functional mode) or only stands in for its cost.
 bool computesValues(ir::OpKind kind);
+/// Whether the MXM and the named accumulators compute on values of this type (FP16 or INT8, the
+/// storage types; INT32, FP32, BF16 and bool tensors are computed by elementwise ops only).
+bool storageTypeComputes(ir::DType type);
 
 /// A tensor's SRAM pieces with the tasks that write and read each of them. A tile's rows are cut
 /// into segments of at most `segmentRows` rows, each on its own MEM slice; piece = tile x segments + segment.
@@ -185,11 +188,14 @@ class Lowering {
   // tap's lanes on the SXM (packing taps into one vector).
   // With `computes`, every tap's rows are realigned (padding `fill`) through a window: a shifted
   // tap's on its SXM shift, an unshifted one's as the ALU instruction's src (or src2) operand.
+  // A nonzero `tapScale` is the immediate of kScaleAdd steps (an average pool: the first tap times
+  // tapScale, then tap x tapScale + partial).
   Expected<TapChain> tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
-                               const std::set<int>& avoid, isa::VxmFunc finish = isa::VxmFunc::kNone);
+                               const std::set<int>& avoid, float tapScale = 0.0f,
+                               isa::VxmFunc finish = isa::VxmFunc::kNone);
   // Is `relu` (a ReLU's output) read by one max-pool alone and not a graph output? Then the ReLU
   // is the pool's last ALU step instead of its producer's (they commute; the pool has 4x fewer rows).
   bool reluAfterPool(ir::TensorId relu) const;
@@ -288,6 +294,11 @@ class Lowering {
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
+  // The K rows of the matrix a MatMul (or a Gemm without transB) installs the tensor as (0: none).
+  std::int64_t mxmWeightRows(ir::TensorId tensor) const;
+  // Why the op being lowered is timed without its values (Program::refusals; empty: the op kind's
+  // stand-in instruction).
+  std::string timingReason_;
   // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
   std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
   // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).

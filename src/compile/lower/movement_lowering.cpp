@@ -58,8 +58,15 @@ Status Lowering::lowerReduction(const ir::Op& op) {
   if (!mean) sums.divisor = 1;
   // Values are computed when the output holds the kept elements in order and every output tile's
   // emit waits for all the accumulations it reads (one output tile, or the values per row kept).
-  const bool computes = axesKnown && kept == graph_.tensor(out).elements() &&
+  const bool typeComputes = storageTypeComputes(graph_.tensor(in).dtype) && graph_.tensor(in).dtype == graph_.tensor(out).dtype;
+  const bool computes = axesKnown && typeComputes && kept == graph_.tensor(out).elements() &&
                         (ys.placement.tiles == 1 || !sums.reduced.back());
+  if (!computes)
+    timingReason_ = !axesKnown ? "its axes are not a constant"
+                    : !typeComputes ? fmt::format("its sums are accumulated for FP16 or INT8 values, not {}",
+                                                  ir::dtypeName(graph_.tensor(in).dtype))
+                    : kept != graph_.tensor(out).elements() ? "its output rows are not its kept elements in order"
+                                                            : "it reduces the values per row into several output tiles";
   const int acc = addAccumulator(sums);
   for (int t = 0; t < ys.placement.tiles; ++t) {
     std::vector<int> accumulated;
@@ -109,7 +116,7 @@ void Lowering::mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whol
     schedule::Step shift;
     const bool west = chip_.units()[task.steps[0].inst.unit].slice < vxmSlice;
     shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2), Opcode::kSxmShift, n);
-    shift.inst.sxm = isa::SxmFunc::kLanes;
+    shift.inst.sxm = storageTypeComputes(graph_.tensor(whole).dtype) ? isa::SxmFunc::kLanes : isa::SxmFunc::kUnspecified;
     shift.inst.operand = operand;
     shift.producer = 0;
     task.steps.push_back(shift);
@@ -164,12 +171,18 @@ Status Lowering::lowerCopy(const ir::Op& op) {
     const bool laneConcat = concat && byTiles && ws.placement.tiles == 1 && ps.placement.tiles == 1 &&
                             (shift != 0 || partCols < lanes) && ps.placement.rows == ws.placement.rows;
     valuesBefore += partCols;
+    // The SXM's lane shifts move lanes of the storage type (FP16, INT8); others are timed only.
+    const isa::SxmFunc laneFunc = storageTypeComputes(graph_.tensor(whole).dtype) ? isa::SxmFunc::kLanes
+                                                                                 : isa::SxmFunc::kUnspecified;
+    if ((laneConcat || laneSplit) && laneFunc == isa::SxmFunc::kUnspecified)
+      timingReason_ = fmt::format("its lane shifts move FP16 or INT8 lanes, not {}",
+                                  ir::dtypeName(graph_.tensor(whole).dtype));
     if (laneConcat) {
       isa::FunctionalOperand moved;
       moved.laneShift = static_cast<std::int32_t>(-(valuesBefore - partCols));
       moved.laneCount = static_cast<std::int32_t>(partCols);
       if (valuesBefore == partCols)
-        copyVectors(op, part, whole, 0, 1, 0, ps.placement.rows, 0, 0, false, isa::SxmFunc::kLanes, addOperand(moved));
+        copyVectors(op, part, whole, 0, 1, 0, ps.placement.rows, 0, 0, false, laneFunc, addOperand(moved));
       else
         mergeLanes(op, part, whole, addOperand(moved));
       offset += size;
@@ -180,7 +193,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
       isa::FunctionalOperand moved;
       moved.laneShift = static_cast<std::int32_t>(shift);
       moved.laneCount = static_cast<std::int32_t>(partCols);
-      copyVectors(op, whole, part, 0, 1, 0, ps.placement.rows, tile0, 0, false, isa::SxmFunc::kLanes, addOperand(moved));
+      copyVectors(op, whole, part, 0, 1, 0, ps.placement.rows, tile0, 0, false, laneFunc, addOperand(moved));
       offset += size;
       continue;
     }

@@ -502,7 +502,7 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
                                                  isa::VxmFunc combine, bool computes, float fill,
                                                  const std::function<Step(int, int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const std::set<int>& avoid,
-                                                 isa::VxmFunc finish) {
+                                                 float tapScale, isa::VxmFunc finish) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
@@ -578,11 +578,13 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
       Step alu;
       alu.inst = makeInst(vxm, b < 0 && pass == 0 ? Opcode::kVxmUnary : Opcode::kVxmBinary, rows);
       alu.inst.func = b < 0 && pass == 0 ? first : combine;
-      alu.inst.timingOnly = !computes;  // an average pool's scale is a cost only
-      if (aWindow >= 0 || bWindow >= 0) {
+      alu.inst.timingOnly = !computes;
+      if (aWindow >= 0 || bWindow >= 0 || (computes && tapScale != 0.0f)) {
         isa::FunctionalOperand realigned;
         realigned.window = aWindow;
         realigned.window2 = bWindow;
+        realigned.immediate = tapScale;  // kScaleAdd: the tap times tapScale, plus the partial (none on the first)
+        realigned.immediate2 = pass == 0 ? 0.0f : 1.0f;
         alu.inst.operand = addOperand(realigned);
       }
       alu.producer = a;
@@ -660,12 +662,25 @@ Status Lowering::lowerPool(const ir::Op& op) {
       std::vector<Access> writes;
       for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
       // Max: the first tap copies, each further one keeps the larger; padding is the lowest value.
+      // Average: every tap scaled by 1 / taps and added to the partial (padding is 0), computed when
+      // the divisor is the kernel's size: no padding, or padding that counts (count_include_pad).
       const float lowest = ir::dtypeBytes(graph_.tensor(in).dtype) == 1 ? -128.0f : -65504.0f;
+      const ir::DType type = graph_.tensor(in).dtype;
+      const bool computes = storageTypeComputes(type) &&
+                            (!average || ((win.inside() || op.intAttr("count_include_pad", 0) != 0) &&
+                                          op.intAttr("ceil_mode", 0) == 0 && ir::isFloat(type)));
+      if (!computes)
+        timingReason_ = !storageTypeComputes(type) ? fmt::format("its window taps are FP16 or INT8, not {}", ir::dtypeName(type))
+                        : ir::isFloat(type)
+                            ? "an average pool whose divisor is not the kernel's size (padding that does not count) is "
+                              "timed, not computed"
+                            : "an integer average pool (its 1 / taps scale has no integer form) is timed, not computed";
       auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false,
-                             average ? isa::VxmFunc::kMul : isa::VxmFunc::kConvert,
-                             average ? isa::VxmFunc::kAdd : isa::VxmFunc::kMax, !average, lowest,
+                             average ? isa::VxmFunc::kScaleAdd : isa::VxmFunc::kConvert,
+                             average ? isa::VxmFunc::kScaleAdd : isa::VxmFunc::kMax, computes, average ? 0.0f : lowest,
                              [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
-                             writes, avoid, poolRelu_.count(in) ? isa::VxmFunc::kRelu : isa::VxmFunc::kNone);
+                             writes, avoid, average ? 1.0f / static_cast<float>(win.taps()) : 0.0f,
+                             poolRelu_.count(in) ? isa::VxmFunc::kRelu : isa::VxmFunc::kNone);
       if (!chain) return chain.error();
     }
   return {};

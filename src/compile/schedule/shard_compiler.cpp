@@ -249,6 +249,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   program.windows = shard.windows;
   program.folds = shard.folds;
   program.maps = shard.maps;
+  program.refusals = shard.refusals;
   for (const auto& tasks : shard.sendTasks) {
     result.sendIssues.emplace_back();
     for (int t : tasks) {
