@@ -133,7 +133,13 @@ TEST(TrainingStep, TensorParallelBackwardAllReducesTheColumnParallelInputs) {
   const auto& work = (*step)->workload;
   for (const auto& ops : work.backward)
     for (ir::OpId op : ops)
-      if (g.op(op).kind == ir::OpKind::kAllReduce) ++backwardAllReduces[g.op(op).layer];
+      if (g.op(op).kind == ir::OpKind::kAllReduce) {
+        ++backwardAllReduces[g.op(op).layer];
+        // The gradients of the LayerNorm outputs that QKV and fc1 read, nothing else.
+        const std::string& name = g.op(op).name;
+        EXPECT_TRUE(name.find(".norm1.out/grad") != std::string::npos || name.find(".norm2.out/grad") != std::string::npos)
+            << name;
+      }
   for (const auto& ops : work.forward)
     for (ir::OpId op : ops) forwardAllReduces += g.op(op).kind == ir::OpKind::kAllReduce;
   EXPECT_GT(forwardAllReduces, 0);

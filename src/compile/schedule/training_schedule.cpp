@@ -386,8 +386,7 @@ class TrainingScheduler {
       ++result_.cluster.sharedShards;
     }
     const CompiledShard& shard = it->second;
-    timelines_.append(chip, shard.program, offset);
-    timelines_.idle(chip, drainCycles());
+    timelines_.append(chip, shard.program, offset);  // free again once its streams have drained
     detail::accumulateReport(reports_[chip], shard.report);
     if (microbatch < 0) return {};
     MicrobatchData& data = data_[r][t][microbatch];
@@ -405,18 +404,10 @@ class TrainingScheduler {
     return sendMessages(r, t, microbatch, chip, messageTo);  // multi-hop: once the run is done
   }
 
-  // Cycles a chip stays idle after each piece of work appended to it: every value its last
-  // instructions put on a stream has left the chip, so that no read of the next piece (compiled on
-  // its own) lines up with one of them.
-  Cycle drainCycles() const { return cluster_.chip().sliceCount() + cluster_.chip().rippleCycles; }
-
-  // A collective (or a step of messages) appended, every chip it touched then drained.
+  // A collective (or a step of messages) appended; each chip it touched is free again once the
+  // streams of its part have drained (ChipTimelines::append).
   Status appendSettled(const CollectivePlan& plan) {
-    const std::vector<Cycle> before = timelines_.free();
-    if (auto s = detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster); !s) return s;
-    for (int c = 0; c < cluster_.chipCount(); ++c)
-      if (timelines_.freeAt(c) != before[c]) timelines_.idle(c, drainCycles());
-    return {};
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster);
   }
 
   // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank
