@@ -81,6 +81,8 @@ class BackwardBuilder {
     const size_t forwardOps = g_.ops().size();
     needsGrad_.assign(g_.tensors().size(), false);
     for (TensorId w : g_.weights()) needsGrad_[w] = isFloat(g_.tensor(w).dtype);
+    if (options_.inputGradients)
+      for (TensorId in : g_.inputs()) needsGrad_[in] = isFloat(g_.tensor(in).dtype);
     int lastLayer = 0;
     for (size_t i = 0; i < forwardOps; ++i) {
       const Op& op = g_.op(static_cast<OpId>(i));

@@ -45,6 +45,8 @@ struct TrainingOptions {
   /// an AllReduce with these attributes (Megatron's conjugate of the forward all-reduce). Keyed by the
   /// ids of the graph passed to differentiate or buildTrainingGraph.
   std::map<TensorId, Attrs> partialGradients;
+  /// Float graph inputs get gradients too (a pipeline's first stage computing its input gradient).
+  bool inputGradients = false;
 };
 
 /// Tensors of a training graph, by role.

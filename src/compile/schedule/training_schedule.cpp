@@ -214,7 +214,8 @@ class TrainingScheduler {
       auto on = data.on.find(in);
       if (on != data.on.end() && on->second.count(chip)) continue;
       auto flight = data.inFlight.find({in, chip});
-      if (flight != data.inFlight.end()) start = std::max(start, flight->second.lastVector + 1);
+      if (flight != data.inFlight.end())
+        start = std::max({start, flight->second.lastVector + 1, flight->second.released});
     }
     return start;
   }
@@ -238,6 +239,7 @@ class TrainingScheduler {
       }
       j = k;
     }
+    if (work_.sendAfterPass && microbatch >= 0) releaseAtPassEnd(r, microbatch, seg);
     if (seg.phase != Phase::kUpdate && r == 0) {
       // The pass's span on replica 0's TP rank 0, its collectives included and the drain after it
       // not: what the ideal is made of.
@@ -246,6 +248,18 @@ class TrainingScheduler {
       slot = std::max(slot, timelines_.endAt(chipOf(0, 0, seg)) - start);
     }
     return {};
+  }
+
+  // Megatron's exchange between passes: the tensors this pass sent over direct links are released to
+  // their consumers when the pass has ended on the sender's chip (its weight gradients included),
+  // not when their last vector arrives.
+  void releaseAtPassEnd(int r, int microbatch, const SegmentId& seg) {
+    std::set<ir::OpId> inPass(opsOf(seg).begin(), opsOf(seg).end());
+    for (int t = 0; t < ranks(); ++t) {
+      const Cycle end = timelines_.endAt(chipOf(r, t, seg));
+      for (auto& [key, flight] : data_[r][t][microbatch].inFlight)
+        if (inPass.count(graph(t).tensor(key.first).producer)) flight.released = std::max(flight.released, end);
+    }
   }
 
   // One collective of a pass over the chips of its TP group (the ranks its `devices` name).
