@@ -123,6 +123,9 @@ struct PlanCost {
   bool fits = false;
   double iterationCycles = 0;   ///< one iteration: (m v - 1) t_max + sum over chips of their longest chunk
   double chunkCycles = 0;       ///< the longest chunk time per microbatch (t_max)
+  /// Training: the pipeline part of iterationCycles (before the gradient all-reduce and optimizer
+  /// tail): the event simulation of the plan's order, or the closed form for long orders.
+  double pipelineCycles = 0;
   double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
   double latencySeconds = 0;    ///< one iteration's batch, first input to last output
   Bytes memoryPerChip = 0;      ///< the fullest chip

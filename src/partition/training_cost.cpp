@@ -74,6 +74,9 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
 
 namespace {
 
+// Pipelines of at most this many passes are costed by the event simulation of their order.
+constexpr std::int64_t kEventSimulatedPasses = 4096;
+
 int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
 }
@@ -195,7 +198,20 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   // The pipeline with t = forward + backward of a chunk: for equal stages GPipe's and 1F1B's
   // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
   // (tests/partition/training_cost_test.cpp).
-  const PipelineTime time = pipelineTime(chunk, chunks.comm, c);
+  PipelineTime time = pipelineTime(chunk, chunks.comm, c);
+  // Unequal stages (the embedding and head stages against the blocks): the closed form charges a
+  // short stage's idle time at t_max, so the plan's own order runs through the event simulation
+  // when it has at most kEventSimulatedPasses passes (a step count), and that makespan is the pipeline time.
+  if (scheduleRuns(training, c) &&
+      static_cast<std::int64_t>(2) * c.pp * c.microbatches * c.interleave <= kEventSimulatedPasses) {
+    const PipelineSchedule schedule = c.interleave > 1 ? PipelineSchedule::kInterleaved
+                                      : training.schedule == PipelineSchedule::kGPipe ? PipelineSchedule::kGPipe
+                                                                                       : PipelineSchedule::k1F1B;
+    auto order = buildPipelineOrder(schedule, c.pp, c.microbatches, c.interleave);
+    if (order.ok())
+      if (auto timing = simulatePipeline(*order, trainingPipelineCosts(chunks, c)); timing.ok())
+        time.iteration = timing->makespan;
+  }
   // After the pipeline: the gradient all-reduce over dp (and, for a spatial split, of the convolution
   // gradients over the TP group) in buckets, started as the last microbatch's backward pass
   // completes each bucket (so all but the last bucket can hide behind that pass), then the optimizer
@@ -220,6 +236,7 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
     }
   }
   cost.chunkCycles = time.chunkMax;
+  cost.pipelineCycles = time.iteration;
   cost.iterationCycles = time.iteration + tail;
   cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
   cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;
