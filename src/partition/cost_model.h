@@ -61,6 +61,12 @@ struct LayerProfile {
   std::int64_t parameters = 0;  ///< training: elements of the layer's weights (gradients and optimizer state)
   Bytes trainableBytes = 0;     ///< training: bytes of those weights (the layer's gradients)
   Bytes stashBytes = 0;         ///< training: activations kept from the forward to the backward pass
+  /// Training, from the compiler on a batch block of the training graph (-1: not measured): the
+  /// backward pass's compute over the forward's (recomputation included; 2 or 3 by FLOPs), and the
+  /// forward pass with the loss over the forward without it (the last layer).
+  double backwardRatio = -1, forwardScale = -1;
+  /// The layer's compute in a training step relative to `cycles` (forward + backward), 1 for inference.
+  double trainingWeight() const { return backwardRatio > 0 ? std::max(forwardScale, 1.0) + backwardRatio : 1.0; }
 };
 
 /// An activation edge between two layers of a DAG model (from < to).
@@ -87,6 +93,13 @@ struct ModelProfile {
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples);
+
+/// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
+std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
+/// The ops as a graph of their own (inputs from other ops become graph inputs).
+Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
+/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident, nothing sent).
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip);
 
 /// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
 /// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.
@@ -126,6 +139,8 @@ struct PlanCost {
   /// Training: the pipeline part of iterationCycles (before the gradient all-reduce and optimizer
   /// tail): the event simulation of the plan's order, or the closed form for long orders.
   double pipelineCycles = 0;
+  /// Training: per model stage (chunk), one microbatch's forward and backward pass as costed.
+  std::vector<double> chunkForward, chunkBackward;
   double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
   double latencySeconds = 0;    ///< one iteration's batch, first input to last output
   Bytes memoryPerChip = 0;      ///< the fullest chip

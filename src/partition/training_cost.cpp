@@ -4,11 +4,73 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
+
+#include "partition/plan_shards.h"
 
 namespace tsp::partition {
 
-Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
+namespace {
+
+// The batch is split into at most this many blocks for the compiled pass ratios.
+constexpr int kCalibrationBlocks = 8;
+
+// The compiler's forward (without and with the loss) and backward cycles of each distinct layer of
+// the training graph of one batch block, as ratios to the forward. A layer the compiler cannot
+// lower keeps the FLOP ratios.
+void measurePassRatios(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training,
+                       const topology::ChipSpec& chip) {
+  int parts = 1;
+  while (parts < kCalibrationBlocks && profile.samples % (2 * parts) == 0) parts *= 2;
+  auto block = batchBlockGraph(forward, parts);
+  if (!block) return;
+  ir::TrainingOptions options;
+  options.optimizer = ir::Optimizer::kNone;
+  options.recompute = training.recompute;
+  auto trained = ir::buildTrainingGraph(*block, options);
+  if (!trained) return;
+  const ir::Graph& g = trained->graph;
+  const int layers = static_cast<int>(profile.layers.size());
+  const size_t lossOp = block->ops().size();  // the model's ops, then the loss, then the backward
+  std::vector<std::vector<ir::OpId>> plain(layers), withLoss(layers), backward(layers);
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const int layer = std::clamp(g.op(static_cast<ir::OpId>(i)).layer, 0, layers - 1);
+    const auto id = static_cast<ir::OpId>(i);
+    if (i < lossOp) plain[layer].push_back(id);
+    if (i <= lossOp) withLoss[layer].push_back(id);
+    else backward[layer].push_back(id);
+  }
+  std::map<std::string, std::pair<double, double>> measured;  // by signature: (backward, forward scale)
+  auto cycles = [&](const std::vector<ir::OpId>& ops) -> double {
+    if (ops.empty()) return 0;
+    auto sub = layerGraph(g, ops);
+    if (!sub) return -1;
+    auto c = compiledCycles(*sub, chip);
+    return c ? static_cast<double>(*c) : -1;
+  };
+  for (int l = 0; l < layers; ++l) {
+    if (plain[l].empty() || backward[l].empty()) continue;
+    const std::string key = layerSignature(g, plain[l]) + "|" + layerSignature(g, withLoss[l]) + "|" +
+                            layerSignature(g, backward[l]);
+    auto found = measured.find(key);
+    if (found == measured.end()) {
+      const double f = cycles(plain[l]);
+      const double fl = withLoss[l].size() == plain[l].size() ? f : cycles(withLoss[l]);
+      const double b = cycles(backward[l]);
+      const bool ok = f > 0 && fl > 0 && b > 0;
+      found = measured.emplace(key, ok ? std::pair{b / f, fl / f} : std::pair{-1.0, -1.0}).first;
+    }
+    profile.layers[l].backwardRatio = found->second.first;
+    profile.layers[l].forwardScale = found->second.second;
+  }
+}
+
+}  // namespace
+
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training,
+                     const topology::ChipSpec* chip) {
   profile.training = training;
   if (!training.enabled) return {};
   // The stash is what the training graph's backward ops read from the forward pass (activations
@@ -47,6 +109,7 @@ Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const Trai
     }
     for (ir::TensorId t : stashOf[l]) layer.stashBytes += g.tensor(t).bytes();
   }
+  if (chip) measurePassRatios(profile, forward, training, *chip);
   return {};
 }
 
@@ -149,8 +212,12 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     const LayerShare share = layerShare(layer, c, links);
     const int k = stages.layerChunk[l];
     const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
-    out.forward[k] += share.compute + share.comm;
-    out.backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
+    // The compiled ratios where measured (a first layer computes no input gradient, the last adds
+    // the loss and its gradient), else the FLOP ratios.
+    const double forwardCompute = layer.forwardScale > 0 ? layer.forwardScale : 1.0;
+    const double backwardCompute = layer.backwardRatio > 0 ? layer.backwardRatio : 2 + again;
+    out.forward[k] += forwardCompute * share.compute + share.comm;
+    out.backward[k] += backwardCompute * share.compute + (1 + again) * share.comm;
     out.comm[k] += (2 + again) * share.comm;
     out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
     out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
@@ -237,6 +304,8 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   }
   cost.chunkCycles = time.chunkMax;
   cost.pipelineCycles = time.iteration;
+  cost.chunkForward = chunks.forward;
+  cost.chunkBackward = chunks.backward;
   cost.iterationCycles = time.iteration + tail;
   cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
   cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;

@@ -406,7 +406,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
-  if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
+  if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
@@ -1176,6 +1176,11 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       if (trainingFigures->pipelineOnly && trainingFigures->idealCycles > 0)
         j["training"]["simulated_bubble_fraction"] =
             (static_cast<double>(run.makespanCycles) - trainingFigures->idealCycles) / trainingFigures->idealCycles;
+      if (choice->runPrediction) {  // the cost model's passes per model stage, beside the scheduled ones
+        j["training"]["predicted_forward_cycles"] = choice->runPrediction->cost.chunkForward;
+        j["training"]["predicted_backward_cycles"] = choice->runPrediction->cost.chunkBackward;
+        j["training"]["predicted_pipeline_cycles"] = choice->runPrediction->cost.pipelineCycles;
+      }
     }
     if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
     fmt::print("{}\n", j.dump(2));
