@@ -251,8 +251,8 @@ TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
   EXPECT_EQ(work.error().message, "the 2d split runs on a q x q grid: tp = 8 is not a square");
 }
 
-// Megatron's attention on the builtin GPT: the fused QKV weight's column split gives every TP rank
-// whole KV-head groups, so attention needs no collective; each block all-reduces twice (the
+// Megatron's attention on the builtin GPT: the column split of the query, key and value weights gives
+// every TP rank whole heads (KV-head groups), so attention needs no collective; each block all-reduces twice (the
 // output projection and fc2), the vocabulary-parallel lookups once each, and nothing is gathered.
 // The TP group's graphs compute what the unsharded block does (grouped-query attention included).
 TEST(PlanShards, GptAttentionSplitsByHeads) {
@@ -280,7 +280,8 @@ TEST(PlanShards, GptAttentionSplitsByHeads) {
     EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
     EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
     EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 * 2 + 2);  // 2 per block, token and position lookups
-    EXPECT_EQ(propagated->tensors[*g->findTensor("layers.0.qkv.weight")].text(mesh), "[-,tp]");
+    for (const char* w : {"layers.0.query.weight", "layers.0.key.weight", "layers.0.value.weight"})
+      EXPECT_EQ(propagated->tensors[*g->findTensor(w)].text(mesh), "[-,tp]") << w;
     EXPECT_EQ(propagated->tensors[*g->findTensor("layers.0.attn_out.weight")].text(mesh), "[tp,-]");
     auto devices = shardGraph(*g, *propagated);
     ASSERT_TRUE(devices.ok()) << devices.error().format();

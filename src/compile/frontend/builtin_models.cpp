@@ -247,19 +247,20 @@ Expected<ir::Graph> buildDecoder(const ModelSpec& spec, bool llama) {
     b.layer = static_cast<int>(l + 1);
     const std::string p = fmt::format("layers.{}", l);
     const TensorId h1 = norm(p + ".norm1", x);
-    // The fused QKV weight is laid out by KV-head groups, Megatron's layout: the columns of group g
-    // are its query heads, then its key, then its value. A column split of the weight over tp then
-    // splits the groups (the Reshape's leading dim), so every TP rank holds whole heads and
-    // computes their attention with no collective.
-    const TensorId qkv = linear(p + ".qkv", h1, H, (nh + 2 * nkv) * d);
-    const TensorId grouped = b.op(OpKind::kReshape, p + ".qkv_r", {qkv}, {{"shape", Shape{B, S, nkv, (group + 2) * d}}});
-    const auto parts = b.split(p + ".qkv_split", grouped, -1, {group * d, d, d});
+    // Separate query, key and value projections (Megatron's split by heads): a column split of each
+    // weight over tp gives every TP rank whole heads (the Reshapes' head dims), so each rank computes
+    // its heads' attention with no collective.
     // q: [B,S,nkv,group,d] -> [B,nkv,group,S,d]; k, v: [B,S,nkv,d] -> [B,nkv,S,d].
     const TensorId q = b.op(OpKind::kTranspose, p + ".q_t",
-                            {b.op(OpKind::kReshape, p + ".q_r", {parts[0]}, {{"shape", Shape{B, S, nkv, group, d}}})},
+                            {b.op(OpKind::kReshape, p + ".q_r", {linear(p + ".query", h1, H, nh * d)},
+                                  {{"shape", Shape{B, S, nkv, group, d}}})},
                             {{"perm", Shape{0, 2, 3, 1, 4}}});
-    TensorId k = b.op(OpKind::kTranspose, p + ".k_t", {parts[1]}, {{"perm", Shape{0, 2, 1, 3}}});
-    TensorId v = b.op(OpKind::kTranspose, p + ".v_t", {parts[2]}, {{"perm", Shape{0, 2, 1, 3}}});
+    TensorId k = b.op(OpKind::kTranspose, p + ".k_t",
+                      {b.op(OpKind::kReshape, p + ".k_r", {linear(p + ".key", h1, H, nkv * d)}, {{"shape", Shape{B, S, nkv, d}}})},
+                      {{"perm", Shape{0, 2, 1, 3}}});
+    TensorId v = b.op(OpKind::kTranspose, p + ".v_t",
+                      {b.op(OpKind::kReshape, p + ".v_r", {linear(p + ".value", h1, H, nkv * d)}, {{"shape", Shape{B, S, nkv, d}}})},
+                      {{"perm", Shape{0, 2, 1, 3}}});
     // This step's keys and values are what gets appended to the KV cache.
     graph.markOutput(k);
     graph.markOutput(v);
