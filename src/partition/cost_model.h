@@ -75,6 +75,13 @@ struct LayerEdge {
   Bytes bytes = 0;
 };
 
+/// Training: a weight read by several layers (a tied embedding): each later layer's partial
+/// gradient goes to the first one's chunk when they are on different chips.
+struct SharedWeight {
+  std::vector<int> layers;  ///< ascending
+  Bytes bytes = 0;          ///< of the gradient
+};
+
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
 struct ModelProfile {
   std::vector<LayerProfile> layers;
@@ -88,6 +95,7 @@ struct ModelProfile {
   int piecewiseLayers = 0;       ///< layers larger than one chip, costed op by op in chip-sized pieces
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
+  std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
 };
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;

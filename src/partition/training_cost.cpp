@@ -84,13 +84,17 @@ Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const Trai
   const int layers = static_cast<int>(profile.layers.size());
   const size_t forwardOps = forward.ops().size() + 1;  // the model's ops and the loss
   std::vector<std::set<ir::TensorId>> weightsOf(layers), stashOf(layers);
+  std::map<ir::TensorId, std::set<int>> readers;  // float weights: the layers whose forward ops read them
   for (size_t i = 0; i < g.ops().size(); ++i) {
     const ir::Op& op = g.op(static_cast<ir::OpId>(i));
     const int layer = std::min(op.layer, layers - 1);
     for (ir::TensorId t : op.inputs) {
       const ir::Tensor& tensor = g.tensor(t);
       if (i < forwardOps) {
-        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[layer].insert(t);
+        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) {
+          weightsOf[layer].insert(t);
+          readers[t].insert(layer);
+        }
         continue;
       }
       const bool fromForward = tensor.role == ir::TensorRole::kInput ||
@@ -109,6 +113,9 @@ Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const Trai
     }
     for (ir::TensorId t : stashOf[l]) layer.stashBytes += g.tensor(t).bytes();
   }
+  profile.sharedWeights.clear();
+  for (const auto& [w, by] : readers)
+    if (by.size() > 1) profile.sharedWeights.push_back({{by.begin(), by.end()}, g.tensor(w).bytes()});
   if (chip) measurePassRatios(profile, forward, training, *chip);
   return {};
 }
@@ -154,12 +161,13 @@ double weightShare(const LayerProfile& layer, const Candidate& c) {
   return (replicated + (all - replicated) / c.tp) / all;
 }
 
-// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages.
+// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages. A ring of two
+// sends and receives over one port, whose queue takes them in turn: the bytes term doubles.
 double ringAllReduce(double bytes, int group, double buckets, const LinkFigures& links) {
   if (group <= 1 || bytes <= 0) return 0;
-  const double d = group;
+  const double d = group, port = group == 2 ? 2.0 : 1.0;
   return buckets * 2 * (d - 1) * static_cast<double>(links.alpha) +
-         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
+         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention * port;
 }
 
 // A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
@@ -231,6 +239,19 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     out.forward[k] += sends[k];
     out.backward[k] += sends[k];
     out.comm[k] += 2 * sends[k];
+  }
+  // A shared weight's partial gradient (the tied embedding's, from the head) goes back to the chunk
+  // of its first reader in the backward pass that makes it: each TP rank its share.
+  for (const SharedWeight& w : profile.sharedWeights) {
+    const int first = stages.layerChunk[w.layers.front()];
+    std::set<int> senders;
+    for (int l : w.layers)
+      if (stages.layerChunk[l] != first) senders.insert(stages.layerChunk[l]);
+    for (int k : senders) {
+      const double send = links.pp.transfer(static_cast<double>(w.bytes) / c.tp);
+      out.backward[k] += send;
+      out.comm[k] += send;
+    }
   }
   return out;
 }

@@ -302,10 +302,11 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
       ASSERT_TRUE(timing.ok());
       const double ratio = closed / timing->makespan;
-      // Never more than 2 % optimistic, and up to 35 % pessimistic (a short stage's idle time the
-      // closed form charges at t_max; the head-parallel blocks are much cheaper than the embedding
-      // stage with its all-reduces). So the cost model runs the event simulation on these orders.
-      EXPECT_GE(ratio, 0.98) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      // Up to 8 % optimistic (GPipe with the head's backward, which sends the tied embedding's
+      // gradient, far longer than the others) and up to 35 % pessimistic (a short stage's idle time
+      // the closed form charges at t_max; the head-parallel blocks are much cheaper than the
+      // embedding stage with its all-reduces). So the cost model runs the event simulation on these orders.
+      EXPECT_GE(ratio, 0.92) << pipelineScheduleName(schedule) << " " << cand.canonical();
       EXPECT_LE(ratio, 1.35) << pipelineScheduleName(schedule) << " " << cand.canonical();
       const PlanCost exact = evaluateCandidate(*profile, cand, costs->stages, costs->links, c.chip(), c.chipCount());
       EXPECT_NEAR(exact.pipelineCycles, timing->makespan, 1e-6 * timing->makespan) << cand.canonical();
