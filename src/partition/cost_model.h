@@ -147,8 +147,6 @@ struct PlanCost {
   /// Training: the pipeline part of iterationCycles (before the gradient all-reduce and optimizer
   /// tail): the event simulation of the plan's order, or the closed form for long orders.
   double pipelineCycles = 0;
-  /// Training: per model stage (chunk), one microbatch's forward and backward pass as costed.
-  std::vector<double> chunkForward, chunkBackward;
   double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
   double latencySeconds = 0;    ///< one iteration's batch, first input to last output
   Bytes memoryPerChip = 0;      ///< the fullest chip

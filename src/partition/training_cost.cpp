@@ -325,8 +325,6 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   }
   cost.chunkCycles = time.chunkMax;
   cost.pipelineCycles = time.iteration;
-  cost.chunkForward = chunks.forward;
-  cost.chunkBackward = chunks.backward;
   cost.iterationCycles = time.iteration + tail;
   cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
   cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -389,6 +390,7 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
                                                             const std::vector<partition::EvaluatedCandidate>& mine) {
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
+  static_assert(std::is_trivially_copyable_v<partition::EvaluatedCandidate>, "gathered as bytes");
   const int bytes = static_cast<int>(mine.size() * sizeof(partition::EvaluatedCandidate));
   std::vector<int> counts(ranks), offsets(ranks, 0);
   MPI_Allgather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
@@ -1176,11 +1178,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       if (trainingFigures->pipelineOnly && trainingFigures->idealCycles > 0)
         j["training"]["simulated_bubble_fraction"] =
             (static_cast<double>(run.makespanCycles) - trainingFigures->idealCycles) / trainingFigures->idealCycles;
-      if (choice->runPrediction) {  // the cost model's passes per model stage, beside the scheduled ones
-        j["training"]["predicted_forward_cycles"] = choice->runPrediction->cost.chunkForward;
-        j["training"]["predicted_backward_cycles"] = choice->runPrediction->cost.chunkBackward;
+      if (choice->runPrediction)  // the cost model's pipeline part, beside the scheduled one
         j["training"]["predicted_pipeline_cycles"] = choice->runPrediction->cost.pipelineCycles;
-      }
     }
     if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
     fmt::print("{}\n", j.dump(2));
