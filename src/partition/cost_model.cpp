@@ -44,22 +44,6 @@ std::string Candidate::canonical() const {
   return text;
 }
 
-namespace {
-
-bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
-  if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
-  return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
-    return graph.tensor(t).role == ir::TensorRole::kWeight;
-  });
-}
-
-Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
-  Bytes bytes = 0;
-  for (ir::TensorId t : op.inputs)
-    if (graph.tensor(t).role == ir::TensorRole::kWeight) bytes += graph.tensor(t).bytes();
-  return bytes;
-}
-
 // A text that is equal for layers the compiler would lower identically (op kinds, shapes, dtypes,
 // roles), so that the 96 identical blocks of a GPT are estimated once.
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
@@ -121,6 +105,22 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
     for (size_t i = 0; i < op.outputs.size() && i < outs->size(); ++i) mapped[op.outputs[i]] = (*outs)[i];
   }
   return sub;
+}
+
+namespace {
+
+bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
+  return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
+    return graph.tensor(t).role == ir::TensorRole::kWeight;
+  });
+}
+
+Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
+  Bytes bytes = 0;
+  for (ir::TensorId t : op.inputs)
+    if (graph.tensor(t).role == ir::TensorRole::kWeight) bytes += graph.tensor(t).bytes();
+  return bytes;
 }
 
 // Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
@@ -362,6 +362,10 @@ bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip,
 }
 
 }  // namespace
+
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip) {
+  return compileLayerAlone(layer, chip, 0);
+}
 
 Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
   double macCycles = 0, vectorCycles = 0;

@@ -61,12 +61,25 @@ struct LayerProfile {
   std::int64_t parameters = 0;  ///< training: elements of the layer's weights (gradients and optimizer state)
   Bytes trainableBytes = 0;     ///< training: bytes of those weights (the layer's gradients)
   Bytes stashBytes = 0;         ///< training: activations kept from the forward to the backward pass
+  /// Training, from the compiler on a batch block of the training graph (-1: not measured): the
+  /// backward pass's compute over the forward's (recomputation included; 2 or 3 by FLOPs), and the
+  /// forward pass with the loss over the forward without it (the last layer).
+  double backwardRatio = -1, forwardScale = -1;
+  /// The layer's compute in a training step relative to `cycles` (forward + backward), 1 for inference.
+  double trainingWeight() const { return backwardRatio > 0 ? std::max(forwardScale, 1.0) + backwardRatio : 1.0; }
 };
 
 /// An activation edge between two layers of a DAG model (from < to).
 struct LayerEdge {
   int from = 0, to = 0;
   Bytes bytes = 0;
+};
+
+/// Training: a weight read by several layers (a tied embedding): each later layer's partial
+/// gradient goes to the first one's chunk when they are on different chips.
+struct SharedWeight {
+  std::vector<int> layers;  ///< ascending
+  Bytes bytes = 0;          ///< of the gradient
 };
 
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
@@ -82,11 +95,19 @@ struct ModelProfile {
   int piecewiseLayers = 0;       ///< layers larger than one chip, costed op by op in chip-sized pieces
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
+  std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
 };
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples);
+
+/// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
+std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
+/// The ops as a graph of their own (inputs from other ops become graph inputs).
+Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
+/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident, nothing sent).
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip);
 
 /// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
 /// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.
@@ -123,6 +144,9 @@ struct PlanCost {
   bool fits = false;
   double iterationCycles = 0;   ///< one iteration: (m v - 1) t_max + sum over chips of their longest chunk
   double chunkCycles = 0;       ///< the longest chunk time per microbatch (t_max)
+  /// Training: the pipeline part of iterationCycles (before the gradient all-reduce and optimizer
+  /// tail): the event simulation of the plan's order, or the closed form for long orders.
+  double pipelineCycles = 0;
   double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
   double latencySeconds = 0;    ///< one iteration's batch, first input to last output
   Bytes memoryPerChip = 0;      ///< the fullest chip

@@ -95,7 +95,9 @@ Expected<StageAssignment> assignStages(const ModelProfile& profile, int chunks) 
     return makeError(ExitCode::kConfig, fmt::format("{} pipeline chunks for a model of {} layers", chunks, layers));
   if (!profile.chain) return partitionDagStages(profile, chunks);
   std::vector<Cycle> cost;
-  for (const auto& layer : profile.layers) cost.push_back(layer.cycles);
+  // A training step balances forward + backward compute (the layers' compiled ratios), else the forward.
+  for (const auto& layer : profile.layers)
+    cost.push_back(static_cast<Cycle>(std::llround(static_cast<double>(layer.cycles) * layer.trainingWeight())));
   return ChainStages(std::move(cost)).assign(chunks);
 }
 

@@ -12,7 +12,7 @@ Expected<TrainingConfig> loadTraining(const topology::YamlReader& reader, const 
   if (!node || node.IsNull() || (node.IsMap() && node.size() == 0)) return config;
   if (auto s = reader.expectMap(node, "training"); !s) return s.error();
   if (auto s = reader.checkKeys(node, {"schedule", "optimizer", "recompute", "shard_optimizer", "microbatches",
-                                       "bucket_mib"},
+                                       "bucket_mib", "input_gradients", "send_after_pass"},
                                 "training");
       !s)
     return s.error();
@@ -35,6 +35,12 @@ Expected<TrainingConfig> loadTraining(const topology::YamlReader& reader, const 
   auto bucket = reader.integer(node, "bucket_mib", 25, 1, 1 << 16);
   if (!bucket) return bucket.error();
   config.bucketBytes = Bytes{*bucket} << 20;
+  auto inputGradients = reader.boolean(node, "input_gradients", false);
+  if (!inputGradients) return inputGradients.error();
+  config.inputGradients = *inputGradients;
+  auto sendAfterPass = reader.boolean(node, "send_after_pass", false);
+  if (!sendAfterPass) return sendAfterPass.error();
+  config.sendAfterPass = *sendAfterPass;
   return config;
 }
 

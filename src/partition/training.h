@@ -20,6 +20,11 @@ struct TrainingConfig {
   bool shardOptimizer = false;      ///< optimizer state split across the data-parallel replicas (ZeRO stage 1)
   int microbatches = 0;             ///< 0: the search chooses; else every plan uses this many
   Bytes bucketBytes = Bytes{25} << 20;  ///< gradient all-reduce bucket
+  /// The first stage also computes the gradient of the model's float inputs, so that every stage of
+  /// a uniform chain does the same backward work (what the bubble formula assumes).
+  bool inputGradients = false;
+  /// Stage-to-stage tensors released at the end of the pass that made them (schedule::TrainingWorkload).
+  bool sendAfterPass = false;
 };
 
 /// Reads the `training:` section; errors at file:line:col.

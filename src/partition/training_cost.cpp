@@ -4,11 +4,73 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
+
+#include "partition/plan_shards.h"
 
 namespace tsp::partition {
 
-Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training) {
+namespace {
+
+// The batch is split into at most this many blocks for the compiled pass ratios.
+constexpr int kCalibrationBlocks = 8;
+
+// The compiler's forward (without and with the loss) and backward cycles of each distinct layer of
+// the training graph of one batch block, as ratios to the forward. A layer the compiler cannot
+// lower keeps the FLOP ratios.
+void measurePassRatios(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training,
+                       const topology::ChipSpec& chip) {
+  int parts = 1;
+  while (parts < kCalibrationBlocks && profile.samples % (2 * parts) == 0) parts *= 2;
+  auto block = batchBlockGraph(forward, parts);
+  if (!block) return;
+  ir::TrainingOptions options;
+  options.optimizer = ir::Optimizer::kNone;
+  options.recompute = training.recompute;
+  auto trained = ir::buildTrainingGraph(*block, options);
+  if (!trained) return;
+  const ir::Graph& g = trained->graph;
+  const int layers = static_cast<int>(profile.layers.size());
+  const size_t lossOp = block->ops().size();  // the model's ops, then the loss, then the backward
+  std::vector<std::vector<ir::OpId>> plain(layers), withLoss(layers), backward(layers);
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    const int layer = std::clamp(g.op(static_cast<ir::OpId>(i)).layer, 0, layers - 1);
+    const auto id = static_cast<ir::OpId>(i);
+    if (i < lossOp) plain[layer].push_back(id);
+    if (i <= lossOp) withLoss[layer].push_back(id);
+    else backward[layer].push_back(id);
+  }
+  std::map<std::string, std::pair<double, double>> measured;  // by signature: (backward, forward scale)
+  auto cycles = [&](const std::vector<ir::OpId>& ops) -> double {
+    if (ops.empty()) return 0;
+    auto sub = layerGraph(g, ops);
+    if (!sub) return -1;
+    auto c = compiledCycles(*sub, chip);
+    return c ? static_cast<double>(*c) : -1;
+  };
+  for (int l = 0; l < layers; ++l) {
+    if (plain[l].empty() || backward[l].empty()) continue;
+    const std::string key = layerSignature(g, plain[l]) + "|" + layerSignature(g, withLoss[l]) + "|" +
+                            layerSignature(g, backward[l]);
+    auto found = measured.find(key);
+    if (found == measured.end()) {
+      const double f = cycles(plain[l]);
+      const double fl = withLoss[l].size() == plain[l].size() ? f : cycles(withLoss[l]);
+      const double b = cycles(backward[l]);
+      const bool ok = f > 0 && fl > 0 && b > 0;
+      found = measured.emplace(key, ok ? std::pair{b / f, fl / f} : std::pair{-1.0, -1.0}).first;
+    }
+    profile.layers[l].backwardRatio = found->second.first;
+    profile.layers[l].forwardScale = found->second.second;
+  }
+}
+
+}  // namespace
+
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training,
+                     const topology::ChipSpec* chip) {
   profile.training = training;
   if (!training.enabled) return {};
   // The stash is what the training graph's backward ops read from the forward pass (activations
@@ -22,13 +84,17 @@ Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const Trai
   const int layers = static_cast<int>(profile.layers.size());
   const size_t forwardOps = forward.ops().size() + 1;  // the model's ops and the loss
   std::vector<std::set<ir::TensorId>> weightsOf(layers), stashOf(layers);
+  std::map<ir::TensorId, std::set<int>> readers;  // float weights: the layers whose forward ops read them
   for (size_t i = 0; i < g.ops().size(); ++i) {
     const ir::Op& op = g.op(static_cast<ir::OpId>(i));
     const int layer = std::min(op.layer, layers - 1);
     for (ir::TensorId t : op.inputs) {
       const ir::Tensor& tensor = g.tensor(t);
       if (i < forwardOps) {
-        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) weightsOf[layer].insert(t);
+        if (tensor.role == ir::TensorRole::kWeight && ir::isFloat(tensor.dtype)) {
+          weightsOf[layer].insert(t);
+          readers[t].insert(layer);
+        }
         continue;
       }
       const bool fromForward = tensor.role == ir::TensorRole::kInput ||
@@ -47,6 +113,10 @@ Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const Trai
     }
     for (ir::TensorId t : stashOf[l]) layer.stashBytes += g.tensor(t).bytes();
   }
+  profile.sharedWeights.clear();
+  for (const auto& [w, by] : readers)
+    if (by.size() > 1) profile.sharedWeights.push_back({{by.begin(), by.end()}, g.tensor(w).bytes()});
+  if (chip) measurePassRatios(profile, forward, training, *chip);
   return {};
 }
 
@@ -74,6 +144,9 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
 
 namespace {
 
+// Pipelines of at most this many passes are costed by the event simulation of their order.
+constexpr std::int64_t kEventSimulatedPasses = 4096;
+
 int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
 }
@@ -88,12 +161,13 @@ double weightShare(const LayerProfile& layer, const Candidate& c) {
   return (replicated + (all - replicated) / c.tp) / all;
 }
 
-// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages.
+// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages. A ring of two
+// sends and receives over one port, whose queue takes them in turn: the bytes term doubles.
 double ringAllReduce(double bytes, int group, double buckets, const LinkFigures& links) {
   if (group <= 1 || bytes <= 0) return 0;
-  const double d = group;
+  const double d = group, port = group == 2 ? 2.0 : 1.0;
   return buckets * 2 * (d - 1) * static_cast<double>(links.alpha) +
-         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
+         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention * port;
 }
 
 // A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
@@ -146,8 +220,12 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     const LayerShare share = layerShare(layer, c, links);
     const int k = stages.layerChunk[l];
     const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
-    out.forward[k] += share.compute + share.comm;
-    out.backward[k] += (2 + again) * share.compute + (1 + again) * share.comm;
+    // The compiled ratios where measured (a first layer computes no input gradient, the last adds
+    // the loss and its gradient), else the FLOP ratios.
+    const double forwardCompute = layer.forwardScale > 0 ? layer.forwardScale : 1.0;
+    const double backwardCompute = layer.backwardRatio > 0 ? layer.backwardRatio : 2 + again;
+    out.forward[k] += forwardCompute * share.compute + share.comm;
+    out.backward[k] += backwardCompute * share.compute + (1 + again) * share.comm;
     out.comm[k] += (2 + again) * share.comm;
     out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
     out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
@@ -161,6 +239,19 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     out.forward[k] += sends[k];
     out.backward[k] += sends[k];
     out.comm[k] += 2 * sends[k];
+  }
+  // A shared weight's partial gradient (the tied embedding's, from the head) goes back to the chunk
+  // of its first reader in the backward pass that makes it: each TP rank its share.
+  for (const SharedWeight& w : profile.sharedWeights) {
+    const int first = stages.layerChunk[w.layers.front()];
+    std::set<int> senders;
+    for (int l : w.layers)
+      if (stages.layerChunk[l] != first) senders.insert(stages.layerChunk[l]);
+    for (int k : senders) {
+      const double send = links.pp.transfer(static_cast<double>(w.bytes) / c.tp);
+      out.backward[k] += send;
+      out.comm[k] += send;
+    }
   }
   return out;
 }
@@ -195,7 +286,20 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   // The pipeline with t = forward + backward of a chunk: for equal stages GPipe's and 1F1B's
   // (m + p - 1) t and the interleaved (m v + p - 1) t / v, which simulatePipeline reproduces
   // (tests/partition/training_cost_test.cpp).
-  const PipelineTime time = pipelineTime(chunk, chunks.comm, c);
+  PipelineTime time = pipelineTime(chunk, chunks.comm, c);
+  // Unequal stages (the embedding and head stages against the blocks): the closed form charges a
+  // short stage's idle time at t_max, so the plan's own order runs through the event simulation
+  // when it has at most kEventSimulatedPasses passes (a step count), and that makespan is the pipeline time.
+  if (scheduleRuns(training, c) &&
+      static_cast<std::int64_t>(2) * c.pp * c.microbatches * c.interleave <= kEventSimulatedPasses) {
+    const PipelineSchedule schedule = c.interleave > 1 ? PipelineSchedule::kInterleaved
+                                      : training.schedule == PipelineSchedule::kGPipe ? PipelineSchedule::kGPipe
+                                                                                       : PipelineSchedule::k1F1B;
+    auto order = buildPipelineOrder(schedule, c.pp, c.microbatches, c.interleave);
+    if (order.ok())
+      if (auto timing = simulatePipeline(*order, trainingPipelineCosts(chunks, c)); timing.ok())
+        time.iteration = timing->makespan;
+  }
   // After the pipeline: the gradient all-reduce over dp (and, for a spatial split, of the convolution
   // gradients over the TP group) in buckets, started as the last microbatch's backward pass
   // completes each bucket (so all but the last bucket can hide behind that pass), then the optimizer
@@ -220,6 +324,7 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
     }
   }
   cost.chunkCycles = time.chunkMax;
+  cost.pipelineCycles = time.iteration;
   cost.iterationCycles = time.iteration + tail;
   cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
   cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;

@@ -12,7 +12,11 @@ namespace tsp::partition {
 /// Marks the profile as a training step and fills each layer's parameters, their bytes and its stash
 /// bytes (what the backward pass of ir::buildTrainingGraph reads from the forward pass, for the
 /// whole batch). A model autodiff cannot differentiate is a model error naming the op.
-Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training);
+/// With `chip`, each distinct layer's backward/forward ratio (and the loss's share of the last
+/// layer's forward) is measured by the compiler on a batch block of the training graph
+/// (LayerProfile::backwardRatio); without it the FLOP ratios 2 (3 with recomputation) stand.
+Status applyTraining(ModelProfile& profile, const ir::Graph& forward, const TrainingConfig& training,
+                     const topology::ChipSpec* chip = nullptr);
 
 /// Most microbatch-chunks whose activations a stage holds at once under a schedule (the closed forms
 /// of PipelineOrder::peakStash): GPipe m, 1F1B min(p - s, m), interleaved min(2(p - s - 1) + (v - 1) p + 1, m v).

@@ -75,6 +75,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
     ir::TrainingOptions options;
     options.optimizer = config.optimizer;
     options.recompute = config.recompute;
+    options.inputGradients = config.inputGradients;
     if (tp > 1) options.partialGradients = partialGradients(device, *block, tp);
     auto training = withLoss ? ir::buildTrainingGraph(device, options) : ir::differentiate(device, options);
     if (!training) return training.error();
@@ -100,6 +101,7 @@ Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forwa
   work.microbatches = m;
   work.bucketBytes = config.bucketBytes;
   work.shardOptimizer = config.shardOptimizer;
+  work.sendAfterPass = config.sendAfterPass;
   const size_t stages = static_cast<size_t>(p) * v;
   work.forward.resize(stages);
   work.backward.resize(stages);

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -389,6 +390,7 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
                                                             const std::vector<partition::EvaluatedCandidate>& mine) {
   int ranks = 1;
   MPI_Comm_size(comm, &ranks);
+  static_assert(std::is_trivially_copyable_v<partition::EvaluatedCandidate>, "gathered as bytes");
   const int bytes = static_cast<int>(mine.size() * sizeof(partition::EvaluatedCandidate));
   std::vector<int> counts(ranks), offsets(ranks, 0);
   MPI_Allgather(&bytes, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
@@ -406,7 +408,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   PlanChoice choice;
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
   if (!profile) return profile.error();
-  if (auto s = partition::applyTraining(*profile, graph, config.training); !s) return s.error();
+  if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
@@ -1176,6 +1178,8 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       if (trainingFigures->pipelineOnly && trainingFigures->idealCycles > 0)
         j["training"]["simulated_bubble_fraction"] =
             (static_cast<double>(run.makespanCycles) - trainingFigures->idealCycles) / trainingFigures->idealCycles;
+      if (choice->runPrediction)  // the cost model's pipeline part, beside the scheduled one
+        j["training"]["predicted_pipeline_cycles"] = choice->runPrediction->cost.pipelineCycles;
     }
     if (!choice->skipped.empty()) j["skipped_plans"] = choice->skipped;
     fmt::print("{}\n", j.dump(2));

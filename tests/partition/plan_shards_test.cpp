@@ -333,5 +333,53 @@ TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
   EXPECT_EQ(work.error().message, "the 2d split runs on a q x q grid: tp = 8 is not a square");
 }
 
+// Megatron's attention on the builtin GPT: the column split of the query, key and value weights gives
+// every TP rank whole heads (KV-head groups), so attention needs no collective; each block all-reduces twice (the
+// output projection and fc2), the vocabulary-parallel lookups once each, and nothing is gathered.
+// The TP group's graphs compute what the unsharded block does (grouped-query attention included).
+TEST(PlanShards, GptAttentionSplitsByHeads) {
+  struct Case {
+    int tp;
+    std::string heads, kvHeads;
+  };
+  for (const Case& c : {Case{2, "4", "4"}, Case{4, "4", "4"}, Case{2, "4", "2"}}) {
+    SCOPED_TRACE(fmt::format("tp {}, heads {}, kv_heads {}", c.tp, c.heads, c.kvHeads));
+    frontend::ModelSpec spec;
+    spec.builtin = "gpt";
+    spec.params = {{"layers", "2"}, {"hidden", "32"}, {"heads", c.heads}, {"kv_heads", c.kvHeads}, {"seq", "8"},
+                   {"batch", "2"},  {"vocab", "16"},  {"dtype", "fp32"}};
+    auto g = frontend::buildBuiltinModel(spec);
+    ASSERT_TRUE(g.ok()) << g.error().format();
+    std::uint64_t seed = 1;
+    for (ir::TensorId t = 0; t < static_cast<ir::TensorId>(g->tensors().size()); ++t)
+      if (g->tensor(t).role == ir::TensorRole::kWeight) g->setData(t, values(g->tensor(t).elements(), seed++));
+    Plan p = plan(1, c.tp, 1, 1, {});
+    const Mesh mesh = tensorMesh(p);
+    auto annotations = planAnnotations(*g, p, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(*g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 * 2 + 2);  // 2 per block, token and position lookups
+    for (const char* w : {"layers.0.query.weight", "layers.0.key.weight", "layers.0.value.weight"})
+      EXPECT_EQ(propagated->tensors[*g->findTensor(w)].text(mesh), "[-,tp]") << w;
+    EXPECT_EQ(propagated->tensors[*g->findTensor("layers.0.attn_out.weight")].text(mesh), "[tp,-]");
+    auto devices = shardGraph(*g, *propagated);
+    ASSERT_TRUE(devices.ok()) << devices.error().format();
+    ir::Value tokens{DType::kI32, {2, 8}, {}};
+    for (int i = 0; i < 16; ++i) tokens.data.push_back((5 * i + 3) % 16);
+    auto want = ir::interpret(*g, {tokens});
+    auto got = interpretSharded(*devices, {tokens});
+    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
+    ASSERT_EQ(want->size(), got->size());
+    for (size_t o = 0; o < want->size(); ++o) {
+      ASSERT_EQ((*want)[o].data.size(), (*got)[o].data.size());
+      for (size_t e = 0; e < (*want)[o].data.size(); ++e)
+        EXPECT_NEAR((*want)[o].data[e], (*got)[o].data[e], 1e-6 + 1e-6 * std::abs((*want)[o].data[e])) << "output " << o;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tsp::partition

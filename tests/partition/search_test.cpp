@@ -110,18 +110,17 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
   const auto profile = profileOf(g, c, 1);
-  // A GPT block as the runtime's sharding splits it (QKV and fc1 column-parallel, out-proj and fc2
-  // row-parallel): the out-proj's all-reduce of B s h, an all-gather of the fused QKV output before
-  // its Split (3 h per row) and one of the residual the fc2 reduce-scatter left split before the next
-  // LayerNorm; bytes as the links carry them (a 512-byte row of 256 FP16 values is two 320-byte
-  // vectors, a 1,536-byte row five), and the block's output leaves split.
+  // A GPT block as the runtime's sharding splits it (query, key, value and fc1 column-parallel,
+  // out-proj and fc2 row-parallel, attention by heads): Megatron's two all-reduces of B s h per block (the out-proj's
+  // and fc2's) and nothing gathered; bytes as the links carry them (a 512-byte row of 256 FP16
+  // values is two 320-byte vectors), and the block's output leaves replicated.
   const auto& block = profile.layers[1];
-  EXPECT_EQ(block.weightMatmuls, 4);
-  EXPECT_EQ(block.allReduces, 1);
-  EXPECT_EQ(block.allReduceBytes, 64 * 2 * 320);
-  EXPECT_EQ(block.allGathers, 2);
-  EXPECT_EQ(block.allGatherBytes, 64 * 5 * 320 + 64 * 2 * 320);
-  EXPECT_TRUE(block.outputSplit);
+  EXPECT_EQ(block.weightMatmuls, 6);
+  EXPECT_EQ(block.allReduces, 2);
+  EXPECT_EQ(block.allReduceBytes, 2 * 64 * 2 * 320);
+  EXPECT_EQ(block.allGathers, 0);
+  EXPECT_EQ(block.allGatherBytes, 0);
+  EXPECT_FALSE(block.outputSplit);
   EXPECT_TRUE(profile.chain);
 }
 

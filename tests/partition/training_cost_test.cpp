@@ -250,7 +250,7 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
       const TrainingChunks& chunks = costs->chunks;
       const PlanCost exact =
           evaluateCandidate(*profile, cand, costs->stages, costs->links, cluster.chip(), cluster.chipCount());
-      const double tail = exact.iterationCycles - pipelineTime(costs->chunk, chunks.comm, cand).iteration;
+      const double tail = exact.iterationCycles - exact.pipelineCycles;
       auto pipelineOrder = buildPipelineOrder(PipelineSchedule::k1F1B, cand.pp, cand.microbatches, cand.interleave);
       ASSERT_TRUE(pipelineOrder.ok());
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
@@ -302,10 +302,14 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
       ASSERT_TRUE(timing.ok());
       const double ratio = closed / timing->makespan;
-      // Never more than 2 % optimistic, and at most 16 % pessimistic (a short stage's idle time
-      // the closed form charges at t_max).
-      EXPECT_GE(ratio, 0.98) << pipelineScheduleName(schedule) << " " << cand.canonical();
-      EXPECT_LE(ratio, 1.16) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      // Up to 8 % optimistic (GPipe with the head's backward, which sends the tied embedding's
+      // gradient, far longer than the others) and up to 35 % pessimistic (a short stage's idle time
+      // the closed form charges at t_max; the head-parallel blocks are much cheaper than the
+      // embedding stage with its all-reduces). So the cost model runs the event simulation on these orders.
+      EXPECT_GE(ratio, 0.92) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      EXPECT_LE(ratio, 1.35) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      const PlanCost exact = evaluateCandidate(*profile, cand, costs->stages, costs->links, c.chip(), c.chipCount());
+      EXPECT_NEAR(exact.pipelineCycles, timing->makespan, 1e-6 * timing->makespan) << cand.canonical();
       low = std::min(low, ratio);
       high = std::max(high, ratio);
       ++pipelines;

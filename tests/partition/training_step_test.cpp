@@ -37,6 +37,23 @@ ir::Graph uniformChain(int layers, std::int64_t rows, std::int64_t hidden) {
   return g;
 }
 
+// A chain of identical bottleneck layers (MatMul to `wide`, Relu, MatMul back to `narrow`, Relu): every
+// model stage does the same work, and the tensors between stages are narrow next to its compute.
+ir::Graph bottleneckChain(int layers, std::int64_t rows, std::int64_t narrow, std::int64_t wide) {
+  ir::Graph g;
+  ir::TensorId x = g.addInput("x", {rows, narrow}, ir::DType::kF16);
+  for (int l = 0; l < layers; ++l) {
+    const auto up = g.addWeight(fmt::format("up{}", l), {narrow, wide}, ir::DType::kF16);
+    const auto down = g.addWeight(fmt::format("down{}", l), {wide, narrow}, ir::DType::kF16);
+    x = *g.addOp(ir::OpKind::kRelu, fmt::format("relu_up{}", l),
+                 {*g.addOp(ir::OpKind::kMatMul, fmt::format("fc_up{}", l), {x, up}, l)}, l);
+    x = *g.addOp(ir::OpKind::kRelu, fmt::format("relu_down{}", l),
+                 {*g.addOp(ir::OpKind::kMatMul, fmt::format("fc_down{}", l), {x, down}, l)}, l);
+  }
+  g.markOutput(x);
+  return g;
+}
+
 // A plan of p stages, m microbatches and v chunks per stage over chips 0..p-1, layers split evenly.
 Plan pipelinePlan(int layers, int p, int m, int v, int dp = 1) {
   Plan plan;
@@ -60,50 +77,98 @@ struct BubbleCase {
   int p, m, v;
 };
 
-// The cycle-level schedule of a uniform chain against the event simulation of pipeline_schedule with
-// the same pass cycles and Megatron's (1/v)(p-1)/m. Both lie below the formula: the first stage
-// receives nothing and computes no input gradient, the last sends nothing, so the ends are lighter.
-TEST(TrainingStep, UniformPipelineBubbleMatchesTheEventSimulationAndTheFormula) {
-  // Fast links: the formula leaves communication out.
+// A uniform chain's training step (8 v layers of 640, 256 rows per microbatch) scheduled cycle by
+// cycle on a ring with fast links (the formula leaves communication out), and the event simulation
+// of pipeline_schedule on the same order with the scheduled pass cycles.
+struct BubbleRun {
+  double cycleLevel = 0, events = 0, formula = 0;
+  Cycle shortestPass = 0, longestPass = 0;  // over stages: forward + backward of one microbatch
+};
+
+BubbleRun runBubble(const BubbleCase& c, bool equalStages) {
+  BubbleRun out;
   const auto cluster = ring(4, "{gbps_per_lane: 3000, latency_ns: 10}");
-  for (const BubbleCase& c : {BubbleCase{PipelineSchedule::kGPipe, 4, 8, 1}, BubbleCase{PipelineSchedule::k1F1B, 4, 8, 1},
-                              BubbleCase{PipelineSchedule::k1F1B, 4, 16, 1},
-                              BubbleCase{PipelineSchedule::kInterleaved, 4, 8, 2}}) {
-    const int layers = 8 * c.v;
-    const ir::Graph forward = uniformChain(layers, 256 * c.m, 640);
-    TrainingConfig config;
-    config.enabled = true;
-    config.schedule = c.schedule;
-    config.optimizer = ir::Optimizer::kNone;
-    auto step = buildTrainingStep(forward, pipelinePlan(layers, c.p, c.m, c.v), config, false);
-    ASSERT_TRUE(step.ok()) << step.error().format();
-    auto scheduled = schedule::scheduleTrainingStep((*step)->workload, cluster);
-    ASSERT_TRUE(scheduled.ok()) << scheduled.error().format();
-    // One compile per distinct pass: each stage's forward and backward (and their few variants).
-    EXPECT_LE(scheduled->cluster.compiledShards, 4 * c.p * c.v);
-    EXPECT_EQ(scheduled->cluster.compiledShards + scheduled->cluster.sharedShards, 2 * c.p * c.v * c.m);
-    auto order = buildPipelineOrder(c.schedule, c.p, c.m, c.v);
-    ASSERT_TRUE(order.ok());
-    PipelineCosts costs;
-    for (int s = 0; s < c.p; ++s) {
-      costs.forward.emplace_back(scheduled->forwardCycles[s].begin(), scheduled->forwardCycles[s].end());
-      costs.backward.emplace_back(scheduled->backwardCycles[s].begin(), scheduled->backwardCycles[s].end());
-    }
-    costs.transfer = static_cast<double>(cluster.chip().c2cSendCycles + cluster.minLinkLatency());
-    auto events = simulatePipeline(*order, costs);
-    ASSERT_TRUE(events.ok());
-    const double formula = (c.p - 1.0) / c.m / c.v;
-    std::printf("%s p=%d m=%d v=%d: bubble %.4f cycle-level, %.4f event simulation, %.4f formula (%d passes compiled)\n",
-                pipelineScheduleName(c.schedule), c.p, c.m, c.v, scheduled->bubbleFraction(), events->bubbleFraction(),
-                formula, scheduled->cluster.compiledShards);
+  const int layers = (equalStages ? 12 : 2) * c.p * c.v;
+  const ir::Graph forward = uniformChain(layers, 256 * c.m, equalStages ? 1536 : 640);
+  TrainingConfig config;
+  config.enabled = true;
+  config.schedule = c.schedule;
+  config.optimizer = ir::Optimizer::kNone;
+  config.inputGradients = equalStages;
+  config.sendAfterPass = equalStages;
+  auto step = buildTrainingStep(forward, pipelinePlan(layers, c.p, c.m, c.v), config, false);
+  EXPECT_TRUE(step.ok()) << step.error().format();
+  if (!step.ok()) return out;
+  auto scheduled = schedule::scheduleTrainingStep((*step)->workload, cluster);
+  EXPECT_TRUE(scheduled.ok()) << scheduled.error().format();
+  if (!scheduled.ok()) return out;
+  // One compile per distinct pass: each stage's forward and backward (and their few variants).
+  EXPECT_LE(scheduled->cluster.compiledShards, 4 * c.p * c.v);
+  EXPECT_EQ(scheduled->cluster.compiledShards + scheduled->cluster.sharedShards, 2 * c.p * c.v * c.m);
+  auto order = buildPipelineOrder(c.schedule, c.p, c.m, c.v);
+  EXPECT_TRUE(order.ok());
+  PipelineCosts costs;
+  out.shortestPass = -1;
+  for (int s = 0; s < c.p; ++s) {
+    costs.forward.emplace_back(scheduled->forwardCycles[s].begin(), scheduled->forwardCycles[s].end());
+    costs.backward.emplace_back(scheduled->backwardCycles[s].begin(), scheduled->backwardCycles[s].end());
+    Cycle pass = 0;
+    for (int k = 0; k < c.v; ++k) pass += scheduled->forwardCycles[s][k] + scheduled->backwardCycles[s][k];
+    out.shortestPass = out.shortestPass < 0 ? pass : std::min(out.shortestPass, pass);
+    out.longestPass = std::max(out.longestPass, pass);
+  }
+  costs.transfer = static_cast<double>(cluster.chip().c2cSendCycles + cluster.minLinkLatency());
+  auto events = simulatePipeline(*order, costs);
+  EXPECT_TRUE(events.ok());
+  out.cycleLevel = scheduled->bubbleFraction();
+  out.events = events.ok() ? events->bubbleFraction() : 0;
+  out.formula = (c.p - 1.0) / c.m / c.v;
+  std::printf("%s p=%d m=%d v=%d%s: bubble %.4f cycle-level, %.4f event simulation, %.4f formula (%d passes "
+              "compiled, stage passes %lld to %lld cycles)\n",
+              pipelineScheduleName(c.schedule), c.p, c.m, c.v, equalStages ? ", equal stages" : "", out.cycleLevel,
+              out.events, out.formula, scheduled->cluster.compiledShards, static_cast<long long>(out.shortestPass),
+              static_cast<long long>(out.longestPass));
+  if (events.ok()) {
     // Never slower than the event simulation of the same order and pass cycles, which charges every
-    // pass whole before its successor starts: the cycle level overlaps a backward pass's dW with the
-    // previous stage's backward, which starts once dX has arrived.
+    // pass whole before its successor starts (and a transfer after it).
     const double ratio = static_cast<double>(scheduled->pipelineCycles) / events->makespan;
     EXPECT_LE(ratio, 1.001);
     EXPECT_GE(ratio, 0.9);
-    EXPECT_LT(scheduled->bubbleFraction(), formula);
-    EXPECT_GT(scheduled->bubbleFraction(), 0.5 * formula);
+  }
+  return out;
+}
+
+const BubbleCase kBubbleCases[] = {{PipelineSchedule::kGPipe, 4, 8, 1},
+                                   {PipelineSchedule::k1F1B, 4, 8, 1},
+                                   {PipelineSchedule::k1F1B, 4, 16, 1},
+                                   {PipelineSchedule::kInterleaved, 4, 8, 2}};
+
+// The realistic step lies below the formula: the first stage receives nothing and computes no input
+// gradient, the last sends nothing, so the ends are lighter; and a backward pass sends its input
+// gradient before it computes its weight gradients, so the previous stage starts its backward pass
+// while this one still runs (the cycle level overlaps what the event simulation serialises).
+TEST(TrainingStep, UniformPipelineBubbleMatchesTheEventSimulationAndTheFormula) {
+  for (const BubbleCase& c : kBubbleCases) {
+    const BubbleRun run = runBubble(c, false);
+    EXPECT_LT(run.cycleLevel, run.formula);
+    EXPECT_GT(run.cycleLevel, 0.5 * run.formula);
+  }
+}
+
+// The formula's assumptions met cycle by cycle: every stage does the same work (the first one also
+// computes its input gradient), a pass's outputs reach the next stage once the whole pass has run
+// (Megatron's exchange between passes), and the stage-to-stage tensors are small next to a stage's
+// compute (12 layers of 1536 per chunk: a receive from the port, which the first stage does not do,
+// is under 3 % of a forward pass). GPipe and 1F1B are then within 1 % of (p-1)/m. The interleaved
+// bubble is half as long, so the same lighter first and last chunks weigh twice: within 3 %.
+TEST(TrainingStep, EqualStagesBubbleIsTheFormulaWithinOnePercent) {
+  for (const BubbleCase& c : kBubbleCases) {
+    const BubbleRun run = runBubble(c, true);
+    const double tolerance = c.v == 1 ? 0.01 : 0.03;
+    EXPECT_NEAR(run.cycleLevel, run.formula, tolerance * run.formula);
+    EXPECT_NEAR(run.cycleLevel, run.events, 0.001 * run.formula);
+    // The passes of the stages differ by the stage-to-stage receives and sends only.
+    EXPECT_LT(static_cast<double>(run.longestPass - run.shortestPass), 0.011 * static_cast<double>(run.longestPass));
   }
 }
 
@@ -133,7 +198,13 @@ TEST(TrainingStep, TensorParallelBackwardAllReducesTheColumnParallelInputs) {
   const auto& work = (*step)->workload;
   for (const auto& ops : work.backward)
     for (ir::OpId op : ops)
-      if (g.op(op).kind == ir::OpKind::kAllReduce) ++backwardAllReduces[g.op(op).layer];
+      if (g.op(op).kind == ir::OpKind::kAllReduce) {
+        ++backwardAllReduces[g.op(op).layer];
+        // The gradients of the LayerNorm outputs that QKV and fc1 read, nothing else.
+        const std::string& name = g.op(op).name;
+        EXPECT_TRUE(name.find(".norm1.out/grad") != std::string::npos || name.find(".norm2.out/grad") != std::string::npos)
+            << name;
+      }
   for (const auto& ops : work.forward)
     for (ir::OpId op : ops) forwardAllReduces += g.op(op).kind == ir::OpKind::kAllReduce;
   EXPECT_GT(forwardAllReduces, 0);

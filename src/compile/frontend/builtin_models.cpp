@@ -247,17 +247,19 @@ Expected<ir::Graph> buildDecoder(const ModelSpec& spec, bool llama) {
     b.layer = static_cast<int>(l + 1);
     const std::string p = fmt::format("layers.{}", l);
     const TensorId h1 = norm(p + ".norm1", x);
-    const TensorId qkv = linear(p + ".qkv", h1, H, (nh + 2 * nkv) * d);
-    const auto parts = b.split(p + ".qkv_split", qkv, -1, {nh * d, nkv * d, nkv * d});
+    // Separate query, key and value projections (Megatron's split by heads): a column split of each
+    // weight over tp gives every TP rank whole heads (the Reshapes' head dims), so each rank computes
+    // its heads' attention with no collective.
     // q: [B,S,nkv,group,d] -> [B,nkv,group,S,d]; k, v: [B,S,nkv,d] -> [B,nkv,S,d].
     const TensorId q = b.op(OpKind::kTranspose, p + ".q_t",
-                            {b.op(OpKind::kReshape, p + ".q_r", {parts[0]}, {{"shape", Shape{B, S, nkv, group, d}}})},
+                            {b.op(OpKind::kReshape, p + ".q_r", {linear(p + ".query", h1, H, nh * d)},
+                                  {{"shape", Shape{B, S, nkv, group, d}}})},
                             {{"perm", Shape{0, 2, 3, 1, 4}}});
     TensorId k = b.op(OpKind::kTranspose, p + ".k_t",
-                      {b.op(OpKind::kReshape, p + ".k_r", {parts[1]}, {{"shape", Shape{B, S, nkv, d}}})},
+                      {b.op(OpKind::kReshape, p + ".k_r", {linear(p + ".key", h1, H, nkv * d)}, {{"shape", Shape{B, S, nkv, d}}})},
                       {{"perm", Shape{0, 2, 1, 3}}});
     TensorId v = b.op(OpKind::kTranspose, p + ".v_t",
-                      {b.op(OpKind::kReshape, p + ".v_r", {parts[2]}, {{"shape", Shape{B, S, nkv, d}}})},
+                      {b.op(OpKind::kReshape, p + ".v_r", {linear(p + ".value", h1, H, nkv * d)}, {{"shape", Shape{B, S, nkv, d}}})},
                       {{"perm", Shape{0, 2, 1, 3}}});
     // This step's keys and values are what gets appended to the KV cache.
     graph.markOutput(k);

@@ -63,6 +63,15 @@ Expected<std::vector<TensorId>> copyGraph(const Graph& src, Graph& dst) {
   return map;
 }
 
+// The options with their tensor ids (partial gradients) carried through copyGraph's map.
+TrainingOptions remapped(const TrainingOptions& options, const std::vector<TensorId>& map) {
+  TrainingOptions out = options;
+  out.partialGradients.clear();
+  for (const auto& [id, attrs] : options.partialGradients)
+    if (id >= 0 && static_cast<size_t>(id) < map.size() && map[id] >= 0) out.partialGradients[map[id]] = attrs;
+  return out;
+}
+
 // Appends the backward pass (and the optimizer) of every op a graph has so far to it.
 class BackwardBuilder {
  public:
@@ -72,6 +81,8 @@ class BackwardBuilder {
     const size_t forwardOps = g_.ops().size();
     needsGrad_.assign(g_.tensors().size(), false);
     for (TensorId w : g_.weights()) needsGrad_[w] = isFloat(g_.tensor(w).dtype);
+    if (options_.inputGradients)
+      for (TensorId in : g_.inputs()) needsGrad_[in] = isFloat(g_.tensor(in).dtype);
     int lastLayer = 0;
     for (size_t i = 0; i < forwardOps; ++i) {
       const Op& op = g_.op(static_cast<OpId>(i));
@@ -567,7 +578,8 @@ Expected<TrainingGraph> differentiate(const Graph& forward, const TrainingOption
     const Tensor& t = result.graph.tensor(lossId);
     seed = result.graph.addInput(t.name + ".grad", t.shape, t.dtype);
   }
-  BackwardBuilder builder(result.graph, options);
+  const TrainingOptions copied = remapped(options, *map);
+  BackwardBuilder builder(result.graph, copied);
   auto tensors = builder.run(lossId, seed);
   if (!tensors) return tensors.error();
   result.tensors = std::move(*tensors);
@@ -596,7 +608,7 @@ Expected<TrainingGraph> buildTrainingGraph(const Graph& forward, const TrainingO
                                {{"axis", std::int64_t{-1}}}, layer);
   if (!lossId) return lossId.error();
   withLoss.markOutput(*lossId);
-  return differentiate(withLoss, options, withLoss.tensor(*lossId).name);
+  return differentiate(withLoss, remapped(options, *map), withLoss.tensor(*lossId).name);
 }
 
 }  // namespace tsp::ir

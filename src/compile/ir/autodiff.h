@@ -42,8 +42,11 @@ struct TrainingOptions {
   std::string scores;
   /// Tensors of a tensor-parallel device graph whose gradient is a partial sum over the TP group (a
   /// replicated activation read by column-parallel matmuls): once complete, the gradient is summed by
-  /// an AllReduce with these attributes (Megatron's conjugate of the forward all-reduce).
+  /// an AllReduce with these attributes (Megatron's conjugate of the forward all-reduce). Keyed by the
+  /// ids of the graph passed to differentiate or buildTrainingGraph.
   std::map<TensorId, Attrs> partialGradients;
+  /// Float graph inputs get gradients too (a pipeline's first stage computing its input gradient).
+  bool inputGradients = false;
 };
 
 /// Tensors of a training graph, by role.

@@ -107,6 +107,7 @@ struct InFlight {
   int interval = 1;             ///< cycles between vectors
   std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
   Cycle lastVector = 0;         ///< arrival of the last vector of the last burst
+  Cycle released = 0;           ///< the consumer starts no earlier (a training pass released at its end)
 };
 
 /// Adds the compile report of one segment to its chip's report (sums, and the SRAM peak).

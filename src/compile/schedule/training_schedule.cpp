@@ -214,7 +214,8 @@ class TrainingScheduler {
       auto on = data.on.find(in);
       if (on != data.on.end() && on->second.count(chip)) continue;
       auto flight = data.inFlight.find({in, chip});
-      if (flight != data.inFlight.end()) start = std::max(start, flight->second.lastVector + 1);
+      if (flight != data.inFlight.end())
+        start = std::max({start, flight->second.lastVector + 1, flight->second.released});
     }
     return start;
   }
@@ -238,6 +239,7 @@ class TrainingScheduler {
       }
       j = k;
     }
+    if (work_.sendAfterPass && microbatch >= 0) releaseAtPassEnd(r, microbatch, seg);
     if (seg.phase != Phase::kUpdate && r == 0) {
       // The pass's span on replica 0's TP rank 0, its collectives included and the drain after it
       // not: what the ideal is made of.
@@ -246,6 +248,18 @@ class TrainingScheduler {
       slot = std::max(slot, timelines_.endAt(chipOf(0, 0, seg)) - start);
     }
     return {};
+  }
+
+  // Megatron's exchange between passes: the tensors this pass sent over direct links are released to
+  // their consumers when the pass has ended on the sender's chip (its weight gradients included),
+  // not when their last vector arrives.
+  void releaseAtPassEnd(int r, int microbatch, const SegmentId& seg) {
+    std::set<ir::OpId> inPass(opsOf(seg).begin(), opsOf(seg).end());
+    for (int t = 0; t < ranks(); ++t) {
+      const Cycle end = timelines_.endAt(chipOf(r, t, seg));
+      for (auto& [key, flight] : data_[r][t][microbatch].inFlight)
+        if (inPass.count(graph(t).tensor(key.first).producer)) flight.released = std::max(flight.released, end);
+    }
   }
 
   // One collective of a pass over the chips of its TP group (the ranks its `devices` name).
@@ -386,8 +400,7 @@ class TrainingScheduler {
       ++result_.cluster.sharedShards;
     }
     const CompiledShard& shard = it->second;
-    timelines_.append(chip, shard.program, offset);
-    timelines_.idle(chip, drainCycles());
+    timelines_.append(chip, shard.program, offset);  // free again once its streams have drained
     detail::accumulateReport(reports_[chip], shard.report);
     if (microbatch < 0) return {};
     MicrobatchData& data = data_[r][t][microbatch];
@@ -405,18 +418,10 @@ class TrainingScheduler {
     return sendMessages(r, t, microbatch, chip, messageTo);  // multi-hop: once the run is done
   }
 
-  // Cycles a chip stays idle after each piece of work appended to it: every value its last
-  // instructions put on a stream has left the chip, so that no read of the next piece (compiled on
-  // its own) lines up with one of them.
-  Cycle drainCycles() const { return cluster_.chip().sliceCount() + cluster_.chip().rippleCycles; }
-
-  // A collective (or a step of messages) appended, every chip it touched then drained.
+  // A collective (or a step of messages) appended; each chip it touched is free again once the
+  // streams of its part have drained (ChipTimelines::append).
   Status appendSettled(const CollectivePlan& plan) {
-    const std::vector<Cycle> before = timelines_.free();
-    if (auto s = detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster); !s) return s;
-    for (int c = 0; c < cluster_.chipCount(); ++c)
-      if (timelines_.freeAt(c) != before[c]) timelines_.idle(c, drainCycles());
-    return {};
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster);
   }
 
   // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank

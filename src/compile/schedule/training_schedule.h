@@ -35,6 +35,10 @@ struct TrainingWorkload {
   /// Optimizer state sharded over the replicas (ZeRO stage 1): the buckets are reduce-scattered,
   /// and after the update the parameters are all-gathered in buckets of the same size.
   bool shardOptimizer = false;
+  /// A pass's outputs reach the next stage when the whole pass has ended (Megatron's exchange
+  /// between passes), not as their tiles arrive: a backward pass's input gradient then waits for its
+  /// weight gradients, as the bubble formula's atomic passes do.
+  bool sendAfterPass = false;
 };
 
 /// A scheduled training step and the figures of its pipeline.
