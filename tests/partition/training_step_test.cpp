@@ -37,23 +37,6 @@ ir::Graph uniformChain(int layers, std::int64_t rows, std::int64_t hidden) {
   return g;
 }
 
-// A chain of identical bottleneck layers (MatMul to `wide`, Relu, MatMul back to `narrow`, Relu): every
-// model stage does the same work, and the tensors between stages are narrow next to its compute.
-ir::Graph bottleneckChain(int layers, std::int64_t rows, std::int64_t narrow, std::int64_t wide) {
-  ir::Graph g;
-  ir::TensorId x = g.addInput("x", {rows, narrow}, ir::DType::kF16);
-  for (int l = 0; l < layers; ++l) {
-    const auto up = g.addWeight(fmt::format("up{}", l), {narrow, wide}, ir::DType::kF16);
-    const auto down = g.addWeight(fmt::format("down{}", l), {wide, narrow}, ir::DType::kF16);
-    x = *g.addOp(ir::OpKind::kRelu, fmt::format("relu_up{}", l),
-                 {*g.addOp(ir::OpKind::kMatMul, fmt::format("fc_up{}", l), {x, up}, l)}, l);
-    x = *g.addOp(ir::OpKind::kRelu, fmt::format("relu_down{}", l),
-                 {*g.addOp(ir::OpKind::kMatMul, fmt::format("fc_down{}", l), {x, down}, l)}, l);
-  }
-  g.markOutput(x);
-  return g;
-}
-
 // A plan of p stages, m microbatches and v chunks per stage over chips 0..p-1, layers split evenly.
 Plan pipelinePlan(int layers, int p, int m, int v, int dp = 1) {
   Plan plan;
