@@ -9,6 +9,7 @@
 
 #include "compile/alloc/stream_colouring.h"
 #include "compile/schedule/annealer.h"
+#include "compile/schedule/plane_order.h"
 
 namespace tsp::schedule {
 
@@ -187,6 +188,8 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   Problem& problem = shard.problem;
   CompiledShard result;
   CompileReport& report = result.report;
+  if (options.reorderPlanes)
+    if (auto s = orderPlaneRuns(shard, options); !s) return s.error();
 
   constexpr int kSpillRounds = 4;
   Schedule schedule;
