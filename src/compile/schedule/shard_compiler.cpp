@@ -188,8 +188,6 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   Problem& problem = shard.problem;
   CompiledShard result;
   CompileReport& report = result.report;
-  if (options.reorderPlanes)
-    if (auto s = orderPlaneRuns(shard, options); !s) return s.error();
 
   constexpr int kSpillRounds = 4;
   Schedule schedule;
@@ -200,6 +198,12 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
     auto list = scheduleList(problem, roundOptions);
     if (!list) return list.error();
+    if (round == 0 && options.reorderPlanes) {
+      auto reordered = orderPlaneRuns(shard, *list, roundOptions);
+      if (!reordered) return reordered.error();
+      if (*reordered) list = scheduleList(problem, roundOptions);
+      if (!list) return list.error();
+    }
     report.listCycles = list->makespan;
     auto annealed = anneal(problem, *list, roundOptions);
     if (!annealed) return annealed.error();

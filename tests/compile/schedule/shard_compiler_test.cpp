@@ -355,7 +355,9 @@ TEST(ShardCompiler, PlanesReorderTheirRunsAndStillSimulateExactly) {
       EXPECT_NE(std::find(shard.problem.dependences().begin(), shard.problem.dependences().end(), d),
                 shard.problem.dependences().end());
 
-  ASSERT_TRUE(orderPlaneRuns(shard, {}).ok());
+  const auto changed = orderPlaneRuns(shard, *before, {});
+  ASSERT_TRUE(changed.ok());
+  EXPECT_TRUE(*changed);
   ASSERT_TRUE(shard.problem.check().ok());
   bool reordered = false;
   for (size_t p = 0; p < shard.planeRuns.size(); ++p) {
