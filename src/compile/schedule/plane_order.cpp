@@ -67,6 +67,7 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
   if (static_cast<double>(listed.makespan) <= 1.02 * static_cast<double>(shard.matmulLowerBound)) return false;
   const std::vector<Dependence> original = chainOf(shard.planeRuns);
   if (original.empty()) return false;
+  const std::vector<Dependence> asLowered = problem.dependences();
   Options listOptions = options;
   listOptions.annealMoves = 0;
   // The list schedule of the problem chained in the lowering's order is the one to beat.
@@ -138,9 +139,14 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
     removeDependences(problem, chain);
     addDependences(problem, current);
   }
+  if (best == listed.makespan) {  // nothing better: the problem as lowered, dependences in their order
+    problem.mutableDependences() = asLowered;
+    if (auto s = problem.check(); !s) return s.error();
+    return false;
+  }
   shard.planeRuns = std::move(chosen);
   if (auto s = problem.check(); !s) return s.error();
-  return best < listed.makespan;
+  return true;
 }
 
 }  // namespace tsp::schedule
