@@ -785,6 +785,7 @@ Status Lowering::lowerMxm(const MxmJob& job) {
         };
         for (int tries = 0; tries < kTiles && clashes((kTiles - 1 + rotation) % kTiles); ++tries)
           rotation = (rotation + 1) % kTiles;
+        PlaneRun run;
         for (int step = 0; step < kTiles; ++step) {
           const int k = (step + rotation) % kTiles;
           // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
@@ -817,9 +818,11 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           // compute j, so the simulator sees every compute j use the weights installed before it)
           // -> computes j+1.
           if (planeLast_[plane].second >= 0) problem_.addDependence({planeLast_[plane].second, 1, it, 0, 1});
+          if (step == 0) run.firstInstall = it;
           for (size_t bi = g0; bi < g1; ++bi) {
             const int ct = addMxmCompute(job, k, n, job.blocks[bi], job.blocks[first][1], computeUnit,
                                          step + 1 == kTiles, vxm);
+            if (run.firstCompute < 0) run.firstCompute = ct;
             problem_.addDataDependence(it, 0, ct, 1);
             const int prevCompute = planeLast_[plane].second;
             if (prevCompute >= 0) {
@@ -829,6 +832,9 @@ Status Lowering::lowerMxm(const MxmJob& job) {
             planeLast_[plane] = {it, ct};
           }
         }
+        run.lastCompute = planeLast_[plane].second;
+        out_.planeRuns.resize(chip_.mxmPlanes);
+        out_.planeRuns[plane].push_back(run);
       }
     first = last;
   }

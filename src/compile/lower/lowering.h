@@ -73,6 +73,16 @@ struct ShardInterface {
 };
 
 /// A lowered shard: the problem, where every tensor sits, and the tasks that send.
+/// One run of an MXM plane: every weight install of one (output tile, row group) of a matmul or Conv
+/// with the computes under them; its partial sums are emitted by its last compute, so the plane's
+/// accumulators are free between runs and the runs of a plane may go in any order.
+struct PlaneRun {
+  int firstInstall = -1;  ///< task of the run's first install
+  int firstCompute = -1;  ///< task of the run's first compute
+  int lastCompute = -1;   ///< task of the run's last compute (it emits the sums)
+  friend bool operator==(const PlaneRun&, const PlaneRun&) = default;
+};
+
 struct LoweredShard {
   explicit LoweredShard(const topology::ChipSpec& chip) : problem(chip), sram(chip) {}
   schedule::Problem problem;
@@ -87,6 +97,9 @@ struct LoweredShard {
   std::vector<isa::WeightFold> folds;         ///< folded resident tensors (Program::folds)
   std::vector<isa::ElementMap> maps;          ///< FunctionalOperand::map indexes these (Program::maps)
   std::vector<std::string> refusals;          ///< ops timed without their values (Program::refusals)
+  /// Per MXM plane, its runs in the chained order: run j+1's first install and first compute depend
+  /// on run j's last compute (schedule/plane_order.h may reorder them).
+  std::vector<std::vector<PlaneRun>> planeRuns;
 };
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed

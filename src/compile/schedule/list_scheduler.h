@@ -30,6 +30,13 @@ struct Options {
   /// Keep at most streamsPerDirection values in flight per direction at any cycle, so that the
   /// register colouring always has a solution; off only to exercise spilling.
   bool limitStreamPressure = true;
+  /// Let each MXM plane take its runs (one output tile and row group each) in the order a schedule
+  /// without the plane chains reaches them (plane_order.h), instead of the lowering's order.
+  bool reorderPlanes = true;
+  /// Moves of one run within its plane's order tried after that (each one list schedule).
+  std::int64_t planeOrderMoves = 160;
+  /// Caps those moves at planeOrderWork / tasks, as annealWork caps the annealer's.
+  std::int64_t planeOrderWork = 1'000'000;
 };
 
 /// The seed's priority of every task.

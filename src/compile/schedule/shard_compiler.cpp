@@ -9,6 +9,7 @@
 
 #include "compile/alloc/stream_colouring.h"
 #include "compile/schedule/annealer.h"
+#include "compile/schedule/plane_order.h"
 
 namespace tsp::schedule {
 
@@ -197,6 +198,12 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
     auto list = scheduleList(problem, roundOptions);
     if (!list) return list.error();
+    if (round == 0 && options.reorderPlanes) {
+      auto reordered = orderPlaneRuns(shard, *list, roundOptions);
+      if (!reordered) return reordered.error();
+      if (*reordered) list = scheduleList(problem, roundOptions);
+      if (!list) return list.error();
+    }
     report.listCycles = list->makespan;
     auto annealed = anneal(problem, *list, roundOptions);
     if (!annealed) return annealed.error();
