@@ -72,7 +72,7 @@ BubbleRun runBubble(const BubbleCase& c, bool equalStages) {
   BubbleRun out;
   const auto cluster = ring(4, "{gbps_per_lane: 3000, latency_ns: 10}");
   const int layers = (equalStages ? 12 : 2) * c.p * c.v;
-  const ir::Graph forward = uniformChain(layers, 256 * c.m, equalStages ? 1536 : 640);
+  const ir::Graph forward = uniformChain(layers, 256 * c.m, equalStages ? 1280 : 640);
   TrainingConfig config;
   config.enabled = true;
   config.schedule = c.schedule;
@@ -141,14 +141,15 @@ TEST(TrainingStep, UniformPipelineBubbleMatchesTheEventSimulationAndTheFormula) 
 // The formula's assumptions met cycle by cycle: every stage does the same work (the first one also
 // computes its input gradient), a pass's outputs reach the next stage once the whole pass has run
 // (Megatron's exchange between passes), and the stage-to-stage tensors are small next to a stage's
-// compute (12 layers of 1536 per chunk: a receive from the port, which the first stage does not do,
-// is under 3 % of a forward pass). GPipe and 1F1B are then within 1 % of (p-1)/m. The interleaved
-// bubble is half as long, so the same lighter first and last chunks weigh twice: within 3 %.
+// compute (12 layers of 1280 per chunk). All four schedules are then within 1 % of (p-1)/m and
+// (1/v)(p-1)/m. The formula needs equal forward and equal backward passes, not only equal sums: GPipe
+// fills at the slowest forward and then at the slowest backward, so a first stage whose backward
+// is 1 % longer than the others' while its forward is shorter (as at width 1536, where the weights
+// made on chip fall into different whole-K-tile segments) puts GPipe 1.5 % above the formula.
 TEST(TrainingStep, EqualStagesBubbleIsTheFormulaWithinOnePercent) {
   for (const BubbleCase& c : kBubbleCases) {
     const BubbleRun run = runBubble(c, true);
-    const double tolerance = c.v == 1 ? 0.01 : 0.03;
-    EXPECT_NEAR(run.cycleLevel, run.formula, tolerance * run.formula);
+    EXPECT_NEAR(run.cycleLevel, run.formula, 0.01 * run.formula);
     EXPECT_NEAR(run.cycleLevel, run.events, 0.001 * run.formula);
     // The passes of the stages differ by the stage-to-stage receives and sends only.
     EXPECT_LT(static_cast<double>(run.longestPass - run.shortestPass), 0.011 * static_cast<double>(run.longestPass));
