@@ -27,6 +27,8 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
     case isa::VxmFunc::kMax: return a != a || a > b ? a : b;  // a NaN operand gives NaN
     case isa::VxmFunc::kScaleAdd: return a * immediate + b * immediate2;
     case isa::VxmFunc::kEqual: return a == b ? 1.0f : 0.0f;
+    case isa::VxmFunc::kMaskSet: return b != 0.0f ? a : 0.0f;
+    case isa::VxmFunc::kMaskClear: return b == 0.0f ? a : 0.0f;
     case isa::VxmFunc::kRelu: return a > 0.0f ? a : 0.0f;
     case isa::VxmFunc::kGelu: return 0.5f * a * (1.0f + std::erf(a * 0.70710678118654752f));  // ONNX Gelu (erf form)
     case isa::VxmFunc::kTanh: return std::tanh(a);
@@ -44,7 +46,8 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
 bool isBinaryFunc(isa::VxmFunc func) {
   return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul ||
          func == isa::VxmFunc::kDiv || func == isa::VxmFunc::kPow || func == isa::VxmFunc::kMax ||
-         func == isa::VxmFunc::kScaleAdd || func == isa::VxmFunc::kEqual;
+         func == isa::VxmFunc::kScaleAdd || func == isa::VxmFunc::kEqual || func == isa::VxmFunc::kMaskSet ||
+         func == isa::VxmFunc::kMaskClear;
 }
 
 std::uint16_t floatToBf16(float value) {
@@ -176,7 +179,8 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
                 std::size_t count) {
   if (func != isa::VxmFunc::kAdd && func != isa::VxmFunc::kSub && func != isa::VxmFunc::kMul &&
       func != isa::VxmFunc::kDiv && func != isa::VxmFunc::kPow && func != isa::VxmFunc::kMax &&
-      func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert && func != isa::VxmFunc::kEqual)
+      func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert && func != isa::VxmFunc::kEqual &&
+      func != isa::VxmFunc::kMaskSet && func != isa::VxmFunc::kMaskClear)
     return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func)));
   const HostView<const std::int32_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::int32_t> ov(out, count);
@@ -191,6 +195,8 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
         if (func == isa::VxmFunc::kRelu) r = av(i) > 0 ? x : 0u;
         if (func == isa::VxmFunc::kMax) r = av(i) > bv(i) ? x : y;
         if (func == isa::VxmFunc::kEqual) r = x == y ? 1u : 0u;
+        if (func == isa::VxmFunc::kMaskSet) r = y != 0 ? x : 0u;
+        if (func == isa::VxmFunc::kMaskClear) r = y == 0 ? x : 0u;
         // Truncating division; a divisor of zero gives zero (the IR's integer rule).
         if (func == isa::VxmFunc::kDiv)
           r = bv(i) == 0 ? 0u : static_cast<std::uint32_t>(static_cast<std::int64_t>(av(i)) / bv(i));

@@ -194,6 +194,7 @@ TEST(Program, ElementTypesAndRefusalsRoundTrip) {
   // for functional mode. Both forms carry them, alone or after a second-operand window.
   Program p = sample();
   p.instructions.push_back(vxmWithOperand(Opcode::kVxmBinary, VxmFunc::kEqual, 0));
+  p.instructions.push_back(vxmWithOperand(Opcode::kVxmBinary, VxmFunc::kMaskClear, 1));  // the last function code
   p.operands.resize(2);
   p.operands[0].types = isa::packElementTypes(4, 4, 6);  // int32, int32 -> bool
   EXPECT_EQ(isa::elementTypeOf(p.operands[0].types, 0), 4);

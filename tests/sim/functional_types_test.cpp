@@ -1,8 +1,9 @@
 // Functional mode on tensors of other element types than the storage type (INT32, bool, BF16, FP32),
 // broadcasts that repeat rows, LayerNormalization over several axes, BatchNormalization without
-// convolutions, average pooling, and the compile-time refusals.
+// convolutions, Where, average pooling, and the compile-time refusals.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 
 #include "sim/kokkos_environment.h"
@@ -138,6 +139,42 @@ TEST(FunctionalTypes, OpsThatComputeOnlyTheStorageTypesAreRefusedNamingTheType) 
 }
 
 using Ints = std::vector<std::int64_t>;
+
+// A condition with about half its elements true: Relu(u) == 0 where u < 0.
+ir::TensorId halfTrue(ir::Graph& g, const std::string& name, std::vector<std::int64_t> shape, ir::DType type) {
+  const auto u = *g.addOp(OpKind::kRelu, name + "_relu", {g.addInput(name + "_u", std::move(shape), type)}, 0);
+  const auto zero = g.addWeight(name + "_zero", {}, type);
+  g.setData(zero, std::make_shared<const std::vector<double>>(std::vector<double>{0.0}));
+  return *g.addOp(OpKind::kEqual, name, {u, zero}, 0);
+}
+
+TEST(FunctionalTypes, WhereSelectsExactlyInFp16WithBroadcastConditions) {
+  // x masked by the condition plus y masked by its negation on three ALUs: a full condition, one
+  // row of a condition for every row, one value per row (splatted), and a scalar -inf (the
+  // attention mask's fill), which an arithmetic select would turn into NaN.
+  ir::Graph g;
+  const auto f16 = ir::DType::kF16;
+  const auto x = g.addInput("x", {6, 50}, f16), y = g.addInput("y", {6, 50}, f16);
+  const auto fill = g.addWeight("fill", {}, f16);
+  g.setData(fill, std::make_shared<const std::vector<double>>(std::vector<double>{-INFINITY}));
+  g.markOutput(*g.addOp(OpKind::kWhere, "full", {halfTrue(g, "c", {6, 50}, f16), x, y}, 0));
+  g.markOutput(*g.addOp(OpKind::kWhere, "row", {halfTrue(g, "r", {1, 50}, f16), x, y}, 0));
+  g.markOutput(*g.addOp(OpKind::kWhere, "splat", {halfTrue(g, "s", {6, 1}, f16), x, y}, 0));
+  g.markOutput(*g.addOp(OpKind::kWhere, "masked", {halfTrue(g, "m", {6, 50}, f16), x, fill}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalTypes, WhereSelectsExactlyInInt8AndInt32) {
+  for (const ir::DType type : {ir::DType::kI8, ir::DType::kI32}) {
+    ir::Graph g;
+    const auto x = g.addInput("x", {5, 70}, type), y = g.addInput("y", {5, 70}, type);
+    g.markOutput(*g.addOp(OpKind::kWhere, "full", {halfTrue(g, "c", {5, 70}, type), x, y}, 0));
+    g.markOutput(*g.addOp(OpKind::kWhere, "row", {halfTrue(g, "r", {70}, type), x, y}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(type) << ": " << s.error().format();
+  }
+}
 
 TEST(FunctionalTypes, AveragePoolsWhoseDivisorIsTheKernelMatchTheInterpreter) {
   // Every tap scaled by 1 / taps and added to the partial: a padded strided 3 x 3 pool whose padding

@@ -54,6 +54,8 @@ const char* vxmFuncName(VxmFunc func) {
     case VxmFunc::kNormalize: return "normalize";
     case VxmFunc::kScaleAdd: return "scale_add";
     case VxmFunc::kEqual: return "equal";
+    case VxmFunc::kMaskSet: return "mask_set";
+    case VxmFunc::kMaskClear: return "mask_clear";
   }
   return "?";
 }

@@ -55,9 +55,11 @@ enum class VxmFunc : std::uint8_t {
   kNormalize,   ///< src by its elements' statistics: exp(a - max) / sum (softmax), (a - mean) / sqrt(var + eps)
   kScaleAdd,    ///< a * operand.immediate + b * operand.immediate2 (Gemm's alpha and beta)
   kEqual,       ///< 1 where a == b, else 0 (a bool result)
+  kMaskSet,     ///< a where the lane mask b is nonzero, else 0 (one half of a select)
+  kMaskClear,   ///< a where the lane mask b is zero, else 0 (the other half of a select)
 };
 /// The last VxmFunc (the on-disk forms refuse larger codes).
-inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kEqual;
+inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kMaskClear;
 /// Lower-case name of a VXM function ("add", ...; "" for kNone).
 const char* vxmFuncName(VxmFunc func);
 

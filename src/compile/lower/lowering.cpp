@@ -88,7 +88,7 @@ bool computesValues(ir::OpKind kind) {
     case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
     case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
     case ir::OpKind::kErf: case ir::OpKind::kExp: case ir::OpKind::kSigmoid: case ir::OpKind::kSqrt:
-    case ir::OpKind::kIdentity: case ir::OpKind::kEqual: case ir::OpKind::kCast: return true;
+    case ir::OpKind::kIdentity: case ir::OpKind::kEqual: case ir::OpKind::kCast: case ir::OpKind::kWhere: return true;
     default: return false;
   }
 }
@@ -918,20 +918,18 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
 
 Status Lowering::lowerElementwise(const ir::Op& op) {
   // A chain read -> ALU [-> ALU ...] -> write per tile and row piece; every operand after the first
-  // joins through a binary ALU step as a side read. Where(c, x, y) selects by arithmetic: x * c, + y.
+  // joins through a binary ALU step as a side read. Where(c, x, y) is a select on three ALUs of the
+  // mesh: x masked by c, y masked by not c (each with its own read of c), then their sum (one of the
+  // two is 0, so the sum is exact).
   std::vector<ir::TensorId> operands = op.inputs;
   std::vector<isa::VxmFunc> funcs;
   if (op.kind == ir::OpKind::kWhere) {
-    operands = {op.inputs[1], op.inputs[0], op.inputs[2]};
-    funcs = {isa::VxmFunc::kMul, isa::VxmFunc::kAdd};
+    operands = {op.inputs[1], op.inputs[0], op.inputs[2], op.inputs[0]};
+    funcs = {isa::VxmFunc::kMaskSet, isa::VxmFunc::kMaskClear, isa::VxmFunc::kAdd};
   } else {
     funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
   }
-  // Where's arithmetic select gives the op's cost, not its values; a Cast converts between the
-  // element types of its operand and result.
-  const bool valuesKnown = op.kind != ir::OpKind::kWhere && computesValues(op.kind);
-  if (!valuesKnown) timingReason_ = "its arithmetic select is timed, not computed";
-  return lowerVxmChain(op, operands, funcs, valuesKnown);
+  return lowerVxmChain(op, operands, funcs, computesValues(op.kind));
 }
 
 namespace {
@@ -1105,33 +1103,47 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         return static_cast<int>(task.steps.size()) - 1;
       };
       int tail = input(operands[0]);
+      // A select's second ALU starts a branch of its own (operands 2 and 3); its third joins the two.
+      const bool select = op.kind == ir::OpKind::kWhere;
+      int branch = -1;
       for (size_t i = 0; i < funcs.size(); ++i) {
+        if (select && i == 1) {
+          branch = tail;
+          tail = input(operands[2]);
+        }
         // An operand already read by this chain is not read twice from one slice at once: x * x takes
         // both ALU operands from the one stream it reads; a later repeat applies the function to the
         // chain's own value.
-        const bool next = i + 1 < operands.size();
-        const bool seen = next && std::find(operands.begin(), operands.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                            operands[i + 1]) != operands.begin() + static_cast<std::ptrdiff_t>(i) + 1;
+        const std::size_t side = select && i == 1 ? 3 : i + 1;  // the operand this step reads beside its chain value
+        const bool joins = select && i == 2;                     // the select's sum of its two branches
+        const bool next = joins || side < operands.size();
+        const bool seen = next && !select && std::find(operands.begin(), operands.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                                       operands[side]) != operands.begin() + static_cast<std::ptrdiff_t>(i) + 1;
         const bool square = seen && i == 0;
         const bool binary = next && (!seen || square);
+        // The step's first operand is a fresh read (step 0, a select's second branch) or the chain's value.
+        const bool fresh = i == 0 || (select && i == 1);
+        const std::size_t first = i == 0 ? 0 : 2;
+        const bool splatSide = binary && !square && !joins && splat[side];
         Step alu;
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
-        if (!timingOnly && ((i == 0 && splat[0]) || (binary && !square && splat[i + 1]) || typed)) {
+        if (!timingOnly && ((fresh && splat[first]) || splatSide || typed)) {
           isa::FunctionalOperand operand;
-          operand.splatA = i == 0 && splat[0];
-          operand.splatB = binary && !square && splat[i + 1];
-          // Step 0 reads the op's first operand, a later step the chain's value (the output's type).
-          const ir::DType a = i == 0 ? dtypeOf(operands[0]) : outType;
-          const ir::DType b = binary && !square ? dtypeOf(operands[i + 1]) : a;
+          operand.splatA = fresh && splat[first];
+          operand.splatB = splatSide;
+          // A fresh read is of the op's operand's type, the chain's value of the output's.
+          const ir::DType a = fresh ? dtypeOf(operands[first]) : outType;
+          const ir::DType b = binary && !square && !joins ? dtypeOf(operands[side]) : joins ? outType : a;
           if (typed) operand.types = isa::packElementTypes(static_cast<int>(a), static_cast<int>(b), static_cast<int>(outType));
           alu.inst.operand = addOperand(operand);
         }
         alu.producer = tail;
         task.steps.push_back(alu);
         tail = static_cast<int>(task.steps.size()) - 1;
-        if (binary) task.steps[tail].producer2 = square ? task.steps[tail].producer : input(operands[i + 1]);
+        if (binary)
+          task.steps[tail].producer2 = joins ? branch : square ? task.steps[tail].producer : input(operands[side]);
       }
       task.steps.push_back(writeStep(out, t, r0, n, tail));
       addTask(std::move(task), reads, {{out, t, r0, n, static_cast<int>(task.steps.size()) - 1}});
