@@ -127,6 +127,21 @@ int Lowering::addOperand(const isa::FunctionalOperand& operand) {
   return static_cast<int>(out_.operands.size()) - 1;
 }
 
+Task Lowering::accumulateTask(std::string name, ir::TensorId in, int acc, int tile, std::int64_t r0, std::int64_t n,
+                              bool computes) {
+  Task task;
+  task.name = std::move(name);
+  task.steps.push_back(readStep(in, tile, r0, n, false));
+  Step alu;
+  alu.inst = makeInst(chip_.firstUnit(UnitKind::kVxm), Opcode::kVxmUnary, n);
+  alu.inst.func = isa::VxmFunc::kAccumulate;
+  alu.inst.operand = addOperand({acc, tile, r0});
+  alu.inst.timingOnly = !computes;
+  alu.producer = 0;
+  task.steps.push_back(alu);
+  return task;
+}
+
 int Lowering::addAccumulator(const isa::Accumulator& accumulator) {
   out_.accumulators.push_back(accumulator);
   return static_cast<int>(out_.accumulators.size()) - 1;
@@ -1187,16 +1202,7 @@ Status Lowering::lowerNormalization(const ir::Op& op) {
   std::vector<RowStatistics> stats;
   for (int t = 0; t < xs.placement.tiles; ++t)
     for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
-      Task task;
-      task.name = fmt::format("{} statistics tile {}", op.name, t);
-      task.steps.push_back(readStep(in, t, r0, n, false));
-      Step alu;
-      alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-      alu.inst.func = isa::VxmFunc::kAccumulate;
-      alu.inst.operand = addOperand({acc, t, r0});
-      alu.inst.timingOnly = !typeComputes;
-      alu.producer = 0;
-      task.steps.push_back(alu);
+      Task task = accumulateTask(fmt::format("{} statistics tile {}", op.name, t), in, acc, t, r0, n, typeComputes);
       stats.push_back({addTask(std::move(task), {{in, t, r0, n, 0}}, {}), r0, n});
     }
   std::vector<ir::TensorId> params;

@@ -265,6 +265,10 @@ class Lowering {
   size_t storageAxis(ir::TensorId tensor, std::int64_t axis) const;
   // Records a VXM instruction's operand (LoweredShard::operands) and returns its index.
   int addOperand(const isa::FunctionalOperand& operand);
+  // A task reading rows [r0, r0 + n) of `in`'s tile into named accumulator `acc` on the VXM (timed
+  // only unless `computes`).
+  schedule::Task accumulateTask(std::string name, ir::TensorId in, int acc, int tile, std::int64_t r0, std::int64_t n,
+                                bool computes);
   // Records a named accumulator (LoweredShard::accumulators) and returns its id.
   int addAccumulator(const isa::Accumulator& accumulator);
   // Reads and writes of a raw block (scratch), and the write-after-read wait on freed space.

@@ -72,16 +72,8 @@ Status Lowering::lowerReduction(const ir::Op& op) {
     std::vector<int> accumulated;
     for (int ti = t; ti < xs.placement.tiles; ti += ys.placement.tiles)
       for (const auto& [r0, n] : rowPieces(0, xs.placement.rows, {in})) {
-        Task task;
-        task.name = fmt::format("{} accumulate tile {} rows {}", op.name, ti, r0);
-        task.steps.push_back(readStep(in, ti, r0, n, false));
-        schedule::Step alu;
-        alu.inst = makeInst(vxm, Opcode::kVxmUnary, n);
-        alu.inst.func = isa::VxmFunc::kAccumulate;
-        alu.inst.operand = addOperand({acc, ti, r0});
-        alu.inst.timingOnly = !computes;
-        alu.producer = 0;
-        task.steps.push_back(alu);
+        Task task = accumulateTask(fmt::format("{} accumulate tile {} rows {}", op.name, ti, r0), in, acc, ti, r0, n,
+                                   computes);
         accumulated.push_back(addTask(std::move(task), {{in, ti, r0, n, 0}}, {}));
       }
     for (const auto& [r0, n] : rowPieces(0, ys.placement.rows, {out})) {
