@@ -48,16 +48,18 @@ std::vector<Dependence> planeChain(const Problem& problem, const std::vector<low
   return chain;
 }
 
+std::vector<Dependence> planeChains(const Problem& problem, const std::vector<std::vector<lower::PlaneRun>>& planes) {
+  std::vector<Dependence> chain;
+  for (const auto& runs : planes) {
+    const auto c = planeChain(problem, runs);
+    chain.insert(chain.end(), c.begin(), c.end());
+  }
+  return chain;
+}
+
 Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options) {
   Problem& problem = shard.problem;
-  auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) {
-    std::vector<Dependence> chain;
-    for (const auto& runs : planes) {
-      const auto c = planeChain(problem, runs);
-      chain.insert(chain.end(), c.begin(), c.end());
-    }
-    return chain;
-  };
+  auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) { return planeChains(problem, planes); };
   // A shard of a multi-chip plan keeps the lowering's order: when its sends leave matters to the
   // cluster schedule, not the list makespan alone.
   for (const auto& task : problem.tasks())

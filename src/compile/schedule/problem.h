@@ -141,8 +141,12 @@ struct LowerBound {
   Cycle resourceWindow = 0;
   Cycle value() const { return std::max(criticalPath, busiestResource); }
 };
-/// Computes both bounds (check() must have succeeded).
-LowerBound lowerBound(const Problem& problem);
+/// Computes both bounds (check() must have succeeded). Dependences listed in `relaxed` (each
+/// occurrence once) are left out: a bound of every problem that differs from this one only in them,
+/// e.g. the order-free bound of a problem whose MXM planes' runs were chained in a chosen order.
+LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed = {});
+/// LowerBound::criticalPath alone (the cheaper part), with the same relaxation.
+Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed = {});
 
 /// The scheduled instructions, with issue cycles, units and stream ids, in canonical order.
 std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule);

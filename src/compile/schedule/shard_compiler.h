@@ -16,8 +16,11 @@ namespace tsp::schedule {
 struct CompileReport {
   Cycle cycles = 0;            ///< predicted (== simulated) cycles
   Cycle listCycles = 0;        ///< the list schedule's cycles, before annealing
-  Cycle lowerBound = 0;        ///< max(critical path, busiest resource)
-  Cycle criticalPath = 0;
+  /// max(critical path, busiest resource), order-free: the MXM planes' chosen run order (its chain
+  /// dependences) left out, so that no order of the runs beats it.
+  Cycle lowerBound = 0;
+  Cycle criticalPath = 0;             ///< the order-free critical path (the lowering's dependences)
+  Cycle chosenOrderCriticalPath = 0;  ///< the critical path with the planes' runs chained as scheduled
   Cycle busiestResource = 0;
   Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)

@@ -511,6 +511,7 @@ namespace detail {
 void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.listCycles += part.listCycles;
   report.criticalPath += part.criticalPath;
+  report.chosenOrderCriticalPath += part.chosenOrderCriticalPath;
   report.busiestResource += part.busiestResource;
   report.resourceWindowBound += part.resourceWindowBound;
   report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);

@@ -427,5 +427,29 @@ TEST(LowerBound, IsTheLargerOfCriticalPathAndBusiestResource) {
   EXPECT_GE(s.makespan, b.resourceWindow);
 }
 
+// Dependences an order chose (a plane's chain) are left out of the order-free bound, each
+// occurrence once; the problem's other dependences stay.
+TEST(LowerBound, RelaxedDependencesAreLeftOut) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  for (int i = 0; i < 3; ++i) p.addTask(chainTask(chip, 10 + i, 20 + i, 100, std::string("t").append(std::to_string(i))));
+  p.addDataDependence(0, 2, 1, 0);  // t0 -> t1: the lowering's (true) dependence
+  const Dependence chosen{1, 2, 2, 0, 1000};  // t1 -> t2: a chosen order's, with a long latency
+  p.addDependence(chosen);
+  p.addDependence(chosen);  // twice: one occurrence stays when one is relaxed
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  const LowerBound all = lowerBound(p), once = lowerBound(p, {chosen}), free = lowerBound(p, {chosen, chosen});
+  EXPECT_EQ(once.criticalPath, all.criticalPath);
+  EXPECT_LT(free.criticalPath, all.criticalPath);
+  // Without the chain t2 may start at 0; t1 still starts after t0's write completed.
+  const Cycle t1Start = p.completionOffset(0, 2);
+  EXPECT_EQ(free.criticalPath, t1Start + p.span(1) + chip.rippleCycles);
+  EXPECT_EQ(all.criticalPath, t1Start + p.tasks()[1].steps[2].offset + 1000 + p.span(2) + chip.rippleCycles);
+  EXPECT_EQ(free.busiestResource, all.busiestResource);
+  const Schedule s = *scheduleList(p, {});
+  EXPECT_GE(s.makespan, all.value());
+}
+
 }  // namespace
 }  // namespace tsp::schedule

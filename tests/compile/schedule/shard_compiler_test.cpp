@@ -388,6 +388,15 @@ TEST(ShardCompiler, PlanesReorderTheirRunsAndStillSimulateExactly) {
   auto fixed = compileShard(chip, g, allOps(g), {}, o);
   ASSERT_TRUE(fixed.ok()) << fixed.error().format();
   EXPECT_LT(compiled->report.cycles, fixed->report.cycles);
+  // The bound is order-free: the same whichever order the planes took, never above the chosen
+  // order's critical path, and no schedule beats it.
+  EXPECT_EQ(compiled->report.lowerBound, fixed->report.lowerBound);
+  EXPECT_EQ(compiled->report.criticalPath, fixed->report.criticalPath);
+  EXPECT_EQ(compiled->program.lowerBoundCycles, compiled->report.lowerBound);
+  EXPECT_LE(compiled->report.criticalPath, compiled->report.chosenOrderCriticalPath);
+  EXPECT_LE(fixed->report.criticalPath, fixed->report.chosenOrderCriticalPath);
+  EXPECT_NE(compiled->report.chosenOrderCriticalPath, fixed->report.chosenOrderCriticalPath);
+  EXPECT_LE(compiled->report.lowerBound, compiled->report.cycles);
   // The order is a function of the seed alone.
   o.reorderPlanes = true;
   auto again = compileShard(chip, g, allOps(g), {}, o);
