@@ -25,6 +25,21 @@ UnitPool unitPool(const topology::ChipSpec& chip, int unit) {
   return {unit, 1};
 }
 
+DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
+                              const std::vector<int>* subset) {
+  DependenceRows rows;
+  rows.begin.assign(tasks + 1, 0);
+  auto side = [&](int i) { return byTarget ? deps[i].to : deps[i].from; };
+  const size_t count = subset ? subset->size() : deps.size();
+  auto at = [&](size_t k) { return subset ? (*subset)[k] : static_cast<int>(k); };
+  for (size_t k = 0; k < count; ++k) ++rows.begin[side(at(k)) + 1];
+  for (size_t t = 0; t < tasks; ++t) rows.begin[t + 1] += rows.begin[t];
+  rows.index.resize(count);
+  std::vector<int> fill(rows.begin.begin(), rows.begin.end() - 1);
+  for (size_t k = 0; k < count; ++k) rows.index[fill[side(at(k))]++] = at(k);
+  return rows;
+}
+
 Problem::Problem(const topology::ChipSpec& chip) : chip_(&chip), units_(chip.units()) {}
 
 int Problem::addTask(Task task) {
@@ -423,17 +438,13 @@ std::pair<std::vector<int>, std::vector<Cycle>> earliestStarts(const Problem& pr
         }
     if (!skip) kept.push_back(static_cast<int>(i));
   }
-  // Predecessors in compressed rows (leaving edges out keeps the topological order valid).
-  std::vector<int> begin(tasks.size() + 1, 0), preds(kept.size());
-  for (int i : kept) ++begin[deps[i].to + 1];
-  for (size_t t = 0; t < tasks.size(); ++t) begin[t + 1] += begin[t];
-  std::vector<int> fill(begin.begin(), begin.end() - 1);
-  for (int i : kept) preds[fill[deps[i].to]++] = i;
+  // Leaving edges out keeps the topological order valid.
+  const DependenceRows preds = dependenceRows(deps, tasks.size(), true, &kept);
   std::vector<Cycle> earliest(tasks.size(), 0);
   for (int t : problem.topologicalOrder()) {
     Cycle e = tasks[t].release;
-    for (int k = begin[t]; k < begin[t + 1]; ++k) {
-      const Dependence& d = deps[preds[k]];
+    for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
+      const Dependence& d = deps[preds.index[k]];
       e = std::max(e, earliest[d.from] + tasks[d.from].steps[d.fromStep].offset + d.latency - tasks[t].steps[d.toStep].offset);
     }
     earliest[t] = e;
@@ -463,19 +474,13 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
   const auto [kept, earliest] = earliestStarts(problem, relaxed);
   const Cycle cp = longestFinish(problem, earliest);
   // Tails: the longest path from a task's start to the end of the program.
-  std::vector<int> begin(tasks.size() + 1, 0), succ(kept.size());
-  for (int i : kept) ++begin[deps[i].from + 1];
-  for (size_t t = 0; t < tasks.size(); ++t) begin[t + 1] += begin[t];
-  {
-    std::vector<int> fill(begin.begin(), begin.end() - 1);
-    for (int i : kept) succ[fill[deps[i].from]++] = i;
-  }
+  const DependenceRows succ = dependenceRows(deps, tasks.size(), false, &kept);
   std::vector<Cycle> tail(tasks.size(), 0);
   const auto& topo = problem.topologicalOrder();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
     Cycle best = problem.span(*it);
-    for (int k = begin[*it]; k < begin[*it + 1]; ++k) {
-      const Dependence& d = deps[succ[k]];
+    for (int k = succ.begin[*it]; k < succ.begin[*it + 1]; ++k) {
+      const Dependence& d = deps[succ.index[k]];
       best = std::max(best, tasks[*it].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset + tail[d.to]);
     }
     tail[*it] = best;

@@ -109,6 +109,15 @@ class Problem {
   mutable std::vector<int> topo_;
 };
 
+/// Dependences grouped per task (compressed rows): row t is [begin[t], begin[t + 1]) of `index`, the
+/// indices into Problem::dependences() of the dependences into t (byTarget) or out of t, in order.
+struct DependenceRows {
+  std::vector<int> begin, index;
+};
+/// The rows of `deps` over `tasks` tasks; only the dependences listed in `subset` when it is given.
+DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
+                              const std::vector<int>* subset = nullptr);
+
 /// A schedule: each task's start, each stream edge's register, and the predicted completion.
 struct Schedule {
   std::vector<Cycle> start;      ///< per task: issue of step offset 0
