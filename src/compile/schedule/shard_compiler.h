@@ -25,7 +25,8 @@ struct CompileReport {
   Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
   double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)
-  Bytes sramPeakBytes = 0;
+  Bytes sramPeakBytes = 0;       ///< the most bytes allocated at once (live tensors, scratch, spills)
+  Bytes sramFootprintBytes = 0;  ///< per MEM slice the highest address accessed + 1, summed (the run summary's SRAM)
   Bytes sramCapacityBytes = 0;
   int spills = 0;              ///< stream edges sent through SRAM because no register was free
   int streamRegisters[2] = {0, 0};  ///< registers used eastward, westward

@@ -515,6 +515,7 @@ void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.busiestResource += part.busiestResource;
   report.resourceWindowBound += part.resourceWindowBound;
   report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+  report.sramFootprintBytes = std::max(report.sramFootprintBytes, part.sramFootprintBytes);
   report.sramCapacityBytes = part.sramCapacityBytes;
   report.spills += part.spills;
   report.memAccesses += part.memAccesses;

@@ -487,6 +487,22 @@ void expectGolden(const std::string& name, const std::string& text) {
   EXPECT_EQ(text, expected.str()) << name;
 }
 
+// The report's two SRAM figures: the most bytes live at once, and the address footprint the
+// simulator measures (per slice the highest address a MEM access or weight install touches + 1).
+TEST(ShardCompiler, SramFootprintIsTheSimulatorsFigure) {
+  topology::ChipSpec chip;
+  sim::KernelRuntime kernels;
+  for (const auto& g : {testing::mlp(3, 640, 64, "int8"), bottleneck()}) {
+    auto compiled = compileShard(chip, g, allOps(g), {}, {});
+    ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+    auto c = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), {}, {});
+    ASSERT_TRUE(c->advanceTo(sim::kNever).ok());
+    EXPECT_EQ(c->stats().sramPeakBytes, compiled->report.sramFootprintBytes);
+    EXPECT_GT(compiled->report.sramPeakBytes, 0);
+    EXPECT_NE(reportJson(compiled->report).find("\"sram_live_peak_bytes\""), std::string::npos);
+  }
+}
+
 TEST(ShardCompiler, GoldenTinyMlpInt8) {
   topology::ChipSpec chip;
   const ir::Graph g = testing::mlp(2, 320, 4, "int8");
