@@ -465,7 +465,8 @@ Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxe
   return longestFinish(problem, earliestStarts(problem, relaxed).second) + problem.chip().rippleCycles;
 }
 
-LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed) {
+LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed,
+                      const std::vector<std::vector<SerialSegment>>& serial) {
   const auto& tasks = problem.tasks();
   const auto& chip = problem.chip();
   const auto& deps = problem.dependences();
@@ -536,6 +537,44 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
       first = std::min(first, u.head);
       window = std::max(window, first + ceilDiv(busy, m) + u.tail);
     }
+  }
+  // Serial groups: a segment's shortest length is its longest dependence path from its first step
+  // to its last (over the kept dependences inside it).
+  if (!serial.empty()) {
+    const DependenceRows preds = dependenceRows(deps, tasks.size(), true, &kept);
+    std::vector<Cycle> reach(tasks.size(), std::numeric_limits<Cycle>::min());
+    Cycle groups = 0;
+    for (const auto& group : serial) {
+      if (group.empty()) continue;
+      Cycle head = std::numeric_limits<Cycle>::max(), after = std::numeric_limits<Cycle>::max(), length = 0, widest = 0;
+      for (const SerialSegment& g : group) {
+        const auto offset = [&](int t, int k) { return tasks[t].steps[k].offset; };
+        const int count = static_cast<int>(tasks.size());
+        if (g.first < 0 || g.last >= count || g.first > g.last || g.firstStep >= static_cast<int>(tasks[g.first].steps.size()) ||
+            g.lastStep >= static_cast<int>(tasks[g.last].steps.size()))
+          continue;  // (a stale segment, e.g. after a spill renumbered its tasks: no claim)
+        reach[g.first] = 0;  // task starts relative to the first task's
+        for (int t = g.first + 1; t <= g.last; ++t) {
+          Cycle r = std::numeric_limits<Cycle>::min();
+          for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
+            const Dependence& d = deps[preds.index[k]];
+            if (d.from >= g.first && d.from < t && reach[d.from] != std::numeric_limits<Cycle>::min())
+              r = std::max(r, reach[d.from] + offset(d.from, d.fromStep) + d.latency - offset(t, d.toStep));
+          }
+          reach[t] = r;
+        }
+        const Cycle end = reach[g.last] != std::numeric_limits<Cycle>::min() ? reach[g.last] + offset(g.last, g.lastStep)
+                                                                           : offset(g.first, g.firstStep);
+        length += std::max<Cycle>(0, end - offset(g.first, g.firstStep)) + g.gap;
+        widest = std::max(widest, g.gap);
+        for (int t = g.first; t <= g.last; ++t) reach[t] = std::numeric_limits<Cycle>::min();
+        head = std::min(head, earliest[g.first] + offset(g.first, g.firstStep));
+        after = std::min(after, tail[g.last] - offset(g.last, g.lastStep));
+      }
+      // Every gap but the last segment's is waited: without the widest, whichever segment is last.
+      if (length > 0) groups = std::max(groups, head + length - widest + after);
+    }
+    bound.serialSegments = groups > 0 ? groups + chip.rippleCycles : 0;
   }
   bound.criticalPath = cp + chip.rippleCycles;
   bound.busiestResource = busiest + chip.rippleCycles;

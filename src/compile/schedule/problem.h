@@ -1,6 +1,7 @@
 // The one-chip scheduling problem: rigid stream-connected tasks, dependences, resources; check() and verify().
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -148,12 +149,26 @@ struct LowerBound {
   /// busy cycles (over the pool's units), plus the least time any of them still needs to the end.
   /// A true bound >= busiestResource; a diagnostic beside value(), which keeps the two above.
   Cycle resourceWindow = 0;
-  Cycle value() const { return std::max(criticalPath, busiestResource); }
+  /// The serial groups' bound, + ripple: over each group of segments that run one after another in
+  /// any order (SerialSegment), the least head, the segments' own shortest lengths (their longest
+  /// dependence paths from first to last step) with the gaps between them, and the least tail.
+  Cycle serialSegments = 0;
+  Cycle value() const { return std::max({criticalPath, busiestResource, serialSegments}); }
 };
-/// Computes both bounds (check() must have succeeded). Dependences listed in `relaxed` (each
+/// A stretch from step `firstStep` of task `first` to step `lastStep` of task `last` (tasks first..last
+/// by index, every dependence between them running forward). The segments of one group never
+/// overlap in time, whatever their order: the next one's first step issues at least `gap` cycles
+/// after the previous one's last step (an MXM plane's runs: its installs and computes alternate).
+struct SerialSegment {
+  int first = 0, firstStep = 0, last = 0, lastStep = 0;
+  Cycle gap = 1;
+};
+/// Computes the bounds (check() must have succeeded). Dependences listed in `relaxed` (each
 /// occurrence once) are left out: a bound of every problem that differs from this one only in them,
-/// e.g. the order-free bound of a problem whose MXM planes' runs were chained in a chosen order.
-LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed = {});
+/// e.g. the order-free bound of a problem whose MXM planes' runs were chained in a chosen order;
+/// `serial` then keeps what every such order has in common (its segments never overlap).
+LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed = {},
+                      const std::vector<std::vector<SerialSegment>>& serial = {});
 /// LowerBound::criticalPath alone (the cheaper part), with the same relaxation.
 Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed = {});
 

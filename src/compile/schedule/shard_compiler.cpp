@@ -26,6 +26,7 @@ std::string reportJson(const CompileReport& r) {
                       {"critical_path_cycles", r.criticalPath},
                       {"chosen_order_critical_path_cycles", r.chosenOrderCriticalPath},
                       {"busiest_resource_cycles", r.busiestResource},
+                      {"plane_sequence_cycles", r.planeSequence},
                       {"resource_window_bound_cycles", r.resourceWindowBound},
                       {"makespan_over_lower_bound",
                        r.lowerBound > 0 ? static_cast<double>(r.cycles) / static_cast<double>(r.lowerBound) : 1.0},
@@ -263,12 +264,13 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   // The bound leaves out the chains of the planes' runs (an order the scheduler chose); the
   // critical path in that order is reported beside it.
   const std::vector<Dependence> chains = planeChains(problem, shard.planeRuns);
-  const LowerBound bound = lowerBound(problem, chains);
+  const LowerBound bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns));
   report.cycles = schedule.makespan;
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;
   report.chosenOrderCriticalPath = chains.empty() ? bound.criticalPath : criticalPath(problem);
   report.busiestResource = bound.busiestResource;
+  report.planeSequence = bound.serialSegments;
   report.resourceWindowBound = bound.resourceWindow;
   report.sramPeakBytes = shard.sram.peak();
   report.sramCapacityBytes = shard.sram.capacity();

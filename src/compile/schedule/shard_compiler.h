@@ -16,12 +16,13 @@ namespace tsp::schedule {
 struct CompileReport {
   Cycle cycles = 0;            ///< predicted (== simulated) cycles
   Cycle listCycles = 0;        ///< the list schedule's cycles, before annealing
-  /// max(critical path, busiest resource), order-free: the MXM planes' chosen run order (its chain
-  /// dependences) left out, so that no order of the runs beats it.
+  /// max(critical path, busiest resource, plane sequence), order-free: the MXM planes' chosen run
+  /// order (its chain dependences) left out, so that no order of the runs beats it.
   Cycle lowerBound = 0;
   Cycle criticalPath = 0;             ///< the order-free critical path (the lowering's dependences)
   Cycle chosenOrderCriticalPath = 0;  ///< the critical path with the planes' runs chained as scheduled
   Cycle busiestResource = 0;
+  Cycle planeSequence = 0;     ///< each MXM plane's runs one after another, in any order (LowerBound::serialSegments)
   Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
   double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)

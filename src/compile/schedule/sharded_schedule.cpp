@@ -513,6 +513,7 @@ void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.criticalPath += part.criticalPath;
   report.chosenOrderCriticalPath += part.chosenOrderCriticalPath;
   report.busiestResource += part.busiestResource;
+  report.planeSequence += part.planeSequence;
   report.resourceWindowBound += part.resourceWindowBound;
   report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
   report.sramFootprintBytes = std::max(report.sramFootprintBytes, part.sramFootprintBytes);
