@@ -14,6 +14,6 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"compile report: {r['cycles']} cycles, lower bound {r['lower_bound_cycles']} "
       f"({r['makespan_over_lower_bound']:.3f} x), MXM MAC utilisation {100 * r['mxm_mac_utilisation']:.1f} %, "
-      f"SRAM peak {r['sram_peak_bytes'] / 2**20:.1f} MiB, bank-conflict rate {100 * r['bank_conflict_rate']:.2f} %")
+      f"SRAM {r['sram_live_peak_bytes'] / 2**20:.1f} MiB live at most, footprint {r['sram_footprint_bytes'] / 2**20:.1f} MiB, bank-conflict rate {100 * r['bank_conflict_rate']:.2f} %")
 PY
 echo "timeline: $out/timeline.png"

@@ -616,6 +616,10 @@ class TspChip final : public Chip {
 
     switch (inst.op) {
       case Opcode::kMxmInstall:
+        // The weight rows it loads count in the SRAM footprint like MEM reads.
+        if (const int slice = inst.weightUnit - spec_.firstUnit(UnitKind::kMem);
+            slice >= 0 && slice < spec_.memSlices && inst.address >= 0)
+          maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], inst.address + std::max(1, inst.weightRows) - 1);
         planeReady_[unit.indexInKind / 2] = isa::completion(spec_, inst);
         ++installsDone_[unit.indexInKind / 2];
         installs_ += inst.repeat;

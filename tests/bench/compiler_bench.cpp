@@ -54,7 +54,9 @@ void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["list_cycles"] = static_cast<double>(r.listCycles);
   state.counters["lower_bound"] = static_cast<double>(r.lowerBound);
   state.counters["critical_path"] = static_cast<double>(r.criticalPath);
+  state.counters["chosen_order_cp"] = static_cast<double>(r.chosenOrderCriticalPath);
   state.counters["busiest"] = static_cast<double>(r.busiestResource);
+  state.counters["plane_sequence"] = static_cast<double>(r.planeSequence);
   state.counters["window_bound"] = static_cast<double>(r.resourceWindowBound);
   state.counters["ratio"] = static_cast<double>(r.cycles) / static_cast<double>(std::max<Cycle>(1, r.lowerBound));
   state.counters["mxm_util"] = r.mxmMacUtilisation;

@@ -2,7 +2,6 @@
 #include "compile/alloc/stream_colouring.h"
 
 #include <algorithm>
-#include <set>
 
 namespace tsp::alloc {
 
@@ -31,36 +30,49 @@ StreamColouring colourGraph(const InterferenceGraph& graph, const std::vector<do
   const int n = static_cast<int>(graph.neighbours.size());
   std::vector<int> degree(n);
   std::vector<char> removed(n, 0);
-  std::set<std::pair<int, int>> byDegree;  // (degree, node)
+  // The node of least (degree, index) first: a heap of (degree, node) with stale entries skipped
+  // (an entry is current while its node is in the graph with that degree).
+  std::vector<std::pair<int, int>> heap;
+  heap.reserve(static_cast<size_t>(n) * 2);
+  const auto later = [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a > b; };
   for (int v = 0; v < n; ++v) {
     degree[v] = static_cast<int>(graph.neighbours[v].size());
-    byDegree.insert({degree[v], v});
+    heap.push_back({degree[v], v});
   }
+  std::make_heap(heap.begin(), heap.end(), later);
   std::vector<int> stack;
   stack.reserve(n);
   auto remove = [&](int v) {
     removed[v] = 1;
-    byDegree.erase({degree[v], v});
     stack.push_back(v);
     for (int w : graph.neighbours[v])
       if (!removed[w]) {
-        byDegree.erase({degree[w], w});
         --degree[w];
-        byDegree.insert({degree[w], w});
+        heap.push_back({degree[w], w});
+        std::push_heap(heap.begin(), heap.end(), later);
       }
   };
-  while (!byDegree.empty()) {
-    const auto [d, v] = *byDegree.begin();
+  int left = n;
+  while (left > 0) {
+    const auto [d, v] = heap.front();
+    std::pop_heap(heap.begin(), heap.end(), later);
+    heap.pop_back();
+    if (removed[v] || degree[v] != d) continue;  // stale
+    --left;
     if (d < registers) {
       remove(v);  // simplify: v is colourable whatever its neighbours get
       continue;
     }
-    // Every node has degree >= K: push the cheapest spill candidate, optimistically (Briggs).
+    // Every node has degree >= K: push the cheapest spill candidate, optimistically (Briggs); ties
+    // go to the least (degree, index).
+    heap.push_back({d, v});  // v stays unless it is the pick
+    std::push_heap(heap.begin(), heap.end(), later);
     int pick = -1;
     double pickCost = 0;
-    for (const auto& [deg, w] : byDegree) {
-      const double cost = 2.0 * freq[w] / static_cast<double>(deg);  // one store + one load per vector
-      if (pick < 0 || cost < pickCost) pick = w, pickCost = cost;
+    for (int w = 0; w < n; ++w) {
+      if (removed[w]) continue;
+      const double cost = 2.0 * freq[w] / static_cast<double>(degree[w]);  // one store + one load per vector
+      if (pick < 0 || cost < pickCost || (cost == pickCost && degree[w] < degree[pick])) pick = w, pickCost = cost;
     }
     remove(pick);
   }

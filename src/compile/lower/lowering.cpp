@@ -260,26 +260,28 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
     std::set<int> away = base;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
-      std::set<int> here = away;
-      if (copies > 1 && k >= tiles) {
+      // A copy of a segment avoids more slices; the first copy asks with `away` as it is.
+      const bool copy = copies > 1 && k >= tiles;
+      std::set<int> here, apart;
+      if (copy) {
         // A copy of a segment: on another slice of the first copy's hemisphere, so that the one
         // stream value that writes the first copy passes it on its way.
+        here = away;
         const int firstSlice = st.blocks[static_cast<size_t>(k % tiles) * pieces + g].slice;
         for (int c = k % tiles; c < k; c += tiles) here.insert(st.blocks[static_cast<size_t>(c) * pieces + g].slice);
         for (int sl = 0; sl < chip_.memSlices; ++sl)
           if (westOf(sl) != westOf(firstSlice)) here.insert(sl);
-      }
-      // Preferably off every slice of the tensor so far: a copy sharing a slice with another
-      // segment shares its read port too.
-      // (The allocator takes any slice when every one is to be avoided, so ask only while some remain.)
-      std::set<int> apart = here;
-      if (copies > 1 && k >= tiles)
+        // Preferably off every slice of the tensor so far: a copy sharing a slice with another
+        // segment shares its read port too.
+        apart = here;
         for (const auto& b : st.blocks) apart.insert(b.slice);
+      }
+      const std::set<int>& near = copy ? here : away;
+      // (The allocator takes any slice when every one is to be avoided, so ask only while some remain.)
+      const std::set<int>& asked = copy && static_cast<int>(apart.size()) < chip_.memSlices ? apart : near;
       // A resident tensor holds its values from the program's start: not in space an earlier
       // tensor of this program has used (when the SRAM has such space).
-      auto block = out_.sram.allocate(static_cast<int>(segRows),
-                                      static_cast<int>(apart.size()) < chip_.memSlices ? apart : here,
-                                      st.placement.resident);
+      auto block = out_.sram.allocate(static_cast<int>(segRows), asked, st.placement.resident);
       if (!block) {
         const Bytes needed = liveBefore + Bytes{rows} * tiles * chip_.vectorBytes;
         return makeError(ExitCode::kDoesNotFit,

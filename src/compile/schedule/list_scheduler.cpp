@@ -49,17 +49,18 @@ class Timeline {
 std::vector<double> priorities(const Problem& problem, const Options& options) {
   const auto& tasks = problem.tasks();
   const size_t n = tasks.size();
-  std::vector<std::vector<const Dependence*>> succ(n);
-  for (const auto& d : problem.dependences()) succ[d.from].push_back(&d);
+  const auto& deps = problem.dependences();
+  const DependenceRows succ = dependenceRows(deps, n, false);
   // CP(v): longest path from v's start to the end of the program.
   std::vector<Cycle> tail(n, 0);
   const auto& topo = problem.topologicalOrder();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
     const int t = *it;
     Cycle best = problem.span(t);
-    for (const Dependence* d : succ[t])
-      best = std::max(best, tasks[t].steps[d->fromStep].offset + d->latency - tasks[d->to].steps[d->toStep].offset +
-                                tail[d->to]);
+    for (int k = succ.begin[t]; k < succ.begin[t + 1]; ++k) {
+      const Dependence& d = deps[succ.index[k]];
+      best = std::max(best, tasks[t].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset + tail[d.to]);
+    }
     tail[t] = best;
   }
   std::vector<double> r(n, 0.0);
@@ -73,7 +74,7 @@ std::vector<double> priorities(const Problem& problem, const Options& options) {
   std::vector<double> p(n);
   for (size_t t = 0; t < n; ++t)
     p[t] = options.alpha * static_cast<double>(tail[t]) + options.beta * r[t] / avg +
-           options.gamma * static_cast<double>(succ[t].size());
+           options.gamma * static_cast<double>(succ.begin[t + 1] - succ.begin[t]);
   return p;
 }
 
@@ -127,13 +128,10 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   std::vector<Timeline> streamLine[2];
   for (auto& l : streamLine) l.resize(chip.streamsPerDirection);
 
-  std::vector<std::vector<const Dependence*>> preds(n), succ(n);
+  const auto& deps = problem.dependences();
+  const DependenceRows preds = dependenceRows(deps, n, true), succ = dependenceRows(deps, n, false);
   std::vector<int> waiting(n, 0);
-  for (const auto& d : problem.dependences()) {
-    preds[d.to].push_back(&d);
-    succ[d.from].push_back(&d);
-    ++waiting[d.to];
-  }
+  for (size_t t = 0; t < n; ++t) waiting[t] = preds.begin[t + 1] - preds.begin[t];
   using Entry = std::pair<std::int64_t, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
   for (size_t t = 0; t < n; ++t)
@@ -147,9 +145,11 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
     ready.pop();
     const Task& task = tasks[t];
     Cycle earliest = task.release;
-    for (const Dependence* d : preds[t])
-      earliest = std::max(earliest, s.start[d->from] + tasks[d->from].steps[d->fromStep].offset + d->latency -
-                                        task.steps[d->toStep].offset);
+    for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
+      const Dependence& d = deps[preds.index[k]];
+      earliest = std::max(earliest, s.start[d.from] + tasks[d.from].steps[d.fromStep].offset + d.latency -
+                                        task.steps[d.toStep].offset);
+    }
     const auto [eb, ee] = problem.edgesOf(t);
     chosenUnit.assign(task.steps.size(), -1);
     chosenStream.assign(ee - eb, -1);
@@ -285,8 +285,8 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
         streamLine[static_cast<int>(edge.dir)][s.streamId[e]].insert(base + edge.tauFirst(), base + edge.tauLast() + 1);
       }
     }
-    for (const Dependence* d : succ[t])
-      if (--waiting[d->to] == 0) ready.push({rank[d->to], d->to});
+    for (int k = succ.begin[t]; k < succ.begin[t + 1]; ++k)
+      if (const int to = deps[succ.index[k]].to; --waiting[to] == 0) ready.push({rank[to], to});
   }
   s.makespan = n == 0 ? 0 : lastCompletion + chip.rippleCycles;
   return s;

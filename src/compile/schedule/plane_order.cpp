@@ -48,16 +48,36 @@ std::vector<Dependence> planeChain(const Problem& problem, const std::vector<low
   return chain;
 }
 
+std::vector<Dependence> planeChains(const Problem& problem, const std::vector<std::vector<lower::PlaneRun>>& planes) {
+  std::vector<Dependence> chain;
+  for (const auto& runs : planes) {
+    const auto c = planeChain(problem, runs);
+    chain.insert(chain.end(), c.begin(), c.end());
+  }
+  return chain;
+}
+
+std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem, const std::vector<std::vector<lower::PlaneRun>>& planes) {
+  std::vector<std::vector<SerialSegment>> groups;
+  for (const auto& runs : planes) {
+    // From the first install to the last compute's issue (the next install follows it), and from the
+    // first compute to the last one's issue (the next compute follows its stream): both the chain's.
+    std::vector<SerialSegment> installs, computes;
+    for (const auto& run : runs) {
+      installs.push_back({run.firstInstall, 0, run.lastCompute, 1, 1});
+      const auto& steps = problem.tasks()[run.lastCompute].steps;
+      const Cycle stream = steps.size() > 1 ? Cycle{steps[1].inst.repeat} * steps[1].inst.interval : 1;
+      computes.push_back({run.firstCompute, 1, run.lastCompute, 1, stream});
+    }
+    groups.push_back(std::move(installs));
+    groups.push_back(std::move(computes));
+  }
+  return groups;
+}
+
 Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options) {
   Problem& problem = shard.problem;
-  auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) {
-    std::vector<Dependence> chain;
-    for (const auto& runs : planes) {
-      const auto c = planeChain(problem, runs);
-      chain.insert(chain.end(), c.begin(), c.end());
-    }
-    return chain;
-  };
+  auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) { return planeChains(problem, planes); };
   // A shard of a multi-chip plan keeps the lowering's order: when its sends leave matters to the
   // cluster schedule, not the list makespan alone.
   for (const auto& task : problem.tasks())

@@ -11,6 +11,14 @@ namespace tsp::schedule {
 /// compute wait for run j's last compute (the install is issued after it, so the compute sees its
 /// own weights; the compute follows once the plane's previous compute has streamed).
 std::vector<Dependence> planeChain(const Problem& problem, const std::vector<lower::PlaneRun>& runs);
+/// The chains of every plane (LoweredShard::planeRuns): the dependences an order of the runs adds,
+/// which the order-free lower bound leaves out.
+std::vector<Dependence> planeChains(const Problem& problem, const std::vector<std::vector<lower::PlaneRun>>& planes);
+/// Every plane's runs as serial groups (lowerBound): in any order the next run's first install
+/// issues after the previous run's last compute, and its first compute after that compute's stream,
+/// so the runs' install-to-last-compute and compute-to-compute stretches never overlap.
+std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem,
+                                                      const std::vector<std::vector<lower::PlaneRun>>& planes);
 
 /// Lets every MXM plane take its runs in an order chosen by list makespan, starting from `listed`,
 /// the list schedule of the problem as lowered (check() succeeded). Candidates: the chains are cut,

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,21 @@ UnitPool unitPool(const topology::ChipSpec& chip, int unit) {
   if (unit >= sxm && unit < sxm + west) return {sxm, west};
   if (unit >= sxm + west && unit < sxm + chip.sxmUnits) return {sxm + west, chip.sxmUnits - west};
   return {unit, 1};
+}
+
+DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
+                              const std::vector<int>* subset) {
+  DependenceRows rows;
+  rows.begin.assign(tasks + 1, 0);
+  auto side = [&](int i) { return byTarget ? deps[i].to : deps[i].from; };
+  const size_t count = subset ? subset->size() : deps.size();
+  auto at = [&](size_t k) { return subset ? (*subset)[k] : static_cast<int>(k); };
+  for (size_t k = 0; k < count; ++k) ++rows.begin[side(at(k)) + 1];
+  for (size_t t = 0; t < tasks; ++t) rows.begin[t + 1] += rows.begin[t];
+  rows.index.resize(count);
+  std::vector<int> fill(rows.begin.begin(), rows.begin.end() - 1);
+  for (size_t k = 0; k < count; ++k) rows.index[fill[side(at(k))]++] = at(k);
+  return rows;
 }
 
 Problem::Problem(const topology::ChipSpec& chip) : chip_(&chip), units_(chip.units()) {}
@@ -398,63 +414,113 @@ Status verify(const Problem& problem, const Schedule& schedule) {
   return {};
 }
 
-LowerBound lowerBound(const Problem& problem) {
+namespace {
+
+// The dependences kept when `relaxed` are left out (one occurrence each), as indices, and each
+// task's earliest start from the releases over them: (kept, earliest).
+std::pair<std::vector<int>, std::vector<Cycle>> earliestStarts(const Problem& problem, const std::vector<Dependence>& relaxed) {
   const auto& tasks = problem.tasks();
-  const auto& chip = problem.chip();
-  LowerBound bound;
-  if (tasks.empty()) return bound;
+  const auto& deps = problem.dependences();
+  auto key = [](const Dependence& d) { return std::tie(d.from, d.fromStep, d.to, d.toStep, d.latency); };
+  auto less = [&](const Dependence& a, const Dependence& b) { return key(a) < key(b); };
+  std::vector<Dependence> leftOut = relaxed;
+  std::sort(leftOut.begin(), leftOut.end(), less);
+  std::vector<char> used(leftOut.size(), 0);
+  std::vector<int> kept;
+  kept.reserve(deps.size());
+  for (size_t i = 0; i < deps.size(); ++i) {
+    bool skip = false;
+    if (!leftOut.empty())
+      for (auto it = std::lower_bound(leftOut.begin(), leftOut.end(), deps[i], less); it != leftOut.end() && *it == deps[i]; ++it)
+        if (const size_t j = static_cast<size_t>(it - leftOut.begin()); !used[j]) {
+          used[j] = 1, skip = true;
+          break;
+        }
+    if (!skip) kept.push_back(static_cast<int>(i));
+  }
+  // Leaving edges out keeps the topological order valid.
+  const DependenceRows preds = dependenceRows(deps, tasks.size(), true, &kept);
   std::vector<Cycle> earliest(tasks.size(), 0);
-  std::vector<std::vector<const Dependence*>> preds(tasks.size());
-  for (const auto& d : problem.dependences()) preds[d.to].push_back(&d);
-  Cycle cp = 0;
   for (int t : problem.topologicalOrder()) {
     Cycle e = tasks[t].release;
-    for (const Dependence* d : preds[t])
-      e = std::max(e, earliest[d->from] + tasks[d->from].steps[d->fromStep].offset + d->latency -
-                          tasks[t].steps[d->toStep].offset);
+    for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
+      const Dependence& d = deps[preds.index[k]];
+      e = std::max(e, earliest[d.from] + tasks[d.from].steps[d.fromStep].offset + d.latency - tasks[t].steps[d.toStep].offset);
+    }
     earliest[t] = e;
-    cp = std::max(cp, e + problem.span(t));
   }
+  return {std::move(kept), std::move(earliest)};
+}
+
+Cycle longestFinish(const Problem& problem, const std::vector<Cycle>& earliest) {
+  Cycle cp = 0;
+  for (size_t t = 0; t < earliest.size(); ++t) cp = std::max(cp, earliest[t] + problem.span(static_cast<int>(t)));
+  return cp;
+}
+
+}  // namespace
+
+Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed) {
+  if (problem.tasks().empty()) return 0;
+  return longestFinish(problem, earliestStarts(problem, relaxed).second) + problem.chip().rippleCycles;
+}
+
+LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed,
+                      const std::vector<std::vector<SerialSegment>>& serial) {
+  const auto& tasks = problem.tasks();
+  const auto& chip = problem.chip();
+  const auto& deps = problem.dependences();
+  LowerBound bound;
+  if (tasks.empty()) return bound;
+  const auto [kept, earliest] = earliestStarts(problem, relaxed);
+  const Cycle cp = longestFinish(problem, earliest);
   // Tails: the longest path from a task's start to the end of the program.
-  std::vector<std::vector<const Dependence*>> succ(tasks.size());
-  for (const auto& d : problem.dependences()) succ[d.from].push_back(&d);
+  const DependenceRows succ = dependenceRows(deps, tasks.size(), false, &kept);
   std::vector<Cycle> tail(tasks.size(), 0);
   const auto& topo = problem.topologicalOrder();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
     Cycle best = problem.span(*it);
-    for (const Dependence* d : succ[*it])
-      best = std::max(best, tasks[*it].steps[d->fromStep].offset + d->latency - tasks[d->to].steps[d->toStep].offset +
-                                tail[d->to]);
+    for (int k = succ.begin[*it]; k < succ.begin[*it + 1]; ++k) {
+      const Dependence& d = deps[succ.index[k]];
+      best = std::max(best, tasks[*it].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset + tail[d.to]);
+    }
     tail[*it] = best;
   }
-  // Per resource (key) its uses as (head, busy, tail): the window bound over them.
+  // Per resource its uses as (head, busy, tail): the window bound over them. Resources are dense:
+  // units (a pool by its first unit), then C2C links, then MEM ports (2 per slice).
   struct Use {
     Cycle head, busy, tail;
   };
-  std::map<std::int64_t, std::vector<Use>> uses;
-  std::map<std::int64_t, int> capacity;
-  const std::int64_t kPool = 1 << 20, kPort = 2 << 20, kLink = 3 << 20;
+  const size_t links = problem.units().size(), memPorts = links + static_cast<size_t>(chip.c2cPorts);
+  std::vector<std::vector<Use>> uses(memPorts + 2 * static_cast<size_t>(chip.memSlices));
+  std::vector<int> capacity(uses.size(), 1);
+  std::vector<Cycle> load(uses.size(), 0);
   for (size_t t = 0; t < tasks.size(); ++t)
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
       const Cycle end = problem.unitEnd(static_cast<int>(t), static_cast<int>(k));
       const Use use{earliest[t] + s.offset, end - s.offset, tail[t] - end};
-      std::int64_t key = s.inst.unit;
-      if (pooledUnit(chip, s.inst.unit)) {
-        key = kPool + unitPool(chip, s.inst.unit).first;
-        capacity[key] = unitPool(chip, s.inst.unit).count;
+      size_t key = static_cast<size_t>(s.inst.unit);
+      if (const UnitPool pool = unitPool(chip, s.inst.unit); pool.count > 1) {
+        key = static_cast<size_t>(pool.first);
+        capacity[key] = pool.count;
       } else if (isMemAccess(s.inst)) {
-        key = kPort + memPortOf(chip, s.inst);
+        key = memPorts + static_cast<size_t>(memPortOf(chip, s.inst));  // each port is a resource
       }
       uses[key].push_back(use);
+      load[key] += use.busy;
       if (s.inst.op == Opcode::kC2cSend) {
         const Cycle onLink = Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
-        uses[kLink + s.inst.port].push_back({use.head, onLink, tail[t] - s.offset - onLink});
+        uses[links + s.inst.port].push_back({use.head, onLink, tail[t] - s.offset - onLink});
+        load[links + s.inst.port] += onLink;
       }
     }
-  Cycle window = 0;
-  for (auto& [key, list] : uses) {
-    const Cycle m = capacity.count(key) ? capacity[key] : 1;
+  Cycle window = 0, busiest = 0;
+  for (size_t key = 0; key < uses.size(); ++key) {
+    auto& list = uses[key];
+    if (list.empty()) continue;
+    const Cycle m = capacity[key];
+    busiest = std::max(busiest, ceilDiv(load[key], m));
     // Uses starting at or after a head, and uses still needing at least a tail.
     std::sort(list.begin(), list.end(), [](const Use& a, const Use& b) { return a.head > b.head; });
     Cycle busy = 0, least = std::numeric_limits<Cycle>::max();
@@ -472,22 +538,44 @@ LowerBound lowerBound(const Problem& problem) {
       window = std::max(window, first + ceilDiv(busy, m) + u.tail);
     }
   }
-  std::vector<Cycle> load(problem.units().size() + chip.c2cPorts + 2 * chip.memSlices, 0);
-  const size_t memPorts = problem.units().size() + chip.c2cPorts;
-  std::map<int, Cycle> poolLoad;  // per pool of several units (by its first unit)
-  for (size_t t = 0; t < tasks.size(); ++t)
-    for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
-      const Step& s = tasks[t].steps[k];
-      const Cycle b = problem.unitEnd(static_cast<int>(t), static_cast<int>(k)) - s.offset;
-      if (pooledUnit(chip, s.inst.unit)) poolLoad[unitPool(chip, s.inst.unit).first] += b;
-      else if (isMemAccess(s.inst)) load[memPorts + memPortOf(chip, s.inst)] += b;  // each port is a resource
-      else load[s.inst.unit] += b;
-      if (s.inst.op == Opcode::kC2cSend)
-        load[problem.units().size() + s.inst.port] += Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy;
+  // Serial groups: a segment's shortest length is its longest dependence path from its first step
+  // to its last (over the kept dependences inside it).
+  if (!serial.empty()) {
+    const DependenceRows preds = dependenceRows(deps, tasks.size(), true, &kept);
+    std::vector<Cycle> reach(tasks.size(), std::numeric_limits<Cycle>::min());
+    Cycle groups = 0;
+    for (const auto& group : serial) {
+      if (group.empty()) continue;
+      Cycle head = std::numeric_limits<Cycle>::max(), after = std::numeric_limits<Cycle>::max(), length = 0, widest = 0;
+      for (const SerialSegment& g : group) {
+        const auto offset = [&](int t, int k) { return tasks[t].steps[k].offset; };
+        const int count = static_cast<int>(tasks.size());
+        if (g.first < 0 || g.last >= count || g.first > g.last || g.firstStep >= static_cast<int>(tasks[g.first].steps.size()) ||
+            g.lastStep >= static_cast<int>(tasks[g.last].steps.size()))
+          continue;  // (a stale segment, e.g. after a spill renumbered its tasks: no claim)
+        reach[g.first] = 0;  // task starts relative to the first task's
+        for (int t = g.first + 1; t <= g.last; ++t) {
+          Cycle r = std::numeric_limits<Cycle>::min();
+          for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
+            const Dependence& d = deps[preds.index[k]];
+            if (d.from >= g.first && d.from < t && reach[d.from] != std::numeric_limits<Cycle>::min())
+              r = std::max(r, reach[d.from] + offset(d.from, d.fromStep) + d.latency - offset(t, d.toStep));
+          }
+          reach[t] = r;
+        }
+        const Cycle end = reach[g.last] != std::numeric_limits<Cycle>::min() ? reach[g.last] + offset(g.last, g.lastStep)
+                                                                           : offset(g.first, g.firstStep);
+        length += std::max<Cycle>(0, end - offset(g.first, g.firstStep)) + g.gap;
+        widest = std::max(widest, g.gap);
+        for (int t = g.first; t <= g.last; ++t) reach[t] = std::numeric_limits<Cycle>::min();
+        head = std::min(head, earliest[g.first] + offset(g.first, g.firstStep));
+        after = std::min(after, tail[g.last] - offset(g.last, g.lastStep));
+      }
+      // Every gap but the last segment's is waited: without the widest, whichever segment is last.
+      if (length > 0) groups = std::max(groups, head + length - widest + after);
     }
-  Cycle busiest = 0;
-  for (const auto& [first, l] : poolLoad) busiest = std::max(busiest, ceilDiv(l, unitPool(chip, first).count));
-  for (Cycle l : load) busiest = std::max(busiest, l);
+    bound.serialSegments = groups > 0 ? groups + chip.rippleCycles : 0;
+  }
   bound.criticalPath = cp + chip.rippleCycles;
   bound.busiestResource = busiest + chip.rippleCycles;
   bound.resourceWindow = std::max(window + chip.rippleCycles, bound.busiestResource);

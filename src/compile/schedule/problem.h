@@ -1,6 +1,7 @@
 // The one-chip scheduling problem: rigid stream-connected tasks, dependences, resources; check() and verify().
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,15 @@ class Problem {
   mutable std::vector<int> topo_;
 };
 
+/// Dependences grouped per task (compressed rows): row t is [begin[t], begin[t + 1]) of `index`, the
+/// indices into Problem::dependences() of the dependences into t (byTarget) or out of t, in order.
+struct DependenceRows {
+  std::vector<int> begin, index;
+};
+/// The rows of `deps` over `tasks` tasks; only the dependences listed in `subset` when it is given.
+DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
+                              const std::vector<int>* subset = nullptr);
+
 /// A schedule: each task's start, each stream edge's register, and the predicted completion.
 struct Schedule {
   std::vector<Cycle> start;      ///< per task: issue of step offset 0
@@ -139,10 +149,28 @@ struct LowerBound {
   /// busy cycles (over the pool's units), plus the least time any of them still needs to the end.
   /// A true bound >= busiestResource; a diagnostic beside value(), which keeps the two above.
   Cycle resourceWindow = 0;
-  Cycle value() const { return std::max(criticalPath, busiestResource); }
+  /// The serial groups' bound, + ripple: over each group of segments that run one after another in
+  /// any order (SerialSegment), the least head, the segments' own shortest lengths (their longest
+  /// dependence paths from first to last step) with the gaps between them, and the least tail.
+  Cycle serialSegments = 0;
+  Cycle value() const { return std::max({criticalPath, busiestResource, serialSegments}); }
 };
-/// Computes both bounds (check() must have succeeded).
-LowerBound lowerBound(const Problem& problem);
+/// A stretch from step `firstStep` of task `first` to step `lastStep` of task `last` (tasks first..last
+/// by index, every dependence between them running forward). The segments of one group never
+/// overlap in time, whatever their order: the next one's first step issues at least `gap` cycles
+/// after the previous one's last step (an MXM plane's runs: its installs and computes alternate).
+struct SerialSegment {
+  int first = 0, firstStep = 0, last = 0, lastStep = 0;
+  Cycle gap = 1;
+};
+/// Computes the bounds (check() must have succeeded). Dependences listed in `relaxed` (each
+/// occurrence once) are left out: a bound of every problem that differs from this one only in them,
+/// e.g. the order-free bound of a problem whose MXM planes' runs were chained in a chosen order;
+/// `serial` then keeps what every such order has in common (its segments never overlap).
+LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed = {},
+                      const std::vector<std::vector<SerialSegment>>& serial = {});
+/// LowerBound::criticalPath alone (the cheaper part), with the same relaxation.
+Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed = {});
 
 /// The scheduled instructions, with issue cycles, units and stream ids, in canonical order.
 std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule);

@@ -24,13 +24,16 @@ std::string reportJson(const CompileReport& r) {
                       {"list_cycles", r.listCycles},
                       {"lower_bound_cycles", r.lowerBound},
                       {"critical_path_cycles", r.criticalPath},
+                      {"chosen_order_critical_path_cycles", r.chosenOrderCriticalPath},
                       {"busiest_resource_cycles", r.busiestResource},
+                      {"plane_sequence_cycles", r.planeSequence},
                       {"resource_window_bound_cycles", r.resourceWindowBound},
                       {"makespan_over_lower_bound",
                        r.lowerBound > 0 ? static_cast<double>(r.cycles) / static_cast<double>(r.lowerBound) : 1.0},
                       {"utilisation", util},
                       {"mxm_mac_utilisation", r.mxmMacUtilisation},
-                      {"sram_peak_bytes", r.sramPeakBytes},
+                      {"sram_live_peak_bytes", r.sramPeakBytes},
+                      {"sram_footprint_bytes", r.sramFootprintBytes},
                       {"sram_capacity_bytes", r.sramCapacityBytes},
                       {"spills", r.spills},
                       {"stream_registers", {{"east", r.streamRegisters[0]}, {"west", r.streamRegisters[1]}}},
@@ -153,6 +156,30 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
 
 namespace {
 
+// Per MEM slice the highest address a MEM read or write or a weight install touches + 1, summed
+// over the slices: the simulator's `sram_peak_bytes` of the chip.
+Bytes sramFootprint(const topology::ChipSpec& chip, const std::vector<isa::Instruction>& instructions) {
+  std::vector<std::int64_t> top(static_cast<size_t>(chip.memSlices), -1);
+  const int memFirst = chip.firstUnit(UnitKind::kMem);
+  for (const auto& inst : instructions) {
+    std::int64_t last = -1;
+    int slice = -1;
+    if (isMemAccess(inst)) {
+      slice = inst.unit - memFirst;
+      last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
+    } else if (inst.op == Opcode::kMxmInstall) {
+      slice = inst.weightUnit - memFirst;
+      last = inst.address + std::max(1, inst.weightRows) - 1;
+    }
+    if (slice >= 0 && slice < chip.memSlices && inst.address >= 0)
+      top[static_cast<size_t>(slice)] = std::max({top[static_cast<size_t>(slice)], std::int64_t{inst.address}, last});
+  }
+  Bytes total = 0;
+  for (std::int64_t a : top)
+    if (a >= 0) total += Bytes{a + 1} * chip.vectorBytes;
+  return total;
+}
+
 void fillReport(const Problem& problem, const Schedule& schedule, const lower::LoweredShard& shard, CompileReport& r) {
   const auto& chip = problem.chip();
   Cycle kindBusy[topology::kUnitKindCount] = {};
@@ -234,11 +261,16 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   }
   if (auto s = verify(problem, schedule); !s) return s.error();
 
-  const LowerBound bound = lowerBound(problem);
+  // The bound leaves out the chains of the planes' runs (an order the scheduler chose); the
+  // critical path in that order is reported beside it.
+  const std::vector<Dependence> chains = planeChains(problem, shard.planeRuns);
+  const LowerBound bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns));
   report.cycles = schedule.makespan;
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;
+  report.chosenOrderCriticalPath = chains.empty() ? bound.criticalPath : criticalPath(problem);
   report.busiestResource = bound.busiestResource;
+  report.planeSequence = bound.serialSegments;
   report.resourceWindowBound = bound.resourceWindow;
   report.sramPeakBytes = shard.sram.peak();
   report.sramCapacityBytes = shard.sram.capacity();
@@ -250,6 +282,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   program.predictedCycles = schedule.makespan;
   program.lowerBoundCycles = bound.value();
   program.sramBytes = shard.sram.peak();
+  report.sramFootprintBytes = sramFootprint(chip, program.instructions);
   program.tensors = shard.tensors;
   program.operands = shard.operands;
   program.accumulators = shard.accumulators;

@@ -16,13 +16,18 @@ namespace tsp::schedule {
 struct CompileReport {
   Cycle cycles = 0;            ///< predicted (== simulated) cycles
   Cycle listCycles = 0;        ///< the list schedule's cycles, before annealing
-  Cycle lowerBound = 0;        ///< max(critical path, busiest resource)
-  Cycle criticalPath = 0;
+  /// max(critical path, busiest resource, plane sequence), order-free: the MXM planes' chosen run
+  /// order (its chain dependences) left out, so that no order of the runs beats it.
+  Cycle lowerBound = 0;
+  Cycle criticalPath = 0;             ///< the order-free critical path (the lowering's dependences)
+  Cycle chosenOrderCriticalPath = 0;  ///< the critical path with the planes' runs chained as scheduled
   Cycle busiestResource = 0;
+  Cycle planeSequence = 0;     ///< each MXM plane's runs one after another, in any order (LowerBound::serialSegments)
   Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
   double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)
-  Bytes sramPeakBytes = 0;
+  Bytes sramPeakBytes = 0;       ///< the most bytes allocated at once (live tensors, scratch, spills)
+  Bytes sramFootprintBytes = 0;  ///< per MEM slice the highest address accessed + 1, summed (the run summary's SRAM)
   Bytes sramCapacityBytes = 0;
   int spills = 0;              ///< stream edges sent through SRAM because no register was free
   int streamRegisters[2] = {0, 0};  ///< registers used eastward, westward

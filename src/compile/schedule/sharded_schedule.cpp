@@ -511,9 +511,12 @@ namespace detail {
 void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.listCycles += part.listCycles;
   report.criticalPath += part.criticalPath;
+  report.chosenOrderCriticalPath += part.chosenOrderCriticalPath;
   report.busiestResource += part.busiestResource;
+  report.planeSequence += part.planeSequence;
   report.resourceWindowBound += part.resourceWindowBound;
   report.sramPeakBytes = std::max(report.sramPeakBytes, part.sramPeakBytes);
+  report.sramFootprintBytes = std::max(report.sramFootprintBytes, part.sramFootprintBytes);
   report.sramCapacityBytes = part.sramCapacityBytes;
   report.spills += part.spills;
   report.memAccesses += part.memAccesses;

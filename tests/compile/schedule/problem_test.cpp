@@ -427,5 +427,64 @@ TEST(LowerBound, IsTheLargerOfCriticalPathAndBusiestResource) {
   EXPECT_GE(s.makespan, b.resourceWindow);
 }
 
+// Dependences an order chose (a plane's chain) are left out of the order-free bound, each
+// occurrence once; the problem's other dependences stay.
+TEST(LowerBound, RelaxedDependencesAreLeftOut) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  for (int i = 0; i < 3; ++i) p.addTask(chainTask(chip, 10 + i, 20 + i, 100, std::string("t").append(std::to_string(i))));
+  p.addDataDependence(0, 2, 1, 0);  // t0 -> t1: the lowering's (true) dependence
+  const Dependence chosen{1, 2, 2, 0, 1000};  // t1 -> t2: a chosen order's, with a long latency
+  p.addDependence(chosen);
+  p.addDependence(chosen);  // twice: one occurrence stays when one is relaxed
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  const LowerBound all = lowerBound(p), once = lowerBound(p, {chosen}), free = lowerBound(p, {chosen, chosen});
+  EXPECT_EQ(once.criticalPath, all.criticalPath);
+  EXPECT_LT(free.criticalPath, all.criticalPath);
+  // Without the chain t2 may start at 0; t1 still starts after t0's write completed.
+  const Cycle t1Start = p.completionOffset(0, 2);
+  EXPECT_EQ(free.criticalPath, t1Start + p.span(1) + chip.rippleCycles);
+  EXPECT_EQ(all.criticalPath, t1Start + p.tasks()[1].steps[2].offset + 1000 + p.span(2) + chip.rippleCycles);
+  EXPECT_EQ(free.busiestResource, all.busiestResource);
+  const Schedule s = *scheduleList(p, {});
+  EXPECT_GE(s.makespan, all.value());
+}
+
+// Segments that never overlap, whatever their order: their shortest lengths add up, with the gaps
+// between them, after the least head and before the least tail.
+TEST(LowerBound, SerialSegmentsAddUp) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  // Two segments of two chained tasks each (tasks 0-1 and 2-3), on different slices: without the
+  // group nothing orders them.
+  for (int i = 0; i < 4; ++i) p.addTask(chainTask(chip, 10 + i, 20 + i, 50, std::string("t").append(std::to_string(i))));
+  p.addDataDependence(0, 2, 1, 0);
+  p.addDataDependence(2, 2, 3, 0);
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  const LowerBound free = lowerBound(p);
+  EXPECT_EQ(free.serialSegments, 0);
+  const SerialSegment a{0, 0, 1, 2, 7}, b{2, 0, 3, 2, 5};
+  const Cycle lengthA = p.completionOffset(0, 2) + p.tasks()[1].steps[2].offset;
+  const Cycle lengthB = p.completionOffset(2, 2) + p.tasks()[3].steps[2].offset;
+  const LowerBound serial = lowerBound(p, {}, {{a, b}});
+  // Least head 0; the widest gap (7) is left out, since either segment may go last; the least tail
+  // after a segment's last step is what the write still needs.
+  const Cycle tailAfter = std::min(p.span(1) - p.tasks()[1].steps[2].offset, p.span(3) - p.tasks()[3].steps[2].offset);
+  EXPECT_EQ(serial.serialSegments, lengthA + lengthB + 5 + tailAfter + chip.rippleCycles);
+  EXPECT_GT(serial.value(), free.value());
+  // Either order of the two segments, as dependences, schedules no faster.
+  for (const auto& [first, second] : {std::pair{a, b}, std::pair{b, a}}) {
+    Problem ordered = p;
+    ordered.addDependence({first.last, first.lastStep, second.first, second.firstStep, first.gap});
+    ordered.finalize();
+    ASSERT_TRUE(ordered.check().ok());
+    EXPECT_GE(scheduleList(ordered, {})->makespan, serial.serialSegments);
+  }
+  // A segment naming a missing step makes no claim.
+  EXPECT_EQ(lowerBound(p, {}, {{SerialSegment{0, 9, 1, 2, 1}}}).serialSegments, 0);
+}
+
 }  // namespace
 }  // namespace tsp::schedule

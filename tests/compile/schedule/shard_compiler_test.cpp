@@ -388,6 +388,15 @@ TEST(ShardCompiler, PlanesReorderTheirRunsAndStillSimulateExactly) {
   auto fixed = compileShard(chip, g, allOps(g), {}, o);
   ASSERT_TRUE(fixed.ok()) << fixed.error().format();
   EXPECT_LT(compiled->report.cycles, fixed->report.cycles);
+  // The bound is order-free: the same whichever order the planes took, never above the chosen
+  // order's critical path, and no schedule beats it.
+  EXPECT_EQ(compiled->report.lowerBound, fixed->report.lowerBound);
+  EXPECT_EQ(compiled->report.criticalPath, fixed->report.criticalPath);
+  EXPECT_EQ(compiled->program.lowerBoundCycles, compiled->report.lowerBound);
+  EXPECT_LE(compiled->report.criticalPath, compiled->report.chosenOrderCriticalPath);
+  EXPECT_LE(fixed->report.criticalPath, fixed->report.chosenOrderCriticalPath);
+  EXPECT_NE(compiled->report.chosenOrderCriticalPath, fixed->report.chosenOrderCriticalPath);
+  EXPECT_LE(compiled->report.lowerBound, compiled->report.cycles);
   // The order is a function of the seed alone.
   o.reorderPlanes = true;
   auto again = compileShard(chip, g, allOps(g), {}, o);
@@ -476,6 +485,22 @@ void expectGolden(const std::string& name, const std::string& text) {
   std::stringstream expected;
   expected << in.rdbuf();
   EXPECT_EQ(text, expected.str()) << name;
+}
+
+// The report's two SRAM figures: the most bytes live at once, and the address footprint the
+// simulator measures (per slice the highest address a MEM access or weight install touches + 1).
+TEST(ShardCompiler, SramFootprintIsTheSimulatorsFigure) {
+  topology::ChipSpec chip;
+  sim::KernelRuntime kernels;
+  for (const auto& g : {testing::mlp(3, 640, 64, "int8"), bottleneck()}) {
+    auto compiled = compileShard(chip, g, allOps(g), {}, {});
+    ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+    auto c = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), {}, {});
+    ASSERT_TRUE(c->advanceTo(sim::kNever).ok());
+    EXPECT_EQ(c->stats().sramPeakBytes, compiled->report.sramFootprintBytes);
+    EXPECT_GT(compiled->report.sramPeakBytes, 0);
+    EXPECT_NE(reportJson(compiled->report).find("\"sram_live_peak_bytes\""), std::string::npos);
+  }
 }
 
 TEST(ShardCompiler, GoldenTinyMlpInt8) {
