@@ -308,7 +308,11 @@ int splitAxes(const std::vector<int>& dimAxis) {
 // output leaves split when a later layer receives it split; the compute share one rank does, each
 // op by the FLOP-based rates over the devices its iteration is split across.
 std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, const topology::ChipSpec& chip,
-                                                        const ShardingPlan& sharding, int layerCount) {
+                                                        const ShardingPlan& sharding, int layerCount,
+                                                        const std::vector<ir::TensorId>& shared,
+                                                        std::vector<int>& sharedAxes) {
+  sharedAxes.clear();
+  for (ir::TensorId t : shared) sharedAxes.push_back(splitAxes(sharding.tensors[t].dimAxis));
   std::vector<LayerProfile::WidthFigures> figures(layerCount);
   const int last = layerCount - 1;
   const bool grid = sharding.mesh.axisSizes.size() == 2;
@@ -385,7 +389,8 @@ std::vector<bool> dividedDims(const std::vector<std::int64_t>& dims, int size) {
 // one reuses its figures. The fields without a width (the tp = 2 and 2 x 2 figures) come along.
 // False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
 constexpr int kWidestSplit = 4096;
-bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
+                           const std::vector<ir::TensorId>& shared) {
   std::set<std::int64_t> dimSet;
   for (const auto& tensor : graph.tensors())
     for (std::int64_t d : tensor.shape) dimSet.insert(d);
@@ -395,6 +400,7 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
     std::vector<bool> previous;
     std::optional<std::vector<LayerProfile::WidthFigures>> figures;
+    std::vector<int> sharedAxes;
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
       const int tp = split == TensorSplit::k2d ? axis * axis : axis;
       auto divided = dividedDims(dims, axis);
@@ -406,12 +412,14 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
         auto annotations = planAnnotations(graph, plan, mesh);
         auto propagated = annotations ? propagateShardings(graph, mesh, *annotations) : Expected<ShardingPlan>(annotations.error());
         figures.reset();
-        if (propagated) figures = shardingFigures(graph, chip, *propagated, layerCount);
+        if (propagated) figures = shardingFigures(graph, chip, *propagated, layerCount, shared, sharedAxes);
         previous = std::move(divided);
       }
       if (!figures) continue;
       for (int l = 0; l < layerCount; ++l)
         (split == TensorSplit::k2d ? profile.layers[l].gridAt : profile.layers[l].megatronAt)[tp] = (*figures)[l];
+      for (size_t k = 0; k < shared.size(); ++k)
+        profile.sharedLeaves[k].axesAt[{static_cast<int>(split), tp}] = sharedAxes[k];
       if (axis != 2) continue;
       for (int l = 0; l < layerCount; ++l) {
         LayerProfile& layer = profile.layers[l];
@@ -582,7 +590,22 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
-  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile)) return profile;
+  // Weights and constants several layers read, each counted once per chip (memoryPerChip).
+  std::map<ir::TensorId, std::set<int>> readers;
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId t : graph.op(i).inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation &&
+          tensor.role != ir::TensorRole::kState)
+        readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
+    }
+  std::vector<ir::TensorId> shared;
+  for (const auto& [t, layers] : readers)
+    if (layers.size() > 1) {
+      shared.push_back(t);
+      profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
+    }
+  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared)) return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();
@@ -709,6 +732,16 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
     weights[chip] += at ? at->rankWeightBytes(axis) : replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
     state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
     peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+  }
+  // A weight or constant read by several layers of one chip is held there once.
+  for (const SharedLeaf& leaf : profile.sharedLeaves) {
+    std::map<int, int> readersOnChip;
+    for (int l : leaf.layers) ++readersOnChip[stages.layerChunk[l] % c.pp];
+    const auto axes = leaf.axesAt.find({static_cast<int>(c.split), c.tp});
+    const double axis = c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+    const double held = axes == leaf.axesAt.end() ? static_cast<double>(leaf.bytes) / c.tp
+                                                  : static_cast<double>(leaf.bytes) / std::pow(axis, axes->second);
+    for (const auto& [chip, n] : readersOnChip) weights[chip] -= (n - 1) * held;
   }
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).

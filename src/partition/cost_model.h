@@ -114,6 +114,15 @@ struct SharedWeight {
   Bytes bytes = 0;          ///< of the gradient
 };
 
+/// A weight or constant several layers read (a causal mask, a tied embedding): each layer's
+/// figures count it, and a chip holding several of those layers holds it once.
+struct SharedLeaf {
+  Bytes bytes = 0;
+  std::vector<int> layers;  ///< ascending
+  /// The mesh axes (0 to 2) the sharding splits it over, by (split, tp); missing: split tp ways.
+  std::map<std::pair<int, int>, int> axesAt;
+};
+
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
 struct ModelProfile {
   std::vector<LayerProfile> layers;
@@ -128,6 +137,7 @@ struct ModelProfile {
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
   std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
+  std::vector<SharedLeaf> sharedLeaves;     ///< weights and constants several layers read
 };
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;

@@ -157,6 +157,25 @@ TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
   EXPECT_GT(share(4), 0.5 * share(2) * 1.04);
 }
 
+// The causal mask every block reads and the tied embedding table are held once by a chip that
+// runs several of their readers, not once per layer.
+TEST(CostModel, ASharedConstantIsHeldOncePerChip) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("gpt", {{"layers", "4"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto profile = profileOf(g, c, 1);
+  Bytes overCount = 0;
+  for (const auto& leaf : profile.sharedLeaves) overCount += leaf.bytes * (static_cast<Bytes>(leaf.layers.size()) - 1);
+  const ir::Tensor& mask = g.tensor(*g.findTensor("causal_mask"));
+  ASSERT_GE(profile.sharedLeaves.size(), 2u);
+  EXPECT_GE(overCount, 3 * mask.bytes());
+  auto counted = profile;
+  counted.sharedLeaves.clear();
+  auto stages = assignStages(profile, 1);
+  ASSERT_TRUE(stages.ok());
+  const Candidate one{TensorSplit::kNone, 1, 1, 1, 1, 1};
+  EXPECT_EQ(memoryPerChip(counted, one, *stages) - memoryPerChip(profile, one, *stages), overCount);
+}
+
 TEST(CostModel, SpatialSplitsConvolutionsAndMegatronLeavesThemWhole) {
   const auto c = cluster(kFreeRing);
   const auto g = model("resnet50", {{"batch", "2"}, {"image", "64"}});
