@@ -2,6 +2,7 @@
 #include "partition/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -281,110 +282,182 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
 
-// The propagated sharding the runtime gives the whole graph for a tensor split over tp chips.
-Expected<ShardingPlan> runtimeSharding(const ir::Graph& graph, TensorSplit split, int tp) {
-  Plan plan;
-  plan.tp = tp;
-  plan.split = split;
-  const Mesh mesh = tensorMesh(plan);
-  auto annotations = planAnnotations(graph, plan, mesh);
-  if (!annotations) return annotations.error();
-  return propagateShardings(graph, mesh, *annotations);
+// An op's compute on one chip by the FLOP-based rates: MACs at the MXM peak (INT8; 2-byte types
+// at 1/mxmFp16RateDivisor of it), other FLOPs one element per lane byte-group per ALU group a cycle.
+double opEstimateCycles(const ir::Graph& graph, const ir::Op& op, const topology::ChipSpec& chip) {
+  const double flops = static_cast<double>(ir::opFlops(graph, op));
+  const ir::DType type = op.inputs.empty() ? ir::DType::kF16 : graph.tensor(op.inputs[0]).dtype;
+  const int width = std::max(1, ir::dtypeBytes(type));
+  if (ir::isMacOp(op.kind))
+    return flops / 2.0 / (static_cast<double>(chip.int8MacsPerCycle()) / (width >= 2 ? chip.mxmFp16RateDivisor : 1));
+  return flops / (static_cast<double>(chip.vectorBytes) / width * chip.vxmAluGroups);
 }
 
-// The 2D split's collectives as the runtime's sharding makes them on a 2 x 2 grid, per layer and
-// grid axis (each step is over one axis, its tensor whole or split on the other).
-void gridCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
-  auto propagated = runtimeSharding(graph, TensorSplit::k2d, 4);
-  if (!propagated) return;
-  const int last = static_cast<int>(profile.layers.size()) - 1;
-  for (const auto& r : propagated->reshards) {
-    LayerProfile& layer = profile.layers[std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last)];
+// The distinct mesh axes a split (mesh axis or -1 per dim) divides over, at most two.
+int splitAxes(const std::vector<int>& dimAxis) {
+  std::set<int> axes;
+  for (int a : dimAxis)
+    if (a >= 0) axes.insert(a);
+  return std::min<int>(2, static_cast<int>(axes.size()));
+}
+
+// The figures of one propagated sharding for every layer: each reshard step counted in the layer of
+// the op it feeds (an all-reduce as one, an all-gather, reduce-scatter or all-to-all as the
+// (t-1)/t form), with the bytes of the whole tensor as the links carry them, on a one-axis mesh
+// (Megatron) as such and on a two-axis mesh (2D) per axis, split or whole on the other; a layer's
+// output leaves split when a later layer receives it split; the compute share one rank does, each
+// op by the FLOP-based rates over the devices its iteration is split across.
+std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, const topology::ChipSpec& chip,
+                                                        const ShardingPlan& sharding, int layerCount,
+                                                        const std::vector<ir::TensorId>& shared,
+                                                        std::vector<int>& sharedAxes) {
+  sharedAxes.clear();
+  for (ir::TensorId t : shared) sharedAxes.push_back(splitAxes(sharding.tensors[t].dimAxis));
+  std::vector<LayerProfile::WidthFigures> figures(layerCount);
+  const int last = layerCount - 1;
+  const bool grid = sharding.mesh.axisSizes.size() == 2;
+  auto layerOf = [&](ir::OpId op) { return std::clamp(op >= 0 ? graph.op(op).layer : last, 0, last); };
+  for (const auto& r : sharding.reshards) {
+    auto& layer = figures[layerOf(r.op)];
     const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
     for (const auto& step : r.steps) {
-      const int other = 1 - step.axis;
-      const int split = std::find(r.from.dimAxis.begin(), r.from.dimAxis.end(), other) != r.from.dimAxis.end();
-      auto& axis = layer.grid[std::clamp(step.axis, 0, 1)];
-      if (step.kind == ReshardKind::kAllReduce) {
-        ++axis.allReduces;
-        axis.allReduceBytes[split] += bytes;
-      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
-                 step.kind == ReshardKind::kAllToAll) {
-        ++axis.allGathers;
-        axis.allGatherBytes[split] += bytes;
+      const bool reduce = step.kind == ReshardKind::kAllReduce;
+      const bool gather = step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                          step.kind == ReshardKind::kAllToAll;
+      if (!reduce && !gather) continue;
+      if (grid) {
+        const int other = 1 - step.axis;
+        const int split = std::find(r.from.dimAxis.begin(), r.from.dimAxis.end(), other) != r.from.dimAxis.end();
+        auto& axis = layer.grid[std::clamp(step.axis, 0, 1)];
+        (reduce ? axis.allReduces : axis.allGathers) += 1;
+        (reduce ? axis.allReduceBytes : axis.allGatherBytes)[split] += bytes;
+      } else {
+        (reduce ? layer.allReduces : layer.allGathers) += 1;
+        (reduce ? layer.allReduceBytes : layer.allGatherBytes) += bytes;
       }
     }
   }
-}
-
-// Megatron's collectives as the runtime's sharding makes them: the plan annotations at tp = 2 on
-// the whole graph, propagated, and every reshard step counted in the layer of the op it feeds (an
-// all-reduce as one, an all-gather, reduce-scatter or all-to-all as the (t-1)/t form), with the
-// bytes of the whole tensor as the links carry them; a layer's output leaves split when a later
-// layer receives it split. False (the layers keep the graph-order pairing) when sharding fails.
-// The 2D figures come along (gridCollectives).
-bool megatronCollectives(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
-  gridCollectives(graph, chip, profile);
-  auto propagated = runtimeSharding(graph, TensorSplit::kMegatron, 2);
-  if (!propagated) return false;
-  for (auto& layer : profile.layers) {
-    layer.allReduces = layer.allGathers = 0;
-    layer.allReduceBytes = layer.allGatherBytes = 0;
-    layer.outputSplit = false;
-  }
-  const int last = static_cast<int>(profile.layers.size()) - 1;
-  for (const auto& r : propagated->reshards) {
-    const int l = std::clamp(r.op >= 0 ? graph.op(r.op).layer : last, 0, last);
-    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
-    for (const auto& step : r.steps) {
-      LayerProfile& layer = profile.layers[l];
-      if (step.kind == ReshardKind::kAllReduce) {
-        ++layer.allReduces;
-        layer.allReduceBytes += bytes;
-      } else if (step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
-                 step.kind == ReshardKind::kAllToAll) {
-        ++layer.allGathers;
-        layer.allGatherBytes += bytes;
-      }
-    }
-  }
+  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  std::vector<double> whole(layerCount, 0);
+  std::vector<std::array<double, 3>> over(layerCount, {0, 0, 0});
+  std::vector<std::set<ir::TensorId>> weights(layerCount);
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
+    const int l = std::clamp(op.layer, 0, last);
     for (ir::TensorId t : op.inputs) {
-      const ir::OpId producer = graph.tensor(t).producer;
+      const ir::Tensor& tensor = graph.tensor(t);
+      const ir::OpId producer = tensor.producer;
+      if (producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation &&
+          tensor.role != ir::TensorRole::kState && weights[l].insert(t).second)
+        figures[l].weightBytesOverAxes[splitAxes(sharding.tensors[t].dimAxis)] += static_cast<double>(tensor.bytes());
       if (producer < 0 || graph.op(producer).layer == op.layer) continue;
-      const auto& spec = propagated->tensors[t];
+      const auto& spec = sharding.tensors[t];
       if (std::any_of(spec.dimAxis.begin(), spec.dimAxis.end(), [](int a) { return a >= 0; }))
-        profile.layers[std::clamp(graph.op(producer).layer, 0, last)].outputSplit = true;
+        figures[layerOf(producer)].outputSplit = true;
+    }
+    // A matmul on a resident operand (weights, a KV cache) takes at least that operand's installs.
+    double cycles = opEstimateCycles(graph, op, chip);
+    if (ir::isMacOp(op.kind)) {
+      Bytes resident = 0;
+      for (ir::TensorId t : op.inputs)
+        if (graph.tensor(t).producer < 0 && (graph.tensor(t).role == ir::TensorRole::kWeight ||
+                                             graph.tensor(t).role == ir::TensorRole::kState))
+          resident += graph.tensor(t).bytes();
+      cycles = std::max(cycles, static_cast<double>(ceilDiv(resident, installBytes) * chip.mxmWeightInstallCycles));
+    }
+    whole[l] += cycles;
+    over[l][splitAxes(sharding.opDimAxis[i])] += cycles;
+  }
+  // A layer without compute splits as the mesh does.
+  for (int l = 0; l < layerCount; ++l)
+    for (int k = 0; k < 3; ++k)
+      figures[l].computeOverAxes[k] = whole[l] > 0 ? over[l][k] / whole[l] : k + 1 == static_cast<int>(sharding.mesh.axisSizes.size());
+  return figures;
+}
+
+// Which of the graph's tensor dims `size` divides: the propagation splits a dim over a mesh axis
+// only when the axis divides it, so two widths with the same answer shard the graph alike.
+std::vector<bool> dividedDims(const std::vector<std::int64_t>& dims, int size) {
+  std::vector<bool> divided;
+  for (std::int64_t d : dims) divided.push_back(d % size == 0);
+  return divided;
+}
+
+// Megatron's and the 2D split's figures at every width the search tries (powers of two up to
+// kWidestSplit; 2D on q x q grids), each from the runtime's sharding at that width: the plan
+// annotations on the whole graph, propagated. A width that divides the same dims as the previous
+// one reuses its figures. The fields without a width (the tp = 2 and 2 x 2 figures) come along.
+// False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
+constexpr int kWidestSplit = 4096;
+bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
+                           const std::vector<ir::TensorId>& shared) {
+  std::set<std::int64_t> dimSet;
+  for (const auto& tensor : graph.tensors())
+    for (std::int64_t d : tensor.shape) dimSet.insert(d);
+  const std::vector<std::int64_t> dims(dimSet.begin(), dimSet.end());
+  const int layerCount = static_cast<int>(profile.layers.size());
+  bool megatron = false;
+  for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
+    std::vector<bool> previous;
+    std::optional<std::vector<LayerProfile::WidthFigures>> figures;
+    std::vector<int> sharedAxes;
+    for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
+      const int tp = split == TensorSplit::k2d ? axis * axis : axis;
+      auto divided = dividedDims(dims, axis);
+      if (axis == 2 || divided != previous) {
+        Plan plan;
+        plan.tp = tp;
+        plan.split = split;
+        const Mesh mesh = tensorMesh(plan);
+        auto annotations = planAnnotations(graph, plan, mesh);
+        auto propagated = annotations ? propagateShardings(graph, mesh, *annotations) : Expected<ShardingPlan>(annotations.error());
+        figures.reset();
+        if (propagated) figures = shardingFigures(graph, chip, *propagated, layerCount, shared, sharedAxes);
+        previous = std::move(divided);
+      }
+      if (!figures) continue;
+      for (int l = 0; l < layerCount; ++l)
+        (split == TensorSplit::k2d ? profile.layers[l].gridAt : profile.layers[l].megatronAt)[tp] = (*figures)[l];
+      for (size_t k = 0; k < shared.size(); ++k)
+        profile.sharedLeaves[k].axesAt[{static_cast<int>(split), tp}] = sharedAxes[k];
+      if (axis != 2) continue;
+      for (int l = 0; l < layerCount; ++l) {
+        LayerProfile& layer = profile.layers[l];
+        const auto& f = (*figures)[l];
+        if (split == TensorSplit::k2d) {
+          layer.grid[0] = f.grid[0];
+          layer.grid[1] = f.grid[1];
+        } else {
+          layer.allReduces = f.allReduces;
+          layer.allGathers = f.allGathers;
+          layer.allReduceBytes = f.allReduceBytes;
+          layer.allGatherBytes = f.allGatherBytes;
+          layer.outputSplit = f.outputSplit;
+        }
+      }
+      megatron = megatron || split == TensorSplit::kMegatron;
     }
   }
-  return true;
+  return megatron;
 }
 
 }  // namespace
+
+const LayerProfile::WidthFigures* LayerProfile::figuresAt(TensorSplit split, int tp) const {
+  if (split != TensorSplit::kMegatron && split != TensorSplit::k2d) return nullptr;
+  const auto& byWidth = split == TensorSplit::kMegatron ? megatronAt : gridAt;
+  auto found = byWidth.find(tp);
+  return found == byWidth.end() ? nullptr : &found->second;
+}
 
 Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip) {
   return compileLayerAlone(layer, chip, 0);
 }
 
 Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
-  double macCycles = 0, vectorCycles = 0;
-  for (ir::OpId id : ops) {
-    const ir::Op& op = graph.op(id);
-    const std::int64_t flops = ir::opFlops(graph, op);
-    const ir::DType type = op.inputs.empty() ? ir::DType::kF16 : graph.tensor(op.inputs[0]).dtype;
-    const int width = std::max(1, ir::dtypeBytes(type));
-    if (ir::isMacOp(op.kind)) {
-      // INT8 runs at the full MXM rate; 2-byte types at 1/mxmFp16RateDivisor of it.
-      const double rate = static_cast<double>(chip.int8MacsPerCycle()) / (width >= 2 ? chip.mxmFp16RateDivisor : 1);
-      macCycles += static_cast<double>(flops) / 2.0 / rate;
-    } else {
-      // One element per lane byte-group per ALU group per cycle.
-      const double rate = static_cast<double>(chip.vectorBytes) / width * chip.vxmAluGroups;
-      vectorCycles += static_cast<double>(flops) / rate;
-    }
-  }
-  return static_cast<Cycle>(std::ceil(macCycles + vectorCycles)) + chip.rippleCycles;
+  double cycles = 0;
+  for (ir::OpId id : ops) cycles += opEstimateCycles(graph, graph.op(id), chip);
+  return static_cast<Cycle>(std::ceil(cycles)) + chip.rippleCycles;
 }
 
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples) {
@@ -517,7 +590,22 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
-  if (profile.hasWeightMatmul && megatronCollectives(graph, chip, profile)) return profile;
+  // Weights and constants several layers read, each counted once per chip (memoryPerChip).
+  std::map<ir::TensorId, std::set<int>> readers;
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId t : graph.op(i).inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation &&
+          tensor.role != ir::TensorRole::kState)
+        readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
+    }
+  std::vector<ir::TensorId> shared;
+  for (const auto& [t, layers] : readers)
+    if (layers.size() > 1) {
+      shared.push_back(t);
+      profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
+    }
+  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared)) return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();
@@ -567,24 +655,30 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
   switch (c.split) {
     case TensorSplit::kNone: share.compute = scaled; break;
-    case TensorSplit::kMegatron:
-      // Matmuls, attention heads and the elementwise work between them split; convolutions do not.
-      share.compute = scaled * (conv + (1 - conv) / t);
+    case TensorSplit::kMegatron: {
+      // At the candidate's width as the sharding splits it (figuresAt); without those figures the
+      // matmuls, attention heads and the elementwise work between them split, convolutions do not.
+      const auto* at = layer.figuresAt(c.split, c.tp);
+      share.compute = scaled * (at ? at->computeShare(t) : conv + (1 - conv) / t);
+      const int allReduces = at ? at->allReduces : layer.allReduces;
+      const int allGathers = at ? at->allGathers : layer.allGathers;
+      const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
+      const double gathered = static_cast<double>(at ? at->allGatherBytes : layer.allGatherBytes);
       // All-reduce as the scheduler runs it (allReduceCycles); all-gather (t-1)alpha + (t-1)/t n beta.
-      share.comm = layer.allReduces * allReduceCycles(t, static_cast<double>(layer.allReduceBytes) * frac /
-                                                             std::max(1, layer.allReduces), links.tp, sharedPort) +
-                   layer.allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
-                   (t - 1) / t * static_cast<double>(layer.allGatherBytes) * frac * links.tp.cyclesPerByte *
-                       links.tp.contention * sharedPort;
+      share.comm = allReduces * allReduceCycles(t, reduced * frac / std::max(1, allReduces), links.tp, sharedPort) +
+                   allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
+                   (t - 1) / t * gathered * frac * links.tp.cyclesPerByte * links.tp.contention * sharedPort;
       break;
+    }
     case TensorSplit::k2d: {
       // q x q grid: each weight matmul holds 1/q^2 of its weight (K split over one axis, N over
       // the other) and all-reduces its partial output, 1/q of it per chip, over the q chips of one
       // axis (a ring of two shares one port, as for Megatron).
       const double q = std::round(std::sqrt(t));
-      share.compute = scaled * (conv + (1 - conv) / t);
+      const auto* at = layer.figuresAt(c.split, c.tp);
+      share.compute = scaled * (at ? at->computeShare(q) : conv + (1 - conv) / t);
       const double port = q == 2 ? 2.0 : 1.0;
-      const auto& g = layer.grid;
+      const auto& g = at ? at->grid : layer.grid;
       if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
         share.comm = layer.weightMatmuls *
                      allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
@@ -631,10 +725,23 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
     const int chip = stages.layerChunk[l] % c.pp;
     // Convolution weights are whole on every chip of a TP group (a spatial split cuts the image;
     // Megatron and 2D splits leave convolutions replicated); the other weights are split tp ways.
+    // At the candidate's width: what the sharding leaves on one rank.
     const double replicated = c.tp > 1 ? static_cast<double>(layer.convWeightBytes) : 0.0;
-    weights[chip] += replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
+    const auto* at = layer.figuresAt(c.split, c.tp);
+    const double axis = c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+    weights[chip] += at ? at->rankWeightBytes(axis) : replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
     state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
     peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+  }
+  // A weight or constant read by several layers of one chip is held there once.
+  for (const SharedLeaf& leaf : profile.sharedLeaves) {
+    std::map<int, int> readersOnChip;
+    for (int l : leaf.layers) ++readersOnChip[stages.layerChunk[l] % c.pp];
+    const auto axes = leaf.axesAt.find({static_cast<int>(c.split), c.tp});
+    const double axis = c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+    const double held = axes == leaf.axesAt.end() ? static_cast<double>(leaf.bytes) / c.tp
+                                                  : static_cast<double>(leaf.bytes) / std::pow(axis, axes->second);
+    for (const auto& [chip, n] : readersOnChip) weights[chip] -= (n - 1) * held;
   }
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).
@@ -657,7 +764,7 @@ std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate
   for (const auto& e : profile.edges)
     if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
       // 2D: an activation is split over one grid axis and replicated over the other.
-      const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+      const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
       const double holds = replicated ? 1 : c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
       outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds;
     }

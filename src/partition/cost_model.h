@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +53,37 @@ struct LayerProfile {
     Bytes allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
   };
   GridCollectives grid[2];  ///< over axis r (the grid's columns), over axis c (its rows)
+  /// A Megatron or 2D split at one width, from the runtime's sharding at that width: the layer's
+  /// collectives, whether its output leaves split, and the share of its compute one rank does
+  /// (1/tp where every op splits; more where some op stays whole, such as attention whose heads
+  /// the width does not divide, or a normalisation after an all-reduce).
+  struct WidthFigures {
+    int allReduces = 0, allGathers = 0;
+    Bytes allReduceBytes = 0, allGatherBytes = 0;
+    GridCollectives grid[2];
+    bool outputSplit = false;
+    /// The layer's compute (FLOP-based, as a share of the whole) and its weights' and constants'
+    /// bytes that the sharding splits over no, one and two mesh axes.
+    double computeOverAxes[3] = {1, 0, 0};
+    double weightBytesOverAxes[3] = {0, 0, 0};
+    /// The share of the layer's compute one rank does on mesh axes of `axis` devices each.
+    double computeShare(double axis) const {
+      return computeOverAxes[0] + computeOverAxes[1] / axis + computeOverAxes[2] / (axis * axis);
+    }
+    /// The bytes of the layer's weights and constants one rank holds.
+    double rankWeightBytes(double axis) const {
+      return weightBytesOverAxes[0] + weightBytesOverAxes[1] / axis + weightBytesOverAxes[2] / (axis * axis);
+    }
+  };
+  std::map<int, WidthFigures> megatronAt;  ///< by tp; a width missing: the fields above (tp = 2)
+  std::map<int, WidthFigures> gridAt;      ///< 2D, by tp = q x q; a width missing: the fields above (2 x 2)
+  /// The figures of `split` at width tp, or null (then the tp = 2 / 2 x 2 fields above).
+  const WidthFigures* figuresAt(TensorSplit split, int tp) const;
+  /// Megatron at width tp: whether the layer's output leaves split.
+  bool outputSplitAt(int tp) const {
+    const auto* at = figuresAt(TensorSplit::kMegatron, tp);
+    return at ? at->outputSplit : outputSplit;
+  }
   int weightMatmuls = 0;     ///< matmuls with a weight operand
   Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
   int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
@@ -82,6 +114,15 @@ struct SharedWeight {
   Bytes bytes = 0;          ///< of the gradient
 };
 
+/// A weight or constant several layers read (a causal mask, a tied embedding): each layer's
+/// figures count it, and a chip holding several of those layers holds it once.
+struct SharedLeaf {
+  Bytes bytes = 0;
+  std::vector<int> layers;  ///< ascending
+  /// The mesh axes (0 to 2) the sharding splits it over, by (split, tp); missing: split tp ways.
+  std::map<std::pair<int, int>, int> axesAt;
+};
+
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
 struct ModelProfile {
   std::vector<LayerProfile> layers;
@@ -96,6 +137,7 @@ struct ModelProfile {
   std::string fallbackReason;    ///< the compiler's message for the first such layer
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
   std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
+  std::vector<SharedLeaf> sharedLeaves;     ///< weights and constants several layers read
 };
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;

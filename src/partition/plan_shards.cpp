@@ -175,12 +175,15 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
   }
   const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
   // Vocabulary-parallel embeddings: a lookup table's rows are split over tp (a device's lookups
-  // outside its rows read zeros, and an all-reduce sums the partial results).
+  // outside its rows read zeros, and an all-reduce sums the partial results). A vocabulary that tp
+  // does not divide (GPT-2/3's 50,257) splits the table's columns instead: each device looks up its
+  // slice of every row, and a tied head then contracts over its split (an all-reduce of the logits).
   for (const auto& op : graph.ops()) {
     if (op.kind != ir::OpKind::kGather || op.inputs.size() != 2 || op.intAttr("axis", 0) != 0) continue;
     const auto& table = graph.tensor(op.inputs[0]);
-    if (table.role == ir::TensorRole::kWeight && table.shape.size() == 2 && table.shape[0] % size == 0)
-      annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
+    if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2) continue;
+    if (table.shape[0] % size == 0) annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
+    else if (table.shape[1] % size == 0) annotations[op.inputs[0]] = TensorSharding{{-1, tp}, {}};
   }
   // Column-split one weight at a time, in topological order: whether a matmul's activation is
   // split over tp depends on the splits before it.

@@ -446,7 +446,7 @@ PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
   const auto chunks = plan.layerChunks(static_cast<int>(profile.layers.size()));
   for (const auto& e : profile.edges) {
     // Each TP rank sends what it holds: all of a replicated activation, its share of a split one.
-    const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplit;
+    const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
     const Bytes perRank = e.bytes / (std::int64_t{c.dp} * (replicated ? 1 : c.tp));
     for (int s = 0; s + 1 < c.pp; ++s) {
       const int from = chunks[e.from] % c.pp, to = chunks[e.to] % c.pp;

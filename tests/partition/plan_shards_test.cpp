@@ -253,9 +253,12 @@ std::map<ir::TensorId, TensorSharding> literalWeightRule(const ir::Graph& g, con
   for (const auto& op : g.ops()) {
     if (op.kind != OpKind::kGather || op.intAttr("axis", 0) != 0) continue;
     const auto& table = g.tensor(op.inputs[0]);
-    if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2 || table.shape[0] % q != 0) continue;
-    if (!grid) annotations[op.inputs[0]] = TensorSharding{{0, -1}, {}};
-    else if (table.shape[1] % q == 0) annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
+    if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2) continue;
+    // Megatron splits the rows, else (a vocabulary tp does not divide) the columns; 2D both.
+    if (!grid && table.shape[0] % q == 0) annotations[op.inputs[0]] = TensorSharding{{0, -1}, {}};
+    else if (!grid && table.shape[1] % q == 0) annotations[op.inputs[0]] = TensorSharding{{-1, 0}, {}};
+    else if (grid && table.shape[0] % q == 0 && table.shape[1] % q == 0)
+      annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
   }
   auto split = [](const TensorSharding& s) {
     return std::any_of(s.dimAxis.begin(), s.dimAxis.end(), [](int a) { return a >= 0; }) || !s.partialAxes.empty();
@@ -333,6 +336,43 @@ TEST(PlanShards, TwoDimensionalSplitNeedsASquareGroup) {
   EXPECT_EQ(work.error().message, "the 2d split runs on a q x q grid: tp = 8 is not a square");
 }
 
+// A builtin GPT in FP32 with deterministic weights.
+ir::Graph gptWithWeights(std::map<std::string, std::string> params) {
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = std::move(params);
+  spec.params["dtype"] = "fp32";
+  auto g = frontend::buildBuiltinModel(spec);
+  EXPECT_TRUE(g.ok()) << g.error().format();
+  std::uint64_t seed = 1;
+  for (ir::TensorId t = 0; t < static_cast<ir::TensorId>(g->tensors().size()); ++t)
+    if (g->tensor(t).role == ir::TensorRole::kWeight) g->setData(t, values(g->tensor(t).elements(), seed++));
+  return std::move(*g);
+}
+
+// The TP group's graphs of a propagated sharding compute what the unsharded graph does on `tokens`.
+void expectShardsMatch(const ir::Graph& g, const ShardingPlan& propagated, const ir::Value& tokens, double tolerance) {
+  auto devices = shardGraph(g, propagated);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  auto want = ir::interpret(g, {tokens});
+  auto got = interpretSharded(*devices, {tokens});
+  ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
+  ASSERT_EQ(want->size(), got->size());
+  for (size_t o = 0; o < want->size(); ++o) {
+    ASSERT_EQ((*want)[o].data.size(), (*got)[o].data.size());
+    for (size_t e = 0; e < (*want)[o].data.size(); ++e)
+      EXPECT_NEAR((*want)[o].data[e], (*got)[o].data[e], tolerance + tolerance * std::abs((*want)[o].data[e]))
+          << "output " << o;
+  }
+}
+
+// Tokens 2 x 8 spread over a vocabulary.
+ir::Value tokensOf(int vocab) {
+  ir::Value tokens{DType::kI32, {2, 8}, {}};
+  for (int i = 0; i < 16; ++i) tokens.data.push_back((5 * i + 3) % vocab);
+  return tokens;
+}
+
 // Megatron's attention on the builtin GPT: the column split of the query, key and value weights gives
 // every TP rank whole heads (KV-head groups), so attention needs no collective; each block all-reduces twice (the
 // output projection and fc2), the vocabulary-parallel lookups once each, and nothing is gathered.
@@ -344,41 +384,38 @@ TEST(PlanShards, GptAttentionSplitsByHeads) {
   };
   for (const Case& c : {Case{2, "4", "4"}, Case{4, "4", "4"}, Case{2, "4", "2"}}) {
     SCOPED_TRACE(fmt::format("tp {}, heads {}, kv_heads {}", c.tp, c.heads, c.kvHeads));
-    frontend::ModelSpec spec;
-    spec.builtin = "gpt";
-    spec.params = {{"layers", "2"}, {"hidden", "32"}, {"heads", c.heads}, {"kv_heads", c.kvHeads}, {"seq", "8"},
-                   {"batch", "2"},  {"vocab", "16"},  {"dtype", "fp32"}};
-    auto g = frontend::buildBuiltinModel(spec);
-    ASSERT_TRUE(g.ok()) << g.error().format();
-    std::uint64_t seed = 1;
-    for (ir::TensorId t = 0; t < static_cast<ir::TensorId>(g->tensors().size()); ++t)
-      if (g->tensor(t).role == ir::TensorRole::kWeight) g->setData(t, values(g->tensor(t).elements(), seed++));
+    auto g = gptWithWeights({{"layers", "2"}, {"hidden", "32"}, {"heads", c.heads}, {"kv_heads", c.kvHeads},
+                             {"seq", "8"}, {"batch", "2"}, {"vocab", "16"}});
     Plan p = plan(1, c.tp, 1, 1, {});
     const Mesh mesh = tensorMesh(p);
-    auto annotations = planAnnotations(*g, p, mesh);
+    auto annotations = planAnnotations(g, p, mesh);
     ASSERT_TRUE(annotations.ok()) << annotations.error().format();
-    auto propagated = propagateShardings(*g, mesh, *annotations);
+    auto propagated = propagateShardings(g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
     EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
     EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
     EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 * 2 + 2);  // 2 per block, token and position lookups
     for (const char* w : {"layers.0.query.weight", "layers.0.key.weight", "layers.0.value.weight"})
-      EXPECT_EQ(propagated->tensors[*g->findTensor(w)].text(mesh), "[-,tp]") << w;
-    EXPECT_EQ(propagated->tensors[*g->findTensor("layers.0.attn_out.weight")].text(mesh), "[tp,-]");
-    auto devices = shardGraph(*g, *propagated);
-    ASSERT_TRUE(devices.ok()) << devices.error().format();
-    ir::Value tokens{DType::kI32, {2, 8}, {}};
-    for (int i = 0; i < 16; ++i) tokens.data.push_back((5 * i + 3) % 16);
-    auto want = ir::interpret(*g, {tokens});
-    auto got = interpretSharded(*devices, {tokens});
-    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
-    ASSERT_EQ(want->size(), got->size());
-    for (size_t o = 0; o < want->size(); ++o) {
-      ASSERT_EQ((*want)[o].data.size(), (*got)[o].data.size());
-      for (size_t e = 0; e < (*want)[o].data.size(); ++e)
-        EXPECT_NEAR((*want)[o].data[e], (*got)[o].data[e], 1e-6 + 1e-6 * std::abs((*want)[o].data[e])) << "output " << o;
-    }
+      EXPECT_EQ(propagated->tensors[*g.findTensor(w)].text(mesh), "[-,tp]") << w;
+    EXPECT_EQ(propagated->tensors[*g.findTensor("layers.0.attn_out.weight")].text(mesh), "[tp,-]");
+    expectShardsMatch(g, *propagated, tokensOf(16), 1e-6);
   }
+}
+
+// A vocabulary that tp does not divide (GPT-2/3's 50,257): the tied table's columns split instead of
+// its rows, so every rank holds 1/tp of it; the lookups then leave hidden slices, the tied head
+// contracts over them and all-reduces its logits, and the TP group computes what the unsharded
+// graph does.
+TEST(PlanShards, OddVocabularySplitsTheTableColumns) {
+  auto g = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "15"}});
+  Plan p = plan(1, 2, 1, 1, {});
+  const Mesh mesh = tensorMesh(p);
+  auto annotations = planAnnotations(g, p, mesh);
+  ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+  auto propagated = propagateShardings(g, mesh, *annotations);
+  ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+  EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[-,tp]");
+  expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
 }
 
 }  // namespace

@@ -124,6 +124,58 @@ TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   EXPECT_TRUE(profile.chain);
 }
 
+// The figures at each width are the runtime's sharding at that width: a Llama block with 2 KV heads
+// splits attention by heads over 2 chips, but over 4 the key and value projections' heads do not
+// divide, so the sharding gathers them and every rank runs attention whole: collectives appear and
+// one rank's compute share is above 1/4, while the weights one rank holds still shrink with tp.
+TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "2"}, {"hidden", "256"}, {"heads", "8"}, {"kv_heads", "2"},
+                                 {"ffn", "512"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto profile = profileOf(g, c, 1);
+  const auto& block = profile.layers[1];
+  const auto* two = block.figuresAt(TensorSplit::kMegatron, 2);
+  const auto* four = block.figuresAt(TensorSplit::kMegatron, 4);
+  ASSERT_TRUE(two && four);
+  EXPECT_EQ(two->allGathers, 0);
+  EXPECT_GT(four->allGathers, 0);
+  EXPECT_LT(two->computeShare(2), 0.6);
+  EXPECT_GT(four->computeShare(4), 0.25 + 0.02);
+  EXPECT_LT(four->rankWeightBytes(4), two->rankWeightBytes(2));
+  // The tp = 2 figures are also the fields the other splits' code reads.
+  EXPECT_EQ(block.allReduces, two->allReduces);
+  EXPECT_EQ(block.allGathers, two->allGathers);
+  // A width that divides the same dims as the one before reuses its collectives.
+  const auto* eight = block.figuresAt(TensorSplit::kMegatron, 8);
+  ASSERT_TRUE(eight);
+  EXPECT_EQ(eight->allGathers, four->allGathers);
+  // Candidates see it: Megatron over 4 chips costs more per rank than half of Megatron over 2.
+  auto stages = assignStages(profile, 1);
+  ASSERT_TRUE(stages.ok());
+  CandidateLinks links;
+  const auto share = [&](int tp) { return layerShare(block, {TensorSplit::kMegatron, 1, tp, 1, 1, 1}, links).compute; };
+  EXPECT_GT(share(4), 0.5 * share(2) * 1.04);
+}
+
+// The causal mask every block reads and the tied embedding table are held once by a chip that
+// runs several of their readers, not once per layer.
+TEST(CostModel, ASharedConstantIsHeldOncePerChip) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("gpt", {{"layers", "4"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto profile = profileOf(g, c, 1);
+  Bytes overCount = 0;
+  for (const auto& leaf : profile.sharedLeaves) overCount += leaf.bytes * (static_cast<Bytes>(leaf.layers.size()) - 1);
+  const ir::Tensor& mask = g.tensor(*g.findTensor("causal_mask"));
+  ASSERT_GE(profile.sharedLeaves.size(), 2u);
+  EXPECT_GE(overCount, 3 * mask.bytes());
+  auto counted = profile;
+  counted.sharedLeaves.clear();
+  auto stages = assignStages(profile, 1);
+  ASSERT_TRUE(stages.ok());
+  const Candidate one{TensorSplit::kNone, 1, 1, 1, 1, 1};
+  EXPECT_EQ(memoryPerChip(counted, one, *stages) - memoryPerChip(profile, one, *stages), overCount);
+}
+
 TEST(CostModel, SpatialSplitsConvolutionsAndMegatronLeavesThemWhole) {
   const auto c = cluster(kFreeRing);
   const auto g = model("resnet50", {{"batch", "2"}, {"image", "64"}});
