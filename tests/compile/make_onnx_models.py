@@ -83,6 +83,31 @@ def single_op(out, name, op_type, opset=13, **attrs):
     onnx.save(model, os.path.join(out, name + ".onnx"))
 
 
+def softmax_opset11(out):
+    """Softmax before opset 13: the input coerced to a matrix at `axis` (here 1 of [2, 3, 4]) and
+    normalised over each row of 12, not over the axis alone."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=1)
+    graph = helper.make_graph([node], "softmax11", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]),
+              os.path.join(out, "softmax_opset11.onnx"))
+    rows = x.reshape(2, 12)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    write_tensor(x, os.path.join(out, "softmax_opset11_input.pb"))
+    write_tensor((e / e.sum(axis=1, keepdims=True)).reshape(2, 3, 4).astype(np.float32),
+                 os.path.join(out, "softmax_opset11_output.pb"))
+
+
+def pool_1d(out):
+    """A max-pool over one spatial dimension, which the lowering does not take (2-D windows only)."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool_1d", kernel_shape=[2])
+    graph = helper.make_graph([node], "pool_1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 7])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), os.path.join(out, "pool_1d.onnx"))
+
+
 def unnamed_dynamic(out):
     """An input whose dimension has neither a value nor a name."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])
@@ -168,6 +193,8 @@ def main():
     single_op(out, "unsupported_op", "Hardmax")
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
+    softmax_opset11(out)
+    pool_1d(out)
     gpt_like(out, 3, 8)
     reduce_max_head(out)
 

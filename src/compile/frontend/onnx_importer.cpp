@@ -27,7 +27,7 @@ using ir::TensorId;
 using Shape = std::vector<std::int64_t>;
 using Data = std::shared_ptr<const std::vector<double>>;
 
-constexpr int kMinOpset = 13;
+constexpr int kMinOpset = 11;
 constexpr int kMaxOpset = 17;
 // Folded results larger than this stay ops: a constant of this size is a tensor, not a shape.
 constexpr std::int64_t kMaxFoldElements = std::int64_t{1} << 22;
@@ -558,6 +558,7 @@ class Importer {
     if (kind == OpKind::kBatchNormalization && node.output_size() > 1)
       return unsupported(node, nodeId, "running mean and variance outputs are training outputs, not supported");
     if (kind == OpKind::kLayerNormalization) attrs.erase("stash_type");
+    if (kind == OpKind::kSoftmax && opset_ < 13) return softmaxOverFlattened(node, nodeId, attrs, layer);
     if (kind == OpKind::kSoftmax && !attrs.count("axis")) attrs["axis"] = std::int64_t{-1};
 
     std::vector<TensorId> inputs;
@@ -623,6 +624,42 @@ class Importer {
     for (size_t i = 0; i < outs->size(); ++i)
       if (!outNames[i].empty()) byName_[outNames[i]] = (*outs)[i];
     if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+    return {};
+  }
+
+  // Softmax before opset 13: the input as a matrix [d0 x ... x d(axis-1), d(axis) x ... x dn]
+  // (axis 1 by default), normalised over its rows; one IR Softmax over the last axis when the
+  // rows are the last axis, else between two Reshapes.
+  Status softmaxOverFlattened(const onnx::NodeProto& node, const std::string& nodeId, ir::Attrs attrs, int layer) {
+    if (node.input_size() != 1 || node.output_size() != 1) return unsupported(node, nodeId, "takes 1 input and 1 output");
+    auto in = lookup(node.input(0));
+    if (!in) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(0)));
+    const Shape shape = graph_.tensor(*in).shape;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    std::int64_t axis = ir::Op{OpKind::kSoftmax, "", {}, {}, attrs, 0}.intAttr("axis", 1);
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis < 0 || axis >= rank)
+      return unsupported(node, nodeId, fmt::format("axis {} is out of range for rank {}", axis, rank));
+    auto add = [&](OpKind kind, const std::string& suffix, TensorId x, ir::Attrs a,
+                   const std::string& outName) -> Expected<TensorId> {
+      auto outs = graph_.addMultiOp(kind, nodeId + suffix, {x}, std::move(a), layer, {outName});
+      if (!outs) return withOp(outs.error(), node);
+      return outs->front();
+    };
+    Expected<TensorId> out = *in;
+    if (axis == rank - 1) {
+      out = add(OpKind::kSoftmax, "", *in, {{"axis", std::int64_t{-1}}}, node.output(0));
+    } else {
+      std::int64_t rows = 1, columns = 1;
+      for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : columns) *= shape[d];
+      auto matrix = add(OpKind::kReshape, "/rows", *in, {{"shape", Shape{rows, columns}}}, "");
+      if (!matrix) return matrix.error();
+      auto normalised = add(OpKind::kSoftmax, "", *matrix, {{"axis", std::int64_t{-1}}}, "");
+      if (!normalised) return normalised.error();
+      out = add(OpKind::kReshape, "/shape", *normalised, {{"shape", shape}}, node.output(0));
+    }
+    if (!out) return out.error();
+    byName_[node.output(0)] = *out;
     return {};
   }
 
