@@ -100,12 +100,33 @@ def softmax_opset11(out):
                  os.path.join(out, "softmax_opset11_output.pb"))
 
 
-def pool_1d(out):
-    """A max-pool over one spatial dimension, which the lowering does not take (2-D windows only)."""
-    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool_1d", kernel_shape=[2])
-    graph = helper.make_graph([node], "pool_1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 7])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), os.path.join(out, "pool_1d.onnx"))
+def pool_3d(out):
+    """A max-pool over three spatial dimensions, which the lowering does not take (2-D windows only)."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool_3d", kernel_shape=[2, 2, 2])
+    graph = helper.make_graph([node], "pool_3d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 3, 3, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), os.path.join(out, "pool_3d.onnx"))
+
+
+def conv_1d(out):
+    """A 1-D convolution (stride 2, pads 1) and a 1-D max-pool, with an input and the numpy result in
+    the backend test layout (conv_1d_data/), for the importer's 2-D form and a functional run."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    w = (0.5 * rng.standard_normal((6, 4, 3))).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv_1d", strides=[2], pads=[1, 1])
+    pool = helper.make_node("MaxPool", ["c"], ["y"], name="pool_1d", kernel_shape=[2])
+    graph = helper.make_graph([conv, pool], "conv_1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "conv_1d.onnx"))
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1)))
+    c = np.stack([np.einsum("ck,mck->m", padded[0, :, 2 * i:2 * i + 3], w) + b for i in range(8)], axis=1)[None]
+    y = np.maximum(c[:, :, :-1], c[:, :, 1:])
+    os.makedirs(os.path.join(out, "conv_1d_data"), exist_ok=True)
+    write_tensor(x, os.path.join(out, "conv_1d_data", "input_0.pb"))
+    write_tensor(y.astype(np.float32), os.path.join(out, "conv_1d_data", "output_0.pb"))
 
 
 def unnamed_dynamic(out):
@@ -194,7 +215,8 @@ def main():
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
     softmax_opset11(out)
-    pool_1d(out)
+    pool_3d(out)
+    conv_1d(out)
     gpt_like(out, 3, 8)
     reduce_max_head(out)
 

@@ -70,6 +70,26 @@ TEST_F(OnnxImport, SoftmaxBeforeOpset13NormalisesTheFlattenedRows) {
   for (size_t i = 0; i < expected->data.size(); ++i) EXPECT_NEAR((*y)[0].data[i], expected->data[i], 1e-6);
 }
 
+// A 1-D convolution and max-pool become the 2-D ones over [N, C, 1, L] between Reshapes (the
+// weight initializer [6, 4, 3] as [6, 4, 1, 3]) and compute numpy's result.
+TEST_F(OnnxImport, OneDimensionalWindowsAreTwoDimensionalOnesOfHeightOne) {
+  auto g = importOnnx(path("conv_1d.onnx"));
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  std::vector<ir::OpKind> kinds;
+  for (const auto& op : g->ops()) kinds.push_back(op.kind);
+  EXPECT_EQ(kinds, (std::vector<ir::OpKind>{ir::OpKind::kReshape, ir::OpKind::kConv, ir::OpKind::kReshape,
+                                            ir::OpKind::kReshape, ir::OpKind::kMaxPool, ir::OpKind::kReshape}));
+  EXPECT_EQ(g->tensor(*g->findTensor("w")).shape, (std::vector<std::int64_t>{6, 4, 1, 3}));
+  auto x = readTensorProtoFile(path("conv_1d_data/input_0.pb"));
+  auto expected = readTensorProtoFile(path("conv_1d_data/output_0.pb"));
+  ASSERT_TRUE(x.ok() && expected.ok());
+  auto y = ir::interpret(*g, {*x});
+  ASSERT_TRUE(y.ok()) << y.error().format();
+  EXPECT_EQ((*y)[0].shape, (std::vector<std::int64_t>{1, 6, 7}));
+  ASSERT_EQ((*y)[0].data.size(), expected->data.size());
+  for (size_t i = 0; i < expected->data.size(); ++i) EXPECT_NEAR((*y)[0].data[i], expected->data[i], 1e-5);
+}
+
 TEST_F(OnnxImport, ExternalFileMissingStillGivesShapes) {
   const auto copy = path("copied/mlp_external.onnx");
   std::filesystem::create_directories(path("copied"));

@@ -571,6 +571,9 @@ class Importer {
       if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i)));
       inputs.push_back(*id);
     }
+    if ((kind == OpKind::kConv || kind == OpKind::kMaxPool || kind == OpKind::kAveragePool) && !inputs.empty() &&
+        graph_.tensor(inputs[0]).shape.size() == 3)
+      return windowOverOneDimension(node, nodeId, kind, inputs, std::move(attrs), layer);
     // Gemm's transA is an explicit Transpose of A (an SXM permute on chip): the MXM streams the rows
     // of A, and A^T's rows are columns of the stored A.
     if (kind == OpKind::kGemm && ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("transA", 0) != 0 && !inputs.empty() &&
@@ -624,6 +627,41 @@ class Importer {
     for (size_t i = 0; i < outs->size(); ++i)
       if (!outNames[i].empty()) byName_[outNames[i]] = (*outs)[i];
     if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+    return {};
+  }
+
+  // A window over one spatial dimension [N, C, L] as the 2-D window over [N, C, 1, L] between two
+  // Reshapes (kernel [1, k], strides [1, s], dilations [1, d], pads [0, begin, 0, end]); a
+  // convolution's weight initializer [M, C, k] takes the shape [M, C, 1, k], the same elements.
+  Status windowOverOneDimension(const onnx::NodeProto& node, const std::string& nodeId, OpKind kind,
+                                std::vector<TensorId> inputs, ir::Attrs attrs, int layer) {
+    const ir::Op view{kind, "", {}, {}, attrs, 0};
+    const Shape kernel = view.intsAttr("kernel_shape"), strides = view.intsAttr("strides", {1});
+    const Shape dilations = view.intsAttr("dilations", {1}), pads = view.intsAttr("pads", {0, 0});
+    if (kernel.size() != 1 || strides.size() != 1 || dilations.size() != 1 || pads.size() != 2)
+      return unsupported(node, nodeId, "kernel_shape, strides, dilations and pads must match one spatial dimension");
+    attrs["kernel_shape"] = Shape{1, kernel[0]};
+    attrs["strides"] = Shape{1, strides[0]};
+    attrs["dilations"] = Shape{1, dilations[0]};
+    attrs["pads"] = Shape{0, pads[0], 0, pads[1]};
+    if (kind == OpKind::kConv) {
+      const ir::Tensor& w = graph_.tensor(inputs[1]);
+      if (w.producer >= 0 || !w.users.empty() || w.shape.size() != 3)
+        return unsupported(node, nodeId, "a 1-D convolution's weight must be an initializer no other node reads");
+      graph_.setLeafShape(inputs[1], Shape{w.shape[0], w.shape[1], 1, w.shape[2]});
+    }
+    const Shape x = graph_.tensor(inputs[0]).shape;
+    auto planar = graph_.addMultiOp(OpKind::kReshape, nodeId + "/2d", {inputs[0]}, {{"shape", Shape{x[0], x[1], 1, x[2]}}},
+                                    layer, {""});
+    if (!planar) return withOp(planar.error(), node);
+    inputs[0] = planar->front();
+    auto window = graph_.addMultiOp(kind, nodeId, inputs, std::move(attrs), layer, {""});
+    if (!window) return withOp(window.error(), node);
+    const Shape y = graph_.tensor(window->front()).shape;
+    auto out = graph_.addMultiOp(OpKind::kReshape, nodeId + "/1d", {window->front()}, {{"shape", Shape{y[0], y[1], y[3]}}},
+                                 layer, {node.output(0)});
+    if (!out) return withOp(out.error(), node);
+    byName_[node.output(0)] = out->front();
     return {};
   }
 
