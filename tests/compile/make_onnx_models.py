@@ -83,6 +83,52 @@ def single_op(out, name, op_type, opset=13, **attrs):
     onnx.save(model, os.path.join(out, name + ".onnx"))
 
 
+def softmax_opset11(out):
+    """Softmax before opset 13: the input coerced to a matrix at `axis` (here 1 of [2, 3, 4]) and
+    normalised over each row of 12, not over the axis alone."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node("Softmax", ["x"], ["y"], name="softmax", axis=1)
+    graph = helper.make_graph([node], "softmax11", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)]),
+              os.path.join(out, "softmax_opset11.onnx"))
+    rows = x.reshape(2, 12)
+    e = np.exp(rows - rows.max(axis=1, keepdims=True))
+    write_tensor(x, os.path.join(out, "softmax_opset11_input.pb"))
+    write_tensor((e / e.sum(axis=1, keepdims=True)).reshape(2, 3, 4).astype(np.float32),
+                 os.path.join(out, "softmax_opset11_output.pb"))
+
+
+def pool_3d(out):
+    """A max-pool over three spatial dimensions, which the lowering does not take (2-D windows only)."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool_3d", kernel_shape=[2, 2, 2])
+    graph = helper.make_graph([node], "pool_3d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 3, 3, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)]), os.path.join(out, "pool_3d.onnx"))
+
+
+def conv_1d(out):
+    """A 1-D convolution (stride 2, pads 1) and a 1-D max-pool, with an input and the numpy result in
+    the backend test layout (conv_1d_data/), for the importer's 2-D form and a functional run."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 4, 16)).astype(np.float32)
+    w = (0.5 * rng.standard_normal((6, 4, 3))).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv_1d", strides=[2], pads=[1, 1])
+    pool = helper.make_node("MaxPool", ["c"], ["y"], name="pool_1d", kernel_shape=[2])
+    graph = helper.make_graph([conv, pool], "conv_1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7])],
+                              [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "conv_1d.onnx"))
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1)))
+    c = np.stack([np.einsum("ck,mck->m", padded[0, :, 2 * i:2 * i + 3], w) + b for i in range(8)], axis=1)[None]
+    y = np.maximum(c[:, :, :-1], c[:, :, 1:])
+    os.makedirs(os.path.join(out, "conv_1d_data"), exist_ok=True)
+    write_tensor(x, os.path.join(out, "conv_1d_data", "input_0.pb"))
+    write_tensor(y.astype(np.float32), os.path.join(out, "conv_1d_data", "output_0.pb"))
+
+
 def unnamed_dynamic(out):
     """An input whose dimension has neither a value nor a name."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])
@@ -168,6 +214,9 @@ def main():
     single_op(out, "unsupported_op", "Hardmax")
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
+    softmax_opset11(out)
+    pool_3d(out)
+    conv_1d(out)
     gpt_like(out, 3, 8)
     reduce_max_head(out)
 

@@ -27,7 +27,7 @@ using ir::TensorId;
 using Shape = std::vector<std::int64_t>;
 using Data = std::shared_ptr<const std::vector<double>>;
 
-constexpr int kMinOpset = 13;
+constexpr int kMinOpset = 11;
 constexpr int kMaxOpset = 17;
 // Folded results larger than this stay ops: a constant of this size is a tensor, not a shape.
 constexpr std::int64_t kMaxFoldElements = std::int64_t{1} << 22;
@@ -558,6 +558,7 @@ class Importer {
     if (kind == OpKind::kBatchNormalization && node.output_size() > 1)
       return unsupported(node, nodeId, "running mean and variance outputs are training outputs, not supported");
     if (kind == OpKind::kLayerNormalization) attrs.erase("stash_type");
+    if (kind == OpKind::kSoftmax && opset_ < 13) return softmaxOverFlattened(node, nodeId, attrs, layer);
     if (kind == OpKind::kSoftmax && !attrs.count("axis")) attrs["axis"] = std::int64_t{-1};
 
     std::vector<TensorId> inputs;
@@ -570,6 +571,9 @@ class Importer {
       if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i)));
       inputs.push_back(*id);
     }
+    if ((kind == OpKind::kConv || kind == OpKind::kMaxPool || kind == OpKind::kAveragePool) && !inputs.empty() &&
+        graph_.tensor(inputs[0]).shape.size() == 3)
+      return windowOverOneDimension(node, nodeId, kind, inputs, std::move(attrs), layer);
     // Gemm's transA is an explicit Transpose of A (an SXM permute on chip): the MXM streams the rows
     // of A, and A^T's rows are columns of the stored A.
     if (kind == OpKind::kGemm && ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("transA", 0) != 0 && !inputs.empty() &&
@@ -623,6 +627,77 @@ class Importer {
     for (size_t i = 0; i < outs->size(); ++i)
       if (!outNames[i].empty()) byName_[outNames[i]] = (*outs)[i];
     if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+    return {};
+  }
+
+  // A window over one spatial dimension [N, C, L] as the 2-D window over [N, C, 1, L] between two
+  // Reshapes (kernel [1, k], strides [1, s], dilations [1, d], pads [0, begin, 0, end]); a
+  // convolution's weight initializer [M, C, k] takes the shape [M, C, 1, k], the same elements.
+  Status windowOverOneDimension(const onnx::NodeProto& node, const std::string& nodeId, OpKind kind,
+                                std::vector<TensorId> inputs, ir::Attrs attrs, int layer) {
+    const ir::Op view{kind, "", {}, {}, attrs, 0};
+    const Shape kernel = view.intsAttr("kernel_shape"), strides = view.intsAttr("strides", {1});
+    const Shape dilations = view.intsAttr("dilations", {1}), pads = view.intsAttr("pads", {0, 0});
+    if (kernel.size() != 1 || strides.size() != 1 || dilations.size() != 1 || pads.size() != 2)
+      return unsupported(node, nodeId, "kernel_shape, strides, dilations and pads must match one spatial dimension");
+    attrs["kernel_shape"] = Shape{1, kernel[0]};
+    attrs["strides"] = Shape{1, strides[0]};
+    attrs["dilations"] = Shape{1, dilations[0]};
+    attrs["pads"] = Shape{0, pads[0], 0, pads[1]};
+    if (kind == OpKind::kConv) {
+      const ir::Tensor& w = graph_.tensor(inputs[1]);
+      if (w.producer >= 0 || !w.users.empty() || w.shape.size() != 3)
+        return unsupported(node, nodeId, "a 1-D convolution's weight must be an initializer no other node reads");
+      graph_.setLeafShape(inputs[1], Shape{w.shape[0], w.shape[1], 1, w.shape[2]});
+    }
+    const Shape x = graph_.tensor(inputs[0]).shape;
+    auto planar = graph_.addMultiOp(OpKind::kReshape, nodeId + "/2d", {inputs[0]}, {{"shape", Shape{x[0], x[1], 1, x[2]}}},
+                                    layer, {""});
+    if (!planar) return withOp(planar.error(), node);
+    inputs[0] = planar->front();
+    auto window = graph_.addMultiOp(kind, nodeId, inputs, std::move(attrs), layer, {""});
+    if (!window) return withOp(window.error(), node);
+    const Shape y = graph_.tensor(window->front()).shape;
+    auto out = graph_.addMultiOp(OpKind::kReshape, nodeId + "/1d", {window->front()}, {{"shape", Shape{y[0], y[1], y[3]}}},
+                                 layer, {node.output(0)});
+    if (!out) return withOp(out.error(), node);
+    byName_[node.output(0)] = out->front();
+    return {};
+  }
+
+  // Softmax before opset 13: the input as a matrix [d0 x ... x d(axis-1), d(axis) x ... x dn]
+  // (axis 1 by default), normalised over its rows; one IR Softmax over the last axis when the
+  // rows are the last axis, else between two Reshapes.
+  Status softmaxOverFlattened(const onnx::NodeProto& node, const std::string& nodeId, ir::Attrs attrs, int layer) {
+    if (node.input_size() != 1 || node.output_size() != 1) return unsupported(node, nodeId, "takes 1 input and 1 output");
+    auto in = lookup(node.input(0));
+    if (!in) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(0)));
+    const Shape shape = graph_.tensor(*in).shape;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    std::int64_t axis = ir::Op{OpKind::kSoftmax, "", {}, {}, attrs, 0}.intAttr("axis", 1);
+    if (axis < 0) axis += rank;
+    if (rank == 0 || axis < 0 || axis >= rank)
+      return unsupported(node, nodeId, fmt::format("axis {} is out of range for rank {}", axis, rank));
+    auto add = [&](OpKind kind, const std::string& suffix, TensorId x, ir::Attrs a,
+                   const std::string& outName) -> Expected<TensorId> {
+      auto outs = graph_.addMultiOp(kind, nodeId + suffix, {x}, std::move(a), layer, {outName});
+      if (!outs) return withOp(outs.error(), node);
+      return outs->front();
+    };
+    Expected<TensorId> out = *in;
+    if (axis == rank - 1) {
+      out = add(OpKind::kSoftmax, "", *in, {{"axis", std::int64_t{-1}}}, node.output(0));
+    } else {
+      std::int64_t rows = 1, columns = 1;
+      for (std::int64_t d = 0; d < rank; ++d) (d < axis ? rows : columns) *= shape[d];
+      auto matrix = add(OpKind::kReshape, "/rows", *in, {{"shape", Shape{rows, columns}}}, "");
+      if (!matrix) return matrix.error();
+      auto normalised = add(OpKind::kSoftmax, "", *matrix, {{"axis", std::int64_t{-1}}}, "");
+      if (!normalised) return normalised.error();
+      out = add(OpKind::kReshape, "/shape", *normalised, {{"shape", shape}}, node.output(0));
+    }
+    if (!out) return out.error();
+    byName_[node.output(0)] = *out;
     return {};
   }
 

@@ -149,6 +149,9 @@ class Graph {
   void markOutput(TensorId tensor) { outputs_.push_back(tensor); }
   /// Sets a tensor's dtype (the importer narrows and re-types leaves before ops use them).
   void setDType(TensorId tensor, DType dtype) { tensors_[tensor].dtype = dtype; }
+  /// Reshapes a leaf no op reads yet to a shape of the same elements (the importer gives a 1-D
+  /// convolution's weight its 2-D form).
+  void setLeafShape(TensorId tensor, std::vector<std::int64_t> shape) { tensors_[tensor].shape = std::move(shape); }
   /// Attaches values to a weight whose data was not loaded when it was added.
   void setData(TensorId tensor, std::shared_ptr<const std::vector<double>> data) { tensors_[tensor].data = std::move(data); }
 

@@ -223,15 +223,11 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
   auto channelsLast = [&](ir::TensorId t) { return spatial_ && graph_.tensor(t).shape.size() == 4; };
   const bool gather = op.kind == ir::OpKind::kGather;
   const bool slice = op.kind == ir::OpKind::kSlice;
-  const bool reshape = op.kind == ir::OpKind::kReshape || op.kind == ir::OpKind::kFlatten ||
-                       op.kind == ir::OpKind::kSqueeze || op.kind == ir::OpKind::kUnsqueeze ||
-                       op.kind == ir::OpKind::kIdentity;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
     if ((gather || slice) && i > 0) continue;  // indices, starts, ends, ...
     if (!tensors_.count(op.inputs[i]) || (gather && channelsLast(op.inputs[i]))) return -1;
   }
-  // A reshape re-forms a channels-last map only into a tensor stored row-major.
-  if (!tensors_.count(out) || (reshape && channelsLast(out))) return -1;
+  if (!tensors_.count(out)) return -1;
   const auto& outShape = graph_.tensor(out).shape;
   isa::ElementMap map;
   map.outDims = outShape;
@@ -268,8 +264,38 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
     }
     case ir::OpKind::kReshape: case ir::OpKind::kFlatten: case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze:
     case ir::OpKind::kIdentity: {
-      // The values in row-major order stay: the output's element f is the input's element f,
-      // counted over the input's shape.
+      // Axes of extent 1 added or dropped, the others kept in order ([N, C, L] <-> [N, C, 1, L]):
+      // each source axis keeps its coordinate on its output axis, a map like a transpose's, which
+      // re-forms a channels-last tensor too.
+      std::vector<std::int64_t> outAxis;
+      size_t o = 0;
+      bool unitAxesOnly = true;
+      for (std::int64_t d : inShape) {
+        if (d == 1) {
+          outAxis.push_back(-1);
+          continue;
+        }
+        while (o < outShape.size() && outShape[o] == 1) ++o;
+        if (o == outShape.size() || outShape[o] != d) {
+          unitAxesOnly = false;
+          break;
+        }
+        outAxis.push_back(static_cast<std::int64_t>(o++));
+      }
+      for (; o < outShape.size() && unitAxesOnly; ++o) unitAxesOnly = outShape[o] == 1;
+      if (unitAxesOnly && (channelsLast(in) || channelsLast(out))) {
+        addSource(in);
+        identity(inShape.size());
+        for (size_t a = 0; a < outAxis.size(); ++a) {
+          map.from[a] = std::max<std::int64_t>(outAxis[a], 0);
+          if (outAxis[a] < 0) map.steps[a] = 0;
+        }
+        break;
+      }
+      // Otherwise a reshape re-forms a channels-last map only into a tensor stored row-major: the
+      // values in row-major order stay, the output's element f is the input's element f, counted
+      // over the input's shape.
+      if (channelsLast(out)) return -1;
       addSource(in);
       map.outDims = inShape;
       identity(inShape.size());

@@ -461,7 +461,9 @@ int Lowering::readCopies(ir::TensorId tensor) const {
     const ir::Op& user = graph_.op(u);
     const bool window = user.kind == ir::OpKind::kConv || user.kind == ir::OpKind::kMaxPool ||
                         user.kind == ir::OpKind::kAveragePool;
-    if (!window || user.inputs[0] != tensor || windowOf(graph_, user).taps() < 4) return 1;
+    if (!window || user.inputs[0] != tensor || graph_.tensor(tensor).shape.size() != 4 ||
+        windowOf(graph_, user).taps() < 4)
+      return 1;
     // A Conv only when its gather passes pack several taps per vector (few input channels): then
     // every tap is a pass of its own over the input (tapPasses); an implicit GEMM's taps are K tiles
     // the planes stream one after another anyway.
@@ -651,6 +653,9 @@ Status Lowering::lowerPool(const ir::Op& op) {
   // Per channel tile and block of output pixels, one pass per tap (tapPasses): max compares, average
   // adds (the first tap copies, scaled for the average); the last tap writes every copy of the output.
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
+  if (graph_.tensor(in).shape.size() != 4)
+    return modelError(op.name, fmt::format("{} over {} spatial dimensions cannot be lowered (2-D only)",
+                                           ir::opKindName(op.kind), graph_.tensor(in).shape.size() - 2));
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
