@@ -129,6 +129,26 @@ def conv_1d(out):
     write_tensor(y.astype(np.float32), os.path.join(out, "conv_1d_data", "output_0.pb"))
 
 
+def average_pool_excluding_padding(out):
+    """AveragePool 3x3, pads 1, count_include_pad 0, ceil_mode 1, stride 2 on [1, 2, 6, 6]: every
+    border output divides by the taps inside the input only; numpy's result beside it."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)
+    node = helper.make_node("AveragePool", ["x"], ["y"], name="avg_exclude", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                            strides=[2, 2], ceil_mode=1, count_include_pad=0)
+    graph = helper.make_graph([node], "avg_exclude", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "avg_exclude.onnx"))
+    y = np.zeros((1, 2, 4, 4), np.float32)
+    for i in range(4):
+        for j in range(4):
+            rows = [r for r in range(2 * i - 1, 2 * i + 2) if 0 <= r < 6]
+            cols = [c for c in range(2 * j - 1, 2 * j + 2) if 0 <= c < 6]
+            y[0, :, i, j] = x[0][:, rows][:, :, cols].mean(axis=(1, 2))
+    write_tensor(x, os.path.join(out, "avg_exclude_input.pb"))
+    write_tensor(y, os.path.join(out, "avg_exclude_output.pb"))
+
+
 def unnamed_dynamic(out):
     """An input whose dimension has neither a value nor a name."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])
@@ -217,6 +237,7 @@ def main():
     softmax_opset11(out)
     pool_3d(out)
     conv_1d(out)
+    average_pool_excluding_padding(out)
     gpt_like(out, 3, 8)
     reduce_max_head(out)
 

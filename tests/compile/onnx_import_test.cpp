@@ -86,6 +86,20 @@ TEST_F(OnnxImport, OneDimensionalWindowsAreTwoDimensionalOnesOfHeightOne) {
   expectComputes(*g, path("conv_1d_data/input_0.pb"), path("conv_1d_data/output_0.pb"), 1e-5, {1, 6, 7});
 }
 
+// An average pool whose divisor depends on the position (padding that does not count, ceil mode)
+// is the pool over the kernel's size, with the padding extended to ceil mode's reach, times a
+// constant of kernel size / divisor per position: numpy's result.
+TEST_F(OnnxImport, AveragePoolDivisorsByPositionAreAConstantFactor) {
+  auto g = importOnnx(path("avg_exclude.onnx"));
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  ASSERT_EQ(g->ops().size(), 2u);
+  EXPECT_EQ(g->op(0).kind, ir::OpKind::kAveragePool);
+  EXPECT_EQ(g->op(0).intAttr("count_include_pad", 0), 1);
+  EXPECT_EQ(g->op(0).intAttr("ceil_mode", 1), 0);
+  EXPECT_EQ(g->op(1).kind, ir::OpKind::kMul);
+  expectComputes(*g, path("avg_exclude_input.pb"), path("avg_exclude_output.pb"), 1e-5, {1, 2, 4, 4});
+}
+
 TEST_F(OnnxImport, ExternalFileMissingStillGivesShapes) {
   const auto copy = path("copied/mlp_external.onnx");
   std::filesystem::create_directories(path("copied"));

@@ -574,6 +574,9 @@ class Importer {
     if ((kind == OpKind::kConv || kind == OpKind::kMaxPool || kind == OpKind::kAveragePool) && !inputs.empty() &&
         graph_.tensor(inputs[0]).shape.size() == 3)
       return windowOverOneDimension(node, nodeId, kind, inputs, std::move(attrs), layer);
+    if (kind == OpKind::kAveragePool && !inputs.empty() && graph_.tensor(inputs[0]).shape.size() == 4 &&
+        averageNeedsPositionDivisors(attrs))
+      return averagePoolByPosition(node, nodeId, inputs[0], std::move(attrs), layer);
     // Gemm's transA is an explicit Transpose of A (an SXM permute on chip): the MXM streams the rows
     // of A, and A^T's rows are columns of the stored A.
     if (kind == OpKind::kGemm && ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("transA", 0) != 0 && !inputs.empty() &&
@@ -660,6 +663,61 @@ class Importer {
     const Shape y = graph_.tensor(window->front()).shape;
     auto out = graph_.addMultiOp(OpKind::kReshape, nodeId + "/1d", {window->front()}, {{"shape", Shape{y[0], y[1], y[3]}}},
                                  layer, {node.output(0)});
+    if (!out) return withOp(out.error(), node);
+    byName_[node.output(0)] = out->front();
+    return {};
+  }
+
+  // An average pool whose divisor varies with the position: padding that does not count, or
+  // ceil_mode's windows past the end (ONNX divides by the taps inside the padded input).
+  static bool averageNeedsPositionDivisors(const ir::Attrs& attrs) {
+    const ir::Op view{OpKind::kAveragePool, "", {}, {}, attrs, 0};
+    const Shape pads = view.intsAttr("pads", {});
+    const bool padded = std::any_of(pads.begin(), pads.end(), [](std::int64_t p) { return p != 0; });
+    return view.intAttr("ceil_mode", 0) != 0 || (padded && view.intAttr("count_include_pad", 0) == 0);
+  }
+
+  // Such a pool as the pool over the kernel's size on zeros padded to ceil_mode's extent (which the
+  // chip computes), times a constant [1, C, Ho, Wo] of kernel size / divisor at each position: the
+  // ratio of the two pools' results on ones.
+  Status averagePoolByPosition(const onnx::NodeProto& node, const std::string& nodeId, TensorId in, ir::Attrs attrs,
+                               int layer) {
+    const Shape x = graph_.tensor(in).shape;
+    auto outType = ir::inferTypes(graph_, OpKind::kAveragePool, nodeId, {in}, attrs);
+    if (!outType) return withOp(outType.error(), node);
+    const Shape y = outType->front().shape;
+    ir::Attrs whole = attrs;
+    const ir::Op view{OpKind::kAveragePool, "", {}, {}, attrs, 0};
+    const Shape kernel = view.intsAttr("kernel_shape"), strides = view.intsAttr("strides", {1, 1});
+    const Shape dilations = view.intsAttr("dilations", {1, 1});
+    Shape pads = view.intsAttr("pads", {0, 0, 0, 0});
+    for (size_t i = 0; i < 2; ++i) {
+      const std::int64_t reach = (y[2 + i] - 1) * strides[i] + dilations[i] * (kernel[i] - 1) + 1;
+      pads[2 + i] = std::max(pads[2 + i], reach - x[2 + i] - pads[i]);
+    }
+    whole["pads"] = pads;
+    whole["ceil_mode"] = std::int64_t{0};
+    whole["count_include_pad"] = std::int64_t{1};
+    // The divisor ratio on one plane of ones.
+    const ir::Value ones{DType::kF32, {1, 1, x[2], x[3]}, std::vector<double>(static_cast<size_t>(x[2] * x[3]), 1.0)};
+    const std::vector<ir::TensorType> planeType{{{1, 1, y[2], y[3]}, DType::kF32}};
+    auto byModel = ir::evaluateOp(OpKind::kAveragePool, nodeId, attrs, {&ones}, planeType);
+    auto byKernel = ir::evaluateOp(OpKind::kAveragePool, nodeId, whole, {&ones}, planeType);
+    if (!byModel) return withOp(byModel.error(), node);
+    if (!byKernel) return withOp(byKernel.error(), node);
+    ir::Value scale{DType::kF32, {1, x[1], y[2], y[3]}, {}};
+    for (std::int64_t c = 0; c < x[1]; ++c)
+      for (size_t i = 0; i < byModel->front().data.size(); ++i) {
+        const double k = byKernel->front().data[i];
+        scale.data.push_back(k > 0 ? byModel->front().data[i] / k : 0.0);
+      }
+    auto pooled = graph_.addMultiOp(OpKind::kAveragePool, nodeId, {in}, std::move(whole), layer, {""});
+    if (!pooled) return withOp(pooled.error(), node);
+    const DType type = graph_.tensor(pooled->front()).dtype;
+    const TensorId divisors = graph_.addConstant(nodeId + "/divisors", scale.shape, type,
+                                                 std::make_shared<const std::vector<double>>(std::move(scale.data)));
+    auto out = graph_.addMultiOp(OpKind::kMul, nodeId + "/by_position", {pooled->front(), divisors}, {}, layer,
+                                 {node.output(0)});
     if (!out) return withOp(out.error(), node);
     byName_[node.output(0)] = out->front();
     return {};
