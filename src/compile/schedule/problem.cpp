@@ -2,6 +2,7 @@
 #include "compile/schedule/problem.h"
 
 #include <algorithm>
+#include <queue>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -544,9 +545,13 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
     const DependenceRows preds = dependenceRows(deps, tasks.size(), true, &kept);
     std::vector<Cycle> reach(tasks.size(), std::numeric_limits<Cycle>::min());
     Cycle groups = 0;
+    struct Piece {
+      Cycle head, length, gap, tail;
+    };
+    std::vector<Piece> pieces;
     for (const auto& group : serial) {
       if (group.empty()) continue;
-      Cycle head = std::numeric_limits<Cycle>::max(), after = std::numeric_limits<Cycle>::max(), length = 0, widest = 0;
+      pieces.clear();
       for (const SerialSegment& g : group) {
         const auto offset = [&](int t, int k) { return tasks[t].steps[k].offset; };
         const int count = static_cast<int>(tasks.size());
@@ -565,14 +570,50 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
         }
         const Cycle end = reach[g.last] != std::numeric_limits<Cycle>::min() ? reach[g.last] + offset(g.last, g.lastStep)
                                                                            : offset(g.first, g.firstStep);
-        length += std::max<Cycle>(0, end - offset(g.first, g.firstStep)) + g.gap;
-        widest = std::max(widest, g.gap);
         for (int t = g.first; t <= g.last; ++t) reach[t] = std::numeric_limits<Cycle>::min();
-        head = std::min(head, earliest[g.first] + offset(g.first, g.firstStep));
-        after = std::min(after, tail[g.last] - offset(g.last, g.lastStep));
+        pieces.push_back({earliest[g.first] + offset(g.first, g.firstStep),
+                          std::max<Cycle>(0, end - offset(g.first, g.firstStep)) + g.gap, g.gap,
+                          tail[g.last] - offset(g.last, g.lastStep)});
       }
-      // Every gap but the last segment's is waited: without the widest, whichever segment is last.
-      if (length > 0) groups = std::max(groups, head + length - widest + after);
+      // The segments as jobs on one machine with heads and tails, each job its length with its gap
+      // and its tail less the gap (consecutive segments are then jobs that do not overlap): Jackson's
+      // preemptive schedule, the longest tail first among the released jobs, is the least
+      // max(finish + tail) of any preemptive schedule, so of any order of the segments.
+      {
+        std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.head < b.head; });
+        std::priority_queue<std::pair<Cycle, Cycle>> ready;  // (tail less gap, length left)
+        Cycle now = std::numeric_limits<Cycle>::min();
+        size_t next = 0;
+        while (next < pieces.size() || !ready.empty()) {
+          if (ready.empty()) now = std::max(now, pieces[next].head);
+          for (; next < pieces.size() && pieces[next].head <= now; ++next)
+            ready.push({pieces[next].tail - pieces[next].gap, pieces[next].length});
+          auto [tailOf, left] = ready.top();
+          ready.pop();
+          const Cycle until = next < pieces.size() ? std::min(now + left, pieces[next].head) : now + left;
+          left -= until - now;
+          now = until;
+          if (left > 0) ready.push({tailOf, left});
+          else groups = std::max(groups, now + tailOf);
+        }
+      }
+      // Any subset of the segments runs one after another: from the least head among them, their
+      // lengths, to the least tail among them. Every gap but the last segment's is waited: without
+      // the widest, whichever segment is last. The subsets of the latest heads and of the longest
+      // tails hold the largest such sums (as for the resource window above).
+      for (int sweep = 0; sweep < 2; ++sweep) {
+        std::sort(pieces.begin(), pieces.end(), [&](const Piece& a, const Piece& b) {
+          return sweep == 0 ? a.head > b.head : a.tail > b.tail;
+        });
+        Cycle length = 0, widest = 0, head = std::numeric_limits<Cycle>::max(), after = std::numeric_limits<Cycle>::max();
+        for (const Piece& piece : pieces) {
+          length += piece.length;
+          widest = std::max(widest, piece.gap);
+          head = std::min(head, piece.head);
+          after = std::min(after, piece.tail);
+          if (length > 0) groups = std::max(groups, head + length - widest + after);
+        }
+      }
     }
     bound.serialSegments = groups > 0 ? groups + chip.rippleCycles : 0;
   }

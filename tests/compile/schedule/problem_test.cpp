@@ -1,6 +1,8 @@
 // Tests of the scheduling problem: check() of the input and verify() of a schedule, one per message.
 #include "compile/schedule/problem.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "compile/schedule/list_scheduler.h"
@@ -484,6 +486,44 @@ TEST(LowerBound, SerialSegmentsAddUp) {
   }
   // A segment naming a missing step makes no claim.
   EXPECT_EQ(lowerBound(p, {}, {{SerialSegment{0, 9, 1, 2, 1}}}).serialSegments, 0);
+}
+
+// Segments whose tails differ: the group's bound is the one-machine bound with heads and tails
+// (Jackson's preemptive schedule), above the least head + all lengths + the least tail, and still
+// no schedule of any order of the segments beats it.
+TEST(LowerBound, SerialSegmentsKeepEachTail) {
+  topology::ChipSpec chip;
+  Problem p(chip);
+  for (int i = 0; i < 4; ++i) p.addTask(chainTask(chip, 10 + i, 20 + i, 20, std::string("t").append(std::to_string(i))));
+  p.addTask(chainTask(chip, 14, 24, 400, "long"));
+  p.addDataDependence(0, 2, 1, 0);
+  p.addDataDependence(2, 2, 3, 0);
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  // a, b: two chained tasks each, ending at their writes; c: the long task's read, 400 rows still
+  // to stream after it.
+  const std::vector<SerialSegment> group{{0, 0, 1, 2, 3}, {2, 0, 3, 2, 3}, {4, 0, 4, 0, 3}};
+  const LowerBound bound = lowerBound(p, {}, {group});
+  const Cycle lengthA = p.completionOffset(0, 2) + p.tasks()[1].steps[2].offset;
+  const Cycle lengthB = p.completionOffset(2, 2) + p.tasks()[3].steps[2].offset;
+  const Cycle leastTail = std::min(p.span(1) - p.tasks()[1].steps[2].offset, p.span(3) - p.tasks()[3].steps[2].offset);
+  // The least head (0), every length and gap but the widest, and the least tail (a's or b's).
+  const Cycle oneWindow = lengthA + lengthB + 3 + 3 + leastTail + chip.rippleCycles;
+  EXPECT_GT(bound.serialSegments, oneWindow);
+  // The long task's whole span comes after its read: c's own tail alone bounds the program.
+  EXPECT_GE(bound.serialSegments, p.span(4) + chip.rippleCycles);
+  std::vector<int> order{0, 1, 2};
+  do {
+    Problem ordered = p;
+    for (size_t k = 0; k + 1 < order.size(); ++k) {
+      const SerialSegment& first = group[order[k]];
+      const SerialSegment& second = group[order[k + 1]];
+      ordered.addDependence({first.last, first.lastStep, second.first, second.firstStep, first.gap});
+    }
+    ordered.finalize();
+    ASSERT_TRUE(ordered.check().ok());
+    EXPECT_GE(scheduleList(ordered, {})->makespan, bound.serialSegments) << order[0] << order[1] << order[2];
+  } while (std::next_permutation(order.begin(), order.end()));
 }
 
 }  // namespace
