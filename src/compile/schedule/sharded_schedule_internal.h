@@ -54,12 +54,22 @@ class ChipTimelines {
   /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
   void append(int c, const isa::Program& program, Cycle offset) {
     if (program.instructions.empty()) return;
-    if (pieces_) return append(c, isa::makeBody(program.instructions), program, offset);
+    if (pieces_) {
+      // A piece from its first issue on; chains of the same shape (a collective's part, microbatch
+      // after microbatch) share one body.
+      Cycle first = program.instructions.front().issue;
+      for (const auto& inst : program.instructions) first = std::min(first, inst.issue);
+      isa::Program relative = program;
+      for (auto& inst : relative.instructions) inst.issue -= first;
+      isa::canonicalize(relative);
+      relative.predictedCycles = std::max<Cycle>(0, program.predictedCycles - first);
+      return append(c, intern(std::move(relative.instructions)), relative, offset + first);
+    }
     for (auto inst : program.instructions) {
       inst.issue += offset;
       programs_[c].instructions.push_back(inst);
     }
-    settle(c, program, offset, streamDrain(program));
+    settle(c, program, offset, streamDrain(program.instructions));
   }
   /// Appends `body` (the instructions of `program`, shared with other chips and passes) as a piece
   /// of chip c's program at `offset` (with `pieces`; without, its instructions are copied).
@@ -69,15 +79,15 @@ class ChipTimelines {
     if (!pieces_) return append(c, program, offset);
     programs_[c].pieces.push_back({body, offset});
     auto drain = drains_.find(body.get());
-    if (drain == drains_.end()) drain = drains_.emplace(body.get(), streamDrain(program)).first;
+    if (drain == drains_.end()) drain = drains_.emplace(body.get(), streamDrain(body->instructions)).first;
     settle(c, program, offset, drain->second);
   }
-  /// The cycle the program's last stream value has passed the chip's edge: a value keeps moving
+  /// The cycle the instructions' last stream value has passed the chip's edge: a value keeps moving
   /// along its stream after its last reader, and the next program's values must not meet it.
-  Cycle streamDrain(const isa::Program& program) const {
+  Cycle streamDrain(const std::vector<isa::Instruction>& instructions) const {
     Cycle drain = 0;
     const int slices = chip_.sliceCount();
-    for (const auto& inst : program.instructions)
+    for (const auto& inst : instructions)
       if (inst.dst.valid()) {
         const int slice = units_[inst.unit].slice;
         const int distance = inst.dst.dir == isa::Direction::kEast ? slices - slice : slice + 1;
@@ -111,6 +121,14 @@ class ChipTimelines {
   }
 
  private:
+  // The body of these instructions: one made before with the same instructions, else a new one.
+  std::shared_ptr<const isa::InstructionBody> intern(std::vector<isa::Instruction> instructions) {
+    auto& same = interned_[isa::instructionsHash(instructions)];
+    for (const auto& body : same)
+      if (body->instructions == instructions) return body;
+    same.push_back(isa::makeBody(std::move(instructions)));
+    return same.back();
+  }
   // What an appended program leaves: the chip's SRAM peak, its end, and when it is free again.
   void settle(int c, const isa::Program& program, Cycle offset, Cycle drain) {
     programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
@@ -127,9 +145,11 @@ class ChipTimelines {
       const auto& list = piece.body->instructions;
       if (previous && before(list.front(), piece.offset, previous->body->instructions.back(), previous->offset))
         return false;
-      if (checked_.insert(piece.body.get()).second)
+      if (!checked_.count(piece.body.get())) {
         for (size_t i = 1; i < list.size(); ++i)
           if (before(list[i], 0, list[i - 1], 0)) return false;
+        checked_.insert(piece.body.get());
+      }
       previous = &piece;
     }
     return true;
@@ -142,6 +162,7 @@ class ChipTimelines {
   std::vector<isa::Program> programs_;
   bool pieces_ = false;
   std::map<const isa::InstructionBody*, Cycle> drains_;  // per shared body: its streamDrain
+  std::map<std::uint64_t, std::vector<std::shared_ptr<const isa::InstructionBody>>> interned_;  // by instructionsHash
   std::set<const isa::InstructionBody*> checked_;         // bodies found in (issue, unit) order
 };
 
