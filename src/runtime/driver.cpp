@@ -850,16 +850,17 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
   std::map<std::uint64_t, std::shared_ptr<const isa::Program>> unique;
   std::vector<std::shared_ptr<const isa::Program>> programs;
   Cycle predictedMakespan = 0;
-  for (const auto& p : compiled) {
-    auto& shared = unique[p.contentHash()];
-    if (!shared) shared = std::make_shared<const isa::Program>(p);
-    programs.push_back(shared);
+  for (auto& p : compiled) {
     predictedMakespan = std::max(predictedMakespan, p.predictedCycles);
+    auto& shared = unique[p.contentHash()];
+    if (!shared) shared = std::make_shared<const isa::Program>(std::move(p));
+    programs.push_back(shared);
   }
+  compiled.clear();
 
   // Chips go to ranks before anything is written, so that too many ranks fail in seconds.
   std::vector<std::int64_t> chipWeights;
-  for (const auto& p : programs) chipWeights.push_back(static_cast<std::int64_t>(p->instructions.size()));
+  for (const auto& p : programs) chipWeights.push_back(p->instructionCount());
   auto mapping = mapChipsToRanks(config.simulation.rankMapping, cluster, chipWeights, ranks, rank);
   if (!mapping) return failure(mapping.error(), root);
   const std::int64_t cut = cutLinks(cluster, *mapping);

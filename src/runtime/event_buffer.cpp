@@ -47,14 +47,16 @@ EventBuffer::EventBuffer(const topology::ChipSpec& spec,
   if (selection_.instructions)
     for (int chip : selection_.instructionChips) recorded_.at(chip) = 1;
   sends_.assign(chips, 0);
+  sequences_.reserve(chips);
   c2cOffset_.assign(chips + 1, 0);
   instructionOffset_.assign(chips + 1, 0);
   for (size_t chip = 0; chip < chips; ++chip) {
-    const auto& list = programs_[chip]->instructions;
-    const auto sendCount = std::count_if(list.begin(), list.end(),
-                                         [](const isa::Instruction& i) {
-                                           return i.op == isa::Opcode::kC2cSend || i.op == isa::Opcode::kC2cForward;
-                                         });
+    const isa::InstructionSequence& list = sequences_.emplace_back(*programs_[chip]);
+    std::int64_t sendCount = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const isa::Opcode op = list[i].op;
+      sendCount += op == isa::Opcode::kC2cSend || op == isa::Opcode::kC2cForward;
+    }
     c2cOffset_[chip + 1] = c2cOffset_[chip] + (selection_.c2c ? sendCount : 0);
     instructionOffset_[chip + 1] =
         instructionOffset_[chip] + (recorded_[chip] ? static_cast<std::int64_t>(list.size()) : 0);
@@ -66,10 +68,12 @@ Status EventBuffer::check() const {
   for (size_t chip = 0; chip < programs_.size(); ++chip) {
     if (programs_[chip].get() == last) continue;  // shared programs are checked once
     last = programs_[chip].get();
-    const auto& list = last->instructions;
-    const bool canonical = std::is_sorted(list.begin(), list.end(), [](const isa::Instruction& a, const isa::Instruction& b) {
-      return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
-    });
+    const isa::InstructionSequence list(*last);
+    bool canonical = true;
+    for (size_t i = 1; i < list.size() && canonical; ++i) {
+      const isa::Instruction a = list[i - 1], b = list[i];
+      canonical = a.issue != b.issue ? a.issue < b.issue : a.unit <= b.unit;
+    }
     if (!canonical)
       return makeError(ExitCode::kInternal,
                        fmt::format("the program of chip {} is not in (issue, unit) order; event rows need it", chip));
@@ -79,7 +83,7 @@ Status EventBuffer::check() const {
 
 void EventBuffer::instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) {
   if (!recorded_[chip]) return;
-  const isa::Instruction& inst = programs_[chip]->instructions[programIndex];
+  const isa::Instruction inst = sequences_[chip][static_cast<size_t>(programIndex)];
   instructions_.positions.push_back(instructionOffset_[chip] + programIndex);
   instructions_.rows.push_back({chip, inst.unit, units_[inst.unit].slice, static_cast<std::int16_t>(inst.op),
                                 programIndex, start, end, inst.repeat});

@@ -61,6 +61,7 @@ class EventBuffer final : public sim::ChipObserver {
   const topology::ChipSpec& spec_;
   std::vector<topology::UnitInfo> units_;
   const std::vector<std::shared_ptr<const isa::Program>>& programs_;
+  std::vector<isa::InstructionSequence> sequences_;  // per chip: its program's instructions, read in place
   EventSelection selection_;
   std::int64_t flushRows_;
   std::vector<std::int64_t> c2cOffset_;          // first /events/c2c row of each chip; back() = total

@@ -97,7 +97,9 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
   // The schedule is static: the issue cycles of the sends that will cross ranks are known now.
   for (size_t i = 0; i < chips_.size(); ++i) {
     const int chip = mapping_.localChips[i];
-    for (const auto& inst : programs[chip]->instructions) {
+    const isa::InstructionSequence list(*programs[chip]);
+    for (size_t k = 0; k < list.size(); ++k) {
+      const isa::Instruction inst = list[k];
       if (inst.op != isa::Opcode::kC2cSend && inst.op != isa::Opcode::kC2cForward) continue;
       const int linkId = inst.port >= 0 ? cluster.linkAt(chip, inst.port) : -1;
       if (linkId >= 0 && mapping_.owner[cluster.links()[linkId].other(chip)] != rank_)
@@ -139,10 +141,13 @@ void ParallelSimulation::buildInboundLinks(const topology::Cluster& cluster,
       // Bursts leave the peer's port one after another (a link carries one at a time) and arrive in
       // that order; this chip reads them in order by its receives and forwards on `port`.
       std::vector<LinkUse> sends, reads;
-      for (const auto& inst : programs[peer]->instructions)
-        if ((inst.op == isa::Opcode::kC2cSend || inst.op == isa::Opcode::kC2cForward) && inst.port == peerPort)
+      const isa::InstructionSequence peerList(*programs[peer]), list(*programs[chip]);
+      for (size_t k = 0; k < peerList.size(); ++k)
+        if (const isa::Instruction inst = peerList[k];
+            (inst.op == isa::Opcode::kC2cSend || inst.op == isa::Opcode::kC2cForward) && inst.port == peerPort)
           sends.push_back({inst.issue, inst.repeat});
-      for (const auto& inst : programs[chip]->instructions) {
+      for (size_t k = 0; k < list.size(); ++k) {
+        const isa::Instruction inst = list[k];
         const bool forwardFrom = inst.op == isa::Opcode::kC2cForward && inst.unit >= 0 &&
                                  inst.unit < static_cast<int>(units.size()) && units[inst.unit].indexInKind == port;
         if ((inst.op == isa::Opcode::kC2cReceive && inst.port == port) || forwardFrom)

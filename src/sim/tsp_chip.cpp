@@ -132,7 +132,7 @@ class TspChip final : public Chip {
  public:
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
-      : id_(chipId), spec_(spec), units_(spec.units()), program_(std::move(program)), ports_(std::move(ports)),
+      : id_(chipId), spec_(spec), units_(spec.units()), program_(std::move(program)), sequence_(*program_), ports_(std::move(ports)),
         options_(options), countHazards_(options.faults.enabled()) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
@@ -154,10 +154,12 @@ class TspChip final : public Chip {
     // Events run in (cycle, unit, program index) order. A canonical program is in that order
     // already; one that is not (made by hand, or by another tool), or a stall that moves one
     // queue's instructions later, gets an explicit order rather than the list's.
-    const auto& list = program_->instructions;
-    const bool canonical = std::is_sorted(list.begin(), list.end(), [](const Instruction& a, const Instruction& b) {
-      return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
-    });
+    const auto& list = sequence_;
+    bool canonical = true;
+    for (size_t i = 1; i < list.size() && canonical; ++i) {
+      const Instruction a = list[i - 1], b = list[i];
+      canonical = a.issue != b.issue ? a.issue < b.issue : a.unit <= b.unit;
+    }
     reordered_ = stallOn_ || !canonical;
     if (reordered_) {
       order_.resize(list.size());
@@ -187,10 +189,10 @@ class TspChip final : public Chip {
 
   Status advanceTo(Cycle end) override {
     if (failure_) return *failure_;
-    const auto& list = program_->instructions;
+    const auto& list = sequence_;
     while (next_ < list.size()) {
       const size_t index = reordered_ ? order_[next_] : next_;
-      const Instruction& inst = list[index];
+      const Instruction inst = list[index];
       const Cycle delay = stallOn_ ? stallDelay(inst) : 0;
       if (inst.issue + delay >= end) break;
       bool ok;
@@ -218,9 +220,9 @@ class TspChip final : public Chip {
   std::vector<C2CBurst> takeOutgoing() override { return std::exchange(outgoing_, {}); }
 
   Cycle nextEventCycle() const override {
-    const auto& list = program_->instructions;
+    const auto& list = sequence_;
     if (next_ >= list.size()) return kNever;
-    const Instruction& inst = list[reordered_ ? order_[next_] : next_];
+    const Instruction inst = list[reordered_ ? order_[next_] : next_];
     return inst.issue + (stallOn_ ? stallDelay(inst) : 0);
   }
 
@@ -274,7 +276,7 @@ class TspChip final : public Chip {
     std::vector<std::string> names;
     for (const ReadMatch* m : {&a, &b}) {
       if (m->producer < 0) continue;
-      const Instruction& p = program_->instructions[static_cast<size_t>(m->producer)];
+      const Instruction p = sequence_[static_cast<size_t>(m->producer)];
       if (p.op != Opcode::kMemRead) continue;
       for (const auto& t : program_->tensors) {
         // Entries copy x tile x segment, each of at most segmentRows rows (scratch is in no entry).
@@ -796,6 +798,7 @@ class TspChip final : public Chip {
   const topology::ChipSpec& spec_;
   std::vector<topology::UnitInfo> units_;
   std::shared_ptr<const isa::Program> program_;
+  isa::InstructionSequence sequence_;  // program_'s instructions, read in place
   std::vector<PortBinding> ports_;
   SimOptions options_;
   bool countHazards_ = false;

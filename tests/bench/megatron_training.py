@@ -5,12 +5,14 @@ Each model runs as a training step (Adam, recompute full, 1F1B) at the pipeline 
 the smallest plan the search finds for it (docs/validation.md), reduced so that a run fits this
 machine: one transformer layer per pipeline stage, sequence 128 instead of 2048, m = 2 pp
 microbatches of one sample (batch = m), and as many heads as TP ranks (the parameters per layer
-stay the model's). The 18.4B model's smallest fit (tp = 256, pp = 6: 1,536 chips) is listed but
-needs more memory than this machine has (every chip's program is held whole).
+stay the model's). A chip's program refers to the compiled passes it runs (held once for all chips
+and microbatches), so memory grows with the compiled passes and the collectives' chains, not with
+passes x chips.
 Prints, per model, the simulated samples/s next to the cost model's prediction for the same reduced
-plan, the bubble and the compile/simulation figures. Takes minutes: not part of the ctest suite.
+plan, the bubble, the compile/simulation figures, the wall time and the peak memory. Takes minutes:
+not part of the ctest suite.
 
-usage: megatron_training.py TSP_SIM SOURCE_DIR [MODEL...]   (MODEL: 1.7B, 18.4B; default 1.7B)
+usage: megatron_training.py TSP_SIM SOURCE_DIR [MODEL[,seq=S][,m=M]...]   (MODEL: 1.7B, 18.4B; default 1.7B)
 """
 import json
 import os
@@ -23,10 +25,10 @@ import time
 MODELS = {"1.7B": (2304, 32, 6, 128), "18.4B": (6144, 256, 6, 128)}
 
 
-def config_text(source, hidden, tp, pp, seq, out):
+def config_text(source, hidden, tp, pp, seq, out, m=None):
     with open(os.path.join(source, "configs", "dragonfly-10440.yaml")) as f:
         cluster = f.read().split("\nmodel:")[0]
-    m = 2 * pp
+    m = m or 2 * pp
     return f"""{cluster}
 model:
   builtin: gpt
@@ -43,14 +45,17 @@ def main():
     names = sys.argv[3:] or ["1.7B"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     print("| model | plan (reduced) | chips | simulated cycles | samples/s simulated | samples/s cost model | "
-          "bubble | formula | passes compiled / shared | wall s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "bubble | formula | passes compiled / shared | wall s | peak RSS GB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
+        for spec in names:
+            name, *options = spec.split(",")
             hidden, tp, pp, seq = MODELS[name]
+            given = dict(o.split("=") for o in options)
+            seq, m = int(given.get("seq", seq)), int(given["m"]) if "m" in given else None
             path = os.path.join(tmp, f"{name}.yaml")
             with open(path, "w") as f:
-                f.write(config_text(source, hidden, tp, pp, seq, os.path.join(tmp, f"{name}.h5")))
+                f.write(config_text(source, hidden, tp, pp, seq, os.path.join(tmp, f"{name}.h5"), m))
             start = time.time()
             run = subprocess.run([exe, "--config", path, "--json", "--quiet"], capture_output=True, text=True, env=env)
             wall = time.time() - start
@@ -65,7 +70,8 @@ def main():
             print(f"| {name} | {j['plan']}, {pp} layers, s = {seq} | {j['chips_used']} | {j['makespan_cycles']} | "
                   f"{j['throughput_per_second']:.2f} | {j['samples'] * clock / predicted:.2f} | "
                   f"{t['bubble_fraction']:.3f} | {t['bubble_formula']:.3f} | "
-                  f"{t['passes_compiled']} / {t['passes_shared']} | {wall:.0f} |")
+                  f"{t['passes_compiled']} / {t['passes_shared']} | {wall:.0f} | "
+                  f"{j['peak_rss_bytes_max_rank'] / 1e9:.2f} |")
             if bad:
                 print(f"FAIL: {name}: chips {bad[:8]} disagree with the prediction")
                 sys.exit(1)

@@ -2,6 +2,7 @@
 #include "compile/isa/program.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -331,9 +332,21 @@ std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int6
   return {k, flat};
 }
 
-std::uint64_t Program::contentHash() const { return fnv1a(serialize(*this)); }
+std::uint64_t Program::contentHash() const {
+  if (pieces.empty()) return fnv1a(serialize(*this));
+  // The header as a program without instructions, then each piece's body hash and offset.
+  Program header = *this;
+  header.pieces.clear();
+  std::uint64_t hash = fnv1a(serialize(header));
+  for (const ProgramPiece& piece : pieces) {
+    const std::array<std::uint64_t, 2> fields = {piece.body->hash, static_cast<std::uint64_t>(piece.offset)};
+    hash = fnv1a(std::string_view(reinterpret_cast<const char*>(fields.data()), sizeof fields), hash);
+  }
+  return hash;
+}
 
 std::string serialize(const Program& program) {
+  if (!program.pieces.empty()) return serialize(expanded(program));
   nlohmann::json doc;
   doc["format"] = "tsp-program";
   doc["version"] = program.version;
@@ -485,6 +498,7 @@ bool getRef(ByteReader& r, StreamRef& ref) {
 }  // namespace
 
 std::string serializeBinary(const Program& program) {
+  if (!program.pieces.empty()) return serializeBinary(expanded(program));
   ByteWriter w;
   w.raw(kBinaryMagic, sizeof kBinaryMagic);
   w.put<std::int32_t>(program.version);
@@ -789,6 +803,7 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
 }
 
 std::string toText(const Program& program, const topology::ChipSpec& chip) {
+  if (!program.pieces.empty()) return toText(expanded(program), chip);
   const auto units = chip.units();
   std::string out = fmt::format(
       "# tsp-program v{} chip-spec {:016x}\n# predicted_cycles {} lower_bound_cycles {} sram_bytes {} "

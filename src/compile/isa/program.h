@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -258,11 +259,29 @@ struct Accumulator {
   friend bool operator==(const Accumulator&, const Accumulator&) = default;
 };
 
+/// Instructions held once for several programs (a compiled training pass that many chips and
+/// microbatches run), each program placing them at its own start cycle (ProgramPiece).
+struct InstructionBody {
+  std::vector<Instruction> instructions;  ///< ordered by (issue, unit), cycles from the body's start
+  std::uint64_t hash = 0;                 ///< instructionsHash of the instructions
+};
+
+/// One placement of a shared body in a program: its instructions, `offset` cycles later.
+struct ProgramPiece {
+  std::shared_ptr<const InstructionBody> body;
+  Cycle offset = 0;
+  friend bool operator==(const ProgramPiece&, const ProgramPiece&) = default;
+};
+
 /// One chip's program. Carries no end cycles: the simulator derives them from the chip spec.
 struct Program {
   int version = kProgramVersion;
   std::uint64_t chipSpecHash = 0;
   std::vector<Instruction> instructions;  ///< ordered by (issue, unit)
+  /// When not empty, the program's instructions are these pieces' (body after body, each shifted by
+  /// its offset, together ordered by (issue, unit)) and `instructions` is empty: a chip running many
+  /// instances of a few compiled passes holds each pass once (InstructionSequence reads them).
+  std::vector<ProgramPiece> pieces;
   Cycle predictedCycles = 0;              ///< compiler's prediction of the chip's completion
   Cycle lowerBoundCycles = 0;             ///< a bound no schedule can beat (busiest unit)
   Bytes sramBytes = 0;                    ///< SRAM the program allocates
@@ -278,7 +297,34 @@ struct Program {
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;
+  /// Instructions, in `instructions` or in the pieces.
+  std::int64_t instructionCount() const;
   friend bool operator==(const Program&, const Program&) = default;
+};
+
+/// A content hash of an instruction list (every field; the body of a ProgramPiece).
+std::uint64_t instructionsHash(const std::vector<Instruction>& instructions);
+/// A shared body of the instructions, their hash computed.
+std::shared_ptr<const InstructionBody> makeBody(std::vector<Instruction> instructions);
+/// The program with its pieces written out into `instructions` (a program without pieces as it is).
+Program expanded(const Program& program);
+
+/// The instructions of a program in order, read in place from `instructions` or from its pieces
+/// (a piece's instruction with its offset added). Indexing is fastest in order.
+class InstructionSequence {
+ public:
+  /// The program must outlive the sequence.
+  explicit InstructionSequence(const Program& program);
+  /// Number of instructions.
+  size_t size() const { return size_; }
+  /// Instruction i, its issue cycle absolute.
+  Instruction operator[](size_t i) const;
+
+ private:
+  const Program* program_;
+  std::vector<size_t> starts_;  // per piece: index of its first instruction
+  size_t size_ = 0;
+  mutable size_t piece_ = 0;    // the piece of the last index read
 };
 
 /// Sorts instructions by (issue, unit).

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,9 +38,11 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
 /// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
 class ChipTimelines {
  public:
-  /// Empty programs for `chips` chips of the spec, every chip free from cycle 0.
-  ChipTimelines(const topology::ChipSpec& chip, int chips)
-      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips) {
+  /// Empty programs for `chips` chips of the spec, every chip free from cycle 0. With `pieces`
+  /// each appended program becomes a piece of the chip's program (isa::ProgramPiece) instead of
+  /// being copied into its instructions, so that a body appended many times is held once.
+  ChipTimelines(const topology::ChipSpec& chip, int chips, bool pieces = false)
+      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips), pieces_(pieces) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
   /// The first cycle chip c has nothing to do.
@@ -50,20 +54,40 @@ class ChipTimelines {
   /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
   void append(int c, const isa::Program& program, Cycle offset) {
     if (program.instructions.empty()) return;
+    if (pieces_) {
+      // A piece from its first issue on; chains of the same shape (a collective's part, microbatch
+      // after microbatch) share one body.
+      Cycle first = program.instructions.front().issue;
+      for (const auto& inst : program.instructions) first = std::min(first, inst.issue);
+      isa::Program relative = program;
+      for (auto& inst : relative.instructions) inst.issue -= first;
+      isa::canonicalize(relative);
+      relative.predictedCycles = std::max<Cycle>(0, program.predictedCycles - first);
+      return append(c, intern(std::move(relative.instructions)), relative, offset + first);
+    }
     for (auto inst : program.instructions) {
       inst.issue += offset;
       programs_[c].instructions.push_back(inst);
     }
-    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
-    end_[c] = std::max(end_[c], offset + program.predictedCycles);
-    free_[c] = std::max(free_[c], offset + std::max(program.predictedCycles, streamDrain(program)));
+    settle(c, program, offset, streamDrain(program.instructions));
   }
-  /// The cycle the program's last stream value has passed the chip's edge: a value keeps moving
+  /// Appends `body` (the instructions of `program`, shared with other chips and passes) as a piece
+  /// of chip c's program at `offset` (with `pieces`; without, its instructions are copied).
+  void append(int c, const std::shared_ptr<const isa::InstructionBody>& body, const isa::Program& program,
+              Cycle offset) {
+    if (body->instructions.empty()) return;
+    if (!pieces_) return append(c, program, offset);
+    programs_[c].pieces.push_back({body, offset});
+    auto drain = drains_.find(body.get());
+    if (drain == drains_.end()) drain = drains_.emplace(body.get(), streamDrain(body->instructions)).first;
+    settle(c, program, offset, drain->second);
+  }
+  /// The cycle the instructions' last stream value has passed the chip's edge: a value keeps moving
   /// along its stream after its last reader, and the next program's values must not meet it.
-  Cycle streamDrain(const isa::Program& program) const {
+  Cycle streamDrain(const std::vector<isa::Instruction>& instructions) const {
     Cycle drain = 0;
     const int slices = chip_.sliceCount();
-    for (const auto& inst : program.instructions)
+    for (const auto& inst : instructions)
       if (inst.dst.valid()) {
         const int slice = units_[inst.unit].slice;
         const int distance = inst.dst.dir == isa::Direction::kEast ? slices - slice : slice + 1;
@@ -73,14 +97,18 @@ class ChipTimelines {
   }
   /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
   void idle(int c, Cycle cycles) { free_[c] += cycles; }
-  /// The programs, canonical, with their predicted cycles and lower bounds.
+  /// The programs, canonical, with their predicted cycles and lower bounds. Pieces that are not
+  /// in (issue, unit) order one after another are written out into the instructions and sorted.
   std::vector<isa::Program> finish() {
     for (auto& p : programs_) {
+      if (!p.pieces.empty() && !piecesInOrder(p)) p = isa::expanded(p);
       isa::canonicalize(p);
-      if (p.instructions.empty()) continue;
+      const isa::InstructionSequence sequence(p);
+      if (sequence.size() == 0) continue;
       Cycle last = 0;
       std::map<int, Cycle> busy;
-      for (const auto& inst : p.instructions) {
+      for (size_t i = 0; i < sequence.size(); ++i) {
+        const isa::Instruction inst = sequence[i];
         last = std::max(last, isa::completion(chip_, inst));
         busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
       }
@@ -93,11 +121,49 @@ class ChipTimelines {
   }
 
  private:
+  // The body of these instructions: one made before with the same instructions, else a new one.
+  std::shared_ptr<const isa::InstructionBody> intern(std::vector<isa::Instruction> instructions) {
+    auto& same = interned_[isa::instructionsHash(instructions)];
+    for (const auto& body : same)
+      if (body->instructions == instructions) return body;
+    same.push_back(isa::makeBody(std::move(instructions)));
+    return same.back();
+  }
+  // What an appended program leaves: the chip's SRAM peak, its end, and when it is free again.
+  void settle(int c, const isa::Program& program, Cycle offset, Cycle drain) {
+    programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
+    end_[c] = std::max(end_[c], offset + program.predictedCycles);
+    free_[c] = std::max(free_[c], offset + std::max(program.predictedCycles, drain));
+  }
+  // True when the pieces' instructions, one after another, are in (issue, unit) order.
+  bool piecesInOrder(const isa::Program& p) {
+    const auto before = [](const isa::Instruction& a, Cycle aOffset, const isa::Instruction& b, Cycle bOffset) {
+      return a.issue + aOffset != b.issue + bOffset ? a.issue + aOffset < b.issue + bOffset : a.unit < b.unit;
+    };
+    const isa::ProgramPiece* previous = nullptr;
+    for (const auto& piece : p.pieces) {
+      const auto& list = piece.body->instructions;
+      if (previous && before(list.front(), piece.offset, previous->body->instructions.back(), previous->offset))
+        return false;
+      if (!checked_.count(piece.body.get())) {
+        for (size_t i = 1; i < list.size(); ++i)
+          if (before(list[i], 0, list[i - 1], 0)) return false;
+        checked_.insert(piece.body.get());
+      }
+      previous = &piece;
+    }
+    return true;
+  }
+
   const topology::ChipSpec& chip_;
   std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> free_;
   std::vector<Cycle> end_;
   std::vector<isa::Program> programs_;
+  bool pieces_ = false;
+  std::map<const isa::InstructionBody*, Cycle> drains_;  // per shared body: its streamDrain
+  std::map<std::uint64_t, std::vector<std::shared_ptr<const isa::InstructionBody>>> interned_;  // by instructionsHash
+  std::set<const isa::InstructionBody*> checked_;         // bodies found in (issue, unit) order
 };
 
 

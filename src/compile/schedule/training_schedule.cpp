@@ -46,7 +46,7 @@ using detail::isCollective;
 class TrainingScheduler {
  public:
   TrainingScheduler(const TrainingWorkload& work, const topology::Cluster& cluster, const Options& options)
-      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
+      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount(), true),
         calendar_(cluster.links().size()) {}
 
   Expected<TrainingStepSchedule> run() {
@@ -114,7 +114,7 @@ class TrainingScheduler {
       report = reports_[c];
       report.cycles = result_.cluster.programs[c].predictedCycles;
       report.lowerBound = result_.cluster.programs[c].lowerBoundCycles;
-      report.instructions = static_cast<std::int64_t>(result_.cluster.programs[c].instructions.size());
+      report.instructions = result_.cluster.programs[c].instructionCount();
     }
     return std::move(result_);
   }
@@ -395,12 +395,13 @@ class TrainingScheduler {
       auto shard = compileShard(spec, g, ops, interface, shardOptions);
       if (!shard) return shard.error();
       it = compiled_.emplace(key, std::move(*shard)).first;
+      bodies_[key] = isa::makeBody(it->second.program.instructions);
       ++result_.cluster.compiledShards;
     } else {
       ++result_.cluster.sharedShards;
     }
     const CompiledShard& shard = it->second;
-    timelines_.append(chip, shard.program, offset);  // free again once its streams have drained
+    timelines_.append(chip, bodies_.at(key), shard.program, offset);  // free again once its streams have drained
     detail::accumulateReport(reports_[chip], shard.report);
     if (microbatch < 0) return {};
     MicrobatchData& data = data_[r][t][microbatch];
@@ -462,6 +463,7 @@ class TrainingScheduler {
   std::map<SegmentId, std::set<SegmentId>> producers_;
   std::vector<std::vector<std::vector<MicrobatchData>>> data_;  // [replica][TP rank][microbatch]
   std::map<std::string, CompiledShard> compiled_;
+  std::map<std::string, std::shared_ptr<const isa::InstructionBody>> bodies_;  // per compiled pass: its instructions, shared
   std::map<int, CompileReport> reports_;
   TrainingStepSchedule result_;
 };
