@@ -293,6 +293,15 @@ double opEstimateCycles(const ir::Graph& graph, const ir::Op& op, const topology
   return flops / (static_cast<double>(chip.vectorBytes) / width * chip.vxmAluGroups);
 }
 
+// A weight or constant (not an input, activation or KV cache): what a layer's weight bytes count.
+bool isWeightOrConstant(const ir::Tensor& tensor) {
+  return tensor.producer < 0 && tensor.role != ir::TensorRole::kInput &&
+         tensor.role != ir::TensorRole::kActivation && tensor.role != ir::TensorRole::kState;
+}
+
+// The devices on one mesh axis of a candidate's tensor split: tp, or q on a 2D q x q grid.
+double meshAxisSize(const Candidate& c) { return c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp; }
+
 // The distinct mesh axes a split (mesh axis or -1 per dim) divides over, at most two.
 int splitAxes(const std::vector<int>& dimAxis) {
   std::set<int> axes;
@@ -347,8 +356,7 @@ std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, 
     for (ir::TensorId t : op.inputs) {
       const ir::Tensor& tensor = graph.tensor(t);
       const ir::OpId producer = tensor.producer;
-      if (producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation &&
-          tensor.role != ir::TensorRole::kState && weights[l].insert(t).second)
+      if (isWeightOrConstant(tensor) && weights[l].insert(t).second)
         figures[l].weightBytesOverAxes[splitAxes(sharding.tensors[t].dimAxis)] += static_cast<double>(tensor.bytes());
       if (producer < 0 || graph.op(producer).layer == op.layer) continue;
       const auto& spec = sharding.tensors[t];
@@ -595,9 +603,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   for (size_t i = 0; i < graph.ops().size(); ++i)
     for (ir::TensorId t : graph.op(i).inputs) {
       const ir::Tensor& tensor = graph.tensor(t);
-      if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation &&
-          tensor.role != ir::TensorRole::kState)
-        readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
+      if (isWeightOrConstant(tensor)) readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
     }
   std::vector<ir::TensorId> shared;
   for (const auto& [t, layers] : readers)
@@ -715,6 +721,7 @@ Bytes allocatableSramBytes(const topology::ChipSpec& chip) {
 
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  const double axis = meshAxisSize(c);  // the sharding figures' mesh axis: tp, or q on a 2D grid
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
   std::vector<Bytes> inbound(stages.chunks, 0);
   for (const auto& e : profile.edges)
@@ -728,7 +735,6 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
     // At the candidate's width: what the sharding leaves on one rank.
     const double replicated = c.tp > 1 ? static_cast<double>(layer.convWeightBytes) : 0.0;
     const auto* at = layer.figuresAt(c.split, c.tp);
-    const double axis = c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
     weights[chip] += at ? at->rankWeightBytes(axis) : replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
     state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
     peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
@@ -738,7 +744,6 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
     std::map<int, int> readersOnChip;
     for (int l : leaf.layers) ++readersOnChip[stages.layerChunk[l] % c.pp];
     const auto axes = leaf.axesAt.find({static_cast<int>(c.split), c.tp});
-    const double axis = c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
     const double held = axes == leaf.axesAt.end() ? static_cast<double>(leaf.bytes) / c.tp
                                                   : static_cast<double>(leaf.bytes) / std::pow(axis, axes->second);
     for (const auto& [chip, n] : readersOnChip) weights[chip] -= (n - 1) * held;
@@ -765,7 +770,7 @@ std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate
     if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
       // 2D: an activation is split over one grid axis and replicated over the other.
       const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
-      const double holds = replicated ? 1 : c.split == TensorSplit::k2d ? std::round(std::sqrt(c.tp)) : c.tp;
+      const double holds = replicated ? 1 : meshAxisSize(c);
       outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds;
     }
   for (int k = 0; k < stages.chunks; ++k)
