@@ -368,12 +368,13 @@ constexpr std::int64_t kMaxBurstVectors = 4096;
 // One chip's units, streams, ports and SRAM as the collective's chains are placed on it.
 class ChipChains {
  public:
-  /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed).
-  ChipChains(const topology::ChipSpec& chip, Cycle start)
+  /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed);
+  /// `specHash` is chip.hash(), computed once by the caller.
+  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, Cycle start)
       : chip_(chip), units_(chip.units()), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
         nextAddress_(chip.memSlices, 0) {
     for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
-    program_.chipSpecHash = chip.hash();
+    program_.chipSpecHash = specHash;
   }
 
   /// Places MEM read -> C2C send at the earliest cycle >= earliest; returns the send's issue.
@@ -565,21 +566,31 @@ class ChipChains {
 LinkCalendar::LinkCalendar(size_t links) : busy_(links * 2) {}
 
 Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const {
+  // Each link direction's windows are disjoint and sorted (reserve() books only windows firstFit
+  // found free), so their ends are sorted too: the first window that can overlap is found by a
+  // binary search, and a hop that moves the start is searched again from there.
   bool moved = true;
   while (moved) {
     moved = false;
-    for (const auto& [key, offset] : hops)
-      for (const auto& [a, b] : busy_[key])
-        if (start + offset < b && a < start + offset + length) {
-          start = b - offset;
-          moved = true;
-        }
+    for (const auto& [key, offset] : hops) {
+      const auto& windows = busy_[key];
+      auto it = std::upper_bound(windows.begin(), windows.end(), start + offset,
+                                 [](Cycle at, const std::pair<Cycle, Cycle>& w) { return at < w.second; });
+      for (; it != windows.end() && it->first < start + offset + length; ++it) {
+        start = it->second - offset;
+        moved = true;
+      }
+    }
   }
   return start;
 }
 
 void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) {
-  for (const auto& [key, offset] : hops) busy_[key].push_back({start + offset, start + offset + length});
+  for (const auto& [key, offset] : hops) {
+    auto& windows = busy_[key];
+    const std::pair<Cycle, Cycle> w{start + offset, start + offset + length};
+    windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
+  }
 }
 
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster) {
@@ -590,13 +601,14 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar) {
   const auto& chip = cluster.chip();
+  const std::uint64_t specHash = chip.hash();
   CollectiveSchedule out;
   out.plan = plan;
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
   std::map<int, ChipChains> chainOf;
   auto chains = [&](int c) -> ChipChains& {
     auto it = chainOf.find(c);
-    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, start[c])).first;
+    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, specHash, start[c])).first;
     return it->second;
   };
   std::vector<Cycle> ready = start;
@@ -672,7 +684,7 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     ready = next;
   }
   out.cluster.programs.resize(cluster.chipCount());
-  for (auto& p : out.cluster.programs) p.chipSpecHash = chip.hash();
+  for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
   for (auto& [c, chain] : chainOf) {
     out.cluster.programs[c] = chain.finish();
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
