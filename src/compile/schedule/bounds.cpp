@@ -117,26 +117,6 @@ Cycle preemptiveBound(std::vector<Job>& jobs, Cycle units) {
   return std::max(alone, ceilQuotient(best, units));
 }
 
-// The order in which Schrage's rule runs `jobs` on one machine: whenever it is free, the released job
-// with the longest tail (ties: the lower index), else the next to be released.
-std::vector<int> schrageOrder(const std::vector<Job>& jobs) {
-  std::vector<int> byHead(jobs.size()), order;
-  for (size_t i = 0; i < jobs.size(); ++i) byHead[i] = static_cast<int>(i);
-  std::stable_sort(byHead.begin(), byHead.end(), [&](int a, int b) { return jobs[a].head < jobs[b].head; });
-  std::priority_queue<std::pair<Cycle, int>> ready;  // (tail, -index)
-  Cycle now = kNone;
-  size_t next = 0;
-  while (order.size() < jobs.size()) {
-    if (ready.empty()) now = std::max(now, jobs[byHead[next]].head);
-    for (; next < byHead.size() && jobs[byHead[next]].head <= now; ++next) ready.push({jobs[byHead[next]].tail, -byHead[next]});
-    const int j = -ready.top().second;
-    ready.pop();
-    order.push_back(j);
-    now += jobs[j].busy;
-  }
-  return order;
-}
-
 // The resources every step holds, per task (compressed rows), as dense keys: units (a pool by its
 // first unit), then C2C links, then MEM ports (2 per slice). A MEM access holds its port; a C2C send
 // holds its unit and its link.
@@ -329,20 +309,16 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
   for (size_t key = 0; key < load.size(); ++key) busiest = std::max(busiest, ceilQuotient(load[key], uses.units[key]));
 
   // The serial groups' segments that are well formed (a stale one, e.g. after a spill renumbered its
-  // tasks, makes no claim), with their indices in the group.
+  // tasks, makes no claim).
   std::vector<std::vector<SerialSegment>> groups;
-  std::vector<std::vector<int>> indexInGroup;
   for (const auto& group : serial) {
     groups.emplace_back();
-    indexInGroup.emplace_back();
-    for (size_t i = 0; i < group.size(); ++i) {
-      const SerialSegment& g = group[i];
+    for (const SerialSegment& g : group) {
       const int count = static_cast<int>(tasks.size());
       if (g.first < 0 || g.last >= count || g.first > g.last || g.firstStep >= static_cast<int>(tasks[g.first].steps.size()) ||
           g.lastStep >= static_cast<int>(tasks[g.last].steps.size()))
         continue;
       groups.back().push_back(g);
-      indexInGroup.back().push_back(static_cast<int>(i));
     }
   }
   // Heads of the segments' first tasks and tails of their last ones raised by what the resources can
@@ -392,9 +368,7 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
     };
     std::vector<Piece> pieces;
     std::vector<Job> jobs;
-    bound.serialOrder.resize(groups.size());
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-      const auto& group = groups[gi];
+    for (const auto& group : groups) {
       if (group.empty()) continue;
       pieces.clear();
       for (const SerialSegment& g : group) {
@@ -420,7 +394,6 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
       // order of the segments.
       jobs.clear();
       for (const Piece& piece : pieces) jobs.push_back({piece.head, piece.length, piece.tail - piece.gap});
-      for (const int j : schrageOrder(jobs)) bound.serialOrder[gi].push_back(indexInGroup[gi][j]);
       sequence = std::max(sequence, preemptiveBound(jobs, 1));
       // Any subset of the segments runs one after another: from the least head among them, their
       // lengths, to the least tail among them. Every gap but the last segment's is waited: without

@@ -75,8 +75,7 @@ std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem, co
   return groups;
 }
 
-Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options,
-                              const LowerBound* bound) {
+Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options) {
   Problem& problem = shard.problem;
   auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) { return planeChains(problem, planes); };
   // A shard of a multi-chip plan keeps the lowering's order: when its sends leave matters to the
@@ -115,17 +114,6 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
         candidates.push_back(std::move(planes));
     }
   }
-  // The bound's one-machine orders: plane p's installs are group 2p, its computes 2p + 1 (planeSegments).
-  if (bound && bound->serialOrder.size() == 2 * shard.planeRuns.size())
-    for (const int side : {1, 0}) {
-      auto planes = shard.planeRuns;
-      for (size_t p = 0; p < planes.size(); ++p) {
-        const auto& order = bound->serialOrder[2 * p + static_cast<size_t>(side)];
-        if (order.size() != planes[p].size()) continue;
-        for (size_t j = 0; j < order.size(); ++j) planes[p][j] = shard.planeRuns[p][static_cast<size_t>(order[j])];
-      }
-      if (std::find(candidates.begin(), candidates.end(), planes) == candidates.end()) candidates.push_back(std::move(planes));
-    }
   Cycle best = base->makespan;
   std::vector<std::vector<lower::PlaneRun>> chosen = shard.planeRuns;
   for (const auto& planes : candidates) {

@@ -29,11 +29,8 @@ std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem,
 /// places (capped at planeOrderWork / tasks), kept when the list makespan drops. A plane so runs
 /// later row blocks or later ops while an earlier block waits for its inputs. Nothing changes when
 /// `listed` is within 2 % of the busiest plane's computes, nor in a shard with C2C sends or receives
-/// (their timing, not the makespan alone, matters to the cluster schedule). When `bound` is the
-/// order-free bound of the shard's planeSegments in their current order, each plane's runs in the
-/// order Schrage's rule takes them under its heads and tails (LowerBound::serialOrder, of the
-/// computes and of the installs) are candidates too. Returns whether the order changed.
-Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options,
-                              const LowerBound* bound = nullptr);
+/// (their timing, not the makespan alone, matters to the cluster schedule). Returns whether the
+/// order changed.
+Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options);
 
 }  // namespace tsp::schedule

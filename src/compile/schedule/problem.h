@@ -154,10 +154,6 @@ struct LowerBound {
   /// own shortest lengths (their longest dependence paths from first to last step) with the gaps
   /// between them, and their tails, with heads and tails raised by the resources.
   Cycle serialSegments = 0;
-  /// Per serial group, its segments (indices into the group) in the order Schrage's rule takes them
-  /// under the bound's heads and tails: whenever the machine is free, the released segment with the
-  /// longest tail, else the next to be released. An order to try, not part of the bound.
-  std::vector<std::vector<int>> serialOrder;
   Cycle value() const { return std::max({criticalPath, busiestResource, resourceWindow, serialSegments}); }
 };
 /// A stretch from step `firstStep` of task `first` to step `lastStep` of task `last` (tasks first..last

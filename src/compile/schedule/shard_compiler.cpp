@@ -216,11 +216,6 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   CompiledShard result;
   CompileReport& report = result.report;
 
-  // The order-free bound (the chains of the planes' runs left out): the same for every order of the
-  // runs, so it is computed once, and its one-machine orders are plane orders to try.
-  if (auto s = problem.check(); !s) return s.error();
-  LowerBound bound = lowerBound(problem, planeChains(problem, shard.planeRuns), planeSegments(problem, shard.planeRuns),
-                                options.boundRounds);
   constexpr int kSpillRounds = 4;
   Schedule schedule;
   for (int round = 0;; ++round) {
@@ -231,7 +226,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     auto list = scheduleList(problem, roundOptions);
     if (!list) return list.error();
     if (round == 0 && options.reorderPlanes) {
-      auto reordered = orderPlaneRuns(shard, *list, roundOptions, &bound);
+      auto reordered = orderPlaneRuns(shard, *list, roundOptions);
       if (!reordered) return reordered.error();
       if (*reordered) list = scheduleList(problem, roundOptions);
       if (!list) return list.error();
@@ -269,7 +264,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   // The bound leaves out the chains of the planes' runs (an order the scheduler chose); the
   // critical path in that order is reported beside it.
   const std::vector<Dependence> chains = planeChains(problem, shard.planeRuns);
-  if (report.spills > 0) bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns), options.boundRounds);
+  const LowerBound bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns), options.boundRounds);
   report.cycles = schedule.makespan;
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;
