@@ -7,6 +7,7 @@
 
 #include "compile/frontend/builtin_models.h"
 #include "compile/schedule/annealer.h"
+#include "compile/schedule/plane_order.h"
 #include "compile/schedule/shard_compiler.h"
 
 namespace {
@@ -174,6 +175,42 @@ void BM_QualityResnet50(benchmark::State& state) {
   compileForQuality(state, chip, g, ops, interface);
 }
 BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(5)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
+
+// The order-free lower bound alone on the lowered Quality shards (first argument: 0, 1 the BERT-base
+// layer at batch 1, 4; 2 + L ResNet-50 layer L, -1 the whole network), with `rounds` rounds of
+// resource-raised heads and tails (second argument; 0: from the data alone). CPU per bound.
+void BM_LowerBound(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const int shard = static_cast<int>(state.range(0));
+  const bool bert = shard == 0 || shard == 1;
+  const ir::Graph g = bert ? builtin("bert", {{"layers", "1"}, {"hidden", "768"}, {"heads", "12"}, {"ffn", "3072"},
+                                                   {"seq", "128"}, {"batch", shard == 0 ? "1" : "4"}})
+                                : builtin("resnet50", {{"batch", "1"}}, "int8");
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  if (shard < 0) {
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  } else {
+    std::tie(ops, interface) = layerShard(g, bert ? 1 : shard - 2);
+  }
+  auto lowered = lower::lowerShard(chip, g, ops, interface);
+  if (!lowered || !(*lowered)->problem.check()) {
+    state.SkipWithError("lowering failed");
+    return;
+  }
+  const auto& problem = (*lowered)->problem;
+  const auto chains = schedule::planeChains(problem, (*lowered)->planeRuns);
+  const auto segments = schedule::planeSegments(problem, (*lowered)->planeRuns);
+  schedule::LowerBound b;
+  for (auto _ : state) b = schedule::lowerBound(problem, chains, segments, static_cast<int>(state.range(1)));
+  state.counters["lower_bound"] = static_cast<double>(b.value());
+  state.counters["critical_path"] = static_cast<double>(b.criticalPath);
+  state.counters["busiest"] = static_cast<double>(b.busiestResource);
+  state.counters["plane_sequence"] = static_cast<double>(b.serialSegments);
+  state.counters["window_bound"] = static_cast<double>(b.resourceWindow);
+  state.counters["tasks"] = static_cast<double>(problem.tasks().size());
+}
+BENCHMARK(BM_LowerBound)->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 10, 16, 18, -1}, {0, 1, 2, 4}})->Unit(benchmark::kMillisecond);
 
 // Bank mapping policies (0 linear, 1 prime-modulo, 2 xor) on whole shards: the compile report's
 // bank-conflict rate (accesses delayed because the other port's run shared a bank). Second argument:

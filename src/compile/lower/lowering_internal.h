@@ -142,6 +142,8 @@ class Lowering {
   Status lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed);
   Status lowerMxm(const MxmJob& job);
+  // The groups [begin, end) of job.blocks[first, last) (one batch) that share an installed weight tile.
+  std::vector<std::pair<size_t, size_t>> blockGroups(const MxmJob& job, size_t first, size_t last, int nTiles) const;
   Status lowerElementwise(const ir::Op& op);
   // read operands[0] -> ALU funcs[0] (with operands[1]) -> ... -> write, per tile and row piece.
   // With valuesKnown false the ALU steps only stand in for the op's cost (functional mode refuses them).

@@ -113,6 +113,7 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
   for (size_t op = 0; op < graph.ops().size(); ++op) layers[graph.op(op).layer].push_back(static_cast<ir::OpId>(op));
   std::vector<Cycle> cycles;
   Options options;  // list schedule only: the partitioner compares layers, annealing would not change the ranking
+  options.boundRounds = 0;  // nor does the report's bound
   for (const auto& ops : layers) {
     lower::ShardInterface interface;
     // A layer alone: its inputs from other layers are taken as resident.

@@ -37,6 +37,9 @@ struct Options {
   std::int64_t planeOrderMoves = 160;
   /// Caps those moves at planeOrderWork / tasks, as annealWork caps the annealer's.
   std::int64_t planeOrderWork = 1'000'000;
+  /// Rounds of heads and tails raised by the resources in the report's lower bound (lowerBound);
+  /// 0 bounds from the data alone (a caller that only wants the makespan).
+  int boundRounds = 4;
 };
 
 /// The seed's priority of every task.

@@ -140,20 +140,21 @@ bool streamEdgesConflict(const StreamEdge& a, Cycle startA, const StreamEdge& b,
 /// constraint (values on one register never share a (slice, cycle) cell)? Errors name the task.
 Status verify(const Problem& problem, const Schedule& schedule);
 
-/// Lower bounds of a problem: no schedule finishes earlier than either.
+/// Lower bounds of a problem: no schedule finishes earlier than any of them.
 struct LowerBound {
   Cycle criticalPath = 0;     ///< longest dependence chain from the releases, + ripple
   Cycle busiestResource = 0;  ///< most loaded unit, link or pool, + ripple
-  /// The one-resource relaxation (head, body, tail), + ripple: for a unit, MEM port, link or pool
-  /// and a set of its uses, the earliest a use can start (dependences and releases), plus their
-  /// busy cycles (over the pool's units), plus the least time any of them still needs to the end.
-  /// A true bound >= busiestResource; a diagnostic beside value(), which keeps the two above.
+  /// The one-machine bound of every resource, + ripple: for a unit, MEM port, link or pool, its uses
+  /// as jobs with heads (the least start of their task), busy cycles (over the pool's units) and tails
+  /// (the least time their task still needs after them), under Jackson's preemptive schedule. Heads
+  /// and tails are those raised by the resources (lowerBound). A true bound >= busiestResource.
   Cycle resourceWindow = 0;
   /// The serial groups' bound, + ripple: over each group of segments that run one after another in
-  /// any order (SerialSegment), the least head, the segments' own shortest lengths (their longest
-  /// dependence paths from first to last step) with the gaps between them, and the least tail.
+  /// any order (SerialSegment), the one-machine bound of the segments as jobs with their heads, their
+  /// own shortest lengths (their longest dependence paths from first to last step) with the gaps
+  /// between them, and their tails, with heads and tails raised by the resources.
   Cycle serialSegments = 0;
-  Cycle value() const { return std::max({criticalPath, busiestResource, serialSegments}); }
+  Cycle value() const { return std::max({criticalPath, busiestResource, resourceWindow, serialSegments}); }
 };
 /// A stretch from step `firstStep` of task `first` to step `lastStep` of task `last` (tasks first..last
 /// by index, every dependence between them running forward). The segments of one group never
@@ -167,8 +168,13 @@ struct SerialSegment {
 /// occurrence once) are left out: a bound of every problem that differs from this one only in them,
 /// e.g. the order-free bound of a problem whose MXM planes' runs were chained in a chosen order;
 /// `serial` then keeps what every such order has in common (its segments never overlap).
+/// For up to `rounds` rounds the heads of the segments' first tasks are raised to what every
+/// resource allows their ancestors to have done (the one-machine bound of the ancestors' uses, each
+/// with the longest path from its end to the task as its tail), the tails of their last tasks to what
+/// their descendants' uses still need, and both carried over the dependences (0: data alone; the
+/// rounds are skipped where the busiest resource is within 1 % of the bound from the data alone).
 LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& relaxed = {},
-                      const std::vector<std::vector<SerialSegment>>& serial = {});
+                      const std::vector<std::vector<SerialSegment>>& serial = {}, int rounds = 4);
 /// LowerBound::criticalPath alone (the cheaper part), with the same relaxation.
 Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed = {});
 

@@ -264,7 +264,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   // The bound leaves out the chains of the planes' runs (an order the scheduler chose); the
   // critical path in that order is reported beside it.
   const std::vector<Dependence> chains = planeChains(problem, shard.planeRuns);
-  const LowerBound bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns));
+  const LowerBound bound = lowerBound(problem, chains, planeSegments(problem, shard.planeRuns), options.boundRounds);
   report.cycles = schedule.makespan;
   report.lowerBound = bound.value();
   report.criticalPath = bound.criticalPath;

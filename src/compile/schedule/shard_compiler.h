@@ -16,14 +16,15 @@ namespace tsp::schedule {
 struct CompileReport {
   Cycle cycles = 0;            ///< predicted (== simulated) cycles
   Cycle listCycles = 0;        ///< the list schedule's cycles, before annealing
-  /// max(critical path, busiest resource, plane sequence), order-free: the MXM planes' chosen run
-  /// order (its chain dependences) left out, so that no order of the runs beats it.
+  /// max(critical path, busiest resource, resource window, plane sequence), order-free: the MXM
+  /// planes' chosen run order (its chain dependences) left out, so that no order of the runs beats it;
+  /// heads and tails raised by the resources (LowerBound).
   Cycle lowerBound = 0;
   Cycle criticalPath = 0;             ///< the order-free critical path (the lowering's dependences)
   Cycle chosenOrderCriticalPath = 0;  ///< the critical path with the planes' runs chained as scheduled
   Cycle busiestResource = 0;
   Cycle planeSequence = 0;     ///< each MXM plane's runs one after another, in any order (LowerBound::serialSegments)
-  Cycle resourceWindowBound = 0;  ///< the one-resource (head, body, tail) bound: a diagnostic
+  Cycle resourceWindowBound = 0;  ///< every resource's one-machine bound with heads and tails (LowerBound::resourceWindow)
   double utilisation[topology::kUnitKindCount] = {};  ///< busy / (units of the kind x cycles)
   double mxmMacUtilisation = 0;  ///< MACs / (peak MACs per cycle x cycles)
   Bytes sramPeakBytes = 0;       ///< the most bytes allocated at once (live tensors, scratch, spills)
