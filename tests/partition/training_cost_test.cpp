@@ -203,6 +203,70 @@ TEST(TrainingCost, TrainingKeysAreValidated) {
   EXPECT_NE(bad.error().format().find("gpipe"), std::string::npos) << bad.error().format();
 }
 
+// Every kind of per-microbatch message on its route at once: a 4-stage pipeline on a line of 4
+// chips, whose sends to stage 0 (a tied weight's gradient) cross the middle chips.
+TEST(TrainingCost, SharedLinksRouteEveryMessageOfAMicrobatch) {
+  const auto c = clusterFrom("{topology: {kind: mesh, dims: [4]}}");
+  const CandidateLinks links = linkFigures(c, {0, 1, 2, 3}, 1, 1, 4, 1, true);
+  const SharedLinks& shared = links.shared;
+  ASSERT_EQ(shared.stages, 4);
+  EXPECT_EQ(shared.directions.size(), 6u);  // both directions of the three links
+  // Chip 1 forwards the sends of stages 2 and 3 to stage 0, chip 2 those of stage 3.
+  ASSERT_EQ(shared.transits.size(), 2u);
+  EXPECT_EQ(shared.transits[0].stage, 1);
+  EXPECT_EQ(shared.transits[0].coupled, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(shared.transits[1].stage, 2);
+  EXPECT_EQ(shared.transits[1].coupled, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(shared.contention[shared.index(SharedLinks::kToFirstStage, 3)], 1);
+  EXPECT_EQ(shared.contention[shared.index(SharedLinks::kToFirstStage, 1)], 1);
+  const double beta = 1.0 / c.links()[0].bytesPerCycle;
+  std::vector<double> bytes(shared.kinds(), 0);
+  bytes[shared.index(SharedLinks::kToFirstStage, 3)] = 1e6;   // on links 3->2, 2->1, 1->0
+  bytes[shared.index(SharedLinks::kSendBackward, 0)] = 2e5;   // stage 1's gradient to stage 0: link 1->0
+  bytes[shared.index(SharedLinks::kSendForward, 2)] = 3e5;    // stage 2 to 3: link 2->3
+  const LinkFloor floor = sharedLinkFloor(shared, bytes);
+  EXPECT_NEAR(floor.busiest, 1.2e6 * beta, 1e-6);  // link 1->0 carries two kinds
+  EXPECT_NEAR(floor.link[0], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.link[1], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.link[2], 3e5 * beta, 1e-6);  // stage 2's only message
+  EXPECT_NEAR(floor.link[3], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.transit[1], 1e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.transit[2], 1e6 * beta, 1e-6);
+  EXPECT_EQ(floor.transit[0], 0);
+}
+
+// The tied embedding's gradient crosses the middle stages' chips on a line: the pipeline takes at
+// least m times the busiest chip's passes plus what it forwards and the passes it waits out; on a
+// ring the same plan sends every message over a direct link and the event simulation decides.
+TEST(TrainingCost, SharedLinksFloorTheTrainingPipeline) {
+  const auto g = gpt(2, 512, 8, 128, 8, 8192);
+  for (const char* topology : {"{topology: {kind: mesh, dims: [4]}}", "{topology: {kind: ring, chips: 4}}"}) {
+    const auto c = clusterFrom(topology);
+    auto profile = profileModel(g, c.chip(), 8);
+    ASSERT_TRUE(profile.ok());
+    ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B)).ok());
+    ASSERT_FALSE(profile->sharedWeights.empty());
+    const Candidate cand{TensorSplit::kNone, 1, 1, 4, 8, 1};
+    auto order = localityOrder(c);
+    ASSERT_TRUE(order.ok());
+    const auto costs = chunkCosts(*profile, cand, c, *order);
+    ASSERT_TRUE(costs);
+    const PlanCost cost = evaluateCandidate(*profile, cand, costs->stages, costs->links, c.chip(), c.chipCount());
+    auto pipelineOrder = buildPipelineOrder(PipelineSchedule::k1F1B, 4, 8, 1);
+    ASSERT_TRUE(pipelineOrder.ok());
+    auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(costs->chunks, cand));
+    ASSERT_TRUE(timing.ok());
+    EXPECT_GT(cost.sharedLinkCycles, 0) << topology;
+    const bool line = std::string(topology).find("mesh") != std::string::npos;
+    if (line) {
+      EXPECT_GT(cost.sharedLinkCycles * cand.microbatches, timing->makespan);
+      EXPECT_NEAR(cost.pipelineCycles, cost.sharedLinkCycles * cand.microbatches, 1e-6 * cost.pipelineCycles);
+    } else {
+      EXPECT_NEAR(cost.pipelineCycles, timing->makespan, 1e-6 * timing->makespan);
+    }
+  }
+}
+
 // Megatron-LM Table 1 (s = 2048, V = 51,200, Adam with mixed precision, full recomputation, 1F1B):
 // the smallest TSP count that holds each model, and the best plan the search finds on the
 // 10,440-chip dragonfly (docs/validation.md prints this table).
