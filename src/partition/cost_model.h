@@ -204,7 +204,8 @@ struct PlanCost {
 struct SharedLinks {
   /// Kinds of message, one of each per pipeline stage s: the edges of stage s's TP rings, its
   /// sends to the next stage (interleaved: the last stage's to the first), the gradients of those
-  /// sends coming back on the reverse routes, and sends from stage s to stage 0 (a tied weight's gradient).
+  /// sends coming back on the reverse routes, and sends from the last stage to stage 0 (the
+  /// gradient of a weight both read, a tied embedding's; routed for s = pp - 1 only).
   enum Kind : std::uint8_t { kTpRing, kSendForward, kSendBackward, kToFirstStage, kKinds };
   int stages = 0;
   /// A link direction, or a chip that forwards messages of multi-hop routes (out of its next link):

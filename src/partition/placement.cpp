@@ -101,11 +101,14 @@ RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<i
   }
   if (shared && route.size() > 1) {
     const std::vector<int>& stageOf = *shared->stageOf;
-    for (size_t i = 1; i < route.size(); ++i) {
-      for (const auto& hop : route)
-        if (stageOf[hop.chip] >= 0) shared->coupled.emplace_back(route[i].chip, stageOf[hop.chip]);
-      if (stageOf[dst] >= 0) shared->coupled.emplace_back(route[i].chip, stageOf[dst]);
-    }
+    std::vector<int> stages;
+    for (const auto& hop : route)
+      if (stageOf[hop.chip] >= 0) stages.push_back(stageOf[hop.chip]);
+    if (stageOf[dst] >= 0) stages.push_back(stageOf[dst]);
+    std::sort(stages.begin(), stages.end());
+    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+    for (size_t i = 1; i < route.size(); ++i)
+      for (int stage : stages) shared->coupled.emplace_back(route[i].chip, stage);
   }
   use.cyclesPerByte = narrowest > 0 ? 1.0 / narrowest : 0;
   return use;
@@ -154,7 +157,7 @@ std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid) {
 }
 
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups, bool grid) {
+                           int pp, int interleave, bool allGroups, bool grid, bool sharedLinks) {
   CandidateLinks figures;
   figures.shared.stages = pp;
   // Per link direction and transit chip: the per-microbatch messages of every kind (SharedLinks).
@@ -169,7 +172,7 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
     std::map<int, int> load;
     for (size_t i = 0; i < messages.size(); ++i) {
       const auto [src, dst] = messages[i];
-      const RouteUse use = routeUse(cluster, src, dst, &load, kinds.empty() ? nullptr : &routes,
+      const RouteUse use = routeUse(cluster, src, dst, &load, kinds.empty() || !sharedLinks ? nullptr : &routes,
                                     kinds.empty() ? -1 : kinds[i]);
       f.alpha = std::max(f.alpha, use.latency);
       f.cyclesPerByte = std::max(f.cyclesPerByte, use.cyclesPerByte);
@@ -206,7 +209,7 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
       for (int t = 0; t < (allGroups ? tp : 1); ++t)
         for (int s = 0; s < pp; ++s) {
           const int from = placement[rankOf(d, s, t, tp, pp)];
-          if (s > 0) {  // a weight read by stage s and stage 0: its gradient goes back to the first stage
+          if (s + 1 == pp) {  // a weight the last and the first stage read (a tied embedding): its gradient
             toFirst.push_back({from, placement[rankOf(d, 0, t, tp, pp)]});
             toFirstKinds.push_back(shared.index(SharedLinks::kToFirstStage, s));
           }
@@ -232,8 +235,10 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
       figures.grid[axis] = measure(rings, {});
     }
   figures.pp = measure(sends, sendKinds);
-  measure(gradients, gradientKinds);
-  measure(toFirst, toFirstKinds);
+  if (sharedLinks) {
+    measure(gradients, gradientKinds);
+    measure(toFirst, toFirstKinds);
+  }
   std::vector<std::pair<int, int>> replicas;
   if (dp > 1)
     for (int s = 0; s < (allGroups ? pp : 1); ++s)
@@ -241,14 +246,15 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         for (int d = 0; d < dp; ++d)
           replicas.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf((d + 1) % dp, s, t, tp, pp)]});
   figures.dp = measure(replicas, {});
+  if (!sharedLinks) return figures;
   // Every kind's contention, and the crossings as SharedLinks holds them.
   shared.contention.assign(shared.kinds(), 1);
+  std::sort(routes.coupled.begin(), routes.coupled.end());
+  routes.coupled.erase(std::unique(routes.coupled.begin(), routes.coupled.end()), routes.coupled.end());
   // Sorted by (key, kind), each key's messages summed per kind.
   auto collect = [&](std::vector<std::tuple<int, int, double>>& from, std::vector<SharedLinks::Crossing>& to,
                      bool chips) {
     std::sort(from.begin(), from.end());
-    std::sort(routes.coupled.begin(), routes.coupled.end());
-    routes.coupled.erase(std::unique(routes.coupled.begin(), routes.coupled.end()), routes.coupled.end());
     for (size_t i = 0; i < from.size();) {
       const int key = std::get<0>(from[i]);
       SharedLinks::Crossing c;

@@ -251,7 +251,7 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
       // The most of these messages on one link direction (the stage sends' contention without the figure).
       LinkFigures route = links.pp;
       const SharedLinks& shared = links.shared;
-      if (shared.stages == c.pp && first % c.pp == 0 && k % c.pp != 0 && !shared.contention.empty())
+      if (shared.stages == c.pp && first % c.pp == 0 && k % c.pp == c.pp - 1 && c.pp > 1 && !shared.contention.empty())
         route.contention = shared.contention[shared.index(SharedLinks::kToFirstStage, k % c.pp)];
       const double send = route.transfer(static_cast<double>(w.bytes) / c.tp);
       out.backward[k] += send;
