@@ -778,6 +778,19 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
     return failure(makeError(ExitCode::kConfig, "training: functional mode runs inference steps, training steps "
                                                 "run in timing mode"),
                    root);
+  // A training step's passes are compiled one at a time, each placing only its own tensors: the
+  // whole chip (weights, gradients, optimizer state and stash at once) is checked by the cost
+  // model's memory figure for a given plan (the search prunes its candidates on the same figure).
+  if (config.training.enabled && choice->given && choice->given->cost.memoryPerChip > cluster.chip().sramBytes()) {
+    Diagnostic d = configError(!choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
+                                                         : config.parallelism.planWhere,
+                               fmt::format("plan {}: the training step needs {} MiB on its fullest chip (weights, "
+                                           "gradients, optimizer state and stash), more than its {} MiB of SRAM",
+                                           plan->canonical(), choice->given->cost.memoryPerChip >> 20,
+                                           cluster.chip().sramBytes() >> 20));
+    d.code = ExitCode::kDoesNotFit;
+    return failure(d, root);
+  }
   if (!plan->purePipeline() && config.simulation.mode == "functional") {
     const SourceLocation where = !choice->planFile.empty() ? SourceLocation{choice->planFile, 0, 0, ""}
                                                            : config.parallelism.planWhere;

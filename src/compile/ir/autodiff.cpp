@@ -537,8 +537,11 @@ class BackwardBuilder {
         updated = sub(w, mulScalar(div(m2, denom), rate));
         moments.push_back(m2);
         moments.push_back(v2);
+        g_.markOverwrites(m2, m);
+        g_.markOverwrites(v2, v);
       }
       g_.markOutput(updated);
+      g_.markOverwrites(updated, w);
       result.updatedWeights.back() = updated;
     }
     for (TensorId m : moments) g_.markOutput(m);

@@ -147,6 +147,15 @@ class Graph {
                                              Attrs attrs, int layer, std::vector<std::string> outputNames = {});
   /// Marks a tensor as a graph output.
   void markOutput(TensorId tensor) { outputs_.push_back(tensor); }
+  /// Marks `value` as the new value of the leaf `leaf` (a weight or state that an optimizer update
+  /// replaces): a shard that computes `value` may give the leaf's space to other tensors once the
+  /// leaf's last reader in it has run, as an in-place update would. Not carried by print().
+  void markOverwrites(TensorId value, TensorId leaf) { overwrites_[value] = leaf; }
+  /// The leaf that `value` replaces (markOverwrites), or -1.
+  TensorId overwrites(TensorId value) const {
+    const auto it = overwrites_.find(value);
+    return it == overwrites_.end() ? -1 : it->second;
+  }
   /// Sets a tensor's dtype (the importer narrows and re-types leaves before ops use them).
   void setDType(TensorId tensor, DType dtype) { tensors_[tensor].dtype = dtype; }
   /// Reshapes a leaf no op reads yet to a shape of the same elements (the importer gives a 1-D
@@ -197,6 +206,7 @@ class Graph {
   std::vector<TensorId> constants_;
   std::vector<TensorId> states_;
   std::unordered_map<std::string, TensorId> byName_;
+  std::unordered_map<TensorId, TensorId> overwrites_;  // new value -> the leaf it replaces
 };
 
 /// Output shapes and dtypes of an op of kind on inputs of graph, or a model error naming the op.

@@ -1426,10 +1426,13 @@ void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std
   std::set<ir::OpId> pending(ops.begin() + static_cast<std::ptrdiff_t>(done), ops.end());
   for (auto it = tensors_.begin(); it != tensors_.end(); ++it) {
     TensorState& st = it->second;
-    if (st.pinned || st.blocks.empty() || keep.count(it->first)) continue;
+    // A resident leaf stays for the program, unless a value this shard computes replaces it.
+    const bool overwritten = overwritten_.count(it->first) > 0;
+    if ((st.pinned && !overwritten) || st.blocks.empty() || keep.count(it->first)) continue;
     const auto& users = graph_.tensor(it->first).users;
     if (std::any_of(users.begin(), users.end(), [&](ir::OpId u) { return pending.count(u) > 0; })) continue;
-    if (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); }))
+    if (!overwritten &&
+        (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); })))
       continue;
     for (size_t p = 0; p < st.blocks.size(); ++p) releaseScratch(st.blocks[p], st.readers[p]);
     st.blocks.clear();
@@ -1454,6 +1457,9 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   detail::Lowering lowering(chip, graph, *out);
   for (const auto& send : interface.sends) lowering.markC2c(send.tensor);
   for (const auto& receive : interface.receives) lowering.markC2c(receive.tensor);
+  for (ir::OpId op : ops)
+    for (ir::TensorId out : graph.op(op).outputs)
+      if (const ir::TensorId leaf = graph.overwrites(out); leaf >= 0) lowering.markOverwritten(leaf);
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.

@@ -368,12 +368,13 @@ constexpr std::int64_t kMaxBurstVectors = 4096;
 // One chip's units, streams, ports and SRAM as the collective's chains are placed on it.
 class ChipChains {
  public:
-  /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed).
-  ChipChains(const topology::ChipSpec& chip, Cycle start)
+  /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed);
+  /// `specHash` is chip.hash(), computed once by the caller.
+  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, Cycle start)
       : chip_(chip), units_(chip.units()), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
         nextAddress_(chip.memSlices, 0) {
     for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
-    program_.chipSpecHash = chip.hash();
+    program_.chipSpecHash = specHash;
   }
 
   /// Places MEM read -> C2C send at the earliest cycle >= earliest; returns the send's issue.
@@ -573,19 +574,18 @@ class ChipChains {
 LinkCalendar::LinkCalendar(size_t links) : busy_(links * 2) {}
 
 Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const {
+  // Each link direction's windows are disjoint and sorted (reserve() books only windows firstFit
+  // found free), so their ends are sorted too: the first window that can overlap is found by a
+  // binary search, and a hop that moves the start is searched again from there.
   bool moved = true;
   while (moved) {
     moved = false;
     for (const auto& [key, offset] : hops) {
-      // The windows are disjoint and sorted, so their ends are too: skip those ending by `at`, then
-      // move past each window that overlaps [at, at + length).
       const auto& windows = busy_[key];
-      Cycle at = start + offset;
-      auto it = std::upper_bound(windows.begin(), windows.end(), at,
-                                 [](Cycle value, const std::pair<Cycle, Cycle>& w) { return value < w.second; });
-      for (; it != windows.end() && it->first < at + length; ++it) at = it->second;
-      if (at != start + offset) {
-        start = at - offset;
+      auto it = std::upper_bound(windows.begin(), windows.end(), start + offset,
+                                 [](Cycle at, const std::pair<Cycle, Cycle>& w) { return at < w.second; });
+      for (; it != windows.end() && it->first < start + offset + length; ++it) {
+        start = it->second - offset;
         moved = true;
       }
     }
@@ -596,8 +596,8 @@ Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cyc
 void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) {
   for (const auto& [key, offset] : hops) {
     auto& windows = busy_[key];
-    const std::pair<Cycle, Cycle> window{start + offset, start + offset + length};
-    windows.insert(std::lower_bound(windows.begin(), windows.end(), window), window);
+    const std::pair<Cycle, Cycle> w{start + offset, start + offset + length};
+    windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
   }
 }
 
@@ -609,13 +609,14 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar) {
   const auto& chip = cluster.chip();
+  const std::uint64_t specHash = chip.hash();
   CollectiveSchedule out;
   out.plan = plan;
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
   std::map<int, ChipChains> chainOf;
   auto chains = [&](int c) -> ChipChains& {
     auto it = chainOf.find(c);
-    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, start[c])).first;
+    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, specHash, start[c])).first;
     return it->second;
   };
   std::vector<Cycle> ready = start;
@@ -691,7 +692,7 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     ready = next;
   }
   out.cluster.programs.resize(cluster.chipCount());
-  for (auto& p : out.cluster.programs) p.chipSpecHash = chip.hash();
+  for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
   for (auto& [c, chain] : chainOf) {
     out.cluster.programs[c] = chain.finish();
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
