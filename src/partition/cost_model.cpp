@@ -715,6 +715,38 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   return share;
 }
 
+double tpEdgeBytes(const LayerProfile& layer, const Candidate& c) {
+  if (c.tp < 2) return 0;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
+  const double t = c.tp;
+  switch (c.split) {
+    case TensorSplit::kNone: return 0;
+    case TensorSplit::kMegatron: {
+      const auto* at = layer.figuresAt(c.split, c.tp);
+      const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
+      const double gathered = static_cast<double>(at ? at->allGatherBytes : layer.allGatherBytes);
+      return (2 * (t - 1) / t * reduced + (t - 1) / t * gathered) * frac;
+    }
+    case TensorSplit::k2d: {
+      // An edge belongs to one axis's rings: the busier axis's bytes.
+      const double q = std::round(std::sqrt(t));
+      const auto* at = layer.figuresAt(c.split, c.tp);
+      const auto& g = at ? at->grid : layer.grid;
+      double edge = (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0)
+                        ? 2 * (q - 1) / q * static_cast<double>(layer.matmulOutBytes) / q
+                        : 0.0;
+      for (int a = 0; a < 2; ++a) {
+        const double reduced = static_cast<double>(g[a].allReduceBytes[0]) + static_cast<double>(g[a].allReduceBytes[1]) / q;
+        const double gathered = static_cast<double>(g[a].allGatherBytes[0]) + static_cast<double>(g[a].allGatherBytes[1]) / q;
+        edge = std::max(edge, 2 * (q - 1) / q * reduced + (q - 1) / q * gathered);
+      }
+      return edge * frac;
+    }
+    case TensorSplit::kSpatial: return static_cast<double>(layer.haloBytes) * frac;
+  }
+  return 0;
+}
+
 Bytes allocatableSramBytes(const topology::ChipSpec& chip) {
   return static_cast<Bytes>(static_cast<double>(chip.sramBytes()) * kAllocatableSramShare);
 }
@@ -758,24 +790,60 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   return static_cast<Bytes>(std::ceil(worst));
 }
 
-std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
-                                    const CandidateLinks& links) {
-  std::vector<double> sends(stages.chunks, 0);
-  if (stages.chunks == 1) return sends;
+std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+  std::vector<double> outbound(stages.chunks, 0);
+  if (stages.chunks == 1) return outbound;
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   // Each TP rank sends the activations it holds: all of them when they are replicated over the TP
   // group (after a Megatron all-reduce), its 1/tp share when they are split.
-  std::vector<double> outbound(stages.chunks, 0);
   for (const auto& e : profile.edges)
     if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
       // 2D: an activation is split over one grid axis and replicated over the other.
       const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
       const double holds = replicated ? 1 : meshAxisSize(c);
-      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds;
+      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds * frac;
     }
-  for (int k = 0; k < stages.chunks; ++k)
-    if (outbound[k] > 0) sends[k] = links.pp.transfer(outbound[k] * frac);
+  return outbound;
+}
+
+std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                    const CandidateLinks& links) {
+  std::vector<double> sends = chunkSendBytes(profile, c, stages);
+  for (double& bytes : sends)
+    if (bytes > 0) bytes = links.pp.transfer(bytes);
   return sends;
+}
+
+LinkFloor sharedLinkFloor(const SharedLinks& links, const std::vector<double>& bytes) {
+  LinkFloor floor;
+  floor.link.assign(links.stages, 0);
+  floor.transit.assign(links.stages, 0);
+  std::vector<int> touched;
+  auto add = [&](const SharedLinks::Crossing& crossing) {
+    double busy = 0;
+    touched.clear();
+    for (const auto& [kind, cyclesPerByte] : crossing.messages) {
+      const double b = kind < static_cast<int>(bytes.size()) ? bytes[kind] : 0;
+      if (b <= 0) continue;
+      busy += b * cyclesPerByte;
+      // A send (and its gradient coming back) joins stage s and the next; a send to stage 0, s and 0.
+      const int stage = kind % links.stages, kindOf = kind / links.stages;
+      touched.push_back(stage);
+      if (kindOf == SharedLinks::kSendForward || kindOf == SharedLinks::kSendBackward)
+        touched.push_back((stage + 1) % links.stages);
+      if (kindOf == SharedLinks::kToFirstStage) touched.push_back(0);
+    }
+    floor.busiest = std::max(floor.busiest, busy);
+    if (crossing.stage >= 0 && busy > 0) {
+      floor.transit[crossing.stage] = std::max(floor.transit[crossing.stage], busy);
+      floor.transitChips.push_back({crossing.stage, busy, &crossing.coupled});
+    }
+    for (int s : touched)
+      if (s != crossing.stage) floor.link[s] = std::max(floor.link[s], busy);
+  };
+  for (const auto& direction : links.directions) add(direction);
+  for (const auto& transit : links.transits) add(transit);
+  return floor;
 }
 
 PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm, const Candidate& c) {

@@ -189,6 +189,8 @@ struct PlanCost {
   /// Training: the pipeline part of iterationCycles (before the gradient all-reduce and optimizer
   /// tail): the event simulation of the plan's order, or the closed form for long orders.
   double pipelineCycles = 0;
+  /// Training: the busiest shared link or transit chip per microbatch (sharedLinkPeriod; 0: none).
+  double sharedLinkCycles = 0;
   double throughput = 0;        ///< samples per second of the whole cluster (copies of the plan on spare chips)
   double latencySeconds = 0;    ///< one iteration's batch, first input to last output
   Bytes memoryPerChip = 0;      ///< the fullest chip
@@ -197,18 +199,64 @@ struct PlanCost {
   int copies = 1;               ///< copies of the plan the cluster holds
 };
 
+/// The link directions and transit chips that the messages of one microbatch cross on a
+/// placement, every kind of message together (linkFigures): what sharedLinkFloor is made of.
+struct SharedLinks {
+  /// Kinds of message, one of each per pipeline stage s: the edges of stage s's TP rings, its
+  /// sends to the next stage (interleaved: the last stage's to the first), the gradients of those
+  /// sends coming back on the reverse routes, and sends from the last stage to stage 0 (the
+  /// gradient of a weight both read, a tied embedding's; routed for s = pp - 1 only).
+  enum Kind : std::uint8_t { kTpRing, kSendForward, kSendBackward, kToFirstStage, kKinds };
+  int stages = 0;
+  /// A link direction, or a chip that forwards messages of multi-hop routes (out of its next link):
+  /// the messages of each kind crossing it, as (kind index, their cycles per byte summed).
+  struct Crossing {
+    int stage = -1;  ///< a transit chip's own pipeline stage (-1: a link, or a chip outside the plan)
+    std::vector<std::pair<int, double>> messages;
+    std::vector<int> coupled;  ///< a transit chip: the other stages whose chips are on the routes it forwards
+  };
+  std::vector<Crossing> directions, transits;
+  std::vector<int> contention;  ///< per kind index: the most messages of it on one link direction
+  /// The index of kind k of stage s into the bytes vector of sharedLinkFloor.
+  int index(Kind k, int stage) const { return static_cast<int>(k) * stages + stage; }
+  int kinds() const { return static_cast<int>(kKinds) * stages; }
+};
+
 /// Communication figures the cost model needs for one candidate on its placement.
 struct CandidateLinks {
   LinkFigures tp;  ///< ring of a tensor-parallel group
   LinkFigures grid[2];  ///< 2D: the rings along grid axis r (columns) and along axis c (rows)
   LinkFigures pp;  ///< stage-to-stage sends
   LinkFigures dp;  ///< ring of the data-parallel replicas of one chip (training: gradient all-reduce)
+  SharedLinks shared;  ///< every per-microbatch message on its links (the groups linkFigures routes)
 };
+
+/// What the messages of one microbatch keep the links and transit chips busy, from `bytes` per
+/// message of each kind (SharedLinks::index). Per stage: `link`, the busiest link direction or
+/// transit chip outside the stage that any message of the stage crosses (its TP rings, its sends
+/// and the gradients coming back to it, its sends to stage 0), in cycles of all the messages there;
+/// `transit`, the most cycles one of the stage's own chips spends forwarding others' messages.
+struct LinkFloor {
+  double busiest = 0;
+  std::vector<double> link, transit;
+  /// Every transit chip of the plan that forwards anything: its stage, cycles and coupled stages.
+  struct Transit {
+    int stage = 0;
+    double cycles = 0;
+    const std::vector<int>* coupled = nullptr;
+  };
+  std::vector<Transit> transitChips;
+};
+LinkFloor sharedLinkFloor(const SharedLinks& links, const std::vector<double>& bytes);
 
 /// Per-microbatch forward figures of one layer under a candidate: compute and TP collectives.
 struct LayerShare {
   double compute = 0, comm = 0;
 };
+/// Bytes one TP ring edge carries per microbatch for a layer's forward collectives under the
+/// candidate (a ring all-reduce of n bytes per chip moves 2 (t-1)/t n over each edge, an all-gather
+/// (t-1)/t n; a spatial halo its bytes; 2D the busier grid axis's rings).
+double tpEdgeBytes(const LayerProfile& layer, const Candidate& candidate);
 /// Below this many bytes per chip the scheduler takes a binomial tree for an all-reduce when its
 /// alpha-beta time beats the ring's (collectives' chooseAlgorithm: latency-bound messages).
 constexpr double kTreeAllReduceBelowBytes = 64 << 10;
@@ -228,6 +276,9 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, con
 PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
                            const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips);
 
+/// Per-microbatch bytes each TP rank of a chunk sends to the next stage (its 1/tp share of a split activation).
+std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& candidate,
+                                   const StageAssignment& stages);
 /// Per-microbatch cycles of each chunk's send to the next stage (each TP rank sends its 1/tp share).
 std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& candidate,
                                     const StageAssignment& stages, const CandidateLinks& links);

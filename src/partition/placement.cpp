@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -66,7 +67,19 @@ struct RouteUse {
   int hops = 0;
 };
 
-RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<int, int>* load) {
+// What linkFigures gathers of every kind of message, one entry per hop: (link direction key
+// link * 2 + direction, kind, cycles per byte), (transit chip, kind, cycles per byte of its next
+// link), and (transit chip, stage of a chip on its route) pairs.
+struct SharedRoutes {
+  std::vector<std::tuple<int, int, double>> directions, transits;
+  std::vector<std::pair<int, int>> coupled;
+  const std::vector<int>* stageOf = nullptr;  // per chip: its stage in the plan, or -1
+};
+
+// With `shared`, each link direction of the route counts one message of `kind` there, and each
+// transit chip one message it forwards out of its next link.
+RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<int, int>* load,
+                  SharedRoutes* shared = nullptr, int kind = -1) {
   RouteUse use;
   if (src == dst) return use;
   const auto route = cluster.route(src, dst);
@@ -78,7 +91,24 @@ RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<i
   for (const auto& hop : route) {
     const auto& link = cluster.links()[hop.link];
     narrowest = narrowest == 0 ? link.bytesPerCycle : std::min(narrowest, link.bytesPerCycle);
-    if (load) ++(*load)[hop.link * 2 + (hop.chip == link.a ? 0 : 1)];
+    const int direction = hop.link * 2 + (hop.chip == link.a ? 0 : 1);
+    if (load) ++(*load)[direction];
+    if (shared) {
+      const double cyclesPerByte = link.bytesPerCycle > 0 ? 1.0 / link.bytesPerCycle : 0;
+      shared->directions.emplace_back(direction, kind, cyclesPerByte);
+      if (hop.chip != src) shared->transits.emplace_back(hop.chip, kind, cyclesPerByte);
+    }
+  }
+  if (shared && route.size() > 1) {
+    const std::vector<int>& stageOf = *shared->stageOf;
+    std::vector<int> stages;
+    for (const auto& hop : route)
+      if (stageOf[hop.chip] >= 0) stages.push_back(stageOf[hop.chip]);
+    if (stageOf[dst] >= 0) stages.push_back(stageOf[dst]);
+    std::sort(stages.begin(), stages.end());
+    stages.erase(std::unique(stages.begin(), stages.end()), stages.end());
+    for (size_t i = 1; i < route.size(); ++i)
+      for (int stage : stages) shared->coupled.emplace_back(route[i].chip, stage);
   }
   use.cyclesPerByte = narrowest > 0 ? 1.0 / narrowest : 0;
   return use;
@@ -127,13 +157,23 @@ std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid) {
 }
 
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups, bool grid) {
+                           int pp, int interleave, bool allGroups, bool grid, bool sharedLinks) {
   CandidateLinks figures;
-  auto measure = [&](const std::vector<std::pair<int, int>>& messages) {
+  figures.shared.stages = pp;
+  // Per link direction and transit chip: the per-microbatch messages of every kind (SharedLinks).
+  std::vector<int> stageOf(cluster.chipCount(), -1);
+  for (int d = 0; d < dp; ++d)
+    for (int s = 0; s < pp; ++s)
+      for (int t = 0; t < tp; ++t) stageOf[placement[rankOf(d, s, t, tp, pp)]] = s;
+  SharedRoutes routes;
+  routes.stageOf = &stageOf;
+  auto measure = [&](const std::vector<std::pair<int, int>>& messages, const std::vector<int>& kinds) {
     LinkFigures f;
     std::map<int, int> load;
-    for (const auto& [src, dst] : messages) {
-      const RouteUse use = routeUse(cluster, src, dst, &load);
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const auto [src, dst] = messages[i];
+      const RouteUse use = routeUse(cluster, src, dst, &load, kinds.empty() || !sharedLinks ? nullptr : &routes,
+                                    kinds.empty() ? -1 : kinds[i]);
       f.alpha = std::max(f.alpha, use.latency);
       f.cyclesPerByte = std::max(f.cyclesPerByte, use.cyclesPerByte);
       f.maxHops = std::max(f.maxHops, use.hops);
@@ -141,7 +181,9 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
     for (const auto& [key, count] : load) f.contention = std::max(f.contention, count);
     return f;
   };
-  std::vector<std::pair<int, int>> ring, sends;
+  SharedLinks& shared = figures.shared;
+  std::vector<std::pair<int, int>> ring, sends, gradients, toFirst;
+  std::vector<int> ringKinds, sendKinds, gradientKinds, toFirstKinds;
   // Each ring as the scheduler runs it (groupRing: rank order unless a shorter ring exists).
   auto addRing = [&](std::vector<std::pair<int, int>>& messages, const std::vector<int>& chips) {
     const auto order = schedule::groupRing(cluster, chips);
@@ -155,20 +197,30 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
       if (isGrid) {
         for (const auto& [a, b] : tpNeighbours(tp, grid))
           ring.push_back({placement[rankOf(d, s, a, tp, pp)], placement[rankOf(d, s, b, tp, pp)]});
-        continue;
+      } else {
+        std::vector<int> chips;
+        for (int t = 0; t < tp && tp > 1; ++t) chips.push_back(placement[rankOf(d, s, t, tp, pp)]);
+        addRing(ring, chips);
       }
-      std::vector<int> chips;
-      for (int t = 0; t < tp && tp > 1; ++t) chips.push_back(placement[rankOf(d, s, t, tp, pp)]);
-      addRing(ring, chips);
+      ringKinds.resize(ring.size(), shared.index(SharedLinks::kTpRing, s));
     }
   if (pp > 1)
     for (int d = 0; d < (allGroups ? dp : 1); ++d)
       for (int t = 0; t < (allGroups ? tp : 1); ++t)
         for (int s = 0; s < pp; ++s) {
-          if (s + 1 == pp && interleave == 1) break;  // interleaved chunks wrap from the last chip to the first
-          sends.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf(d, (s + 1) % pp, t, tp, pp)]});
+          const int from = placement[rankOf(d, s, t, tp, pp)];
+          if (s + 1 == pp) {  // a weight the last and the first stage read (a tied embedding): its gradient
+            toFirst.push_back({from, placement[rankOf(d, 0, t, tp, pp)]});
+            toFirstKinds.push_back(shared.index(SharedLinks::kToFirstStage, s));
+          }
+          if (s + 1 == pp && interleave == 1) continue;  // interleaved chunks wrap from the last chip to the first
+          const int to = placement[rankOf(d, (s + 1) % pp, t, tp, pp)];
+          sends.push_back({from, to});
+          sendKinds.push_back(shared.index(SharedLinks::kSendForward, s));
+          gradients.push_back({to, from});
+          gradientKinds.push_back(shared.index(SharedLinks::kSendBackward, s));
         }
-  figures.tp = measure(ring);
+  figures.tp = measure(ring, ringKinds);
   if (isGrid)
     for (int axis = 0; axis < 2; ++axis) {
       // Axis r joins the ranks of one grid column (same c), axis c those of one row.
@@ -180,16 +232,53 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
             for (int j = 0; j < q; ++j) chips.push_back(placement[rankOf(d, s, axis == 0 ? j * q + i : i * q + j, tp, pp)]);
             addRing(rings, chips);
           }
-      figures.grid[axis] = measure(rings);
+      figures.grid[axis] = measure(rings, {});
     }
-  figures.pp = measure(sends);
+  figures.pp = measure(sends, sendKinds);
+  if (sharedLinks) {
+    measure(gradients, gradientKinds);
+    measure(toFirst, toFirstKinds);
+  }
   std::vector<std::pair<int, int>> replicas;
   if (dp > 1)
     for (int s = 0; s < (allGroups ? pp : 1); ++s)
       for (int t = 0; t < (allGroups ? tp : 1); ++t)
         for (int d = 0; d < dp; ++d)
           replicas.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf((d + 1) % dp, s, t, tp, pp)]});
-  figures.dp = measure(replicas);
+  figures.dp = measure(replicas, {});
+  if (!sharedLinks) return figures;
+  // Every kind's contention, and the crossings as SharedLinks holds them.
+  shared.contention.assign(shared.kinds(), 1);
+  std::sort(routes.coupled.begin(), routes.coupled.end());
+  routes.coupled.erase(std::unique(routes.coupled.begin(), routes.coupled.end()), routes.coupled.end());
+  // Sorted by (key, kind), each key's messages summed per kind.
+  auto collect = [&](std::vector<std::tuple<int, int, double>>& from, std::vector<SharedLinks::Crossing>& to,
+                     bool chips) {
+    std::sort(from.begin(), from.end());
+    for (size_t i = 0; i < from.size();) {
+      const int key = std::get<0>(from[i]);
+      SharedLinks::Crossing c;
+      for (; i < from.size() && std::get<0>(from[i]) == key; ++i) {
+        const auto [k, kind, cyclesPerByte] = from[i];
+        if (c.messages.empty() || c.messages.back().first != kind) c.messages.push_back({kind, 0.0});
+        c.messages.back().second += cyclesPerByte;
+      }
+      if (chips) {
+        c.stage = stageOf[key];
+        auto it = std::lower_bound(routes.coupled.begin(), routes.coupled.end(), std::pair<int, int>{key, -1});
+        for (; it != routes.coupled.end() && it->first == key; ++it)
+          if (it->second != c.stage) c.coupled.push_back(it->second);
+      } else {
+        const double rate = cluster.links()[key / 2].bytesPerCycle;
+        for (const auto& [kind, cyclesPerByte] : c.messages)
+          shared.contention[kind] =
+              std::max(shared.contention[kind], static_cast<int>(std::lround(cyclesPerByte * rate)));
+      }
+      to.push_back(std::move(c));
+    }
+  };
+  collect(routes.directions, shared.directions, false);
+  collect(routes.transits, shared.transits, true);
   return figures;
 }
 

@@ -86,7 +86,7 @@ class Evaluator {
     if (found == links_.end()) {
       const int dp = replicas ? c.dp : 1;
       found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact,
-                                              grid))
+                                              grid, profile_.training.enabled))
                   .first;
     }
     return found->second;
@@ -226,7 +226,8 @@ Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelP
   if (static_cast<std::int64_t>(placement.size()) != std::int64_t{c.dp} * c.tp * c.pp || c.chips() > cluster.chipCount())
     return makeError(ExitCode::kDoesNotFit, fmt::format("plan {} needs {} chips; the cluster has {}", c.canonical(),
                                                         c.chips(), cluster.chipCount()));
-  const auto links = linkFigures(cluster, placement, c.dp, c.tp, c.pp, c.interleave, true, c.split == TensorSplit::k2d);
+  const auto links = linkFigures(cluster, placement, c.dp, c.tp, c.pp, c.interleave, true, c.split == TensorSplit::k2d,
+                                 profile.training.enabled);
   RankedPlan ranked{c, evaluateCandidate(profile, c, stages, links, cluster.chip(), cluster.chipCount()), true};
   return ranked;
 }

@@ -248,12 +248,64 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     for (int l : w.layers)
       if (stages.layerChunk[l] != first) senders.insert(stages.layerChunk[l]);
     for (int k : senders) {
-      const double send = links.pp.transfer(static_cast<double>(w.bytes) / c.tp);
+      // The most of these messages on one link direction (the stage sends' contention without the figure).
+      LinkFigures route = links.pp;
+      const SharedLinks& shared = links.shared;
+      if (shared.stages == c.pp && first % c.pp == 0 && k % c.pp == c.pp - 1 && c.pp > 1 && !shared.contention.empty())
+        route.contention = shared.contention[shared.index(SharedLinks::kToFirstStage, k % c.pp)];
+      const double send = route.transfer(static_cast<double>(w.bytes) / c.tp);
       out.backward[k] += send;
       out.comm[k] += send;
     }
   }
   return out;
+}
+
+std::vector<double> trainingMessageBytes(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                         const SharedLinks& shared) {
+  std::vector<double> bytes(shared.kinds(), 0);
+  if (shared.stages != c.pp) return bytes;
+  const int last = static_cast<int>(profile.layers.size()) - 1;
+  // Each forward collective runs again as its backward conjugate, and a third time when recomputed.
+  for (int l = 0; l <= last; ++l) {
+    const double again = profile.training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
+    bytes[shared.index(SharedLinks::kTpRing, stages.layerChunk[l] % c.pp)] +=
+        (2 + again) * tpEdgeBytes(profile.layers[l], c);
+  }
+  const std::vector<double> sends = chunkSendBytes(profile, c, stages);
+  for (int k = 0; k < stages.chunks; ++k) {
+    bytes[shared.index(SharedLinks::kSendForward, k % c.pp)] += sends[k];
+    bytes[shared.index(SharedLinks::kSendBackward, k % c.pp)] += sends[k];
+  }
+  // A shared weight's partial gradients, each TP rank's share, to its first reader on stage 0.
+  for (const SharedWeight& w : profile.sharedWeights) {
+    const int first = stages.layerChunk[w.layers.front()];
+    if (first % c.pp != 0) continue;
+    std::set<int> senders;
+    for (int l : w.layers)
+      if (stages.layerChunk[l] % c.pp != 0) senders.insert(stages.layerChunk[l]);
+    for (int k : senders) bytes[shared.index(SharedLinks::kToFirstStage, k % c.pp)] += static_cast<double>(w.bytes) / c.tp;
+  }
+  return bytes;
+}
+
+double sharedLinkPeriod(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                        const CandidateLinks& links, const TrainingChunks& chunks) {
+  if (links.shared.stages != c.pp || (links.shared.directions.empty() && links.shared.transits.empty())) return 0;
+  const LinkFloor floor = sharedLinkFloor(links.shared, trainingMessageBytes(profile, c, stages, links.shared));
+  std::vector<double> own(c.pp, 0);
+  for (int k = 0; k < stages.chunks; ++k) own[k % c.pp] += chunks.forward[k] + chunks.backward[k];
+  // A transit chip forwards a message when every chip of its route is between passes: besides its
+  // own passes it waits out the passes of the stages it is coupled with (the longest of them).
+  std::vector<double> transit(c.pp, 0);
+  for (const auto& chip : floor.transitChips) {
+    double others = 0;
+    for (int s : *chip.coupled) others = std::max(others, own[s]);
+    transit[chip.stage] = std::max(transit[chip.stage], chip.cycles + others);
+  }
+  double period = 0;
+  for (int s = 0; s < c.pp; ++s) period = std::max({period, own[s] + transit[s], floor.link[s]});
+  return period;
 }
 
 PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& c) {
@@ -300,6 +352,10 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
       if (auto timing = simulatePipeline(*order, trainingPipelineCosts(chunks, c)); timing.ok())
         time.iteration = timing->makespan;
   }
+  // The links and transit chips that every microbatch's messages share serve m microbatches in
+  // no less than m times their busiest per-microbatch time.
+  cost.sharedLinkCycles = sharedLinkPeriod(profile, c, stages, links, chunks);
+  time.iteration = std::max(time.iteration, cost.sharedLinkCycles * c.microbatches);
   // After the pipeline: the gradient all-reduce over dp (and, for a spatial split, of the convolution
   // gradients over the TP group) in buckets, started as the last microbatch's backward pass
   // completes each bucket (so all but the last bucket can hide behind that pass), then the optimizer

@@ -42,6 +42,17 @@ struct TrainingChunks {
 /// The chunk figures evaluateTrainingCandidate prices.
 TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
                               const CandidateLinks& links);
+/// Per-microbatch bytes of one message of each kind of SharedLinks (forward, backward and
+/// recomputed TP collectives per ring edge, stage sends both ways, shared weights' gradients to stage 0).
+std::vector<double> trainingMessageBytes(const ModelProfile& profile, const Candidate& candidate,
+                                         const StageAssignment& stages, const SharedLinks& shared);
+/// The per-microbatch time of the busiest resource that every microbatch's messages share: per
+/// stage, the busiest link direction or outside transit chip its messages cross (sharedLinkFloor,
+/// every kind of message there), and the stage's passes plus what its busiest chip forwards for
+/// other messages, with the passes of the stages on those routes (a message waits until every
+/// chip of its route is between passes). The pipeline takes at least m times this.
+double sharedLinkPeriod(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
+                        const CandidateLinks& links, const TrainingChunks& chunks);
 /// Those chunk times as the event simulation's costs ([stage][chunk]; sends already in the times).
 PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& candidate);
 

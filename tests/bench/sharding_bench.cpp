@@ -56,6 +56,29 @@ void BM_ScheduleRingAllReduce(benchmark::State& state) {
 }
 BENCHMARK(BM_ScheduleRingAllReduce)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 
+// Ring all-reduces of 1 MiB per chip over 64 chips booked one after the other in one link calendar,
+// as a training step books its TP collectives: each message's first fit searches the windows the
+// earlier ones left on its links.
+void BM_ScheduleRingAllReducesOneCalendar(benchmark::State& state) {
+  const auto cluster = clusterOf("{topology: {kind: ring, chips: 64}}");
+  std::vector<int> group(cluster.chipCount());
+  for (int i = 0; i < cluster.chipCount(); ++i) group[i] = i;
+  auto plan = tsp::schedule::planCollective(tsp::schedule::CollectiveOp::kAllReduce,
+                                            tsp::schedule::CollectiveAlgorithm::kRing, group, 1 << 20, cluster);
+  for (auto _ : state) {
+    tsp::schedule::LinkCalendar calendar(cluster.links().size());
+    std::vector<tsp::Cycle> start(cluster.chipCount(), 0);
+    for (std::int64_t i = 0; i < state.range(0); ++i) {
+      auto s = tsp::schedule::scheduleCollective(*plan, cluster, start, calendar);
+      if (!s) state.SkipWithError(s.error().format().c_str());
+      std::fill(start.begin(), start.end(), s->cycles);
+    }
+    benchmark::DoNotOptimize(start);
+  }
+  state.counters["collectives"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_ScheduleRingAllReducesOneCalendar)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
+
 // The hierarchical all-reduce over a full 72-chip rack (node rings, then rack rings).
 void BM_ScheduleHierarchicalRack(benchmark::State& state) {
   const auto cluster = clusterOf("{topology: {kind: dragonfly, racks: 1}}");

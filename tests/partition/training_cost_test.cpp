@@ -55,7 +55,9 @@ std::optional<ChunkCosts> chunkCosts(const ModelProfile& profile, const Candidat
   auto placed = placePlan(cluster, order, cand.dp, cand.tp, cand.pp);
   EXPECT_TRUE(placed.ok()) << cand.canonical();
   if (!stages || !placed) return std::nullopt;
-  ChunkCosts c{*stages, linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true), {}, {}};
+  ChunkCosts c{*stages, linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true,
+                                               cand.split == TensorSplit::k2d, true),
+               {}, {}};
   c.chunks = trainingChunks(profile, cand, c.stages, c.links);
   for (size_t k = 0; k < c.chunks.forward.size(); ++k) c.chunk.push_back(c.chunks.forward[k] + c.chunks.backward[k]);
   return c;
@@ -161,7 +163,7 @@ TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
     profile->training.bucketBytes = bucket;
     auto placed = placePlan(c, *order, dp, 1, 1);
     EXPECT_TRUE(placed.ok());
-    auto links = linkFigures(c, *placed, dp, 1, 1, 1, true);
+    auto links = linkFigures(c, *placed, dp, 1, 1, 1, true, false, true);
     EXPECT_EQ(links.dp.maxHops > 0, dp > 1);
     links.dp.cyclesPerByte *= linkScale;
     return evaluateCandidate(*profile, {TensorSplit::kNone, dp, 1, 1, 1, 1}, *stages, links, c.chip(), 8);
@@ -203,6 +205,69 @@ TEST(TrainingCost, TrainingKeysAreValidated) {
   EXPECT_NE(bad.error().format().find("gpipe"), std::string::npos) << bad.error().format();
 }
 
+// Every kind of per-microbatch message on its route at once: a 4-stage pipeline on a line of 4
+// chips, whose last stage's send to stage 0 (a tied weight's gradient) crosses the middle chips.
+TEST(TrainingCost, SharedLinksRouteEveryMessageOfAMicrobatch) {
+  const auto c = clusterFrom("{topology: {kind: mesh, dims: [4]}}");
+  const CandidateLinks links = linkFigures(c, {0, 1, 2, 3}, 1, 1, 4, 1, true, false, true);
+  const SharedLinks& shared = links.shared;
+  ASSERT_EQ(shared.stages, 4);
+  EXPECT_EQ(shared.directions.size(), 6u);  // both directions of the three links
+  // Chips 2 and 1 forward stage 3's send to stage 0; each waits for the other stages on the route.
+  ASSERT_EQ(shared.transits.size(), 2u);
+  EXPECT_EQ(shared.transits[0].stage, 1);
+  EXPECT_EQ(shared.transits[0].coupled, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(shared.transits[1].stage, 2);
+  EXPECT_EQ(shared.transits[1].coupled, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(shared.contention[shared.index(SharedLinks::kToFirstStage, 3)], 1);
+  const double beta = 1.0 / c.links()[0].bytesPerCycle;
+  std::vector<double> bytes(shared.kinds(), 0);
+  bytes[shared.index(SharedLinks::kToFirstStage, 3)] = 1e6;   // on links 3->2, 2->1, 1->0
+  bytes[shared.index(SharedLinks::kSendBackward, 0)] = 2e5;   // stage 1's gradient to stage 0: link 1->0
+  bytes[shared.index(SharedLinks::kSendForward, 2)] = 3e5;    // stage 2 to 3: link 2->3
+  const LinkFloor floor = sharedLinkFloor(shared, bytes);
+  EXPECT_NEAR(floor.busiest, 1.2e6 * beta, 1e-6);  // link 1->0 carries two kinds
+  EXPECT_NEAR(floor.link[0], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.link[1], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.link[2], 3e5 * beta, 1e-6);  // stage 2's only message
+  EXPECT_NEAR(floor.link[3], 1.2e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.transit[1], 1e6 * beta, 1e-6);
+  EXPECT_NEAR(floor.transit[2], 1e6 * beta, 1e-6);
+  EXPECT_EQ(floor.transit[0], 0);
+}
+
+// The tied embedding's gradient crosses the middle stages' chips on a line: the pipeline takes at
+// least m times the busiest chip's passes plus what it forwards and the passes it waits out; on a
+// ring the same plan sends every message over a direct link and the event simulation decides.
+TEST(TrainingCost, SharedLinksFloorTheTrainingPipeline) {
+  const auto g = gpt(2, 512, 8, 128, 8, 8192);
+  for (const char* topology : {"{topology: {kind: mesh, dims: [4]}}", "{topology: {kind: ring, chips: 4}}"}) {
+    const auto c = clusterFrom(topology);
+    auto profile = profileModel(g, c.chip(), 8);
+    ASSERT_TRUE(profile.ok());
+    ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::k1F1B)).ok());
+    ASSERT_FALSE(profile->sharedWeights.empty());
+    const Candidate cand{TensorSplit::kNone, 1, 1, 4, 8, 1};
+    auto order = localityOrder(c);
+    ASSERT_TRUE(order.ok());
+    const auto costs = chunkCosts(*profile, cand, c, *order);
+    ASSERT_TRUE(costs);
+    const PlanCost cost = evaluateCandidate(*profile, cand, costs->stages, costs->links, c.chip(), c.chipCount());
+    auto pipelineOrder = buildPipelineOrder(PipelineSchedule::k1F1B, 4, 8, 1);
+    ASSERT_TRUE(pipelineOrder.ok());
+    auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(costs->chunks, cand));
+    ASSERT_TRUE(timing.ok());
+    EXPECT_GT(cost.sharedLinkCycles, 0) << topology;
+    const bool line = std::string(topology).find("mesh") != std::string::npos;
+    if (line) {
+      EXPECT_GT(cost.sharedLinkCycles * cand.microbatches, timing->makespan);
+      EXPECT_NEAR(cost.pipelineCycles, cost.sharedLinkCycles * cand.microbatches, 1e-6 * cost.pipelineCycles);
+    } else {
+      EXPECT_NEAR(cost.pipelineCycles, timing->makespan, 1e-6 * timing->makespan);
+    }
+  }
+}
+
 // Megatron-LM Table 1 (s = 2048, V = 51,200, Adam with mixed precision, full recomputation, 1F1B):
 // the smallest TSP count that holds each model, and the best plan the search finds on the
 // 10,440-chip dragonfly (docs/validation.md prints this table).
@@ -215,8 +280,8 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
   const Row rows[] = {{"1.7B", 24, 2304, 24, 512}, {"18.4B", 48, 6144, 40, 1024}, {"145.6B", 96, 12288, 80, 2304},
                       {"529.6B", 128, 20480, 105, 2520}, {"1008B", 160, 25600, 128, 3072}};
   std::string table = "| model | parameters | smallest fit (chips, plan) | best plan on 10,440 | samples/s | "
-                      "MiB/chip | bubble | iteration s, predicted | iteration s, event-simulated |\n"
-                      "|---|---:|---|---|---:|---:|---:|---:|---:|\n";
+                      "MiB/chip | bubble | iteration s, predicted | iteration s, event-simulated | m x shared-link floor, s |\n"
+                      "|---|---:|---|---|---:|---:|---:|---:|---:|---:|\n";
   auto order = localityOrder(cluster);
   ASSERT_TRUE(order.ok());
   int previous = 0;
@@ -233,7 +298,8 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
     EXPECT_GE(static_cast<double>(smallest.chips()) * cluster.chip().sramBytes(), 16.0 * g.parameters()) << r.name;
     SearchOptions options;
     auto result = searchPlans(cluster, *profile, options);
-    std::string best = "does not fit", rate = "-", memory = "-", bubble = "-", predicted = "-", simulated = "-";
+    std::string best = "does not fit", rate = "-", memory = "-", bubble = "-", predicted = "-", simulated = "-",
+                links = "-";
     if (smallest.chips() <= cluster.chipCount()) {
       ASSERT_TRUE(result.ok()) << r.name << ": " << result.error().format();
       const RankedPlan& top = result->ranked.front();
@@ -256,15 +322,20 @@ TEST(TrainingSearch, MegatronTable1OnTheDragonfly) {
       auto timing = simulatePipeline(*pipelineOrder, trainingPipelineCosts(chunks, cand));
       ASSERT_TRUE(timing.ok());
       const double hz = cluster.chip().clockMhz * 1e6;
+      // The pipeline takes at least m times the busiest shared link's (or transit chip's) time per microbatch.
+      const double floor = exact.sharedLinkCycles * cand.microbatches;
       predicted = fmt::format("{:.3f}", exact.iterationCycles / hz);
       simulated = fmt::format("{:.3f}", (timing->makespan + tail) / hz);
-      EXPECT_NEAR(timing->makespan + tail, exact.iterationCycles, 0.12 * exact.iterationCycles) << r.name;
+      links = fmt::format("{:.3f}", floor / hz);
+      EXPECT_GT(exact.sharedLinkCycles, 0) << r.name;
+      EXPECT_NEAR(std::max(timing->makespan, floor) + tail, exact.iterationCycles, 0.12 * exact.iterationCycles)
+          << r.name;
     } else {
       ASSERT_FALSE(result.ok()) << r.name;
       EXPECT_EQ(result.error().code, ExitCode::kDoesNotFit);
     }
-    table += fmt::format("| {} | {:.1f} B | {} ({}) | {} | {} | {} | {} | {} | {} |\n", r.name, g.parameters() / 1e9,
-                         smallest.chips(), smallest.canonical(), best, rate, memory, bubble, predicted, simulated);
+    table += fmt::format("| {} | {:.1f} B | {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n", r.name, g.parameters() / 1e9,
+                         smallest.chips(), smallest.canonical(), best, rate, memory, bubble, predicted, simulated, links);
   }
   std::printf("%s", table.c_str());
 }
@@ -308,8 +379,10 @@ TEST(TrainingSearch, ClosedFormPipelineAgainstTheEventSimulation) {
       // embedding stage with its all-reduces). So the cost model runs the event simulation on these orders.
       EXPECT_GE(ratio, 0.92) << pipelineScheduleName(schedule) << " " << cand.canonical();
       EXPECT_LE(ratio, 1.35) << pipelineScheduleName(schedule) << " " << cand.canonical();
+      // The event simulation's makespan, or the shared links' floor where it binds.
       const PlanCost exact = evaluateCandidate(*profile, cand, costs->stages, costs->links, c.chip(), c.chipCount());
-      EXPECT_NEAR(exact.pipelineCycles, timing->makespan, 1e-6 * timing->makespan) << cand.canonical();
+      const double floored = std::max(timing->makespan, exact.sharedLinkCycles * cand.microbatches);
+      EXPECT_NEAR(exact.pipelineCycles, floored, 1e-6 * floored) << cand.canonical();
       low = std::min(low, ratio);
       high = std::max(high, ratio);
       ++pipelines;
@@ -345,7 +418,7 @@ TEST(TrainingCost, ConvolutionGradientsUnderTensorSplits) {
   auto chunks = [&](TensorSplit split, int tp) {
     auto placed = placePlan(c, *order, 1, tp, 1);
     EXPECT_TRUE(placed.ok());
-    return trainingChunks(*profile, {split, 1, tp, 1, 1, 1}, *stages, linkFigures(c, *placed, 1, tp, 1, 1, true));
+    return trainingChunks(*profile, {split, 1, tp, 1, 1, 1}, *stages, linkFigures(c, *placed, 1, tp, 1, 1, true, false, true));
   };
   const TrainingChunks whole = chunks(TensorSplit::kNone, 1), spatial = chunks(TensorSplit::kSpatial, 4);
   EXPECT_EQ(whole.groupGradients[0], 0);

@@ -382,12 +382,15 @@ class ChipChains {
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     Cycle best = -1;
     int bestMem = -1;
+    // The earliest free stream of each direction, the same for every slice that reads in it.
+    const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
+    const int memFirst = chip_.firstUnit(UnitKind::kMem);
     for (int m = 0; m < chip_.memSlices; ++m) {
-      const int mem = chip_.firstUnit(UnitKind::kMem) + m;
+      const int mem = memFirst + m;
       const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
       const Direction dir = direction(mem, c2c);
       Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
-                             freeStream(dir).second - chip_.memReadCycles});
+                             streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
       if (best < 0 || read + delta < best) {
         best = read + delta;
         bestMem = mem;
@@ -418,11 +421,16 @@ class ChipChains {
   Cycle receive(int port, std::int64_t vectors, int interval, Cycle arrive, bool reduce) {
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     const int memFirst = chip_.firstUnit(UnitKind::kMem);
-    // The two least busy MEM slices (lowest index on ties) for the operand read and the write.
-    std::vector<int> mems(chip_.memSlices);
-    std::iota(mems.begin(), mems.end(), memFirst);
-    std::stable_sort(mems.begin(), mems.end(), [&](int a, int b) { return unitFree_[a] < unitFree_[b]; });
-    const int write = mems[0], operand = mems[1];
+    // The two least busy MEM slices (lowest index on ties) for the write and the operand read.
+    int write = -1, operand = -1;
+    for (int u = memFirst; u < memFirst + chip_.memSlices; ++u) {
+      if (write < 0 || unitFree_[u] < unitFree_[write]) {
+        operand = write;
+        write = u;
+      } else if (operand < 0 || unitFree_[u] < unitFree_[operand]) {
+        operand = u;
+      }
+    }
     const int vxmFirst = chip_.firstUnit(UnitKind::kVxm);
     int vxm = vxmFirst;
     for (int u = vxmFirst; u < vxmFirst + chip_.vxmAluGroups; ++u)

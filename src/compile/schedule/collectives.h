@@ -83,7 +83,8 @@ struct CollectiveSchedule {
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster);
 
 /// Busy windows of every directed link (link * 2 + direction), shared by all the messages of one
-/// cluster schedule so that no link carries two vectors at once.
+/// cluster schedule so that no link carries two vectors at once. A direction's windows are
+/// disjoint (every reservation is a first fit) and kept sorted, so a fit is a binary search.
 class LinkCalendar {
  public:
   explicit LinkCalendar(size_t links);
