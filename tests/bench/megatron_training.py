@@ -12,7 +12,10 @@ Prints, per model, the simulated samples/s next to the cost model's prediction f
 plan, the bubble, the compile/simulation figures, the wall time and the peak memory. Takes minutes:
 not part of the ctest suite.
 
-usage: megatron_training.py TSP_SIM SOURCE_DIR [MODEL[,seq=S][,m=M]...]   (MODEL: 1.7B, 18.4B; default 1.7B)
+usage: megatron_training.py TSP_SIM SOURCE_DIR [MODEL[,seq=S][,m=M][,tp=T][,pp=P][,layers=L]...]
+       (MODEL: 1.7B, 18.4B; default 1.7B; layers defaults to pp, heads are always tp)
+The runs of docs/validation.md: 1.7B; 1.7B,seq=512; 1.7B,m=24; 18.4B; 1.7B,tp=64,pp=3,layers=24,m=6;
+18.4B,tp=512,pp=3,layers=6,m=6.
 """
 import json
 import os
@@ -25,14 +28,15 @@ import time
 MODELS = {"1.7B": (2304, 32, 6, 128), "18.4B": (6144, 256, 6, 128)}
 
 
-def config_text(source, hidden, tp, pp, seq, out, m=None):
+def config_text(source, hidden, tp, pp, seq, out, m=None, layers=None):
     with open(os.path.join(source, "configs", "dragonfly-10440.yaml")) as f:
         cluster = f.read().split("\nmodel:")[0]
     m = m or 2 * pp
+    layers = layers or pp
     return f"""{cluster}
 model:
   builtin: gpt
-  params: {{layers: {pp}, hidden: {hidden}, heads: {tp}, seq: {seq}, batch: {m}, vocab: 51200, dtype: fp16}}
+  params: {{layers: {layers}, hidden: {hidden}, heads: {tp}, seq: {seq}, batch: {m}, vocab: 51200, dtype: fp16}}
 parallelism:
   plan: {{dp: 1, tp: {tp}, pp: {pp}, microbatches: {m}}}
 training: {{schedule: 1f1b, optimizer: adam, recompute: full}}
@@ -53,9 +57,11 @@ def main():
             hidden, tp, pp, seq = MODELS[name]
             given = dict(o.split("=") for o in options)
             seq, m = int(given.get("seq", seq)), int(given["m"]) if "m" in given else None
+            tp, pp = int(given.get("tp", tp)), int(given.get("pp", pp))
+            layers = int(given.get("layers", pp))
             path = os.path.join(tmp, f"{name}.yaml")
             with open(path, "w") as f:
-                f.write(config_text(source, hidden, tp, pp, seq, os.path.join(tmp, f"{name}.h5"), m))
+                f.write(config_text(source, hidden, tp, pp, seq, os.path.join(tmp, f"{name}.h5"), m, layers))
             start = time.time()
             run = subprocess.run([exe, "--config", path, "--json", "--quiet"], capture_output=True, text=True, env=env)
             wall = time.time() - start
@@ -67,7 +73,7 @@ def main():
             predicted = j["predicted_iteration_cycles"]
             clock = j["makespan_cycles"] / j["makespan_seconds"]
             t = j["training"]
-            print(f"| {name} | {j['plan']}, {pp} layers, s = {seq} | {j['chips_used']} | {j['makespan_cycles']} | "
+            print(f"| {name} | {j['plan']}, {layers} layers, s = {seq} | {j['chips_used']} | {j['makespan_cycles']} | "
                   f"{j['throughput_per_second']:.2f} | {j['samples'] * clock / predicted:.2f} | "
                   f"{t['bubble_fraction']:.3f} | {t['bubble_formula']:.3f} | "
                   f"{t['passes_compiled']} / {t['passes_shared']} | {wall:.0f} | "
