@@ -45,6 +45,8 @@ output: {{trace: {out}}}
 
 
 def main():
+    if len(sys.argv) < 3:
+        sys.exit(__doc__.strip().split("usage: ")[1])
     exe, source = sys.argv[1], sys.argv[2]
     names = sys.argv[3:] or ["1.7B"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
