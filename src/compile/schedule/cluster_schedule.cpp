@@ -1,7 +1,6 @@
 // The cluster scheduler for pipelines of stages.
 #include "compile/schedule/cluster_schedule.h"
 
-#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -82,7 +81,6 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
     Options shardOptions = options;
     shardOptions.seed = options.seed * 1000003ULL + s;  // one random stream per (seed, stage)
     shardOptions.annealWork = options.annealWork / static_cast<std::int64_t>(stages.size());
-    if (stages.size() > 1) shardOptions.planeOrderMoves = std::min(options.planeOrderMoves, options.planeOrderShardMoves);
     auto compiled = compileShard(chip, graph, stage.ops, interface, shardOptions);
     if (!compiled) return compiled.error();
     for (size_t i = 0; i < sendKeys.size(); ++i) {
