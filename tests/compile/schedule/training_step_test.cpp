@@ -30,6 +30,15 @@ ir::Graph mlp(std::int64_t batch, std::int64_t hidden, ir::DType dtype) {
   return g;
 }
 
+// Every op of g compiled as one shard for the chip, with `annealMoves` annealing moves.
+Expected<CompiledShard> compileWholeGraph(const topology::ChipSpec& chip, const ir::Graph& g, std::int64_t annealMoves) {
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  Options o;
+  o.annealMoves = annealMoves;
+  return compileShard(chip, g, ops, {}, o);
+}
+
 TEST(TrainingStep, SimulatesInExactlyThePredictedCycles) {
   topology::ChipSpec chip;
   for (std::int64_t hidden : {320, 640}) {
@@ -40,11 +49,7 @@ TEST(TrainingStep, SimulatesInExactlyThePredictedCycles) {
     const ir::Graph& g = step->graph;
     ASSERT_TRUE(g.findTensor("fc2.out.grad").has_value());
     ASSERT_EQ(g.outputs().size(), 3u);  // fc2's output, then the two updated weights
-    std::vector<ir::OpId> ops;
-    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-    Options o;
-    o.annealMoves = 20;
-    auto compiled = compileShard(chip, g, ops, {}, o);
+    auto compiled = compileWholeGraph(chip, g, 20);
     ASSERT_TRUE(compiled.ok()) << compiled.error().format();
     // Forward (2 matmuls), backward (dW2, dh, dW1: 3) on 64 x hidden x hidden each.
     EXPECT_EQ(g.macFlops(), 5 * 2 * 64 * hidden * hidden);
@@ -77,17 +82,11 @@ TEST(TrainingStep, GptStepOfEveryOptimizerAndRecomputationSimulatesInThePredicte
       ASSERT_TRUE(step.ok()) << step.error().format();
       const ir::Graph& g = step->graph;
       std::set<ir::OpKind> kinds;
-      std::vector<ir::OpId> ops;
-      for (size_t i = 0; i < g.ops().size(); ++i) {
-        ops.push_back(static_cast<ir::OpId>(i));
-        kinds.insert(g.op(static_cast<ir::OpId>(i)).kind);
-      }
+      for (const ir::Op& op : g.ops()) kinds.insert(op.kind);
       for (ir::OpKind k : {ir::OpKind::kSoftmaxCrossEntropyLoss, ir::OpKind::kSoftmaxCrossEntropyLossGrad,
                            ir::OpKind::kGatherGrad, ir::OpKind::kReduceSum, ir::OpKind::kTranspose})
         EXPECT_TRUE(kinds.count(k)) << ir::opKindName(k);
-      Options o;
-      o.annealMoves = 20;
-      auto compiled = compileShard(chip, g, ops, {}, o);
+      auto compiled = compileWholeGraph(chip, g, 20);
       ASSERT_TRUE(compiled.ok()) << compiled.error().format();
       auto c = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), {}, {});
       ASSERT_TRUE(c->advanceTo(sim::kNever).ok());
@@ -122,11 +121,7 @@ TEST(TrainingStep, AdamOverwritesItsWeightsAndMomentsInPlace) {
   const Bytes parameters = forward.parameters(), held = 12 * parameters, renewed = 10 * parameters;
   for (size_t i = 0; i < step->tensors.weights.size(); ++i)
     EXPECT_EQ(g.overwrites(step->tensors.updatedWeights[i]), step->tensors.weights[i]);
-  std::vector<ir::OpId> ops;
-  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  Options o;
-  o.annealMoves = 0;
-  auto compiled = compileShard(chip, g, ops, {}, o);
+  auto compiled = compileWholeGraph(chip, g, 0);
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
   EXPECT_GT(held + renewed, compiled->report.sramCapacityBytes);
   EXPECT_GE(compiled->report.sramPeakBytes, held);
