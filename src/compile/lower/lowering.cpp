@@ -1490,8 +1490,76 @@ void Lowering::finish() {
 
 }  // namespace detail
 
+namespace {
+
+bool isMxmOp(const ir::Op& op) {
+  return op.kind == ir::OpKind::kMatMul || op.kind == ir::OpKind::kGemm || op.kind == ir::OpKind::kConv;
+}
+
+// The shard's ops with each short branch of a two-branch Add (a ResNet downsample shortcut: fewer
+// matmuls and Convs than the other branch) lowered just before the other branch's last matmul or
+// Conv, so that the Add fuses into that op's epilogue (its residual is the short branch's output,
+// already placed) and the short branch's MXM runs do not wait for the long one: in the order given
+// (a ResNet block's: conv c, its BN, the downsample, its BN, the Add) the Add would fuse into the
+// downsample, whose computes would then follow conv c's. Orders that would break a dependence are
+// left as they are.
+std::vector<ir::OpId> shortBranchesFirst(const ir::Graph& graph, std::vector<ir::OpId> ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ir::Op& add = graph.op(ops[i]);
+    if (add.kind != ir::OpKind::kAdd || add.inputs.size() != 2) continue;
+    std::map<ir::OpId, size_t> position;
+    for (size_t k = 0; k < ops.size(); ++k) position[ops[k]] = k;
+    // The shard's ops each input depends on, itself included.
+    const auto ancestors = [&](ir::TensorId t) {
+      std::set<ir::OpId> seen;
+      std::vector<ir::OpId> work;
+      if (const int p = graph.tensor(t).producer; p >= 0 && position.count(p)) work.push_back(p);
+      while (!work.empty()) {
+        const ir::OpId o = work.back();
+        work.pop_back();
+        if (!seen.insert(o).second) continue;
+        for (ir::TensorId in : graph.op(o).inputs)
+          if (const int p = graph.tensor(in).producer; p >= 0 && position.count(p)) work.push_back(p);
+      }
+      return seen;
+    };
+    const ir::TensorId a = add.inputs[0], b = add.inputs[1];
+    const int pa = graph.tensor(a).producer, pb = graph.tensor(b).producer;
+    if (pa < 0 || pb < 0 || !position.count(pa) || !position.count(pb)) continue;
+    const bool aLast = position[pa] > position[pb];
+    const std::set<ir::OpId> last = ancestors(aLast ? a : b), first = ancestors(aLast ? b : a);
+    std::vector<ir::OpId> moved, kept;  // the last-lowered branch's own ops, in order, and the rest
+    size_t movedMxm = 0, firstMxm = 0;
+    ir::OpId target = -1;  // the first branch's last matmul or Conv
+    for (ir::OpId o : ops) {
+      const bool own = last.count(o) && !first.count(o), other = first.count(o) && !last.count(o);
+      (own ? moved : kept).push_back(o);
+      if (own && isMxmOp(graph.op(o))) ++movedMxm;
+      if (other && isMxmOp(graph.op(o))) ++firstMxm, target = o;
+    }
+    if (movedMxm == 0 || movedMxm >= firstMxm) continue;
+    std::vector<ir::OpId> order;
+    for (ir::OpId o : kept) {
+      if (o == target) order.insert(order.end(), moved.begin(), moved.end());
+      order.push_back(o);
+    }
+    std::set<ir::OpId> done;
+    bool valid = true;
+    for (ir::OpId o : order) {
+      for (ir::TensorId in : graph.op(o).inputs)
+        if (const int p = graph.tensor(in).producer; p >= 0 && position.count(p) && !done.count(p)) valid = false;
+      done.insert(o);
+    }
+    if (valid) ops = std::move(order);
+  }
+  return ops;
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
-                                                   const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
+                                                   const std::vector<ir::OpId>& given, const ShardInterface& interface) {
+  const std::vector<ir::OpId> ops = shortBranchesFirst(graph, given);
   auto out = std::make_unique<LoweredShard>(chip);
   detail::Lowering lowering(chip, graph, *out);
   for (const auto& send : interface.sends) lowering.markC2c(send.tensor);

@@ -34,7 +34,10 @@ struct Options {
   /// without the plane chains reaches them (plane_order.h), instead of the lowering's order.
   bool reorderPlanes = true;
   /// Moves of one run within its plane's order tried after that (each one list schedule).
-  std::int64_t planeOrderMoves = 160;
+  std::int64_t planeOrderMoves = 640;
+  /// At most this many of those moves for each of a plan's many shards (a pipeline's stages, a
+  /// sharded plan's segments, a training step's passes), whose compiles add up.
+  std::int64_t planeOrderShardMoves = 160;
   /// Caps those moves at planeOrderWork / tasks, as annealWork caps the annealer's.
   std::int64_t planeOrderWork = 1'000'000;
   /// Rounds of heads and tails raised by the resources in the report's lower bound (lowerBound);
