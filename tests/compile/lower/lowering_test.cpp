@@ -209,5 +209,45 @@ TEST(Lowering, MixedStorageWidthsNameTheNode) {
   EXPECT_EQ(width.error().format(), "node 'mm': activations and weights must have the same storage width");
 }
 
+// A bottleneck block with a downsample, ops in the ONNX order (conv c, then the downsample, then the
+// Add): the downsample is lowered first, so the Add fuses into conv c and no dependence leads from
+// conv c's tasks to the downsample's (before, the Add fused into the downsample, which then waited
+// for conv c's output).
+TEST(Lowering, AShortcutIsLoweredBeforeTheConvItsAddFusesInto) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 64, 8, 8}, ir::DType::kI8);
+  const auto a = *g.addOp(ir::OpKind::kConv, "a", {x, g.addWeight("wa", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
+  const auto ra = *g.addOp(ir::OpKind::kRelu, "ra", {a}, 0);
+  const auto c = *g.addOp(ir::OpKind::kConv, "c", {ra, g.addWeight("wc", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
+  const auto ds = *g.addOp(ir::OpKind::kConv, "ds", {x, g.addWeight("wd", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
+  const auto sum = *g.addOp(ir::OpKind::kAdd, "add", {c, ds}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "out", {sum}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& problem = (*lowered)->problem;
+  const auto& tasks = problem.tasks();
+  std::vector<std::vector<int>> successors(tasks.size());
+  for (const auto& d : problem.dependences()) successors[d.from].push_back(d.to);
+  std::vector<char> reached(tasks.size(), 0);
+  std::vector<int> work;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    if (tasks[t].name.rfind("c ", 0) == 0) reached[t] = 1, work.push_back(static_cast<int>(t));
+  ASSERT_FALSE(work.empty());
+  while (!work.empty()) {
+    const int t = work.back();
+    work.pop_back();
+    for (int s : successors[t])
+      if (!reached[s]) reached[s] = 1, work.push_back(s);
+  }
+  int dsTasks = 0;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    if (tasks[t].name.rfind("ds ", 0) == 0) {
+      ++dsTasks;
+      EXPECT_FALSE(reached[t]) << tasks[t].name << " waits for conv c";
+    }
+  EXPECT_GT(dsTasks, 0);
+}
+
 }  // namespace
 }  // namespace tsp::lower
