@@ -110,14 +110,6 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
 
 namespace {
 
-// The options of the compiles that profile a plan's layers and pieces: each stands for one shard of
-// a plan of many, which the plan's own compile gives planeOrderShardMoves plane-order moves.
-schedule::Options profileOptions() {
-  schedule::Options options;
-  options.planeOrderMoves = std::min(options.planeOrderMoves, options.planeOrderShardMoves);
-  return options;
-}
-
 bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
   if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
   return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
@@ -188,7 +180,8 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
         interface.sends.push_back(send);
       }
   }
-  auto compiled = schedule::compileShard(chip, layer, ops, interface, profileOptions());
+  // The layer stands for one shard of a plan of many, and is compiled as the plan compiles those.
+  auto compiled = schedule::compileShard(chip, layer, ops, interface, schedule::Options{}.asShardOfMany());
   if (!compiled) return compiled.error();
   return compiled->program.predictedCycles;
 }
@@ -242,7 +235,7 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
           kind != ir::OpKind::kAllToAll)
         compute.push_back(static_cast<ir::OpId>(i));
     }
-    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, profileOptions());
+    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, schedule::Options{}.asShardOfMany());
     if (!compiled) return compiled.error();
     total += compiled->program.predictedCycles * pieces;
   }

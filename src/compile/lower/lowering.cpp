@@ -1504,11 +1504,11 @@ bool isMxmOp(const ir::Op& op) {
 // downsample, whose computes would then follow conv c's. Orders that would break a dependence are
 // left as they are.
 std::vector<ir::OpId> shortBranchesFirst(const ir::Graph& graph, std::vector<ir::OpId> ops) {
+  std::map<ir::OpId, size_t> position;
+  for (size_t k = 0; k < ops.size(); ++k) position[ops[k]] = k;
   for (size_t i = 0; i < ops.size(); ++i) {
     const ir::Op& add = graph.op(ops[i]);
     if (add.kind != ir::OpKind::kAdd || add.inputs.size() != 2) continue;
-    std::map<ir::OpId, size_t> position;
-    for (size_t k = 0; k < ops.size(); ++k) position[ops[k]] = k;
     // The shard's ops each input depends on, itself included.
     const auto ancestors = [&](ir::TensorId t) {
       std::set<ir::OpId> seen;
@@ -1550,7 +1550,9 @@ std::vector<ir::OpId> shortBranchesFirst(const ir::Graph& graph, std::vector<ir:
         if (const int p = graph.tensor(in).producer; p >= 0 && position.count(p) && !done.count(p)) valid = false;
       done.insert(o);
     }
-    if (valid) ops = std::move(order);
+    if (!valid) continue;
+    ops = std::move(order);
+    for (size_t k = 0; k < ops.size(); ++k) position[ops[k]] = k;
   }
   return ops;
 }

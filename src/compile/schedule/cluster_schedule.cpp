@@ -1,7 +1,6 @@
 // The cluster scheduler for pipelines of stages.
 #include "compile/schedule/cluster_schedule.h"
 
-#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -79,10 +78,9 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
       interface.sends.push_back(plan);
       sendLinks.push_back(linkId);
     }
-    Options shardOptions = options;
+    Options shardOptions = stages.size() > 1 ? options.asShardOfMany() : options;
     shardOptions.seed = options.seed * 1000003ULL + s;  // one random stream per (seed, stage)
     shardOptions.annealWork = options.annealWork / static_cast<std::int64_t>(stages.size());
-    if (stages.size() > 1) shardOptions.planeOrderMoves = std::min(options.planeOrderMoves, options.planeOrderShardMoves);
     auto compiled = compileShard(chip, graph, stage.ops, interface, shardOptions);
     if (!compiled) return compiled.error();
     for (size_t i = 0; i < sendKeys.size(); ++i) {
@@ -114,10 +112,10 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
   std::vector<std::vector<ir::OpId>> layers(graph.layerCount());
   for (size_t op = 0; op < graph.ops().size(); ++op) layers[graph.op(op).layer].push_back(static_cast<ir::OpId>(op));
   std::vector<Cycle> cycles;
-  Options options;  // list schedule only: the partitioner compares layers, annealing would not change the ranking
-  options.boundRounds = 0;  // nor does the report's bound
-  // Each layer stands for a shard of a plan of many, which the plan's compile gives the shards' moves.
-  options.planeOrderMoves = std::min(options.planeOrderMoves, options.planeOrderShardMoves);
+  // List schedule only: the partitioner compares layers, annealing would not change the ranking; each
+  // layer stands for a shard of a plan of many.
+  Options options = Options{}.asShardOfMany();
+  options.boundRounds = 0;  // nor would the report's bound
   for (const auto& ops : layers) {
     lower::ShardInterface interface;
     // A layer alone: its inputs from other layers are taken as resident.

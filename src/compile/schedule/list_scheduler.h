@@ -1,6 +1,7 @@
 // List scheduling of a one-chip problem with the seed's priority, and the order-driven decoder annealing uses.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -43,6 +44,12 @@ struct Options {
   /// Rounds of heads and tails raised by the resources in the report's lower bound (lowerBound);
   /// 0 bounds from the data alone (a caller that only wants the makespan).
   int boundRounds = 4;
+  /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves.
+  Options asShardOfMany() const {
+    Options shard = *this;
+    shard.planeOrderMoves = std::min(planeOrderMoves, planeOrderShardMoves);
+    return shard;
+  }
 };
 
 /// The seed's priority of every task.

@@ -453,9 +453,8 @@ class ShardedScheduler {
         }
       auto it = compiled_.find(key);
       if (it == compiled_.end()) {
-        Options shardOptions = options_;
+        Options shardOptions = options_.asShardOfMany();
         shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);  // one stream per segment
-        shardOptions.planeOrderMoves = std::min(options_.planeOrderMoves, options_.planeOrderShardMoves);
         auto shard = compileShard(spec, g, ops, interface, shardOptions);
         if (!shard) return shard.error();
         it = compiled_.emplace(key, std::move(*shard)).first;
