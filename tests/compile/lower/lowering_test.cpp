@@ -209,6 +209,46 @@ TEST(Lowering, MixedStorageWidthsNameTheNode) {
   EXPECT_EQ(width.error().format(), "node 'mm': activations and weights must have the same storage width");
 }
 
+// An INT8 input x [1, 64, side, side] and a 1 x 1 Conv "a" over it, then ReLU "ra": {x, ra}.
+std::pair<ir::TensorId, ir::TensorId> inputAndConvRelu(ir::Graph& g, std::int64_t side) {
+  const auto x = g.addInput("x", {1, 64, side, side}, ir::DType::kI8);
+  const auto a = *g.addOp(ir::OpKind::kConv, "a", {x, g.addWeight("wa", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
+  return {x, *g.addOp(ir::OpKind::kRelu, "ra", {a}, 0)};
+}
+
+// A packed 3 x 3 Conv (64 input channels: five taps per vector) over a map whose segments hold three
+// or more image rows streams blocks of at most half a segment (ResNet-50 stage 1: 56 x 56, segments
+// of 168 rows, blocks of 84), so that its first blocks wait for fewer gathers.
+TEST(Lowering, APackedConvStreamsBlocksOfHalfASegment) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto [x, ra] = inputAndConvRelu(g, 56);
+  const auto b = *g.addOp(ir::OpKind::kConv, "b", {ra, g.addWeight("wb", {64, 64, 3, 3}, ir::DType::kI8)},
+                          ir::Attrs{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "rb", {b}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  std::int64_t segmentRows = 0;
+  for (const auto& t : (*lowered)->tensors)
+    if (t.name == g.tensor(ra).name) segmentRows = t.segmentRows;
+  ASSERT_EQ(segmentRows % 56, 0);
+  ASSERT_GE(segmentRows, 3 * 56);
+  int computes = 0, gathers = 0;
+  std::int64_t longest = 0;
+  for (const auto& task : (*lowered)->problem.tasks()) {
+    gathers += task.name.rfind("b gather", 0) == 0;
+    if (task.name.rfind("b m", 0) != 0) continue;
+    for (const auto& step : task.steps)
+      if (step.inst.op == isa::Opcode::kMxmCompute) {
+        ++computes;
+        longest = std::max<std::int64_t>(longest, step.inst.repeat);
+      }
+  }
+  EXPECT_GT(gathers, 0) << "the taps are not packed";
+  EXPECT_GT(computes, 0);
+  EXPECT_EQ(longest, segmentRows / 2);
+}
+
 // A bottleneck block with a downsample, ops in the ONNX order (conv c, then the downsample, then the
 // Add): the downsample is lowered first, so the Add fuses into conv c and no dependence leads from
 // conv c's tasks to the downsample's (before, the Add fused into the downsample, which then waited
@@ -216,9 +256,7 @@ TEST(Lowering, MixedStorageWidthsNameTheNode) {
 TEST(Lowering, AShortcutIsLoweredBeforeTheConvItsAddFusesInto) {
   topology::ChipSpec chip;
   ir::Graph g;
-  const auto x = g.addInput("x", {1, 64, 8, 8}, ir::DType::kI8);
-  const auto a = *g.addOp(ir::OpKind::kConv, "a", {x, g.addWeight("wa", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
-  const auto ra = *g.addOp(ir::OpKind::kRelu, "ra", {a}, 0);
+  const auto [x, ra] = inputAndConvRelu(g, 8);
   const auto c = *g.addOp(ir::OpKind::kConv, "c", {ra, g.addWeight("wc", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
   const auto ds = *g.addOp(ir::OpKind::kConv, "ds", {x, g.addWeight("wd", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
   const auto sum = *g.addOp(ir::OpKind::kAdd, "add", {c, ds}, 0);
