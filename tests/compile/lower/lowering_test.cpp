@@ -125,6 +125,26 @@ TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
   EXPECT_NE(r.error().message.find("bytes, 10485760 bytes available (tensor 'w"), std::string::npos);
 }
 
+TEST(Lowering, ATensorWithNoFreeRunOfItsRowsSaysSoWhenTheBytesWouldFit) {
+  topology::ChipSpec chip;
+  chip.memSlices = 2;
+  chip.icuQueues = 2 + 16 + 8 + 16 + 16;
+  chip.addressesPerSlice = 100;  // 200 rows in all
+  ir::Graph g;
+  // 60 + 90 rows leave 40 and 10 free: 45 more rows fit in bytes but in no one slice.
+  const auto a = g.addInput("a", {60, 160}, ir::DType::kF16);
+  const auto b = g.addInput("b", {90, 160}, ir::DType::kF16);
+  const auto x = g.addInput("x", {45, 160}, ir::DType::kF16);
+  for (auto t : {a, b, x}) g.markOutput(*g.addOp(ir::OpKind::kRelu, g.tensor(t).name + "_relu", {t}, 0));
+  auto r = lowerShard(chip, g, allOps(g), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
+  EXPECT_NE(r.error().message.find("shard does not fit in SRAM: needs 62400 bytes, 64000 bytes available (tensor 'x' "
+                                   "of 14400 bytes with 48000 bytes live, no slice has a free run of its tile's rows)"),
+            std::string::npos)
+      << r.error().message;
+}
+
 TEST(Lowering, ATileLongerThanASliceSpansSeveralSlices) {
   topology::ChipSpec chip;
   const ir::Graph g = testing::mlp(1, 320, 9000);  // 9000 rows > 8192 addresses: two segments of 4500
