@@ -16,6 +16,16 @@ std::vector<ir::OpId> allOps(const ir::Graph& g) {
   return ops;
 }
 
+// The preset with only `slices` MEM slices of `addresses` rows each (its ICU queues one per slice
+// fewer), for tests of SRAM reuse and of shards that do not fit.
+topology::ChipSpec withSlices(int slices, int addresses = topology::ChipSpec{}.addressesPerSlice) {
+  topology::ChipSpec chip;
+  chip.icuQueues += slices - chip.memSlices;
+  chip.memSlices = slices;
+  chip.addressesPerSlice = addresses;
+  return chip;
+}
+
 TEST(Tiling, PlaneShapeAndTheSramConstraint) {
   topology::ChipSpec chip;
   const auto int8 = chooseMatMulTiling(chip, 2304, 4096, 4096, 1, chip.sramBytes() / 3);
@@ -93,10 +103,7 @@ TEST(Lowering, SquareReadsItsOperandOnce) {
 }
 
 TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
-  topology::ChipSpec chip;
-  chip.memSlices = 4;  // few slices so that space must be reused
-  chip.addressesPerSlice = 64;
-  chip.icuQueues = 4 + 16 + 8 + 16 + 16;
+  const topology::ChipSpec chip = withSlices(4, 64);  // few slices so that space must be reused
   ir::Graph g;
   ir::TensorId x = g.addInput("x", {32, 160}, ir::DType::kF16);
   for (int i = 0; i < 6; ++i) x = *g.addOp(ir::OpKind::kRelu, std::string("r").append(std::to_string(i)), {x}, 0);
@@ -112,9 +119,7 @@ TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
 }
 
 TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
-  topology::ChipSpec chip;
-  chip.memSlices = 4;
-  chip.icuQueues = 4 + 16 + 8 + 16 + 16;
+  const topology::ChipSpec chip = withSlices(4);
   const ir::Graph g = testing::mlp(1, 1024, 8);  // 1024x1024 fp16 = 2 MiB of weights; 4 slices hold 10 MiB
   const ir::Graph big = testing::mlp(2, 4096, 8);
   EXPECT_TRUE(lowerShard(chip, g, allOps(g), {}).ok());
@@ -126,10 +131,7 @@ TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
 }
 
 TEST(Lowering, ATensorWithNoFreeRunOfItsRowsSaysSoWhenTheBytesWouldFit) {
-  topology::ChipSpec chip;
-  chip.memSlices = 2;
-  chip.icuQueues = 2 + 16 + 8 + 16 + 16;
-  chip.addressesPerSlice = 100;  // 200 rows in all
+  const topology::ChipSpec chip = withSlices(2, 100);  // 200 rows in all
   ir::Graph g;
   // 60 + 90 rows leave 40 and 10 free: 45 more rows fit in bytes but in no one slice.
   const auto a = g.addInput("a", {60, 160}, ir::DType::kF16);
@@ -199,10 +201,7 @@ TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
 }
 
 TEST(Lowering, PoolingScratchThatDoesNotFitIsAnErrorWithBytes) {
-  topology::ChipSpec chip;
-  chip.memSlices = 3;
-  chip.icuQueues = 3 + 16 + 8 + 16 + 16;
-  chip.addressesPerSlice = 64;  // input, output and one partial fill the three slices
+  const topology::ChipSpec chip = withSlices(3, 64);  // input, output and one partial fill the three slices
   ir::Graph g;
   const auto x = g.addInput("x", {1, 1, 8, 8}, ir::DType::kI8);
   g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {x},
