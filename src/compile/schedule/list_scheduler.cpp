@@ -20,11 +20,18 @@ class Timeline {
  public:
   // End of the first busy window overlapping [begin, end), or nullopt when the range is free
   // (moving-frame coordinates may be negative, so no sentinel value will do).
+  // The search gallops from the window the previous query found: a list schedule asks each
+  // resource about times near those it asked before, so this takes a few steps where a binary
+  // search over all windows takes log n (same answer either way).
   std::optional<Cycle> conflictEnd(Cycle begin, Cycle end) const {
-    auto it = std::upper_bound(windows_.begin(), windows_.end(), begin,
-                               [](Cycle b, const std::pair<Cycle, Cycle>& w) { return b < w.second; });
-    if (it != windows_.end() && it->first < end) return it->second;
+    const size_t i = firstEndingAfter(begin);
+    hint_ = i;
+    if (i != windows_.size() && windows_[i].first < end) return windows_[i].second;
     return std::nullopt;
+  }
+  void clear() {
+    windows_.clear();
+    hint_ = 0;
   }
   void insert(Cycle begin, Cycle end) {
     auto it = std::lower_bound(windows_.begin(), windows_.end(), std::make_pair(begin, end));
@@ -41,8 +48,64 @@ class Timeline {
   }
 
  private:
+  // The first window that ends after `begin` (windows end in increasing order, being disjoint).
+  size_t firstEndingAfter(Cycle begin) const {
+    const size_t n = windows_.size();
+    const auto after = [&](size_t i) { return windows_[i].second > begin; };
+    size_t lo = 0, hi = n;  // the answer is in [lo, hi]
+    const size_t h = std::min(hint_, n);
+    if (h == n || after(h)) {  // at or before the hint: gallop down
+      hi = h;
+      for (size_t step = 1;; step *= 2) {
+        if (hi < step) break;
+        if (!after(hi - step)) {
+          lo = hi - step + 1;
+          break;
+        }
+        hi -= step;
+      }
+    } else {  // after the hint: gallop up
+      lo = h + 1;
+      for (size_t step = 1;; step *= 2) {
+        if (lo + step - 1 >= n) break;
+        if (after(lo + step - 1)) {
+          hi = lo + step - 1;
+          break;
+        }
+        lo += step;
+      }
+    }
+    return static_cast<size_t>(std::partition_point(windows_.begin() + static_cast<std::ptrdiff_t>(lo),
+                                                    windows_.begin() + static_cast<std::ptrdiff_t>(hi),
+                                                    [begin](const std::pair<Cycle, Cycle>& w) { return w.second <= begin; }) -
+                               windows_.begin());
+  }
+
   std::vector<std::pair<Cycle, Cycle>> windows_;
+  mutable size_t hint_ = 0;  // where the last query ended its search
 };
+
+// A MEM port's run: its first and last access, and the instruction (for its banks).
+struct PortRun {
+  Cycle first, last;
+  const isa::Instruction* inst;
+};
+
+// What one list schedule builds and drops: kept from call to call on each thread, so that the
+// annealer's and the plane-order search's hundreds of schedules reuse their memory instead of
+// faulting fresh pages in.
+struct Workspace {
+  std::vector<int> predBegin, succBegin, fill, predFrom, succTo, waiting;
+  std::vector<Cycle> predDistance;
+  std::vector<Timeline> unitLine, linkLine, portLine, streamLine[2];
+  std::vector<std::vector<PortRun>> portRuns;
+};
+
+template <typename T>
+void resetAll(std::vector<T>& lines, size_t count) {
+  lines.resize(count);
+  for (auto& l : lines) l.clear();
+}
 
 }  // namespace
 
@@ -107,15 +170,17 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   }
   s.unitOf.assign(steps, -1);
 
-  std::vector<Timeline> unitLine(unitCount), linkLine(chip.c2cPorts);
+  thread_local Workspace w;
+  auto& unitLine = w.unitLine;
+  auto& linkLine = w.linkLine;
+  resetAll(unitLine, static_cast<size_t>(unitCount));
+  resetAll(linkLine, static_cast<size_t>(chip.c2cPorts));
   // MEM: the queue dispatches (unitLine, one cycle), the port holds the run (portLine), and a run
   // may overlap one of the other port only where their banks differ every common cycle.
-  std::vector<Timeline> portLine(2 * static_cast<size_t>(chip.memSlices));
-  struct PortRun {
-    Cycle first, last;
-    const isa::Instruction* inst;
-  };
-  std::vector<std::vector<PortRun>> portRuns(2 * static_cast<size_t>(chip.memSlices));  // sorted by first
+  auto& portLine = w.portLine;
+  auto& portRuns = w.portRuns;  // sorted by first
+  resetAll(portLine, 2 * static_cast<size_t>(chip.memSlices));
+  resetAll(portRuns, 2 * static_cast<size_t>(chip.memSlices));
   // End of a run of the other port that shares a bank with `inst` issued at b, or nullopt.
   auto bankConflictEnd = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
     const auto& runs = portRuns[memPortOf(chip, inst) ^ 1];
@@ -125,13 +190,35 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) return it->last + 1;
     return std::nullopt;
   };
-  std::vector<Timeline> streamLine[2];
-  for (auto& l : streamLine) l.resize(chip.streamsPerDirection);
+  auto& streamLine = w.streamLine;
+  for (auto& l : streamLine) resetAll(l, static_cast<size_t>(chip.streamsPerDirection));
 
+  // The dependences in rows: into each task (the predecessor and the least distance of the starts
+  // it imposes) and out of each task (the successor), each row in the problem's order.
   const auto& deps = problem.dependences();
-  const DependenceRows preds = dependenceRows(deps, n, true), succ = dependenceRows(deps, n, false);
-  std::vector<int> waiting(n, 0);
-  for (size_t t = 0; t < n; ++t) waiting[t] = preds.begin[t + 1] - preds.begin[t];
+  auto& predBegin = w.predBegin;
+  auto& succBegin = w.succBegin;
+  predBegin.assign(n + 1, 0);
+  succBegin.assign(n + 1, 0);
+  for (const Dependence& d : deps) ++predBegin[d.to + 1], ++succBegin[d.from + 1];
+  for (size_t t = 0; t < n; ++t) predBegin[t + 1] += predBegin[t], succBegin[t + 1] += succBegin[t];
+  w.predFrom.resize(deps.size());
+  w.predDistance.resize(deps.size());
+  w.succTo.resize(deps.size());
+  w.fill.assign(predBegin.begin(), predBegin.end() - 1);
+  for (const Dependence& d : deps) {
+    const int k = w.fill[d.to]++;
+    w.predFrom[k] = d.from;
+    w.predDistance[k] = tasks[d.from].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset;
+  }
+  w.fill.assign(succBegin.begin(), succBegin.end() - 1);
+  for (const Dependence& d : deps) w.succTo[w.fill[d.from]++] = d.to;
+  const auto& predFrom = w.predFrom;
+  const auto& predDistance = w.predDistance;
+  const auto& succTo = w.succTo;
+  auto& waiting = w.waiting;
+  waiting.resize(n);
+  for (size_t t = 0; t < n; ++t) waiting[t] = predBegin[t + 1] - predBegin[t];
   using Entry = std::pair<std::int64_t, int>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<>> ready;
   for (size_t t = 0; t < n; ++t)
@@ -139,30 +226,48 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
 
   std::vector<int> chosenUnit;
   std::vector<int> chosenStream;
+  struct StepInfo {
+    Cycle offset = 0, unitEnd = 0;
+    UnitPool pool;
+    bool mem = false;
+    int port = -1;
+  };
+  std::vector<StepInfo> stepInfo;
+  std::vector<UnitPool> poolOf(static_cast<size_t>(unitCount));
+  for (int u = 0; u < unitCount; ++u) poolOf[static_cast<size_t>(u)] = unitPool(chip, u);
+  std::vector<char> taken;
   Cycle lastCompletion = 0;
   while (!ready.empty()) {
     const int t = ready.top().second;
     ready.pop();
     const Task& task = tasks[t];
     Cycle earliest = task.release;
-    for (int k = preds.begin[t]; k < preds.begin[t + 1]; ++k) {
-      const Dependence& d = deps[preds.index[k]];
-      earliest = std::max(earliest, s.start[d.from] + tasks[d.from].steps[d.fromStep].offset + d.latency -
-                                        task.steps[d.toStep].offset);
-    }
+    for (int k = predBegin[t]; k < predBegin[t + 1]; ++k)
+      earliest = std::max(earliest, s.start[predFrom[k]] + predDistance[k]);
     const auto [eb, ee] = problem.edgesOf(t);
     chosenUnit.assign(task.steps.size(), -1);
     chosenStream.assign(ee - eb, -1);
+    // What every retry below asks of the task's steps, worked out once.
+    stepInfo.resize(task.steps.size());
+    for (size_t k = 0; k < task.steps.size(); ++k) {
+      const Step& st = task.steps[k];
+      StepInfo& info = stepInfo[k];
+      info.offset = st.offset;
+      info.unitEnd = problem.unitEnd(t, static_cast<int>(k));
+      info.pool = poolOf[static_cast<size_t>(st.inst.unit)];
+      info.mem = isMemAccess(st.inst);
+      info.port = info.mem ? memPortOf(chip, st.inst) : -1;
+    }
 
     // MEM accesses that cannot run when their data is ready: their port (or queue) is busy, or the
     // other port's run shares a bank with them (the bank-conflict count).
     for (size_t k = 0; k < task.steps.size(); ++k) {
       const Step& st = task.steps[k];
-      if (!isMemAccess(st.inst)) continue;
+      if (!stepInfo[k].mem) continue;
       ++s.memAccesses;
       const Cycle b = earliest + st.offset;
       if (unitLine[st.inst.unit].conflictEnd(b, b + 1) ||
-          portLine[memPortOf(chip, st.inst)].conflictEnd(b, earliest + problem.unitEnd(t, static_cast<int>(k))))
+          portLine[stepInfo[k].port].conflictEnd(b, earliest + stepInfo[k].unitEnd))
         ++s.delayedMemAccesses;
       else if (bankConflictEnd(st.inst, b))
         ++s.delayedMemAccesses, ++s.bankDelayedMemAccesses;
@@ -176,18 +281,21 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       std::fill(chosenStream.begin(), chosenStream.end(), -1);
       for (size_t k = 0; k < task.steps.size() && placed; ++k) {
         const Step& st = task.steps[k];
-        const Cycle b = base + st.offset, e = base + problem.unitEnd(t, static_cast<int>(k));
-        if (pooledUnit(chip, st.inst.unit)) {
+        const StepInfo& info = stepInfo[k];
+        const Cycle b = base + info.offset, e = base + info.unitEnd;
+        if (info.pool.count > 1) {
           // Any free unit of the pool; the earliest-freeing one bounds the retry otherwise.
           std::optional<Cycle> soonest;
-          const UnitPool pool = unitPool(chip, st.inst.unit);
+          const UnitPool pool = info.pool;
+          // The pool's units an earlier step of the task holds while this one runs.
+          taken.assign(static_cast<size_t>(pool.count), 0);
+          for (size_t j = 0; j < k; ++j)
+            if (const int g = chosenUnit[j] - pool.first; g >= 0 && g < pool.count &&
+                                                          stepInfo[j].offset < info.unitEnd && info.offset < stepInfo[j].unitEnd)
+              taken[g] = 1;
           for (int g = 0; g < pool.count; ++g) {
             const int u = pool.first + g;
-            bool takenHere = false;
-            for (size_t j = 0; j < k; ++j)
-              takenHere |= chosenUnit[j] == u && task.steps[j].offset < problem.unitEnd(t, static_cast<int>(k)) &&
-                           st.offset < problem.unitEnd(t, static_cast<int>(j));
-            if (takenHere) continue;
+            if (taken[g]) continue;
             const auto c = unitLine[u].conflictEnd(b, e);
             if (!c) {
               chosenUnit[k] = u;
@@ -199,9 +307,9 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
             placed = false;
             next = std::max(next, soonest ? *soonest - st.offset : base + 1);
           }
-        } else if (isMemAccess(st.inst)) {
+        } else if (info.mem) {
           std::optional<Cycle> c = unitLine[st.inst.unit].conflictEnd(b, b + 1);
-          if (!c) c = portLine[memPortOf(chip, st.inst)].conflictEnd(b, e);
+          if (!c) c = portLine[info.port].conflictEnd(b, e);
           if (!c) c = bankConflictEnd(st.inst, b);
           if (c) {
             placed = false;
@@ -231,11 +339,13 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
           const Cycle b = base + edge.tauFirst(), en = base + edge.tauLast() + 1;
           auto& lines = streamLine[static_cast<int>(edge.dir)];
           std::optional<Cycle> soonest;
+          // The registers an earlier edge of the task holds while this one lives.
+          taken.assign(static_cast<size_t>(chip.streamsPerDirection), 0);
+          for (int j = eb; j < e; ++j)
+            if (const int id = chosenStream[j - eb]; id >= 0 && !taken[id] && streamEdgesConflict(edges[j], 0, edge, 0))
+              taken[id] = 1;
           for (int id = 0; id < chip.streamsPerDirection; ++id) {
-            bool takenHere = false;
-            for (int j = eb; j < e; ++j)
-              takenHere |= chosenStream[j - eb] == id && streamEdgesConflict(edges[j], 0, edge, 0);
-            if (takenHere) continue;
+            if (taken[id]) continue;
             const auto c = lines[id].conflictEnd(b, en);
             if (!c) {
               chosenStream[e - eb] = id;
@@ -285,8 +395,8 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
         streamLine[static_cast<int>(edge.dir)][s.streamId[e]].insert(base + edge.tauFirst(), base + edge.tauLast() + 1);
       }
     }
-    for (int k = succ.begin[t]; k < succ.begin[t + 1]; ++k)
-      if (const int to = deps[succ.index[k]].to; --waiting[to] == 0) ready.push({rank[to], to});
+    for (int k = succBegin[t]; k < succBegin[t + 1]; ++k)
+      if (const int to = succTo[k]; --waiting[to] == 0) ready.push({rank[to], to});
   }
   s.makespan = n == 0 ? 0 : lastCompletion + chip.rippleCycles;
   return s;

@@ -14,9 +14,15 @@ auto key(const Dependence& d) { return std::tie(d.from, d.fromStep, d.to, d.toSt
 
 // Removes one occurrence of each of `chain` from the problem's dependences.
 void removeDependences(Problem& problem, std::vector<Dependence> chain) {
+  auto& deps = problem.mutableDependences();
+  // The chain added last (every move below adds one and takes it back): it is the tail. (Which of
+  // two equal dependences goes does not matter: the problem is the same set of constraints.)
+  if (chain.size() <= deps.size() && std::equal(chain.begin(), chain.end(), deps.end() - static_cast<std::ptrdiff_t>(chain.size()))) {
+    deps.resize(deps.size() - chain.size());
+    return;
+  }
   std::sort(chain.begin(), chain.end(), [](const Dependence& a, const Dependence& b) { return key(a) < key(b); });
   std::vector<char> used(chain.size(), 0);
-  auto& deps = problem.mutableDependences();
   deps.erase(std::remove_if(deps.begin(), deps.end(),
                             [&](const Dependence& d) {
                               auto it = std::lower_bound(chain.begin(), chain.end(), d, [](const Dependence& a, const Dependence& b) {
@@ -119,7 +125,7 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
   for (const auto& planes : candidates) {
     const auto chain = chainOf(planes);
     addDependences(problem, chain);
-    if (problem.check())
+    if (problem.checkDependences())
       if (const auto s = scheduleList(problem, listOptions); s && s->makespan < best) {
         best = s->makespan;
         chosen = planes;
@@ -149,7 +155,7 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
     const auto chain = chainOf(tried);
     removeDependences(problem, current);
     addDependences(problem, chain);
-    if (problem.check())
+    if (problem.checkDependences())
       if (const auto s = scheduleList(problem, listOptions); s && s->makespan < best) {
         best = s->makespan;
         chosen = std::move(tried);

@@ -223,6 +223,15 @@ Status Problem::check() const {
           return bad(t, fmt::format("steps {} and {} use unit {} at the same time", a, b, steps[a].inst.unit));
       }
   }
+  return checkDependences();
+}
+
+Status Problem::checkDependences() const {
+  auto bad = [&](int task, const std::string& what) {
+    return makeError(ExitCode::kInternal, fmt::format("scheduling problem: task {} ('{}'): {}", task,
+                                                      task < static_cast<int>(tasks_.size()) ? tasks_[task].name : "?",
+                                                      what));
+  };
   // Acyclic dependences (Kahn, smallest index first so the order is canonical).
   std::vector<int> indegree(tasks_.size(), 0);
   std::vector<std::vector<int>> succ(tasks_.size());

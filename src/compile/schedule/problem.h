@@ -73,6 +73,9 @@ class Problem {
   /// Is the problem well formed: units exist and fit their opcodes, offsets respect the time of flight,
   /// no task collides with itself, the dependence graph is acyclic? Errors name the task.
   Status check() const;
+  /// The dependence part of check() alone (steps named exist, the graph is acyclic), which also
+  /// makes topologicalOrder(): enough after a change of dependences only, the tasks having passed.
+  Status checkDependences() const;
 
   const topology::ChipSpec& chip() const { return *chip_; }
   const std::vector<Task>& tasks() const { return tasks_; }

@@ -35,6 +35,28 @@ TEST(Problem, OffsetsFollowTheTimeOfFlight) {
   EXPECT_EQ(p.streamEdges()[1].dir, isa::Direction::kEast);  // MEM 50 is east of it
 }
 
+TEST(Problem, CheckingTheDependencesAloneFindsACycleAChangeCloses) {
+  // What the plane-order search relies on: after check() passed, a change of dependences is
+  // checked by checkDependences(), which finds a cycle as check() does and orders the tasks anew.
+  topology::ChipSpec chip;
+  Problem p(chip);
+  p.addTask(chainTask(chip, 0, 1, 4, "a"));
+  p.addTask(chainTask(chip, 2, 3, 4, "b"));
+  p.addDataDependence(1, 2, 0, 0);
+  p.finalize();
+  ASSERT_TRUE(p.check().ok());
+  EXPECT_EQ(p.topologicalOrder(), (std::vector<int>{1, 0}));
+  p.addDataDependence(0, 2, 1, 0);
+  const auto s = p.checkDependences();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("lies on a dependence cycle"), std::string::npos);
+  EXPECT_EQ(s.error().message, checkError(p));
+  p.mutableDependences().pop_back();
+  p.mutableDependences().front() = {0, 2, 1, 0, 1};
+  ASSERT_TRUE(p.checkDependences().ok());
+  EXPECT_EQ(p.topologicalOrder(), (std::vector<int>{0, 1}));
+}
+
 TEST(Problem, SideOperandsAreAlignedBackwards) {
   topology::ChipSpec chip;
   Problem p(chip);
