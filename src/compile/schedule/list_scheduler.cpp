@@ -95,7 +95,8 @@ struct PortRun {
 // annealer's and the plane-order search's hundreds of schedules reuse their memory instead of
 // faulting fresh pages in.
 struct Workspace {
-  std::vector<int> predBegin, succBegin, fill, predFrom, succTo, waiting;
+  DependenceRows preds, succ;
+  std::vector<int> predFrom, succTo, waiting;
   std::vector<Cycle> predDistance;
   std::vector<Timeline> unitLine, linkLine, portLine, streamLine[2];
   std::vector<std::vector<PortRun>> portRuns;
@@ -196,23 +197,19 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   // The dependences in rows: into each task (the predecessor and the least distance of the starts
   // it imposes) and out of each task (the successor), each row in the problem's order.
   const auto& deps = problem.dependences();
-  auto& predBegin = w.predBegin;
-  auto& succBegin = w.succBegin;
-  predBegin.assign(n + 1, 0);
-  succBegin.assign(n + 1, 0);
-  for (const Dependence& d : deps) ++predBegin[d.to + 1], ++succBegin[d.from + 1];
-  for (size_t t = 0; t < n; ++t) predBegin[t + 1] += predBegin[t], succBegin[t + 1] += succBegin[t];
+  dependenceRows(deps, n, true, w.preds);
+  dependenceRows(deps, n, false, w.succ);
+  const auto& predBegin = w.preds.begin;
+  const auto& succBegin = w.succ.begin;
   w.predFrom.resize(deps.size());
   w.predDistance.resize(deps.size());
   w.succTo.resize(deps.size());
-  w.fill.assign(predBegin.begin(), predBegin.end() - 1);
-  for (const Dependence& d : deps) {
-    const int k = w.fill[d.to]++;
+  for (size_t k = 0; k < deps.size(); ++k) {
+    const Dependence& d = deps[w.preds.index[k]];
     w.predFrom[k] = d.from;
     w.predDistance[k] = tasks[d.from].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset;
+    w.succTo[k] = deps[w.succ.index[k]].to;
   }
-  w.fill.assign(succBegin.begin(), succBegin.end() - 1);
-  for (const Dependence& d : deps) w.succTo[w.fill[d.from]++] = d.to;
   const auto& predFrom = w.predFrom;
   const auto& predDistance = w.predDistance;
   const auto& succTo = w.succTo;

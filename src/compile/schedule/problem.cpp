@@ -26,9 +26,8 @@ UnitPool unitPool(const topology::ChipSpec& chip, int unit) {
   return {unit, 1};
 }
 
-DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
-                              const std::vector<int>* subset) {
-  DependenceRows rows;
+void dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget, DependenceRows& rows,
+                    const std::vector<int>* subset) {
   rows.begin.assign(tasks + 1, 0);
   auto side = [&](int i) { return byTarget ? deps[i].to : deps[i].from; };
   const size_t count = subset ? subset->size() : deps.size();
@@ -38,6 +37,12 @@ DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks,
   rows.index.resize(count);
   std::vector<int> fill(rows.begin.begin(), rows.begin.end() - 1);
   for (size_t k = 0; k < count; ++k) rows.index[fill[side(at(k))]++] = at(k);
+}
+
+DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
+                              const std::vector<int>* subset) {
+  DependenceRows rows;
+  dependenceRows(deps, tasks, byTarget, rows, subset);
   return rows;
 }
 
@@ -136,12 +141,13 @@ void Problem::finalize() {
   }
 }
 
+Diagnostic Problem::taskError(int task, const std::string& what) const {
+  return makeError(ExitCode::kInternal, fmt::format("scheduling problem: task {} ('{}'): {}", task,
+                                                    task < static_cast<int>(tasks_.size()) ? tasks_[task].name : "?", what));
+}
+
 Status Problem::check() const {
-  auto bad = [&](int task, const std::string& what) {
-    return makeError(ExitCode::kInternal, fmt::format("scheduling problem: task {} ('{}'): {}", task,
-                                                      task < static_cast<int>(tasks_.size()) ? tasks_[task].name : "?",
-                                                      what));
-  };
+  auto bad = [&](int task, const std::string& what) { return taskError(task, what); };
   if (static_cast<int>(span_.size()) != static_cast<int>(tasks_.size()))
     return makeError(ExitCode::kInternal, "scheduling problem: finalize() was not called after the last change");
   for (size_t ti = 0; ti < tasks_.size(); ++ti) {
@@ -227,11 +233,7 @@ Status Problem::check() const {
 }
 
 Status Problem::checkDependences() const {
-  auto bad = [&](int task, const std::string& what) {
-    return makeError(ExitCode::kInternal, fmt::format("scheduling problem: task {} ('{}'): {}", task,
-                                                      task < static_cast<int>(tasks_.size()) ? tasks_[task].name : "?",
-                                                      what));
-  };
+  auto bad = [&](int task, const std::string& what) { return taskError(task, what); };
   // Acyclic dependences (Kahn, smallest index first so the order is canonical).
   std::vector<int> indegree(tasks_.size(), 0);
   std::vector<std::vector<int>> succ(tasks_.size());

@@ -103,6 +103,8 @@ class Problem {
   Cycle span(int task) const { return span_[task]; }
 
  private:
+  /// check()'s error about a task, naming it.
+  Diagnostic taskError(int task, const std::string& what) const;
   const topology::ChipSpec* chip_;
   std::vector<topology::UnitInfo> units_;
   std::vector<Task> tasks_;
@@ -121,6 +123,9 @@ struct DependenceRows {
 /// The rows of `deps` over `tasks` tasks; only the dependences listed in `subset` when it is given.
 DependenceRows dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget,
                               const std::vector<int>* subset = nullptr);
+/// The same into `rows`, reusing its memory (a caller that builds rows again and again).
+void dependenceRows(const std::vector<Dependence>& deps, size_t tasks, bool byTarget, DependenceRows& rows,
+                    const std::vector<int>* subset = nullptr);
 
 /// A schedule: each task's start, each stream edge's register, and the predicted completion.
 struct Schedule {

@@ -26,6 +26,14 @@ topology::ChipSpec withSlices(int slices, int addresses = topology::ChipSpec{}.a
   return chip;
 }
 
+// The lowering failed as a shard that does not fit (exit code 3), with `text` in its message.
+template <typename Result>
+void expectDoesNotFit(const Result& r, const std::string& text) {
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
+  EXPECT_NE(r.error().message.find(text), std::string::npos) << r.error().message;
+}
+
 TEST(Tiling, PlaneShapeAndTheSramConstraint) {
   topology::ChipSpec chip;
   const auto int8 = chooseMatMulTiling(chip, 2304, 4096, 4096, 1, chip.sramBytes() / 3);
@@ -123,11 +131,9 @@ TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
   const ir::Graph g = testing::mlp(1, 1024, 8);  // 1024x1024 fp16 = 2 MiB of weights; 4 slices hold 10 MiB
   const ir::Graph big = testing::mlp(2, 4096, 8);
   EXPECT_TRUE(lowerShard(chip, g, allOps(g), {}).ok());
-  auto r = lowerShard(chip, big, allOps(big), {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
-  EXPECT_NE(r.error().message.find("shard does not fit in SRAM"), std::string::npos);
-  EXPECT_NE(r.error().message.find("bytes, 10485760 bytes available (tensor 'w"), std::string::npos);
+  const auto r = lowerShard(chip, big, allOps(big), {});
+  expectDoesNotFit(r, "shard does not fit in SRAM");
+  expectDoesNotFit(r, "bytes, 10485760 bytes available (tensor 'w");
 }
 
 TEST(Lowering, ATensorWithNoFreeRunOfItsRowsSaysSoWhenTheBytesWouldFit) {
@@ -138,13 +144,9 @@ TEST(Lowering, ATensorWithNoFreeRunOfItsRowsSaysSoWhenTheBytesWouldFit) {
   const auto b = g.addInput("b", {90, 160}, ir::DType::kF16);
   const auto x = g.addInput("x", {45, 160}, ir::DType::kF16);
   for (auto t : {a, b, x}) g.markOutput(*g.addOp(ir::OpKind::kRelu, g.tensor(t).name + "_relu", {t}, 0));
-  auto r = lowerShard(chip, g, allOps(g), {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
-  EXPECT_NE(r.error().message.find("shard does not fit in SRAM: needs 62400 bytes, 64000 bytes available (tensor 'x' "
-                                   "of 14400 bytes with 48000 bytes live, no slice has a free run of its tile's rows)"),
-            std::string::npos)
-      << r.error().message;
+  expectDoesNotFit(lowerShard(chip, g, allOps(g), {}),
+                   "shard does not fit in SRAM: needs 62400 bytes, 64000 bytes available (tensor 'x' "
+                   "of 14400 bytes with 48000 bytes live, no slice has a free run of its tile's rows)");
 }
 
 TEST(Lowering, ATileLongerThanASliceSpansSeveralSlices) {
@@ -208,13 +210,8 @@ TEST(Lowering, PoolingScratchThatDoesNotFitIsAnErrorWithBytes) {
                         ir::Attrs{{"kernel_shape", std::vector<std::int64_t>{3, 3}},
                                   {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}},
                         0));
-  auto r = lowerShard(chip, g, {0}, {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ExitCode::kDoesNotFit);
-  EXPECT_NE(r.error().message.find("shard does not fit in SRAM: needs 20480 bytes of scratch with 61440 bytes live, "
-                                   "61440 bytes available"),
-            std::string::npos)
-      << r.error().message;
+  expectDoesNotFit(lowerShard(chip, g, {0}, {}),
+                   "shard does not fit in SRAM: needs 20480 bytes of scratch with 61440 bytes live, 61440 bytes available");
 }
 
 TEST(Lowering, MixedStorageWidthsNameTheNode) {
