@@ -157,6 +157,18 @@ def unnamed_dynamic(out):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "unnamed_dim.onnx"))
 
 
+def bad_initializer_shape(out, name, dims):
+    """An Add whose constant operand's shape cannot be a tensor's (no checker: it would refuse it)."""
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend(dims)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"], name="add")], name, [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, name + ".onnx"))
+
+
 def gpt_like(out, blocks, width):
     """A chain of named transformer-ish blocks for the layer rule: /h.N/... names."""
     rng = np.random.default_rng(2)
@@ -234,6 +246,8 @@ def main():
     single_op(out, "unsupported_op", "Hardmax")
     single_op(out, "old_opset", "Relu", opset=9)
     unnamed_dynamic(out)
+    bad_initializer_shape(out, "negative_dim", [-1, 2])
+    bad_initializer_shape(out, "huge_dims", [2**32, 2**32])
     softmax_opset11(out)
     pool_3d(out)
     conv_1d(out)

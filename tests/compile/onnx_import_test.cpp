@@ -146,5 +146,18 @@ TEST_F(OnnxImport, ErrorsNameTheNodeTheOpAndTheOpset) {
   EXPECT_EQ(importOnnx(path("unnamed_dim.onnx")).error().code, ExitCode::kModel);
 }
 
+TEST_F(OnnxImport, InitializerShapesMustCountTheirElements) {
+  const auto negative = importOnnx(path("negative_dim.onnx"));
+  ASSERT_FALSE(negative.ok());
+  EXPECT_EQ(negative.error().format(), "node 'w': tensor shape [-1, 2] has a negative dimension");
+  EXPECT_EQ(negative.error().code, ExitCode::kModel);
+  // 2^32 x 2^32 elements: the product overflows 64 bits (it had wrapped to 0 and matched no data).
+  const auto huge = importOnnx(path("huge_dims.onnx"));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().format(),
+            "node 'w': tensor shape [4294967296, 4294967296] has more elements than 64-bit sizes can count");
+  EXPECT_EQ(huge.error().code, ExitCode::kModel);
+}
+
 }  // namespace
 }  // namespace tsp::frontend

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -91,9 +92,16 @@ Expected<std::vector<double>> decodeRaw(const std::string& raw, int onnxType, st
   return out;
 }
 
-std::int64_t elementsOf(const onnx::TensorProto& t) {
+// The elements of a tensor's shape: an error when a dimension is negative, or when their count
+// times the widest element (8 bytes) would not fit in 64 bits.
+Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string& what) {
   std::int64_t n = 1;
-  for (auto d : t.dims()) n *= d;
+  for (auto d : t.dims()) {
+    if (d < 0) return modelError(what, fmt::format("tensor shape [{}] has a negative dimension", fmt::join(t.dims(), ", ")));
+    if (__builtin_mul_overflow(n, d, &n) || n > std::numeric_limits<std::int64_t>::max() / 8)
+      return modelError(what, fmt::format("tensor shape [{}] has more elements than 64-bit sizes can count",
+                                          fmt::join(t.dims(), ", ")));
+  }
   return n;
 }
 
@@ -101,7 +109,9 @@ std::int64_t elementsOf(const onnx::TensorProto& t) {
 // nullptr when the data is external and the file is absent or loading was not asked for.
 Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
                             const std::string& what) {
-  const std::int64_t n = elementsOf(t);
+  const auto elements = elementsOf(t, what);
+  if (!elements) return elements.error();
+  const std::int64_t n = *elements;
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     if (!load) return Data{};
     std::string location;
