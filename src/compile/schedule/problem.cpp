@@ -147,28 +147,27 @@ Diagnostic Problem::taskError(int task, const std::string& what) const {
 }
 
 Status Problem::check() const {
-  auto bad = [&](int task, const std::string& what) { return taskError(task, what); };
   if (static_cast<int>(span_.size()) != static_cast<int>(tasks_.size()))
     return makeError(ExitCode::kInternal, "scheduling problem: finalize() was not called after the last change");
   for (size_t ti = 0; ti < tasks_.size(); ++ti) {
     const int t = static_cast<int>(ti);
     const auto& steps = tasks_[ti].steps;
-    if (steps.empty()) return bad(t, "has no instructions");
+    if (steps.empty()) return taskError(t, "has no instructions");
     if (tasks_[ti].deadline >= 0 && tasks_[ti].deadline < tasks_[ti].release)
-      return bad(t, fmt::format("deadline {} is before its release {}", tasks_[ti].deadline, tasks_[ti].release));
+      return taskError(t, fmt::format("deadline {} is before its release {}", tasks_[ti].deadline, tasks_[ti].release));
     std::vector<int> consumers(steps.size(), 0);
     for (size_t k = 0; k < steps.size(); ++k) {
       const auto& inst = steps[k].inst;
       if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size()))
-        return bad(t, fmt::format("step {} names unit {}, which does not exist", k, inst.unit));
+        return taskError(t, fmt::format("step {} names unit {}, which does not exist", k, inst.unit));
       if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != units_[inst.unit].kind)
-        return bad(t, fmt::format("step {}: {} cannot run on a {} unit", k, isa::opcodeName(inst.op),
+        return taskError(t, fmt::format("step {}: {} cannot run on a {} unit", k, isa::opcodeName(inst.op),
                                   topology::unitKindName(units_[inst.unit].kind)));
-      if (inst.repeat < 1 || inst.interval < 1) return bad(t, fmt::format("step {}: repeat and interval must be >= 1", k));
+      if (inst.repeat < 1 || inst.interval < 1) return taskError(t, fmt::format("step {}: repeat and interval must be >= 1", k));
       if (inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) {
         const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
         if (inst.address < 0 || last < 0 || inst.address >= chip_->addressesPerSlice || last >= chip_->addressesPerSlice)
-          return bad(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
+          return taskError(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
                                     chip_->addressesPerSlice));
       }
       // A step reading one stream as both operands (x * x) is one consumer of it.
@@ -176,16 +175,16 @@ Status Problem::check() const {
       for (int p : {steps[k].producer, second}) {
         if (p < 0) continue;
         if (p >= static_cast<int>(steps.size()) || p == static_cast<int>(k))
-          return bad(t, fmt::format("step {} reads step {}, which is not another step of the task", k, p));
+          return taskError(t, fmt::format("step {} reads step {}, which is not another step of the task", k, p));
         ++consumers[p];
         const auto& src = steps[p].inst;
         if (src.repeat != inst.repeat || src.interval != inst.interval)
-          return bad(t, fmt::format("step {} reads {} values every {} cycles from step {}, which makes {} every {}", k,
+          return taskError(t, fmt::format("step {} reads {} values every {} cycles from step {}, which makes {} every {}", k,
                                     inst.repeat, inst.interval, p, src.repeat, src.interval));
         const Cycle expected = steps[p].offset + isa::resultLatency(*chip_, src) +
                                std::abs(sliceOf(src.unit) - sliceOf(inst.unit));
         if (steps[k].offset != expected)
-          return bad(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}", k,
+          return taskError(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}", k,
                                     steps[k].offset, p, expected));
       }
     }
@@ -193,9 +192,9 @@ Status Problem::check() const {
       const int f = steps[k].follows;
       if (f < 0) continue;
       if (f >= static_cast<int>(steps.size()) || f == static_cast<int>(k))
-        return bad(t, fmt::format("step {} follows step {}, which is not another step of the task", k, f));
+        return taskError(t, fmt::format("step {} follows step {}, which is not another step of the task", k, f));
       if (steps[k].offset != steps[f].offset + steps[k].followGap)
-        return bad(t, fmt::format("step {} issues at offset {}, but following step {} by {} gives {}", k,
+        return taskError(t, fmt::format("step {} issues at offset {}, but following step {} by {} gives {}", k,
                                   steps[k].offset, f, steps[k].followGap, steps[f].offset + steps[k].followGap));
     }
     // A value may feed several consumers (a result written by two MEM slices), all downstream of
@@ -207,7 +206,7 @@ Status Problem::check() const {
         if (steps[k].producer == static_cast<int>(p) || steps[k].producer2 == static_cast<int>(p))
           (sliceOf(steps[k].inst.unit) >= sliceOf(steps[p].inst.unit) ? east : west) = static_cast<int>(k);
       if (east >= 0 && west >= 0)
-        return bad(t, fmt::format("step {} feeds step {} eastward and step {} westward; a stream value travels one way", p,
+        return taskError(t, fmt::format("step {} feeds step {} eastward and step {} westward; a stream value travels one way", p,
                                   east, west));
     }
     // A task needing more registers at once than a direction has can never be placed.
@@ -218,7 +217,7 @@ Status Problem::check() const {
         live += edges_[f].dir == edges_[e].dir && edges_[f].tauFirst() <= edges_[e].tauFirst() &&
                 edges_[e].tauFirst() <= edges_[f].tauLast();
       if (live > chip_->streamsPerDirection)
-        return bad(t, fmt::format("needs {} stream registers {} at once, the chip has {}", live,
+        return taskError(t, fmt::format("needs {} stream registers {} at once, the chip has {}", live,
                                   edges_[e].dir == Direction::kEast ? "eastward" : "westward", chip_->streamsPerDirection));
     }
     // A task that collides with itself can never be placed.
@@ -226,14 +225,13 @@ Status Problem::check() const {
       for (size_t b = a + 1; b < steps.size(); ++b) {
         if (steps[a].inst.unit != steps[b].inst.unit || pooledUnit(*chip_, steps[a].inst.unit)) continue;
         if (steps[a].offset < unitEnd(t, static_cast<int>(b)) && steps[b].offset < unitEnd(t, static_cast<int>(a)))
-          return bad(t, fmt::format("steps {} and {} use unit {} at the same time", a, b, steps[a].inst.unit));
+          return taskError(t, fmt::format("steps {} and {} use unit {} at the same time", a, b, steps[a].inst.unit));
       }
   }
   return checkDependences();
 }
 
 Status Problem::checkDependences() const {
-  auto bad = [&](int task, const std::string& what) { return taskError(task, what); };
   // Acyclic dependences (Kahn, smallest index first so the order is canonical).
   std::vector<int> indegree(tasks_.size(), 0);
   std::vector<std::vector<int>> succ(tasks_.size());
@@ -244,7 +242,7 @@ Status Problem::checkDependences() const {
       return makeError(ExitCode::kInternal,
                        fmt::format("scheduling problem: dependence {}.{} -> {}.{} names a missing step", d.from,
                                    d.fromStep, d.to, d.toStep));
-    if (d.from == d.to) return bad(d.from, "depends on itself");
+    if (d.from == d.to) return taskError(d.from, "depends on itself");
     ++indegree[d.to];
     succ[d.from].push_back(d.to);
   }
@@ -266,7 +264,7 @@ Status Problem::checkDependences() const {
   }
   if (topo_.size() != tasks_.size()) {
     for (size_t t = 0; t < tasks_.size(); ++t)
-      if (indegree[t] > 0) return bad(static_cast<int>(t), "lies on a dependence cycle");
+      if (indegree[t] > 0) return taskError(static_cast<int>(t), "lies on a dependence cycle");
   }
   return {};
 }

@@ -103,7 +103,7 @@ class Problem {
   Cycle span(int task) const { return span_[task]; }
 
  private:
-  /// check()'s error about a task, naming it.
+  /// check()'s and checkDependences()' error about a task, naming it.
   Diagnostic taskError(int task, const std::string& what) const;
   const topology::ChipSpec* chip_;
   std::vector<topology::UnitInfo> units_;
