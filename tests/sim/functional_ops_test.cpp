@@ -196,6 +196,23 @@ TEST(FunctionalOps, PackedTapConvMatchesTheInterpreter) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
+TEST(FunctionalOps, RowTripletConvMatchesTheInterpreter) {
+  // A 3 x 3 Conv whose vector holds five taps (64 INT8 or 32 FP16 channels) over a map made by a
+  // 1 x 1 Conv's epilogue (stored twice, in 16 segments of two image rows): each pixel's row of
+  // three taps is gathered once, and the packed tiles add the rows above and below to it, the
+  // lanes past the fifth tap falling off the vector (docs/compiler.md, MXM lowering).
+  for (const auto& [dt, channels] : {std::pair{ir::DType::kI8, std::int64_t{64}}, std::pair{ir::DType::kF16, std::int64_t{32}}}) {
+    ir::Graph g;
+    const auto a = *g.addOp(OpKind::kConv, "a",
+                            {g.addInput("x", {1, channels, 32, 32}, dt), g.addWeight("wa", {channels, channels, 1, 1}, dt)}, 0);
+    const auto ra = *g.addOp(OpKind::kRelu, "ra", {a}, 0);
+    g.markOutput(*g.addOp(OpKind::kConv, "b", {ra, g.addWeight("wb", {48, channels, 3, 3}, dt)},
+                          {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
 TEST(FunctionalOps, TapsAcrossMemSegmentsMatchTheInterpreter) {
   // A 16 x 16 map is cut into segments of whole image rows on different MEM slices: the taps of a
   // block next to a segment end need the neighbouring segment's rows, and each reads them from that

@@ -778,7 +778,8 @@ std::vector<std::pair<size_t, size_t>> Lowering::blockGroups(const MxmJob& job, 
   }
   const size_t blocks = last - first;
   // Regrouped only when a greedy group (the last) is too short to hide its install.
-  if (best.size() < 2 || rowsOf(best.back().first, best.back().second) >= chip_.mxmWeightInstallCycles) return best;
+  if (best.size() < 2 || rowsOf(best.back().first, best.back().second) >= chip_.mxmWeightInstallCycles || job.blockRuns)
+    return best;
   // Or G groups of as equal block counts, each hiding an install: the count whose groups leave the
   // busiest plane least loaded (ResNet-50 layer3.0's strided 3 x 3 Conv: 16 blocks of up to 14 rows
   // in 5 greedy groups, the last of 28 rows, give one of the four planes two groups; in 4 groups of

@@ -130,6 +130,9 @@ class Lowering {
     bool transposedWeights = false;
     /// The operand of K tile k's compute for a block (-1: none): a window tap's realignment.
     std::function<int(int k, const std::array<std::int64_t, 3>& block)> window;
+    /// Each row block (or group of short blocks hiding an install) stays a plane run of its own:
+    /// blockGroups does not regroup them into equal groups.
+    bool blockRuns = false;
     /// For a source read of scratch (Access tensor -1): records the reading task and returns the
     /// (task, step) pairs that wrote the scratch.
     std::function<std::vector<std::pair<int, int>>(const Access& read, int task)> scratchSource;
