@@ -16,6 +16,10 @@ struct Options {
   double alpha = 1.0;
   double beta = 16.0;
   double gamma = 4.0;
+  /// A shard compiled alone is list-scheduled (and its planes' run order searched) a second time
+  /// with beta = portfolioBeta and gamma = 0, and the shorter schedule is kept (compileShard).
+  bool priorityPortfolio = true;
+  double portfolioBeta = 1.0;
   /// Simulated annealing moves after the list schedule; 0 keeps the list schedule.
   std::int64_t annealMoves = 0;
   /// A second budget in task placements: moves are capped at annealWork / tasks, so that large
@@ -44,10 +48,12 @@ struct Options {
   /// Rounds of heads and tails raised by the resources in the report's lower bound (lowerBound);
   /// 0 bounds from the data alone (a caller that only wants the makespan).
   int boundRounds = 4;
-  /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves.
+  /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves,
+  /// one priority.
   Options asShardOfMany() const {
     Options shard = *this;
     shard.planeOrderMoves = std::min(planeOrderMoves, planeOrderShardMoves);
+    shard.priorityPortfolio = false;
     return shard;
   }
 };

@@ -215,21 +215,53 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   Problem& problem = shard.problem;
   CompiledShard result;
   CompileReport& report = result.report;
+  const std::vector<Dependence> loweredDependences = problem.dependences();
+  const auto loweredRuns = shard.planeRuns;
 
   constexpr int kSpillRounds = 4;
   Schedule schedule;
+  // The list schedule, and in the first round the planes' run order searched from it.
+  auto listAndOrder = [&](const Options& with, bool order) -> Expected<Schedule> {
+    auto list = scheduleList(problem, with);
+    if (!list) return list.error();
+    if (order && with.reorderPlanes) {
+      auto reordered = orderPlaneRuns(shard, *list, with);
+      if (!reordered) return reordered.error();
+      if (*reordered) list = scheduleList(problem, with);
+    }
+    return list;
+  };
+  Options chosen = options;  // the priority weights the first round found better
   for (int round = 0;; ++round) {
     if (auto s = problem.check(); !s) return s.error();
     // The last round keeps stream pressure within the registers, so a colouring always exists.
-    Options roundOptions = options;
+    Options roundOptions = chosen;
     if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
-    auto list = scheduleList(problem, roundOptions);
+    auto list = listAndOrder(roundOptions, round == 0);
     if (!list) return list.error();
-    if (round == 0 && options.reorderPlanes) {
-      auto reordered = orderPlaneRuns(shard, *list, roundOptions);
-      if (!reordered) return reordered.error();
-      if (*reordered) list = scheduleList(problem, roundOptions);
-      if (!list) return list.error();
+    if (round == 0 && options.priorityPortfolio) {
+      // The seed's priority with a second pair of weights (r/R_avg at portfolioBeta, no fanout),
+      // from the same lowered problem and plane order; the shorter list schedule goes on.
+      const std::vector<Dependence> asFirst = problem.dependences();
+      const auto firstRuns = shard.planeRuns;
+      problem.mutableDependences() = loweredDependences;
+      shard.planeRuns = loweredRuns;
+      if (auto s = problem.check(); !s) return s.error();
+      Options second = roundOptions;
+      second.beta = options.portfolioBeta;
+      second.gamma = 0.0;
+      auto other = listAndOrder(second, true);
+      if (!other) return other.error();
+      if (other->makespan < list->makespan) {
+        list = std::move(other);
+        chosen.beta = second.beta;
+        chosen.gamma = second.gamma;
+        roundOptions = second;
+      } else {
+        problem.mutableDependences() = asFirst;
+        shard.planeRuns = firstRuns;
+        if (auto s = problem.check(); !s) return s.error();
+      }
     }
     report.listCycles = list->makespan;
     auto annealed = anneal(problem, *list, roundOptions);

@@ -336,6 +336,29 @@ ir::Graph bottleneck() {
   return g;
 }
 
+// A shard compiled alone is list-scheduled with the seed's default weights and with beta 1, gamma 0
+// (each from the lowered problem, its planes' run order searched), and the shorter schedule is kept:
+// exactly the better of the two weightings compiled alone, and it still simulates exactly.
+TEST(ShardCompiler, TwoPriorityWeightingsKeepTheShorterSchedule) {
+  topology::ChipSpec chip;
+  const ir::Graph g = bottleneck();
+  Options first;
+  first.priorityPortfolio = false;
+  Options second = first;
+  second.beta = first.portfolioBeta;
+  second.gamma = 0.0;
+  auto one = compileShard(chip, g, allOps(g), {}, first);
+  auto other = compileShard(chip, g, allOps(g), {}, second);
+  auto both = compileShard(chip, g, allOps(g), {}, Options{});
+  ASSERT_TRUE(one.ok() && other.ok() && both.ok());
+  EXPECT_EQ(both->program.predictedCycles, std::min(one->program.predictedCycles, other->program.predictedCycles))
+      << "defaults " << one->program.predictedCycles << ", second weighting " << other->program.predictedCycles;
+  EXPECT_EQ(both->report.listCycles, std::min(one->report.listCycles, other->report.listCycles));
+  auto cycles = simulate(chip, both->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, both->program.predictedCycles);
+}
+
 // Each MXM plane takes its runs in the order a schedule without the plane chains suggests: the runs
 // stay whole (one install sequence and its computes each), every plane's new order is chained, the
 // list makespan is no worse than the lowering's order, and the program still simulates exactly.
