@@ -204,6 +204,9 @@ class Lowering {
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
                                const std::set<int>& avoid, float tapScale = 0.0f,
                                isa::VxmFunc finish = isa::VxmFunc::kNone);
+  // The SXM unit for a gather pass's `rows` shifted rows read on MEM unit `readUnit` (the index-th
+  // shift of its chain picks among the hemisphere's units), counted in sxmRows_.
+  int gatherShiftUnit(int readUnit, std::int64_t rows, int index);
   // Is `relu` (a ReLU's output) read by one max-pool alone and not a graph output? Then the ReLU
   // is the pool's last ALU step instead of its producer's (they commute; the pool has 4x fewer rows).
   bool reluAfterPool(ir::TensorId relu) const;

@@ -475,8 +475,6 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   // One pass of a packed tile over T (tile 0: T(p-W) + T(p) up three taps; tile 1: x(p+1) + T(p+W)
   // up one tap), written to `rows`.
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  const int vxmSlice = chip_.units()[vxm].slice;
-  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
   int shifts = 0;
   auto tripletPass = [&](std::int64_t k, const std::array<std::int64_t, 3>& band, const alloc::Block& rows) {
     const ir::TensorId source = k == 0 ? tripletsId : in;
@@ -490,13 +488,8 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
     b.second.step = 1;
     task.steps.push_back(a.first);
     task.steps.push_back(b.first);
-    // The SXM of b's hemisphere, unless the other one has taken fewer shifted rows so far.
-    bool west = chip_.units()[b.first.inst.unit].slice < vxmSlice;
-    if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
-    sxmRows_[west ? 0 : 1] += band[2];
     Step moved;
-    moved.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) + (shifts++ % sxmHalf),
-                          Opcode::kSxmShift, band[2]);
+    moved.inst = makeInst(gatherShiftUnit(b.first.inst.unit, band[2], shifts++), Opcode::kSxmShift, band[2]);
     moved.inst.sxm = isa::SxmFunc::kWindow;
     isa::FunctionalOperand realigned;
     realigned.window = addWindow(win, band, kyB, 1, b, 3 * cin, 0.0f, shift);
@@ -646,6 +639,16 @@ bool Lowering::reluAfterPool(ir::TensorId relu) const {
   return std::find(graph_.outputs().begin(), graph_.outputs().end(), relu) == graph_.outputs().end();
 }
 
+int Lowering::gatherShiftUnit(int readUnit, std::int64_t rows, int index) {
+  // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far: a
+  // block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
+  const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
+  bool west = chip_.units()[readUnit].slice < vxmSlice;
+  if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
+  sxmRows_[west ? 0 : 1] += rows;
+  return chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) + index % std::max(1, chip_.sxmUnits / 2);
+}
+
 Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const Window& win, ir::TensorId in, int tile,
                                                  const std::array<std::int64_t, 3>& block, std::int64_t tap0,
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
@@ -658,8 +661,6 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
   const std::int64_t rows = block[2];
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  const int vxmSlice = chip_.units()[vxm].slice;
-  const int sxmHalf = std::max(1, chip_.sxmUnits / 2);
   std::set<int> away = avoid;
   alloc::Block partial[2];
   for (auto& p : partial) {
@@ -703,14 +704,7 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
       operandWindow.push_back(shifted ? -1 : window);
       if (shifted) {
         Step shift;  // to the tap's lanes of the packed vector
-        // The SXM of the read's hemisphere, unless the other one has taken fewer shifted rows so far:
-        // a block's taps all read one hemisphere, whose SXM units alone would serialise the passes.
-        bool west = chip_.units()[read.inst.unit].slice < vxmSlice;
-        if (sxmRows_[west ? 1 : 0] < sxmRows_[west ? 0 : 1]) west = !west;
-        sxmRows_[west ? 0 : 1] += rows;
-        shift.inst = makeInst(chip_.firstUnit(UnitKind::kSxm) + (west ? 0 : chip_.sxmUnits / 2) +
-                                  static_cast<int>(t % sxmHalf),
-                              Opcode::kSxmShift, rows);
+        shift.inst = makeInst(gatherShiftUnit(read.inst.unit, rows, static_cast<int>(t)), Opcode::kSxmShift, rows);
         shift.inst.sxm = computes ? isa::SxmFunc::kWindow : isa::SxmFunc::kUnspecified;
         if (computes) {
           isa::FunctionalOperand realigned;

@@ -162,13 +162,14 @@ Status Problem::check() const {
         return taskError(t, fmt::format("step {} names unit {}, which does not exist", k, inst.unit));
       if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != units_[inst.unit].kind)
         return taskError(t, fmt::format("step {}: {} cannot run on a {} unit", k, isa::opcodeName(inst.op),
-                                  topology::unitKindName(units_[inst.unit].kind)));
-      if (inst.repeat < 1 || inst.interval < 1) return taskError(t, fmt::format("step {}: repeat and interval must be >= 1", k));
+                                        topology::unitKindName(units_[inst.unit].kind)));
+      if (inst.repeat < 1 || inst.interval < 1)
+        return taskError(t, fmt::format("step {}: repeat and interval must be >= 1", k));
       if (inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) {
         const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
         if (inst.address < 0 || last < 0 || inst.address >= chip_->addressesPerSlice || last >= chip_->addressesPerSlice)
           return taskError(t, fmt::format("step {}: SRAM addresses {}..{} outside [0, {})", k, inst.address, last,
-                                    chip_->addressesPerSlice));
+                                          chip_->addressesPerSlice));
       }
       // A step reading one stream as both operands (x * x) is one consumer of it.
       const int second = steps[k].producer2 == steps[k].producer ? -1 : steps[k].producer2;
@@ -179,13 +180,13 @@ Status Problem::check() const {
         ++consumers[p];
         const auto& src = steps[p].inst;
         if (src.repeat != inst.repeat || src.interval != inst.interval)
-          return taskError(t, fmt::format("step {} reads {} values every {} cycles from step {}, which makes {} every {}", k,
-                                    inst.repeat, inst.interval, p, src.repeat, src.interval));
+          return taskError(t, fmt::format("step {} reads {} values every {} cycles from step {}, which makes {} every {}",
+                                          k, inst.repeat, inst.interval, p, src.repeat, src.interval));
         const Cycle expected = steps[p].offset + isa::resultLatency(*chip_, src) +
                                std::abs(sliceOf(src.unit) - sliceOf(inst.unit));
         if (steps[k].offset != expected)
-          return taskError(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}", k,
-                                    steps[k].offset, p, expected));
+          return taskError(t, fmt::format("step {} issues at offset {}, but the time of flight from step {} gives {}",
+                                          k, steps[k].offset, p, expected));
       }
     }
     for (size_t k = 0; k < steps.size(); ++k) {
@@ -195,7 +196,7 @@ Status Problem::check() const {
         return taskError(t, fmt::format("step {} follows step {}, which is not another step of the task", k, f));
       if (steps[k].offset != steps[f].offset + steps[k].followGap)
         return taskError(t, fmt::format("step {} issues at offset {}, but following step {} by {} gives {}", k,
-                                  steps[k].offset, f, steps[k].followGap, steps[f].offset + steps[k].followGap));
+                                        steps[k].offset, f, steps[k].followGap, steps[f].offset + steps[k].followGap));
     }
     // A value may feed several consumers (a result written by two MEM slices), all downstream of
     // its producer in one direction: a stream travels one way.
@@ -206,8 +207,9 @@ Status Problem::check() const {
         if (steps[k].producer == static_cast<int>(p) || steps[k].producer2 == static_cast<int>(p))
           (sliceOf(steps[k].inst.unit) >= sliceOf(steps[p].inst.unit) ? east : west) = static_cast<int>(k);
       if (east >= 0 && west >= 0)
-        return taskError(t, fmt::format("step {} feeds step {} eastward and step {} westward; a stream value travels one way", p,
-                                  east, west));
+        return taskError(t, fmt::format("step {} feeds step {} eastward and step {} westward; a stream value travels "
+                                        "one way",
+                                        p, east, west));
     }
     // A task needing more registers at once than a direction has can never be placed.
     const auto [eb, ee] = edgesOf(t);
@@ -218,7 +220,8 @@ Status Problem::check() const {
                 edges_[e].tauFirst() <= edges_[f].tauLast();
       if (live > chip_->streamsPerDirection)
         return taskError(t, fmt::format("needs {} stream registers {} at once, the chip has {}", live,
-                                  edges_[e].dir == Direction::kEast ? "eastward" : "westward", chip_->streamsPerDirection));
+                                        edges_[e].dir == Direction::kEast ? "eastward" : "westward",
+                                        chip_->streamsPerDirection));
     }
     // A task that collides with itself can never be placed.
     for (size_t a = 0; a < steps.size(); ++a)
