@@ -1,5 +1,6 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
+#include <cstdlib>
 #include <fstream>
 #include <tuple>
 
@@ -64,6 +65,9 @@ void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["bank_conflicts"] = r.bankConflictRate();
   state.counters["mem_delays"] = r.memDelayRate();
   state.counters["instructions"] = static_cast<double>(r.instructions);
+  state.counters["tasks"] = static_cast<double>(r.tasks);
+  state.counters["anneal_accepted"] = static_cast<double>(r.annealAccepted);
+  state.counters["spills"] = static_cast<double>(r.spills);
 }
 
 // List scheduling alone on a BERT-base-sized FFN stack: the speed target (>= 1 M instructions/s).
@@ -132,11 +136,13 @@ void BM_QualityInt8MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_QualityInt8MatMul)->Arg(1280)->Arg(2560)->Arg(4096)->Unit(benchmark::kMillisecond);
 
-// Compiles ops of g (with annealing) once per iteration and reports the last compile's quality.
+// Compiles ops of g (with annealing: 256 moves, or TSP_MOVES) once per iteration and reports the
+// last compile's quality.
 void compileForQuality(benchmark::State& state, const topology::ChipSpec& chip, const ir::Graph& g,
                        const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface) {
   schedule::Options o;
   o.annealMoves = 256;
+  if (const char* moves = std::getenv("TSP_MOVES")) o.annealMoves = std::atoi(moves);
   schedule::CompileReport last;
   for (auto _ : state) {
     auto c = schedule::compileShard(chip, g, ops, interface, o);
