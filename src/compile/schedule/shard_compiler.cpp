@@ -43,7 +43,8 @@ std::string reportJson(const CompileReport& r) {
                       {"tasks", r.tasks},
                       {"instructions", r.instructions},
                       {"anneal_moves", r.annealMoves},
-                      {"anneal_accepted", r.annealAccepted}};
+                      {"anneal_accepted", r.annealAccepted},
+                      {"priority_weightings", r.priorityWeightings}};
   return j.dump(2);
 }
 
@@ -249,6 +250,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
       problem.mutableDependences() = loweredDependences;
       shard.planeRuns = loweredRuns;
       if (auto s = problem.check(); !s) return s.error();
+      report.priorityWeightings = 2;
       Options second = roundOptions;
       second.beta = options.portfolioBeta;
       second.gamma = 0.0;

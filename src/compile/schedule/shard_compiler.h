@@ -47,6 +47,9 @@ struct CompileReport {
   std::int64_t instructions = 0;
   std::int64_t annealMoves = 0;
   std::int64_t annealAccepted = 0;
+  /// Priority weightings the first round list-scheduled: 2 when the pair was tried (a shard compiled
+  /// alone whose first schedule is more than 2 % over its busiest plane's computes), else 1.
+  int priorityWeightings = 1;
 };
 
 /// The report as JSON text (the `report_*.json` next to emitted programs).

@@ -229,6 +229,8 @@ TEST(ShardCompiler, Int8MatMulReachesTheMxmUtilisationTarget) {
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
   EXPECT_GE(compiled->report.mxmMacUtilisation, 0.80);
   EXPECT_LE(static_cast<double>(compiled->report.cycles), 1.10 * static_cast<double>(compiled->report.lowerBound));
+  // Within 2 % of its busiest plane's computes after one list schedule: no second weighting.
+  EXPECT_EQ(compiled->report.priorityWeightings, 1);
   auto cycles = simulate(chip, compiled->program);
   ASSERT_TRUE(cycles.ok()) << cycles.error().format();
   EXPECT_EQ(*cycles, compiled->program.predictedCycles);
@@ -354,6 +356,8 @@ TEST(ShardCompiler, TwoPriorityWeightingsKeepTheShorterSchedule) {
   EXPECT_EQ(both->program.predictedCycles, std::min(one->program.predictedCycles, other->program.predictedCycles))
       << "defaults " << one->program.predictedCycles << ", second weighting " << other->program.predictedCycles;
   EXPECT_EQ(both->report.listCycles, std::min(one->report.listCycles, other->report.listCycles));
+  EXPECT_EQ(both->report.priorityWeightings, 2);
+  EXPECT_EQ(one->report.priorityWeightings, 1);
   auto cycles = simulate(chip, both->program);
   ASSERT_TRUE(cycles.ok()) << cycles.error().format();
   EXPECT_EQ(*cycles, both->program.predictedCycles);
