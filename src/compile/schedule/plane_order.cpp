@@ -81,6 +81,10 @@ std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem, co
   return groups;
 }
 
+bool nearBusiestPlane(const lower::LoweredShard& shard, Cycle makespan) {
+  return static_cast<double>(makespan) <= 1.02 * static_cast<double>(shard.matmulLowerBound);
+}
+
 Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed, const Options& options) {
   Problem& problem = shard.problem;
   auto chainOf = [&](const std::vector<std::vector<lower::PlaneRun>>& planes) { return planeChains(problem, planes); };
@@ -89,8 +93,7 @@ Expected<bool> orderPlaneRuns(lower::LoweredShard& shard, const Schedule& listed
   for (const auto& task : problem.tasks())
     for (const auto& step : task.steps)
       if (step.inst.op == isa::Opcode::kC2cSend || step.inst.op == isa::Opcode::kC2cReceive) return false;
-  // No order beats the busiest plane's computes: within 2 % of them there is nothing to gain.
-  if (static_cast<double>(listed.makespan) <= 1.02 * static_cast<double>(shard.matmulLowerBound)) return false;
+  if (nearBusiestPlane(shard, listed.makespan)) return false;
   const std::vector<Dependence> original = chainOf(shard.planeRuns);
   if (original.empty()) return false;
   const std::vector<Dependence> asLowered = problem.dependences();

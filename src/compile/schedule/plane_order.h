@@ -20,6 +20,9 @@ std::vector<Dependence> planeChains(const Problem& problem, const std::vector<st
 std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem,
                                                       const std::vector<std::vector<lower::PlaneRun>>& planes);
 
+/// Is `makespan` within 2 % of the shard's busiest plane's computes (LoweredShard::matmulLowerBound)?
+/// No plane order or priority weighting can then gain more than that, so neither is searched.
+bool nearBusiestPlane(const lower::LoweredShard& shard, Cycle makespan);
 /// Lets every MXM plane take its runs in an order chosen by list makespan, starting from `listed`,
 /// the list schedule of the problem as lowered (check() succeeded). Candidates: the chains are cut,
 /// the relaxed problem is list-scheduled (each plane's install and compute units still serialise its

@@ -240,9 +240,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
     auto list = listAndOrder(roundOptions, round == 0);
     if (!list) return list.error();
-    // No weighting beats the busiest plane's computes: within 2 % of them the second is not tried.
-    if (round == 0 && options.priorityPortfolio &&
-        static_cast<double>(list->makespan) > 1.02 * static_cast<double>(shard.matmulLowerBound)) {
+    if (round == 0 && options.priorityPortfolio && !nearBusiestPlane(shard, list->makespan)) {
       // The seed's priority with a second pair of weights (r/R_avg at portfolioBeta, no fanout),
       // from the same lowered problem and plane order; the shorter list schedule goes on.
       const std::vector<Dependence> asFirst = problem.dependences();
