@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include "runtime/driver.h"
+#include "support/allocator.h"
 
 namespace {
 
@@ -17,6 +18,7 @@ extern "C" void onSignal(int) { gInterrupted = 1; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  tsp::support::keepFreedMemory();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

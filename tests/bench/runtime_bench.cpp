@@ -13,6 +13,7 @@
 #include "compile/schedule/shard_compiler.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "runtime/pdes.h"
+#include "support/allocator.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
@@ -186,6 +187,7 @@ BENCHMARK(BM_MemoryPerChip)->Arg(1024)->Arg(4096)->Iterations(1)->Unit(benchmark
 // collectives need them) but do not print.
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
+  tsp::support::keepFreedMemory();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;

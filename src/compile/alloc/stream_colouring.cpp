@@ -2,6 +2,7 @@
 #include "compile/alloc/stream_colouring.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace tsp::alloc {
 
@@ -30,49 +31,86 @@ StreamColouring colourGraph(const InterferenceGraph& graph, const std::vector<do
   const int n = static_cast<int>(graph.neighbours.size());
   std::vector<int> degree(n);
   std::vector<char> removed(n, 0);
-  // The node of least (degree, index) first: a heap of (degree, node) with stale entries skipped
-  // (an entry is current while its node is in the graph with that degree).
-  std::vector<std::pair<int, int>> heap;
-  heap.reserve(static_cast<size_t>(n) * 2);
-  const auto later = [](const std::pair<int, int>& a, const std::pair<int, int>& b) { return a > b; };
-  for (int v = 0; v < n; ++v) {
-    degree[v] = static_cast<int>(graph.neighbours[v].size());
-    heap.push_back({degree[v], v});
-  }
-  std::make_heap(heap.begin(), heap.end(), later);
+  for (int v = 0; v < n; ++v) degree[v] = static_cast<int>(graph.neighbours[v].size());
+  // The nodes still in the graph in a binary heap by least (degree, index), each at slot[v]: a
+  // degree that drops moves its node up in place.
+  std::vector<int> heap(n), slot(n);
+  for (int v = 0; v < n; ++v) heap[v] = v;
+  const auto before = [&](int a, int b) { return degree[a] != degree[b] ? degree[a] < degree[b] : a < b; };
+  const auto place = [&](int i, int v) {
+    heap[i] = v;
+    slot[v] = i;
+  };
+  const auto siftUp = [&](int i) {
+    const int v = heap[i];
+    for (; i > 0 && before(v, heap[(i - 1) / 2]); i = (i - 1) / 2) place(i, heap[(i - 1) / 2]);
+    place(i, v);
+  };
+  int size = n;
+  const auto siftDown = [&](int i) {
+    const int v = heap[i];
+    for (;;) {
+      int c = 2 * i + 1;
+      if (c >= size) break;
+      if (c + 1 < size && before(heap[c + 1], heap[c])) ++c;
+      if (!before(heap[c], v)) break;
+      place(i, heap[c]);
+      i = c;
+    }
+    place(i, v);
+  };
+  const auto erase = [&](int v) {
+    const int i = slot[v];
+    const int last = heap[--size];
+    if (i == size) return;
+    place(i, last);
+    siftUp(i);
+    siftDown(slot[last]);
+  };
+  // Node order by (degree, index) from index order: every node is at its place once sifted.
+  for (int i = 0; i < n; ++i) slot[i] = i;
+  for (int i = n / 2 - 1; i >= 0; --i) siftDown(i);
+  // Spill candidates by least (cost, degree, index), built when simplification first blocks, with
+  // stale entries skipped (an entry is current while its node is in the graph with that degree); a
+  // node's cost (one store and one load per vector over its degree) changes with its degree.
+  using Candidate = std::tuple<double, int, int>;
+  std::vector<Candidate> spillHeap;
+  bool spilling = false;
+  const auto costlier = [](const Candidate& a, const Candidate& b) { return a > b; };
+  auto pushCandidate = [&](int v) {
+    spillHeap.push_back({2.0 * freq[v] / static_cast<double>(degree[v]), degree[v], v});
+    std::push_heap(spillHeap.begin(), spillHeap.end(), costlier);
+  };
   std::vector<int> stack;
   stack.reserve(n);
   auto remove = [&](int v) {
     removed[v] = 1;
     stack.push_back(v);
+    erase(v);
     for (int w : graph.neighbours[v])
       if (!removed[w]) {
         --degree[w];
-        heap.push_back({degree[w], w});
-        std::push_heap(heap.begin(), heap.end(), later);
+        siftUp(slot[w]);
+        if (spilling) pushCandidate(w);
       }
   };
-  int left = n;
-  while (left > 0) {
-    const auto [d, v] = heap.front();
-    std::pop_heap(heap.begin(), heap.end(), later);
-    heap.pop_back();
-    if (removed[v] || degree[v] != d) continue;  // stale
-    --left;
-    if (d < registers) {
+  while (size > 0) {
+    const int v = heap[0];
+    if (degree[v] < registers) {
       remove(v);  // simplify: v is colourable whatever its neighbours get
       continue;
     }
-    // Every node has degree >= K: push the cheapest spill candidate, optimistically (Briggs); ties
-    // go to the least (degree, index).
-    heap.push_back({d, v});  // v stays unless it is the pick
-    std::push_heap(heap.begin(), heap.end(), later);
+    // Every node has degree >= K: push the cheapest spill candidate, optimistically (Briggs).
+    if (!spilling) {
+      spilling = true;
+      for (int i = 0; i < size; ++i) pushCandidate(heap[i]);
+    }
     int pick = -1;
-    double pickCost = 0;
-    for (int w = 0; w < n; ++w) {
-      if (removed[w]) continue;
-      const double cost = 2.0 * freq[w] / static_cast<double>(degree[w]);  // one store + one load per vector
-      if (pick < 0 || cost < pickCost || (cost == pickCost && degree[w] < degree[pick])) pick = w, pickCost = cost;
+    while (pick < 0) {
+      const auto [cost, deg, w] = spillHeap.front();
+      std::pop_heap(spillHeap.begin(), spillHeap.end(), costlier);
+      spillHeap.pop_back();
+      if (!removed[w] && degree[w] == deg) pick = w;
     }
     remove(pick);
   }

@@ -5,7 +5,6 @@
 #include <queue>
 #include <cstdlib>
 #include <limits>
-#include <map>
 #include <optional>
 #include <tuple>
 
@@ -342,11 +341,12 @@ Status verify(const Problem& problem, const Schedule& schedule) {
   }
   // Units and links: busy windows on one resource never overlap.
   struct Window { Cycle begin, end; int task; };
-  std::map<int, std::vector<Window>> busy;
   const int links = static_cast<int>(problem.units().size());
   const int memPorts = links + chip.c2cPorts;
+  // Per resource, in the order of its index: units, then links, then MEM ports.
+  std::vector<std::vector<Window>> busy(static_cast<size_t>(memPorts + 2 * chip.memSlices));
   struct MemRun { Cycle issue; int task, step; };
-  std::map<int, std::vector<MemRun>> memRuns;  // per MEM port
+  std::vector<std::vector<MemRun>> memRuns(static_cast<size_t>(2 * chip.memSlices));  // per MEM port
   for (size_t t = 0; t < tasks.size(); ++t)
     for (size_t k = 0; k < tasks[t].steps.size(); ++k) {
       const Step& s = tasks[t].steps[k];
@@ -367,7 +367,8 @@ Status verify(const Problem& problem, const Schedule& schedule) {
         busy[links + s.inst.port].push_back(
             {issue, issue + Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy, static_cast<int>(t)});
     }
-  for (auto& [resource, windows] : busy) {
+  for (int resource = 0; resource < static_cast<int>(busy.size()); ++resource) {
+    auto& windows = busy[static_cast<size_t>(resource)];
     std::sort(windows.begin(), windows.end(), [](const Window& a, const Window& b) { return a.begin < b.begin; });
     for (size_t i = 1; i < windows.size(); ++i)
       if (windows[i].begin < windows[i - 1].end)
@@ -378,9 +379,9 @@ Status verify(const Problem& problem, const Schedule& schedule) {
                                windows[i - 1].end, windows[i - 1].task, windows[i].begin));
   }
   // Banks: a read and a write running at once on one slice never touch one bank in one cycle.
-  for (auto& [port, reads] : memRuns) {
-    if (port % 2 != 0 || !memRuns.count(port + 1)) continue;
-    auto& writes = memRuns[port + 1];
+  for (int port = 0; port + 1 < static_cast<int>(memRuns.size()); port += 2) {
+    auto& reads = memRuns[static_cast<size_t>(port)];
+    auto& writes = memRuns[static_cast<size_t>(port) + 1];
     auto byIssue = [](const MemRun& a, const MemRun& b) { return a.issue < b.issue; };
     std::sort(reads.begin(), reads.end(), byIssue);
     std::sort(writes.begin(), writes.end(), byIssue);
@@ -404,14 +405,17 @@ Status verify(const Problem& problem, const Schedule& schedule) {
   }
   // Stream registers: per (direction, register), no two edges share a moving-frame cell.
   const auto& edges = problem.streamEdges();
-  std::map<std::pair<int, int>, std::vector<int>> byRegister;
+  // Per (direction, register), direction first.
+  std::vector<std::vector<int>> byRegister(2 * static_cast<size_t>(chip.streamsPerDirection));
   for (size_t e = 0; e < edges.size(); ++e) {
     const int id = schedule.streamId[e];
     if (id < 0 || id >= chip.streamsPerDirection)
       return bad(edges[e].task, fmt::format("step {} has no stream register (id {})", edges[e].step, id));
-    byRegister[{static_cast<int>(edges[e].dir), id}].push_back(static_cast<int>(e));
+    byRegister[static_cast<size_t>(static_cast<int>(edges[e].dir) * chip.streamsPerDirection + id)].push_back(static_cast<int>(e));
   }
-  for (auto& [reg, list] : byRegister) {
+  for (size_t r = 0; r < byRegister.size(); ++r) {
+    auto& list = byRegister[r];
+    const std::pair<int, int> reg{static_cast<int>(r) / chip.streamsPerDirection, static_cast<int>(r) % chip.streamsPerDirection};
     auto begin = [&](int e) { return schedule.start[edges[e].task] + edges[e].tauFirst(); };
     std::sort(list.begin(), list.end(), [&](int a, int b) { return begin(a) < begin(b); });
     for (size_t i = 0; i < list.size(); ++i)
