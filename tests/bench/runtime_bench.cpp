@@ -186,8 +186,8 @@ BENCHMARK(BM_MemoryPerChip)->Arg(1024)->Arg(4096)->Iterations(1)->Unit(benchmark
 // MPI lives for the whole benchmark process; ranks other than 0 run the same benchmarks (the
 // collectives need them) but do not print.
 int main(int argc, char** argv) {
+  tsp::support::keepFreedMemory();  // first, as in tsp-sim's main
   MPI_Init(&argc, &argv);
-  tsp::support::keepFreedMemory();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 1;

@@ -35,7 +35,7 @@ StreamColouring colourGraph(const InterferenceGraph& graph, const std::vector<do
   // The nodes still in the graph in a binary heap by least (degree, index), each at slot[v]: a
   // degree that drops moves its node up in place.
   std::vector<int> heap(n), slot(n);
-  for (int v = 0; v < n; ++v) heap[v] = v;
+  for (int v = 0; v < n; ++v) heap[v] = slot[v] = v;
   const auto before = [&](int a, int b) { return degree[a] != degree[b] ? degree[a] < degree[b] : a < b; };
   const auto place = [&](int i, int v) {
     heap[i] = v;
@@ -67,9 +67,7 @@ StreamColouring colourGraph(const InterferenceGraph& graph, const std::vector<do
     siftUp(i);
     siftDown(slot[last]);
   };
-  // Node order by (degree, index) from index order: every node is at its place once sifted.
-  for (int i = 0; i < n; ++i) slot[i] = i;
-  for (int i = n / 2 - 1; i >= 0; --i) siftDown(i);
+  for (int i = n / 2 - 1; i >= 0; --i) siftDown(i);  // heapify from index order
   // Spill candidates by least (cost, degree, index), built when simplification first blocks, with
   // stale entries skipped (an entry is current while its node is in the graph with that degree); a
   // node's cost (one store and one load per vector over its degree) changes with its degree.
