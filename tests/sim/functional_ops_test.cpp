@@ -237,6 +237,22 @@ TEST(FunctionalOps, TapsAcrossMemSegmentsMatchTheInterpreter) {
   }
 }
 
+TEST(FunctionalOps, AResidualInOtherSegmentsThanTheOutputMatchesTheInterpreter) {
+  // A 1 x 1 Conv's epilogue adds a residual whose segments hold whole image rows (a max-pool reads
+  // it: 24-row segments) while the output's do not (36 rows): the Conv's row blocks are cut at the
+  // segments of both, so that every read of the residual stays inside one of its segments.
+  for (const auto dt : {ir::DType::kI8, ir::DType::kF16}) {
+    ir::Graph g;
+    const auto x = mapOf(g, "x", {1, 64, 24, 24}, dt);
+    const auto r = mapOf(g, "r", {1, 64, 24, 24}, dt);
+    const auto y = *g.addOp(OpKind::kConv, "conv", {x, g.addWeight("w", {64, 64, 1, 1}, dt)}, 0);
+    g.markOutput(*g.addOp(OpKind::kAdd, "add", {y, r}, 0));
+    g.markOutput(*g.addOp(OpKind::kMaxPool, "pool", {r}, {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}}, 0));
+    const Status s = runOnOneChip(g);
+    EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
+  }
+}
+
 // A Conv followed by inference BatchNormalization (and ReLU): the program's image holds the folded
 // weights and shift (Program::folds); INT8 folding is exact under the integer BatchNormalization.
 ir::TensorId convBn(ir::Graph& g, const std::string& p, ir::TensorId x, std::int64_t cin, std::int64_t cout,
@@ -423,3 +439,4 @@ TEST(FunctionalOps, ChannelsLastReshapeIsRefusedNamingItsTensor) {
 
 }  // namespace
 }  // namespace tsp::sim
+

@@ -106,6 +106,11 @@ class Lowering {
     const ir::Op* op = nullptr;
     ir::TensorId weights = -1, out = -1, bias = -1;
     ir::TensorId residual = -1;  ///< added after the bias (a ResNet shortcut), same rows as the output
+    /// The maps the epilogue writes or reads row for row, whose segments may differ: a row block
+    /// stays inside a segment of each.
+    std::vector<ir::TensorId> rowMaps() const {
+      return residual >= 0 ? std::vector<ir::TensorId>{out, residual} : std::vector<ir::TensorId>{out};
+    }
     ir::OpKind activation = ir::OpKind::kIdentity;
     int kTiles = 0;
     std::int64_t macs = 0;
@@ -238,10 +243,12 @@ class Lowering {
   // The compute task of K tile k for output tile n and one row block (with the epilogue when last).
   int addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block, std::int64_t batchRow0,
                     int computeUnit, bool last, int vxm);
-  // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments, cut so
-  // that the rows every tap of a block needs lie in one segment of the input.
-  std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
-                                                        std::int64_t tm, bool bands = true) const;
+  // Output row blocks of a window op (batch 0, first pixel, pixels), inside the segments of the
+  // maps of the output's shape it writes or reads row for row (`outs`: the output, a residual), cut
+  // so that the rows every tap of a block needs lie in one segment of the input.
+  std::vector<std::array<std::int64_t, 3>> windowBlocks(const Window& win, ir::TensorId in,
+                                                        const std::vector<ir::TensorId>& outs, std::int64_t tm,
+                                                        bool bands = true) const;
   // The output pixels at which a unit-stride window op's blocks are cut so that each tap of a block
   // reads the rows it needs from one segment of the input (none for a strided window).
   std::set<std::int64_t> bandCuts(const Window& win, ir::TensorId in) const;
@@ -258,8 +265,10 @@ class Lowering {
   // of at least 4 taps (each row read once per tap) and SRAM has room, else 1.
   int readCopies(ir::TensorId tensor) const;
   // The image row length W of a feature map that a window op other than a 1 x 1 unit-stride one
-  // reads (its segments then hold whole image rows), else 1.
-  std::int64_t windowRowLength(ir::TensorId tensor) const;
+  // reads (its segments then hold whole image rows), directly or behind up to kRowFollowDepth ops
+  // that keep the rows (1 x 1 unit-stride Convs, BatchNorm, Add, ReLU), else 1.
+  std::int64_t windowRowLength(ir::TensorId tensor, int depth = 0) const;
+  static constexpr int kRowFollowDepth = 8;
   // The window of tap (ky, kx) for a block of output pixels whose source is the window read `read`
   // (LoweredShard::windows): the tap's pixels realigned (padding `fill` in `lanes` lanes), lanes
   // moved up by laneShift. Returns its index.

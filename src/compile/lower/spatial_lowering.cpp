@@ -132,8 +132,9 @@ std::vector<std::array<std::int64_t, 3>> Lowering::cutBlock(const std::array<std
   return pieces;
 }
 
-std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& win, ir::TensorId in, ir::TensorId out,
-                                                                std::int64_t tm, bool bands) const {
+std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& win, ir::TensorId in,
+                                                                const std::vector<ir::TensorId>& outs, std::int64_t tm,
+                                                                bool bands) const {
   // Unit stride: blocks of tm pixels over the whole map, cut at the bands (bandCuts) unless the
   // caller reads each block's taps in bands itself. Otherwise one output row per block (the input
   // address advances by the stride inside a row and jumps between rows).
@@ -141,11 +142,13 @@ std::vector<std::array<std::int64_t, 3>> Lowering::windowBlocks(const Window& wi
   const std::int64_t pixels = win.n * win.ho * win.wo;
   if (win.unitStride()) {
     const std::set<std::int64_t> cuts = bands ? bandCuts(win, in) : std::set<std::int64_t>{};
-    for (const auto& [r0, n] : rowPieces(0, pixels, {in, out}))
+    std::vector<ir::TensorId> cutBy = outs;
+    cutBy.push_back(in);
+    for (const auto& [r0, n] : rowPieces(0, pixels, cutBy))
       for (const auto& b : cutBlock({0, r0, n}, cuts, tm)) blocks.push_back(b);
   } else {
     for (std::int64_t row = 0; row < win.n * win.ho; ++row)
-      for (const auto& [r0, n] : rowPieces(row * win.wo, (row + 1) * win.wo, {out})) blocks.push_back({0, r0, n});
+      for (const auto& [r0, n] : rowPieces(row * win.wo, (row + 1) * win.wo, outs)) blocks.push_back({0, r0, n});
   }
   return blocks;
 }
@@ -281,6 +284,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   for (ir::TensorId side : {job.bias, job.residual})
     for (int s : slicesOf(side)) avoid.insert(s);
   if (auto s = place(job.out, false, avoid, readCopies(job.out)); !s) return s;
+  const std::vector<ir::TensorId> rowMaps = job.rowMaps();
 
   const Window win = windowOf(graph_, op);
   const int eb = ir::dtypeBytes(x.dtype);
@@ -305,7 +309,9 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     // write (and read) different MEM slices, and each segment is written a block at a time over the
     // whole conv, so that its reader's passes over the rows done fit between its writes.
     std::vector<std::vector<std::array<std::int64_t, 3>>> bySegment;
-    for (const auto& [r0, n] : rowPieces(0, pixels, {in, job.out})) {
+    std::vector<ir::TensorId> cutBy = rowMaps;
+    cutBy.push_back(in);
+    for (const auto& [r0, n] : rowPieces(0, pixels, cutBy)) {
       bySegment.emplace_back();
       for (std::int64_t b0 = r0; b0 < r0 + n; b0 += tm) bySegment.back().push_back({0, b0, std::min(tm, r0 + n - b0)});
     }
@@ -332,7 +338,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   if (g >= 2 && win.taps() > 1) {
     // Worth it when the MXM cycles saved per plane exceed the latency of one gather chain (g passes,
     // each a block's rows plus the widest time of flight) that the planes first wait for.
-    const auto blocks = windowBlocks(win, in, job.out, tm, false);
+    const auto blocks = windowBlocks(win, in, rowMaps, tm, false);
     const std::int64_t saved = (win.taps() - ceilDiv(win.taps(), g)) * pixels * nTiles / chip_.mxmPlanes;
     const std::int64_t chain = g * (ceilDiv(pixels, static_cast<std::int64_t>(blocks.size())) + chip_.sliceCount());
     if (saved > chain) {
@@ -347,7 +353,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   }
   // Implicit GEMM: K tile (tap, input-channel tile) streams the input rows under that tap.
   job.kTiles = static_cast<int>(win.taps()) * cinTiles;
-  job.blocks = windowBlocks(win, in, job.out, tm);
+  job.blocks = windowBlocks(win, in, rowMaps, tm);
   job.source = [this, in, win, cinTiles](int k, const std::array<std::int64_t, 3>& block) {
     const std::int64_t tap = k / cinTiles;
     return windowRead(win, in, k % cinTiles, block, tap / win.kw, tap % win.kw, nullptr, static_cast<int>(tap));
@@ -377,7 +383,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   const std::int64_t packedTiles = ceilDiv(win.taps(), g);
   job.kTiles = static_cast<int>(packedTiles);
   // Blocks as the MXM streams them; their gathers go band by band.
-  job.blocks = windowBlocks(win, in, job.out, tm, false);
+  job.blocks = windowBlocks(win, in, job.rowMaps(), tm, false);
   std::set<int> avoid = slicesOf(in);
   for (ir::TensorId t : {job.out, job.bias, job.residual})
     for (int s : slicesOf(t)) avoid.insert(s);
@@ -619,16 +625,32 @@ int Lowering::readCopies(ir::TensorId tensor) const {
   return copies;
 }
 
-std::int64_t Lowering::windowRowLength(ir::TensorId tensor) const {
+std::int64_t Lowering::windowRowLength(ir::TensorId tensor, int depth) const {
   const ir::Tensor& t = graph_.tensor(tensor);
   if (!spatial_ || t.shape.size() != 4) return 1;
+  // A map of the same image rows further on: one a 1 x 1 unit-stride Conv writes through its
+  // epilogue (BatchNorm, a residual Add, ReLU), or such an epilogue op's output.
+  auto behind = [&](ir::TensorId out) -> std::int64_t {
+    const auto& shape = graph_.tensor(out).shape;
+    if (depth >= kRowFollowDepth || shape.size() != 4 || shape[2] != t.shape[2] || shape[3] != t.shape[3]) return 1;
+    return windowRowLength(out, depth + 1);
+  };
   for (ir::OpId u : t.users) {
     const ir::Op& user = graph_.op(u);
+    if (user.outputs.empty()) continue;
+    if (user.kind == ir::OpKind::kBatchNormalization || user.kind == ir::OpKind::kRelu ||
+        user.kind == ir::OpKind::kAdd) {
+      if (const std::int64_t w = behind(user.outputs[0]); w > 1) return w;
+      continue;
+    }
     const bool window = user.kind == ir::OpKind::kConv || user.kind == ir::OpKind::kMaxPool ||
                         user.kind == ir::OpKind::kAveragePool;
     if (!window || user.inputs[0] != tensor || gatheringConv(chip_, graph_, tensor) == &user) continue;
     const Window win = windowOf(graph_, user);
     if (win.taps() > 1 || !win.unitStride()) return win.w;
+    // A 1 x 1 unit-stride Conv keeps the rows: its blocks stay inside its output's segments.
+    if (user.kind == ir::OpKind::kConv)
+      if (const std::int64_t w = behind(user.outputs[0]); w > 1) return w;
   }
   return 1;
 }
@@ -805,7 +827,7 @@ Status Lowering::lowerPool(const ir::Op& op) {
   for (int s : slicesOf(out)) avoid.insert(s);
   const TensorState& ys = tensors_.at(out);
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& block : windowBlocks(win, in, out, chip_.addressesPerSlice)) {
+    for (const auto& block : windowBlocks(win, in, {out}, chip_.addressesPerSlice)) {
       std::vector<Access> writes;
       for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
       // Max: the first tap copies, each further one keeps the larger; padding is the lowest value.
