@@ -1,7 +1,6 @@
 // Lowering per op kind: MXM matmuls, VXM elementwise ops, C2C transfers; SRAM placement with reuse.
 #include "compile/lower/lowering.h"
 
-#include <cassert>
 
 #include <algorithm>
 #include <set>
@@ -400,12 +399,18 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
   return id;
 }
 
+void Lowering::noteCrossing(const char* access, const TensorState& st, std::int64_t row0, std::int64_t rows) const {
+  if (!crossing_.empty()) return;
+  crossing_ = fmt::format("lowering made a {} of '{}' rows {} to {} that crosses the end of its segment of {} rows",
+                          access, st.placement.name, row0, row0 + rows - 1, st.segmentRows());
+}
+
 Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
                         int replica) const {
   const TensorState& st = tensors_.at(tensor);
   const std::int64_t first = broadcast ? 0 : row0;
   const int piece = st.pieceOf(tile, first, replica);
-  assert((broadcast || (row0 % st.segmentRows()) + rows <= st.segmentRows()) && "a read crosses a segment");
+  if (!broadcast && (row0 % st.segmentRows()) + rows > st.segmentRows()) noteCrossing("read", st, row0, rows);
   Step s;
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemRead, rows);
   s.inst.address = st.placement.address[piece] + static_cast<int>(first % st.segmentRows());
@@ -417,7 +422,7 @@ Step Lowering::writeStep(ir::TensorId tensor, int tile, std::int64_t row0, std::
                          int replica) const {
   const TensorState& st = tensors_.at(tensor);
   const int piece = st.pieceOf(tile, row0, replica);
-  assert((row0 % st.segmentRows()) + rows <= st.segmentRows() && "a write crosses a segment");
+  if ((row0 % st.segmentRows()) + rows > st.segmentRows()) noteCrossing("write", st, row0, rows);
   Step s;
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemWrite, rows);
   s.inst.address = st.placement.address[piece] + static_cast<int>(row0 % st.segmentRows());
@@ -1637,6 +1642,9 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     for (size_t t = 0; t < receiveTasks[i].size(); ++t)
       out->problem.addDependence({out->sendTasks[mirror][t], 1, receiveTasks[i][t], 0, receives[i].sendToArrival});
   }
+  // A task reads or writes inside one segment; a range past its end would touch another tensor's
+  // addresses, so the program would compute wrong values: an internal error, never a program.
+  if (!lowering.crossing().empty()) return makeError(ExitCode::kInternal, lowering.crossing());
   lowering.finish();
   out->problem.finalize();
   return out;

@@ -90,6 +90,9 @@ class Lowering {
   std::set<int> slicesOf(ir::TensorId tensor) const;
   /// Rows x tiles of a tensor in this graph's storage layout (tensorGeometry).
   std::pair<std::int64_t, int> geometry(ir::TensorId tensor) const;
+  /// The first read or write made so far that runs past the end of its segment, or empty: such a
+  /// program would touch another tensor's addresses (lowerShard fails with an internal error).
+  const std::string& crossing() const { return crossing_; }
 
  private:
   using Step = schedule::Step;
@@ -222,6 +225,8 @@ class Lowering {
   void mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whole, int operand);
 
   // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
+  // Records the first read or write that runs past the end of its segment (crossing()).
+  void noteCrossing(const char* access, const TensorState& st, std::int64_t row0, std::int64_t rows) const;
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
                 int replica = 0) const;
   // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.
@@ -315,6 +320,7 @@ class Lowering {
   std::set<ir::TensorId> overwritten_;  // resident leaves whose new values this shard computes
   std::int64_t minSegmentRows_ = 128;
   std::set<ir::TensorId> poolRelu_;  // feature maps stored before their ReLU, which their max-pool applies
+  mutable std::string crossing_;  // the first access past its segment's end (noteCrossing), or empty
   bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
