@@ -242,6 +242,36 @@ std::pair<ir::TensorId, ir::TensorId> stageOneConv(ir::Graph& g) {
   return {x, ra};
 }
 
+// A map that 1 x 1 unit-stride Convs (with their epilogues), BatchNorm, Add or ReLU turn into one a
+// window op reads keeps whole image rows per segment, as that one does (ResNet-50 stage 1: every map
+// in 168-row segments), so that a 1 x 1 Conv's row blocks end where its input's and its output's
+// segments both do. Here a bottleneck whose output a max-pool reads: its input (read by conv a and
+// by the residual Add) and conv b's output (read by conv c) keep whole rows too.
+TEST(Lowering, MapsBehindOneByOneConvsKeepWholeImageRows) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto [x, ra] = inputAndConvRelu(g, 56);
+  const auto b = *g.addOp(ir::OpKind::kConv, "b", {ra, g.addWeight("wb", {64, 64, 3, 3}, ir::DType::kI8)},
+                          ir::Attrs{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0);
+  const auto rb = *g.addOp(ir::OpKind::kRelu, "rb", {b}, 0);
+  const auto c = *g.addOp(ir::OpKind::kConv, "c", {rb, g.addWeight("wc", {64, 64, 1, 1}, ir::DType::kI8)}, 0);
+  const auto out = *g.addOp(ir::OpKind::kRelu, "out", {*g.addOp(ir::OpKind::kAdd, "add", {c, x}, 0)}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kMaxPool, "pool", {out},
+                        ir::Attrs{{"kernel_shape", std::vector<std::int64_t>{3, 3}},
+                                  {"strides", std::vector<std::int64_t>{2, 2}},
+                                  {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}},
+                        0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  for (const ir::TensorId t : {x, ra, rb, out}) {
+    std::int64_t segmentRows = -1;
+    for (const auto& placement : (*lowered)->tensors)
+      if (placement.name == g.tensor(t).name) segmentRows = placement.segmentRows;
+    EXPECT_GT(segmentRows, 0) << g.tensor(t).name << " is not spread over segments";
+    EXPECT_EQ(segmentRows % 56, 0) << g.tensor(t).name << ": " << segmentRows << "-row segments";
+  }
+}
+
 // A packed 3 x 3 Conv (64 input channels: five taps per vector) over a map whose segments hold three
 // or more image rows streams blocks of at most half a segment (ResNet-50 stage 1: 56 x 56, segments
 // of 168 rows, blocks of 84), so that its first blocks wait for fewer gathers.
