@@ -11,7 +11,7 @@ SramAllocator::SramAllocator(const topology::ChipSpec& chip) : chip_(chip) {
   capacity_ = chip.sramBytes();
 }
 
-std::optional<Block> SramAllocator::allocate(int rows, const std::set<int>& avoid, bool pristine) {
+std::optional<Block> SramAllocator::allocate(int rows, const SliceSet& avoid, bool pristine) {
   if (rows <= 0 || rows > chip_.addressesPerSlice) return std::nullopt;
   // Pristine first (above every slice's high-water mark), then any free space.
   for (int fresh = pristine ? 1 : 0; fresh >= 0; --fresh)

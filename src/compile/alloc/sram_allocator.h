@@ -2,9 +2,9 @@
 #pragma once
 
 #include <optional>
-#include <set>
 #include <vector>
 
+#include "compile/alloc/slice_set.h"
 #include "support/units.h"
 #include "topology/chip_spec.h"
 
@@ -28,7 +28,7 @@ class SramAllocator {
   /// A `pristine` block (for values in SRAM from the program's start: a resident tensor placed
   /// late) takes addresses no earlier block has used when some slice has them, so that no earlier
   /// tensor's writes land on it.
-  std::optional<Block> allocate(int rows, const std::set<int>& avoid, bool pristine = false);
+  std::optional<Block> allocate(int rows, const SliceSet& avoid, bool pristine = false);
   /// Returns a block to its slice.
   void release(const Block& block);
 

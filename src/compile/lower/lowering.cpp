@@ -146,8 +146,8 @@ int Lowering::addAccumulator(const isa::Accumulator& accumulator) {
   return static_cast<int>(out_.accumulators.size()) - 1;
 }
 
-std::set<int> Lowering::slicesOf(ir::TensorId tensor) const {
-  std::set<int> s;
+alloc::SliceSet Lowering::slicesOf(ir::TensorId tensor) const {
+  alloc::SliceSet s;
   auto it = tensors_.find(tensor);
   if (it != tensors_.end())
     for (const auto& b : it->second.blocks) s.insert(b.slice);
@@ -165,7 +165,7 @@ std::int64_t Lowering::mxmWeightRows(ir::TensorId tensor) const {
   return 0;
 }
 
-Status Lowering::place(ir::TensorId tensor, bool resident, const std::set<int>& avoid, int copies) {
+Status Lowering::place(ir::TensorId tensor, bool resident, const alloc::SliceSet& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
   const auto [rows, tiles] = geometry(tensor);
@@ -223,16 +223,16 @@ bool Lowering::copiesOnOneSide(const TensorState& st) const {
   const size_t pieces = static_cast<size_t>(st.placement.tiles) * st.segments();
   for (size_t p = 0; p < pieces; ++p) {
     const bool west = chip_.units()[memFirst + st.blocks[p].slice].slice < vxmSlice;
-    std::set<int> slices;
+    alloc::SliceSet slices;
     for (size_t c = 0; c < static_cast<size_t>(st.placement.replicas); ++c) {
       const int slice = st.blocks[c * pieces + p].slice;
-      if ((chip_.units()[memFirst + slice].slice < vxmSlice) != west || !slices.insert(slice).second) return false;
+      if ((chip_.units()[memFirst + slice].slice < vxmSlice) != west || !slices.insert(slice)) return false;
     }
   }
   return true;
 }
 
-Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
+Status Lowering::allocatePieces(TensorState& st, const alloc::SliceSet& avoid) {
   const std::int64_t rows = st.placement.rows;
   const int tiles = st.placement.tiles;
   // Copies of a map made on chip are written by one stream value (a resident parameter's copies
@@ -247,7 +247,7 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
   const int vxmSlice = chip_.units()[chip_.firstUnit(UnitKind::kVxm)].slice;
   auto westOf = [&](int slice) { return chip_.units()[memFirst + slice].slice < vxmSlice; };
   // Copies written by one stream value lie on one hemisphere: the one the avoided slices crowd less.
-  std::set<int> base = avoid;
+  alloc::SliceSet base = avoid;
   if (copies > 1) {
     int westAvoided = 0;
     for (int sl : avoid) westAvoided += westOf(sl);
@@ -256,12 +256,12 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
       if (westOf(sl) != west) base.insert(sl);
   }
   for (int k = 0; k < tiles * st.placement.replicas; ++k) {
-    std::set<int> away = base;  // the segments of one tile on different slices
+    alloc::SliceSet away = base;  // the segments of one tile on different slices
     for (int g = 0; g < pieces; ++g) {
       const std::int64_t segRows = std::min(st.segmentRows(), rows - g * st.segmentRows());
       // A copy of a segment avoids more slices; the first copy asks with `away` as it is.
       const bool copy = copies > 1 && k >= tiles;
-      std::set<int> here, apart;
+      alloc::SliceSet here, apart;
       if (copy) {
         // A copy of a segment: on another slice of the first copy's hemisphere, so that the one
         // stream value that writes the first copy passes it on its way.
@@ -275,9 +275,9 @@ Status Lowering::allocatePieces(TensorState& st, const std::set<int>& avoid) {
         apart = here;
         for (const auto& b : st.blocks) apart.insert(b.slice);
       }
-      const std::set<int>& near = copy ? here : away;
+      const alloc::SliceSet& near = copy ? here : away;
       // (The allocator takes any slice when every one is to be avoided, so ask only while some remain.)
-      const std::set<int>& asked = copy && static_cast<int>(apart.size()) < chip_.memSlices ? apart : near;
+      const alloc::SliceSet& asked = copy && static_cast<int>(apart.size()) < chip_.memSlices ? apart : near;
       // A resident tensor holds its values from the program's start: not in space an earlier
       // tensor of this program has used (when the SRAM has such space).
       auto block = out_.sram.allocate(static_cast<int>(segRows), asked, st.placement.resident);
@@ -351,7 +351,7 @@ int Lowering::addTask(Task task, const std::vector<Access>& reads, const std::ve
   for (size_t i = 0; i < reads.size(); ++i) {
     if (reads[i].tensor < 0) continue;  // scratch: its caller placed it off the chain's slices
     Step& st = task.steps[reads[i].step];
-    std::set<int> used;
+    alloc::SliceSet used;
     bool clash = false;
     for (size_t j = 0; j < task.steps.size(); ++j) {
       if (!isMem(task.steps[j])) continue;
@@ -464,9 +464,9 @@ std::vector<std::pair<std::int64_t, std::int64_t>> Lowering::rowPieces(std::int6
   return pieces;
 }
 
-std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
+alloc::SliceSet Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const {
   const TensorState& ys = tensors_.at(job.out);
-  std::set<int> slices;
+  alloc::SliceSet slices;
   for (int c = 0; c < ys.placement.replicas; ++c) slices.insert(ys.blocks[ys.pieceOf(tile, row0, c)].slice);
   for (ir::TensorId side : {job.bias, job.residual})
     if (side >= 0) {
@@ -478,7 +478,7 @@ std::set<int> Lowering::tailSlicesOf(const MxmJob& job, int tile, std::int64_t r
 }
 
 int Lowering::sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
-                        const std::set<int>& busy) const {
+                        const alloc::SliceSet& busy) const {
   // The plane's own copy, or the next one whose slice the chain does not use already.
   const TensorState& bs = tensors_.at(side);
   const bool broadcast = bs.placement.rows != tensors_.at(job.out).placement.rows;
@@ -491,7 +491,7 @@ int Lowering::sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int
   return bs.pieceOf(t, row, replica);
 }
 
-Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const std::set<int>& avoid) {
+Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const alloc::SliceSet& avoid) {
   auto block = out_.sram.allocate(static_cast<int>(rows), avoid);
   if (!block)
     return makeError(ExitCode::kDoesNotFit,
@@ -596,7 +596,7 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
         return makeError(ExitCode::kInternal, fmt::format("op '{}' reads '{}', which is not on this chip", op.name,
                                                           graph_.tensor(in).name));
       // Not on the MEM slices of the op's other inputs: one task never reads one slice twice at once.
-      std::set<int> avoid;
+      alloc::SliceSet avoid;
       for (ir::TensorId other : op.inputs)
         for (int s : slicesOf(other)) avoid.insert(s);
       if (auto s = place(in, true, avoid); !s) return s;
@@ -691,7 +691,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
       job.activation = act->kind;
       ++consumed;
     }
-  std::set<int> avoid = slicesOf(op.inputs[0]);
+  alloc::SliceSet avoid = slicesOf(op.inputs[0]);
   for (int s : slicesOf(job.bias)) avoid.insert(s);
   if (auto s = place(job.out, false, avoid); !s) return s;
 
@@ -921,7 +921,7 @@ int Lowering::addMxmCompute(const MxmJob& job, int k, int n, const std::array<st
   if (last) {
     // Epilogue: + bias, + residual, activation, write.
     const int plane = (computeUnit - chip_.firstUnit(UnitKind::kMxm)) / 2;
-    std::set<int> busy;
+    alloc::SliceSet busy;
     for (int c = 0; c < ys.placement.replicas; ++c) busy.insert(ys.blocks[ys.pieceOf(n, row0, c)].slice);
     int tailStep = 1;
     for (ir::TensorId side : {job.bias, job.residual}) {
@@ -1028,7 +1028,7 @@ std::int64_t rowRepeat(const std::vector<std::int64_t>& in, const std::vector<st
 Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>& operands,
                                const std::vector<isa::VxmFunc>& funcs, bool valuesKnown) {
   const ir::TensorId out = op.outputs[0];
-  std::set<int> avoid;
+  alloc::SliceSet avoid;
   for (ir::TensorId in : operands)
     for (int s : slicesOf(in)) avoid.insert(s);
   if (auto s = place(out, false, avoid); !s) return s;
@@ -1591,7 +1591,7 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     return lowering.geometry(a).first > lowering.geometry(b).first;
   });
   for (ir::TensorId t : resident) {
-    std::set<int> avoid;  // slices of tensors read by the same op
+    alloc::SliceSet avoid;  // slices of tensors read by the same op
     for (ir::OpId op : ops) {
       const auto& ins = graph.op(op).inputs;
       if (std::find(ins.begin(), ins.end(), t) == ins.end()) continue;

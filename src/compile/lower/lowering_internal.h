@@ -69,9 +69,9 @@ class Lowering {
   /// Places a tensor; with `copies` > 1 every tile segment is stored that many times, on slices of
   /// one hemisphere (one stream value written by all of them), for tensors whose readers read each
   /// row many times (readCopies).
-  Status place(ir::TensorId tensor, bool resident, const std::set<int>& avoid = {}, int copies = 1);
+  Status place(ir::TensorId tensor, bool resident, const alloc::SliceSet& avoid = {}, int copies = 1);
   /// Allocates the pieces of a tensor whose geometry `st` gives (every copy, tile and segment).
-  Status allocatePieces(TensorState& st, const std::set<int>& avoid);
+  Status allocatePieces(TensorState& st, const alloc::SliceSet& avoid);
   /// Do the copies of every piece lie on distinct slices of one hemisphere (one stream can write them)?
   bool copiesOnOneSide(const TensorState& st) const;
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
@@ -87,7 +87,7 @@ class Lowering {
   void freeDead(const std::vector<ir::OpId>& ops, size_t done, const std::set<ir::TensorId>& keep);
   void finish();
   bool placed(ir::TensorId t) const { return tensors_.count(t) > 0; }
-  std::set<int> slicesOf(ir::TensorId tensor) const;
+  alloc::SliceSet slicesOf(ir::TensorId tensor) const;
   /// Rows x tiles of a tensor in this graph's storage layout (tensorGeometry).
   std::pair<std::int64_t, int> geometry(ir::TensorId tensor) const;
   /// The first read or write made so far that runs past the end of its segment, or empty: such a
@@ -210,7 +210,7 @@ class Lowering {
                                const std::array<std::int64_t, 3>& block, std::int64_t tap0, std::int64_t tap1,
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
-                               const std::set<int>& avoid, float tapScale = 0.0f,
+                               const alloc::SliceSet& avoid, float tapScale = 0.0f,
                                isa::VxmFunc finish = isa::VxmFunc::kNone);
   // The SXM unit for a gather pass's `rows` shifted rows read on MEM unit `readUnit` (the index-th
   // shift of its chain picks among the hemisphere's units), counted in sxmRows_.
@@ -241,10 +241,10 @@ class Lowering {
   std::vector<std::pair<std::int64_t, std::int64_t>> rowPieces(std::int64_t begin, std::int64_t end,
                                                                const std::vector<ir::TensorId>& tensors) const;
   // Slices the last K tile of an MXM output block touches besides its input: output, bias, residual.
-  std::set<int> tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const;
+  alloc::SliceSet tailSlicesOf(const MxmJob& job, int tile, std::int64_t row0, int replica) const;
   // The piece (copy) of a side operand the epilogue of an output block reads, off the `busy` slices.
   int sidePiece(const MxmJob& job, ir::TensorId side, int tile, std::int64_t row0, int replica,
-                const std::set<int>& busy) const;
+                const alloc::SliceSet& busy) const;
   // The compute task of K tile k for output tile n and one row block (with the epilogue when last).
   int addMxmCompute(const MxmJob& job, int k, int n, const std::array<std::int64_t, 3>& block, std::int64_t batchRow0,
                     int computeUnit, bool last, int vxm);
@@ -301,7 +301,7 @@ class Lowering {
   Step makeWriteOf(const alloc::Block& block, std::int64_t rows, int producer) const;
   void waitForFreedReaders(const alloc::Block& block, int task, int step);
   // A scratch block of `rows` addresses off `avoid`, freed again at the end of the op.
-  Expected<alloc::Block> scratch(std::int64_t rows, const std::set<int>& avoid);
+  Expected<alloc::Block> scratch(std::int64_t rows, const alloc::SliceSet& avoid);
   void releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers);
   const ir::Op* soleUser(ir::TensorId t, const std::vector<ir::OpId>& ops, size_t at,
                          std::initializer_list<ir::OpKind> kinds) const;

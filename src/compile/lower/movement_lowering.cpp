@@ -134,7 +134,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
   if (axis < 0) axis += rank;
   const std::int64_t vectorAxis = spatial_ && rank == 4 ? 1 : rank - 1;
   const bool byTiles = op.kind != ir::OpKind::kSlice && axis == vectorAxis;
-  std::set<int> avoid;
+  alloc::SliceSet avoid;
   for (ir::TensorId in : op.inputs)
     for (int s : slicesOf(in)) avoid.insert(s);
   for (ir::TensorId out : op.outputs)

@@ -280,7 +280,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   }
   if (job.bias >= 0)
     if (auto s = place(job.bias, graph_.tensor(job.bias).producer < 0, slicesOf(in)); !s) return s;
-  std::set<int> avoid = slicesOf(in);
+  alloc::SliceSet avoid = slicesOf(in);
   for (ir::TensorId side : {job.bias, job.residual})
     for (int s : slicesOf(side)) avoid.insert(s);
   if (auto s = place(job.out, false, avoid, readCopies(job.out)); !s) return s;
@@ -384,7 +384,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   job.kTiles = static_cast<int>(packedTiles);
   // Blocks as the MXM streams them; their gathers go band by band.
   job.blocks = windowBlocks(win, in, job.rowMaps(), tm, false);
-  std::set<int> avoid = slicesOf(in);
+  alloc::SliceSet avoid = slicesOf(in);
   for (ir::TensorId t : {job.out, job.bias, job.residual})
     for (int s : slicesOf(t)) avoid.insert(s);
   // packed[k][b]: the scratch block of packed tile k for row block b, and the last pass of each of
@@ -424,7 +424,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
       for (int seg = 0; seg < segments && triplets; ++seg) {
         const int target =
             xs.blocks[static_cast<size_t>(xs.pieceOf(0, ((seg + 1) % segments) * st.segmentRows(), c))].slice;
-        std::set<int> others;
+        alloc::SliceSet others;
         for (int sl = 0; sl < chip_.memSlices; ++sl)
           if (sl != target) others.insert(sl);
         const std::int64_t rows = std::min(st.segmentRows(), st.placement.rows - seg * st.segmentRows());
@@ -676,14 +676,14 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
                                                  std::int64_t tap1, bool shiftLanes, isa::VxmFunc first,
                                                  isa::VxmFunc combine, bool computes, float fill,
                                                  const std::function<Step(int, int)>& finalWrite,
-                                                 const std::vector<Access>& finalWrites, const std::set<int>& avoid,
+                                                 const std::vector<Access>& finalWrites, const alloc::SliceSet& avoid,
                                                  float tapScale, isa::VxmFunc finish) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
   const std::int64_t rows = block[2];
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
-  std::set<int> away = avoid;
+  alloc::SliceSet away = avoid;
   alloc::Block partial[2];
   for (auto& p : partial) {
     auto b = scratch(rows, away);
@@ -823,7 +823,7 @@ Status Lowering::lowerPool(const ir::Op& op) {
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
-  std::set<int> avoid = slicesOf(in);
+  alloc::SliceSet avoid = slicesOf(in);
   for (int s : slicesOf(out)) avoid.insert(s);
   const TensorState& ys = tensors_.at(out);
   for (int t = 0; t < ys.placement.tiles; ++t)

@@ -32,7 +32,7 @@ Status Lowering::lowerLoss(const ir::Op& op) {
   // the scores (running max and exp-sum per row in the ALU), one over the labels (the label's score
   // picked per row), then one emitting task that writes the scalar mean once both passes are done.
   const ir::TensorId scores = op.inputs[0], labels = op.inputs[1], loss = op.outputs[0];
-  std::set<int> avoid = slicesOf(scores);
+  alloc::SliceSet avoid = slicesOf(scores);
   for (int s : slicesOf(labels)) avoid.insert(s);
   if (auto s = place(loss, false, avoid); !s) return s;
   auto stats = statisticsPass(op, scores, isa::VxmFunc::kExp);
@@ -52,7 +52,7 @@ Status Lowering::lowerLossGrad(const ir::Op& op) {
   // and the labels, then per tile and row piece one pass reading the scores: exp(x - lse), minus the
   // one-hot of the row's label (an iota compare in the ALU), times the broadcast dLoss / rows.
   const ir::TensorId seed = op.inputs[0], scores = op.inputs[1], labels = op.inputs[2], out = op.outputs[0];
-  std::set<int> avoid = slicesOf(scores);
+  alloc::SliceSet avoid = slicesOf(scores);
   for (int s : slicesOf(labels)) avoid.insert(s);
   if (auto s = place(out, false, avoid); !s) return s;
   if (auto s = place(seed, graph_.tensor(seed).producer < 0, slicesOf(scores)); !s) return s;
@@ -88,7 +88,7 @@ Status Lowering::lowerGatherGrad(const ir::Op& op) {
   // (row j of dY into row j mod V), as the Gather lowering does, so every chain touching one table
   // piece is ordered after the last one that wrote it.
   const ir::TensorId dy = op.inputs[0], indices = op.inputs[1], out = op.outputs[0];
-  std::set<int> avoid = slicesOf(dy);
+  alloc::SliceSet avoid = slicesOf(dy);
   for (int s : slicesOf(indices)) avoid.insert(s);
   if (auto s = place(out, false, avoid); !s) return s;
   const TensorState& gs = tensors_.at(dy);

@@ -76,7 +76,7 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
   for (int k = 0; k < n; ++k)
     if (side[k] < 0) side[k] = 1;
 
-  std::set<int> avoid;
+  alloc::SliceSet avoid;
   for (const auto& s : original.steps)
     if (problem.units()[s.inst.unit].kind == UnitKind::kMem) avoid.insert(problem.units()[s.inst.unit].indexInKind);
   const auto& src = original.steps[p].inst;
