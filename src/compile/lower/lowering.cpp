@@ -1,7 +1,6 @@
 // Lowering per op kind: MXM matmuls, VXM elementwise ops, C2C transfers; SRAM placement with reuse.
 #include "compile/lower/lowering.h"
 
-
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -598,7 +597,7 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
       // Not on the MEM slices of the op's other inputs: one task never reads one slice twice at once.
       alloc::SliceSet avoid;
       for (ir::TensorId other : op.inputs)
-        for (int s : slicesOf(other)) avoid.insert(s);
+        avoid.insert(slicesOf(other));
       if (auto s = place(in, true, avoid); !s) return s;
     }
   consumed = 1;
@@ -692,7 +691,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
       ++consumed;
     }
   alloc::SliceSet avoid = slicesOf(op.inputs[0]);
-  for (int s : slicesOf(job.bias)) avoid.insert(s);
+  avoid.insert(slicesOf(job.bias));
   if (auto s = place(job.out, false, avoid); !s) return s;
 
   const ir::TensorId in = op.inputs[0];
@@ -1030,7 +1029,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   const ir::TensorId out = op.outputs[0];
   alloc::SliceSet avoid;
   for (ir::TensorId in : operands)
-    for (int s : slicesOf(in)) avoid.insert(s);
+    avoid.insert(slicesOf(in));
   if (auto s = place(out, false, avoid); !s) return s;
   const TensorState& ys = tensors_.at(out);
   const std::int64_t rows = ys.placement.rows;

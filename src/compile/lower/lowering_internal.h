@@ -224,9 +224,9 @@ class Lowering {
   // A Concat part joining a one-tile output off tile boundaries (its lane-shift operand given).
   void mergeLanes(const ir::Op& op, ir::TensorId part, ir::TensorId whole, int operand);
 
-  // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
   // Records the first read or write that runs past the end of its segment (crossing()).
   void noteCrossing(const char* access, const TensorState& st, std::int64_t row0, std::int64_t rows) const;
+  // A read step of rows [row0, row0+rows) of tile `tile` (inside one segment); a broadcast reads row 0.
   Step readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::int64_t rows, bool broadcast,
                 int replica = 0) const;
   // A write step of rows [row0, row0+rows) of tile `tile` (inside one segment), fed by step `producer`.

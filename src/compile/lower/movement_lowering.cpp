@@ -136,7 +136,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
   const bool byTiles = op.kind != ir::OpKind::kSlice && axis == vectorAxis;
   alloc::SliceSet avoid;
   for (ir::TensorId in : op.inputs)
-    for (int s : slicesOf(in)) avoid.insert(s);
+    avoid.insert(slicesOf(in));
   for (ir::TensorId out : op.outputs)
     if (auto s = place(out, false, avoid); !s) return s;
   // Concat: input j lands at an offset of the output; Split: output j comes from an offset of the input.

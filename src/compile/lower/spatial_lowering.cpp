@@ -282,7 +282,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     if (auto s = place(job.bias, graph_.tensor(job.bias).producer < 0, slicesOf(in)); !s) return s;
   alloc::SliceSet avoid = slicesOf(in);
   for (ir::TensorId side : {job.bias, job.residual})
-    for (int s : slicesOf(side)) avoid.insert(s);
+    avoid.insert(slicesOf(side));
   if (auto s = place(job.out, false, avoid, readCopies(job.out)); !s) return s;
   const std::vector<ir::TensorId> rowMaps = job.rowMaps();
 
@@ -386,7 +386,7 @@ Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in
   job.blocks = windowBlocks(win, in, job.rowMaps(), tm, false);
   alloc::SliceSet avoid = slicesOf(in);
   for (ir::TensorId t : {job.out, job.bias, job.residual})
-    for (int s : slicesOf(t)) avoid.insert(s);
+    avoid.insert(slicesOf(t));
   // packed[k][b]: the scratch block of packed tile k for row block b, and the last pass of each of
   // its gather chains: one chain per band of the block (bandCuts), each tap of a band reading the
   // rows it needs from one input segment, written to the band's rows of the scratch block.
@@ -824,7 +824,7 @@ Status Lowering::lowerPool(const ir::Op& op) {
   const Window win = windowOf(graph_, op);
   const bool average = op.kind == ir::OpKind::kAveragePool;
   alloc::SliceSet avoid = slicesOf(in);
-  for (int s : slicesOf(out)) avoid.insert(s);
+  avoid.insert(slicesOf(out));
   const TensorState& ys = tensors_.at(out);
   for (int t = 0; t < ys.placement.tiles; ++t)
     for (const auto& block : windowBlocks(win, in, {out}, chip_.addressesPerSlice)) {

@@ -33,7 +33,7 @@ Status Lowering::lowerLoss(const ir::Op& op) {
   // picked per row), then one emitting task that writes the scalar mean once both passes are done.
   const ir::TensorId scores = op.inputs[0], labels = op.inputs[1], loss = op.outputs[0];
   alloc::SliceSet avoid = slicesOf(scores);
-  for (int s : slicesOf(labels)) avoid.insert(s);
+  avoid.insert(slicesOf(labels));
   if (auto s = place(loss, false, avoid); !s) return s;
   auto stats = statisticsPass(op, scores, isa::VxmFunc::kExp);
   const auto picks = statisticsPass(op, labels, isa::VxmFunc::kSub);
@@ -53,7 +53,7 @@ Status Lowering::lowerLossGrad(const ir::Op& op) {
   // one-hot of the row's label (an iota compare in the ALU), times the broadcast dLoss / rows.
   const ir::TensorId seed = op.inputs[0], scores = op.inputs[1], labels = op.inputs[2], out = op.outputs[0];
   alloc::SliceSet avoid = slicesOf(scores);
-  for (int s : slicesOf(labels)) avoid.insert(s);
+  avoid.insert(slicesOf(labels));
   if (auto s = place(out, false, avoid); !s) return s;
   if (auto s = place(seed, graph_.tensor(seed).producer < 0, slicesOf(scores)); !s) return s;
   auto stats = statisticsPass(op, scores, isa::VxmFunc::kExp);
@@ -89,7 +89,7 @@ Status Lowering::lowerGatherGrad(const ir::Op& op) {
   // piece is ordered after the last one that wrote it.
   const ir::TensorId dy = op.inputs[0], indices = op.inputs[1], out = op.outputs[0];
   alloc::SliceSet avoid = slicesOf(dy);
-  for (int s : slicesOf(indices)) avoid.insert(s);
+  avoid.insert(slicesOf(indices));
   if (auto s = place(out, false, avoid); !s) return s;
   const TensorState& gs = tensors_.at(dy);
   const TensorState& ys = tensors_.at(out);
