@@ -180,7 +180,7 @@ void BM_QualityResnet50(benchmark::State& state) {
   }
   compileForQuality(state, chip, g, ops, interface);
 }
-BENCHMARK(BM_QualityResnet50)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(5)->Arg(8)->Arg(14)->Arg(16)->Arg(-1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QualityResnet50)->DenseRange(0, 17)->Arg(-1)->Unit(benchmark::kMillisecond);
 
 // The order-free lower bound alone on the lowered Quality shards (first argument: 0, 1 the BERT-base
 // layer at batch 1, 4; 2 + L ResNet-50 layer L, -1 the whole network), with `rounds` rounds of

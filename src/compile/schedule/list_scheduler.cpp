@@ -182,13 +182,22 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   auto& portRuns = w.portRuns;  // sorted by first
   resetAll(portLine, 2 * static_cast<size_t>(chip.memSlices));
   resetAll(portRuns, 2 * static_cast<size_t>(chip.memSlices));
-  // End of a run of the other port that shares a bank with `inst` issued at b, or nullopt.
-  auto bankConflictEnd = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
+  // When a run of the other port shares a bank with `inst` issued at b: the next issue to try, or
+  // nullopt. The first of the next kBankShifts cycles at which the two runs share no bank (a cycle
+  // later their addresses pair up differently: under prime-modulo or XOR banks most pairs then differ
+  // in every common cycle), else the end of that run. Skipping to the end at once passed over free
+  // starts a cycle or two later and left the MEM ports idle (docs/performance.md).
+  constexpr Cycle kBankShifts = 4;
+  auto bankConflictRetry = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
     const auto& runs = portRuns[memPortOf(chip, inst) ^ 1];
     const Cycle e = b + Cycle{inst.repeat - 1} * inst.interval;
     auto it = std::lower_bound(runs.begin(), runs.end(), b, [](const PortRun& r, Cycle c) { return r.last < c; });
     for (; it != runs.end() && it->first <= e; ++it)
-      if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) return it->last + 1;
+      if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) {
+        for (Cycle shift = 1; shift <= kBankShifts; ++shift)
+          if (firstSharedBankCycle(chip, inst, b + shift, *it->inst, it->first) < 0) return b + shift;
+        return it->last + 1;
+      }
     return std::nullopt;
   };
   auto& streamLine = w.streamLine;
@@ -266,7 +275,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       if (unitLine[st.inst.unit].conflictEnd(b, b + 1) ||
           portLine[stepInfo[k].port].conflictEnd(b, earliest + stepInfo[k].unitEnd))
         ++s.delayedMemAccesses;
-      else if (bankConflictEnd(st.inst, b))
+      else if (bankConflictRetry(st.inst, b))
         ++s.delayedMemAccesses, ++s.bankDelayedMemAccesses;
     }
 
@@ -307,7 +316,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
         } else if (info.mem) {
           std::optional<Cycle> c = unitLine[st.inst.unit].conflictEnd(b, b + 1);
           if (!c) c = portLine[info.port].conflictEnd(b, e);
-          if (!c) c = bankConflictEnd(st.inst, b);
+          if (!c) c = bankConflictRetry(st.inst, b);
           if (c) {
             placed = false;
             next = std::max(next, *c - st.offset);

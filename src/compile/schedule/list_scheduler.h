@@ -16,10 +16,10 @@ struct Options {
   double alpha = 1.0;
   double beta = 16.0;
   double gamma = 4.0;
-  /// A shard compiled alone is list-scheduled (and its planes' run order searched) a second time
-  /// with beta = portfolioBeta and gamma = 0, and the shorter schedule is kept (compileShard).
+  /// A shard compiled alone is list-scheduled (and its planes' run order searched) again with beta
+  /// = each of portfolioBetas and gamma = 0, and the shortest schedule is kept (compileShard).
   bool priorityPortfolio = true;
-  double portfolioBeta = 1.0;
+  std::vector<double> portfolioBetas = {1.0, 0.0};
   /// Simulated annealing moves after the list schedule; 0 keeps the list schedule.
   std::int64_t annealMoves = 0;
   /// A second budget in task placements: moves are capped at annealWork / tasks, so that large

@@ -241,28 +241,30 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     auto list = listAndOrder(roundOptions, round == 0);
     if (!list) return list.error();
     if (round == 0 && options.priorityPortfolio && !nearBusiestPlane(shard, list->makespan)) {
-      // The seed's priority with a second pair of weights (r/R_avg at portfolioBeta, no fanout),
-      // from the same lowered problem and plane order; the shorter list schedule goes on.
-      const std::vector<Dependence> asFirst = problem.dependences();
-      const auto firstRuns = shard.planeRuns;
-      problem.mutableDependences() = loweredDependences;
-      shard.planeRuns = loweredRuns;
-      if (auto s = problem.check(); !s) return s.error();
-      report.priorityWeightings = 2;
-      Options second = roundOptions;
-      second.beta = options.portfolioBeta;
-      second.gamma = 0.0;
-      auto other = listAndOrder(second, true);
-      if (!other) return other.error();
-      if (other->makespan < list->makespan) {
-        list = std::move(other);
-        chosen.beta = second.beta;
-        chosen.gamma = second.gamma;
-        roundOptions = second;
-      } else {
-        problem.mutableDependences() = asFirst;
-        shard.planeRuns = firstRuns;
+      // The seed's priority with other weights (r/R_avg at each of portfolioBetas, no fanout), each
+      // from the same lowered problem; the shortest list schedule goes on (the earlier on ties).
+      for (const double beta : options.portfolioBetas) {
+        const std::vector<Dependence> asBest = problem.dependences();
+        const auto bestRuns = shard.planeRuns;
+        problem.mutableDependences() = loweredDependences;
+        shard.planeRuns = loweredRuns;
         if (auto s = problem.check(); !s) return s.error();
+        ++report.priorityWeightings;
+        Options other = roundOptions;
+        other.beta = beta;
+        other.gamma = 0.0;
+        auto tried = listAndOrder(other, true);
+        if (!tried) return tried.error();
+        if (tried->makespan < list->makespan) {
+          list = std::move(tried);
+          chosen.beta = other.beta;
+          chosen.gamma = other.gamma;
+          roundOptions = other;
+        } else {
+          problem.mutableDependences() = asBest;
+          shard.planeRuns = bestRuns;
+          if (auto s = problem.check(); !s) return s.error();
+        }
       }
     }
     report.listCycles = list->makespan;

@@ -368,6 +368,33 @@ TEST(ListScheduler, BankMappingChangesTheDelayedAccesses) {
   EXPECT_NE(delayed[0], delayed[1]);
 }
 
+// A write that would meet a running read of its slice in one bank is tried a cycle or two later,
+// where under prime-modulo banks the two runs' addresses pair up on different banks, instead of
+// waiting for the read to end: for either parity of the address distance the write runs beside the
+// read, and for one of them the scheduler had to move it.
+TEST(ListScheduler, AWriteThatMeetsAReadInABankStartsACycleOrTwoLater) {
+  topology::ChipSpec chip;
+  ASSERT_EQ(chip.bankMapping, topology::BankMapping::kPrimeModulo);
+  std::int64_t moved = 0;
+  for (int parity = 0; parity < 2; ++parity) {
+    Problem p(chip);
+    p.addTask(chainTask(chip, 0, 1, 160, "reads slice 0"));  // addresses 0 to 159: no wrap past 173
+    Task write = chainTask(chip, 20, 0, 64, "writes slice 0");
+    write.steps[2].inst.address = 24 * 173 + parity;  // bank (address mod 173) mod 2, no wrap in 64 rows
+    p.addTask(write);
+    p.finalize();
+    ASSERT_TRUE(p.check().ok());
+    auto s = scheduleList(p, {});
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(verify(p, *s).ok());
+    const Cycle readLast = s->start[0] + p.tasks()[0].steps[0].offset + 159;
+    const Cycle writeFirst = s->start[1] + p.tasks()[1].steps[2].offset;
+    EXPECT_LE(writeFirst, readLast) << "parity " << parity << ": the write waited for the read to end";
+    moved += s->bankDelayedMemAccesses;
+  }
+  EXPECT_GT(moved, 0);
+}
+
 TEST(Verify, CatchesAWrongUnitAndAMissingRegister) {
   Fixture f;
   f.schedule.unitOf[0] = f.chip.firstUnit(topology::UnitKind::kSxm);
