@@ -1,6 +1,7 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
 #include <cstdlib>
+#include <limits>
 #include <fstream>
 #include <tuple>
 
@@ -136,13 +137,17 @@ void BM_QualityInt8MatMul(benchmark::State& state) {
 }
 BENCHMARK(BM_QualityInt8MatMul)->Arg(1280)->Arg(2560)->Arg(4096)->Unit(benchmark::kMillisecond);
 
-// Compiles ops of g (with annealing: 256 moves, or TSP_MOVES) once per iteration and reports the
-// last compile's quality.
+// Compiles ops of g (with annealing: 256 moves, or TSP_MOVES; TSP_PLANE_MOVES plane-order moves
+// instead of 640) once per iteration and reports the last compile's quality.
 void compileForQuality(benchmark::State& state, const topology::ChipSpec& chip, const ir::Graph& g,
                        const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface) {
   schedule::Options o;
   o.annealMoves = 256;
   if (const char* moves = std::getenv("TSP_MOVES")) o.annealMoves = std::atoi(moves);
+  if (const char* moves = std::getenv("TSP_PLANE_MOVES")) {  // uncapped by planeOrderWork
+    o.planeOrderMoves = std::atoi(moves);
+    o.planeOrderWork = std::numeric_limits<std::int64_t>::max();
+  }
   schedule::CompileReport last;
   for (auto _ : state) {
     auto c = schedule::compileShard(chip, g, ops, interface, o);
@@ -167,10 +172,11 @@ void BM_QualityTransformerLayer(benchmark::State& state) {
 BENCHMARK(BM_QualityTransformerLayer)->Arg(1)->Arg(4)->Unit(benchmark::kMillisecond);
 
 // Quality: one ResNet-50 layer (0: the stem, then one per bottleneck block, 17: the classifier) alone
-// on a chip, INT8, batch 1; -1 is the whole network.
+// on a chip, INT8, batch 1 (or TSP_BATCH); -1 is the whole network.
 void BM_QualityResnet50(benchmark::State& state) {
   topology::ChipSpec chip;
-  const ir::Graph g = builtin("resnet50", {{"batch", "1"}}, "int8");
+  const char* batch = std::getenv("TSP_BATCH");
+  const ir::Graph g = builtin("resnet50", {{"batch", batch ? batch : "1"}}, "int8");
   std::vector<ir::OpId> ops;
   lower::ShardInterface interface;
   if (state.range(0) < 0) {
