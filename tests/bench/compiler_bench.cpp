@@ -1,8 +1,8 @@
 // Benchmarks of the one-chip compiler: scheduled instructions per second, and schedule quality
 // (makespan over lower bound, MXM utilisation) reported as counters.
 #include <cstdlib>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <tuple>
 
 #include <benchmark/benchmark.h>

@@ -182,23 +182,27 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
   auto& portRuns = w.portRuns;  // sorted by first
   resetAll(portLine, 2 * static_cast<size_t>(chip.memSlices));
   resetAll(portRuns, 2 * static_cast<size_t>(chip.memSlices));
-  // When a run of the other port shares a bank with `inst` issued at b: the next issue to try, or
-  // nullopt. The first of the next kBankShifts cycles at which the two runs share no bank (a cycle
-  // later their addresses pair up differently: under prime-modulo or XOR banks most pairs then differ
-  // in every common cycle), else the end of that run. Skipping to the end at once passed over free
-  // starts a cycle or two later and left the MEM ports idle (docs/performance.md).
-  constexpr Cycle kBankShifts = 4;
-  auto bankConflictRetry = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
+  // A run of the other port that shares a bank with `inst` issued at b, or nullptr.
+  auto sharedBankRun = [&](const isa::Instruction& inst, Cycle b) -> const PortRun* {
     const auto& runs = portRuns[memPortOf(chip, inst) ^ 1];
     const Cycle e = b + Cycle{inst.repeat - 1} * inst.interval;
     auto it = std::lower_bound(runs.begin(), runs.end(), b, [](const PortRun& r, Cycle c) { return r.last < c; });
     for (; it != runs.end() && it->first <= e; ++it)
-      if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) {
-        for (Cycle shift = 1; shift <= kBankShifts; ++shift)
-          if (firstSharedBankCycle(chip, inst, b + shift, *it->inst, it->first) < 0) return b + shift;
-        return it->last + 1;
-      }
-    return std::nullopt;
+      if (firstSharedBankCycle(chip, inst, b, *it->inst, it->first) >= 0) return &*it;
+    return nullptr;
+  };
+  // When such a run exists: the next issue to try, or nullopt. The first of the next kBankShifts
+  // cycles at which the two runs share no bank (a cycle later their addresses pair up differently:
+  // under prime-modulo or XOR banks most pairs then differ in every common cycle), else the end of
+  // that run. Skipping to the end at once passed over free starts a cycle or two later and left the
+  // MEM ports idle (docs/performance.md).
+  constexpr Cycle kBankShifts = 4;
+  auto bankConflictRetry = [&](const isa::Instruction& inst, Cycle b) -> std::optional<Cycle> {
+    const PortRun* run = sharedBankRun(inst, b);
+    if (!run) return std::nullopt;
+    for (Cycle shift = 1; shift <= kBankShifts; ++shift)
+      if (firstSharedBankCycle(chip, inst, b + shift, *run->inst, run->first) < 0) return b + shift;
+    return run->last + 1;
   };
   auto& streamLine = w.streamLine;
   for (auto& l : streamLine) resetAll(l, static_cast<size_t>(chip.streamsPerDirection));
@@ -275,7 +279,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       if (unitLine[st.inst.unit].conflictEnd(b, b + 1) ||
           portLine[stepInfo[k].port].conflictEnd(b, earliest + stepInfo[k].unitEnd))
         ++s.delayedMemAccesses;
-      else if (bankConflictRetry(st.inst, b))
+      else if (sharedBankRun(st.inst, b))
         ++s.delayedMemAccesses, ++s.bankDelayedMemAccesses;
     }
 
