@@ -4,6 +4,8 @@
 import csv
 import io
 import json
+import os
+import subprocess
 import tempfile
 import unittest
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from synthetic_trace import CLOCK_MHZ, KINDS, UNITS_PER_KIND, run_tool, write_trace
+from synthetic_trace import CLOCK_MHZ, KINDS, TOOL, UNITS_PER_KIND, run_tool, write_trace
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 LEVELS = ("summary", "links", "instructions")
@@ -157,7 +159,7 @@ class TspTraceTest(unittest.TestCase):
             c2c = f["/events/c2c"][()]
         slices = [e for e in events if e["ph"] == "X" and e.get("cat") != "c2c"]
         self.assertEqual(len(slices), len(rows))
-        got = sorted((e["pid"], e["tid"], e["args"]["program_index"], e["ts"]) for e in slices)
+        got = sorted((e["pid"], e["args"]["unit"], e["args"]["program_index"], e["ts"]) for e in slices)
         want = sorted((int(r["chip"]), int(r["unit"]), int(r["program_index"]),
                        float(r["start_cycle"]) / CLOCK_MHZ) for r in rows)
         self.assertEqual(got, want)
@@ -165,6 +167,93 @@ class TspTraceTest(unittest.TestCase):
         self.assertEqual(sum(e["ph"] == "s" for e in events), len(c2c))
         self.assertEqual(sum(e["ph"] == "f" for e in events), len(c2c))
         self.assertTrue(any(e["ph"] == "C" for e in events))
+
+    def test_export_sqlite_holds_every_table(self):
+        out = self.dir / "export.db"
+        result = self.ok("export", self.traces["instructions"], "-o", out, "--events")
+        self.assertIn(f"wrote {out}", result.stderr)
+        with h5py.File(self.traces["instructions"], "r") as f:
+            chips = len(f["/summary/chips"])
+            links = len(f["/summary/links"])
+            instructions = int((f["/events/instructions"]["chip"] >= 0).sum())
+        import sqlite3
+        with sqlite3.connect(out) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            self.assertTrue({"run", "chips", "units", "unit_busy", "links", "plans", "instructions", "c2c"}
+                            <= tables, tables)
+            self.assertEqual(db.execute("SELECT COUNT(*) FROM chips").fetchone()[0], chips)
+            self.assertEqual(db.execute("SELECT COUNT(*) FROM links").fetchone()[0], links)
+            self.assertEqual(db.execute("SELECT COUNT(*) FROM instructions").fetchone()[0], instructions)
+            cycles = dict(db.execute("SELECT chip, cycles FROM chips"))
+        self.assertEqual(len(cycles), chips)
+
+    def test_export_csv_writes_a_file_per_table(self):
+        out = self.dir / "export-csv"
+        self.ok("export", self.traces["summary"], "-o", out, "--format", "csv")
+        names = sorted(p.name for p in out.iterdir())
+        self.assertIn("chips.csv", names)
+        self.assertIn("run.csv", names)
+        rows = list(csv.DictReader(io.StringIO((out / "chips.csv").read_text())))
+        with h5py.File(self.traces["summary"], "r") as f:
+            self.assertEqual(len(rows), len(f["/summary/chips"]))
+
+    def test_runs_from_a_python_without_h5py(self):
+        # -S hides the site packages (h5py, numpy): the launcher finds an interpreter that has them.
+        result = subprocess.run(["/usr/bin/python3", "-S", str(TOOL), "summary", str(self.traces["summary"]),
+                                 "--what", "run", "--format", "json"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("makespan_cycles", result.stdout)
+
+    def test_says_which_python_lacks_what(self):
+        env = dict(os.environ, TSP_TRACE_REEXEC="1")
+        result = subprocess.run(["/usr/bin/python3", "-S", str(TOOL), "--help"], capture_output=True, text=True,
+                                env=env)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("tsp-trace: error: no Python with h5py and numpy found:", result.stderr)
+        self.assertIn("lacks h5py, numpy", result.stderr)
+
+    def test_module_api_reads_a_trace(self):
+        code = ("import sys, tsp_trace\n"
+                "with tsp_trace.Trace(sys.argv[1]) as t:\n"
+                "    print(len(tsp_trace.chips_table(t).records()))")
+        path = subprocess.run(["/usr/bin/python3", str(TOOL), "--python-path"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        result = subprocess.run(["/usr/bin/python3", "-c", code, str(self.traces["summary"])], capture_output=True,
+                                text=True, env=dict(os.environ, PYTHONPATH=path))
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with h5py.File(self.traces["summary"], "r") as f:
+            self.assertEqual(int(result.stdout), len(f["/summary/chips"]))
+
+    def test_perfetto_slices_never_overlap_on_a_track(self):
+        out = self.dir / "perfetto-tracks.json"
+        self.ok("perfetto", self.traces["instructions"], "-o", out)
+        events = json.loads(out.read_text())["traceEvents"]
+        tracks = {}
+        for e in events:
+            if e["ph"] == "X":
+                tracks.setdefault((e["pid"], e["tid"]), []).append((e["args"].get("start_cycle", 0),
+                                                                   e["args"].get("end_cycle", 0), e["name"]))
+        for key, spans in tracks.items():
+            spans.sort()
+            for (_, end, _), (start, _, name) in zip(spans, spans[1:]):
+                self.assertLessEqual(end, start, f"{name} overlaps the slice before it on track {key}")
+        named = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+        self.assertTrue(set(tracks) <= named, "every track with slices is named")
+        # MEM reads and writes of one slice sit on their own tracks.
+        labels = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+        self.assertTrue(any(label.endswith(" read") for label in labels))
+
+    def test_perfetto_leaves_out_idle_chips(self):
+        out = self.dir / "perfetto-idle.json"
+        self.ok("perfetto", self.traces["instructions"], "-o", out)
+        events = json.loads(out.read_text())["traceEvents"]
+        with h5py.File(self.traces["instructions"], "r") as f:
+            chips = f["/summary/chips"][()]
+        busy = {int(c["chip"]) for c in chips
+                if sum(int(c[f"busy_{k}"]) for k in ("mem", "vxm", "mxm", "sxm", "c2c")) > 0}
+        shown = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+        self.assertEqual(shown, busy)
+        self.assertTrue({e["pid"] for e in events if e["ph"] in "XC"} <= shown)
 
     def test_perfetto_without_events(self):
         for level in ("summary", "links"):
