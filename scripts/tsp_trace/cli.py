@@ -237,11 +237,31 @@ def cmd_links(args):
 PLAN_KEY = re.compile(r"^(dp|tp|pp|microbatches)\s*:\s*(\d+)\s*$", re.MULTILINE)
 
 
+def model_label(config_yaml):
+    """A short name for the model a run simulated (its config's model section), to group runs by."""
+    try:
+        import yaml
+        model = (yaml.safe_load(config_yaml) or {}).get("model") or {}
+    except Exception:  # noqa: BLE001 - a config we cannot parse is grouped by itself
+        return "?"
+    if not isinstance(model, dict):
+        return str(model)
+    name = model.get("builtin") or model.get("onnx") or "?"
+    params = model.get("params") or {}
+    if isinstance(params, dict) and params:
+        name += "(" + ",".join(f"{k}={v}" for k, v in sorted(params.items())) + ")"
+    return str(name)
+
+
 def compare_row(path):
+    """One row of the comparison, or None for a trace without a simulated run (a --search-only trace)."""
     with Trace(path) as trace:
+        if not trace.has("/summary/run"):
+            return None
         run = trace.run()
         plan = {k: int(v) for k, v in PLAN_KEY.findall(text(trace.meta.get("plan_yaml", "")))}
-        return {"trace": trace.stem, "chips": int(run["chips"]),
+        return {"trace": trace.stem, "model": model_label(text(trace.meta.get("config_yaml", ""))),
+                "chips": int(run["chips"]),
                 "ranks": int(native(trace.meta.get("ranks", 1))),
                 "dp": plan.get("dp", ""), "tp": plan.get("tp", ""), "pp": plan.get("pp", ""),
                 "microbatches": plan.get("microbatches", ""),
@@ -253,7 +273,16 @@ def compare_row(path):
 def cmd_compare(args):
     if not args.output and not args.csv:
         raise TraceError("compare: give -o OUT.png, --csv, or both")
-    rows = sorted((compare_row(p) for p in args.files), key=lambda r: (r[args.x], r["trace"]))
+    rows = []
+    for path in args.files:
+        row = compare_row(path)
+        if row is None:
+            note(f"skipping {path}: no simulated run in it (a --search-only trace)")
+        else:
+            rows.append(row)
+    if not rows:
+        raise TraceError("compare: none of the traces holds a simulated run")
+    rows.sort(key=lambda r: (r["model"], r[args.x], r["trace"]))
     if args.csv:
         table = Table("compare", rows[0].keys(), [r.values() for r in rows])
         sys.stdout.write(render_csv(table))
@@ -262,22 +291,28 @@ def cmd_compare(args):
     plt = pyplot()
     from matplotlib.ticker import ScalarFormatter
     xs = np.array([r[args.x] for r in rows], dtype=float)
+    models = sorted({r["model"] for r in rows})
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True, layout="constrained")
-    for ax, key, label in ((top, "throughput_per_second", "throughput (samples/s)"),
+    for ax, key, label in ((top, "throughput_per_second", "throughput (samples/s, one plan copy)"),
                            (bottom, "makespan_seconds", "makespan (s)")):
-        ys = np.array([r[key] for r in rows], dtype=float)
-        # A line only makes sense as a scaling curve: one point per x value.
-        style = "o-" if len(set(xs)) == len(xs) else "o"
-        ax.plot(xs, ys, style, color="tab:blue")
-        for r, x, y in zip(rows, xs, ys):
-            ax.annotate(r["trace"], (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
+        for i, model in enumerate(models):
+            mine = [j for j, r in enumerate(rows) if r["model"] == model]
+            mx = xs[mine]
+            ys = np.array([rows[j][key] for j in mine], dtype=float)
+            # A line joins the runs of one model only, and only as a scaling curve: one run per x value.
+            style = "o-" if len(set(mx)) == len(mx) and len(mx) > 1 else "o"
+            ax.plot(mx, ys, style, color=f"C{i % 10}", label=model if ax is top else None)
+            for j, x, y in zip(mine, mx, ys):
+                ax.annotate(rows[j]["trace"], (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
+    if len(models) > 1:
+        top.legend(fontsize=8, title="model")
     if xs.min() > 0 and xs.max() / xs.min() >= 8:
         bottom.set_xscale("log", base=2)
         bottom.xaxis.set_major_formatter(ScalarFormatter())
     bottom.set_xlabel(args.x)
-    top.set_title(f"{len(rows)} traces")
+    top.set_title(f"{len(rows)} runs of {len(models)} model{'s' if len(models) > 1 else ''}")
     save(fig, args.output)
     return 0
 

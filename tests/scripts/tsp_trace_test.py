@@ -145,6 +145,20 @@ class TspTraceTest(unittest.TestCase):
         by_ranks = self.ok("compare", self.wide, self.single, "--x", "ranks", "--csv").stdout
         self.assertEqual([r["ranks"] for r in csv.DictReader(io.StringIO(by_ranks))], ["1", "2"])
 
+    def test_compare_skips_search_only_traces(self):
+        search = self.dir / "search-only.h5"
+        search.write_bytes(Path(self.single).read_bytes())
+        with h5py.File(search, "a") as f:
+            del f["/summary/run"]
+        result = self.ok("compare", self.single, search, "--csv")
+        self.assertIn(f"skipping {search}: no simulated run in it", result.stderr)
+        rows = list(csv.DictReader(io.StringIO(result.stdout)))
+        self.assertEqual([r["trace"] for r in rows], ["single"])
+        self.assertTrue(rows[0]["model"])
+        alone = run_tool("compare", search, "--csv")
+        self.assertEqual(alone.returncode, 1)
+        self.assertIn("none of the traces holds a simulated run", alone.stderr)
+
     def test_compare_needs_an_output(self):
         result = run_tool("compare", self.single)
         self.assertEqual(result.returncode, 1)
