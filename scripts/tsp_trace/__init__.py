@@ -20,7 +20,6 @@ KIND_COLORS = {"MEM": "tab:blue", "VXM": "tab:orange", "MXM": "tab:green",
 # Perfetto thread ids for C2C tracks sit above any instruction-queue id.
 C2C_SEND_TID = 1_000_000
 C2C_RECV_TID = 2_000_000
-MAX_RING_CHIPS = 200  # beyond this the topology drawing is unreadable: use a matrix
 EVENT_CHUNK = 1 << 16
 
 

@@ -9,9 +9,12 @@ import sys
 
 import numpy as np
 
-from tsp_trace import (EVENT_CHUNK, all_tables, write_csv_dir, write_sqlite, FORMAT_VERSION, KIND_COLORS, KINDS, MAX_RING_CHIPS, C2C_RECV_TID,
-                       C2C_SEND_TID, Table, Trace, TraceError, chips_table, link_utilization, links_table,
-                       native, render_csv, render_text, run_table, text, units_table)
+from tsp_trace import (C2C_RECV_TID, C2C_SEND_TID, EVENT_CHUNK, FORMAT_VERSION, KIND_COLORS, KINDS, Table, Trace,
+                       TraceError, all_tables, chips_table, link_utilization, links_table, native, render_csv,
+                       render_text, run_table, text, units_table, write_csv_dir, write_sqlite)
+
+MAX_LABELLED_CHIPS = 72  # a GroqRack: every chip drawn and labelled; larger clusters are drawn per group
+
 
 def cmd_summary(args):
     with Trace(args.file) as trace:
@@ -97,6 +100,24 @@ def instruction_rows(trace, chips, start, end):
     return np.concatenate(parts) if parts else ds[0:0]
 
 
+def microsecond_axis(ax, clock_mhz):
+    """A second x axis on top of `ax` in microseconds (the bottom one counts cycles)."""
+    top = ax.secondary_xaxis("top", functions=(lambda c: np.asarray(c) / clock_mhz,
+                                               lambda t: np.asarray(t) * clock_mhz))
+    top.set_xlabel(f"µs at {clock_mhz:g} MHz")
+    return top
+
+
+def utilization_norm(values, scale):
+    """Colour normalisation for busy fractions: log (default) keeps low-utilisation runs visible."""
+    from matplotlib.colors import LogNorm, Normalize
+    if scale == "linear":
+        return Normalize(vmin=0.0, vmax=1.0)
+    positive = values[values > 0]
+    floor = float(positive.min()) if positive.size else 1e-3
+    return LogNorm(vmin=max(min(floor, 0.1), 1e-4), vmax=1.0)
+
+
 def draw_gantt(plt, trace, chips, args):
     kinds, _ = trace.unit_kinds()
     ypos = gantt_rows(kinds)
@@ -124,9 +145,10 @@ def draw_gantt(plt, trace, chips, args):
         last.set_xlim(args.start if args.start is not None else 0,
                       args.end if args.end is not None else int(trace.run()["makespan_cycles"]))
     last.set_xlabel("cycle")
+    microsecond_axis(axes[0, 0], trace.clock_mhz)
     handles = [plt.Rectangle((0, 0), 1, 1, color=KIND_COLORS[k]) for k in KINDS if k in kinds]
-    axes[0, 0].legend(handles, [k for k in KINDS if k in kinds], loc="lower right",
-                      bbox_to_anchor=(1.0, 1.0), ncol=len(handles), frameon=False, fontsize=8)
+    last.legend(handles, [k for k in KINDS if k in kinds], loc="upper center", bbox_to_anchor=(0.5, -0.35),
+                ncol=len(handles), frameon=False, fontsize=8)
     fig.suptitle(f"{trace.stem}: instructions per unit")
     return fig
 
@@ -138,16 +160,23 @@ def draw_utilization_strips(plt, trace, chips, args):
     fig, axes = plt.subplots(len(chips), 1, figsize=(12, 1.3 * len(chips) + 1.0),
                              sharex=True, squeeze=False, layout="constrained")
     image = None
-    for ax, chip in zip(axes[:, 0], chips):
-        image = ax.imshow(ds[chip], aspect="auto", interpolation="nearest", cmap="viridis",
-                          vmin=0.0, vmax=1.0, extent=(0, bins * bin_cycles, len(KINDS) - 0.5, -0.5))
+    strips = [np.asarray(ds[chip], dtype=float) for chip in chips]
+    norm = utilization_norm(np.concatenate([s.ravel() for s in strips]), args.scale)
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("#e8e8e8")  # idle bins (0 on a log scale) in light grey, apart from the low end
+    for ax, chip, strip in zip(axes[:, 0], chips, strips):
+        shown = np.ma.masked_less_equal(strip, 0.0) if args.scale == "log" else strip
+        image = ax.imshow(shown, aspect="auto", interpolation="nearest", cmap=cmap, norm=norm,
+                          extent=(0, bins * bin_cycles, len(KINDS) - 0.5, -0.5))
         ax.set_yticks(range(len(KINDS)), KINDS)
         ax.set_ylabel(f"chip {chip}")
     last = axes[-1, 0]
     if args.start is not None or args.end is not None:
         last.set_xlim(args.start or 0, args.end if args.end is not None else bins * bin_cycles)
     last.set_xlabel(f"cycle (bins of {bin_cycles})")
-    fig.colorbar(image, ax=axes[:, 0].tolist(), label="busy fraction of the kind's units")
+    microsecond_axis(axes[0, 0], trace.clock_mhz)
+    fig.colorbar(image, ax=axes[:, 0].tolist(),
+                 label="busy fraction of the kind's units" + (" (log; grey: idle)" if args.scale == "log" else ""))
     fig.suptitle(f"{trace.stem}: utilisation per unit kind")
     return fig
 
@@ -172,7 +201,7 @@ def cmd_timeline(args):
 def layout(count, how):
     """Chip positions: a circle, or a row-major grid."""
     if how == "auto":
-        how = "circle" if count <= 64 else "grid"
+        how = "circle"
     idx = np.arange(count)
     if how == "circle":
         angle = np.pi / 2 - 2 * np.pi * idx / max(count, 1)
@@ -182,15 +211,16 @@ def layout(count, how):
 
 
 def cmd_links(args):
+    if args.group is not None and args.group < 1:
+        raise TraceError(f"--group {args.group}: give a positive number of chips")
     plt = pyplot()
-    from matplotlib.collections import LineCollection
     with Trace(args.file) as trace:
         count = len(trace.dataset("/summary/chips"))
         links = trace.read("/summary/links") if trace.has("/summary/links") else None
         makespan = int(trace.run()["makespan_cycles"])
         stem = trace.stem
-    fig, ax = plt.subplots(figsize=(8, 7), layout="constrained")
     if links is None or len(links) == 0:
+        fig, ax = plt.subplots(figsize=(8, 7), layout="constrained")
         note(f"no chip-to-chip links in {args.file}")
         ax.text(0.5, 0.5, "no chip-to-chip links", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
@@ -200,38 +230,60 @@ def cmd_links(args):
     a, b = links["a"].astype(int), links["b"].astype(int)
     if a.min() < 0 or b.min() < 0 or max(a.max(), b.max()) >= count:
         raise TraceError(f"{args.file}: /summary/links names chips outside 0..{count - 1}")
-    vmax = max(float(max(util_ab.max(), util_ba.max())), 1e-9)
-    label = "link utilisation (busy cycles / makespan)"
-    if count > MAX_RING_CHIPS:
-        matrix = np.full((count, count), np.nan)
-        matrix[a, b] = util_ab
-        matrix[b, a] = util_ba
-        image = ax.imshow(np.ma.masked_invalid(matrix), cmap="plasma", vmin=0, vmax=vmax,
-                          interpolation="nearest")
-        ax.set_xlabel("destination chip")
-        ax.set_ylabel("source chip")
-        fig.colorbar(image, ax=ax, label=label)
-    else:
-        pos = layout(count, args.layout)
-        util = np.maximum(util_ab, util_ba)
-        order = np.argsort(util)  # busiest links drawn last, on top
-        segments = np.stack([pos[a[order]], pos[b[order]]], axis=1)
-        width = 2.5 if count <= 64 else 1.0
-        lines = LineCollection(segments, cmap="plasma", linewidths=width)
-        lines.set_array(util[order])
-        lines.set_clim(0, vmax)
-        ax.add_collection(lines)
-        ax.scatter(pos[:, 0], pos[:, 1], s=max(8, 300 / math.sqrt(count)), c="black", zorder=3)
-        if count <= 64:
-            for chip, (x, y) in enumerate(pos):
-                ax.annotate(str(chip), (x, y), xytext=(4, 4), textcoords="offset points", fontsize=8)
-        ax.set_aspect("equal")
-        ax.margins(0.08)
-        ax.set_axis_off()
-        fig.colorbar(lines, ax=ax, label=label + ", busier direction", shrink=0.8)
-    ax.set_title(f"{stem}: {len(links)} links, {count} chips, makespan {makespan} cycles")
+    fig = draw_links(plt, count, a, b, util_ab, util_ba, args)
+    fig.axes[0].set_title(f"{stem}: {len(links)} links, {count} chips, makespan {makespan} cycles")
     save(fig, args.output)
     return 0
+
+
+def draw_links(plt, count, a, b, util_ab, util_ba, args):
+    """Link utilisation on the topology: every chip labelled up to MAX_LABELLED_CHIPS, else per group of chips."""
+    from matplotlib.collections import LineCollection
+    fig, ax = plt.subplots(figsize=(9, 8), layout="constrained")
+    label = "link utilisation (busy cycles / makespan)"
+    vmax = max(float(max(util_ab.max(), util_ba.max())), 1e-9)
+    if count > MAX_LABELLED_CHIPS:
+        # One cell per pair of chip groups: the busiest link direction between them (the diagonal: within).
+        group = args.group or MAX_LABELLED_CHIPS
+        groups = -(-count // group)
+        matrix = np.full((groups, groups), np.nan)
+        for src, dst, util in ((a // group, b // group, util_ab), (b // group, a // group, util_ba)):
+            flat = np.full(groups * groups, -1.0)
+            np.maximum.at(flat, src * groups + dst, util)
+            seen = flat >= 0
+            matrix.flat[np.flatnonzero(seen)] = np.fmax(matrix.flat[np.flatnonzero(seen)], flat[seen])
+        image = ax.imshow(np.ma.masked_invalid(matrix), cmap="plasma", vmin=0, vmax=vmax, interpolation="nearest")
+        step = max(1, groups // 24)
+        ticks = list(range(0, groups, step))
+        names = [f"{g * group}-{min(count, (g + 1) * group) - 1}" for g in ticks]
+        ax.set_xticks(ticks, names, rotation=90, fontsize=7)
+        ax.set_yticks(ticks, names, fontsize=7)
+        ax.set_xlabel(f"destination chips (groups of {group})")
+        ax.set_ylabel(f"source chips (groups of {group})")
+        fig.colorbar(image, ax=ax, label=label + ", busiest link between the groups")
+        return fig
+    pos = layout(count, args.layout)
+    util = np.maximum(util_ab, util_ba)
+    order = np.argsort(util)  # busiest links drawn last, on top
+    segments = np.stack([pos[a[order]], pos[b[order]]], axis=1)
+    lines = LineCollection(segments, cmap="plasma", linewidths=2.5 if count <= 32 else 1.5)
+    lines.set_array(util[order])
+    lines.set_clim(0, vmax)
+    ax.add_collection(lines)
+    ax.scatter(pos[:, 0], pos[:, 1], s=max(12, 300 / math.sqrt(count)), c="black", zorder=3)
+    for chip, (x, y) in enumerate(pos):
+        ax.annotate(str(chip), (x, y), xytext=(3, 3), textcoords="offset points", fontsize=8 if count <= 32 else 6)
+    # The busiest links by name, since a colour alone does not say which chord is which.
+    busiest = [i for i in np.argsort(-util, kind="stable")[:5] if util[i] > 0]
+    if busiest:
+        lines_text = "\n".join(f"{a[i]}-{b[i]}: {util_ab[i]:.1%} / {util_ba[i]:.1%}" for i in busiest)
+        ax.text(0.0, 0.0, "busiest links (a→b / b→a)\n" + lines_text, transform=ax.transAxes, fontsize=7,
+                va="bottom", ha="left", family="monospace")
+    ax.set_aspect("equal")
+    ax.margins(0.08)
+    ax.set_axis_off()
+    fig.colorbar(lines, ax=ax, label=label + ", busier direction", shrink=0.8)
+    return fig
 
 
 PLAN_KEY = re.compile(r"^(dp|tp|pp|microbatches)\s*:\s*(\d+)\s*$", re.MULTILINE)
@@ -560,13 +612,17 @@ def parser():
     p.add_argument("--chips", metavar="0,1,...", help="chips to draw (default: the first 4)")
     p.add_argument("--start", type=int, metavar="CYCLE", help="first cycle to draw")
     p.add_argument("--end", type=int, metavar="CYCLE", help="last cycle to draw")
+    p.add_argument("--scale", choices=["log", "linear"], default="log",
+                   help="colour scale of the utilisation strips (traces without instruction rows)")
     p.set_defaults(func=cmd_timeline)
 
     p = sub.add_parser("links", help="link utilisation drawn on the topology (PNG)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="OUT.png")
     p.add_argument("--layout", choices=["auto", "circle", "grid"], default="auto",
-                   help=f"chip placement (auto: circle up to 64 chips; a matrix above {MAX_RING_CHIPS})")
+                   help=f"chip placement up to {MAX_LABELLED_CHIPS} chips (auto: circle)")
+    p.add_argument("--group", type=int, metavar="N",
+                   help=f"above {MAX_LABELLED_CHIPS} chips: chips per group of the matrix (default {MAX_LABELLED_CHIPS})")
     p.set_defaults(func=cmd_links)
 
     p = sub.add_parser("compare", help="throughput and makespan across traces (PNG, CSV)")
