@@ -86,6 +86,29 @@ def cell(value):
     return str(value)
 
 
+def anchor_paths(config, base_dir):
+    """Make the config's file paths absolute: they resolve from the config's directory, and the
+    generated configs live in the sweep directory, not beside the base config."""
+    model = config.get("model")
+    if isinstance(model, dict) and isinstance(model.get("onnx"), str) and not Path(model["onnx"]).is_absolute():
+        model["onnx"] = str((base_dir / model["onnx"]).resolve())
+    parallelism = config.get("parallelism")
+    if isinstance(parallelism, dict):
+        plan = parallelism.get("plan")
+        if isinstance(plan, str) and plan != "auto" and not Path(plan).is_absolute():
+            parallelism["plan"] = str((base_dir / plan).resolve())
+
+
+def find_tsp_sim():
+    """The tsp-sim the array tasks should run: on PATH, in this source tree's build/, or beside an install."""
+    import shutil
+    found = shutil.which("tsp-sim")
+    candidates = [Path(found)] if found else []
+    candidates += [SLURM_DIR.parents[1] / "build" / "tsp-sim",         # <source>/scripts/slurm
+                   SLURM_DIR.parents[3] / "bin" / "tsp-sim"]           # <prefix>/share/tsp-sim/scripts/slurm
+    return next((c.resolve() for c in candidates if c.is_file()), None)
+
+
 def generate(args):
     base_path = Path(args.base)
     try:
@@ -94,6 +117,7 @@ def generate(args):
         raise SweepError(f"cannot read {base_path}: {exc}") from exc
     if not isinstance(base, dict):
         raise SweepError(f"{base_path}: expected a mapping at the top level")
+    anchor_paths(base, base_path.resolve().parent)
     axes = [parse_axis(s) for s in args.set]
     keys = [k for k, _ in axes]
     if len(set(keys)) != len(keys):
@@ -123,9 +147,14 @@ def generate(args):
     if args.local:
         return run_local(out, index_rows, shlex.split(args.command))
     throttle = f"%{args.max_parallel}" if args.max_parallel else ""
-    command = ["sbatch", f"--array=0-{len(points) - 1}{throttle}",
-               f"--export=ALL,SWEEP_DIR={out},TSP_SLURM_DIR={SLURM_DIR}",
-               str(SLURM_DIR / "sweep-array.sbatch")]
+    export = f"--export=ALL,SWEEP_DIR={out},TSP_SLURM_DIR={SLURM_DIR}"
+    tsp_sim = find_tsp_sim()
+    if tsp_sim:
+        export += f",TSP_SIM={tsp_sim}"
+    else:
+        print("sweep.py: no tsp-sim on PATH or beside these scripts: add TSP_SIM=/path/to/tsp-sim to --export",
+              file=sys.stderr)
+    command = ["sbatch", f"--array=0-{len(points) - 1}{throttle}", export, str(SLURM_DIR / "sweep-array.sbatch")]
     print(" ".join(shlex.quote(c) for c in command))
     return 0
 
