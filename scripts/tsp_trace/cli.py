@@ -576,6 +576,14 @@ def cmd_perfetto(args):
     return 0
 
 
+def cmd_report(args):
+    from tsp_trace.report import write_report
+    with Trace(args.file) as trace:
+        write_report(trace, args.output)
+    note(f"wrote {args.output}")
+    return 0
+
+
 def cmd_export(args):
     with Trace(args.file) as trace:
         tables = all_tables(trace, events=args.events)
@@ -636,6 +644,11 @@ def parser():
     p.add_argument("file", metavar="FILE")
     p.add_argument("-o", "--output", required=True, metavar="OUT.json")
     p.set_defaults(func=cmd_perfetto)
+
+    p = sub.add_parser("report", help="one self-contained HTML page: summary, tables, timeline and link views")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.html")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("export", help="every table as an SQLite database or a directory of CSV files")
     p.add_argument("file", metavar="FILE")
