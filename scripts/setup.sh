@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the missing Debian packages, then configures and builds tsp-sim (Release, -j2).
 # Idempotent and quiet when nothing needs doing. Usage: scripts/setup.sh [--sanitize]
+# With TSP_TEST_PACKAGES=1 (scripts/test.sh sets it) it also installs scripts/test-packages.txt: what only the
+# test suite needs (PyTorch for the model zoo, Slurm and munge, Chromium), so that quickstart stays light.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="$root/build"
@@ -13,7 +15,9 @@ if [[ "${CI:-}" == "true" ]]; then
   cmake_args+=(-DTSP_WERROR=ON)
 fi
 
-mapfile -t wanted < <(grep -v '^\s*#' "$root/scripts/debian-packages.txt" | grep -v '^\s*$')
+lists=("$root/scripts/debian-packages.txt")
+[[ "${TSP_TEST_PACKAGES:-}" == "1" ]] && lists+=("$root/scripts/test-packages.txt")
+mapfile -t wanted < <(cat "${lists[@]}" | grep -v '^\s*#' | grep -v '^\s*$')
 missing=()
 for pkg in "${wanted[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

@@ -2,7 +2,7 @@
 # Sets up tsp-sim, then runs the whole test suite with ctest. Usage: scripts/test.sh [--sanitize]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-"$root/scripts/setup.sh" "$@"
+TSP_TEST_PACKAGES=1 "$root/scripts/setup.sh" "$@"
 build_dir="$root/build"
 [[ "${1:-}" == "--sanitize" ]] && build_dir="$root/build-sanitize"
 # MPI tests start several ranks on a 2-core machine; as root Open MPI needs these to start at all.

@@ -199,7 +199,11 @@ class TspTraceTest(unittest.TestCase):
             self.assertEqual(db.execute("SELECT COUNT(*) FROM links").fetchone()[0], links)
             self.assertEqual(db.execute("SELECT COUNT(*) FROM instructions").fetchone()[0], instructions)
             cycles = dict(db.execute("SELECT chip, cycles FROM chips"))
+            import pandas
+            frame = pandas.read_sql("SELECT * FROM links", db)
         self.assertEqual(len(cycles), chips)
+        self.assertEqual(len(frame), links)
+        self.assertIn("util_ab", frame.columns)
 
     def test_export_csv_writes_a_file_per_table(self):
         out = self.dir / "export-csv"
@@ -207,9 +211,11 @@ class TspTraceTest(unittest.TestCase):
         names = sorted(p.name for p in out.iterdir())
         self.assertIn("chips.csv", names)
         self.assertIn("run.csv", names)
-        rows = list(csv.DictReader(io.StringIO((out / "chips.csv").read_text())))
+        import pandas
+        frame = pandas.read_csv(out / "chips.csv")
         with h5py.File(self.traces["summary"], "r") as f:
-            self.assertEqual(len(rows), len(f["/summary/chips"]))
+            self.assertEqual(len(frame), len(f["/summary/chips"]))
+            self.assertEqual(list(frame["cycles"]), [int(c) for c in f["/summary/chips"]["cycles"]])
 
     def test_runs_from_a_python_without_h5py(self):
         # -S hides the site packages (h5py, numpy): the launcher finds an interpreter that has them.
