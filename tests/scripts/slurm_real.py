@@ -1,7 +1,7 @@
 # slurm_real_test: the sbatch templates and the sweep, unmodified, on a real one-node Slurm on localhost.
 """Starts munged, slurmctld and slurmd (tests/scripts/local_slurm.py), then submits as a user would:
 a single run of tsp-sim.sbatch under srun, the job array sweep.py prints, and a job that reaches its
-time limit and leaves a partial trace. Usage: slurm_real_test.py TSP_SIM SOURCE_DIR WORK_DIR."""
+time limit and leaves a partial trace. Usage: slurm_real.py TSP_SIM SOURCE_DIR WORK_DIR."""
 
 import json
 import os

@@ -1,6 +1,6 @@
 # report_browser_test: tsp-trace report's HTML page, opened in headless Chromium, on traces tsp-sim writes.
 """Renders the page for a real run, then reads the DOM Chromium built (tables, uPlot charts) and checks a
-screenshot for the charts' series colours. Usage: report_browser_test.py TSP_SIM SOURCE_DIR WORK_DIR."""
+screenshot for the charts' series colours. Usage: report_browser.py TSP_SIM SOURCE_DIR WORK_DIR."""
 
 import os
 import re

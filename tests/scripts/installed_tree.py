@@ -1,5 +1,5 @@
 # install_test: `cmake --install` into a fresh prefix, then the installed tools used from outside the source tree.
-"""Usage: install_test.py BINARY_DIR WORK_DIR. Installs the build into WORK_DIR/prefix and runs the installed
+"""Usage: installed_tree.py BINARY_DIR WORK_DIR. Installs the build into WORK_DIR/prefix and runs the installed
 quickstart.sh, tsp-trace (its module found beside the install) and the report page from another directory."""
 
 import os
@@ -19,11 +19,16 @@ ENV.pop("TSP_REPORT_ASSETS", None)
 class InstalledTree(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Only a directory this test made before is removed: a wrong argument must not delete a tree.
+        marker = WORK_DIR / ".tsp-test-workdir"
         if WORK_DIR.exists():
+            if not marker.exists():
+                raise SystemExit(f"{WORK_DIR} exists and is not a work directory of this test; give another")
             shutil.rmtree(WORK_DIR)
         cls.prefix = WORK_DIR / "prefix"
         cls.run_dir = WORK_DIR / "elsewhere"
         cls.run_dir.mkdir(parents=True)
+        marker.touch()
         out = subprocess.run(["cmake", "--install", str(BINARY_DIR), "--prefix", str(cls.prefix)],
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr

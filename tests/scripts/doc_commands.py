@@ -1,10 +1,10 @@
 # doc_commands_test: every shell command shown in README.md and docs/getting-started.md runs as written.
-"""Usage: doc_commands_test.py SOURCE_DIR BINARY_DIR WORK_DIR.
+"""Usage: doc_commands.py SOURCE_DIR BINARY_DIR WORK_DIR.
 
 The commands run in order, one shell each, in WORK_DIR laid out as a source tree (build/ is the build
 under test; configs/, scripts/, examples/ and tests/ are the sources), so that `out/` and other files a
 command writes land there. Lines that set up a machine or the whole suite (scripts/quickstart.sh,
-scripts/test.sh) and batch submissions (sbatch: tests/scripts/slurm_real_test.py runs those on a real
+scripts/test.sh) and batch submissions (sbatch: tests/scripts/slurm_real.py runs those on a real
 Slurm) are not run here; every other line is, and a non-zero exit fails the test."""
 
 import os
@@ -40,9 +40,14 @@ def commands(doc):
 class DocumentedCommands(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        # Only a directory this test made before is removed: a wrong argument must not delete a tree.
+        marker = WORK_DIR / ".tsp-test-workdir"
         if WORK_DIR.exists():
+            if not marker.exists():
+                raise SystemExit(f"{WORK_DIR} exists and is not a work directory of this test; give another")
             shutil.rmtree(WORK_DIR)
         WORK_DIR.mkdir(parents=True)
+        marker.touch()
         (WORK_DIR / "build").symlink_to(BINARY_DIR)
         for name in ("configs", "scripts", "examples", "tests"):
             (WORK_DIR / name).symlink_to(SOURCE_DIR / name)
