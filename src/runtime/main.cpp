@@ -15,16 +15,23 @@ volatile std::sig_atomic_t gInterrupted = 0;
 
 extern "C" void onSignal(int) { gInterrupted = 1; }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  tsp::support::keepFreedMemory();
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+void catchStopSignals() {
   std::signal(SIGTERM, onSignal);
   std::signal(SIGUSR1, onSignal);
   std::signal(SIGINT, onSignal);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before MPI_Init, which can take seconds under a batch launcher: a time-limit signal that arrives
+  // then must not end the process by default; again after it, in case the MPI library set its own.
+  catchStopSignals();
+  tsp::support::keepFreedMemory();
+  MPI_Init(&argc, &argv);
+  catchStopSignals();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
 
   tsp::runtime::RunOptions options;
   CLI::App app{"tsp-sim: partition a model over a cluster of Tensor Streaming Processors and simulate it cycle by cycle",
