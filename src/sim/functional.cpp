@@ -37,6 +37,32 @@ KOKKOS_INLINE_FUNCTION float applyFloat(isa::VxmFunc func, float a, float b, flo
     case isa::VxmFunc::kSigmoid: return 1.0f / (1.0f + std::exp(-a));
     case isa::VxmFunc::kSqrt: return std::sqrt(a);
     case isa::VxmFunc::kErf: return std::erf(a);
+    case isa::VxmFunc::kNeg: return -a;
+    case isa::VxmFunc::kAbs: return std::fabs(a);
+    case isa::VxmFunc::kReciprocal: return 1.0f / a;
+    case isa::VxmFunc::kFloor: return std::floor(a);
+    case isa::VxmFunc::kCeil: return std::ceil(a);
+    case isa::VxmFunc::kLog: return std::log(a);
+    case isa::VxmFunc::kSin: return std::sin(a);
+    case isa::VxmFunc::kCos: return std::cos(a);
+    case isa::VxmFunc::kNot: return a == 0.0f ? 1.0f : 0.0f;
+    case isa::VxmFunc::kSoftplus: return a > 30.0f ? a : std::log1p(std::exp(a));
+    case isa::VxmFunc::kLeakyRelu: return a >= 0.0f ? a : immediate * a;
+    case isa::VxmFunc::kElu: return a > 0.0f ? a : immediate * (std::exp(a) - 1.0f);
+    case isa::VxmFunc::kHardSigmoid: return std::fmin(1.0f, std::fmax(0.0f, immediate * a + immediate2));
+    case isa::VxmFunc::kHardSwish: return a * std::fmin(1.0f, std::fmax(0.0f, a / 6.0f + 0.5f));
+    case isa::VxmFunc::kMin: return a != a || a < b ? a : b;  // a NaN operand gives NaN
+    case isa::VxmFunc::kFmod: return std::fmod(a, b);
+    case isa::VxmFunc::kMod: {
+      const float r = std::fmod(a, b);
+      return r != 0.0f && ((r < 0.0f) != (b < 0.0f)) ? r + b : r;
+    }
+    case isa::VxmFunc::kLess: return a < b ? 1.0f : 0.0f;
+    case isa::VxmFunc::kGreater: return a > b ? 1.0f : 0.0f;
+    case isa::VxmFunc::kLessOrEqual: return a <= b ? 1.0f : 0.0f;
+    case isa::VxmFunc::kGreaterOrEqual: return a >= b ? 1.0f : 0.0f;
+    case isa::VxmFunc::kAnd: return a != 0.0f && b != 0.0f ? 1.0f : 0.0f;
+    case isa::VxmFunc::kOr: return a != 0.0f || b != 0.0f ? 1.0f : 0.0f;
     default: return a;  // kConvert: FP16 to FP16 is the identity
   }
 }
@@ -47,7 +73,10 @@ bool isBinaryFunc(isa::VxmFunc func) {
   return func == isa::VxmFunc::kAdd || func == isa::VxmFunc::kSub || func == isa::VxmFunc::kMul ||
          func == isa::VxmFunc::kDiv || func == isa::VxmFunc::kPow || func == isa::VxmFunc::kMax ||
          func == isa::VxmFunc::kScaleAdd || func == isa::VxmFunc::kEqual || func == isa::VxmFunc::kMaskSet ||
-         func == isa::VxmFunc::kMaskClear;
+         func == isa::VxmFunc::kMaskClear || func == isa::VxmFunc::kMin || func == isa::VxmFunc::kMod ||
+         func == isa::VxmFunc::kFmod || func == isa::VxmFunc::kLess || func == isa::VxmFunc::kGreater ||
+         func == isa::VxmFunc::kLessOrEqual || func == isa::VxmFunc::kGreaterOrEqual || func == isa::VxmFunc::kAnd ||
+         func == isa::VxmFunc::kOr;
 }
 
 std::uint16_t floatToBf16(float value) {
@@ -180,7 +209,11 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
   if (func != isa::VxmFunc::kAdd && func != isa::VxmFunc::kSub && func != isa::VxmFunc::kMul &&
       func != isa::VxmFunc::kDiv && func != isa::VxmFunc::kPow && func != isa::VxmFunc::kMax &&
       func != isa::VxmFunc::kRelu && func != isa::VxmFunc::kConvert && func != isa::VxmFunc::kEqual &&
-      func != isa::VxmFunc::kMaskSet && func != isa::VxmFunc::kMaskClear)
+      func != isa::VxmFunc::kMaskSet && func != isa::VxmFunc::kMaskClear && func != isa::VxmFunc::kNeg &&
+      func != isa::VxmFunc::kAbs && func != isa::VxmFunc::kNot && func != isa::VxmFunc::kMin &&
+      func != isa::VxmFunc::kMod && func != isa::VxmFunc::kFmod && func != isa::VxmFunc::kLess &&
+      func != isa::VxmFunc::kGreater && func != isa::VxmFunc::kLessOrEqual && func != isa::VxmFunc::kGreaterOrEqual &&
+      func != isa::VxmFunc::kAnd && func != isa::VxmFunc::kOr)
     return makeError(ExitCode::kModel, fmt::format("VXM function {} has no integer form", isa::vxmFuncName(func)));
   const HostView<const std::int32_t> av(a, count), bv(isBinaryFunc(func) ? b : a, count);
   const HostView<std::int32_t> ov(out, count);
@@ -197,6 +230,22 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
         if (func == isa::VxmFunc::kEqual) r = x == y ? 1u : 0u;
         if (func == isa::VxmFunc::kMaskSet) r = y != 0 ? x : 0u;
         if (func == isa::VxmFunc::kMaskClear) r = y == 0 ? x : 0u;
+        if (func == isa::VxmFunc::kNeg) r = 0u - x;
+        if (func == isa::VxmFunc::kAbs) r = av(i) < 0 ? 0u - x : x;
+        if (func == isa::VxmFunc::kNot) r = x == 0 ? 1u : 0u;
+        if (func == isa::VxmFunc::kMin) r = av(i) < bv(i) ? x : y;
+        if (func == isa::VxmFunc::kLess) r = av(i) < bv(i) ? 1u : 0u;
+        if (func == isa::VxmFunc::kGreater) r = av(i) > bv(i) ? 1u : 0u;
+        if (func == isa::VxmFunc::kLessOrEqual) r = av(i) <= bv(i) ? 1u : 0u;
+        if (func == isa::VxmFunc::kGreaterOrEqual) r = av(i) >= bv(i) ? 1u : 0u;
+        if (func == isa::VxmFunc::kAnd) r = x != 0 && y != 0 ? 1u : 0u;
+        if (func == isa::VxmFunc::kOr) r = x != 0 || y != 0 ? 1u : 0u;
+        // Mod: a divisor of zero gives zero; fmod keeps the dividend's sign, mod takes the divisor's.
+        if (func == isa::VxmFunc::kMod || func == isa::VxmFunc::kFmod) {
+          const std::int64_t d = bv(i), m = d == 0 ? 0 : static_cast<std::int64_t>(av(i)) % d;
+          const bool flip = func == isa::VxmFunc::kMod && m != 0 && ((m < 0) != (d < 0));
+          r = static_cast<std::uint32_t>(flip ? m + d : m);
+        }
         // Truncating division; a divisor of zero gives zero (the IR's integer rule).
         if (func == isa::VxmFunc::kDiv)
           r = bv(i) == 0 ? 0u : static_cast<std::uint32_t>(static_cast<std::int64_t>(av(i)) / bv(i));

@@ -261,7 +261,10 @@ Expected<VectorRun> FunctionalState::typedVxm(const Instruction& inst, const isa
     return l < vb / e ? decodeElement(src.data() + v * vb + l * e, t) : 0.0;
   };
   // The interpreter's rule: the output's type decides integer or float arithmetic (Equal: its operands').
-  const bool integer = inst.func == isa::VxmFunc::kEqual ? integerType(ta) && (!binary || integerType(tb))
+  const bool compare = inst.func == isa::VxmFunc::kEqual || inst.func == isa::VxmFunc::kLess ||
+                       inst.func == isa::VxmFunc::kGreater || inst.func == isa::VxmFunc::kLessOrEqual ||
+                       inst.func == isa::VxmFunc::kGreaterOrEqual;
+  const bool integer = compare ? integerType(ta) && (!binary || integerType(tb))
                                                           : integerType(to) && to != ir::DType::kBool;
   auto out = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(vectors) * vb, 0);
   if (inst.func == isa::VxmFunc::kConvert && !integer) {  // a cast: the value in the result's type

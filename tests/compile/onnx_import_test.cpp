@@ -133,9 +133,12 @@ TEST_F(OnnxImport, LayersFollowBlockNames) {
 
 TEST_F(OnnxImport, ErrorsNameTheNodeTheOpAndTheOpset) {
   EXPECT_EQ(importOnnx(path("unsupported_op.onnx")).error().format(),
-            "node 'unsupported_op': Hardmax (opset 13): unsupported op 'Hardmax'");
-  EXPECT_EQ(importOnnx(path("old_opset.onnx")).error().format(),
-            "node '" + path("old_opset.onnx") + "': opset 9 is not supported (supported: 11 to 17)");
+            "node '" + path("unsupported_op.onnx") + "': opset 13: 1 unsupported op kind: Hardmax x 1 (first node "
+            "'unsupported_op')");
+  EXPECT_EQ(importOnnx(path("new_opset.onnx")).error().format(),
+            "node '" + path("new_opset.onnx") + "': opset 18 is not supported (supported: 11 to 17; older ones are "
+            "upgraded to 11)");
+  EXPECT_TRUE(importOnnx(path("old_opset.onnx")).ok());  // opset 9, upgraded by ONNX's version converter
   EXPECT_EQ(importOnnx(path("corrupt.onnx")).error().format(),
             "node '" + path("corrupt.onnx") + "': not a valid ONNX model (the protobuf does not parse or has no graph)");
   EXPECT_EQ(importOnnx(path("nope.onnx")).error().code, ExitCode::kModel);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <queue>
 #include <set>
 #include <sstream>
@@ -17,6 +18,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <onnx/onnx_pb.h>
+#include <onnx/version_converter/convert.h>
+
+#include "compile/ir/op_table.h"
 
 namespace tsp::frontend {
 
@@ -28,6 +32,7 @@ using ir::TensorId;
 using Shape = std::vector<std::int64_t>;
 using Data = std::shared_ptr<const std::vector<double>>;
 
+// Models below kMinOpset are upgraded to it by ONNX's version converter first.
 constexpr int kMinOpset = 11;
 constexpr int kMaxOpset = 17;
 // Folded results larger than this stay ops: a constant of this size is a tensor, not a shape.
@@ -213,6 +218,7 @@ class Importer {
 
   Expected<ir::Graph> run() {
     if (auto s = checkOpset(); !s) return s.error();
+    if (auto s = checkSupported(); !s) return s.error();
     const auto& g = model_.graph();
     for (const auto& init : g.initializer())
       if (auto s = addInitializer(init); !s) return s.error();
@@ -241,9 +247,48 @@ class Importer {
     }
     if (!found) return modelError(file_, "the model imports no ONNX opset");
     if (opset_ < kMinOpset || opset_ > kMaxOpset)
-      return modelError(file_, fmt::format("opset {} is not supported (supported: {} to {})", opset_, kMinOpset,
-                                           kMaxOpset));
+      return modelError(file_, fmt::format("opset {} is not supported (supported: {} to {}; older ones are upgraded to "
+                                           "{})", opset_, kMinOpset, kMaxOpset, kMinOpset));
     return {};
+  }
+
+  // The ONNX ops imported one to one, from the op table.
+  static const std::map<std::string, OpKind>& directKinds() {
+    static const std::map<std::string, OpKind> kinds = [] {
+      std::map<std::string, OpKind> m;
+      for (const auto& def : ir::opDefinitions())
+        if (def.onnx) m[def.onnx] = def.kind;
+      return m;
+    }();
+    return kinds;
+  }
+
+  static bool composed(const std::string& type) {
+    for (const auto& c : ir::onnxCompositions())
+      if (type == c.onnx) return true;
+    return false;
+  }
+
+  // Every op kind of the graph the importer has no rule for, in one error: kind, count, first node.
+  Status checkSupported() const {
+    std::map<std::string, std::pair<int, std::string>> missing;  // kind -> (count, first node)
+    std::vector<std::string> order;
+    const auto& g = model_.graph();
+    for (int i = 0; i < g.node_size(); ++i) {
+      const auto& node = g.node(i);
+      const bool foreign = !node.domain().empty() && node.domain() != "ai.onnx";
+      const std::string kind = foreign ? node.domain() + "::" + node.op_type() : node.op_type();
+      if (!foreign && (kind == "Constant" || directKinds().count(kind) || composed(kind))) continue;
+      auto [it, fresh] = missing.try_emplace(kind, 0, nodeName(node, i));
+      ++it->second.first;
+      if (fresh) order.push_back(kind);
+    }
+    if (missing.empty()) return {};
+    std::vector<std::string> parts;
+    for (const auto& kind : order)
+      parts.push_back(fmt::format("{} x {} (first node '{}')", kind, missing[kind].first, missing[kind].second));
+    return modelError(file_, fmt::format("opset {}: {} unsupported op kind{}: {}", opset_, order.size(),
+                                         order.size() == 1 ? "" : "s", fmt::join(parts, ", ")));
   }
 
   // Float storage dtype of imported FP32 tensors: the configured precision, or FP32.
@@ -446,6 +491,36 @@ class Importer {
                                              std::make_shared<const std::vector<double>>(value.data)));
   }
 
+  // The values of an op whose inputs are all known (Shape needs only its input's shape) and whose
+  // result is small: it becomes constants. nullopt when it stays an op.
+  Expected<std::optional<std::vector<ir::Value>>> foldValues(OpKind kind, const std::string& nodeId,
+                                                             const std::vector<TensorId>& inputs, const ir::Attrs& attrs) {
+    bool foldable = kind != OpKind::kMatMul && kind != OpKind::kGemm && kind != OpKind::kConv;
+    for (TensorId in : inputs) foldable = foldable && graph_.tensor(in).data != nullptr;
+    if (kind == OpKind::kShape || kind == OpKind::kConstantOfShape || kind == OpKind::kRange) foldable = true;
+    if (!foldable) return std::optional<std::vector<ir::Value>>{};
+    auto types = ir::inferTypes(graph_, kind, nodeId, inputs, attrs);
+    if (!types) return types.error();
+    std::int64_t elements = 0;
+    for (const auto& t : *types) {
+      std::int64_t n = 1;
+      for (auto d : t.shape) n *= d;
+      elements += n;
+    }
+    if (elements > kMaxFoldElements && kind != OpKind::kShape) return std::optional<std::vector<ir::Value>>{};
+    std::vector<ir::Value> values;
+    std::vector<const ir::Value*> pointers;
+    values.reserve(inputs.size());
+    for (TensorId in : inputs) {
+      const auto& t = graph_.tensor(in);
+      values.push_back(ir::Value{t.dtype, t.shape, t.data ? *t.data : std::vector<double>{}});
+    }
+    for (const auto& v : values) pointers.push_back(&v);
+    auto outs = ir::evaluateOp(kind, nodeId, attrs, pointers, *types);
+    if (!outs) return outs.error();
+    return std::optional<std::vector<ir::Value>>(std::move(*outs));
+  }
+
   Status addNode(const onnx::NodeProto& node, int layer) {
     const int index = nodeIndex_++;
     const std::string nodeId = nodeName(node, index);
@@ -458,22 +533,9 @@ class Importer {
 
     if (type == "Constant") return addConstantNode(node, nodeId);
 
-    static const std::map<std::string, OpKind> kDirect = {
-        {"MatMul", OpKind::kMatMul}, {"Gemm", OpKind::kGemm}, {"Conv", OpKind::kConv}, {"Add", OpKind::kAdd},
-        {"Sub", OpKind::kSub}, {"Mul", OpKind::kMul}, {"Div", OpKind::kDiv}, {"Pow", OpKind::kPow},
-        {"Equal", OpKind::kEqual}, {"Where", OpKind::kWhere}, {"Relu", OpKind::kRelu}, {"Tanh", OpKind::kTanh},
-        {"Sigmoid", OpKind::kSigmoid}, {"Exp", OpKind::kExp}, {"Sqrt", OpKind::kSqrt}, {"Erf", OpKind::kErf},
-        {"Softmax", OpKind::kSoftmax}, {"LayerNormalization", OpKind::kLayerNormalization},
-        {"BatchNormalization", OpKind::kBatchNormalization}, {"ReduceMean", OpKind::kReduceMean},
-        {"ReduceSum", OpKind::kReduceSum}, {"ReduceMax", OpKind::kReduceMax}, {"Reshape", OpKind::kReshape},
-        {"Transpose", OpKind::kTranspose}, {"Flatten", OpKind::kFlatten}, {"Concat", OpKind::kConcat},
-        {"Split", OpKind::kSplit}, {"Slice", OpKind::kSlice}, {"Gather", OpKind::kGather},
-        {"Unsqueeze", OpKind::kUnsqueeze}, {"Squeeze", OpKind::kSqueeze}, {"Cast", OpKind::kCast},
-        {"Expand", OpKind::kExpand}, {"Identity", OpKind::kIdentity}, {"MaxPool", OpKind::kMaxPool},
-        {"AveragePool", OpKind::kAveragePool}, {"GlobalAveragePool", OpKind::kGlobalAveragePool},
-        {"Shape", OpKind::kShape}, {"ConstantOfShape", OpKind::kConstantOfShape}, {"Range", OpKind::kRange}};
-    auto found = kDirect.find(type);
-    if (found == kDirect.end()) return unsupported(node, nodeId, fmt::format("unsupported op '{}'", type));
+    if (auto done = addComposition(node, nodeId, attrs, layer)) return *done;
+    const auto found = directKinds().find(type);
+    if (found == directKinds().end()) return unsupported(node, nodeId, fmt::format("unsupported op '{}'", type));
     const OpKind kind = found->second;
 
     // Inputs that are data: the rest are shape inputs turned into attributes below.
@@ -604,42 +666,588 @@ class Importer {
     const int primaryOutputs = kind == OpKind::kLayerNormalization ? 1 : node.output_size();
     for (int i = 0; i < primaryOutputs; ++i) outNames.push_back(node.output(i));
 
-    // Fold: every input known (Shape needs only its input's shape) and the result small.
-    bool foldable = kind != OpKind::kMatMul && kind != OpKind::kGemm && kind != OpKind::kConv;
-    for (TensorId in : inputs) foldable = foldable && graph_.tensor(in).data != nullptr;
-    if (kind == OpKind::kShape || kind == OpKind::kConstantOfShape || kind == OpKind::kRange) foldable = true;
-    if (foldable) {
-      auto types = ir::inferTypes(graph_, kind, nodeId, inputs, attrs);
-      if (!types) return withOp(types.error(), node);
-      std::int64_t elements = 0;
-      for (const auto& t : *types) {
-        std::int64_t n = 1;
-        for (auto d : t.shape) n *= d;
-        elements += n;
-      }
-      if (elements <= kMaxFoldElements || kind == OpKind::kShape) {
-        std::vector<ir::Value> values;
-        std::vector<const ir::Value*> pointers;
-        values.reserve(inputs.size());
-        for (TensorId in : inputs) {
-          const auto& t = graph_.tensor(in);
-          values.push_back(ir::Value{t.dtype, t.shape, t.data ? *t.data : std::vector<double>{}});
-        }
-        for (const auto& v : values) pointers.push_back(&v);
-        auto outs = ir::evaluateOp(kind, nodeId, attrs, pointers, *types);
-        if (!outs) return withOp(outs.error(), node);
-        for (size_t i = 0; i < outs->size() && i < outNames.size(); ++i)
-          if (!outNames[i].empty())
-            if (auto s = addConstantTensor(outNames[i], (*outs)[i]); !s) return s;
-        if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
-        return {};
-      }
+    auto folded = foldValues(kind, nodeId, inputs, attrs);
+    if (!folded) return withOp(folded.error(), node);
+    if (*folded) {
+      for (size_t i = 0; i < (*folded)->size() && i < outNames.size(); ++i)
+        if (!outNames[i].empty())
+          if (auto s = addConstantTensor(outNames[i], (**folded)[i]); !s) return s;
+      if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+      return {};
     }
     auto outs = graph_.addMultiOp(kind, nodeId, inputs, attrs, layer, outNames);
     if (!outs) return withOp(outs.error(), node);
     for (size_t i = 0; i < outs->size(); ++i)
       if (!outNames[i].empty()) byName_[outNames[i]] = (*outs)[i];
     if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
+    return {};
+  }
+
+  // --- ONNX ops built from several IR ops (ir::onnxCompositions) ---
+
+  // One op of a composition, folded to a constant when its inputs are known; named outName when
+  // given (the ONNX node's output), else NAME.out.
+  Expected<TensorId> emit(const onnx::NodeProto& node, OpKind kind, const std::string& name, std::vector<TensorId> inputs,
+                          ir::Attrs attrs, int layer, const std::string& outName = "") {
+    auto folded = foldValues(kind, name, inputs, attrs);
+    if (!folded) return withOp(folded.error(), node);
+    TensorId id;
+    if (*folded) {
+      const ir::Value& v = (**folded)[0];
+      id = graph_.addConstant(outName.empty() ? name + ".out" : outName, v.shape, v.dtype,
+                              std::make_shared<const std::vector<double>>(v.data));
+    } else {
+      auto outs = graph_.addMultiOp(kind, name, std::move(inputs), std::move(attrs), layer, {outName});
+      if (!outs) return withOp(outs.error(), node);
+      id = outs->front();
+    }
+    if (!outName.empty()) byName_[outName] = id;
+    return id;
+  }
+
+  static Status statusOf(const Expected<TensorId>& e) { return e ? Status{} : Status{e.error()}; }
+
+  TensorId constant(const std::string& name, Shape shape, DType dtype, std::vector<double> values) {
+    return graph_.addConstant(name, std::move(shape), dtype, std::make_shared<const std::vector<double>>(std::move(values)));
+  }
+
+  Expected<TensorId> inputOf(const onnx::NodeProto& node, const std::string& nodeId, int i) {
+    if (!hasInput(node, i)) return unsupported(node, nodeId, fmt::format("input {} is missing", i)).error();
+    auto id = lookup(node.input(i));
+    if (!id) return unsupported(node, nodeId, fmt::format("input '{}' is not defined", node.input(i))).error();
+    return *id;
+  }
+
+  // The node's output as another name of `tensor` (a composition that is the identity).
+  Status alias(const onnx::NodeProto& node, TensorId tensor) {
+    byName_[node.output(0)] = tensor;
+    return {};
+  }
+
+  // The ops built for ONNX ops without an IR kind of their own; nullopt for the others.
+  std::optional<Status> addComposition(const onnx::NodeProto& node, const std::string& nodeId, const ir::Attrs& attrs,
+                                       int layer) {
+    const std::string& type = node.op_type();
+    const ir::Op view{OpKind::kIdentity, "", {}, {}, attrs, 0};
+    if (type == "Dropout") {
+      auto x = inputOf(node, nodeId, 0);
+      if (!x) return x.error();
+      if (node.output_size() > 1 && !node.output(1).empty())
+        return unsupported(node, nodeId, "the mask output is a training output, not supported");
+      return alias(node, *x);
+    }
+    if (type == "Sum" || ((type == "Min" || type == "Max") && node.input_size() != 2)) {
+      const OpKind kind = type == "Sum" ? OpKind::kAdd : type == "Min" ? OpKind::kMin : OpKind::kMax;
+      auto acc = inputOf(node, nodeId, 0);
+      if (!acc) return acc.error();
+      if (node.input_size() == 1) return alias(node, *acc);
+      for (int i = 1; i < node.input_size(); ++i) {
+        auto next = inputOf(node, nodeId, i);
+        if (!next) return next.error();
+        acc = emit(node, kind, fmt::format("{}/{}", nodeId, i), {*acc, *next}, {}, layer,
+                   i + 1 == node.input_size() ? node.output(0) : "");
+        if (!acc) return acc.error();
+      }
+      return Status{};
+    }
+    if (type == "Clip") return clip(node, nodeId, view, layer);
+    if (type == "Einsum") return einsum(node, nodeId, view.stringAttr("equation", ""), layer);
+    if (type == "Pad") return pad(node, nodeId, view, layer);
+    if (type == "Tile") return tile(node, nodeId, layer);
+    if (type == "Trilu") return trilu(node, nodeId, view, layer);
+    if (type == "CumSum") return cumSum(node, nodeId, view, layer);
+    if (type == "InstanceNormalization") return instanceNorm(node, nodeId, view, layer);
+    if (type == "Resize") return resize(node, nodeId, view, layer);
+    return std::nullopt;
+  }
+
+  // A scalar bound of Clip or Pad: a constant of the data's dtype when its value is known, else the tensor.
+  Expected<TensorId> scalarOf(const onnx::NodeProto& node, const std::string& nodeId, int input, DType dtype) {
+    auto id = inputOf(node, nodeId, input);
+    if (!id) return id;
+    const ir::Tensor& t = graph_.tensor(*id);
+    if (t.elements() != 1) return unsupported(node, nodeId, fmt::format("input {} must hold one value", input)).error();
+    if (!t.data) return *id;
+    return constant(fmt::format("{}/bound{}", nodeId, input), {}, dtype, {ir::castTo(t.data->front(), dtype)});
+  }
+
+  Status clip(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    const DType type = graph_.tensor(*x).dtype;
+    std::vector<std::pair<OpKind, TensorId>> steps;  // Max with the lower bound, then Min with the upper
+    for (int i = 1; i <= 2; ++i) {
+      const OpKind kind = i == 1 ? OpKind::kMax : OpKind::kMin;
+      if (hasInput(node, i)) {
+        auto bound = scalarOf(node, nodeId, i, type);
+        if (!bound) return bound.error();
+        steps.push_back({kind, *bound});
+      } else if (view.hasAttr(i == 1 ? "min" : "max")) {  // before opset 11
+        steps.push_back({kind, constant(fmt::format("{}/bound{}", nodeId, i), {}, type,
+                                        {ir::castTo(view.floatAttr(i == 1 ? "min" : "max", 0.0), type)})});
+      }
+    }
+    if (steps.empty()) return alias(node, *x);
+    TensorId cur = *x;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      auto next = emit(node, steps[i].first, fmt::format("{}/{}", nodeId, i == 0 && steps[i].first == OpKind::kMax ? "min" : "max"),
+                       {cur, steps[i].second}, {}, layer, i + 1 == steps.size() ? node.output(0) : "");
+      if (!next) return next.error();
+      cur = *next;
+    }
+    return {};
+  }
+
+  // Transpose of `x` by perm (none when perm is the identity).
+  Expected<TensorId> permute(const onnx::NodeProto& node, const std::string& name, TensorId x, const Shape& perm,
+                             int layer, const std::string& outName = "") {
+    Shape identity(perm.size());
+    std::iota(identity.begin(), identity.end(), 0);
+    if (perm == identity && outName.empty()) return x;
+    if (perm == identity) return emit(node, OpKind::kIdentity, name, {x}, {}, layer, outName);
+    return emit(node, OpKind::kTranspose, name, {x}, {{"perm", perm}}, layer, outName);
+  }
+
+  // Reshape of `x` to shape (none when it has that shape already).
+  Expected<TensorId> reshape(const onnx::NodeProto& node, const std::string& name, TensorId x, const Shape& shape,
+                             int layer, const std::string& outName = "") {
+    if (graph_.tensor(x).shape == shape && outName.empty()) return x;
+    return emit(node, OpKind::kReshape, name, {x}, {{"shape", shape}}, layer, outName);
+  }
+
+  // Einsum: the equation's labels (an ellipsis as digits) per operand, then one batched MatMul.
+  Status einsum(const onnx::NodeProto& node, const std::string& nodeId, std::string equation, int layer) {
+    equation.erase(std::remove(equation.begin(), equation.end(), ' '), equation.end());
+    const auto arrow = equation.find("->");
+    const std::string lhs = equation.substr(0, arrow);
+    std::vector<std::string> terms;
+    for (size_t start = 0;;) {
+      const auto comma = lhs.find(',', start);
+      terms.push_back(lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    if (terms.size() != static_cast<size_t>(node.input_size()) || terms.empty() || terms.size() > 2)
+      return unsupported(node, nodeId, fmt::format("equation '{}': one or two operands are supported", equation));
+    std::vector<TensorId> xs;
+    size_t ellipsis = 0;
+    for (int i = 0; i < node.input_size(); ++i) {
+      auto x = inputOf(node, nodeId, i);
+      if (!x) return x.error();
+      xs.push_back(*x);
+      const auto dots = terms[i].find("...");
+      if (dots != std::string::npos)
+        ellipsis = std::max(ellipsis, graph_.tensor(*x).shape.size() - (terms[i].size() - 3));
+    }
+    std::string ellipsisLabels;
+    for (size_t k = 0; k < ellipsis; ++k) ellipsisLabels += static_cast<char>('0' + k);
+    auto expand = [&](std::string term, size_t rank) {
+      const auto dots = term.find("...");
+      if (dots == std::string::npos) return term;
+      const size_t own = rank >= term.size() - 3 ? rank - (term.size() - 3) : 0;
+      return term.substr(0, dots) + ellipsisLabels.substr(ellipsis - own) + term.substr(dots + 3);
+    };
+    std::map<char, std::int64_t> size;
+    std::map<char, int> uses;
+    for (size_t i = 0; i < terms.size(); ++i) {
+      const Shape& shape = graph_.tensor(xs[i]).shape;
+      terms[i] = expand(terms[i], shape.size());
+      if (terms[i].size() != shape.size())
+        return unsupported(node, nodeId, fmt::format("equation '{}' does not match operand {} of rank {}", equation, i,
+                                                     shape.size()));
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const char c = terms[i][d];
+        if (std::count(terms[i].begin(), terms[i].end(), c) > 1)
+          return unsupported(node, nodeId, fmt::format("equation '{}': a label repeated in one operand (a diagonal) is "
+                                                       "not supported", equation));
+        auto [it, fresh] = size.try_emplace(c, shape[d]);
+        if (!fresh && it->second != shape[d])
+          return unsupported(node, nodeId, fmt::format("equation '{}': label '{}' has sizes {} and {}", equation, c,
+                                                       it->second, shape[d]));
+        ++uses[c];
+      }
+    }
+    std::string out;
+    if (arrow != std::string::npos) {
+      out = expand(equation.substr(arrow + 2), ellipsis + equation.size() - arrow - 2 - 3);
+      if (out.find("...") == std::string::npos) out = equation.substr(arrow + 2);
+      const auto dots = out.find("...");
+      if (dots != std::string::npos) out = out.substr(0, dots) + ellipsisLabels + out.substr(dots + 3);
+    } else {
+      out = ellipsisLabels;
+      std::string once;
+      for (const auto& [c, n] : uses)
+        if (n == 1 && !std::isdigit(static_cast<unsigned char>(c))) once += c;
+      out += once;
+    }
+    for (char c : out)
+      if (!size.count(c)) return unsupported(node, nodeId, fmt::format("equation '{}': output label '{}' is not an input's", equation, c));
+    auto inOut = [&](char c) { return out.find(c) != std::string::npos; };
+    // Labels of one operand that are not in the output are summed first.
+    for (size_t i = 0; i < terms.size(); ++i) {
+      Shape axes;
+      std::string kept;
+      for (size_t d = 0; d < terms[i].size(); ++d) {
+        const char c = terms[i][d];
+        const bool other = terms.size() == 2 && terms[1 - i].find(c) != std::string::npos;
+        if (!inOut(c) && !other) axes.push_back(static_cast<std::int64_t>(d));
+        else kept += c;
+      }
+      if (axes.empty()) continue;
+      auto summed = emit(node, OpKind::kReduceSum, fmt::format("{}/sum{}", nodeId, i), {xs[i]},
+                         {{"axes", axes}, {"keepdims", std::int64_t{0}}}, layer);
+      if (!summed) return summed.error();
+      xs[i] = *summed;
+      terms[i] = kept;
+    }
+    auto permOf = [](const std::string& from, const std::string& to) {
+      Shape perm;
+      for (char c : to) perm.push_back(static_cast<std::int64_t>(from.find(c)));
+      return perm;
+    };
+    if (terms.size() == 1) return statusOf(permute(node, nodeId + "/transpose", xs[0], permOf(terms[0], out), layer, node.output(0)));
+    std::string batch, left, right, contracted;
+    for (char c : terms[0]) {
+      const bool inB = terms[1].find(c) != std::string::npos;
+      (inB ? (inOut(c) ? batch : contracted) : left) += c;
+    }
+    for (char c : terms[1])
+      if (terms[0].find(c) == std::string::npos) right += c;
+    auto product = [&](const std::string& labels) {
+      std::int64_t n = 1;
+      for (char c : labels) n *= size[c];
+      return n;
+    };
+    Shape batchDims;
+    for (char c : batch) batchDims.push_back(size[c]);
+    auto a = permute(node, nodeId + "/a", xs[0], permOf(terms[0], batch + left + contracted), layer);
+    if (!a) return a.error();
+    Shape aShape = batchDims;
+    aShape.insert(aShape.end(), {product(left), product(contracted)});
+    a = reshape(node, nodeId + "/a_matrix", *a, aShape, layer);
+    if (!a) return a.error();
+    auto b = permute(node, nodeId + "/b", xs[1], permOf(terms[1], batch + contracted + right), layer);
+    if (!b) return b.error();
+    Shape bShape = batchDims;
+    bShape.insert(bShape.end(), {product(contracted), product(right)});
+    b = reshape(node, nodeId + "/b_matrix", *b, bShape, layer);
+    if (!b) return b.error();
+    const std::string produced = batch + left + right;
+    const bool last = produced == out;
+    Shape producedShape = batchDims;
+    for (char c : left + right) producedShape.push_back(size[c]);
+    Shape matShape = batchDims;
+    matShape.insert(matShape.end(), {product(left), product(right)});
+    const bool sameShape = matShape == producedShape;
+    auto y = emit(node, OpKind::kMatMul, nodeId, {*a, *b}, {}, layer, last && sameShape ? node.output(0) : "");
+    if (!y) return y.error();
+    if (last && sameShape) return {};
+    if (last) return statusOf(reshape(node, nodeId + "/shape", *y, producedShape, layer, node.output(0)));
+    y = reshape(node, nodeId + "/shape", *y, producedShape, layer);
+    if (!y) return y.error();
+    return statusOf(permute(node, nodeId + "/transpose", *y, permOf(produced, out), layer, node.output(0)));
+  }
+
+  Status pad(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    const Shape shape = graph_.tensor(*x).shape;
+    const DType type = graph_.tensor(*x).dtype;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    const std::string mode = view.stringAttr("mode", "constant");
+    if (mode != "constant" && mode != "reflect" && mode != "edge")
+      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (constant, reflect, edge)", mode));
+    if (hasInput(node, 3)) return unsupported(node, nodeId, "the axes input is not supported");
+    Shape pads = view.intsAttr("pads");
+    if (hasInput(node, 1)) {
+      auto values = constInts(node, nodeId, 1);
+      if (!values) return values.error();
+      pads = *values;
+    }
+    if (static_cast<std::int64_t>(pads.size()) != 2 * rank)
+      return unsupported(node, nodeId, fmt::format("pads has {} values, the input's rank {} needs {}", pads.size(), rank,
+                                                   2 * rank));
+    double value = view.floatAttr("value", 0.0);
+    if (hasInput(node, 2)) {
+      auto id = lookup(node.input(2));
+      if (!id || !graph_.tensor(*id).data || graph_.tensor(*id).elements() != 1)
+        return unsupported(node, nodeId, "constant_value must be a constant of one value");
+      value = graph_.tensor(*id).data->front();
+    }
+    std::vector<std::int64_t> axes;
+    for (std::int64_t a = 0; a < rank; ++a)
+      if (pads[a] != 0 || pads[rank + a] != 0) axes.push_back(a);
+    if (axes.empty()) return alias(node, *x);
+    TensorId cur = *x;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const std::int64_t a = axes[k];
+      std::int64_t begin = pads[a], end = pads[rank + a];
+      const bool last = k + 1 == axes.size();
+      std::int64_t n = graph_.tensor(cur).shape[a];
+      if (begin < 0 || end < 0) {  // negative pads crop
+        const bool grows = begin > 0 || end > 0;
+        auto cropped = emit(node, OpKind::kSlice, fmt::format("{}/crop{}", nodeId, a), {cur},
+                            {{"starts", Shape{std::max<std::int64_t>(0, -begin)}},
+                             {"ends", Shape{n - std::max<std::int64_t>(0, -end)}}, {"axes", Shape{a}}},
+                            layer, last && !grows ? node.output(0) : "");
+        if (!cropped) return cropped.error();
+        cur = *cropped;
+        begin = std::max<std::int64_t>(0, begin);
+        end = std::max<std::int64_t>(0, end);
+        n = graph_.tensor(cur).shape[a];
+        if (!grows) continue;
+      }
+      const std::string outName = last ? node.output(0) : "";
+      Expected<TensorId> padded = cur;
+      if (mode == "constant") {
+        std::vector<TensorId> parts;
+        for (int side = 0; side < 2; ++side) {
+          const std::int64_t width = side == 0 ? begin : end;
+          if (side == 1) parts.push_back(cur);
+          if (width == 0) continue;
+          Shape block = graph_.tensor(cur).shape;
+          block[a] = width;
+          std::int64_t count = 1;
+          for (auto d : block) count *= d;
+          parts.push_back(constant(fmt::format("{}/fill{}_{}", nodeId, a, side), block, type,
+                                   std::vector<double>(static_cast<size_t>(count), ir::castTo(value, type))));
+        }
+        padded = emit(node, OpKind::kConcat, fmt::format("{}/axis{}", nodeId, a), parts, {{"axis", a}}, layer, outName);
+      } else {
+        // Edge repeats the border element, reflect mirrors about it: one Gather of constant indices.
+        std::vector<double> index;
+        for (std::int64_t i = -begin; i < n + end; ++i) {
+          std::int64_t j = i;
+          if (mode == "edge" || n == 1) {
+            j = std::clamp<std::int64_t>(i, 0, n - 1);
+          } else {
+            while (j < 0 || j >= n) j = j < 0 ? -j : 2 * (n - 1) - j;
+          }
+          index.push_back(static_cast<double>(j));
+        }
+        const std::int64_t length = n + begin + end;
+        const TensorId indices = constant(fmt::format("{}/index{}", nodeId, a), {length}, DType::kI32, std::move(index));
+        padded = emit(node, OpKind::kGather, fmt::format("{}/axis{}", nodeId, a), {cur, indices}, {{"axis", a}}, layer,
+                      outName);
+      }
+      if (!padded) return padded.error();
+      cur = *padded;
+    }
+    return {};
+  }
+
+  // Tile: each axis d of x becomes [repeats[d], d] by an Expand over interleaved unit axes, then merged.
+  Status tile(const onnx::NodeProto& node, const std::string& nodeId, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    auto repeats = constInts(node, nodeId, 1);
+    if (!repeats) return repeats.error();
+    const Shape shape = graph_.tensor(*x).shape;
+    if (repeats->size() != shape.size())
+      return unsupported(node, nodeId, fmt::format("repeats has {} values for rank {}", repeats->size(), shape.size()));
+    if (std::all_of(repeats->begin(), repeats->end(), [](std::int64_t r) { return r == 1; })) return alias(node, *x);
+    Shape interleaved, expanded, merged;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      interleaved.insert(interleaved.end(), {1, shape[d]});
+      expanded.insert(expanded.end(), {(*repeats)[d], shape[d]});
+      merged.push_back((*repeats)[d] * shape[d]);
+    }
+    auto split = reshape(node, nodeId + "/interleave", *x, interleaved, layer);
+    if (!split) return split.error();
+    auto wide = emit(node, OpKind::kExpand, nodeId + "/expand", {*split}, {{"shape", expanded}}, layer);
+    if (!wide) return wide.error();
+    return statusOf(reshape(node, nodeId, *wide, merged, layer, node.output(0)));
+  }
+
+  // Trilu: Where with a constant mask of the last two axes (upper: j - i >= k; lower: j - i <= k).
+  Status trilu(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    std::int64_t k = 0;
+    if (hasInput(node, 1)) {
+      auto values = constInts(node, nodeId, 1);
+      if (!values) return values.error();
+      if (values->size() != 1) return unsupported(node, nodeId, "k must hold one value");
+      k = values->front();
+    }
+    const Shape shape = graph_.tensor(*x).shape;
+    if (shape.size() < 2) return unsupported(node, nodeId, "needs an input of rank >= 2");
+    const std::int64_t rows = shape[shape.size() - 2], cols = shape.back();
+    const bool upper = view.intAttr("upper", 1) != 0;
+    std::vector<double> keep;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < cols; ++j) keep.push_back(upper ? (j - i >= k) : (j - i <= k));
+    const TensorId mask = constant(nodeId + "/mask", {rows, cols}, DType::kBool, std::move(keep));
+    const DType type = graph_.tensor(*x).dtype;
+    const TensorId zero = constant(nodeId + "/zero", {}, type, {0.0});
+    return statusOf(emit(node, OpKind::kWhere, nodeId, {mask, *x, zero}, {}, layer, node.output(0)));
+  }
+
+  // CumSum over an axis: x (axis moved last) times a constant 0/1 triangle T, T[i][j] = 1 when
+  // element i is summed into j (i <= j; < for exclusive; reversed: >=, >).
+  Status cumSum(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    auto axisValues = constInts(node, nodeId, 1);
+    if (!axisValues) return axisValues.error();
+    const Shape shape = graph_.tensor(*x).shape;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    std::int64_t axis = axisValues->empty() ? 0 : axisValues->front();
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return unsupported(node, nodeId, fmt::format("axis {} is out of range", axis));
+    const std::int64_t n = shape[axis];
+    const bool exclusive = view.intAttr("exclusive", 0) != 0, reverse = view.intAttr("reverse", 0) != 0;
+    std::vector<double> triangle;
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < n; ++j)
+        triangle.push_back(reverse ? (exclusive ? i > j : i >= j) : (exclusive ? i < j : i <= j));
+    const DType type = graph_.tensor(*x).dtype;
+    const TensorId sums = constant(nodeId + "/triangle", {n, n}, type, std::move(triangle));
+    Shape perm(static_cast<size_t>(rank));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::swap(perm[axis], perm.back());
+    const bool moved = axis != rank - 1;
+    auto last = permute(node, nodeId + "/to_last", *x, perm, layer);
+    if (!last) return last.error();
+    auto summed = emit(node, OpKind::kMatMul, nodeId, {*last, sums}, {}, layer, moved ? "" : node.output(0));
+    if (!summed || !moved) return statusOf(summed);
+    return statusOf(permute(node, nodeId + "/back", *summed, perm, layer, node.output(0)));
+  }
+
+  // InstanceNormalization: LayerNormalization over the spatial elements of each (n, c), then the
+  // per-channel scale and bias.
+  Status instanceNorm(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    auto scale = inputOf(node, nodeId, 1);
+    auto bias = inputOf(node, nodeId, 2);
+    if (!x) return x.error();
+    if (!scale) return scale.error();
+    if (!bias) return bias.error();
+    const Shape shape = graph_.tensor(*x).shape;
+    if (shape.size() < 3) return unsupported(node, nodeId, "needs an input [N, C, spatial...]");
+    std::int64_t spatial = 1;
+    for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
+    const DType type = graph_.tensor(*x).dtype;
+    auto rows = reshape(node, nodeId + "/rows", *x, {shape[0], shape[1], spatial}, layer);
+    if (!rows) return rows.error();
+    const TensorId ones = constant(nodeId + "/ones", {spatial}, type, std::vector<double>(static_cast<size_t>(spatial), 1.0));
+    auto normed = emit(node, OpKind::kLayerNormalization, nodeId, {*rows, ones},
+                       {{"axis", std::int64_t{-1}}, {"epsilon", view.floatAttr("epsilon", 1e-5)}}, layer);
+    if (!normed) return normed.error();
+    auto column = [&](TensorId v, const char* what) { return reshape(node, nodeId + "/" + what, v, {shape[1], 1}, layer); };
+    auto scaleColumn = column(*scale, "scale");
+    if (!scaleColumn) return scaleColumn.error();
+    auto biasColumn = column(*bias, "bias");
+    if (!biasColumn) return biasColumn.error();
+    auto scaled = emit(node, OpKind::kMul, nodeId + "/scaled", {*normed, *scaleColumn}, {}, layer);
+    if (!scaled) return scaled.error();
+    auto shifted = emit(node, OpKind::kAdd, nodeId + "/shifted", {*scaled, *biasColumn}, {}, layer,
+                        shape.size() == 3 ? node.output(0) : "");
+    if (!shifted || shape.size() == 3) return statusOf(shifted);
+    return statusOf(reshape(node, nodeId + "/shape", *shifted, shape, layer, node.output(0)));
+  }
+
+  // Resize (nearest, linear), one axis after another: the source coordinate of every output index
+  // by the coordinate transformation, then a Gather of constant indices (nearest) or two Gathers
+  // weighted by constant factors and added (linear).
+  Status resize(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    const Shape shape = graph_.tensor(*x).shape;
+    const auto rank = static_cast<std::int64_t>(shape.size());
+    const std::string mode = view.stringAttr("mode", "nearest");
+    const std::string transform = view.stringAttr("coordinate_transformation_mode", "half_pixel");
+    const std::string nearestMode = view.stringAttr("nearest_mode", "round_prefer_floor");
+    if (mode != "nearest" && mode != "linear")
+      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (nearest, linear)", mode));
+    if (transform == "tf_crop_and_resize")
+      return unsupported(node, nodeId, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+    if (view.hasAttr("axes")) return unsupported(node, nodeId, "the axes attribute is not supported");
+    std::vector<double> scales;
+    Shape sizes;
+    const int scalesInput = opset_ < 11 ? 1 : 2, sizesInput = 3;
+    if (hasInput(node, sizesInput)) {
+      auto values = constInts(node, nodeId, sizesInput);
+      if (!values) return values.error();
+      sizes = *values;
+    } else if (hasInput(node, scalesInput)) {
+      auto id = lookup(node.input(scalesInput));
+      if (!id || !graph_.tensor(*id).data)
+        return modelError(nodeId, fmt::format("Resize (opset {}): input {} ('{}') must be a constant; it depends on "
+                                              "values only known at run time", opset_, scalesInput, node.input(scalesInput)));
+      scales = *graph_.tensor(*id).data;
+    }
+    if (sizes.empty() && static_cast<std::int64_t>(scales.size()) != rank)
+      return unsupported(node, nodeId, fmt::format("needs {} scales or sizes", rank));
+    if (!sizes.empty() && static_cast<std::int64_t>(sizes.size()) != rank)
+      return unsupported(node, nodeId, fmt::format("sizes has {} values for rank {}", sizes.size(), rank));
+    const DType type = graph_.tensor(*x).dtype;
+    std::vector<std::int64_t> axes;
+    Shape outShape(shape);
+    for (std::int64_t a = 0; a < rank; ++a) {
+      outShape[a] = sizes.empty() ? static_cast<std::int64_t>(std::floor(shape[a] * scales[a])) : sizes[a];
+      const double scale = sizes.empty() ? scales[a] : static_cast<double>(outShape[a]) / shape[a];
+      if (outShape[a] != shape[a] || scale != 1.0) axes.push_back(a);
+    }
+    if (axes.empty()) return alias(node, *x);
+    TensorId cur = *x;
+    for (size_t k = 0; k < axes.size(); ++k) {
+      const std::int64_t a = axes[k], in = shape[a], out = outShape[a];
+      const double scale = sizes.empty() ? scales[a] : static_cast<double>(out) / in;
+      const std::string outName = k + 1 == axes.size() ? node.output(0) : "";
+      auto source = [&](std::int64_t i) {
+        if (transform == "align_corners") return out == 1 ? 0.0 : i * static_cast<double>(in - 1) / (out - 1);
+        if (transform == "asymmetric") return i / scale;
+        if (transform == "tf_half_pixel_for_nn") return (i + 0.5) / scale;
+        if (transform == "pytorch_half_pixel" && out == 1) return 0.0;
+        return (i + 0.5) / scale - 0.5;  // half_pixel, pytorch_half_pixel
+      };
+      std::vector<double> low, high, lowWeight, highWeight;
+      for (std::int64_t i = 0; i < out; ++i) {
+        const double s = source(i);
+        if (mode == "nearest") {
+          double r;
+          if (nearestMode == "floor") r = std::floor(s);
+          else if (nearestMode == "ceil") r = std::ceil(s);
+          else if (s - std::floor(s) == 0.5) r = nearestMode == "round_prefer_ceil" ? std::ceil(s) : std::floor(s);
+          else r = std::round(s);
+          low.push_back(static_cast<double>(std::clamp<std::int64_t>(static_cast<std::int64_t>(r), 0, in - 1)));
+          continue;
+        }
+        const double c = std::clamp(s, 0.0, static_cast<double>(in - 1));
+        const auto i0 = static_cast<std::int64_t>(std::floor(c));
+        low.push_back(static_cast<double>(i0));
+        high.push_back(static_cast<double>(std::min(i0 + 1, in - 1)));
+        highWeight.push_back(c - static_cast<double>(i0));
+        lowWeight.push_back(1.0 - highWeight.back());
+      }
+      auto gather = [&](std::vector<double> index, const char* what, const std::string& name) {
+        const TensorId indices = constant(fmt::format("{}/{}{}", nodeId, what, a), {out}, DType::kI32, std::move(index));
+        return emit(node, OpKind::kGather, fmt::format("{}/{}{}", nodeId, what, a), {cur, indices}, {{"axis", a}},
+                    layer, name);
+      };
+      if (mode == "nearest") {
+        auto picked = gather(low, "nearest", outName);
+        if (!picked) return picked.error();
+        cur = *picked;
+        continue;
+      }
+      Shape weightShape(static_cast<size_t>(rank), 1);
+      weightShape[a] = out;
+      auto weighted = [&](std::vector<double> index, std::vector<double> weights, const char* what) -> Expected<TensorId> {
+        auto taken = gather(std::move(index), what, "");
+        if (!taken) return taken;
+        const TensorId w = constant(fmt::format("{}/{}_weight{}", nodeId, what, a), weightShape, type, std::move(weights));
+        return emit(node, OpKind::kMul, fmt::format("{}/{}_weighted{}", nodeId, what, a), {*taken, w}, {}, layer);
+      };
+      auto lo = weighted(low, lowWeight, "low");
+      if (!lo) return lo.error();
+      auto hi = weighted(high, highWeight, "high");
+      if (!hi) return hi.error();
+      auto sum = emit(node, OpKind::kAdd, fmt::format("{}/linear{}", nodeId, a), {*lo, *hi}, {}, layer, outName);
+      if (!sum) return sum.error();
+      cur = *sum;
+    }
     return {};
   }
 
@@ -906,9 +1514,27 @@ Expected<onnx::ModelProto> parseModel(const std::string& path) {
 
 }  // namespace
 
+// A model below kMinOpset upgraded by ONNX's own version converter (every op's adapter chain).
+Status upgradeOpset(onnx::ModelProto& model, const std::string& path) {
+  for (const auto& opset : model.opset_import()) {
+    if (!opset.domain().empty() && opset.domain() != "ai.onnx") continue;
+    if (opset.version() >= kMinOpset) return {};
+    const auto from = opset.version();
+    try {
+      model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
+    } catch (const std::exception& e) {
+      return modelError(path, fmt::format("opset {} could not be upgraded to opset {} by ONNX's version converter: {}",
+                                          from, kMinOpset, e.what()));
+    }
+    return {};
+  }
+  return {};
+}
+
 Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& options) {
   auto model = parseModel(path);
   if (!model) return model.error();
+  if (auto s = upgradeOpset(*model, path); !s) return s.error();
   const auto dir = std::filesystem::path(path).parent_path();
   return Importer(*model, dir, path, options).run();
 }

@@ -1,4 +1,4 @@
-// The ONNX importer: an ONNX file (opsets 11 to 17) into an ir::Graph with static shapes.
+// The ONNX importer: an ONNX file (opsets 11 to 17; older ones upgraded) into an ir::Graph with static shapes.
 #pragma once
 
 #include <map>

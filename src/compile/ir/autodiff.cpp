@@ -1,6 +1,8 @@
 // Reverse-mode automatic differentiation on ir::Graph: one gradient rule per op kind, written with IR ops.
 #include "compile/ir/autodiff.h"
 
+#include "compile/ir/op_table.h"
+
 #include <cmath>
 #include <map>
 #include <numeric>
@@ -368,6 +370,15 @@ class BackwardBuilder {
       case OpKind::kErf:
         give(0, mul(dy, mulScalar(op(OpKind::kExp, {mulScalar(mul(in(0), in(0)), -1.0)}), 2 / std::sqrt(M_PI))));
         return {};
+      case OpKind::kNeg:
+        give(0, mulScalar(dy, -1.0));
+        return {};
+      case OpKind::kReciprocal:  // d(1/x) = -dy / x^2 = -dy y^2
+        give(0, mulScalar(mul(dy, mul(y, y)), -1.0));
+        return {};
+      case OpKind::kLog:
+        give(0, div(dy, in(0)));
+        return {};
       case OpKind::kIdentity: case OpKind::kCast:
         give(0, dy);
         return {};
@@ -503,8 +514,11 @@ class BackwardBuilder {
       case OpKind::kSoftmaxCrossEntropyLoss:
         give(0, op(OpKind::kSoftmaxCrossEntropyLossGrad, {dy, in(0), in(1)}, {{"axis", fwd.intAttr("axis", -1)}}));
         return {};
-      default:
-        return modelError(fwd.name, fmt::format("autodiff: no gradient rule for {}", opKindName(fwd.kind)));
+      default: {
+        const char* why = opDefinition(fwd.kind).noGradient;
+        return modelError(fwd.name, fmt::format("autodiff: no gradient rule for {}{}", opKindName(fwd.kind),
+                                                why ? fmt::format(" ({})", why) : std::string()));
+      }
     }
   }
 

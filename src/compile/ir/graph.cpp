@@ -1,6 +1,8 @@
 // The graph IR: construction, names of kinds and dtypes, attributes and whole-graph figures.
 #include "compile/ir/graph.h"
 
+#include "compile/ir/op_table.h"
+
 #include <algorithm>
 #include <array>
 #include <cassert>
@@ -56,7 +58,10 @@ constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames 
     "FusedMatMul", "FusedElementwise",
     "AllToAll",
     "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "ConvInputGrad", "ConvWeightGrad", "GatherGrad",
-    "MaxPoolGrad", "AveragePoolGrad"};
+    "MaxPoolGrad", "AveragePoolGrad",
+    "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Log", "Sin", "Cos", "Not", "Softplus",
+    "LeakyRelu", "Elu", "HardSigmoid", "HardSwish",
+    "Min", "Max", "Mod", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or"};
 
 }  // namespace
 
@@ -245,6 +250,7 @@ std::int64_t Graph::stateBytes() const {
 std::int64_t opFlops(const Graph& graph, const Op& op) {
   auto elements = [&](TensorId t) { return graph.tensor(t).elements(); };
   const std::int64_t out = op.outputs.empty() ? 0 : elements(op.outputs[0]);
+  if (const int perElement = opDefinition(op.kind).flopsPerElement; perElement >= 0) return out * perElement;
   switch (op.kind) {
     case OpKind::kMatMul: {
       const auto& a = graph.tensor(op.inputs[0]).shape;
@@ -277,9 +283,7 @@ std::int64_t opFlops(const Graph& graph, const Op& op) {
     }
     case OpKind::kSoftmaxCrossEntropyLoss: case OpKind::kSoftmaxCrossEntropyLossGrad:
       return 5 * elements(op.inputs[op.kind == OpKind::kSoftmaxCrossEntropyLoss ? 0 : 1]);
-    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
-    case OpKind::kEqual: case OpKind::kWhere: case OpKind::kRelu: case OpKind::kGelu: case OpKind::kTanh:
-    case OpKind::kSigmoid: case OpKind::kExp: case OpKind::kSqrt: case OpKind::kErf:
+    case OpKind::kWhere:
       return out;
     case OpKind::kFusedElementwise:
       return out * static_cast<std::int64_t>(op.intsAttr("steps").size() / 3);

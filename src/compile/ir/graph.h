@@ -53,6 +53,10 @@ enum class OpKind : std::uint8_t {
   // Training (src/compile/ir/autodiff.h): the loss and the gradient kernels the backward pass needs.
   kSoftmaxCrossEntropyLoss, kSoftmaxCrossEntropyLossGrad, kConvInputGrad, kConvWeightGrad, kGatherGrad,
   kMaxPoolGrad, kAveragePoolGrad,
+  // Elementwise kinds of imported models (src/compile/ir/op_table.cpp defines every kind's entries).
+  kNeg, kAbs, kReciprocal, kFloor, kCeil, kLog, kSin, kCos, kNot, kSoftplus,
+  kLeakyRelu, kElu, kHardSigmoid, kHardSwish,
+  kMin, kMax, kMod, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAnd, kOr,
   kCount  ///< number of kinds, not a kind
 };
 

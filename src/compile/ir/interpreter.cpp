@@ -1,6 +1,8 @@
 // The reference interpreter: straightforward loops over row-major data, one kernel per op kind.
 #include "compile/ir/interpreter.h"
 
+#include "compile/ir/op_table.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -65,56 +67,19 @@ std::int64_t asInt(double v) {
   return static_cast<std::int64_t>(v);
 }
 
+// The elementwise kinds' reference functions are the op table's (op_table.cpp).
 double unaryOp(OpKind kind, double x, const Attrs& attrs) {
-  switch (kind) {
-    case OpKind::kRelu: return x > 0 ? x : 0;
-    case OpKind::kTanh: return std::tanh(x);
-    case OpKind::kSigmoid: return 1 / (1 + std::exp(-x));
-    case OpKind::kExp: return std::exp(x);
-    case OpKind::kSqrt: return std::sqrt(x);
-    case OpKind::kErf: return std::erf(x);
-    case OpKind::kGelu: {
-      Op op{kind, "", {}, {}, attrs, 0};
-      if (op.stringAttr("approximate", "none") == "tanh")
-        return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
-      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
-    }
-    case OpKind::kIdentity: return x;
-    default: return x;
-  }
+  return opDefinition(kind).unary(x, Op{kind, "", {}, {}, attrs, 0});
 }
 
-double binaryOp(OpKind kind, double a, double b, DType dtype) {
+double binaryOp(OpKind kind, double a, double b, DType dtype, const Attrs& attrs = {}) {
   const bool integer = !isFloat(dtype) && dtype != DType::kBool;
-  switch (kind) {
-    case OpKind::kAdd: return integer ? static_cast<double>(asInt(a) + asInt(b)) : a + b;
-    case OpKind::kSub: return integer ? static_cast<double>(asInt(a) - asInt(b)) : a - b;
-    case OpKind::kMul: return integer ? static_cast<double>(asInt(a) * asInt(b)) : a * b;
-    case OpKind::kDiv:
-      if (integer) return asInt(b) == 0 ? 0.0 : static_cast<double>(asInt(a) / asInt(b));
-      return a / b;
-    case OpKind::kPow:
-      if (integer) {
-        std::int64_t r = 1, base = asInt(a), e = asInt(b);
-        if (e < 0) return base == 1 ? 1.0 : 0.0;
-        for (; e > 0; --e) r *= base;
-        return static_cast<double>(r);
-      }
-      return std::pow(a, b);
-    case OpKind::kEqual: return a == b ? 1 : 0;
-    default: return a;
-  }
+  return opDefinition(kind).binary(a, b, Op{kind, "", {}, {}, attrs, 0}, integer);
 }
 
-bool isUnary(OpKind kind) {
-  return kind == OpKind::kRelu || kind == OpKind::kGelu || kind == OpKind::kTanh || kind == OpKind::kSigmoid ||
-         kind == OpKind::kExp || kind == OpKind::kSqrt || kind == OpKind::kErf || kind == OpKind::kIdentity;
-}
+bool isUnary(OpKind kind) { return opDefinition(kind).unary != nullptr; }
 
-bool isBinary(OpKind kind) {
-  return kind == OpKind::kAdd || kind == OpKind::kSub || kind == OpKind::kMul || kind == OpKind::kDiv ||
-         kind == OpKind::kPow || kind == OpKind::kEqual;
-}
+bool isBinary(OpKind kind) { return opDefinition(kind).binary != nullptr; }
 
 Value make(const TensorType& type) {
   Value v;
@@ -341,7 +306,7 @@ double fusedStep(std::int64_t kind, double running, double extra, std::int64_t p
                  const Attrs& attrs) {
   const auto k = static_cast<OpKind>(kind);
   if (isUnary(k)) return unaryOp(k, running, attrs);
-  return position == 0 ? binaryOp(k, running, extra, dtype) : binaryOp(k, extra, running, dtype);
+  return position == 0 ? binaryOp(k, running, extra, dtype, attrs) : binaryOp(k, extra, running, dtype, attrs);
 }
 
 }  // namespace
@@ -379,9 +344,9 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
     return finish();
   }
   if (isBinary(kind)) {
-    const DType dtype = kind == OpKind::kEqual ? in[0]->dtype : y->dtype;
+    const DType dtype = opDefinition(kind).shape == ShapeRule::kCompare ? in[0]->dtype : y->dtype;
     forEachBroadcast(y->shape, {&in[0]->shape, &in[1]->shape}, [&](std::int64_t i, const std::vector<std::int64_t>& o) {
-      y->data[i] = binaryOp(kind, in[0]->data[o[0]], in[1]->data[o[1]], dtype);
+      y->data[i] = binaryOp(kind, in[0]->data[o[0]], in[1]->data[o[1]], dtype, attrs);
     });
     return finish();
   }

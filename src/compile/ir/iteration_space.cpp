@@ -1,6 +1,8 @@
 // Iteration spaces: one loop nest per op kind, with the affine index map of every operand.
 #include "compile/ir/iteration_space.h"
 
+#include "compile/ir/op_table.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -121,7 +123,10 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
   auto shapeIn = [&](size_t i) -> const Shape& { return graph.tensor(op.inputs[i]).shape; };
   const Shape out = op.outputs.empty() ? Shape{} : graph.tensor(op.outputs[0]).shape;
 
-  switch (op.kind) {
+  // The op table's elementwise kinds share Where's broadcasting loop nest.
+  const ShapeRule rule = opDefinition(op.kind).shape;
+  const bool elementwise = rule == ShapeRule::kUnary || rule == ShapeRule::kBinary || rule == ShapeRule::kCompare;
+  switch (elementwise ? OpKind::kWhere : op.kind) {
     case OpKind::kMatMul: case OpKind::kFusedMatMul: {
       Shape a = shapeIn(0), w = shapeIn(1);
       const bool aVec = a.size() == 1, bVec = w.size() == 1;
@@ -216,10 +221,7 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
       b.s.combiner = op.kind == OpKind::kMaxPool ? Combiner::kMax : Combiner::kSum;
       break;
     }
-    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
-    case OpKind::kEqual: case OpKind::kWhere: case OpKind::kFusedElementwise: case OpKind::kRelu:
-    case OpKind::kGelu: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kExp: case OpKind::kSqrt:
-    case OpKind::kErf: case OpKind::kIdentity: case OpKind::kCast: case OpKind::kExpand: {
+    case OpKind::kWhere: case OpKind::kFusedElementwise: case OpKind::kCast: case OpKind::kExpand: {
       const auto dims = outputDims(b, out);
       for (size_t i = 0; i < op.inputs.size(); ++i) b.read(static_cast<int>(i), broadcastIndex(shapeIn(i), out, dims));
       break;
@@ -382,7 +384,7 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
       // Training kernels: loops over their result on one chip; the partitioner costs them per layer.
       for (int d : outputDims(b, out)) b.s.opaque[d] = true;
       break;
-    case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
+    default:  // the leaves and kCount
       return modelError(op.name, "not an op kind that computes");
   }
   return std::move(b.s);

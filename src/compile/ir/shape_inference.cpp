@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "compile/ir/graph.h"
+#include "compile/ir/op_table.h"
 
 namespace tsp::ir {
 
@@ -75,6 +76,22 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
     return modelError(name, fmt::format("{} axis {} is out of range for rank {}", opName, axis, rank));
   };
 
+  // The op table's elementwise kinds: one rule per group.
+  switch (opDefinition(kind).shape) {
+    case ShapeRule::kUnary:
+      if (auto s = need(1, 1); !s) return s.error();
+      return one(shapeOf(0), typeOf(0));
+    case ShapeRule::kBinary: case ShapeRule::kCompare: {
+      if (auto s = need(2, 2); !s) return s.error();
+      auto out = broadcastShapes(shapeOf(0), shapeOf(1));
+      if (!out)
+        return modelError(name, fmt::format("{} shapes do not broadcast: {} and {}", opName, shapeText(shapeOf(0)),
+                                            shapeText(shapeOf(1))));
+      return one(*out, opDefinition(kind).shape == ShapeRule::kCompare ? DType::kBool : typeOf(0));
+    }
+    case ShapeRule::kOwn: case ShapeRule::kNotAnOp:
+      break;
+  }
   switch (kind) {
     case OpKind::kMatMul:
     case OpKind::kFusedMatMul: {
@@ -142,15 +159,6 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       }
       return one(out, typeOf(0));
     }
-    case OpKind::kAdd: case OpKind::kSub: case OpKind::kMul: case OpKind::kDiv: case OpKind::kPow:
-    case OpKind::kEqual: {
-      if (auto s = need(2, 2); !s) return s.error();
-      auto out = broadcastShapes(shapeOf(0), shapeOf(1));
-      if (!out)
-        return modelError(name, fmt::format("{} shapes do not broadcast: {} and {}", opName, shapeText(shapeOf(0)),
-                                            shapeText(shapeOf(1))));
-      return one(*out, kind == OpKind::kEqual ? DType::kBool : typeOf(0));
-    }
     case OpKind::kWhere: {
       if (auto s = need(3, 3); !s) return s.error();
       auto out = broadcastShapes(shapeOf(0), shapeOf(1));
@@ -172,10 +180,6 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       if (steps.empty() || steps.size() % 3 != 0) return modelError(name, "FusedElementwise needs steps (3 per op)");
       return one(out, at.text("dtype", "") == "bool" ? DType::kBool : typeOf(0));
     }
-    case OpKind::kRelu: case OpKind::kGelu: case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kExp:
-    case OpKind::kSqrt: case OpKind::kErf: case OpKind::kIdentity:
-      if (auto s = need(1, 1); !s) return s.error();
-      return one(shapeOf(0), typeOf(0));
     case OpKind::kSoftmax: {
       if (auto s = need(1, 1); !s) return s.error();
       if (!normAxis(at.integer("axis", -1), static_cast<std::int64_t>(shapeOf(0).size())))
@@ -531,7 +535,7 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
         return modelError(name, "AveragePoolGrad needs the pool's kernel_shape and input_shape");
       return one(out, typeOf(0));
     }
-    case OpKind::kInput: case OpKind::kWeight: case OpKind::kCount:
+    default:  // the table's elementwise kinds (above), the leaves and kCount
       break;
   }
   return modelError(name, "not an op kind that computes");

@@ -57,6 +57,29 @@ const char* vxmFuncName(VxmFunc func) {
     case VxmFunc::kEqual: return "equal";
     case VxmFunc::kMaskSet: return "mask_set";
     case VxmFunc::kMaskClear: return "mask_clear";
+    case VxmFunc::kNeg: return "neg";
+    case VxmFunc::kAbs: return "abs";
+    case VxmFunc::kReciprocal: return "reciprocal";
+    case VxmFunc::kFloor: return "floor";
+    case VxmFunc::kCeil: return "ceil";
+    case VxmFunc::kLog: return "log";
+    case VxmFunc::kSin: return "sin";
+    case VxmFunc::kCos: return "cos";
+    case VxmFunc::kNot: return "not";
+    case VxmFunc::kSoftplus: return "softplus";
+    case VxmFunc::kLeakyRelu: return "leaky_relu";
+    case VxmFunc::kElu: return "elu";
+    case VxmFunc::kHardSigmoid: return "hard_sigmoid";
+    case VxmFunc::kHardSwish: return "hard_swish";
+    case VxmFunc::kMin: return "min";
+    case VxmFunc::kMod: return "mod";
+    case VxmFunc::kFmod: return "fmod";
+    case VxmFunc::kLess: return "less";
+    case VxmFunc::kGreater: return "greater";
+    case VxmFunc::kLessOrEqual: return "less_or_equal";
+    case VxmFunc::kGreaterOrEqual: return "greater_or_equal";
+    case VxmFunc::kAnd: return "and";
+    case VxmFunc::kOr: return "or";
   }
   return "?";
 }

@@ -58,9 +58,21 @@ enum class VxmFunc : std::uint8_t {
   kEqual,       ///< 1 where a == b, else 0 (a bool result)
   kMaskSet,     ///< a where the lane mask b is nonzero, else 0 (one half of a select)
   kMaskClear,   ///< a where the lane mask b is zero, else 0 (the other half of a select)
+  kNeg, kAbs, kReciprocal, kFloor, kCeil, kLog, kSin, kCos,
+  kNot,         ///< 1 where a is 0, else 0
+  kSoftplus,    ///< log(1 + exp(a))
+  kLeakyRelu,   ///< a >= 0 ? a : immediate * a
+  kElu,         ///< a > 0 ? a : immediate * (exp(a) - 1)
+  kHardSigmoid, ///< clamp(immediate * a + immediate2, 0, 1)
+  kHardSwish,   ///< a * clamp(a / 6 + 1/2, 0, 1)
+  kMin,         ///< min(a, b)
+  kMod,         ///< a mod b with the divisor's sign (ONNX Mod, fmod = 0)
+  kFmod,        ///< a mod b with the dividend's sign (C's fmod; ONNX Mod, fmod = 1)
+  kLess, kGreater, kLessOrEqual, kGreaterOrEqual,  ///< 1 where the comparison holds, else 0
+  kAnd, kOr,    ///< logical, on nonzero lanes
 };
 /// The last VxmFunc (the on-disk forms refuse larger codes).
-inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kMaskClear;
+inline constexpr VxmFunc kLastVxmFunc = VxmFunc::kOr;
 /// Lower-case name of a VXM function ("add", ...; "" for kNone).
 const char* vxmFuncName(VxmFunc func);
 

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/ir/op_table.h"
 #include "compile/lower/lowering_internal.h"
 
 namespace tsp::lower {
@@ -75,20 +76,48 @@ isa::VxmFunc funcOf(ir::OpKind kind) {
     case ir::OpKind::kSigmoid: return isa::VxmFunc::kSigmoid;
     case ir::OpKind::kSqrt: return isa::VxmFunc::kSqrt;
     case ir::OpKind::kCast: return isa::VxmFunc::kConvert;
+    case ir::OpKind::kNeg: return isa::VxmFunc::kNeg;
+    case ir::OpKind::kAbs: return isa::VxmFunc::kAbs;
+    case ir::OpKind::kReciprocal: return isa::VxmFunc::kReciprocal;
+    case ir::OpKind::kFloor: return isa::VxmFunc::kFloor;
+    case ir::OpKind::kCeil: return isa::VxmFunc::kCeil;
+    case ir::OpKind::kLog: return isa::VxmFunc::kLog;
+    case ir::OpKind::kSin: return isa::VxmFunc::kSin;
+    case ir::OpKind::kCos: return isa::VxmFunc::kCos;
+    case ir::OpKind::kNot: return isa::VxmFunc::kNot;
+    case ir::OpKind::kSoftplus: return isa::VxmFunc::kSoftplus;
+    case ir::OpKind::kLeakyRelu: return isa::VxmFunc::kLeakyRelu;
+    case ir::OpKind::kElu: return isa::VxmFunc::kElu;
+    case ir::OpKind::kHardSigmoid: return isa::VxmFunc::kHardSigmoid;
+    case ir::OpKind::kHardSwish: return isa::VxmFunc::kHardSwish;
+    case ir::OpKind::kMin: return isa::VxmFunc::kMin;
+    case ir::OpKind::kMax: return isa::VxmFunc::kMax;
+    case ir::OpKind::kMod: return isa::VxmFunc::kMod;
+    case ir::OpKind::kLess: return isa::VxmFunc::kLess;
+    case ir::OpKind::kGreater: return isa::VxmFunc::kGreater;
+    case ir::OpKind::kLessOrEqual: return isa::VxmFunc::kLessOrEqual;
+    case ir::OpKind::kGreaterOrEqual: return isa::VxmFunc::kGreaterOrEqual;
+    case ir::OpKind::kAnd: return isa::VxmFunc::kAnd;
+    case ir::OpKind::kOr: return isa::VxmFunc::kOr;
     default: return isa::VxmFunc::kNone;
+  }
+}
+
+std::optional<std::pair<float, float>> vxmImmediates(const ir::Op& op) {
+  switch (op.kind) {
+    case ir::OpKind::kLeakyRelu: return std::pair{static_cast<float>(op.floatAttr("alpha", 0.01)), 0.0f};
+    case ir::OpKind::kElu: return std::pair{static_cast<float>(op.floatAttr("alpha", 1.0)), 0.0f};
+    case ir::OpKind::kHardSigmoid:
+      return std::pair{static_cast<float>(op.floatAttr("alpha", 0.2)), static_cast<float>(op.floatAttr("beta", 0.5))};
+    default: return std::nullopt;
   }
 }
 
 bool storageTypeComputes(ir::DType type) { return type == ir::DType::kF16 || type == ir::DType::kI8; }
 
 bool computesValues(ir::OpKind kind) {
-  switch (kind) {
-    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
-    case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
-    case ir::OpKind::kErf: case ir::OpKind::kExp: case ir::OpKind::kSigmoid: case ir::OpKind::kSqrt:
-    case ir::OpKind::kIdentity: case ir::OpKind::kEqual: case ir::OpKind::kCast: case ir::OpKind::kWhere: return true;
-    default: return false;
-  }
+  // Every elementwise kind's function is one the functional VXM computes (Where: a select of three).
+  return kind == ir::OpKind::kWhere || kind == ir::OpKind::kIdentity || funcOf(kind) != isa::VxmFunc::kNone;
 }
 
 Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
@@ -625,32 +654,25 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
 }
 
 Status Lowering::lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
-  // One lowering per family of op kinds; a new kind joins the family whose units it uses.
-  switch (op.kind) {
-    case ir::OpKind::kMatMul:
-    case ir::OpKind::kGemm:
-    case ir::OpKind::kFusedMatMul: return lowerMatMul(op, ops, position, consumed);
-    case ir::OpKind::kConv: return lowerConv(op, ops, position, consumed);
-    case ir::OpKind::kAdd: case ir::OpKind::kSub: case ir::OpKind::kMul: case ir::OpKind::kDiv:
-    case ir::OpKind::kPow: case ir::OpKind::kRelu: case ir::OpKind::kGelu: case ir::OpKind::kTanh:
-    case ir::OpKind::kSigmoid: case ir::OpKind::kExp: case ir::OpKind::kSqrt: case ir::OpKind::kErf:
-    case ir::OpKind::kCast: case ir::OpKind::kEqual: case ir::OpKind::kWhere: return lowerElementwise(op);
-    case ir::OpKind::kBatchNormalization: return lowerBatchNorm(op);
-    case ir::OpKind::kSoftmax:
-    case ir::OpKind::kLayerNormalization: return lowerNormalization(op);
-    case ir::OpKind::kMaxPool: case ir::OpKind::kAveragePool: return lowerPool(op);
-    case ir::OpKind::kGlobalAveragePool: case ir::OpKind::kReduceMean: case ir::OpKind::kReduceSum:
-    case ir::OpKind::kReduceMax: return lowerReduction(op);
-    case ir::OpKind::kTranspose: case ir::OpKind::kReshape: case ir::OpKind::kFlatten:
-    case ir::OpKind::kSqueeze: case ir::OpKind::kUnsqueeze: case ir::OpKind::kIdentity:
-    case ir::OpKind::kExpand: case ir::OpKind::kGather: return lowerDataMovement(op);
-    case ir::OpKind::kConcat: case ir::OpKind::kSplit: case ir::OpKind::kSlice: return lowerCopy(op);
-    case ir::OpKind::kSoftmaxCrossEntropyLoss: return lowerLoss(op);
-    case ir::OpKind::kSoftmaxCrossEntropyLossGrad: return lowerLossGrad(op);
-    case ir::OpKind::kGatherGrad: return lowerGatherGrad(op);
-    default: break;
+  // One lowering per family of op kinds (the op table's entry); a new kind joins the family whose units it uses.
+  const ir::OpDefinition& def = ir::opDefinition(op.kind);
+  switch (def.lowering) {
+    case ir::LoweringFamily::kMatMul: return lowerMatMul(op, ops, position, consumed);
+    case ir::LoweringFamily::kConv: return lowerConv(op, ops, position, consumed);
+    case ir::LoweringFamily::kElementwise: return lowerElementwise(op);
+    case ir::LoweringFamily::kBatchNorm: return lowerBatchNorm(op);
+    case ir::LoweringFamily::kNormalization: return lowerNormalization(op);
+    case ir::LoweringFamily::kPool: return lowerPool(op);
+    case ir::LoweringFamily::kReduction: return lowerReduction(op);
+    case ir::LoweringFamily::kDataMovement: return lowerDataMovement(op);
+    case ir::LoweringFamily::kCopy: return lowerCopy(op);
+    case ir::LoweringFamily::kLoss: return lowerLoss(op);
+    case ir::LoweringFamily::kLossGrad: return lowerLossGrad(op);
+    case ir::LoweringFamily::kGatherGrad: return lowerGatherGrad(op);
+    case ir::LoweringFamily::kCommunication: case ir::LoweringFamily::kNone: break;
   }
-  return modelError(op.name, fmt::format("op kind {} cannot be lowered", ir::opKindName(op.kind)));
+  return modelError(op.name, fmt::format("op kind {} cannot be lowered{}", ir::opKindName(op.kind),
+                                         def.noLowering ? fmt::format(" ({})", def.noLowering) : std::string()));
 }
 
 Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
@@ -988,7 +1010,9 @@ Status Lowering::lowerElementwise(const ir::Op& op) {
     operands = {op.inputs[1], op.inputs[0], op.inputs[2], op.inputs[0]};
     funcs = {isa::VxmFunc::kMaskSet, isa::VxmFunc::kMaskClear, isa::VxmFunc::kAdd};
   } else {
-    funcs.assign(std::max<size_t>(1, operands.size() - 1), funcOf(op.kind));
+    // Mod's fmod = 1 takes the dividend's sign (C's fmod), fmod = 0 the divisor's.
+    const bool fmod = op.kind == ir::OpKind::kMod && op.intAttr("fmod", 0) != 0;
+    funcs.assign(std::max<size_t>(1, operands.size() - 1), fmod ? isa::VxmFunc::kFmod : funcOf(op.kind));
   }
   return lowerVxmChain(op, operands, funcs, computesValues(op.kind));
 }
@@ -1190,8 +1214,10 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         alu.inst = makeInst(vxm, binary ? Opcode::kVxmBinary : Opcode::kVxmUnary, n);
         alu.inst.func = funcs[i];
         alu.inst.timingOnly = timingOnly;
-        if (!timingOnly && ((fresh && splat[first]) || splatSide || typed)) {
+        const auto immediates = vxmImmediates(op);
+        if (!timingOnly && ((fresh && splat[first]) || splatSide || typed || immediates)) {
           isa::FunctionalOperand operand;
+          if (immediates) std::tie(operand.immediate, operand.immediate2) = *immediates;
           operand.splatA = fresh && splat[first];
           operand.splatB = splatSide;
           // A fresh read is of the op's operand's type, the chain's value of the output's.

@@ -5,6 +5,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -17,6 +18,9 @@ namespace tsp::lower::detail {
 isa::Instruction makeInst(int unit, isa::Opcode op, std::int64_t repeat, int interval = 1);
 /// The VXM function of an elementwise op kind (one of the same cost where the ALU has none of its own).
 isa::VxmFunc funcOf(ir::OpKind kind);
+/// The immediates (FunctionalOperand::immediate, immediate2) of an elementwise op's VXM function:
+/// LeakyRelu's and Elu's alpha, HardSigmoid's alpha and beta; nullopt for the others.
+std::optional<std::pair<float, float>> vxmImmediates(const ir::Op& op);
 /// Whether funcOf(kind) computes the op's values (functional mode) or only stands in for its cost.
 bool computesValues(ir::OpKind kind);
 /// Whether the MXM and the named accumulators compute on values of this type (FP16 or INT8, the
