@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "compile/schedule/cluster_schedule.h"
 #include "runtime/functional_run.h"
@@ -184,6 +185,39 @@ TEST(FunctionalOps, StridedPaddedConvAndPaddedMaxPoolMatchTheInterpreter) {
     const Status s = runOnOneChip(g);
     EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << ": " << s.error().format();
   }
+}
+
+TEST(FunctionalOps, DepthwiseConvsMatchTheInterpreter) {
+  // MobileNet's 3 x 3 (stride 1 and 2), ConvNeXt's 7 x 7 with bias; 200 channels (two FP16 tiles).
+  for (const auto dt : {ir::DType::kF16, ir::DType::kI8})
+    for (const auto& [k, stride, bias] : {std::tuple{3, 1, false}, std::tuple{3, 2, false}, std::tuple{7, 1, true}}) {
+      ir::Graph g;
+      const std::int64_t c = 200, pad = k / 2;
+      const auto x = mapOf(g, "x", {2, c, 9, 9}, dt);
+      std::vector<ir::TensorId> ins = {x, g.addWeight("w", {c, 1, k, k}, dt)};
+      if (bias) ins.push_back(g.addWeight("b", {c}, dt));
+      g.markOutput(*g.addOp(OpKind::kConv, "depthwise", ins,
+                            {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}}, {"group", c},
+                             {"pads", Ints{pad, pad, pad, pad}}},
+                            0));
+      const Status s = runOnOneChip(g);
+      EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << " " << k << "x" << k << " stride " << stride << ": "
+                          << s.error().format();
+    }
+}
+
+TEST(FunctionalOps, SqueezeExcitationMatchesTheInterpreter) {
+  // Global pool, two 1 x 1 Convs, a sigmoid gate [N, C, 1, 1] multiplied into the map (batch 2: the
+  // gate's row n serves the H*W rows of image n).
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto x = mapOf(g, "x", {2, 48, 5, 5}, dt);
+  const auto pooled = *g.addOp(OpKind::kGlobalAveragePool, "pool", {x}, 0);
+  const auto squeezed = *g.addOp(OpKind::kRelu, "relu", {*g.addOp(OpKind::kConv, "reduce", {pooled, g.addWeight("w1", {12, 48, 1, 1}, dt)}, 0)}, 0);
+  const auto gate = *g.addOp(OpKind::kSigmoid, "gate", {*g.addOp(OpKind::kConv, "expand", {squeezed, g.addWeight("w2", {48, 12, 1, 1}, dt)}, 0)}, 0);
+  g.markOutput(*g.addOp(OpKind::kMul, "scale", {x, gate}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
 TEST(FunctionalOps, PackedTapConvMatchesTheInterpreter) {

@@ -1102,7 +1102,13 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
         !(spatial_ && outShape.size() == 4))
       period[i] = inRows;
-    if (inRows > 1 && inRows < rows && !period[i] && !(spatial_ && outShape.size() == 4)) {
+    // A per-image channel vector [N, C, 1, 1] on a channels-last map [N, C, H, W] (squeeze-excitation's
+    // gate): image n's H*W rows take its row n.
+    if (spatial_ && outShape.size() == 4 && inShape.size() == 4 && inShape[0] == outShape[0] &&
+        inShape[1] == outShape[1] && inShape[2] == 1 && inShape[3] == 1 && inRows > 1 && inRows < rows &&
+        rows == inRows * outShape[2] * outShape[3])
+      repeat[i] = outShape[2] * outShape[3];
+    if (inRows > 1 && inRows < rows && !period[i] && !repeat[i] && !(spatial_ && outShape.size() == 4)) {
       const std::int64_t r = rowRepeat(inShape, outShape);
       if (r == 1 && rows % inRows == 0) period[i] = inRows;  // leading dimensions of 1, then the output's trailing ones
       if (r > 1 && rows % (r * inRows) == 0) repeat[i] = r;

@@ -206,6 +206,8 @@ class Lowering {
   // Passes over one block of output pixels for taps [tap0, tap1) of input tile `tile`, combining each
   // with the previous partial; with shiftLanes every pass after the first moves its rows to its
   // tap's lanes on the SXM (packing taps into one vector).
+  // With tapWeights (a depthwise Conv's [C, 1, kh, kw] weights), every tap is first multiplied by its
+  // weight row; with bias, the last pass adds the bias row.
   // With `computes`, every tap's rows are realigned (padding `fill`) through a window: a shifted
   // tap's on its SXM shift, an unshifted one's as the ALU instruction's src (or src2) operand.
   // A nonzero `tapScale` is the immediate of kScaleAdd steps (an average pool: the first tap times
@@ -215,7 +217,11 @@ class Lowering {
                                bool shiftLanes, isa::VxmFunc first, isa::VxmFunc combine, bool computes, float fill,
                                const std::function<Step(int, int)>& finalWrite, const std::vector<Access>& finalWrites,
                                const alloc::SliceSet& avoid, float tapScale = 0.0f,
-                               isa::VxmFunc finish = isa::VxmFunc::kNone);
+                               isa::VxmFunc finish = isa::VxmFunc::kNone, ir::TensorId tapWeights = -1,
+                               ir::TensorId bias = -1);
+  // A depthwise Conv (group = channels = filters): per tap, the window's pixels times the tap's
+  // weight row on the VXM, summed over the taps (tapPasses with tapWeights), plus the bias.
+  Status lowerDepthwiseConv(const ir::Op& op);
   // The SXM unit for a gather pass's `rows` shifted rows read on MEM unit `readUnit` (the index-th
   // shift of its chain picks among the hemisphere's units), counted in sxmRows_.
   int gatherShiftUnit(int readUnit, std::int64_t rows, int index);

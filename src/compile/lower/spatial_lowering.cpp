@@ -28,7 +28,8 @@ const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& gra
   const ir::Tensor& t = graph.tensor(id);
   if (t.role != ir::TensorRole::kInput || t.users.size() != 1) return nullptr;
   const ir::Op& op = graph.op(t.users[0]);
-  if (op.kind != ir::OpKind::kConv || op.inputs[0] != id || op.inputs.size() < 2) return nullptr;
+  if (op.kind != ir::OpKind::kConv || op.inputs[0] != id || op.inputs.size() < 2 || op.intAttr("group", 1) != 1)
+    return nullptr;
   const auto& w = graph.tensor(op.inputs[1]).shape;
   if (w.size() != 4) return nullptr;
   return w[1] * w[2] * w[3] * ir::dtypeBytes(t.dtype) <= chip.vectorBytes ? &op : nullptr;
@@ -234,10 +235,14 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   const ir::Tensor& x = graph_.tensor(in);
   const ir::Tensor& w = graph_.tensor(op.inputs[1]);
   const std::int64_t group = op.intAttr("group", 1);
-  if (x.shape.size() != 4 || group != 1)
-    return modelError(op.name, fmt::format("Conv over {} spatial dimensions with group {} cannot be lowered (2-D, "
-                                           "group 1 only)",
-                                           x.shape.size() - 2, group));
+  if (x.shape.size() != 4)
+    return modelError(op.name, fmt::format("Conv over {} spatial dimensions cannot be lowered (2-D only)",
+                                           x.shape.size() - 2));
+  if (group > 1 && group == x.shape[1] && w.shape[0] == group) return lowerDepthwiseConv(op);
+  if (group != 1)
+    return modelError(op.name, fmt::format("a grouped Conv (group {} of {} channels, {} per group) cannot be lowered: "
+                                           "group 1 or depthwise only",
+                                           group, x.shape[1], x.shape[1] / group));
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
   MxmJob job;
@@ -677,7 +682,8 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
                                                  isa::VxmFunc combine, bool computes, float fill,
                                                  const std::function<Step(int, int)>& finalWrite,
                                                  const std::vector<Access>& finalWrites, const alloc::SliceSet& avoid,
-                                                 float tapScale, isa::VxmFunc finish) {
+                                                 float tapScale, isa::VxmFunc finish, ir::TensorId tapWeights,
+                                                 ir::TensorId bias) {
   // One pass per tap: read the tap's input rows, [shift them to the tap's lanes on the SXM,] combine
   // with the partial of the previous pass, write the new partial. Partials alternate between two
   // scratch blocks, so that no task reads and writes one slice; the last pass writes finalWrite.
@@ -760,7 +766,35 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     };
     int aluAt = operand[0];
     int aluWindow = operandWindow[0];
-    if (width == 1) aluAt = addAlu(aluAt, aluWindow, -1, -1);
+    // A row of one value per lane (channel) read once for every output row (stride 0): tap t's
+    // weights of a depthwise convolution, or its bias.
+    auto rowOperand = [&](ir::TensorId tensor, std::int64_t row) {
+      Step r = readStep(tensor, tile, row, 1, false);
+      r.inst.repeat = static_cast<std::int32_t>(rows);
+      r.inst.stride = 0;
+      reads.push_back({tensor, tile, row, 1, static_cast<int>(task.steps.size())});
+      task.steps.push_back(r);
+      return static_cast<int>(task.steps.size()) - 1;
+    };
+    if (tapWeights >= 0) {  // the tap times its weights, then (after the first tap) plus the partial
+      const int weightAt = rowOperand(tapWeights, tap);
+      Step product;
+      product.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+      product.inst.func = isa::VxmFunc::kMul;
+      product.inst.timingOnly = !computes;
+      if (aluWindow >= 0) {
+        isa::FunctionalOperand realigned;
+        realigned.window = aluWindow;
+        product.inst.operand = addOperand(realigned);
+      }
+      product.producer = aluAt;
+      product.producer2 = weightAt;
+      task.steps.push_back(product);
+      aluAt = static_cast<int>(task.steps.size()) - 1;
+      if (pass > 0) aluAt = addAlu(aluAt, -1, -1, -1);
+    } else if (width == 1) {
+      aluAt = addAlu(aluAt, aluWindow, -1, -1);
+    }
     for (std::int64_t i = 1; i < width; ++i) {
       aluAt = addAlu(aluAt, aluWindow, operand[i], operandWindow[i]);
       aluWindow = -1;  // the folded taps are realigned already
@@ -776,6 +810,17 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
     }
     tap += width;
     const bool last = tap == tap1;
+    if (last && bias >= 0) {  // the bias row added to the sum
+      const int biasAt = rowOperand(bias, 0);
+      Step add;
+      add.inst = makeInst(vxm, Opcode::kVxmBinary, rows);
+      add.inst.func = isa::VxmFunc::kAdd;
+      add.inst.timingOnly = !computes;
+      add.producer = aluAt;
+      add.producer2 = biasAt;
+      task.steps.push_back(add);
+      aluAt = static_cast<int>(task.steps.size()) - 1;
+    }
     if (last && finish != isa::VxmFunc::kNone) {  // one more ALU step on the result (a deferred ReLU)
       Step alu;
       alu.inst = makeInst(vxm, Opcode::kVxmUnary, rows);
@@ -811,6 +856,41 @@ Expected<Lowering::TapChain> Lowering::tapPasses(const std::string& name, const 
   }
   for (int p = 0; p < 2; ++p) opScratch_.push_back({partial[p], readers[p]});
   return chain;
+}
+
+Status Lowering::lowerDepthwiseConv(const ir::Op& op) {
+  // Channels along the lanes: every channel's output is its own input window times its own taps,
+  // one VXM pass per tap (tapPasses) multiplying the tap's pixels by the tap's weight row (weights
+  // [C, 1, kh, kw] stored as kh*kw rows of C) and adding the partial; the bias joins the last pass.
+  const ir::TensorId in = op.inputs[0], weights = op.inputs[1], out = op.outputs[0];
+  const ir::TensorId bias = op.inputs.size() > 2 ? op.inputs[2] : -1;
+  alloc::SliceSet avoid = slicesOf(in);
+  avoid.insert(slicesOf(weights));
+  if (bias >= 0) {
+    if (auto s = place(bias, graph_.tensor(bias).producer < 0, avoid); !s) return s;
+    avoid.insert(slicesOf(bias));
+  }
+  if (auto s = place(out, false, avoid); !s) return s;
+  avoid.insert(slicesOf(out));
+  const Window win = windowOf(graph_, op);
+  const ir::DType type = graph_.tensor(in).dtype;
+  const bool computes = storageTypeComputes(type) && graph_.tensor(weights).dtype == type &&
+                        (bias < 0 || graph_.tensor(bias).dtype == type);
+  if (!computes)
+    timingReason_ = fmt::format("its taps and weights are FP16 or INT8 of one type, not {} and {}", ir::dtypeName(type),
+                                ir::dtypeName(graph_.tensor(weights).dtype));
+  const TensorState& ys = tensors_.at(out);
+  for (int t = 0; t < ys.placement.tiles; ++t)
+    for (const auto& block : windowBlocks(win, in, {out}, chip_.addressesPerSlice)) {
+      std::vector<Access> writes;
+      for (int c = 0; c < ys.placement.replicas; ++c) writes.push_back({out, t, block[1], block[2], 0, c});
+      auto chain = tapPasses(op.name, win, in, t, block, 0, win.taps(), false, isa::VxmFunc::kMul, isa::VxmFunc::kAdd,
+                             computes, 0.0f,
+                             [&](int producer, int c) { return writeStep(out, t, block[1], block[2], producer, c); },
+                             writes, avoid, 0.0f, isa::VxmFunc::kNone, weights, bias);
+      if (!chain) return chain.error();
+    }
+  return {};
 }
 
 Status Lowering::lowerPool(const ir::Op& op) {

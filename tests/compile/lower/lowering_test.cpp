@@ -186,7 +186,8 @@ TEST(Lowering, AGroupedConvNamesTheNode) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, ExitCode::kModel);
   EXPECT_EQ(r.error().format(),
-            "node 'grouped': Conv over 2 spatial dimensions with group 2 cannot be lowered (2-D, group 1 only)");
+            "node 'grouped': a grouped Conv (group 2 of 8 channels, 4 per group) cannot be lowered: group 1 or "
+            "depthwise only");
 }
 
 TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
