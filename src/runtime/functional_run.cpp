@@ -133,9 +133,10 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
     // im2col: output pixel (n, oy, ox), column tap*Cin + ci; zero where the tap falls in the padding.
     const auto& y = graph.tensor(conv->outputs[0]).shape;
     const auto& w = graph.tensor(conv->inputs[1]).shape;
-    const auto strides = conv->intsAttr("strides", {1, 1});
-    const auto dilations = conv->intsAttr("dilations", {1, 1});
-    const auto pads = conv->intsAttr("pads", {0, 0, 0, 0});
+    const ir::WindowAttrs window = ir::windowAttrs(*conv, 2, w);
+    const auto& strides = window.strides;
+    const auto& dilations = window.dilations;
+    const auto& pads = window.pads;
     cols = w[1] * w[2] * w[3];
     for (std::int64_t n = 0; n < y[0]; ++n)
       for (std::int64_t oy = 0; oy < y[2]; ++oy)

@@ -203,6 +203,30 @@ def resize(out):
          {"x": x}, {"y": lin.astype(np.float32)})
 
 
+def reductions(out):
+    """ReduceMin, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, LogSoftmax, Mean, GlobalMaxPool."""
+    x = f32(2, 3, 4, low=0.5, high=3.0)
+    x[0, 1, :] *= -1
+    nodes = [helper.make_node("ReduceMin", ["x"], ["rmin"], name="rmin", axes=[1], keepdims=1),
+             helper.make_node("ReduceSumSquare", ["x"], ["rss"], name="rss", axes=[2], keepdims=0),
+             helper.make_node("ReduceL1", ["x"], ["rl1"], name="rl1", axes=[0, 2], keepdims=1),
+             helper.make_node("ReduceL2", ["x"], ["rl2"], name="rl2", axes=[2], keepdims=0),
+             helper.make_node("Abs", ["x"], ["ax"], name="abs"),
+             helper.make_node("ReduceLogSum", ["ax"], ["rls"], name="rls", axes=[1], keepdims=1),
+             helper.make_node("LogSoftmax", ["x"], ["lsm"], name="lsm", axis=1),
+             helper.make_node("Mean", ["x", "ax"], ["mean"], name="mean"),
+             helper.make_node("Unsqueeze", ["x", "one"], ["x4"], name="to4d"),
+             helper.make_node("GlobalMaxPool", ["x4"], ["gmp"], name="gmp"),
+             const("one", np.array([1], dtype=np.int64))]
+    shifted = x - x.max(axis=1, keepdims=True)
+    outputs = {"rmin": x.min(axis=1, keepdims=True), "rss": (x * x).sum(axis=2), "rl1": np.abs(x).sum(axis=(0, 2), keepdims=True),
+               "rl2": np.sqrt((x * x).sum(axis=2)), "rls": np.log(np.abs(x).sum(axis=1, keepdims=True)),
+               "lsm": shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True)), "mean": (x + np.abs(x)) / 2,
+               "gmp": x[:, None].max(axis=(2, 3), keepdims=True)}
+    nodes.insert(0, nodes.pop())  # the Constant first
+    case(out, "reductions", nodes, {"x": x}, {k: v.astype(np.float32) for k, v in outputs.items()})
+
+
 def unsupported(out):
     """Three unsupported kinds, one of them twice: one error lists them all."""
     nodes = [helper.make_node("Hardmax", ["x"], ["a"], name="first_hardmax"),
@@ -225,6 +249,7 @@ def main():
     einsum(out)
     norms(out)
     resize(out)
+    reductions(out)
     unsupported(out)
 
 

@@ -94,6 +94,8 @@ TEST_F(OnnxOps, InstanceNormalizationAndResize) {
   for (const char* name : {"instancenorm", "resize_nearest", "resize_linear"}) expectCaseMatches(dir_, name);
 }
 
+TEST_F(OnnxOps, ReductionsLogSoftmaxMeanAndGlobalMaxPool) { expectCaseMatches(dir_, "reductions"); }
+
 TEST_F(OnnxOps, OneErrorListsEveryUnsupportedOpKind) {
   const std::string path = dir_ + "/unsupported_many/model.onnx";
   auto g = importOnnx(path);

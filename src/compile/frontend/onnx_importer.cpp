@@ -734,6 +734,11 @@ class Importer {
       if (!x) return x.error();
       if (node.output_size() > 1 && !node.output(1).empty())
         return unsupported(node, nodeId, "the mask output is a training output, not supported");
+      if (hasInput(node, 2)) {  // training_mode: inference only
+        auto training = lookup(node.input(2));
+        if (!training || !graph_.tensor(*training).data || graph_.tensor(*training).data->front() != 0)
+          return unsupported(node, nodeId, "training_mode is not supported (inference only)");
+      }
       return alias(node, *x);
     }
     if (type == "Sum" || ((type == "Min" || type == "Max") && node.input_size() != 2)) {
@@ -750,6 +755,44 @@ class Importer {
       }
       return Status{};
     }
+    if (type == "Mean") {  // a chain of Add, then times 1 / n
+      auto acc = inputOf(node, nodeId, 0);
+      if (!acc) return acc.error();
+      for (int i = 1; i < node.input_size(); ++i) {
+        auto next = inputOf(node, nodeId, i);
+        if (!next) return next.error();
+        acc = emit(node, OpKind::kAdd, fmt::format("{}/{}", nodeId, i), {*acc, *next}, {}, layer);
+        if (!acc) return acc.error();
+      }
+      const DType type = graph_.tensor(*acc).dtype;
+      const TensorId scale = constant(nodeId + "/scale", {}, type, {ir::castTo(1.0 / node.input_size(), type)});
+      return statusOf(emit(node, OpKind::kMul, nodeId, {*acc, scale}, {}, layer, node.output(0)));
+    }
+    if (type == "Size") {
+      auto x = inputOf(node, nodeId, 0);
+      if (!x) return x.error();
+      return addConstantTensor(node.output(0), ir::Value{DType::kI64, {}, {static_cast<double>(graph_.tensor(*x).elements())}});
+    }
+    if (type == "CastLike") {
+      auto x = inputOf(node, nodeId, 0);
+      auto like = inputOf(node, nodeId, 1);
+      if (!x) return x.error();
+      if (!like) return like.error();
+      return statusOf(emit(node, OpKind::kCast, nodeId, {*x}, {{"to", std::string(ir::dtypeName(graph_.tensor(*like).dtype))}},
+                           layer, node.output(0)));
+    }
+    if (type == "GlobalMaxPool") {
+      auto x = inputOf(node, nodeId, 0);
+      if (!x) return x.error();
+      Shape axes;
+      for (size_t d = 2; d < graph_.tensor(*x).shape.size(); ++d) axes.push_back(static_cast<std::int64_t>(d));
+      return statusOf(emit(node, OpKind::kReduceMax, nodeId, {*x}, {{"axes", axes}, {"keepdims", std::int64_t{1}}}, layer,
+                           node.output(0)));
+    }
+    if (type == "LogSoftmax") return logSoftmax(node, nodeId, view, layer);
+    if (type == "ReduceMin" || type == "ReduceSumSquare" || type == "ReduceL1" || type == "ReduceL2" ||
+        type == "ReduceLogSum" || type == "ReduceLogSumExp")
+      return reduction(node, nodeId, attrs, layer);
     if (type == "Clip") return clip(node, nodeId, view, layer);
     if (type == "Einsum") return einsum(node, nodeId, view.stringAttr("equation", ""), layer);
     if (type == "Pad") return pad(node, nodeId, view, layer);
@@ -759,6 +802,58 @@ class Importer {
     if (type == "InstanceNormalization") return instanceNorm(node, nodeId, view, layer);
     if (type == "Resize") return resize(node, nodeId, view, layer);
     return std::nullopt;
+  }
+
+  // The reductions ONNX defines over ReduceSum and ReduceMax: an elementwise op before (Neg, Mul, Abs,
+  // Exp) and after (Neg, Sqrt, Log) the reduction, its axes and keepdims kept.
+  Status reduction(const onnx::NodeProto& node, const std::string& nodeId, ir::Attrs attrs, int layer) {
+    const std::string& type = node.op_type();
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    if (hasInput(node, 1)) {
+      auto axes = constInts(node, nodeId, 1);
+      if (!axes) return axes.error();
+      attrs["axes"] = *axes;
+    }
+    const OpKind before = type == "ReduceMin" ? OpKind::kNeg : type == "ReduceSumSquare" || type == "ReduceL2" ? OpKind::kMul
+                          : type == "ReduceL1" ? OpKind::kAbs : type == "ReduceLogSumExp" ? OpKind::kExp : OpKind::kIdentity;
+    const OpKind after = type == "ReduceMin" ? OpKind::kNeg : type == "ReduceL2" ? OpKind::kSqrt
+                         : type == "ReduceLogSum" || type == "ReduceLogSumExp" ? OpKind::kLog : OpKind::kIdentity;
+    TensorId cur = *x;
+    if (before != OpKind::kIdentity) {
+      auto pre = emit(node, before, nodeId + "/pre", before == OpKind::kMul ? std::vector<TensorId>{cur, cur}
+                                                                              : std::vector<TensorId>{cur}, {}, layer);
+      if (!pre) return pre.error();
+      cur = *pre;
+    }
+    const OpKind reduce = type == "ReduceMin" ? OpKind::kReduceMax : OpKind::kReduceSum;
+    auto reduced = emit(node, reduce, nodeId, {cur}, std::move(attrs), layer, after == OpKind::kIdentity ? node.output(0) : "");
+    if (!reduced || after == OpKind::kIdentity) return statusOf(reduced);
+    return statusOf(emit(node, after, nodeId + "/post", {*reduced}, {}, layer, node.output(0)));
+  }
+
+  // LogSoftmax: (x - max) - log(sum(exp(x - max))) over the axis.
+  Status logSoftmax(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+    auto x = inputOf(node, nodeId, 0);
+    if (!x) return x.error();
+    const auto rank = static_cast<std::int64_t>(graph_.tensor(*x).shape.size());
+    std::int64_t axis = view.intAttr("axis", opset_ < 13 ? 1 : -1);
+    if (axis < 0) axis += rank;
+    if (axis < 0 || axis >= rank) return unsupported(node, nodeId, fmt::format("axis {} is out of range", axis));
+    if (opset_ < 13 && axis != rank - 1)
+      return unsupported(node, nodeId, "before opset 13 only the last axis is supported (the input coerced to 2-D)");
+    const ir::Attrs over = {{"axes", Shape{axis}}, {"keepdims", std::int64_t{1}}};
+    auto top = emit(node, OpKind::kReduceMax, nodeId + "/max", {*x}, over, layer);
+    if (!top) return top.error();
+    auto shifted = emit(node, OpKind::kSub, nodeId + "/shifted", {*x, *top}, {}, layer);
+    if (!shifted) return shifted.error();
+    auto exps = emit(node, OpKind::kExp, nodeId + "/exp", {*shifted}, {}, layer);
+    if (!exps) return exps.error();
+    auto sum = emit(node, OpKind::kReduceSum, nodeId + "/sum", {*exps}, over, layer);
+    if (!sum) return sum.error();
+    auto logSum = emit(node, OpKind::kLog, nodeId + "/log", {*sum}, {}, layer);
+    if (!logSum) return logSum.error();
+    return statusOf(emit(node, OpKind::kSub, nodeId, {*shifted, *logSum}, {}, layer, node.output(0)));
   }
 
   // A scalar bound of Clip or Pad: a constant of the data's dtype when its value is known, else the tensor.

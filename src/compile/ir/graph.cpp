@@ -86,6 +86,17 @@ bool isMacOp(OpKind kind) {
          kind == OpKind::kConvInputGrad || kind == OpKind::kConvWeightGrad;
 }
 
+WindowAttrs windowAttrs(const Op& op, size_t spatial, const std::vector<std::int64_t>& weightShape) {
+  WindowAttrs w;
+  std::vector<std::int64_t> fromWeight;
+  if (weightShape.size() >= 2) fromWeight.assign(weightShape.begin() + 2, weightShape.end());
+  w.kernel = op.intsAttr("kernel_shape", fromWeight);
+  w.strides = op.intsAttr("strides", std::vector<std::int64_t>(spatial, 1));
+  w.dilations = op.intsAttr("dilations", std::vector<std::int64_t>(spatial, 1));
+  w.pads = op.intsAttr("pads", std::vector<std::int64_t>(2 * spatial, 0));
+  return w;
+}
+
 std::int64_t Op::intAttr(const std::string& key, std::int64_t fallback) const {
   auto found = attrs.find(key);
   if (found == attrs.end()) return fallback;

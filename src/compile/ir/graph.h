@@ -120,6 +120,24 @@ struct Op {
   bool hasAttr(const std::string& key) const { return attrs.count(key) > 0; }
 };
 
+/// The window of a Conv or pooling op with ONNX's defaults: the kernel (kernel_shape, else the
+/// weight's trailing dimensions), strides and dilations (1) and pads (0; all begins, then all ends).
+/// The one decoding of these attributes: shape inference, the interpreter, iteration spaces, the
+/// lowering and the functional image all read it.
+struct WindowAttrs {
+  std::vector<std::int64_t> kernel, strides, dilations, pads;
+  /// Do the four lists all have `spatial` entries (pads 2 x spatial)?
+  bool matches(size_t spatial) const {
+    return kernel.size() == spatial && strides.size() == spatial && dilations.size() == spatial &&
+           pads.size() == 2 * spatial;
+  }
+  std::int64_t padBegin(size_t i) const { return pads[i]; }
+  std::int64_t padEnd(size_t i) const { return pads[kernel.size() + i]; }
+};
+/// Decodes the window attributes of an op over `spatial` spatial dimensions; `weightShape` (a Conv's
+/// W) gives the kernel when kernel_shape is absent.
+WindowAttrs windowAttrs(const Op& op, size_t spatial, const std::vector<std::int64_t>& weightShape = {});
+
 /// Shape and dtype of an op result, as shape inference computes it.
 struct TensorType {
   std::vector<std::int64_t> shape;

@@ -128,17 +128,15 @@ struct Window {
 Window windowOf(const Op& op, const Shape& x, const Shape& y, const Shape& kernel) {
   Window w;
   const size_t spatial = x.size() - 2, shift = 3 - spatial;
-  const auto strides = op.intsAttr("strides", Shape(spatial, 1));
-  const auto dilations = op.intsAttr("dilations", Shape(spatial, 1));
-  const auto pads = op.intsAttr("pads", Shape(2 * spatial, 0));
+  const WindowAttrs attrs = windowAttrs(op, spatial);
   for (size_t i = 0; i < spatial; ++i) {
     w.in[shift + i] = x[2 + i];
     w.out[shift + i] = y[2 + i];
     w.kernel[shift + i] = kernel[i];
-    w.stride[shift + i] = strides[i];
-    w.dilation[shift + i] = dilations[i];
-    w.pad[shift + i] = pads[i];
-    w.padEnd[shift + i] = pads[spatial + i];
+    w.stride[shift + i] = attrs.strides[i];
+    w.dilation[shift + i] = attrs.dilations[i];
+    w.pad[shift + i] = attrs.padBegin(i);
+    w.padEnd[shift + i] = attrs.padEnd(i);
   }
   return w;
 }

@@ -181,11 +181,11 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
       const Shape& x = shapeIn(0);
       const size_t spatial = x.size() - 2;
       const bool conv = op.kind == OpKind::kConv;
-      const Shape kernel = conv ? op.intsAttr("kernel_shape", Shape(shapeIn(1).begin() + 2, shapeIn(1).end()))
-                                : op.intsAttr("kernel_shape");
-      const Shape strides = op.intsAttr("strides", Shape(spatial, 1));
-      const Shape dilations = op.intsAttr("dilations", Shape(spatial, 1));
-      const Shape pads = op.intsAttr("pads", Shape(2 * spatial, 0));
+      const WindowAttrs window = windowAttrs(op, spatial, conv ? shapeIn(1) : Shape{});
+      const Shape& kernel = window.kernel;
+      const Shape& strides = window.strides;
+      const Shape& dilations = window.dilations;
+      const Shape& pads = window.pads;
       static const char* kSpatialNames[] = {"h", "w", "z"};
       static const char* kWindowNames[] = {"r", "q", "t"};
       const int n = b.dim("n", out[0]);

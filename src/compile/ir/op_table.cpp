@@ -242,7 +242,18 @@ const std::vector<OnnxComposition>& onnxCompositions() {
       {"Resize", "Gather of constant indices per resized axis (nearest), and two Gathers weighted by constant factors "
                  "and added (linear)"},
       {"Sum", "a chain of Add (Identity for one input); Min and Max of more than two inputs likewise"},
-      {"Dropout", "Identity (inference)"},
+      {"Dropout", "Identity (inference; training_mode must be a constant false)"},
+      {"Mean", "a chain of Add times a constant 1 / n"},
+      {"Size", "a constant (the input's element count)"},
+      {"CastLike", "Cast to the second input's type"},
+      {"GlobalMaxPool", "ReduceMax over the spatial axes, keeping them"},
+      {"LogSoftmax", "ReduceMax, Sub, Exp, ReduceSum, Log and Sub over the axis"},
+      {"ReduceMin", "Neg, ReduceMax, Neg"},
+      {"ReduceSumSquare", "Mul (the square), ReduceSum"},
+      {"ReduceL1", "Abs, ReduceSum"},
+      {"ReduceL2", "Mul, ReduceSum, Sqrt"},
+      {"ReduceLogSum", "ReduceSum, Log"},
+      {"ReduceLogSumExp", "Exp, ReduceSum, Log"},
   };
   return list;
 }

@@ -145,17 +145,14 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
                                             w[1], x[1], group));
       if (inputs.size() == 3 && (shapeOf(2).size() != 1 || shapeOf(2)[0] != w[0]))
         return modelError(name, fmt::format("Conv bias must be [{}]", w[0]));
-      const Shape strides = at.ints("strides", Shape(spatial, 1));
-      const Shape dilations = at.ints("dilations", Shape(spatial, 1));
-      const Shape pads = at.ints("pads", Shape(2 * spatial, 0));
-      const Shape kernel = at.ints("kernel_shape", Shape(w.begin() + 2, w.end()));
-      if (strides.size() != spatial || dilations.size() != spatial || pads.size() != 2 * spatial ||
-          kernel.size() != spatial)
+      const WindowAttrs win = windowAttrs(Op{kind, name, {}, {}, attrs, 0}, spatial, w);
+      if (!win.matches(spatial))
         return modelError(name, "Conv strides, dilations, kernel_shape and pads must match the spatial rank");
       Shape out = {x[0], w[0]};
       for (size_t i = 0; i < spatial; ++i) {
-        if (strides[i] < 1 || dilations[i] < 1) return modelError(name, "Conv strides and dilations must be >= 1");
-        out.push_back(windowOut(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[spatial + i], false));
+        if (win.strides[i] < 1 || win.dilations[i] < 1) return modelError(name, "Conv strides and dilations must be >= 1");
+        out.push_back(windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
+                                win.padEnd(i), false));
       }
       return one(out, typeOf(0));
     }
@@ -409,19 +406,16 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       const Shape& x = shapeOf(0);
       if (x.size() < 3) return modelError(name, fmt::format("{} needs X [N,C,spatial...]", opName));
       const size_t spatial = x.size() - 2;
-      const Shape kernel = at.ints("kernel_shape");
-      const Shape strides = at.ints("strides", Shape(spatial, 1));
-      const Shape dilations = at.ints("dilations", Shape(spatial, 1));
-      const Shape pads = at.ints("pads", Shape(2 * spatial, 0));
-      if (kernel.size() != spatial || strides.size() != spatial || dilations.size() != spatial ||
-          pads.size() != 2 * spatial)
+      const WindowAttrs win = windowAttrs(Op{kind, name, {}, {}, attrs, 0}, spatial);
+      if (!win.matches(spatial))
         return modelError(name, fmt::format("{} kernel_shape, strides, dilations and pads must match the spatial rank",
                                             opName));
       Shape out = {x[0], x[1]};
       const bool ceilMode = at.integer("ceil_mode", 0) != 0;
       for (size_t i = 0; i < spatial; ++i) {
-        if (strides[i] < 1 || dilations[i] < 1) return modelError(name, "pool strides and dilations must be >= 1");
-        out.push_back(windowOut(x[2 + i], kernel[i], strides[i], dilations[i], pads[i], pads[spatial + i], ceilMode));
+        if (win.strides[i] < 1 || win.dilations[i] < 1) return modelError(name, "pool strides and dilations must be >= 1");
+        out.push_back(windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
+                                win.padEnd(i), ceilMode));
       }
       return one(out, typeOf(0));
     }

@@ -76,22 +76,16 @@ Window windowOf(const ir::Graph& graph, const ir::Op& op) {
   win.w = x[3];
   win.ho = y[2];
   win.wo = y[3];
-  std::vector<std::int64_t> kernel = op.intsAttr("kernel_shape");
-  if (kernel.size() != 2 && op.inputs.size() > 1) {
-    const auto& w = graph.tensor(op.inputs[1]).shape;
-    kernel = {w[2], w[3]};
-  }
-  win.kh = kernel[0];
-  win.kw = kernel[1];
-  const auto strides = op.intsAttr("strides", {1, 1});
-  const auto dilations = op.intsAttr("dilations", {1, 1});
-  const auto pads = op.intsAttr("pads", {0, 0, 0, 0});
-  win.sh = strides[0];
-  win.sw = strides[1];
-  win.dh = dilations[0];
-  win.dw = dilations[1];
-  win.pt = pads[0];
-  win.pl = pads[1];
+  const ir::WindowAttrs attrs =
+      ir::windowAttrs(op, 2, op.inputs.size() > 1 ? graph.tensor(op.inputs[1]).shape : std::vector<std::int64_t>{});
+  win.kh = attrs.kernel[0];
+  win.kw = attrs.kernel[1];
+  win.sh = attrs.strides[0];
+  win.sw = attrs.strides[1];
+  win.dh = attrs.dilations[0];
+  win.dw = attrs.dilations[1];
+  win.pt = attrs.padBegin(0);
+  win.pl = attrs.padBegin(1);
   return win;
 }
 
