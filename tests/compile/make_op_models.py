@@ -31,13 +31,20 @@ def case(out, name, nodes, inputs, outputs, opset=17):
     onnx.checker.check_model(model)
     data = os.path.join(out, name, "test_data_set_0")
     os.makedirs(data, exist_ok=True)
-    onnx.save(model, os.path.join(out, name, "model.onnx"))
+    # Every file is written beside its place and renamed into it: tests run in parallel regenerate
+    # the same (seeded) files while others read them.
+    write(os.path.join(out, name, "model.onnx"), model.SerializeToString())
     for i, v in enumerate(inputs.values()):
-        with open(os.path.join(data, f"input_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(v).SerializeToString())
+        write(os.path.join(data, f"input_{i}.pb"), numpy_helper.from_array(v).SerializeToString())
     for i, v in enumerate(outputs.values()):
-        with open(os.path.join(data, f"output_{i}.pb"), "wb") as f:
-            f.write(numpy_helper.from_array(v).SerializeToString())
+        write(os.path.join(data, f"output_{i}.pb"), numpy_helper.from_array(v).SerializeToString())
+
+
+def write(path, data):
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "wb") as f:
+        f.write(data)
+    os.replace(temporary, path)
 
 
 def f32(*shape, low=-3.0, high=3.0):

@@ -680,6 +680,13 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const ir::Tensor& w = graph_.tensor(op.inputs[1]);
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
+  // In a graph with convolutions every 4-D tensor is stored channels-last ([N, C, H, W] as N*H*W rows
+  // of C), which a matmul's rows and columns do not follow.
+  for (ir::TensorId t : {op.inputs[0], op.inputs[1], op.outputs[0]})
+    if (spatial_ && graph_.tensor(t).shape.size() == 4)
+      return modelError(op.name, fmt::format("{} on the 4-D tensor '{}' in a graph with convolutions cannot be lowered "
+                                             "(4-D tensors are stored channels-last there)",
+                                             ir::opKindName(op.kind), graph_.tensor(t).name));
   MxmJob job;
   job.op = &op;
   job.weights = op.inputs[1];
