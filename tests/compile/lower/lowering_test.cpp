@@ -190,6 +190,20 @@ TEST(Lowering, AGroupedConvNamesTheNode) {
             "depthwise only");
 }
 
+TEST(Lowering, AMatMulOnA4DTensorOfAConvGraphNamesTheTensor) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
+  const auto y = g.addOp(ir::OpKind::kConv, "conv", {x, g.addWeight("w", {8, 8, 1, 1}, ir::DType::kF16)}, 0).value();
+  const auto t = g.addOp(ir::OpKind::kTranspose, "nhwc", {y}, ir::Attrs{{"perm", std::vector<std::int64_t>{0, 2, 3, 1}}}, 0).value();
+  g.addOp(ir::OpKind::kMatMul, "mlp", {t, g.addWeight("l", {8, 32}, ir::DType::kF16)}, 0).value();
+  auto r = lowerShard(chip, g, {0, 1, 2}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kModel);
+  EXPECT_EQ(r.error().format(), "node 'mlp': MatMul on the 4-D tensor 'nhwc.out' in a graph with convolutions cannot be "
+                                "lowered (4-D tensors are stored channels-last there)");
+}
+
 TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
   topology::ChipSpec chip;
   ir::Graph g;
