@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "sim/chip.h"
+#include "sim/event_program.h"
 #include "sim/functional_state.h"
 #include "sim/utilization.h"
 
@@ -86,6 +87,7 @@ std::optional<std::int64_t> firstCommon(std::int64_t a, std::int64_t da, std::in
   const std::int64_t lo = std::max(a, b);
   const std::int64_t hi = std::min(a + (na - 1) * da, b + (nb - 1) * db);
   if (lo > hi) return std::nullopt;
+  if (da == 1 && db == 1) return lo;  // two runs of consecutive points (most runs): the overlap's start
   if (na == 1) return ((a - b) % db == 0 && a >= b && a <= hi) ? std::optional(a) : std::nullopt;
   if (nb == 1) return ((b - a) % da == 0 && b >= a && b <= hi) ? std::optional(b) : std::nullopt;
   // x = a + i*da = b + j*db  ->  i*da - j*db = b - a.
@@ -132,8 +134,9 @@ class TspChip final : public Chip {
  public:
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
-      : id_(chipId), spec_(spec), units_(spec.units()), program_(std::move(program)), sequence_(*program_), ports_(std::move(ports)),
-        options_(options), countHazards_(options.faults.enabled()) {
+      : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
+        program_(std::move(program)), ports_(std::move(ports)), options_(options),
+        countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
     stats_.unitStall.assign(units_.size(), 0);
@@ -154,23 +157,25 @@ class TspChip final : public Chip {
     // Events run in (cycle, unit, program index) order. A canonical program is in that order
     // already; one that is not (made by hand, or by another tool), or a stall that moves one
     // queue's instructions later, gets an explicit order rather than the list's.
-    const auto& list = sequence_;
-    bool canonical = true;
-    for (size_t i = 1; i < list.size() && canonical; ++i) {
-      const Instruction a = list[i - 1], b = list[i];
-      canonical = a.issue != b.issue ? a.issue < b.issue : a.unit <= b.unit;
-    }
-    reordered_ = stallOn_ || !canonical;
+    const EventProgram& list = *events_;
+    reordered_ = stallOn_ || !list.canonical();
     if (reordered_) {
       order_.resize(list.size());
       std::iota(order_.begin(), order_.end(), size_t{0});
+      std::vector<Cycle> at(list.size());
+      std::vector<std::int32_t> unitOf(list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        const Event e = list.at(i);
+        at[i] = e.issue + stallDelay(e);
+        unitOf[i] = e.unit;
+      }
       std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
-        const Cycle ea = list[a].issue + stallDelay(list[a]), eb = list[b].issue + stallDelay(list[b]);
-        if (ea != eb) return ea < eb;
-        if (list[a].unit != list[b].unit) return list[a].unit < list[b].unit;
+        if (at[a] != at[b]) return at[a] < at[b];
+        if (unitOf[a] != unitOf[b]) return unitOf[a] < unitOf[b];
         return a < b;
       });
     }
+    cursor_ = list.begin();
     if (options_.functional.enabled) startFunctional();
     if (stallOn_) {
       // Out of program order, a compute could meet a stale or a later install: each compute
@@ -179,9 +184,10 @@ class TspChip final : public Chip {
       std::vector<std::int32_t> installsSoFar(spec_.mxmPlanes, 0);
       expectedInstalls_.assign(list.size(), 0);
       for (size_t i = 0; i < list.size(); ++i) {
-        if (list[i].unit < mxmFirst || list[i].unit >= mxmEnd) continue;
-        const int plane = (list[i].unit - mxmFirst) / 2;
-        if (list[i].op == Opcode::kMxmInstall) ++installsSoFar[plane];
+        const Event e = list.at(i);
+        if (e.unit < mxmFirst || e.unit >= mxmEnd) continue;
+        const int plane = (e.unit - mxmFirst) / 2;
+        if (e.op == Opcode::kMxmInstall) ++installsSoFar[plane];
         expectedInstalls_[i] = installsSoFar[plane];
       }
     }
@@ -189,25 +195,38 @@ class TspChip final : public Chip {
 
   Status advanceTo(Cycle end) override {
     if (failure_) return *failure_;
-    const auto& list = sequence_;
-    while (next_ < list.size()) {
+    const EventProgram& list = *events_;
+    const size_t count = list.size();
+    Event moved;
+    while (next_ < count) {
       const size_t index = reordered_ ? order_[next_] : next_;
-      const Instruction inst = list[index];
-      const Cycle delay = stallOn_ ? stallDelay(inst) : 0;
-      if (inst.issue + delay >= end) break;
-      bool ok;
-      if (delay == 0) {
-        ok = execute(inst, static_cast<std::int64_t>(index));
+      // The event in place when its piece has no offset and no stall moves it; else a moved copy.
+      const Event* inst;
+      if (reordered_) {
+        moved = list.at(index);
+        inst = &moved;
+      } else if (const Cycle shift = list.offset(cursor_); shift == 0) {
+        inst = &list.body(cursor_);
       } else {
-        Instruction shifted = inst;
-        shifted.issue += delay;
-        if (inst.unit >= 0 && inst.unit < static_cast<int>(units_.size())) stats_.unitStall[inst.unit] = delay;
-        ok = execute(shifted, static_cast<std::int64_t>(index));
+        moved = list.body(cursor_);
+        moved.issue += shift;
+        inst = &moved;
       }
-      if (!ok) return *failure_;
+      if (stallOn_) {
+        const Cycle delay = stallDelay(*inst);
+        if (inst->issue + delay >= end) break;
+        if (delay > 0 && inst->unit >= 0 && inst->unit < static_cast<int>(units_.size())) stats_.unitStall[inst->unit] = delay;
+        if (inst != &moved) moved = *inst;
+        moved.issue += delay;
+        inst = &moved;
+      } else if (inst->issue >= end) {
+        break;
+      }
+      if (!execute(*inst, static_cast<std::int64_t>(index))) return *failure_;
       ++next_;
+      if (!reordered_) list.step(cursor_);
     }
-    if (next_ == list.size() && !finished_) finish();
+    if (next_ == count && !finished_) finish();
     return {};
   }
 
@@ -220,9 +239,9 @@ class TspChip final : public Chip {
   std::vector<C2CBurst> takeOutgoing() override { return std::exchange(outgoing_, {}); }
 
   Cycle nextEventCycle() const override {
-    const auto& list = sequence_;
+    const EventProgram& list = *events_;
     if (next_ >= list.size()) return kNever;
-    const Instruction inst = list[reordered_ ? order_[next_] : next_];
+    const Event inst = reordered_ ? list.at(order_[next_]) : list.at(cursor_);
     return inst.issue + (stallOn_ ? stallDelay(inst) : 0);
   }
 
@@ -236,6 +255,7 @@ class TspChip final : public Chip {
   // SRAM gets the resident tensors' values (inputs, weights) before the first instruction.
   void startFunctional() {
     values_ = std::make_unique<FunctionalState>(spec_, options_.functional.element);
+    sequence_ = std::make_unique<isa::InstructionSequence>(*program_);
     for (const auto& tensor : program_->tensors) {
       if (!tensor.resident) continue;
       const auto* known = options_.functional.resident.get();
@@ -276,7 +296,7 @@ class TspChip final : public Chip {
     std::vector<std::string> names;
     for (const ReadMatch* m : {&a, &b}) {
       if (m->producer < 0) continue;
-      const Instruction p = sequence_[static_cast<size_t>(m->producer)];
+      const Instruction p = instruction(m->producer);
       if (p.op != Opcode::kMemRead) continue;
       for (const auto& t : program_->tensors) {
         // Entries copy x tile x segment, each of at most segmentRows rows (scratch is in no entry).
@@ -390,13 +410,20 @@ class TspChip final : public Chip {
     }
   }
 
-  Cycle stallDelay(const Instruction& inst) const {
+  // Instruction `index` of the program as written (its issue not moved by a stall).
+  Instruction instruction(std::int64_t index) const {
+    if (sequence_) return (*sequence_)[static_cast<size_t>(index)];
+    return isa::InstructionSequence(*program_)[static_cast<size_t>(index)];
+  }
+
+  Cycle stallDelay(const Event& inst) const {
     if (!stallOn_) return 0;
     const auto& f = options_.faults;
     return inst.unit == f.stallUnit && inst.issue >= f.stallCycle ? f.stallCycles : 0;
   }
 
-  Diagnostic describe(const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) const {
+  template <typename Inst>
+  Diagnostic describe(const Inst& inst, std::int64_t index, Cycle cycle, const std::string& what) const {
     const auto& unit = units_[inst.unit];
     return makeError(ExitCode::kHazard,
                      fmt::format("hazard at cycle {}, chip {}, unit {} ({} {} at slice {}), instruction #{} ({}): {}",
@@ -406,7 +433,7 @@ class TspChip final : public Chip {
 
   // A hazard of the machine's timing: ends the run, or with faults injected is counted and the run goes on.
   // Returns whether the run goes on; the failure is kept for advanceTo.
-  bool hazard(HazardKind kind, const Instruction& inst, std::int64_t index, Cycle cycle, const std::string& what) {
+  bool hazard(HazardKind kind, const Event& inst, std::int64_t index, Cycle cycle, const std::string& what) {
     Diagnostic d = describe(inst, index, cycle, what);
     if (!countHazards_) {
       failure_ = std::move(d);
@@ -418,7 +445,8 @@ class TspChip final : public Chip {
   }
 
   // A malformed program (a compiler bug, not a timing fault): always ends the run.
-  bool malformed(const Instruction& inst, std::int64_t index, const std::string& what) {
+  template <typename Inst>
+  bool malformed(const Inst& inst, std::int64_t index, const std::string& what) {
     failure_ = describe(inst, index, inst.issue, what);
     return false;
   }
@@ -429,6 +457,8 @@ class TspChip final : public Chip {
 
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
+    // Apart in the moving frame (most pairs: the older run has passed), or apart along the stream.
+    if (a.tauLast(dir) < b.tau0(dir) || b.tauLast(dir) < a.tau0(dir)) return std::nullopt;
     if (a.highSlice(dir) < b.lowSlice(dir) || b.highSlice(dir) < a.lowSlice(dir)) return std::nullopt;
     const auto tau = firstCommon(a.tau0(dir), a.interval, a.count, b.tau0(dir), b.interval, b.count);
     if (!tau) return std::nullopt;
@@ -436,9 +466,10 @@ class TspChip final : public Chip {
     return dir == Direction::kEast ? *tau + slice : *tau - slice;
   }
 
-  bool checkCollisions(StreamQueue& runs, size_t changed, Direction dir, const Instruction& inst,
+  bool checkCollisions(StreamQueue& runs, size_t changed, Direction dir, const Event& inst,
                          std::int64_t index, isa::StreamRef ref) {
-    for (size_t r = 0; r < runs.size(); ++r) {
+    const size_t live = runs.size();
+    for (size_t r = 0; r < live; ++r) {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
         if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
@@ -452,9 +483,9 @@ class TspChip final : public Chip {
 
   // Reads of inst from stream ref: value j must pass the unit's slice exactly at issue + j*interval,
   // and exactly one run may be able to put a value there (two would share the stream cell).
-  bool checkRead(const Instruction& inst, std::int64_t index, isa::StreamRef ref, ReadMatch* read = nullptr) {
+  bool checkRead(const Event& inst, std::int64_t index, isa::StreamRef ref, ReadMatch* read = nullptr) {
     auto& runs = runsOf(ref);
-    const int slice = units_[inst.unit].slice;
+    const int slice = inst.slice;
     const Cycle firstRead = inst.issue;
     std::optional<size_t> match;
     int matchDistance = 0;
@@ -502,18 +533,18 @@ class TspChip final : public Chip {
     return true;
   }
 
-  bool writeStream(const Instruction& inst, std::int64_t index, isa::StreamRef ref) {
+  bool writeStream(const Event& inst, std::int64_t index, isa::StreamRef ref) {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
-    const Cycle horizon = inst.issue - spec_.sliceCount() - 1;
+    const Cycle horizon = inst.issue - horizonSlices_;
     while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
       stats_.streamHops += runs.front().count * runs.front().reach;
       if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
     }
     StreamRun run;
-    run.slice = units_[inst.unit].slice;
-    run.first = inst.issue + isa::resultLatency(spec_, inst);
+    run.slice = inst.slice;
+    run.first = inst.issue + inst.resultLatency;
     run.interval = inst.interval;
     run.count = inst.repeat;
     run.programIndex = index;
@@ -543,13 +574,12 @@ class TspChip final : public Chip {
   }
 
   // MEM: one read and one write port per slice; a read and a write in one cycle must use different banks.
-  bool memAccess(const Instruction& inst, std::int64_t index) {
-    const int slice = units_[inst.unit].indexInKind;
+  bool memAccess(const Event& inst, std::int64_t index) {
+    const int slice = inst.indexInKind;
     const Port port = inst.op == Opcode::kMemRead ? kReadPort : kWritePort;
     const char* portName = port == kReadPort ? "read" : "write";
     const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
-    if (inst.bank >= 0 && inst.address >= 0 && inst.address < spec_.addressesPerSlice &&
-        inst.bank != spec_.bankOf(inst.address))
+    if (inst.checks & kBankField)
       return malformed(inst, index,
                        fmt::format("bank field {} disagrees with the chip's bank mapping (address {} is in bank {})",
                                    inst.bank, inst.address, spec_.bankOf(inst.address)));
@@ -579,27 +609,20 @@ class TspChip final : public Chip {
       }
     }
     lastRun_[port][slice] = run;
-    portFree_[port][slice] = isa::unitFreeAt(spec_, inst);
+    portFree_[port][slice] = inst.unitFreeAt();
     (port == kReadPort ? stats_.sramReads : stats_.sramWrites) += inst.repeat;
     return true;
   }
 
-  bool execute(const Instruction& inst, std::int64_t index) {
-    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
-      failure_ =
-          makeError(ExitCode::kHazard,
-                    fmt::format("chip {}: instruction #{} names unit {}, which does not exist", id_, index, inst.unit));
-      return false;
+  bool execute(const Event& inst, std::int64_t index) {
+    if (inst.checks & kMalformed) {
+      if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
+        failure_ = makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
+                                                            id_, index, inst.unit));
+        return false;
+      }
+      return malformed(inst, index, malformation(instruction(index), spec_, units_).value_or("malformed"));
     }
-    const auto& unit = units_[inst.unit];
-    if (inst.repeat < 1 || inst.interval < 1) return malformed(inst, index, "repeat and interval must be >= 1");
-    if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != unit.kind)
-      return malformed(inst, index, "opcode cannot run on this kind of unit");
-    for (const isa::StreamRef* ref : {&inst.src, &inst.src2, &inst.dst})
-      if (ref->valid() && ref->id >= spec_.streamsPerDirection)
-        return malformed(inst, index,
-                         fmt::format("stream {} does not exist (the chip has {} per direction)", ref->id,
-                                     spec_.streamsPerDirection));
     if (inst.issue < unitFree_[inst.unit])
       if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
                   fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit])))
@@ -614,7 +637,11 @@ class TspChip final : public Chip {
       if (!checkRead(inst, index, inst.src, functional ? &readA_ : nullptr)) return false;
     if (inst.src2.valid())
       if (!checkRead(inst, index, inst.src2, functional ? &readB_ : nullptr)) return false;
-    if (functional && !computeValues(inst, index)) return false;
+    if (functional) {
+      Instruction full = instruction(index);
+      full.issue = inst.issue;
+      if (!computeValues(full, index)) return false;
+    }
 
     switch (inst.op) {
       case Opcode::kMxmInstall:
@@ -622,12 +649,12 @@ class TspChip final : public Chip {
         if (const int slice = inst.weightUnit - spec_.firstUnit(UnitKind::kMem);
             slice >= 0 && slice < spec_.memSlices && inst.address >= 0)
           maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], inst.address + std::max(1, inst.weightRows) - 1);
-        planeReady_[unit.indexInKind / 2] = isa::completion(spec_, inst);
-        ++installsDone_[unit.indexInKind / 2];
+        planeReady_[inst.indexInKind / 2] = inst.completion();
+        ++installsDone_[inst.indexInKind / 2];
         installs_ += inst.repeat;
         break;
       case Opcode::kMxmCompute: {
-        const int plane = unit.indexInKind / 2;
+        const int plane = inst.indexInKind / 2;
         const Cycle ready = planeReady_[plane];
         if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
           if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
@@ -648,7 +675,7 @@ class TspChip final : public Chip {
         if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
           return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
         // A forward runs on the queue of the port its vectors arrive on.
-        const int inPort = unit.indexInKind;
+        const int inPort = inst.indexInKind;
         if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
           return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
         if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles)) return false;
@@ -666,22 +693,21 @@ class TspChip final : public Chip {
       if (!writeStream(inst, index, inst.dst)) return false;
 
     // A MEM queue dispatches one instruction per cycle; its repeats then run on the port (memAccess).
-    unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : isa::unitFreeAt(spec_, inst);
-    const Cycle busy = isa::busyPerIssue(spec_, inst) * inst.repeat;
-    stats_.unitBusy[inst.unit] += busy;
-    stats_.kindBusy[static_cast<int>(unit.kind)] += busy;
-    addToTimeline(timeline_, options_, static_cast<int>(unit.kind), inst.issue,
-                  inst.issue + Cycle{inst.repeat - 1} * inst.interval + isa::busyPerIssue(spec_, inst), busy);
-    lastCompletion_ = std::max(lastCompletion_, isa::completion(spec_, inst));
+    const Cycle freeAt = inst.unitFreeAt();
+    unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : freeAt;
+    stats_.unitBusy[inst.unit] += inst.busy;
+    stats_.kindBusy[static_cast<int>(inst.kind)] += inst.busy;
+    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy);
+    lastCompletion_ = std::max(lastCompletion_, inst.completion());
     ++stats_.instructions;
     // The instruction's own end (for MEM, its port's), not the queue's next dispatch cycle.
-    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, isa::unitFreeAt(spec_, inst));
+    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, freeAt);
     return true;
   }
 
   // Puts inst.repeat vectors on the link of inst.port, the first entering the link at `onLink`
   // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles).
-  bool send(const Instruction& inst, std::int64_t index, Cycle onLink) {
+  bool send(const Event& inst, std::int64_t index, Cycle onLink) {
     const PortBinding& port = ports_[inst.port];
     const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
     if (onLink < linkFree_[inst.port])
@@ -725,7 +751,7 @@ class TspChip final : public Chip {
   // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue + j*interval.
   // In functional mode their bytes go to *values.
   template <typename Run>
-  bool receive(const Instruction& inst, std::int64_t index, int from, Run* values) {
+  bool receive(const Event& inst, std::int64_t index, int from, Run* values) {
     auto& queue = inbound_[from];
     std::int64_t needed = inst.repeat, j = 0;
     const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
@@ -753,7 +779,7 @@ class TspChip final : public Chip {
       }
       if (collected) {
         if (!burst.payload || burst.payload->size() < static_cast<std::size_t>(consumed + take) * vb)
-          return notComputable(inst, index, fmt::format("a C2C burst on port {} arrived without its values", from));
+          return notComputable(instruction(index), index, fmt::format("a C2C burst on port {} arrived without its values", from));
         std::memcpy(collected->data() + static_cast<std::size_t>(j) * vb,
                     burst.payload->data() + static_cast<std::size_t>(consumed) * vb, static_cast<std::size_t>(take) * vb);
       }
@@ -796,12 +822,15 @@ class TspChip final : public Chip {
 
   int id_;
   const topology::ChipSpec& spec_;
-  std::vector<topology::UnitInfo> units_;
+  std::shared_ptr<const EventProgram> events_;  // the program decoded, shared by the chips running it
+  const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
   std::shared_ptr<const isa::Program> program_;
-  isa::InstructionSequence sequence_;  // program_'s instructions, read in place
+  EventProgram::Cursor cursor_;  // the event next_ in program order
+  std::unique_ptr<isa::InstructionSequence> sequence_;  // functional mode: the instructions, read in place
   std::vector<PortBinding> ports_;
   SimOptions options_;
   bool countHazards_ = false;
+  Cycle horizonSlices_;  // a stream run older than this many cycles before an issue can meet no later run
   std::optional<Diagnostic> failure_;  // the hazard or malformed instruction that ended the run
   bool stallOn_ = false;
   bool reordered_ = false;

@@ -7,23 +7,6 @@
 
 namespace tsp::sim {
 
-void addToTimeline(std::vector<double>& timeline, const SimOptions& options, int kind, Cycle start, Cycle end,
-                   Cycle busy) {
-  if (end <= start || busy <= 0) return;
-  const Cycle width = std::max<Cycle>(1, options.binCycles);
-  const Cycle firstBin = start / width;
-  if (firstBin >= options.bins) return;
-  if ((end - 1) / width == firstBin) {  // the common case: the whole span in one bin
-    timeline[static_cast<size_t>(kind) * options.bins + firstBin] += static_cast<double>(busy);
-    return;
-  }
-  const double density = static_cast<double>(busy) / static_cast<double>(end - start);
-  for (Cycle bin = start / width; bin < options.bins && bin * width < end; ++bin) {
-    const Cycle lo = std::max(start, bin * width), hi = std::min(end, (bin + 1) * width);
-    if (hi > lo) timeline[static_cast<size_t>(kind) * options.bins + bin] += density * static_cast<double>(hi - lo);
-  }
-}
-
 std::vector<float> normalizeTimeline(const std::vector<double>& timeline, const SimOptions& options,
                                      const int unitsPerKind[]) {
   const int bins = options.bins;

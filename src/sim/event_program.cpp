@@ -1,0 +1,165 @@
+// A program as the chip's event loop reads it: decoded once per (program, chip spec) and shared by every chip running it.
+#include "sim/event_program.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace tsp::sim {
+
+using isa::Instruction;
+using isa::Opcode;
+
+std::optional<std::string> malformation(const Instruction& inst, const topology::ChipSpec& spec,
+                                        const std::vector<topology::UnitInfo>& units) {
+  if (inst.repeat < 1 || inst.interval < 1) return "repeat and interval must be >= 1";
+  if (inst.op != Opcode::kNop && isa::unitKindOf(inst.op) != units[inst.unit].kind)
+    return "opcode cannot run on this kind of unit";
+  for (const isa::StreamRef* ref : {&inst.src, &inst.src2, &inst.dst})
+    if (ref->valid() && ref->id >= spec.streamsPerDirection)
+      return fmt::format("stream {} does not exist (the chip has {} per direction)", ref->id, spec.streamsPerDirection);
+  return std::nullopt;
+}
+
+namespace {
+
+// What the chip spec says of each opcode, looked up once per program rather than per instruction.
+struct OpcodeTable {
+  Cycle resultLatency[static_cast<int>(Opcode::kCount)];
+  Cycle busyPerIssue[static_cast<int>(Opcode::kCount)];
+  topology::UnitKind kind[static_cast<int>(Opcode::kCount)];
+
+  explicit OpcodeTable(const topology::ChipSpec& spec) {
+    for (int op = 0; op < static_cast<int>(Opcode::kCount); ++op) {
+      Instruction probe;
+      probe.op = static_cast<Opcode>(op);
+      resultLatency[op] = isa::resultLatency(spec, probe);
+      busyPerIssue[op] = isa::busyPerIssue(spec, probe);
+      kind[op] = isa::unitKindOf(probe.op);
+    }
+  }
+};
+
+void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::vector<topology::UnitInfo>& units,
+            const OpcodeTable& table, Event& e) {
+  e.issue = inst.issue;
+  e.unit = inst.unit;
+  e.repeat = inst.repeat;
+  e.interval = inst.interval;
+  e.address = inst.address;
+  e.bank = inst.bank;
+  e.stride = inst.stride;
+  e.port = inst.port;
+  e.weightUnit = inst.weightUnit;
+  e.weightRows = inst.weightRows;
+  e.src = inst.src;
+  e.src2 = inst.src2;
+  e.dst = inst.dst;
+  e.op = inst.op;
+  e.checks = 0;
+  if (inst.unit < 0 || inst.unit >= static_cast<int>(units.size()) || inst.op >= Opcode::kCount) {
+    e.checks = kMalformed;
+    return;
+  }
+  const auto& unit = units[inst.unit];
+  e.slice = static_cast<std::int16_t>(unit.slice);
+  e.indexInKind = static_cast<std::int16_t>(unit.indexInKind);
+  e.kind = unit.kind;
+  const int op = static_cast<int>(inst.op);
+  const int streams = spec.streamsPerDirection;
+  // The checks of malformation(), which names the first that fails.
+  if (inst.repeat < 1 || inst.interval < 1 || (inst.op != Opcode::kNop && table.kind[op] != unit.kind) ||
+      inst.src.id >= streams || inst.src2.id >= streams || inst.dst.id >= streams) {
+    e.checks = kMalformed;
+    return;
+  }
+  e.span = Cycle{inst.repeat - 1} * inst.interval;
+  e.busyPerIssue = inst.op == Opcode::kNop ? isa::busyPerIssue(spec, inst) : table.busyPerIssue[op];
+  e.busy = e.busyPerIssue * inst.repeat;
+  e.resultLatency = table.resultLatency[op];
+  if ((inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) && inst.bank >= 0 && inst.address >= 0 &&
+      inst.address < spec.addressesPerSlice && inst.bank != spec.bankOf(inst.address))
+    e.checks |= kBankField;
+}
+
+}  // namespace
+
+EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec& spec)
+    : units_(spec.units()) {
+  const OpcodeTable table(spec);
+  auto decodeAll = [&](const std::vector<Instruction>& list) {
+    std::vector<Event> events(list.size());
+    for (size_t i = 0; i < list.size(); ++i) decode(list[i], spec, units_, table, events[i]);
+    return events;
+  };
+  const isa::Program& p = program;
+  if (p.pieces.empty()) {
+    bodies_.push_back(decodeAll(p.instructions));
+    segments_.push_back({bodies_.back().data(), bodies_.back().size(), 0, 0});
+  } else {
+    std::map<const isa::InstructionBody*, size_t> bodyIndex;
+    for (const auto& piece : p.pieces)
+      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) bodies_.push_back(decodeAll(piece.body->instructions));
+    for (const auto& piece : p.pieces) {
+      const auto& body = bodies_[bodyIndex.at(piece.body.get())];
+      segments_.push_back({body.data(), body.size(), piece.offset, size_});
+      size_ += body.size();
+    }
+  }
+  if (p.pieces.empty()) size_ = segments_.front().count;
+  Cycle lastIssue = std::numeric_limits<Cycle>::min();
+  std::int32_t lastUnit = std::numeric_limits<std::int32_t>::min();
+  for (const Segment& s : segments_)
+    for (size_t i = 0; i < s.count && canonical_; ++i) {
+      const Cycle issue = s.events[i].issue + s.offset;
+      const std::int32_t unit = s.events[i].unit;
+      canonical_ = issue != lastIssue ? issue > lastIssue : unit >= lastUnit;
+      lastIssue = issue;
+      lastUnit = unit;
+    }
+}
+
+EventProgram::Cursor EventProgram::begin() const {
+  Cursor c;
+  while (c.segment < segments_.size() && segments_[c.segment].count == 0) ++c.segment;
+  return c;
+}
+
+Event EventProgram::at(size_t index) const {
+  auto it = std::upper_bound(segments_.begin(), segments_.end(), index,
+                             [](size_t i, const Segment& s) { return i < s.first; });
+  Cursor c{static_cast<size_t>(it - segments_.begin()) - 1, 0};
+  c.at = index - segments_[c.segment].first;
+  return at(c);
+}
+
+std::shared_ptr<const EventProgram> EventProgram::of(const std::shared_ptr<const isa::Program>& program,
+                                                     const topology::ChipSpec& spec) {
+  // Kept while the program lives: a program is decoded once however many chips run it, one after
+  // another or at once. An entry whose program died is dropped when the next program is decoded.
+  struct Entry {
+    std::weak_ptr<const isa::Program> program;
+    std::shared_ptr<const EventProgram> events;
+  };
+  struct KeyHash {
+    size_t operator()(const std::pair<const void*, const void*>& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  static std::mutex mutex;
+  static std::unordered_map<std::pair<const void*, const void*>, Entry, KeyHash> cache;
+  const std::pair<const void*, const void*> key{program.get(), &spec};
+  std::lock_guard lock(mutex);
+  // An unexpired weak pointer at this address is this program (another would have a new control block).
+  if (auto it = cache.find(key); it != cache.end() && !it->second.program.expired()) return it->second.events;
+  std::erase_if(cache, [](const auto& entry) { return entry.second.program.expired(); });
+  auto made = std::make_shared<const EventProgram>(*program, spec);
+  cache[key] = {program, made};
+  return made;
+}
+
+}  // namespace tsp::sim

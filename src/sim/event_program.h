@@ -1,0 +1,105 @@
+// A program as the chip's event loop reads it: decoded once per (program, chip spec) and shared by every chip running it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compile/isa/program.h"
+#include "topology/chip_spec.h"
+
+namespace tsp::sim {
+
+/// One instruction in the form the event loop needs: its timing fields, what the chip spec derives
+/// from them, its unit's place, and whether a check that needs no chip state fails.
+struct Event {
+  Cycle issue = 0;          ///< absolute (a piece's offset added)
+  Cycle span = 0;           ///< (repeat - 1) * interval: from the first iteration's issue to the last's
+  Cycle busy = 0;           ///< busy cycles of its unit: busyPerIssue * repeat
+  Cycle busyPerIssue = 1;   ///< isa::busyPerIssue
+  Cycle resultLatency = 0;  ///< isa::resultLatency
+  std::int32_t unit = 0, repeat = 1, interval = 1;
+  std::int32_t address = -1, bank = -1, stride = 0, port = -1;
+  std::int32_t weightUnit = -1, weightRows = 0;
+  isa::StreamRef src, src2, dst;
+  std::int16_t slice = 0, indexInKind = 0;  ///< of its unit
+  isa::Opcode op = isa::Opcode::kNop;
+  topology::UnitKind kind = topology::UnitKind::kMem;  ///< of its unit
+  std::uint8_t checks = 0;  ///< kMalformed | kBankField
+
+  /// isa::unitFreeAt: the cycle after the last iteration's busy cycles.
+  Cycle unitFreeAt() const { return issue + span + busyPerIssue; }
+  /// isa::completion: the last iteration's result is ready.
+  Cycle completion() const { return issue + span + resultLatency; }
+};
+
+/// Event::checks: the instruction is malformed whatever the chip's state (unit, repeat, opcode or stream).
+inline constexpr std::uint8_t kMalformed = 1;
+/// Event::checks: a MEM access whose bank field disagrees with the chip's bank mapping.
+inline constexpr std::uint8_t kBankField = 2;
+
+/// What is wrong with an instruction whatever the chip's state, in the simulator's order of checks,
+/// or nothing. A unit that does not exist is reported by the chip (its own message).
+std::optional<std::string> malformation(const isa::Instruction& inst, const topology::ChipSpec& spec,
+                                        const std::vector<topology::UnitInfo>& units);
+
+/// The events of one program for one chip spec, in program order: each piece's body decoded once.
+class EventProgram {
+ public:
+  /// The decoded form of `program` for `spec`: decoded once per program object and spec object, kept
+  /// while the program lives and shared by every chip that runs it.
+  static std::shared_ptr<const EventProgram> of(const std::shared_ptr<const isa::Program>& program,
+                                                const topology::ChipSpec& spec);
+  /// Decodes `program`, which must outlive the result.
+  EventProgram(const isa::Program& program, const topology::ChipSpec& spec);
+
+  /// A place in program order, read without a search.
+  struct Cursor {
+    size_t segment = 0, at = 0;
+  };
+
+  /// Number of events.
+  size_t size() const { return size_; }
+  /// Event `index` (a search over the pieces; use a Cursor in order).
+  Event at(size_t index) const;
+  /// The event at the cursor, which must be before the end.
+  Event at(const Cursor& c) const {
+    Event e = body(c);
+    e.issue += offset(c);
+    return e;
+  }
+  /// The event at the cursor as its piece's body has it: its issue is offset(c) cycles early.
+  const Event& body(const Cursor& c) const { return segments_[c.segment].events[c.at]; }
+  /// The offset of the piece of the event at the cursor.
+  Cycle offset(const Cursor& c) const { return segments_[c.segment].offset; }
+  /// Moves the cursor to the next event.
+  void step(Cursor& c) const {
+    if (++c.at < segments_[c.segment].count) return;
+    c.at = 0;
+    while (++c.segment < segments_.size() && segments_[c.segment].count == 0) {
+    }
+  }
+  /// A cursor at the first event.
+  Cursor begin() const;
+  /// True when the events are in (issue, unit) order, the order they run in.
+  bool canonical() const { return canonical_; }
+  /// The chip spec's unit table (ChipSpec::units()).
+  const std::vector<topology::UnitInfo>& units() const { return units_; }
+
+ private:
+  struct Segment {
+    const Event* events = nullptr;
+    size_t count = 0;
+    Cycle offset = 0;
+    size_t first = 0;  // program index of its first event
+  };
+  std::vector<topology::UnitInfo> units_;
+  std::vector<std::vector<Event>> bodies_;  // one per distinct instruction list
+  std::vector<Segment> segments_;
+  size_t size_ = 0;
+  bool canonical_ = true;
+};
+
+}  // namespace tsp::sim

@@ -1,0 +1,123 @@
+// Tests of the decoded program: the events agree with the instructions and the chip spec, pieces read
+// in program order, static checks flagged, one decoding per program shared by its chips.
+#include "sim/event_program.h"
+
+#include <gtest/gtest.h>
+
+#include "sim/chip.h"
+
+namespace tsp::sim {
+namespace {
+
+using isa::Instruction;
+using isa::Opcode;
+using topology::UnitKind;
+
+Instruction inst(const topology::ChipSpec& spec, UnitKind kind, int index, Cycle issue, Opcode op, int repeat = 1,
+                 int interval = 1) {
+  Instruction i;
+  i.unit = spec.firstUnit(kind) + index;
+  i.issue = issue;
+  i.op = op;
+  i.repeat = repeat;
+  i.interval = interval;
+  return i;
+}
+
+TEST(EventProgramTest, EventsCarryTheSpecTimingAndTheUnitPlace) {
+  topology::ChipSpec spec;
+  isa::Program p;
+  Instruction read = inst(spec, UnitKind::kMem, 3, 10, Opcode::kMemRead, 4, 2);
+  read.address = 7;
+  read.stride = 1;
+  read.dst = {2, isa::Direction::kEast};
+  p.instructions = {read, inst(spec, UnitKind::kMxm, 1, 20, Opcode::kMxmInstall), inst(spec, UnitKind::kVxm, 0, 30, Opcode::kNop, 3, 5)};
+  const EventProgram events(p, spec);
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_TRUE(events.canonical());
+  const auto units = spec.units();
+  for (size_t i = 0; i < 3; ++i) {
+    const Event e = events.at(i);
+    const Instruction& in = p.instructions[i];
+    EXPECT_EQ(e.issue, in.issue);
+    EXPECT_EQ(e.unitFreeAt(), isa::unitFreeAt(spec, in)) << i;
+    EXPECT_EQ(e.completion(), isa::completion(spec, in)) << i;
+    EXPECT_EQ(e.busy, isa::busyPerIssue(spec, in) * in.repeat) << i;
+    EXPECT_EQ(e.resultLatency, isa::resultLatency(spec, in)) << i;
+    EXPECT_EQ(e.slice, units[in.unit].slice);
+    EXPECT_EQ(e.indexInKind, units[in.unit].indexInKind);
+    EXPECT_EQ(e.kind, units[in.unit].kind);
+    EXPECT_EQ(e.checks, 0) << i;
+  }
+}
+
+TEST(EventProgramTest, PiecesReadInProgramOrderWithTheirOffsets) {
+  topology::ChipSpec spec;
+  isa::Program p;
+  auto body = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop)});
+  auto empty = isa::makeBody({});
+  p.pieces = {{body, 0}, {empty, 5}, {body, 10}, {body, 20}};
+  const EventProgram events(p, spec);
+  const isa::InstructionSequence sequence(p);
+  ASSERT_EQ(events.size(), sequence.size());
+  EventProgram::Cursor c = events.begin();
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    EXPECT_EQ(events.at(i).issue, sequence[i].issue) << i;
+    EXPECT_EQ(events.at(c).issue, sequence[i].issue) << i;
+    EXPECT_EQ(events.at(c).unit, sequence[i].unit) << i;
+    events.step(c);
+  }
+  EXPECT_TRUE(events.canonical());
+  p.pieces = {{body, 10}, {body, 0}};  // the second piece issues before the first: not in order
+  EXPECT_FALSE(EventProgram(p, spec).canonical());
+}
+
+TEST(EventProgramTest, StaticProblemsAreFlaggedAndNamedByMalformation) {
+  topology::ChipSpec spec;
+  const auto units = spec.units();
+  isa::Program p;
+  Instruction badRepeat = inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop, 0);
+  Instruction wrongUnit = inst(spec, UnitKind::kVxm, 0, 1, Opcode::kMemRead);
+  Instruction badStream = inst(spec, UnitKind::kVxm, 0, 2, Opcode::kVxmUnary);
+  badStream.dst = {static_cast<std::int16_t>(spec.streamsPerDirection), isa::Direction::kWest};
+  Instruction noUnit = inst(spec, UnitKind::kVxm, 0, 3, Opcode::kNop);
+  noUnit.unit = static_cast<int>(units.size());
+  Instruction badBank = inst(spec, UnitKind::kMem, 0, 4, Opcode::kMemRead);
+  badBank.address = 0;
+  badBank.bank = spec.bankOf(0) + 1;
+  p.instructions = {badRepeat, wrongUnit, badStream, noUnit, badBank};
+  const EventProgram events(p, spec);
+  EXPECT_EQ(events.at(0).checks, kMalformed);
+  EXPECT_EQ(*malformation(badRepeat, spec, units), "repeat and interval must be >= 1");
+  EXPECT_EQ(events.at(1).checks, kMalformed);
+  EXPECT_EQ(*malformation(wrongUnit, spec, units), "opcode cannot run on this kind of unit");
+  EXPECT_EQ(events.at(2).checks, kMalformed);
+  EXPECT_NE(malformation(badStream, spec, units)->find("does not exist"), std::string::npos);
+  EXPECT_EQ(events.at(3).checks, kMalformed);
+  EXPECT_EQ(events.at(4).checks, kBankField);
+}
+
+TEST(EventProgramTest, OneDecodingPerProgramSharedByItsChips) {
+  topology::ChipSpec spec;
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = {inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop)};
+  const auto first = EventProgram::of(program, spec);
+  EXPECT_EQ(EventProgram::of(program, spec), first);
+  // Another program with the same content is another program: decoded on its own.
+  auto copy = std::make_shared<isa::Program>(*program);
+  EXPECT_NE(EventProgram::of(copy, spec), first);
+  // A program that died is decoded again if a new one takes its address.
+  std::weak_ptr<const EventProgram> old = first;
+  const isa::Program* address = program.get();
+  program.reset();
+  auto next = std::make_shared<isa::Program>();
+  next->instructions = {inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 1, Opcode::kNop)};
+  const auto decoded = EventProgram::of(next, spec);
+  EXPECT_EQ(decoded->size(), 2u);
+  if (next.get() == address) {
+    EXPECT_NE(decoded.get(), old.lock().get());
+  }
+}
+
+}  // namespace
+}  // namespace tsp::sim
