@@ -400,9 +400,14 @@ std::vector<bool> dividedDims(const std::vector<std::int64_t>& dims, int size) {
 constexpr int kWidestSplit = 4096;
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
                            const std::vector<ir::TensorId>& shared) {
+  // A dim in parts (a fused weight's q, k and v) splits when the width divides each part.
   std::set<std::int64_t> dimSet;
-  for (const auto& tensor : graph.tensors())
-    for (std::int64_t d : tensor.shape) dimSet.insert(d);
+  const auto parts = consumerParts(graph);
+  for (size_t t = 0; t < graph.tensors().size(); ++t)
+    for (size_t d = 0; d < graph.tensor(t).shape.size(); ++d) {
+      dimSet.insert(graph.tensor(t).shape[d]);
+      dimSet.insert(graph.tensor(t).shape[d] / parts[t][d]);
+    }
   const std::vector<std::int64_t> dims(dimSet.begin(), dimSet.end());
   const int layerCount = static_cast<int>(profile.layers.size());
   bool megatron = false;

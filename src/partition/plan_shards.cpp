@@ -114,6 +114,35 @@ Expected<std::map<ir::TensorId, TensorSharding>> gridAnnotations(const ir::Graph
                               });
 }
 
+// The 2-D weight of a weight matmul (MatMul, Gemm) and the weight dim that indexes the op's
+// output: the weight may be either operand, transposed by Gemm's transA/transB or by a Transpose
+// between the initializer and the op.
+struct WeightOperand {
+  int operand;
+  ir::TensorId weight;
+  int outDim;
+};
+std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op& op) {
+  if ((op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm) || op.inputs.size() < 2) return std::nullopt;
+  for (int operand : {1, 0}) {
+    ir::TensorId w = op.inputs[operand];
+    bool transposed = op.kind == ir::OpKind::kGemm && op.intAttr(operand == 1 ? "transB" : "transA", 0) != 0;
+    if (graph.tensor(w).producer >= 0) {
+      const ir::Op& producer = graph.op(graph.tensor(w).producer);
+      const auto perm = producer.intsAttr("perm", {1, 0});
+      if (producer.kind != ir::OpKind::kTranspose || graph.tensor(w).shape.size() != 2 || perm != std::vector<std::int64_t>{1, 0})
+        continue;
+      w = producer.inputs[0];
+      transposed = !transposed;
+    }
+    const auto& t = graph.tensor(w);
+    if (t.role != ir::TensorRole::kWeight || t.shape.size() != 2) continue;
+    // [K, N] as the right operand, [M, K] as the left: the output dim is N or M.
+    return WeightOperand{operand, w, (operand == 1) != transposed ? 1 : 0};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Mesh tensorMesh(const Plan& plan) {
@@ -186,18 +215,25 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
     else if (table.shape[1] % size == 0) annotations[op.inputs[0]] = TensorSharding{{-1, tp}, {}};
   }
   // Column-split one weight at a time, in topological order: whether a matmul's activation is
-  // split over tp depends on the splits before it.
+  // split over tp depends on the splits before it. The weight's output dim is split in the parts
+  // later ops cut it into (a fused QKV weight's q, k and v), so every rank holds whole heads of each.
+  const auto parts = consumerParts(graph);
   return chooseWeightsInOrder(graph, mesh, std::move(annotations),
                               [&](const ir::Op& op, const ShardingPlan& sofar,
                                   const std::map<ir::TensorId, TensorSharding>&) -> WeightChoice {
-                                if (op.kind != ir::OpKind::kMatMul || op.inputs.size() != 2) return std::nullopt;
-                                const ir::TensorId w = op.inputs[1];
-                                const auto& weight = graph.tensor(w);
-                                if (weight.role != ir::TensorRole::kWeight || weight.shape.size() != 2) return std::nullopt;
-                                if (usesAxis(sofar.tensors[op.inputs[0]], tp) || usesAxis(sofar.tensors[w], tp))
+                                const auto found = weightOperand(graph, op);
+                                if (!found) return std::nullopt;
+                                const auto [operand, w, outDim] = *found;
+                                const ir::TensorId x = op.inputs[1 - operand];
+                                if (usesAxis(sofar.tensors[x], tp) || usesAxis(sofar.tensors[w], tp))
                                   return std::nullopt;
-                                if (weight.shape[1] % size != 0) return WeightChoice{{w, std::nullopt}};
-                                return WeightChoice{{w, TensorSharding{{-1, tp}, {}}}};
+                                const auto& weight = graph.tensor(w);
+                                auto spec = TensorSharding::replicated(2);
+                                spec.dimAxis[outDim] = tp;
+                                spec.setParts(outDim, parts[w][outDim]);
+                                if (weight.shape[outDim] % (size * spec.parts(outDim)) != 0)
+                                  return WeightChoice{{w, std::nullopt}};
+                                return WeightChoice{{w, spec}};
                               });
 }
 

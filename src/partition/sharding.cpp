@@ -2,6 +2,8 @@
 #include "partition/sharding.h"
 
 #include <algorithm>
+#include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -53,13 +55,23 @@ std::vector<std::pair<int, int>> TensorSharding::entries() const {
   return list;
 }
 
+void TensorSharding::setParts(size_t d, std::int64_t parts) {
+  if (parts == this->parts(d)) return;
+  if (dimParts.empty()) dimParts.assign(dimAxis.size(), 1);
+  dimParts[d] = parts;
+  if (std::all_of(dimParts.begin(), dimParts.end(), [](std::int64_t p) { return p == 1; })) dimParts.clear();
+}
+
 bool TensorSharding::isReplicated() const {
   return partialAxes.empty() && std::all_of(dimAxis.begin(), dimAxis.end(), [](int a) { return a < 0; });
 }
 
 std::string TensorSharding::text(const Mesh& mesh) const {
   std::vector<std::string> dims, partial;
-  for (int a : dimAxis) dims.push_back(a < 0 ? "-" : mesh.axisNames[a]);
+  for (size_t d = 0; d < dimAxis.size(); ++d) {
+    const int a = dimAxis[d];
+    dims.push_back(a < 0 ? "-" : parts(d) > 1 ? fmt::format("{}x{}", parts(d), mesh.axisNames[a]) : mesh.axisNames[a]);
+  }
   for (int a : partialAxes) partial.push_back(mesh.axisNames[a]);
   std::string s = fmt::format("[{}]", fmt::join(dims, ","));
   if (!partial.empty()) s += fmt::format(" partial({})", fmt::join(partial, ","));
@@ -93,6 +105,11 @@ std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, con
   return local;
 }
 
+std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos) {
+  const std::int64_t part = extent / parts, block = part / size;
+  return local / block * part + pos * block + local % block;
+}
+
 std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSharding& to) {
   std::vector<ReshardStep> steps;
   auto dimOf = [](const TensorSharding& s, int axis) {
@@ -107,19 +124,173 @@ std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSh
   for (int a = 0; a < axes; ++a) {
     const int f = dimOf(from, a), t = dimOf(to, a);
     const bool partial = std::count(from.partialAxes.begin(), from.partialAxes.end(), a) > 0;
+    const std::int64_t fp = f >= 0 ? from.parts(f) : 1, tp = t >= 0 ? to.parts(t) : 1;
+    auto step = [&](ReshardKind kind, int dim, int fromDim) {
+      ReshardStep s{kind, a, dim, fromDim};
+      s.parts = tp;
+      s.fromParts = fp;
+      steps.push_back(s);
+    };
     if (partial) {
-      steps.push_back(t >= 0 ? ReshardStep{ReshardKind::kReduceScatter, a, t} : ReshardStep{ReshardKind::kAllReduce, a});
-    } else if (f == t) {
+      step(t >= 0 ? ReshardKind::kReduceScatter : ReshardKind::kAllReduce, t, -1);
+    } else if (f == t && fp == tp) {
       continue;
+    } else if (f == t) {  // the same dim in other parts: gather, then take the new block of every part
+      step(ReshardKind::kAllGather, f, -1);
+      step(ReshardKind::kSlice, t, -1);
     } else if (t < 0) {
-      steps.push_back({ReshardKind::kAllGather, a, f});
+      step(ReshardKind::kAllGather, f, -1);
     } else if (f < 0) {
-      steps.push_back({ReshardKind::kSlice, a, t});
+      step(ReshardKind::kSlice, t, -1);
     } else {
-      steps.push_back({ReshardKind::kAllToAll, a, t, f});
+      step(ReshardKind::kAllToAll, t, f);
     }
   }
   return steps;
+}
+
+namespace {
+
+// An index whose terms are the digits of a mixed-radix number: each coefficient is the product of
+// the later terms' extents, no offset (a Reshape's factors).
+bool mixedRadix(const ir::IterationSpace& space, const ir::AffineExpr& e) {
+  if (e.offset != 0) return false;
+  std::int64_t stride = 1;
+  for (size_t i = e.terms.size(); i-- > 0;) {
+    if (e.terms[i].coeff != stride) return false;
+    stride *= space.extents[e.terms[i].dim];
+  }
+  return true;
+}
+
+std::int64_t gcd3(std::int64_t a, std::int64_t b, std::int64_t c) {
+  return std::gcd(std::gcd(a, b), c < 0 ? -c : c);
+}
+
+// The iteration dim (and its parts) that a tensor dim of `extent` split in `parts` parts splits,
+// through the index e: a plain index maps parts onto the dim's range (a Split's or Slice's window
+// is whole parts); a Reshape's factors take the parts on the leading factors and the split on the
+// factor after them (GSPMD's reshape rule); other indices split their leading term, in one part.
+struct DimSplit {
+  int dim;
+  std::int64_t parts;
+};
+std::optional<DimSplit> splitThrough(const ir::IterationSpace& space, const ir::AffineExpr& e, std::int64_t extent,
+                                     std::int64_t parts) {
+  if (e.terms.empty()) return std::nullopt;
+  if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+    const int d = e.terms[0].dim;
+    const std::int64_t part = extent / parts;
+    if (space.extents[d] % part != 0 || e.offset % part != 0) return std::nullopt;
+    return DimSplit{d, space.extents[d] / part};
+  }
+  if (parts == 1) return DimSplit{e.terms.front().dim, 1};
+  if (!mixedRadix(space, e)) return std::nullopt;
+  std::int64_t outer = 1;
+  for (const auto& t : e.terms) {
+    const std::int64_t ext = space.extents[t.dim];
+    if (parts % outer != 0) return std::nullopt;
+    if (outer * ext > parts) {
+      if (ext % (parts / outer) != 0) return std::nullopt;
+      return DimSplit{t.dim, parts / outer};
+    }
+    outer *= ext;
+  }
+  return std::nullopt;
+}
+
+// The ops whose only obstacle to splitting a dim is that they read or write windows of it at
+// offsets: split in parts, every window must be whole parts.
+bool partsAligned(const ir::Graph& graph, const ir::Op& op, const ir::IterationSpace& space, int dim,
+                  std::int64_t parts) {
+  if (op.kind != ir::OpKind::kSplit && op.kind != ir::OpKind::kSlice && op.kind != ir::OpKind::kConcat) return false;
+  const std::int64_t part = space.extents[dim] / parts;
+  auto aligned = [&](const ir::OperandAccess& access, ir::TensorId id) {
+    const auto& shape = graph.tensor(id).shape;
+    for (size_t t = 0; t < access.index.size(); ++t) {
+      const auto& e = access.index[t];
+      const bool mentions = std::any_of(e.terms.begin(), e.terms.end(), [&](const ir::AffineTerm& term) { return term.dim == dim; });
+      if (!mentions) continue;
+      if (e.terms.size() != 1 || e.terms[0].coeff != 1 || shape[t] % part != 0 || e.offset % part != 0) return false;
+    }
+    return true;
+  };
+  for (const auto& r : space.reads)
+    if (!aligned(r, op.inputs[r.operand])) return false;
+  for (const auto& w : space.writes)
+    if (!aligned(w, op.outputs[w.operand])) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
+  std::vector<std::vector<std::int64_t>> parts;
+  for (const auto& t : graph.tensors()) parts.emplace_back(t.shape.size(), 1);
+  auto merge = [](std::int64_t& into, std::int64_t p, std::int64_t extent) {
+    const std::int64_t l = std::lcm(into, p);
+    if (l > 0 && extent % l == 0) into = l;
+  };
+  for (size_t i = graph.ops().size(); i-- > 0;) {
+    const ir::Op& op = graph.op(i);
+    auto space = ir::iterationSpace(graph, op);
+    if (!space) continue;
+    std::vector<std::int64_t> dimParts(space->extents.size(), 1);
+    // Results' parts and windows at offsets cut the iteration dims.
+    auto cut = [&](const ir::OperandAccess& access, ir::TensorId id, bool write) {
+      const auto& shape = graph.tensor(id).shape;
+      for (size_t t = 0; t < access.index.size(); ++t) {
+        const auto& e = access.index[t];
+        const std::int64_t p = write ? parts[id][t] : 1;
+        if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+          // A window narrower than the dim (a Split's output, a Concat's input) cuts it at its offset.
+          const int d = e.terms[0].dim;
+          if (shape[t] >= space->extents[d] && p == 1) continue;
+          const std::int64_t unit = gcd3(shape[t] / p, space->extents[d], e.offset);
+          merge(dimParts[d], space->extents[d] / unit, space->extents[d]);
+        } else if (p > 1 && mixedRadix(*space, e)) {
+          std::int64_t outer = 1;
+          for (const auto& term : e.terms) {
+            const std::int64_t ext = space->extents[term.dim];
+            if (p % (outer * ext) == 0) {
+              merge(dimParts[term.dim], ext, ext);
+              outer *= ext;
+              continue;
+            }
+            if (p % outer == 0 && ext % (p / outer) == 0) merge(dimParts[term.dim], p / outer, ext);
+            break;
+          }
+        }
+      }
+    };
+    for (const auto& w : space->writes) cut(w, op.outputs[w.operand], true);
+    for (const auto& r : space->reads) cut(r, op.inputs[r.operand], false);
+    // A lookup of constant indices takes rows apart: every row is a part.
+    if (op.kind == ir::OpKind::kGather && op.inputs.size() == 2 &&
+        graph.tensor(op.inputs[1]).role == ir::TensorRole::kConstant)
+      dimParts.back() = space->extents.back();
+    // The operands' parts: the windows they are read in, and the iteration dims' parts.
+    for (const auto& r : space->reads) {
+      const ir::TensorId id = op.inputs[r.operand];
+      const auto& shape = graph.tensor(id).shape;
+      for (size_t t = 0; t < r.index.size(); ++t) {
+        const auto& e = r.index[t];
+        if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+          const int d = e.terms[0].dim;
+          const std::int64_t unit = gcd3(space->extents[d] / dimParts[d], shape[t], e.offset);
+          merge(parts[id][t], shape[t] / unit, shape[t]);
+        } else if (mixedRadix(*space, e)) {
+          std::int64_t p = 1;
+          for (const auto& term : e.terms) {
+            p *= dimParts[term.dim];
+            if (dimParts[term.dim] != space->extents[term.dim]) break;
+          }
+          merge(parts[id][t], p, shape[t]);
+        }
+      }
+    }
+  }
+  return parts;
 }
 
 namespace {
@@ -137,9 +308,10 @@ Status checkSharding(const ir::Graph& graph, const Mesh& mesh, ir::TensorId id, 
       return modelError(t.name, fmt::format("sharding names mesh axis {}, the mesh has {}", a, mesh.axisSizes.size()));
     if (used[a]) return modelError(t.name, fmt::format("mesh axis '{}' splits two dims", mesh.axisNames[a]));
     used[a] = true;
-    if (t.shape[d] % mesh.axisSizes[a] != 0)
-      return modelError(t.name, fmt::format("dim {} of size {} does not split over mesh axis '{}' of {} devices", d,
-                                            t.shape[d], mesh.axisNames[a], mesh.axisSizes[a]));
+    if (t.shape[d] % (mesh.axisSizes[a] * s.parts(d)) != 0)
+      return modelError(t.name, fmt::format("dim {} of size {} does not split over mesh axis '{}' of {} devices{}", d,
+                                            t.shape[d], mesh.axisNames[a], mesh.axisSizes[a],
+                                            s.parts(d) > 1 ? fmt::format(" in {} parts", s.parts(d)) : ""));
   }
   return {};
 }
@@ -194,6 +366,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     plan.reshards.push_back(std::move(reshard));
   };
   plan.opDimAxis.resize(graph.ops().size());
+  plan.opDimParts.resize(graph.ops().size());
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
     if (before) {
@@ -217,14 +390,27 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     std::vector<int>& dimAxis = plan.opDimAxis[i];
     dimAxis.assign(space->extents.size(), -1);
     std::vector<bool> used(mesh.axisSizes.size(), false);
-    auto vote = [&](const ir::OperandAccess& access, const TensorSharding& s) {
+    std::vector<std::int64_t>& dimParts = plan.opDimParts[i];
+    dimParts.assign(space->extents.size(), 1);
+    auto vote = [&](const ir::OperandAccess& access, ir::TensorId id, const TensorSharding& s) {
+      const auto& shape = graph.tensor(id).shape;
       for (size_t t = 0; t < access.index.size() && t < s.dimAxis.size(); ++t) {
         const int a = s.dimAxis[t];
-        if (a < 0 || access.index[t].terms.empty()) continue;
-        const int d = access.index[t].terms.front().dim;
-        if (!deps.dims[d].splittable || space->extents[d] % mesh.axisSizes[a] != 0) continue;
+        if (a < 0) continue;
+        const auto split = splitThrough(*space, access.index[t], shape[t], s.parts(t));
+        if (!split) continue;
+        const int d = split->dim;
+        if (space->extents[d] % (mesh.axisSizes[a] * split->parts) != 0) continue;
+        // A Reshape's inner factors split as well as its leading ones (the factors are digits, not
+        // window taps); Split, Slice and Concat split a dim whose windows are whole parts.
+        const bool reshape = op.kind == ir::OpKind::kReshape || op.kind == ir::OpKind::kFlatten ||
+                             op.kind == ir::OpKind::kSqueeze || op.kind == ir::OpKind::kUnsqueeze;
+        if (!deps.dims[d].splittable && !(reshape && !space->opaque[d]) &&
+            !(space->opaque[d] && partsAligned(graph, op, *space, d, split->parts)))
+          continue;
         if (dimAxis[d] < 0 && !used[a]) {
           dimAxis[d] = a;
+          dimParts[d] = split->parts;
           used[a] = true;
         }
       }
@@ -232,16 +418,34 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     // Annotated results vote first (they are what the user asked for), then operands in order.
     for (const auto& w : space->writes) {
       auto found = annotations.find(op.outputs[w.operand]);
-      if (found != annotations.end()) vote(w, found->second);
+      if (found != annotations.end()) vote(w, op.outputs[w.operand], found->second);
     }
     for (const auto& r : space->reads)
-      if (known[op.inputs[r.operand]]) vote(r, plan.tensors[op.inputs[r.operand]]);
+      if (known[op.inputs[r.operand]]) vote(r, op.inputs[r.operand], plan.tensors[op.inputs[r.operand]]);
 
-    auto layoutOf = [&](const ir::OperandAccess& access) {
-      TensorSharding s;
-      for (const auto& e : access.index) {
-        const bool single = e.terms.size() >= 1;
-        s.dimAxis.push_back(single ? dimAxis[e.terms.front().dim] : -1);
+    // A tensor dim is split over the axis of its first split term: a plain index in the parts its
+    // window covers, a Reshape's factor after the leading factors' parts, another index on its
+    // leading term only.
+    auto layoutOf = [&](const ir::OperandAccess& access, ir::TensorId id) {
+      const auto& shape = graph.tensor(id).shape;
+      TensorSharding s = TensorSharding::replicated(access.index.size());
+      for (size_t t = 0; t < access.index.size(); ++t) {
+        const auto& e = access.index[t];
+        size_t first = 0;
+        while (first < e.terms.size() && dimAxis[e.terms[first].dim] < 0) ++first;
+        if (first == e.terms.size()) continue;
+        const int d = e.terms[first].dim;
+        std::int64_t parts = dimParts[d];
+        if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+          const std::int64_t part = space->extents[d] / parts;
+          if (shape[t] % part != 0) continue;
+          parts = shape[t] / part;
+        } else if (first > 0) {
+          if (!mixedRadix(*space, e)) continue;
+          for (size_t k = 0; k < first; ++k) parts *= space->extents[e.terms[k].dim];
+        }
+        s.dimAxis[t] = dimAxis[d];
+        s.setParts(t, parts);
       }
       return s;
     };
@@ -251,7 +455,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
       if (seen[r.operand]) continue;
       seen[r.operand] = true;
       const ir::TensorId id = op.inputs[r.operand];
-      TensorSharding want = layoutOf(r);
+      TensorSharding want = layoutOf(r, id);
       if (!known[id]) {
         plan.tensors[id] = want;
         known[id] = true;
@@ -277,7 +481,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
       if (dimAxis[d] >= 0 && deps.dims[d].kind == DimClass::kReduction) partial.push_back(dimAxis[d]);
     std::sort(partial.begin(), partial.end());
     for (const auto& w : space->writes) {
-      TensorSharding s = layoutOf(w);
+      TensorSharding s = layoutOf(w, op.outputs[w.operand]);
       s.partialAxes = partial;
       plan.tensors[op.outputs[w.operand]] = s;
       known[op.outputs[w.operand]] = true;

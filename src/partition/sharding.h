@@ -29,17 +29,24 @@ struct Mesh {
 };
 
 /// A tensor's sharding: for each tensor dim the mesh axis it is split over (block split) or -1,
-/// and the mesh axes over which it holds partial sums still to be added.
+/// and the mesh axes over which it holds partial sums still to be added. A split dim may be cut
+/// into equal parts first (a fused weight's q, k and v): each part is then block-split on its own,
+/// and a device holds its block of every part, in part order.
 struct TensorSharding {
   std::vector<int> dimAxis;
   std::vector<int> partialAxes;  ///< sorted
+  std::vector<std::int64_t> dimParts = {};  ///< parts per dim; empty when every split dim is one part
 
   /// Fully replicated sharding of a rank-`rank` tensor.
-  static TensorSharding replicated(size_t rank) { return {std::vector<int>(rank, -1), {}}; }
+  static TensorSharding replicated(size_t rank) { return {std::vector<int>(rank, -1), {}, {}}; }
+  /// The parts dim d is cut into before its block split (1: a plain block split).
+  std::int64_t parts(size_t d) const { return d < dimParts.size() ? dimParts[d] : 1; }
+  /// Sets dim d's parts, keeping dimParts empty while every dim is one part.
+  void setParts(size_t d, std::int64_t parts);
   /// The (mesh axis -> tensor dim) list.
   std::vector<std::pair<int, int>> entries() const;
   bool isReplicated() const;
-  /// "[tp,-] partial(dp)" with mesh axis names.
+  /// "[tp,-] partial(dp)" with mesh axis names; a dim in parts reads "3xtp".
   std::string text(const Mesh& mesh) const;
   friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
 };
@@ -64,6 +71,8 @@ struct ReshardStep {
   int dim = -1;       ///< the tensor dim gathered, scattered, sliced, or haloed (AllToAll: the new split dim)
   int fromDim = -1;   ///< AllToAll: the old split dim
   std::int64_t haloBefore = 0, haloAfter = 0;  ///< kHalo: elements from the previous and next device
+  std::int64_t parts = 1;      ///< parts of `dim` in the result (scatter, slice, AllToAll)
+  std::int64_t fromParts = 1;  ///< parts of the gathered dim (AllGather: `dim`, AllToAll: `fromDim`)
   friend bool operator==(const ReshardStep&, const ReshardStep&) = default;
 };
 
@@ -85,6 +94,7 @@ struct ShardingPlan {
   Mesh mesh;
   std::vector<TensorSharding> tensors;
   std::vector<std::vector<int>> opDimAxis;
+  std::vector<std::vector<std::int64_t>> opDimParts;  ///< per op and iteration dim: parts of a split dim
   std::vector<Reshard> reshards;
 
   /// Reshards of one kind (any axis).
@@ -112,6 +122,15 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
 
 /// The reshard steps from `from` to `to` (halo steps are added by propagation, not here).
 std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSharding& to);
+
+/// Per tensor and dim, the equal parts that later ops cut the dim into (Split, Slice, Concat, a
+/// Gather of constant indices), carried back through every op's index maps, a Reshape's factors
+/// included: a fused QKV weight's output dim has 3 parts. 1 where nothing cuts the dim.
+std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph);
+
+/// The global index of local index `local` of a dim of `extent` split over `size` devices in
+/// `parts` parts, on the device at position `pos` along the axis.
+std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos);
 
 /// The local shape of a tensor of `shape` under sharding on mesh (block split; dims must divide).
 std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, const TensorSharding& sharding,

@@ -40,19 +40,38 @@ void forBlock(const Shape& big, const Shape& block, const Shape& offset, Fn fn) 
   }
 }
 
-Shape blockOffset(const Shape& local, const TensorSharding& s, const Mesh& mesh, int device) {
+// Calls fn(localIndex, globalIndex) for every element of device's block of a tensor of `global`
+// shape under s: a dim in parts holds its block of every part, in part order.
+template <typename Fn>
+void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& mesh, int device, Fn fn) {
+  const Shape local = localShape(global, s, mesh);
   const auto coords = mesh.coords(device);
-  Shape offset(local.size(), 0);
-  for (size_t d = 0; d < local.size(); ++d)
-    if (s.dimAxis[d] >= 0) offset[d] = coords[s.dimAxis[d]] * local[d];
-  return offset;
+  const size_t rank = local.size();
+  std::vector<std::vector<std::int64_t>> at(rank);  // global index of every local index, per dim
+  for (size_t d = 0; d < rank; ++d)
+    for (std::int64_t l = 0; l < local[d]; ++l)
+      at[d].push_back(s.dimAxis[d] < 0 ? l
+                                       : globalIndex(l, global[d], s.parts(d), mesh.axisSizes[s.dimAxis[d]],
+                                                     coords[s.dimAxis[d]]));
+  Shape stride(rank, 1);
+  for (size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
+  Shape idx(rank, 0);
+  const std::int64_t n = elementsOf(local);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d) offset += at[d][idx[d]] * stride[d];
+    fn(i, offset);
+    for (size_t d = rank; d-- > 0;) {
+      if (++idx[d] < local[d]) break;
+      idx[d] = 0;
+    }
+  }
 }
 
 std::shared_ptr<const std::vector<double>> sliceData(const std::vector<double>& data, const Shape& shape,
                                                      const TensorSharding& s, const Mesh& mesh, int device) {
-  const Shape local = localShape(shape, s, mesh);
-  auto out = std::make_shared<std::vector<double>>(elementsOf(local));
-  forBlock(shape, local, blockOffset(local, s, mesh, device), [&](std::int64_t i, std::int64_t at) { (*out)[i] = data[at]; });
+  auto out = std::make_shared<std::vector<double>>(elementsOf(localShape(shape, s, mesh)));
+  forDeviceBlock(shape, s, mesh, device, [&](std::int64_t i, std::int64_t at) { (*out)[i] = data[at]; });
   return out;
 }
 
@@ -157,12 +176,39 @@ class DeviceBuilder {
       const auto members = mesh_.group(device_, s.axis);
       const int size = mesh_.axisSizes[s.axis];
       const int pos = coords_[s.axis];
-      const ir::Tensor& t = g_.tensor(v);
+      const ir::Tensor t = g_.tensor(v);
       const std::int64_t bytes = t.bytes();
       ir::Attrs attrs{{"group", std::int64_t{size}},
                       {"devices", std::vector<std::int64_t>(members.begin(), members.end())},
                       {"tag", std::int64_t{(*tag_)++}},
                       {"mesh_axis", mesh_.axisNames[s.axis]}};
+      // A dim in parts is unfolded to [parts, part] around the collective, which then moves each
+      // part's block; the result is folded back to the local shape.
+      Shape unfolded;
+      std::vector<int> inner(t.shape.size());
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        const int di = static_cast<int>(d);
+        const std::int64_t parts = di == s.fromDim || (di == s.dim && s.kind == ReshardKind::kAllGather)
+                                       ? s.fromParts
+                                       : di == s.dim ? s.parts : 1;
+        if (parts > 1) unfolded.push_back(parts);
+        inner[d] = static_cast<int>(unfolded.size());
+        unfolded.push_back(t.shape[d] / parts);
+      }
+      const bool unfold = unfolded.size() != t.shape.size();
+      Shape result = t.shape;
+      if (s.kind == ReshardKind::kAllGather) result[s.dim] *= size;
+      if (s.kind == ReshardKind::kReduceScatter || s.kind == ReshardKind::kSlice) result[s.dim] /= size;
+      if (s.kind == ReshardKind::kAllToAll) {
+        result[s.dim] /= size;
+        result[s.fromDim] *= size;
+      }
+      if (unfold && s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo) {
+        auto r = op(ir::OpKind::kReshape, name + ".parts", {v}, {{"shape", unfolded}});
+        if (!r) return r.error();
+        v = *r;
+      }
+      const std::int64_t dim = s.dim >= 0 && unfold ? inner[s.dim] : s.dim;
       Expected<ir::TensorId> out = v;
       switch (s.kind) {
         case ReshardKind::kAllReduce:
@@ -171,30 +217,32 @@ class DeviceBuilder {
           break;
         case ReshardKind::kReduceScatter:
           collective_ += bytes * (size - 1) / size;
-          attrs["axis"] = std::int64_t{s.dim};
+          attrs["axis"] = dim;
           out = op(ir::OpKind::kReduceScatter, name, {v}, attrs);
           break;
         case ReshardKind::kAllGather:
           collective_ += bytes * (size - 1);
-          attrs["axis"] = std::int64_t{s.dim};
+          attrs["axis"] = dim;
           out = op(ir::OpKind::kAllGather, name, {v}, attrs);
           break;
         case ReshardKind::kAllToAll:
           collective_ += bytes * (size - 1) / size;
-          attrs["split_axis"] = std::int64_t{s.dim};
-          attrs["concat_axis"] = std::int64_t{s.fromDim};
+          attrs["split_axis"] = dim;
+          attrs["concat_axis"] = std::int64_t{unfold ? inner[s.fromDim] : s.fromDim};
           out = op(ir::OpKind::kAllToAll, name, {v}, attrs);
           break;
         case ReshardKind::kSlice: {
-          const std::int64_t part = t.shape[s.dim] / size;
+          const std::int64_t part = g_.tensor(v).shape[dim] / size;
           out = op(ir::OpKind::kSlice, name, {v},
-                   {{"starts", Shape{pos * part}}, {"ends", Shape{(pos + 1) * part}}, {"axes", Shape{s.dim}}});
+                   {{"starts", Shape{pos * part}}, {"ends", Shape{(pos + 1) * part}}, {"axes", Shape{dim}}});
           break;
         }
         case ReshardKind::kHalo:
           out = halo(v, s, members, pos, name);
           break;
       }
+      if (out && unfold && s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo)
+        out = op(ir::OpKind::kReshape, name + ".fold", {*out}, {{"shape", result}});
       if (!out) return out.error();
       v = *out;
     }
@@ -262,6 +310,36 @@ class DeviceBuilder {
       Shape pads = op.intsAttr("pads", Shape(2 * spatial, 0));
       for (int d : haloDims) pads[d - 2] = pads[spatial + d - 2] = 0;
       attrs["pads"] = pads;
+    }
+    if (op.kind == ir::OpKind::kGemm && op.inputs.size() == 3 && dimAxis[2] >= 0 && coords_[dimAxis[2]] != 0)
+      attrs["beta"] = 0.0;  // a split contraction: the bias joins the partial sums once, on the first device
+    if (op.kind == ir::OpKind::kSplit) {
+      // Split in parts: every output is whole parts, of which a device holds 1/size.
+      const auto& x = global_.tensor(op.inputs[0]).shape;
+      std::int64_t axis = op.intAttr("axis", 0);
+      if (axis < 0) axis += static_cast<std::int64_t>(x.size());
+      if (dimAxis[axis] >= 0) {
+        Shape sizes;
+        for (ir::TensorId out : op.outputs) sizes.push_back(global_.tensor(out).shape[axis] / mesh_.axisSizes[dimAxis[axis]]);
+        attrs["split"] = sizes;
+      }
+    }
+    if (op.kind == ir::OpKind::kSlice) {
+      // A window of whole parts: the device's blocks of those parts.
+      const auto& x = global_.tensor(op.inputs[0]).shape;
+      const auto& y = global_.tensor(op.outputs[0]).shape;
+      Shape starts = op.intsAttr("starts"), ends = op.intsAttr("ends"), axes = op.intsAttr("axes");
+      if (axes.empty())
+        for (size_t k = 0; k < starts.size(); ++k) axes.push_back(static_cast<std::int64_t>(k));
+      for (size_t k = 0; k < starts.size(); ++k) {
+        const std::int64_t a = axes[k] < 0 ? axes[k] + static_cast<std::int64_t>(x.size()) : axes[k];
+        if (dimAxis[a] < 0) continue;
+        const std::int64_t size = mesh_.axisSizes[dimAxis[a]], begin = ir::sliceStart(starts[k], x[a], 1);
+        starts[k] = begin / size;
+        ends[k] = (begin + y[a]) / size;
+      }
+      attrs["starts"] = starts;
+      attrs["ends"] = ends;
     }
     if (op.kind == ir::OpKind::kGather) {
       // Vocabulary-parallel lookup: ids outside this device's rows read an appended zero row.
@@ -499,7 +577,7 @@ Expected<std::vector<ir::Value>> interpretSharded(const DeviceGraphs& devices, c
     for (int d = 0; d < count; ++d) {
       const ir::Value& local = state[d].values[devices.graphs[d].outputs()[o]];
       bool agree = true;
-      forBlock(global, local.shape, blockOffset(local.shape, s, mesh, d), [&](std::int64_t i, std::int64_t at) {
+      forDeviceBlock(global, s, mesh, d, [&](std::int64_t i, std::int64_t at) {
         if (filled[at] && value.data[at] != local.data[i]) agree = false;
         value.data[at] = local.data[i];
         filled[at] = true;

@@ -366,6 +366,12 @@ void expectShardsMatch(const ir::Graph& g, const ShardingPlan& propagated, const
   }
 }
 
+ir::Value input(Shape shape, std::uint64_t seed) {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  return ir::Value{DType::kF32, std::move(shape), *values(n, seed)};
+}
+
 // Tokens 2 x 8 spread over a vocabulary.
 ir::Value tokensOf(int vocab) {
   ir::Value tokens{DType::kI32, {2, 8}, {}};
@@ -416,6 +422,118 @@ TEST(PlanShards, OddVocabularySplitsTheTableColumns) {
   ASSERT_TRUE(propagated.ok()) << propagated.error().format();
   EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[-,tp]");
   expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
+}
+
+// Self-attention with one fused in-projection [d, 3d], as torch exports it: the projection is taken
+// apart by a Split (nn.MultiheadAttention's chunk), by three Slices, or by a Reshape to
+// [b, s, 3, heads, hd] and constant-index Gathers (GPT-2's c_attn viewed whole); or, for
+// comparison, three separate projections. A Gemm (transB) output projection, a residual and an
+// MLP (whose first weight is stored transposed behind a Transpose) follow.
+enum class Fused { kSeparate, kSplit, kSlice, kReshape };
+ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
+  const std::int64_t b = 2, s = 4, d = heads * hd;
+  ir::Graph g;
+  std::uint64_t seed = 1;
+  auto w = [&](const std::string& name, Shape shape) {
+    std::int64_t n = 1;
+    for (auto e : shape) n *= e;
+    return g.addWeight(name, std::move(shape), DType::kF32, values(n, seed++));
+  };
+  auto add = [&](OpKind kind, const std::string& name, std::vector<ir::TensorId> in, ir::Attrs attrs = {}) {
+    auto out = g.addOp(kind, name, std::move(in), std::move(attrs), 0);
+    EXPECT_TRUE(out.ok()) << out.error().format();
+    return *out;
+  };
+  const auto x = g.addInput("x", {b, s, d}, DType::kF32);
+  std::vector<ir::TensorId> qkv;
+  auto heads4 = [&](ir::TensorId t, const std::string& name) {  // [b, s, d] -> [b, heads, s, hd]
+    const auto r = add(OpKind::kReshape, name + ".view", {t}, {{"shape", Shape{b, s, heads, hd}}});
+    return add(OpKind::kTranspose, name + ".heads", {r}, {{"perm", Shape{0, 2, 1, 3}}});
+  };
+  if (form == Fused::kSeparate) {
+    for (const char* n : {"q", "k", "v"})
+      qkv.push_back(heads4(add(OpKind::kAdd, std::string(n) + ".bias",
+                               {add(OpKind::kMatMul, n, {x, w(std::string(n) + ".weight", {d, d})}), w(std::string(n) + ".b", {d})}),
+                           n));
+  } else {
+    // The fused weight is stored [3d, d] (torch's in_proj_weight) and transposed in the graph.
+    const auto wt = add(OpKind::kTranspose, "in_proj.t", {w("in_proj.weight", {3 * d, d})}, {{"perm", Shape{1, 0}}});
+    const auto proj = add(OpKind::kAdd, "in_proj.bias", {add(OpKind::kMatMul, "in_proj", {x, wt}), w("in_proj.b", {3 * d})});
+    if (form == Fused::kSplit) {
+      auto parts = g.addMultiOp(OpKind::kSplit, "chunk", {proj}, {{"axis", std::int64_t{2}}, {"split", Shape{d, d, d}}}, 0);
+      EXPECT_TRUE(parts.ok());
+      for (int i = 0; i < 3; ++i) qkv.push_back(heads4((*parts)[i], fmt::format("p{}", i)));
+    } else if (form == Fused::kSlice) {
+      for (int i = 0; i < 3; ++i)
+        qkv.push_back(heads4(add(OpKind::kSlice, fmt::format("slice{}", i), {proj},
+                                 {{"starts", Shape{i * d}}, {"ends", Shape{(i + 1) * d}}, {"axes", Shape{2}}}),
+                             fmt::format("p{}", i)));
+    } else {
+      const auto r = add(OpKind::kReshape, "qkv.view", {proj}, {{"shape", Shape{b, s, 3, heads, hd}}});
+      const auto t = add(OpKind::kTranspose, "qkv.t", {r}, {{"perm", Shape{2, 0, 3, 1, 4}}});  // [3, b, heads, s, hd]
+      for (int i = 0; i < 3; ++i) {
+        const auto index = g.addConstant(fmt::format("index{}", i), {}, DType::kI64,
+                                         std::make_shared<const std::vector<double>>(std::vector<double>{double(i)}));
+        qkv.push_back(add(OpKind::kGather, fmt::format("pick{}", i), {t, index}, {{"axis", std::int64_t{0}}}));
+      }
+    }
+  }
+  const auto kt = add(OpKind::kTranspose, "kt", {qkv[1]}, {{"perm", Shape{0, 1, 3, 2}}});
+  const auto probs = add(OpKind::kSoftmax, "softmax", {add(OpKind::kMatMul, "scores", {qkv[0], kt})}, {{"axis", std::int64_t{-1}}});
+  const auto ctx = add(OpKind::kTranspose, "ctx.t", {add(OpKind::kMatMul, "ctx", {probs, qkv[2]})}, {{"perm", Shape{0, 2, 1, 3}}});
+  const auto merged = add(OpKind::kReshape, "merge", {ctx}, {{"shape", Shape{b * s, d}}});
+  const auto attn = add(OpKind::kGemm, "out_proj", {merged, w("out_proj.weight", {d, d}), w("out_proj.b", {d})},
+                        {{"transB", std::int64_t{1}}});
+  const auto h = add(OpKind::kAdd, "residual", {add(OpKind::kReshape, "unmerge", {attn}, {{"shape", Shape{b, s, d}}}), x});
+  const auto up = add(OpKind::kTranspose, "fc1.t", {w("fc1.weight", {2 * d, d})}, {{"perm", Shape{1, 0}}});
+  const auto act = add(OpKind::kRelu, "relu", {add(OpKind::kMatMul, "fc1", {h, up})});
+  g.markOutput(add(OpKind::kMatMul, "fc2", {act, w("fc2.weight", {2 * d, d})}));
+  return g;
+}
+
+// A fused QKV projection splits each of q, k and v over tp (every rank holds whole heads of each),
+// whether a Split, Slices or a Reshape with Gathers takes it apart: nothing is gathered, one
+// all-reduce follows the output projection and one the MLP, each rank sends what the separate
+// projections send, and the TP group computes what the unsharded graph does.
+TEST(PlanShards, FusedQkvSplitsEachPartOverTp) {
+  for (int tp : {2, 4}) {
+    Plan p = plan(1, tp, 1, 1, {});
+    const Mesh mesh = tensorMesh(p);
+    auto bytes = [&](const ir::Graph& g) {
+      auto annotations = planAnnotations(g, p, mesh);
+      EXPECT_TRUE(annotations.ok()) << annotations.error().format();
+      auto propagated = propagateShardings(g, mesh, *annotations);
+      EXPECT_TRUE(propagated.ok()) << propagated.error().format();
+      auto devices = shardGraph(g, *propagated);
+      EXPECT_TRUE(devices.ok()) << devices.error().format();
+      return devices->collectiveBytes.front();
+    };
+    const std::int64_t separate = bytes(fusedAttention(Fused::kSeparate, 4, 2));
+    {
+      const auto g = fusedAttention(Fused::kSeparate, 4, 2);
+      auto annotations = planAnnotations(g, p, mesh);
+      ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+      auto propagated = propagateShardings(g, mesh, *annotations);
+      ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+      expectShardsMatch(g, *propagated, input({2, 4, 8}, 7), 1e-6);
+    }
+    for (Fused form : {Fused::kSplit, Fused::kSlice, Fused::kReshape}) {
+      SCOPED_TRACE(fmt::format("tp {}, form {}", tp, static_cast<int>(form)));
+      const auto g = fusedAttention(form, 4, 2);
+      auto annotations = planAnnotations(g, p, mesh);
+      ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+      auto propagated = propagateShardings(g, mesh, *annotations);
+      ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+      EXPECT_EQ(propagated->tensors[*g.findTensor("in_proj.weight")].text(mesh), "[3xtp,-]");
+      EXPECT_EQ(propagated->tensors[*g.findTensor("out_proj.weight")].text(mesh), "[-,tp]");
+      EXPECT_EQ(propagated->tensors[*g.findTensor("fc1.weight")].text(mesh), "[tp,-]");
+      EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+      EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
+      EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2);
+      EXPECT_EQ(bytes(g), separate);
+      expectShardsMatch(g, *propagated, input({2, 4, 8}, 7), 1e-6);
+    }
+  }
 }
 
 }  // namespace
