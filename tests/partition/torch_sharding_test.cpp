@@ -1,0 +1,70 @@
+// Sharding a real torch export: nn.TransformerEncoder's fused in_proj split per part over tp.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "compile/frontend/onnx_importer.h"
+#include "compile/ir/interpreter.h"
+#include "partition/plan_shards.h"
+#include "partition/sharding_spmd.h"
+#include "test_values.h"
+
+namespace tsp::partition {
+namespace {
+
+class TorchSharding : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::string(TSP_BINARY_DIR) + "/tests/partition/torch_models";
+    const std::string command =
+        std::string(TSP_PYTHON) + " " + TSP_SOURCE_DIR + "/tests/partition/make_torch_encoder.py " + dir_;
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static std::string dir_;
+};
+std::string TorchSharding::dir_;
+
+// torch's encoder projects q, k and v with one [3d, d] weight, takes it apart with Slices and views
+// the heads as [s, b * heads, hd]. Megatron splits each of q, k and v over tp: every rank holds
+// whole heads, nothing is gathered, each layer all-reduces twice (attention output, FFN), and the
+// TP group computes what the unsharded graph does.
+TEST_F(TorchSharding, EncoderFusedInProjectionSplitsByHeads) {
+  auto g = frontend::importOnnx(dir_ + "/encoder.onnx");
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  ir::Value x{ir::DType::kF32, {2, 8, 32}, *testing::values(2 * 8 * 32, 3)};
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(tp);
+    Plan p;
+    p.tp = tp;
+    p.split = TensorSplit::kMegatron;
+    const Mesh mesh = tensorMesh(p);
+    auto annotations = planAnnotations(*g, p, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(*g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    int fused = 0;
+    for (ir::TensorId w : g->weights())
+      if (g->tensor(w).shape == std::vector<std::int64_t>{32, 96} || g->tensor(w).shape == std::vector<std::int64_t>{96, 32}) {
+        ++fused;
+        const auto& s = propagated->tensors[w];
+        EXPECT_EQ(s.text(mesh), g->tensor(w).shape[0] == 96 ? "[3xtp,-]" : "[-,3xtp]") << g->tensor(w).name;
+      }
+    EXPECT_EQ(fused, 2);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 4);
+    auto devices = shardGraph(*g, *propagated);
+    ASSERT_TRUE(devices.ok()) << devices.error().format();
+    auto want = ir::interpret(*g, {x});
+    auto got = interpretSharded(*devices, {x});
+    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
+    ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+    for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+      EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+  }
+}
+
+}  // namespace
+}  // namespace tsp::partition
