@@ -384,11 +384,12 @@ std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, 
   return figures;
 }
 
-// Which of the graph's tensor dims `size` divides: the propagation splits a dim over a mesh axis
-// only when the axis divides it, so two widths with the same answer shard the graph alike.
-std::vector<bool> dividedDims(const std::vector<std::int64_t>& dims, int size) {
-  std::vector<bool> divided;
-  for (std::int64_t d : dims) divided.push_back(d % size == 0);
+// How `size` splits each of the graph's tensor dims: evenly (2), in ceil-sized blocks with every
+// device holding some (1), or not at all (0). Two widths with the same answer shard the graph alike
+// (a padded block's share differs from 1/size by under one element in the dim).
+std::vector<int> dividedDims(const std::vector<std::int64_t>& dims, int size) {
+  std::vector<int> divided;
+  for (std::int64_t d : dims) divided.push_back(d % size == 0 ? 2 : blockOf(d, 1, size) * (size - 1) < d ? 1 : 0);
   return divided;
 }
 
@@ -412,7 +413,7 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   const int layerCount = static_cast<int>(profile.layers.size());
   bool megatron = false;
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
-    std::vector<bool> previous;
+    std::vector<int> previous;
     std::optional<std::vector<LayerProfile::WidthFigures>> figures;
     std::vector<int> sharedAxes;
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {

@@ -213,6 +213,8 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
     if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2) continue;
     if (table.shape[0] % size == 0) annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
     else if (table.shape[1] % size == 0) annotations[op.inputs[0]] = TensorSharding{{-1, tp}, {}};
+    else if (blockOf(table.shape[0], 1, size) * (size - 1) < table.shape[0])
+      annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};  // ceil-sized row blocks
   }
   // Column-split one weight at a time, in topological order: whether a matmul's activation is
   // split over tp depends on the splits before it. The weight's output dim is split in the parts
@@ -231,7 +233,11 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
                                 auto spec = TensorSharding::replicated(2);
                                 spec.dimAxis[outDim] = tp;
                                 spec.setParts(outDim, parts[w][outDim]);
-                                if (weight.shape[outDim] % (size * spec.parts(outDim)) != 0)
+                                // A dim tp does not divide splits in ceil-sized blocks (GPT-2's 50,257
+                                // logits): never replicated while each rank can hold some of every part.
+                                const std::int64_t part = weight.shape[outDim] / spec.parts(outDim);
+                                if (weight.shape[outDim] % spec.parts(outDim) != 0 ||
+                                    blockOf(weight.shape[outDim], spec.parts(outDim), size) * (size - 1) >= part)
                                   return WeightChoice{{w, std::nullopt}};
                                 return WeightChoice{{w, spec}};
                               });

@@ -101,14 +101,31 @@ std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, con
                                      const Mesh& mesh) {
   auto local = shape;
   for (size_t d = 0; d < shape.size() && d < sharding.dimAxis.size(); ++d)
-    if (sharding.dimAxis[d] >= 0) local[d] /= mesh.axisSizes[sharding.dimAxis[d]];
+    if (sharding.dimAxis[d] >= 0)
+      local[d] = sharding.parts(d) * blockOf(shape[d], sharding.parts(d), mesh.axisSizes[sharding.dimAxis[d]]);
   return local;
 }
 
-std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos) {
-  const std::int64_t part = extent / parts, block = part / size;
-  return local / block * part + pos * block + local % block;
+std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size) {
+  const std::int64_t part = extent / parts;
+  return (part + size - 1) / size;
 }
+
+std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos) {
+  const std::int64_t part = extent / parts, block = blockOf(extent, parts, size);
+  const std::int64_t inPart = pos * block + local % block;
+  return inPart < part ? local / block * part + inPart : -1;
+}
+
+namespace {
+
+// Whether every device of `size` holds some of each part of a dim of `extent` in `parts` parts
+// (a ceil-sized split leaves the last device padding alone when the part is too short).
+bool everyDeviceHoldsSome(std::int64_t extent, std::int64_t parts, int size) {
+  return extent % parts == 0 && blockOf(extent, parts, size) * (size - 1) < extent / parts;
+}
+
+}  // namespace
 
 std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSharding& to) {
   std::vector<ReshardStep> steps;
@@ -308,7 +325,7 @@ Status checkSharding(const ir::Graph& graph, const Mesh& mesh, ir::TensorId id, 
       return modelError(t.name, fmt::format("sharding names mesh axis {}, the mesh has {}", a, mesh.axisSizes.size()));
     if (used[a]) return modelError(t.name, fmt::format("mesh axis '{}' splits two dims", mesh.axisNames[a]));
     used[a] = true;
-    if (t.shape[d] % (mesh.axisSizes[a] * s.parts(d)) != 0)
+    if (!everyDeviceHoldsSome(t.shape[d], s.parts(d), mesh.axisSizes[a]))
       return modelError(t.name, fmt::format("dim {} of size {} does not split over mesh axis '{}' of {} devices{}", d,
                                             t.shape[d], mesh.axisNames[a], mesh.axisSizes[a],
                                             s.parts(d) > 1 ? fmt::format(" in {} parts", s.parts(d)) : ""));
@@ -400,7 +417,14 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
         const auto split = splitThrough(*space, access.index[t], shape[t], s.parts(t));
         if (!split) continue;
         const int d = split->dim;
-        if (space->extents[d] % (mesh.axisSizes[a] * split->parts) != 0) continue;
+        // A dim the axis does not divide splits in ceil-sized blocks where its index is plain
+        // (padding elements compute on zeros), never across a window or a Reshape's factors.
+        const auto& e = access.index[t];
+        const bool plain = e.terms.size() == 1 && e.terms[0].coeff == 1 && e.offset == 0;
+        if (space->extents[d] % (mesh.axisSizes[a] * split->parts) != 0 &&
+            (!plain || deps.dims[d].kind == DimClass::kWindowed || space->opaque[d] ||
+             !everyDeviceHoldsSome(space->extents[d], split->parts, mesh.axisSizes[a])))
+          continue;
         // A Reshape's inner factors split as well as its leading ones (the factors are digits, not
         // window taps); Split, Slice and Concat split a dim whose windows are whole parts.
         const bool reshape = op.kind == ir::OpKind::kReshape || op.kind == ir::OpKind::kFlatten ||
@@ -436,6 +460,8 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
         if (first == e.terms.size()) continue;
         const int d = e.terms[first].dim;
         std::int64_t parts = dimParts[d];
+        const bool uneven = space->extents[d] % (mesh.axisSizes[dimAxis[d]] * parts) != 0;
+        if (uneven && (e.terms.size() != 1 || e.terms[0].coeff != 1 || e.offset != 0)) continue;
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           const std::int64_t part = space->extents[d] / parts;
           if (shape[t] % part != 0) continue;

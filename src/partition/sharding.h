@@ -128,11 +128,16 @@ std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSh
 /// included: a fused QKV weight's output dim has 3 parts. 1 where nothing cuts the dim.
 std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph);
 
+/// Elements of one part of a dim of `extent` in `parts` parts that a device of `size` holds: the
+/// ceil-sized block (the last devices' blocks are padded when size does not divide the part).
+std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size);
+
 /// The global index of local index `local` of a dim of `extent` split over `size` devices in
-/// `parts` parts, on the device at position `pos` along the axis.
+/// `parts` parts, on the device at position `pos` along the axis; -1 for a padding element.
 std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos);
 
-/// The local shape of a tensor of `shape` under sharding on mesh (block split; dims must divide).
+/// The local shape of a tensor of `shape` under sharding on mesh: a split dim holds parts x the
+/// ceil-sized block of each part (padded where the axis does not divide it).
 std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, const TensorSharding& sharding,
                                      const Mesh& mesh);
 

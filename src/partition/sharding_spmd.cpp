@@ -41,7 +41,8 @@ void forBlock(const Shape& big, const Shape& block, const Shape& offset, Fn fn) 
 }
 
 // Calls fn(localIndex, globalIndex) for every element of device's block of a tensor of `global`
-// shape under s: a dim in parts holds its block of every part, in part order.
+// shape under s: a dim in parts holds its block of every part, in part order; padding elements
+// (a ceil-sized block past its part's end) have global index -1.
 template <typename Fn>
 void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& mesh, int device, Fn fn) {
   const Shape local = localShape(global, s, mesh);
@@ -59,8 +60,9 @@ void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& me
   const std::int64_t n = elementsOf(local);
   for (std::int64_t i = 0; i < n; ++i) {
     std::int64_t offset = 0;
-    for (size_t d = 0; d < rank; ++d) offset += at[d][idx[d]] * stride[d];
-    fn(i, offset);
+    for (size_t d = 0; d < rank && offset >= 0; ++d)
+      offset = at[d][idx[d]] < 0 ? -1 : offset + at[d][idx[d]] * stride[d];
+    fn(i, offset);  // -1: a padding element
     for (size_t d = rank; d-- > 0;) {
       if (++idx[d] < local[d]) break;
       idx[d] = 0;
@@ -71,7 +73,7 @@ void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& me
 std::shared_ptr<const std::vector<double>> sliceData(const std::vector<double>& data, const Shape& shape,
                                                      const TensorSharding& s, const Mesh& mesh, int device) {
   auto out = std::make_shared<std::vector<double>>(elementsOf(localShape(shape, s, mesh)));
-  forDeviceBlock(shape, s, mesh, device, [&](std::int64_t i, std::int64_t at) { (*out)[i] = data[at]; });
+  forDeviceBlock(shape, s, mesh, device, [&](std::int64_t i, std::int64_t at) { (*out)[i] = at < 0 ? 0.0 : data[at]; });
   return out;
 }
 
@@ -168,6 +170,18 @@ class DeviceBuilder {
     return made;
   }
 
+  // v with dim `axis` cut to its first n elements or padded with zeros to n.
+  Expected<ir::TensorId> resize(ir::TensorId v, std::int64_t axis, std::int64_t n, const std::string& name) {
+    const Shape shape = g_.tensor(v).shape;
+    if (shape[axis] == n) return v;
+    if (shape[axis] > n)
+      return op(ir::OpKind::kSlice, name, {v}, {{"starts", Shape{0}}, {"ends", Shape{n}}, {"axes", Shape{axis}}});
+    Shape zeros = shape;
+    zeros[axis] = n - shape[axis];
+    const ir::TensorId pad = constant(name + ".zeros", zeros, g_.tensor(v).dtype, std::vector<double>(elementsOf(zeros), 0.0));
+    return op(ir::OpKind::kConcat, name, {v, pad}, {{"axis", axis}});
+  }
+
   // One reshard: its steps in order on the local value.
   Expected<ir::TensorId> apply(const Reshard& r, ir::TensorId v, const std::string& base) {
     int n = 0;
@@ -183,32 +197,39 @@ class DeviceBuilder {
                       {"tag", std::int64_t{(*tag_)++}},
                       {"mesh_axis", mesh_.axisNames[s.axis]}};
       // A dim in parts is unfolded to [parts, part] around the collective, which then moves each
-      // part's block; the result is folded back to the local shape.
+      // part's block; a part the axis does not divide is padded to size x its ceil-sized block
+      // before it is scattered and cut back to its length after it is gathered; the result is
+      // folded back to the local shape.
+      const Shape& global = global_.tensor(r.tensor).shape;
+      const bool gathers = s.kind == ReshardKind::kAllGather || s.kind == ReshardKind::kAllToAll;
+      const int gatherDim = s.kind == ReshardKind::kAllGather ? s.dim : s.kind == ReshardKind::kAllToAll ? s.fromDim : -1;
+      const int scatterDim = s.kind == ReshardKind::kReduceScatter || s.kind == ReshardKind::kSlice ||
+                                     s.kind == ReshardKind::kAllToAll ? s.dim : -1;
       Shape unfolded;
       std::vector<int> inner(t.shape.size());
       for (size_t d = 0; d < t.shape.size(); ++d) {
         const int di = static_cast<int>(d);
-        const std::int64_t parts = di == s.fromDim || (di == s.dim && s.kind == ReshardKind::kAllGather)
-                                       ? s.fromParts
-                                       : di == s.dim ? s.parts : 1;
+        const std::int64_t parts = di == gatherDim ? s.fromParts : di == scatterDim ? s.parts : 1;
         if (parts > 1) unfolded.push_back(parts);
         inner[d] = static_cast<int>(unfolded.size());
         unfolded.push_back(t.shape[d] / parts);
       }
-      const bool unfold = unfolded.size() != t.shape.size();
       Shape result = t.shape;
-      if (s.kind == ReshardKind::kAllGather) result[s.dim] *= size;
-      if (s.kind == ReshardKind::kReduceScatter || s.kind == ReshardKind::kSlice) result[s.dim] /= size;
-      if (s.kind == ReshardKind::kAllToAll) {
-        result[s.dim] /= size;
-        result[s.fromDim] *= size;
-      }
-      if (unfold && s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo) {
+      if (gathers) result[gatherDim] = global[gatherDim];
+      if (scatterDim >= 0) result[scatterDim] = s.parts * blockOf(global[scatterDim], s.parts, size);
+      const bool moves = s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo;
+      if (moves && unfolded.size() != t.shape.size()) {
         auto r = op(ir::OpKind::kReshape, name + ".parts", {v}, {{"shape", unfolded}});
         if (!r) return r.error();
         v = *r;
       }
-      const std::int64_t dim = s.dim >= 0 && unfold ? inner[s.dim] : s.dim;
+      if (scatterDim >= 0) {  // pad each part to size x its block
+        const std::int64_t padded = size * blockOf(global[scatterDim], s.parts, size);
+        auto p = resize(v, inner[scatterDim], padded, name + ".pad");
+        if (!p) return p.error();
+        v = *p;
+      }
+      const std::int64_t dim = s.dim >= 0 ? inner[s.dim] : s.dim;
       Expected<ir::TensorId> out = v;
       switch (s.kind) {
         case ReshardKind::kAllReduce:
@@ -228,7 +249,7 @@ class DeviceBuilder {
         case ReshardKind::kAllToAll:
           collective_ += bytes * (size - 1) / size;
           attrs["split_axis"] = dim;
-          attrs["concat_axis"] = std::int64_t{unfold ? inner[s.fromDim] : s.fromDim};
+          attrs["concat_axis"] = std::int64_t{inner[s.fromDim]};
           out = op(ir::OpKind::kAllToAll, name, {v}, attrs);
           break;
         case ReshardKind::kSlice: {
@@ -241,7 +262,9 @@ class DeviceBuilder {
           out = halo(v, s, members, pos, name);
           break;
       }
-      if (out && unfold && s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo)
+      if (out && gathers)  // each gathered part cut back to its length
+        out = resize(*out, inner[gatherDim], global[gatherDim] / s.fromParts, name + ".cut");
+      if (out && moves && g_.tensor(*out).shape != result)
         out = op(ir::OpKind::kReshape, name + ".fold", {*out}, {{"shape", result}});
       if (!out) return out.error();
       v = *out;
@@ -320,7 +343,9 @@ class DeviceBuilder {
       if (axis < 0) axis += static_cast<std::int64_t>(x.size());
       if (dimAxis[axis] >= 0) {
         Shape sizes;
-        for (ir::TensorId out : op.outputs) sizes.push_back(global_.tensor(out).shape[axis] / mesh_.axisSizes[dimAxis[axis]]);
+        const auto& in = plan_.tensors[op.inputs[0]];
+        const std::int64_t part = x[axis] / in.parts(axis), block = blockOf(x[axis], in.parts(axis), mesh_.axisSizes[dimAxis[axis]]);
+        for (ir::TensorId out : op.outputs) sizes.push_back(global_.tensor(out).shape[axis] / part * block);
         attrs["split"] = sizes;
       }
     }
@@ -334,9 +359,11 @@ class DeviceBuilder {
       for (size_t k = 0; k < starts.size(); ++k) {
         const std::int64_t a = axes[k] < 0 ? axes[k] + static_cast<std::int64_t>(x.size()) : axes[k];
         if (dimAxis[a] < 0) continue;
-        const std::int64_t size = mesh_.axisSizes[dimAxis[a]], begin = ir::sliceStart(starts[k], x[a], 1);
-        starts[k] = begin / size;
-        ends[k] = (begin + y[a]) / size;
+        const auto& in = plan_.tensors[op.inputs[0]];
+        const std::int64_t part = x[a] / in.parts(a), block = blockOf(x[a], in.parts(a), mesh_.axisSizes[dimAxis[a]]);
+        const std::int64_t begin = ir::sliceStart(starts[k], x[a], 1);
+        starts[k] = begin / part * block;
+        ends[k] = starts[k] + y[a] / part * block;
       }
       attrs["starts"] = starts;
       attrs["ends"] = ends;
@@ -390,6 +417,7 @@ Expected<DeviceGraphs> shardGraph(const ir::Graph& graph, const ShardingPlan& pl
   for (const auto& list : {graph.inputs(), graph.states()})
     for (ir::TensorId id : list) out.inputShardings.push_back(plan.tensors[id]);
   for (ir::TensorId id : graph.outputs()) {
+    out.outputShapes.push_back(graph.tensor(id).shape);
     TensorSharding s = plan.tensors[id];
     s.partialAxes.clear();
     out.outputShardings.push_back(s);
@@ -569,15 +597,14 @@ Expected<std::vector<ir::Value>> interpretSharded(const DeviceGraphs& devices, c
   for (size_t o = 0; o < devices.outputShardings.size(); ++o) {
     const TensorSharding& s = devices.outputShardings[o];
     const ir::Value& first = state[0].values[devices.graphs[0].outputs()[o]];
-    Shape global = first.shape;
-    for (size_t d = 0; d < global.size(); ++d)
-      if (s.dimAxis[d] >= 0) global[d] *= mesh.axisSizes[s.dimAxis[d]];
+    const Shape& global = devices.outputShapes[o];
     ir::Value value{first.dtype, global, std::vector<double>(elementsOf(global), 0.0)};
     std::vector<bool> filled(value.data.size(), false);
     for (int d = 0; d < count; ++d) {
       const ir::Value& local = state[d].values[devices.graphs[d].outputs()[o]];
       bool agree = true;
       forDeviceBlock(global, s, mesh, d, [&](std::int64_t i, std::int64_t at) {
+        if (at < 0) return;
         if (filled[at] && value.data[at] != local.data[i]) agree = false;
         value.data[at] = local.data[i];
         filled[at] = true;

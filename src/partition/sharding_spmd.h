@@ -17,6 +17,7 @@ struct DeviceGraphs {
   std::vector<ir::Graph> graphs;
   std::vector<TensorSharding> inputShardings;   ///< per graph input, then per state
   std::vector<TensorSharding> outputShardings;  ///< per graph output (never partial)
+  std::vector<std::vector<std::int64_t>> outputShapes;  ///< per graph output, its global shape
   /// Bytes each device receives: from halo exchanges, and from all collectives (nccl-tests
   /// accounting of the algorithm-independent minimum: (g-1)/g of the data per device and step).
   std::vector<std::int64_t> haloBytes, collectiveBytes;

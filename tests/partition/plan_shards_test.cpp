@@ -536,5 +536,57 @@ TEST(PlanShards, FusedQkvSplitsEachPartOverTp) {
   }
 }
 
+// Dims tp does not divide split in ceil-sized blocks, the last padded: an untied head of 15 logits
+// (GPT-2's 50,257) column-splits over 2, 3 and 4 ranks instead of staying whole on each, an FFN of
+// 10 (hidden 2,560 over 3) splits fc1's columns and fc2's rows with one all-reduce, and the TP
+// group computes what the unsharded graph does (padding computes on zeros and is cut on output).
+TEST(PlanShards, UnevenSplitsPadTheLastBlock) {
+  ir::Graph g;
+  const auto x = g.addInput("x", {4, 6}, DType::kF32);
+  auto w = [&](const std::string& name, Shape shape, std::uint64_t seed) {
+    return g.addWeight(name, shape, DType::kF32, values(shape[0] * (shape.size() > 1 ? shape[1] : 1), seed));
+  };
+  const auto fc1 = w("fc1.weight", {6, 10}, 1), fc2 = w("fc2.weight", {10, 6}, 3), head = w("head.weight", {6, 15}, 4);
+  auto h = *g.addOp(OpKind::kAdd, "fc1.bias", {*g.addOp(OpKind::kMatMul, "fc1", {x, fc1}, 0), w("fc1.b", {10}, 2)}, 0);
+  h = *g.addOp(OpKind::kGelu, "gelu", {h}, 0);
+  h = *g.addOp(OpKind::kAdd, "residual", {*g.addOp(OpKind::kMatMul, "fc2", {h, fc2}, 0), x}, 0);
+  g.markOutput(*g.addOp(OpKind::kMatMul, "head", {h, head}, 0));
+  for (int tp : {2, 3, 4}) {
+    SCOPED_TRACE(tp);
+    Plan p = plan(1, tp, 1, 1, {});
+    const Mesh mesh = tensorMesh(p);
+    auto annotations = planAnnotations(g, p, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    EXPECT_EQ(propagated->tensors[fc1].text(mesh), "[-,tp]");
+    EXPECT_EQ(propagated->tensors[fc2].text(mesh), "[tp,-]");
+    EXPECT_EQ(propagated->tensors[head].text(mesh), "[-,tp]");
+    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 1);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+    EXPECT_EQ(localShape(g.tensor(head).shape, propagated->tensors[head], mesh), (Shape{6, (15 + tp - 1) / tp}));
+    expectShardsMatch(g, *propagated, input({4, 6}, 5), 1e-6);
+  }
+}
+
+// A GPT whose vocabulary (15), hidden size (30) and heads (3) tp = 4 does not divide: the table's
+// rows split in blocks of 4, 4, 4 and 3, the projections' columns in blocks of 8 (the heads are
+// gathered where a block would cut one), and the TP group computes what the unsharded graph does.
+TEST(PlanShards, UnevenGptMatchesTheUnshardedGraph) {
+  auto g = gptWithWeights({{"layers", "1"}, {"hidden", "30"}, {"heads", "3"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "15"}});
+  for (int tp : {3, 4}) {
+    SCOPED_TRACE(tp);
+    Plan p = plan(1, tp, 1, 1, {});
+    const Mesh mesh = tensorMesh(p);
+    auto annotations = planAnnotations(g, p, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[tp,-]");
+    EXPECT_EQ(propagated->tensors[*g.findTensor("layers.0.query.weight")].text(mesh), "[-,tp]");
+    expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
+  }
+}
+
 }  // namespace
 }  // namespace tsp::partition
