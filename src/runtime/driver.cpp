@@ -25,6 +25,7 @@
 #include "compile/schedule/collectives.h"
 #include "partition/plan.h"
 #include "partition/plan_shards.h"
+#include "partition/shard_report.h"
 #include "partition/training_cost.h"
 #include "partition/training_step.h"
 #include "runtime/plan_choice.h"
@@ -680,6 +681,14 @@ StageEnd describePlan(RunState& s) {
   return finished();
 }
 
+StageEnd describeShards(RunState& s) {
+  if (s.collective) return failure(makeError(ExitCode::kConfig, "--describe shards: builtin:collective has no sharding"), s.root);
+  auto chips = partition::describeShards(*s.graph, s.choice.plan);
+  if (!chips) return failure(chips.error(), s.root);
+  if (s.root) fmt::print("{}\n", s.options.json ? partition::shardsJson(*chips) : partition::shardsText(*chips));
+  return finished();
+}
+
 // --search-only: the best plan as YAML beside the trace, the ranking in the trace, the table on stdout.
 StageEnd writeSearch(RunState& s) {
   const RunConfig& config = s.config;
@@ -736,6 +745,7 @@ constexpr Stage kReport{"report", Phase::kReport, report};
 constexpr Stage kDescribeTopology{"describe topology", Phase::kReport, describeTopology};
 constexpr Stage kDescribeModel{"describe model", Phase::kReport, describeModel};
 constexpr Stage kDescribePlan{"describe plan", Phase::kReport, describePlan};
+constexpr Stage kDescribeShards{"describe shards", Phase::kReport, describeShards};
 constexpr Stage kWriteSearch{"write search", Phase::kWriteTrace, writeSearch};
 constexpr Stage kReportCompiled{"report compiled", Phase::kReport, reportCompiled};
 
@@ -745,6 +755,7 @@ std::vector<Stage> stagesFor(const RunOptions& o) {
   if (o.dumpIrAfter && !o.describe) return {kConfigure, kBuildModel};
   if (o.describe == "model") return {kConfigure, kBuildModel, kDescribeModel};
   if (o.describe == "plan") return {kConfigure, kBuildModel, kChoosePlan, kDescribePlan};
+  if (o.describe == "shards") return {kConfigure, kBuildModel, kChoosePlan, kDescribeShards};
   if (o.searchOnly) return {kConfigure, kBuildModel, kChoosePlan, kWriteSearch};
   if (o.compileOnly) return {kConfigure, kBuildModel, kChoosePlan, kCompile, kReportCompiled};
   return {kConfigure, kBuildModel, kChoosePlan, kCompile, kMapRanks, kSimulate, kGatherStatistics, kWriteTrace, kReport};

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   app.add_option("--model", options.model, "FILE.onnx or builtin:NAME[,key=value...]; overrides the config's model");
   app.add_option("--out", options.out, "trace path (HDF5)");
   app.add_option("--describe", options.describe, "print a description and exit")
-      ->check(CLI::IsMember({"topology", "model", "plan"}));
+      ->check(CLI::IsMember({"topology", "model", "plan", "shards"}));
   app.add_option("--trace-level", options.traceLevel, "summary, links (adds C2C events) or instructions")
       ->check(CLI::IsMember({"summary", "links", "instructions"}));
   app.add_option("--plan", options.planFile, "auto (search) or a plan file (YAML, as --search-only writes)");
