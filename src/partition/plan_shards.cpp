@@ -204,22 +204,21 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
   }
   const int tp = mesh.axis("tp"), size = mesh.axisSizes[tp];
   // Vocabulary-parallel embeddings: a lookup table's rows are split over tp (a device's lookups
-  // outside its rows read zeros, and an all-reduce sums the partial results). A vocabulary that tp
-  // does not divide (GPT-2/3's 50,257) splits the table's columns instead: each device looks up its
-  // slice of every row, and a tied head then contracts over its split (an all-reduce of the logits).
+  // outside its rows read zeros, and an all-reduce sums the partial results), in ceil-sized blocks
+  // when tp does not divide the vocabulary (GPT-2/3's 50,257); a table of fewer rows than ranks
+  // splits its columns instead.
   for (const auto& op : graph.ops()) {
     if (op.kind != ir::OpKind::kGather || op.inputs.size() != 2 || op.intAttr("axis", 0) != 0) continue;
     const auto& table = graph.tensor(op.inputs[0]);
     if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2) continue;
-    if (table.shape[0] % size == 0) annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
-    else if (table.shape[1] % size == 0) annotations[op.inputs[0]] = TensorSharding{{-1, tp}, {}};
-    else if (blockOf(table.shape[0], 1, size) * (size - 1) < table.shape[0])
-      annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};  // ceil-sized row blocks
+    if (blockOf(table.shape[0], 1, size) < table.shape[0]) annotations[op.inputs[0]] = TensorSharding{{tp, -1}, {}};
+    else if (blockOf(table.shape[1], 1, size) < table.shape[1]) annotations[op.inputs[0]] = TensorSharding{{-1, tp}, {}};
   }
   // Column-split one weight at a time, in topological order: whether a matmul's activation is
   // split over tp depends on the splits before it. The weight's output dim is split in the parts
   // later ops cut it into (a fused QKV weight's q, k and v), so every rank holds whole heads of each.
   const auto parts = consumerParts(graph);
+  const auto granules = consumerGranules(graph);
   return chooseWeightsInOrder(graph, mesh, std::move(annotations),
                               [&](const ir::Op& op, const ShardingPlan& sofar,
                                   const std::map<ir::TensorId, TensorSharding>&) -> WeightChoice {
@@ -233,11 +232,15 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
                                 auto spec = TensorSharding::replicated(2);
                                 spec.dimAxis[outDim] = tp;
                                 spec.setParts(outDim, parts[w][outDim]);
-                                // A dim tp does not divide splits in ceil-sized blocks (GPT-2's 50,257
-                                // logits): never replicated while each rank can hold some of every part.
-                                const std::int64_t part = weight.shape[outDim] / spec.parts(outDim);
-                                if (weight.shape[outDim] % spec.parts(outDim) != 0 ||
-                                    blockOf(weight.shape[outDim], spec.parts(outDim), size) * (size - 1) >= part)
+                                // A dim tp does not divide splits in ceil-sized blocks of the unit later
+                                // ops keep whole (GPT-2's 50,257 logits; 12 heads over 8 ranks, a head's
+                                // elements at a time): never replicated while it splits at all.
+                                const std::int64_t extent = weight.shape[outDim], p = spec.parts(outDim);
+                                std::int64_t g = granules[w][outDim];
+                                if (extent % p != 0 || (extent / p) % g != 0) g = 1;
+                                g = effectiveGranule(extent, p, size, g);
+                                spec.setGranule(outDim, g);
+                                if (extent % p != 0 || blockOf(extent, p, size, g) >= extent / p)
                                   return WeightChoice{{w, std::nullopt}};
                                 return WeightChoice{{w, spec}};
                               });

@@ -26,20 +26,25 @@ TensorSharding after(TensorSharding s, const ReshardStep& step) {
       dropPartial();
       s.dimAxis[step.dim] = step.axis;
       s.setParts(step.dim, step.parts);
+      s.setGranule(step.dim, step.granule);
       break;
     case ReshardKind::kAllGather:
       s.dimAxis[step.dim] = -1;
       s.setParts(step.dim, 1);
+      s.setGranule(step.dim, 1);
       break;
     case ReshardKind::kSlice:
       s.dimAxis[step.dim] = step.axis;
       s.setParts(step.dim, step.parts);
+      s.setGranule(step.dim, step.granule);
       break;
     case ReshardKind::kAllToAll:
       s.dimAxis[step.fromDim] = -1;
       s.setParts(step.fromDim, 1);
+      s.setGranule(step.fromDim, 1);
       s.dimAxis[step.dim] = step.axis;
       s.setParts(step.dim, step.parts);
+      s.setGranule(step.dim, step.granule);
       break;
     case ReshardKind::kHalo: break;
   }

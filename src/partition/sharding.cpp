@@ -62,6 +62,13 @@ void TensorSharding::setParts(size_t d, std::int64_t parts) {
   if (std::all_of(dimParts.begin(), dimParts.end(), [](std::int64_t p) { return p == 1; })) dimParts.clear();
 }
 
+void TensorSharding::setGranule(size_t d, std::int64_t granule) {
+  if (granule == this->granule(d)) return;
+  if (dimGranule.empty()) dimGranule.assign(dimAxis.size(), 1);
+  dimGranule[d] = granule;
+  if (std::all_of(dimGranule.begin(), dimGranule.end(), [](std::int64_t g) { return g == 1; })) dimGranule.clear();
+}
+
 bool TensorSharding::isReplicated() const {
   return partialAxes.empty() && std::all_of(dimAxis.begin(), dimAxis.end(), [](int a) { return a < 0; });
 }
@@ -70,7 +77,9 @@ std::string TensorSharding::text(const Mesh& mesh) const {
   std::vector<std::string> dims, partial;
   for (size_t d = 0; d < dimAxis.size(); ++d) {
     const int a = dimAxis[d];
-    dims.push_back(a < 0 ? "-" : parts(d) > 1 ? fmt::format("{}x{}", parts(d), mesh.axisNames[a]) : mesh.axisNames[a]);
+    std::string dim = a < 0 ? "-" : parts(d) > 1 ? fmt::format("{}x{}", parts(d), mesh.axisNames[a]) : mesh.axisNames[a];
+    if (a >= 0 && granule(d) > 1) dim += fmt::format("/{}", granule(d));
+    dims.push_back(dim);
   }
   for (int a : partialAxes) partial.push_back(mesh.axisNames[a]);
   std::string s = fmt::format("[{}]", fmt::join(dims, ","));
@@ -102,27 +111,33 @@ std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, con
   auto local = shape;
   for (size_t d = 0; d < shape.size() && d < sharding.dimAxis.size(); ++d)
     if (sharding.dimAxis[d] >= 0)
-      local[d] = sharding.parts(d) * blockOf(shape[d], sharding.parts(d), mesh.axisSizes[sharding.dimAxis[d]]);
+      local[d] = sharding.parts(d) *
+                 blockOf(shape[d], sharding.parts(d), mesh.axisSizes[sharding.dimAxis[d]], sharding.granule(d));
   return local;
 }
 
-std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size) {
-  const std::int64_t part = extent / parts;
-  return (part + size - 1) / size;
+std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule) {
+  const std::int64_t units = extent / parts / granule;
+  return (units + size - 1) / size * granule;
 }
 
-std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos) {
-  const std::int64_t part = extent / parts, block = blockOf(extent, parts, size);
+std::int64_t effectiveGranule(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule) {
+  return granule > 1 && (extent / parts) % (size * granule) != 0 ? granule : 1;
+}
+
+std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos,
+                         std::int64_t granule) {
+  const std::int64_t part = extent / parts, block = blockOf(extent, parts, size, granule);
   const std::int64_t inPart = pos * block + local % block;
   return inPart < part ? local / block * part + inPart : -1;
 }
 
 namespace {
 
-// Whether every device of `size` holds some of each part of a dim of `extent` in `parts` parts
-// (a ceil-sized split leaves the last device padding alone when the part is too short).
-bool everyDeviceHoldsSome(std::int64_t extent, std::int64_t parts, int size) {
-  return extent % parts == 0 && blockOf(extent, parts, size) * (size - 1) < extent / parts;
+// Whether a split of a dim of `extent` in `parts` parts of `granule` units over `size` devices
+// splits at all (the ceil-sized blocks may leave the last devices padding alone).
+bool splits(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule = 1) {
+  return extent % parts == 0 && (extent / parts) % granule == 0 && blockOf(extent, parts, size, granule) < extent / parts;
 }
 
 }  // namespace
@@ -142,15 +157,18 @@ std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSh
     const int f = dimOf(from, a), t = dimOf(to, a);
     const bool partial = std::count(from.partialAxes.begin(), from.partialAxes.end(), a) > 0;
     const std::int64_t fp = f >= 0 ? from.parts(f) : 1, tp = t >= 0 ? to.parts(t) : 1;
+    const std::int64_t fg = f >= 0 ? from.granule(f) : 1, tg = t >= 0 ? to.granule(t) : 1;
     auto step = [&](ReshardKind kind, int dim, int fromDim) {
       ReshardStep s{kind, a, dim, fromDim};
       s.parts = tp;
       s.fromParts = fp;
+      s.granule = tg;
+      s.fromGranule = fg;
       steps.push_back(s);
     };
     if (partial) {
       step(t >= 0 ? ReshardKind::kReduceScatter : ReshardKind::kAllReduce, t, -1);
-    } else if (f == t && fp == tp) {
+    } else if (f == t && fp == tp && fg == tg) {
       continue;
     } else if (f == t) {  // the same dim in other parts: gather, then take the new block of every part
       step(ReshardKind::kAllGather, f, -1);
@@ -184,32 +202,44 @@ std::int64_t gcd3(std::int64_t a, std::int64_t b, std::int64_t c) {
   return std::gcd(std::gcd(a, b), c < 0 ? -c : c);
 }
 
-// The iteration dim (and its parts) that a tensor dim of `extent` split in `parts` parts splits,
-// through the index e: a plain index maps parts onto the dim's range (a Split's or Slice's window
-// is whole parts); a Reshape's factors take the parts on the leading factors and the split on the
-// factor after them (GSPMD's reshape rule); other indices split their leading term, in one part.
+// The iteration dim (its parts and unit) that a tensor dim of `extent` split over `size` devices in
+// `parts` parts of `granule`-element units splits, through the index e: a plain index maps parts
+// onto the dim's range (a Split's or Slice's window is whole parts) and keeps the unit; a Reshape's
+// factors take the parts on the leading factors and the split on the factor after them, whose unit
+// is what the unit leaves of it (GSPMD's reshape rule); other indices split their leading term,
+// evenly only. `exact`: the blocks of the dim are those of the tensor dim, padding included.
 struct DimSplit {
   int dim;
-  std::int64_t parts;
+  std::int64_t parts, granule;
+  bool exact;
 };
 std::optional<DimSplit> splitThrough(const ir::IterationSpace& space, const ir::AffineExpr& e, std::int64_t extent,
-                                     std::int64_t parts) {
+                                     std::int64_t parts, std::int64_t granule, int size) {
   if (e.terms.empty()) return std::nullopt;
   if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
     const int d = e.terms[0].dim;
     const std::int64_t part = extent / parts;
     if (space.extents[d] % part != 0 || e.offset % part != 0) return std::nullopt;
-    return DimSplit{d, space.extents[d] / part};
+    return DimSplit{d, space.extents[d] / part, granule, true};
   }
-  if (parts == 1) return DimSplit{e.terms.front().dim, 1};
-  if (!mixedRadix(space, e)) return std::nullopt;
+  if (!mixedRadix(space, e)) {
+    if (parts == 1 && granule == 1) return DimSplit{e.terms.front().dim, 1, 1, false};
+    return std::nullopt;
+  }
   std::int64_t outer = 1;
-  for (const auto& t : e.terms) {
-    const std::int64_t ext = space.extents[t.dim];
+  for (size_t i = 0; i < e.terms.size(); ++i) {
+    const std::int64_t ext = space.extents[e.terms[i].dim];
     if (parts % outer != 0) return std::nullopt;
     if (outer * ext > parts) {
-      if (ext % (parts / outer) != 0) return std::nullopt;
-      return DimSplit{t.dim, parts / outer};
+      const std::int64_t p = parts / outer;
+      if (ext % p != 0) return std::nullopt;
+      std::int64_t inner = 1;
+      for (size_t k = i + 1; k < e.terms.size(); ++k) inner *= space.extents[e.terms[k].dim];
+      if (granule % inner == 0 && (ext / p) % (granule / inner) == 0)
+        return DimSplit{e.terms[i].dim, p, granule / inner, true};
+      // The tensor's blocks are whole elements: the factor's blocks are the same only when even.
+      if (granule == 1 && ext % (p * size) == 0) return DimSplit{e.terms[i].dim, p, 1, true};
+      return std::nullopt;
     }
     outer *= ext;
   }
@@ -310,6 +340,59 @@ std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
   return parts;
 }
 
+std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph) {
+  std::vector<std::vector<std::int64_t>> granules;
+  for (const auto& t : graph.tensors()) granules.emplace_back(t.shape.size(), 1);
+  auto merge = [](std::int64_t& into, std::int64_t g, std::int64_t extent) {
+    const std::int64_t l = std::lcm(into, g);
+    if (l > 0 && extent % l == 0) into = l;
+  };
+  for (size_t i = graph.ops().size(); i-- > 0;) {
+    const ir::Op& op = graph.op(i);
+    auto space = ir::iterationSpace(graph, op);
+    if (!space) continue;
+    std::vector<std::int64_t> dimGranule(space->extents.size(), 1);
+    // Results' units, onto the iteration dims: a plain index keeps them; a Reshape's factor keeps
+    // what is left of them after the factors inside it.
+    for (const auto& w : space->writes) {
+      const ir::TensorId id = op.outputs[w.operand];
+      for (size_t t = 0; t < w.index.size(); ++t) {
+        const auto& e = w.index[t];
+        const std::int64_t g = granules[id][t];
+        if (g == 1 || e.terms.empty()) continue;
+        if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+          merge(dimGranule[e.terms[0].dim], g, space->extents[e.terms[0].dim]);
+        } else if (mixedRadix(*space, e)) {
+          std::int64_t inner = 1;
+          for (size_t k = e.terms.size(); k-- > 0;) {
+            const std::int64_t ext = space->extents[e.terms[k].dim];
+            if (g % inner == 0 && g < inner * ext) {
+              if (ext % (g / inner) == 0) merge(dimGranule[e.terms[k].dim], g / inner, ext);
+              break;
+            }
+            inner *= ext;
+          }
+        }
+      }
+    }
+    // Operands: a Reshape that factors a dim keeps its innermost factor whole (a head's elements).
+    for (const auto& r : space->reads) {
+      const ir::TensorId id = op.inputs[r.operand];
+      const auto& shape = graph.tensor(id).shape;
+      for (size_t t = 0; t < r.index.size(); ++t) {
+        const auto& e = r.index[t];
+        if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
+          merge(granules[id][t], dimGranule[e.terms[0].dim], shape[t]);
+        } else if (e.terms.size() > 1 && mixedRadix(*space, e)) {
+          const int last = e.terms.back().dim;
+          merge(granules[id][t], space->extents[last] * dimGranule[last], shape[t]);
+        }
+      }
+    }
+  }
+  return granules;
+}
+
 namespace {
 
 Status checkSharding(const ir::Graph& graph, const Mesh& mesh, ir::TensorId id, const TensorSharding& s) {
@@ -325,7 +408,7 @@ Status checkSharding(const ir::Graph& graph, const Mesh& mesh, ir::TensorId id, 
       return modelError(t.name, fmt::format("sharding names mesh axis {}, the mesh has {}", a, mesh.axisSizes.size()));
     if (used[a]) return modelError(t.name, fmt::format("mesh axis '{}' splits two dims", mesh.axisNames[a]));
     used[a] = true;
-    if (!everyDeviceHoldsSome(t.shape[d], s.parts(d), mesh.axisSizes[a]))
+    if (!splits(t.shape[d], s.parts(d), mesh.axisSizes[a], s.granule(d)))
       return modelError(t.name, fmt::format("dim {} of size {} does not split over mesh axis '{}' of {} devices{}", d,
                                             t.shape[d], mesh.axisNames[a], mesh.axisSizes[a],
                                             s.parts(d) > 1 ? fmt::format(" in {} parts", s.parts(d)) : ""));
@@ -384,6 +467,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
   };
   plan.opDimAxis.resize(graph.ops().size());
   plan.opDimParts.resize(graph.ops().size());
+  plan.opDimGranule.resize(graph.ops().size());
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
     if (before) {
@@ -409,21 +493,24 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     std::vector<bool> used(mesh.axisSizes.size(), false);
     std::vector<std::int64_t>& dimParts = plan.opDimParts[i];
     dimParts.assign(space->extents.size(), 1);
+    std::vector<std::int64_t>& dimGranule = plan.opDimGranule[i];
+    dimGranule.assign(space->extents.size(), 1);
     auto vote = [&](const ir::OperandAccess& access, ir::TensorId id, const TensorSharding& s) {
       const auto& shape = graph.tensor(id).shape;
       for (size_t t = 0; t < access.index.size() && t < s.dimAxis.size(); ++t) {
         const int a = s.dimAxis[t];
         if (a < 0) continue;
-        const auto split = splitThrough(*space, access.index[t], shape[t], s.parts(t));
+        const int size = mesh.axisSizes[a];
+        const auto split = splitThrough(*space, access.index[t], shape[t], s.parts(t), s.granule(t), size);
         if (!split) continue;
         const int d = split->dim;
-        // A dim the axis does not divide splits in ceil-sized blocks where its index is plain
-        // (padding elements compute on zeros), never across a window or a Reshape's factors.
-        const auto& e = access.index[t];
-        const bool plain = e.terms.size() == 1 && e.terms[0].coeff == 1 && e.offset == 0;
-        if (space->extents[d] % (mesh.axisSizes[a] * split->parts) != 0 &&
-            (!plain || deps.dims[d].kind == DimClass::kWindowed || space->opaque[d] ||
-             !everyDeviceHoldsSome(space->extents[d], split->parts, mesh.axisSizes[a])))
+        const std::int64_t granule = effectiveGranule(space->extents[d], split->parts, size, split->granule);
+        // A dim the axis does not divide splits in ceil-sized blocks (of whole units) where its
+        // blocks are the tensor dim's (padding elements compute on zeros; the last devices may
+        // hold padding alone, 12 heads over 8 in blocks of 2), never across a window.
+        if ((space->extents[d] / split->parts) % (size * granule) != 0 &&
+            (!split->exact || deps.dims[d].kind == DimClass::kWindowed ||
+             !splits(space->extents[d], split->parts, size, granule)))
           continue;
         // A Reshape's inner factors split as well as its leading ones (the factors are digits, not
         // window taps); Split, Slice and Concat split a dim whose windows are whole parts.
@@ -435,6 +522,7 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
         if (dimAxis[d] < 0 && !used[a]) {
           dimAxis[d] = a;
           dimParts[d] = split->parts;
+          dimGranule[d] = granule;
           used[a] = true;
         }
       }
@@ -459,19 +547,22 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
         while (first < e.terms.size() && dimAxis[e.terms[first].dim] < 0) ++first;
         if (first == e.terms.size()) continue;
         const int d = e.terms[first].dim;
-        std::int64_t parts = dimParts[d];
-        const bool uneven = space->extents[d] % (mesh.axisSizes[dimAxis[d]] * parts) != 0;
-        if (uneven && (e.terms.size() != 1 || e.terms[0].coeff != 1 || e.offset != 0)) continue;
+        const int size = mesh.axisSizes[dimAxis[d]];
+        std::int64_t parts = dimParts[d], granule = dimGranule[d];
+        const bool even = (space->extents[d] / parts) % (size * granule) == 0;
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           const std::int64_t part = space->extents[d] / parts;
           if (shape[t] % part != 0) continue;
           parts = shape[t] / part;
-        } else if (first > 0) {
-          if (!mixedRadix(*space, e)) continue;
+        } else if (mixedRadix(*space, e)) {
           for (size_t k = 0; k < first; ++k) parts *= space->extents[e.terms[k].dim];
+          for (size_t k = first + 1; k < e.terms.size(); ++k) granule *= space->extents[e.terms[k].dim];
+        } else if (first > 0 || !even || granule > 1) {
+          continue;
         }
         s.dimAxis[t] = dimAxis[d];
         s.setParts(t, parts);
+        s.setGranule(t, effectiveGranule(shape[t], parts, size, granule));
       }
       return s;
     };

@@ -36,6 +36,9 @@ struct TensorSharding {
   std::vector<int> dimAxis;
   std::vector<int> partialAxes;  ///< sorted
   std::vector<std::int64_t> dimParts = {};  ///< parts per dim; empty when every split dim is one part
+  /// Per dim, the unit a ceil-sized block is counted in (a head's elements when the axis does not
+  /// divide the heads); empty when every dim's unit is one element.
+  std::vector<std::int64_t> dimGranule = {};
 
   /// Fully replicated sharding of a rank-`rank` tensor.
   static TensorSharding replicated(size_t rank) { return {std::vector<int>(rank, -1), {}, {}}; }
@@ -43,10 +46,15 @@ struct TensorSharding {
   std::int64_t parts(size_t d) const { return d < dimParts.size() ? dimParts[d] : 1; }
   /// Sets dim d's parts, keeping dimParts empty while every dim is one part.
   void setParts(size_t d, std::int64_t parts);
+  /// The unit dim d's blocks are counted in (1: elements).
+  std::int64_t granule(size_t d) const { return d < dimGranule.size() ? dimGranule[d] : 1; }
+  /// Sets dim d's unit, keeping dimGranule empty while every unit is one element.
+  void setGranule(size_t d, std::int64_t granule);
   /// The (mesh axis -> tensor dim) list.
   std::vector<std::pair<int, int>> entries() const;
   bool isReplicated() const;
-  /// "[tp,-] partial(dp)" with mesh axis names; a dim in parts reads "3xtp".
+  /// "[tp,-] partial(dp)" with mesh axis names; a dim in parts reads "3xtp", one in units of 64
+  /// elements "tp/64".
   std::string text(const Mesh& mesh) const;
   friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
 };
@@ -73,6 +81,7 @@ struct ReshardStep {
   std::int64_t haloBefore = 0, haloAfter = 0;  ///< kHalo: elements from the previous and next device
   std::int64_t parts = 1;      ///< parts of `dim` in the result (scatter, slice, AllToAll)
   std::int64_t fromParts = 1;  ///< parts of the gathered dim (AllGather: `dim`, AllToAll: `fromDim`)
+  std::int64_t granule = 1, fromGranule = 1;  ///< the units of those dims' blocks
   friend bool operator==(const ReshardStep&, const ReshardStep&) = default;
 };
 
@@ -95,6 +104,7 @@ struct ShardingPlan {
   std::vector<TensorSharding> tensors;
   std::vector<std::vector<int>> opDimAxis;
   std::vector<std::vector<std::int64_t>> opDimParts;  ///< per op and iteration dim: parts of a split dim
+  std::vector<std::vector<std::int64_t>> opDimGranule;  ///< per op and iteration dim: the unit of its blocks
   std::vector<Reshard> reshards;
 
   /// Reshards of one kind (any axis).
@@ -128,13 +138,24 @@ std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSh
 /// included: a fused QKV weight's output dim has 3 parts. 1 where nothing cuts the dim.
 std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph);
 
+/// Per tensor and dim, the unit that later ops keep whole: a Reshape that factors the dim into
+/// [.., heads, hd] keeps hd elements together, carried back through every op's index maps. A
+/// split the axis does not divide then gives each device whole heads. 1 where nothing factors it.
+std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph);
+
 /// Elements of one part of a dim of `extent` in `parts` parts that a device of `size` holds: the
-/// ceil-sized block (the last devices' blocks are padded when size does not divide the part).
-std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size);
+/// ceil-sized block of whole units of `granule` elements (the last devices' blocks are padded when
+/// size does not divide the part's units).
+std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule = 1);
+
+/// The unit a split of a dim keeps: `granule` when the block split in units differs from the one in
+/// elements (the axis does not divide the units), else 1 (the layouts coincide).
+std::int64_t effectiveGranule(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule);
 
 /// The global index of local index `local` of a dim of `extent` split over `size` devices in
 /// `parts` parts, on the device at position `pos` along the axis; -1 for a padding element.
-std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos);
+std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t parts, int size, int pos,
+                         std::int64_t granule = 1);
 
 /// The local shape of a tensor of `shape` under sharding on mesh: a split dim holds parts x the
 /// ceil-sized block of each part (padded where the axis does not divide it).

@@ -53,7 +53,7 @@ void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& me
     for (std::int64_t l = 0; l < local[d]; ++l)
       at[d].push_back(s.dimAxis[d] < 0 ? l
                                        : globalIndex(l, global[d], s.parts(d), mesh.axisSizes[s.dimAxis[d]],
-                                                     coords[s.dimAxis[d]]));
+                                                     coords[s.dimAxis[d]], s.granule(d)));
   Shape stride(rank, 1);
   for (size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * global[d];
   Shape idx(rank, 0);
@@ -216,7 +216,7 @@ class DeviceBuilder {
       }
       Shape result = t.shape;
       if (gathers) result[gatherDim] = global[gatherDim];
-      if (scatterDim >= 0) result[scatterDim] = s.parts * blockOf(global[scatterDim], s.parts, size);
+      if (scatterDim >= 0) result[scatterDim] = s.parts * blockOf(global[scatterDim], s.parts, size, s.granule);
       const bool moves = s.kind != ReshardKind::kAllReduce && s.kind != ReshardKind::kHalo;
       if (moves && unfolded.size() != t.shape.size()) {
         auto r = op(ir::OpKind::kReshape, name + ".parts", {v}, {{"shape", unfolded}});
@@ -224,7 +224,7 @@ class DeviceBuilder {
         v = *r;
       }
       if (scatterDim >= 0) {  // pad each part to size x its block
-        const std::int64_t padded = size * blockOf(global[scatterDim], s.parts, size);
+        const std::int64_t padded = size * blockOf(global[scatterDim], s.parts, size, s.granule);
         auto p = resize(v, inner[scatterDim], padded, name + ".pad");
         if (!p) return p.error();
         v = *p;
@@ -344,7 +344,8 @@ class DeviceBuilder {
       if (dimAxis[axis] >= 0) {
         Shape sizes;
         const auto& in = plan_.tensors[op.inputs[0]];
-        const std::int64_t part = x[axis] / in.parts(axis), block = blockOf(x[axis], in.parts(axis), mesh_.axisSizes[dimAxis[axis]]);
+        const std::int64_t part = x[axis] / in.parts(axis),
+                           block = blockOf(x[axis], in.parts(axis), mesh_.axisSizes[dimAxis[axis]], in.granule(axis));
         for (ir::TensorId out : op.outputs) sizes.push_back(global_.tensor(out).shape[axis] / part * block);
         attrs["split"] = sizes;
       }
@@ -360,7 +361,8 @@ class DeviceBuilder {
         const std::int64_t a = axes[k] < 0 ? axes[k] + static_cast<std::int64_t>(x.size()) : axes[k];
         if (dimAxis[a] < 0) continue;
         const auto& in = plan_.tensors[op.inputs[0]];
-        const std::int64_t part = x[a] / in.parts(a), block = blockOf(x[a], in.parts(a), mesh_.axisSizes[dimAxis[a]]);
+        const std::int64_t part = x[a] / in.parts(a),
+                           block = blockOf(x[a], in.parts(a), mesh_.axisSizes[dimAxis[a]], in.granule(a));
         const std::int64_t begin = ir::sliceStart(starts[k], x[a], 1);
         starts[k] = begin / part * block;
         ends[k] = starts[k] + y[a] / part * block;

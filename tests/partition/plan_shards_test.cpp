@@ -254,9 +254,9 @@ std::map<ir::TensorId, TensorSharding> literalWeightRule(const ir::Graph& g, con
     if (op.kind != OpKind::kGather || op.intAttr("axis", 0) != 0) continue;
     const auto& table = g.tensor(op.inputs[0]);
     if (table.role != ir::TensorRole::kWeight || table.shape.size() != 2) continue;
-    // Megatron splits the rows, else (a vocabulary tp does not divide) the columns; 2D both.
-    if (!grid && table.shape[0] % q == 0) annotations[op.inputs[0]] = TensorSharding{{0, -1}, {}};
-    else if (!grid && table.shape[1] % q == 0) annotations[op.inputs[0]] = TensorSharding{{-1, 0}, {}};
+    // Megatron splits the rows (in ceil-sized blocks), else (fewer rows than ranks) the columns; 2D both.
+    if (!grid && (table.shape[0] + q - 1) / q < table.shape[0]) annotations[op.inputs[0]] = TensorSharding{{0, -1}, {}};
+    else if (!grid && (table.shape[1] + q - 1) / q < table.shape[1]) annotations[op.inputs[0]] = TensorSharding{{-1, 0}, {}};
     else if (grid && table.shape[0] % q == 0 && table.shape[1] % q == 0)
       annotations[op.inputs[0]] = TensorSharding{{0, 1}, {}};
   }
@@ -280,7 +280,7 @@ std::map<ir::TensorId, TensorSharding> literalWeightRule(const ir::Graph& g, con
       if (!grid && (split(in) || split(propagated->tensors[w]))) continue;
       tried.insert(w);
       if (weight.shape[0] % q != 0 && grid) continue;
-      if (weight.shape[1] % q != 0) continue;
+      if (grid ? weight.shape[1] % q != 0 : (weight.shape[1] + q - 1) / q >= weight.shape[1]) continue;
       const int k = !in.dimAxis.empty() && in.dimAxis.back() >= 0 ? in.dimAxis.back() : 0;
       annotations[w] = grid ? TensorSharding{{k, 1 - k}, {}} : TensorSharding{{-1, 0}, {}};
       added = true;
@@ -408,11 +408,11 @@ TEST(PlanShards, GptAttentionSplitsByHeads) {
   }
 }
 
-// A vocabulary that tp does not divide (GPT-2/3's 50,257): the tied table's columns split instead of
-// its rows, so every rank holds 1/tp of it; the lookups then leave hidden slices, the tied head
-// contracts over them and all-reduces its logits, and the TP group computes what the unsharded
-// graph does.
-TEST(PlanShards, OddVocabularySplitsTheTableColumns) {
+// A vocabulary that tp does not divide (GPT-2/3's 50,257): the tied table's rows split in ceil-sized
+// blocks (8 and 7 of 15), the last padded with a zero row, so every rank holds half of it; each
+// lookup is one all-reduce, the tied head leaves its logits split by vocabulary, nothing is
+// gathered, and the TP group computes what the unsharded graph does.
+TEST(PlanShards, OddVocabularySplitsTheTableRowsInCeilSizedBlocks) {
   auto g = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "15"}});
   Plan p = plan(1, 2, 1, 1, {});
   const Mesh mesh = tensorMesh(p);
@@ -420,7 +420,8 @@ TEST(PlanShards, OddVocabularySplitsTheTableColumns) {
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
   auto propagated = propagateShardings(g, mesh, *annotations);
   ASSERT_TRUE(propagated.ok()) << propagated.error().format();
-  EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[-,tp]");
+  EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[tp,-]");
+  EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
   expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
 }
 
@@ -570,8 +571,8 @@ TEST(PlanShards, UnevenSplitsPadTheLastBlock) {
 }
 
 // A GPT whose vocabulary (15), hidden size (30) and heads (3) tp = 4 does not divide: the table's
-// rows split in blocks of 4, 4, 4 and 3, the projections' columns in blocks of 8 (the heads are
-// gathered where a block would cut one), and the TP group computes what the unsharded graph does.
+// rows split in blocks of 4, 4, 4 and 3, the projections' columns in blocks of one head (10
+// columns; the last rank holds padding), and the TP group computes what the unsharded graph does.
 TEST(PlanShards, UnevenGptMatchesTheUnshardedGraph) {
   auto g = gptWithWeights({{"layers", "1"}, {"hidden", "30"}, {"heads", "3"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "15"}});
   for (int tp : {3, 4}) {
@@ -583,8 +584,40 @@ TEST(PlanShards, UnevenGptMatchesTheUnshardedGraph) {
     auto propagated = propagateShardings(g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
     EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[tp,-]");
-    EXPECT_EQ(propagated->tensors[*g.findTensor("layers.0.query.weight")].text(mesh), "[-,tp]");
+    EXPECT_EQ(propagated->tensors[*g.findTensor("layers.0.query.weight")].text(mesh), tp == 3 ? "[-,tp]" : "[-,tp/10]");
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
     expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
+  }
+}
+
+// Heads that tp does not divide split in ceil-sized blocks of whole heads (6 heads over 4 ranks:
+// 2, 2, 2 and padding; 3 heads over 2: 2 and 1 plus padding), separate or fused QKV: attention
+// gathers nothing, and the TP group computes what the unsharded graph does.
+TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
+  auto gpt = gptWithWeights({{"layers", "1"}, {"hidden", "48"}, {"heads", "6"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "16"}});
+  Plan p = plan(1, 4, 1, 1, {});
+  Mesh mesh = tensorMesh(p);
+  auto annotations = planAnnotations(gpt, p, mesh);
+  ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+  auto propagated = propagateShardings(gpt, mesh, *annotations);
+  ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+  EXPECT_EQ(propagated->tensors[*gpt.findTensor("layers.0.query.weight")].text(mesh), "[-,tp/8]");
+  EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+  EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 + 2);
+  expectShardsMatch(gpt, *propagated, tokensOf(16), 1e-5);
+
+  p = plan(1, 2, 1, 1, {});
+  mesh = tensorMesh(p);
+  for (Fused form : {Fused::kSplit, Fused::kSlice, Fused::kReshape}) {
+    SCOPED_TRACE(static_cast<int>(form));
+    const auto g = fusedAttention(form, 3, 2);
+    auto fusedAnnotations = planAnnotations(g, p, mesh);
+    ASSERT_TRUE(fusedAnnotations.ok()) << fusedAnnotations.error().format();
+    auto fused = propagateShardings(g, mesh, *fusedAnnotations);
+    ASSERT_TRUE(fused.ok()) << fused.error().format();
+    EXPECT_EQ(fused->tensors[*g.findTensor("in_proj.weight")].text(mesh), "[3xtp/2,-]");
+    EXPECT_EQ(fused->count(ReshardKind::kAllGather), 0);
+    expectShardsMatch(g, *fused, input({2, 4, 6}, 7), 1e-6);
   }
 }
 

@@ -316,11 +316,12 @@ TEST(Propagation, ReshardStepsBetweenSpecs) {
 
 TEST(Propagation, ErrorsNameTheTensor) {
   ir::Graph g;
-  const auto x = g.addInput("x", {6, 4}, DType::kF32);
+  const auto x = g.addInput("x", {6, 4}, DType::kF32), y = g.addInput("y", {1, 4}, DType::kF32);
   g.markOutput(op(g, OpKind::kRelu, "r", {x}));
-  auto bad = propagateShardings(g, Mesh{{"tp"}, {4}}, {{x, spec({0, -1})}});
+  g.markOutput(op(g, OpKind::kRelu, "s", {y}));
+  auto bad = propagateShardings(g, Mesh{{"tp"}, {4}}, {{y, spec({0, -1})}});
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().format(), "node 'x': dim 0 of size 6 does not split over mesh axis 'tp' of 4 devices");
+  EXPECT_EQ(bad.error().format(), "node 'y': dim 0 of size 1 does not split over mesh axis 'tp' of 4 devices");
   auto rank = propagateShardings(g, Mesh{{"tp"}, {2}}, {{x, spec({0})}});
   ASSERT_FALSE(rank.ok());
   EXPECT_EQ(rank.error().format(), "node 'x': sharding [tp] has 1 dims, the tensor 2");
