@@ -269,20 +269,34 @@ bool partsAligned(const ir::Graph& graph, const ir::Op& op, const ir::IterationS
   return true;
 }
 
-}  // namespace
+// into := lcm(into, v) when that still divides extent.
+void lcmMerge(std::int64_t& into, std::int64_t v, std::int64_t extent) {
+  const std::int64_t l = std::lcm(into, v);
+  if (l > 0 && extent % l == 0) into = l;
+}
 
-std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
-  std::vector<std::vector<std::int64_t>> parts;
-  for (const auto& t : graph.tensors()) parts.emplace_back(t.shape.size(), 1);
-  auto merge = [](std::int64_t& into, std::int64_t p, std::int64_t extent) {
-    const std::int64_t l = std::lcm(into, p);
-    if (l > 0 && extent % l == 0) into = l;
-  };
+// A count per tensor dim carried back from its consumers: `step(op, space, dims, counts)` is called
+// on every op in reverse order with a count of 1 per iteration dim, and merges into `counts`.
+template <typename Step>
+std::vector<std::vector<std::int64_t>> backwardCounts(const ir::Graph& graph, Step step) {
+  std::vector<std::vector<std::int64_t>> counts;
+  for (const auto& t : graph.tensors()) counts.emplace_back(t.shape.size(), 1);
   for (size_t i = graph.ops().size(); i-- > 0;) {
     const ir::Op& op = graph.op(i);
     auto space = ir::iterationSpace(graph, op);
     if (!space) continue;
-    std::vector<std::int64_t> dimParts(space->extents.size(), 1);
+    std::vector<std::int64_t> dims(space->extents.size(), 1);
+    step(op, *space, dims, counts);
+  }
+  return counts;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
+  return backwardCounts(graph, [&](const ir::Op& op, const ir::IterationSpace& space, std::vector<std::int64_t>& dimParts,
+                                   std::vector<std::vector<std::int64_t>>& parts) {
+    auto merge = lcmMerge;
     // Results' parts and windows at offsets cut the iteration dims.
     auto cut = [&](const ir::OperandAccess& access, ir::TensorId id, bool write) {
       const auto& shape = graph.tensor(id).shape;
@@ -292,13 +306,13 @@ std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           // A window narrower than the dim (a Split's output, a Concat's input) cuts it at its offset.
           const int d = e.terms[0].dim;
-          if (shape[t] >= space->extents[d] && p == 1) continue;
-          const std::int64_t unit = gcd3(shape[t] / p, space->extents[d], e.offset);
-          merge(dimParts[d], space->extents[d] / unit, space->extents[d]);
-        } else if (p > 1 && mixedRadix(*space, e)) {
+          if (shape[t] >= space.extents[d] && p == 1) continue;
+          const std::int64_t unit = gcd3(shape[t] / p, space.extents[d], e.offset);
+          merge(dimParts[d], space.extents[d] / unit, space.extents[d]);
+        } else if (p > 1 && mixedRadix(space, e)) {
           std::int64_t outer = 1;
           for (const auto& term : e.terms) {
-            const std::int64_t ext = space->extents[term.dim];
+            const std::int64_t ext = space.extents[term.dim];
             if (p % (outer * ext) == 0) {
               merge(dimParts[term.dim], ext, ext);
               outer *= ext;
@@ -310,62 +324,53 @@ std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
         }
       }
     };
-    for (const auto& w : space->writes) cut(w, op.outputs[w.operand], true);
-    for (const auto& r : space->reads) cut(r, op.inputs[r.operand], false);
+    for (const auto& w : space.writes) cut(w, op.outputs[w.operand], true);
+    for (const auto& r : space.reads) cut(r, op.inputs[r.operand], false);
     // A lookup of constant indices takes rows apart: every row is a part.
     if (op.kind == ir::OpKind::kGather && op.inputs.size() == 2 &&
         graph.tensor(op.inputs[1]).role == ir::TensorRole::kConstant)
-      dimParts.back() = space->extents.back();
+      dimParts.back() = space.extents.back();
     // The operands' parts: the windows they are read in, and the iteration dims' parts.
-    for (const auto& r : space->reads) {
+    for (const auto& r : space.reads) {
       const ir::TensorId id = op.inputs[r.operand];
       const auto& shape = graph.tensor(id).shape;
       for (size_t t = 0; t < r.index.size(); ++t) {
         const auto& e = r.index[t];
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           const int d = e.terms[0].dim;
-          const std::int64_t unit = gcd3(space->extents[d] / dimParts[d], shape[t], e.offset);
+          const std::int64_t unit = gcd3(space.extents[d] / dimParts[d], shape[t], e.offset);
           merge(parts[id][t], shape[t] / unit, shape[t]);
-        } else if (mixedRadix(*space, e)) {
+        } else if (mixedRadix(space, e)) {
           std::int64_t p = 1;
           for (const auto& term : e.terms) {
             p *= dimParts[term.dim];
-            if (dimParts[term.dim] != space->extents[term.dim]) break;
+            if (dimParts[term.dim] != space.extents[term.dim]) break;
           }
           merge(parts[id][t], p, shape[t]);
         }
       }
     }
-  }
-  return parts;
+  });
 }
 
 std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph) {
-  std::vector<std::vector<std::int64_t>> granules;
-  for (const auto& t : graph.tensors()) granules.emplace_back(t.shape.size(), 1);
-  auto merge = [](std::int64_t& into, std::int64_t g, std::int64_t extent) {
-    const std::int64_t l = std::lcm(into, g);
-    if (l > 0 && extent % l == 0) into = l;
-  };
-  for (size_t i = graph.ops().size(); i-- > 0;) {
-    const ir::Op& op = graph.op(i);
-    auto space = ir::iterationSpace(graph, op);
-    if (!space) continue;
-    std::vector<std::int64_t> dimGranule(space->extents.size(), 1);
+  return backwardCounts(graph, [&](const ir::Op& op, const ir::IterationSpace& space, std::vector<std::int64_t>& dimGranule,
+                                   std::vector<std::vector<std::int64_t>>& granules) {
+    auto merge = lcmMerge;
     // Results' units, onto the iteration dims: a plain index keeps them; a Reshape's factor keeps
     // what is left of them after the factors inside it.
-    for (const auto& w : space->writes) {
+    for (const auto& w : space.writes) {
       const ir::TensorId id = op.outputs[w.operand];
       for (size_t t = 0; t < w.index.size(); ++t) {
         const auto& e = w.index[t];
         const std::int64_t g = granules[id][t];
         if (g == 1 || e.terms.empty()) continue;
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
-          merge(dimGranule[e.terms[0].dim], g, space->extents[e.terms[0].dim]);
-        } else if (mixedRadix(*space, e)) {
+          merge(dimGranule[e.terms[0].dim], g, space.extents[e.terms[0].dim]);
+        } else if (mixedRadix(space, e)) {
           std::int64_t inner = 1;
           for (size_t k = e.terms.size(); k-- > 0;) {
-            const std::int64_t ext = space->extents[e.terms[k].dim];
+            const std::int64_t ext = space.extents[e.terms[k].dim];
             if (g % inner == 0 && g < inner * ext) {
               if (ext % (g / inner) == 0) merge(dimGranule[e.terms[k].dim], g / inner, ext);
               break;
@@ -376,21 +381,20 @@ std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph) 
       }
     }
     // Operands: a Reshape that factors a dim keeps its innermost factor whole (a head's elements).
-    for (const auto& r : space->reads) {
+    for (const auto& r : space.reads) {
       const ir::TensorId id = op.inputs[r.operand];
       const auto& shape = graph.tensor(id).shape;
       for (size_t t = 0; t < r.index.size(); ++t) {
         const auto& e = r.index[t];
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           merge(granules[id][t], dimGranule[e.terms[0].dim], shape[t]);
-        } else if (e.terms.size() > 1 && mixedRadix(*space, e)) {
+        } else if (e.terms.size() > 1 && mixedRadix(space, e)) {
           const int last = e.terms.back().dim;
-          merge(granules[id][t], space->extents[last] * dimGranule[last], shape[t]);
+          merge(granules[id][t], space.extents[last] * dimGranule[last], shape[t]);
         }
       }
     }
-  }
-  return granules;
+  });
 }
 
 namespace {
