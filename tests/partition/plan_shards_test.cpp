@@ -606,6 +606,16 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
   EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 + 2);
   expectShardsMatch(gpt, *propagated, tokensOf(16), 1e-5);
 
+  // Grouped-query attention whose 2 KV heads tp = 4 does not divide: the TP group still computes
+  // what the unsharded graph does.
+  auto gqa = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"kv_heads", "2"}, {"seq", "8"},
+                             {"batch", "2"}, {"vocab", "16"}});
+  auto gqaAnnotations = planAnnotations(gqa, p, mesh);
+  ASSERT_TRUE(gqaAnnotations.ok()) << gqaAnnotations.error().format();
+  auto gqaPropagated = propagateShardings(gqa, mesh, *gqaAnnotations);
+  ASSERT_TRUE(gqaPropagated.ok()) << gqaPropagated.error().format();
+  expectShardsMatch(gqa, *gqaPropagated, tokensOf(16), 1e-5);
+
   p = plan(1, 2, 1, 1, {});
   mesh = tensorMesh(p);
   for (Fused form : {Fused::kSplit, Fused::kSlice, Fused::kReshape}) {
