@@ -354,6 +354,7 @@ std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph) {
 }
 
 std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph) {
+  const auto parts = consumerParts(graph);
   return backwardCounts(graph, [&](const ir::Op& op, const ir::IterationSpace& space, std::vector<std::int64_t>& dimGranule,
                                    std::vector<std::vector<std::int64_t>>& granules) {
     auto merge = lcmMerge;
@@ -389,8 +390,16 @@ std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph) 
         if (e.terms.size() == 1 && e.terms[0].coeff == 1) {
           merge(granules[id][t], dimGranule[e.terms[0].dim], shape[t]);
         } else if (e.terms.size() > 1 && mixedRadix(space, e)) {
-          const int last = e.terms.back().dim;
-          merge(granules[id][t], space.extents[last] * dimGranule[last], shape[t]);
+          // The factor a split lands on is the first after the dim's parts (q, k and v); the
+          // factors inside it stay whole: a head, or a KV head's group of query heads.
+          std::int64_t outer = 1;
+          size_t k = 0;
+          while (k < e.terms.size() && outer * space.extents[e.terms[k].dim] <= parts[id][t])
+            outer *= space.extents[e.terms[k++].dim];
+          std::int64_t unit = 1;
+          for (size_t inner = k + 1; inner < e.terms.size(); ++inner) unit *= space.extents[e.terms[inner].dim];
+          if (k + 1 >= e.terms.size() && k < e.terms.size()) unit = dimGranule[e.terms[k].dim];
+          merge(granules[id][t], unit, shape[t]);
         }
       }
     }

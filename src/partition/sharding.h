@@ -139,8 +139,10 @@ std::vector<ReshardStep> reshardSteps(const TensorSharding& from, const TensorSh
 std::vector<std::vector<std::int64_t>> consumerParts(const ir::Graph& graph);
 
 /// Per tensor and dim, the unit that later ops keep whole: a Reshape that factors the dim into
-/// [.., heads, hd] keeps hd elements together, carried back through every op's index maps. A
-/// split the axis does not divide then gives each device whole heads. 1 where nothing factors it.
+/// [.., heads, hd] keeps hd elements together (into [.., kv_heads, group, hd] a KV head's group of
+/// query heads; the factors of the dim's parts come first), carried back through every op's index
+/// maps. A split the axis does not divide then gives each device whole heads. 1 where nothing
+/// factors it.
 std::vector<std::vector<std::int64_t>> consumerGranules(const ir::Graph& graph);
 
 /// Elements of one part of a dim of `extent` in `parts` parts that a device of `size` holds: the

@@ -606,14 +606,18 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
   EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2 + 2);
   expectShardsMatch(gpt, *propagated, tokensOf(16), 1e-5);
 
-  // Grouped-query attention whose 2 KV heads tp = 4 does not divide: the TP group still computes
-  // what the unsharded graph does.
+  // Grouped-query attention whose 2 KV heads tp = 4 does not divide: queries split by KV head's
+  // group (16 columns), keys and values by KV head (8), the last ranks padding; nothing is
+  // gathered, and the TP group computes what the unsharded graph does.
   auto gqa = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"kv_heads", "2"}, {"seq", "8"},
                              {"batch", "2"}, {"vocab", "16"}});
   auto gqaAnnotations = planAnnotations(gqa, p, mesh);
   ASSERT_TRUE(gqaAnnotations.ok()) << gqaAnnotations.error().format();
   auto gqaPropagated = propagateShardings(gqa, mesh, *gqaAnnotations);
   ASSERT_TRUE(gqaPropagated.ok()) << gqaPropagated.error().format();
+  EXPECT_EQ(gqaPropagated->tensors[*gqa.findTensor("layers.0.query.weight")].text(mesh), "[-,tp/16]");
+  EXPECT_EQ(gqaPropagated->tensors[*gqa.findTensor("layers.0.key.weight")].text(mesh), "[-,tp/8]");
+  EXPECT_EQ(gqaPropagated->count(ReshardKind::kAllGather), 0);
   expectShardsMatch(gqa, *gqaPropagated, tokensOf(16), 1e-5);
 
   p = plan(1, 2, 1, 1, {});
