@@ -95,6 +95,7 @@ Expected<Plan> loadPlanFile(const std::string& path) {
       !s)
     return s.error();
   Plan plan;
+  plan.source.file = reader.at(root);
   int* fields[] = {&plan.dp, &plan.tp, &plan.pp, &plan.microbatches, &plan.interleave};
   const char* keys[] = {"dp", "tp", "pp", "microbatches", "interleave"};
   for (int i = 0; i < 5; ++i) {
@@ -126,15 +127,35 @@ Expected<Plan> loadPlanFile(const std::string& path) {
                                       s, *first));
     plan.stageFirstLayer.push_back(static_cast<int>(*first));
     plan.stageChip.push_back(static_cast<int>(*chip));
+    plan.source.stageFirstLayer.push_back(reader.at(reader.child(stage, "first_layer")));
+    plan.source.stageChip.push_back(reader.at(reader.child(stage, "chip")));
     plan.stageCycles.push_back(*cycles);
   }
   for (const char* key : {"layer_chunk", "placement"}) {
     if (!reader.child(root, key)) continue;
     auto list = reader.integerList(root, key, 0, 1 << 30);
     if (!list) return list.error();
-    auto& target = std::string(key) == "layer_chunk" ? plan.layerChunk : plan.placement;
+    const bool chunks = std::string(key) == "layer_chunk";
+    auto& target = chunks ? plan.layerChunk : plan.placement;
+    auto& where = chunks ? plan.source.layerChunk : plan.source.placement;
     for (auto v : *list) target.push_back(static_cast<int>(v));
+    for (const auto& item : reader.child(root, key)) where.push_back(reader.at(item));
   }
+  const int chunks = plan.pp * plan.interleave;
+  for (size_t l = 0; l < plan.layerChunk.size(); ++l)
+    if (plan.layerChunk[l] >= chunks)
+      return configError(plan.source.layerChunk[l],
+                         fmt::format("layer_chunk entry {} is chunk {}, but pp x interleave is {} chunks", l,
+                                     plan.layerChunk[l], chunks));
+  if (plan.placement.empty() && std::int64_t{plan.dp} * plan.tp > 1)
+    return reader.error(root, fmt::format("the plan has dp x tp = {} ranks per stage and needs a 'placement' list of "
+                                          "the chip of each of its dp x tp x pp ranks",
+                                          std::int64_t{plan.dp} * plan.tp));
+  for (size_t r = 0; r < plan.placement.size(); ++r)
+    for (size_t q = 0; q < r; ++q)
+      if (plan.placement[q] == plan.placement[r])
+        return configError(plan.source.placement[r],
+                           fmt::format("'placement' gives chip {} to ranks {} and {}", plan.placement[r], q, r));
   if (!plan.placement.empty() && static_cast<std::int64_t>(plan.placement.size()) != std::int64_t{plan.dp} * plan.tp * plan.pp)
     return reader.error(reader.child(root, "placement"),
                         fmt::format("'placement' has {} chips but dp x tp x pp is {}", plan.placement.size(),
@@ -144,20 +165,23 @@ Expected<Plan> loadPlanFile(const std::string& path) {
 
 Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster, const std::string& file) {
   const SourceLocation where{file, 0, 0, ""};
+  // An entry's place in the file when the plan was read from one, else the file.
+  auto at = [&](const std::vector<SourceLocation>& entries, size_t i) { return i < entries.size() ? entries[i] : where; };
   for (size_t s = 0; s < plan.stageChip.size(); ++s) {
     if (plan.stageChip[s] >= cluster.chipCount())
-      return configError(where, fmt::format("plan stage {}: chip {} is not in the cluster (chips 0 to {})", s,
+      return configError(at(plan.source.stageChip, s), fmt::format("plan stage {}: chip {} is not in the cluster (chips 0 to {})", s,
                                             plan.stageChip[s], cluster.chipCount() - 1));
     if (plan.stageFirstLayer[s] >= layers)
-      return configError(where, fmt::format("plan stage {} starts at layer {} but the model has {} layers", s,
+      return configError(at(plan.source.stageFirstLayer, s), fmt::format("plan stage {} starts at layer {} but the model has {} layers", s,
                                             plan.stageFirstLayer[s], layers));
   }
-  for (int chip : plan.placement)
-    if (chip >= cluster.chipCount())
-      return configError(where, fmt::format("plan placement: chip {} is not in the cluster (chips 0 to {})", chip,
-                                            cluster.chipCount() - 1));
+  for (size_t r = 0; r < plan.placement.size(); ++r)
+    if (plan.placement[r] >= cluster.chipCount())
+      return configError(at(plan.source.placement, r),
+                         fmt::format("plan placement: chip {} is not in the cluster (chips 0 to {})", plan.placement[r],
+                                     cluster.chipCount() - 1));
   if (!plan.layerChunk.empty() && static_cast<int>(plan.layerChunk.size()) != layers)
-    return configError(where, fmt::format("plan layer_chunk has {} entries but the model has {} layers",
+    return configError(at(plan.source.layerChunk, 0), fmt::format("plan layer_chunk has {} entries but the model has {} layers",
                                           plan.layerChunk.size(), layers));
   return {};
 }
@@ -208,8 +232,8 @@ Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& clu
   const int layers = static_cast<int>(layerCycles->size());
   int stages = config.pp > 0 ? config.pp : std::min(layers, cluster.chipCount());
   if (stages > layers)
-    return makeError(ExitCode::kConfig,
-                     fmt::format("parallelism.plan.pp is {} but the model has only {} layers", stages, layers));
+    return configError(config.planWhere,
+                       fmt::format("parallelism.plan.pp is {} but the model has only {} layers", stages, layers));
   Plan plan;
   plan.pp = stages;
   plan.stageFirstLayer = partitionChain(*layerCycles, stages);

@@ -41,6 +41,13 @@ struct Plan {
   std::vector<int> layerChunk;       ///< chunk of each layer (chip = chunk % pp) for DAG or interleaved plans; else empty
   std::vector<int> placement;        ///< chip of every rank (d pp + s) tp + t; empty for a pure pipeline
 
+  /// Where a plan read from a file gives its entries (empty for a planned one): errors point there.
+  struct Source {
+    SourceLocation file;
+    std::vector<SourceLocation> stageFirstLayer, stageChip, layerChunk, placement;
+  };
+  Source source;
+
   /// True when dp = tp = 1, one chunk per stage and one microbatch: what this build can execute.
   bool purePipeline() const { return dp == 1 && tp == 1 && interleave == 1 && microbatches == 1; }
   /// The chunk of each of `layers` layers: layerChunk, or the stage whose first layer precedes it.

@@ -141,7 +141,7 @@ Expected<ChipSpec> loadChipSpec(const YamlReader& reader, const YAML::Node& node
   if (!(s = readNumber(reader, node, "clock_mhz", spec.clockMhz, 1, 1e5))) return s.error();
   if (!(s = readInto(reader, node, "superlanes", spec.superlanes, 1, 1024))) return s.error();
   if (!(s = readInto(reader, node, "lanes_per_superlane", spec.lanesPerSuperlane, 1, 1024))) return s.error();
-  if (!(s = readInto(reader, node, "vector_bytes", spec.vectorBytes, 1, 1 << 20))) return s.error();
+  if (!(s = readInto(reader, node, "vector_bytes", spec.vectorBytes, 8, 1 << 20))) return s.error();
   if (!(s = readInto(reader, node, "icu_queues", spec.icuQueues, 1, 4096))) return s.error();
   if (!(s = readInto(reader, node, "streams_per_direction", spec.streamsPerDirection, 1, 1024))) return s.error();
   if (!(s = readInto(reader, node, "ripple_cycles", spec.rippleCycles, 0, 1 << 16))) return s.error();

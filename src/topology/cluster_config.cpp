@@ -55,7 +55,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
   int chipCount = 0;
   std::vector<Link> links;
   if (*kind == "ring" || *kind == "fully-connected" || *kind == "explicit") {
-    if (!reader.child(topo, "chips")) return reader.error(topo, fmt::format("a '{}' topology needs 'chips'", *kind));
+    if (!reader.has(topo, "chips")) return reader.error(topo, fmt::format("a '{}' topology needs 'chips'", *kind));
     auto chips = reader.integer(topo, "chips", 0, 1, kMaxChips);
     if (!chips) return chips.error();
     description.chips = static_cast<int>(*chips);
@@ -120,7 +120,7 @@ Expected<Cluster> loadCluster(const YamlReader& reader, const YAML::Node& node) 
                                     "cluster.topology.links[]");
           !s)
         return s.error();
-      if (!reader.child(entry, "a") || !reader.child(entry, "b")) return reader.error(entry, "a link needs both 'a' and 'b'");
+      if (!reader.has(entry, "a") || !reader.has(entry, "b")) return reader.error(entry, "a link needs both 'a' and 'b'");
       auto a = reader.integer(entry, "a", 0, 0, kMaxChips);
       if (!a) return a.error();
       auto b = reader.integer(entry, "b", 0, 0, kMaxChips);

@@ -3,24 +3,71 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "support/files.h"
 #include "support/strings.h"
 
 namespace tsp::topology {
 
+namespace {
+
+SourceLocation markAt(const std::string& path, const YAML::Mark& mark) {
+  return {path, mark.line >= 0 ? mark.line + 1 : 0, mark.line >= 0 ? mark.column + 1 : 0, ""};
+}
+
+// Every mapping's keys are scalars, each present once. Aliased nodes are walked once (a node is known
+// by its position and kind), so a billion-laughs document costs its size, not its expansion.
+Status checkMappingKeys(const std::string& path, const YAML::Node& root, const std::string& what) {
+  std::set<std::pair<int, int>> seen;
+  std::vector<YAML::Node> pending{root};
+  while (!pending.empty()) {
+    const YAML::Node node = pending.back();
+    pending.pop_back();
+    if (!node.IsMap() && !node.IsSequence()) continue;
+    if (!seen.insert({node.Mark().pos, static_cast<int>(node.Type())}).second) continue;
+    if (node.IsSequence()) {
+      for (const auto& item : node) pending.push_back(item);
+      continue;
+    }
+    std::set<std::string> keys;
+    for (const auto& entry : node) {
+      if (!entry.first.IsScalar())
+        return configError(markAt(path, entry.first.Mark()),
+                           fmt::format("a key in the {} file must be a scalar, not a {}", what,
+                                       entry.first.IsMap() ? "mapping" : entry.first.IsSequence() ? "list" : "null"));
+      if (!keys.insert(entry.first.Scalar()).second)
+        return configError(markAt(path, entry.first.Mark()), fmt::format("duplicate key '{}'", entry.first.Scalar()));
+      pending.push_back(entry.second);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& what) {
+  if (existsButNotRegular(path))
+    return configError({path, 0, 0, ""}, fmt::format("the {} file is not a regular file", what));
   std::ifstream in(path);
   if (!in) return configError({path, 0, 0, ""}, fmt::format("cannot open the {} file", what));
   std::stringstream text;
   text << in.rdbuf();
   try {
-    return YAML::Load(text.str());
-  } catch (const YAML::ParserException& e) {
-    return configError({path, e.mark.line + 1, e.mark.column + 1, ""},
-                       fmt::format("YAML syntax error in the {} file: {}", what, e.msg));
+    std::vector<YAML::Node> documents = YAML::LoadAll(text.str());
+    if (documents.size() > 1)
+      return configError(markAt(path, documents[1].Mark()),
+                         fmt::format("the {} file holds {} YAML documents, expected one", what, documents.size()));
+    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
+    if (auto s = checkMappingKeys(path, root, what); !s) return s.error();
+    return root;
+  } catch (const YAML::Exception& e) {
+    return configError(markAt(path, e.mark), fmt::format("YAML syntax error in the {} file: {}", what, e.msg));
   }
 }
 
@@ -52,7 +99,8 @@ Status YamlReader::checkKeys(const YAML::Node& map, const std::vector<std::strin
   if (!map || map.IsNull()) return {};
   if (!map.IsMap()) return error(map, fmt::format("'{}' must be a mapping", section));
   for (const auto& entry : map) {
-    const auto key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) return error(entry.first, fmt::format("a key in '{}' must be a scalar", section));
+    const auto key = entry.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     std::string message = fmt::format("unknown key '{}' in '{}'", key, section);
     const std::string suggestion = closestMatch(key, allowed);

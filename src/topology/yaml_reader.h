@@ -12,7 +12,8 @@
 namespace tsp::topology {
 
 /// Parses the YAML file at path; `what` names it in errors ("cannot open the config file",
-/// "YAML syntax error in the plan file: ..." at the parser's line and column).
+/// "YAML syntax error in the plan file: ..." at the parser's line and column). Only a regular file of
+/// one document whose mapping keys are distinct scalars is accepted.
 Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& what);
 
 /// Reads values out of one YAML document, reporting mistakes as Diagnostics with file:line:col.
@@ -24,6 +25,12 @@ class YamlReader {
 
   /// map[key] when map is a mapping holding key; otherwise a null node (absent and null are alike).
   YAML::Node child(const YAML::Node& map, const std::string& key) const;
+
+  /// Whether map holds key with a value (a key given no value is absent: required keys need one).
+  bool has(const YAML::Node& map, const std::string& key) const {
+    const YAML::Node node = child(map, key);
+    return node && !node.IsNull();
+  }
 
   /// `preferred` when it is present, else `fallback`: where to point an error about a missing value.
   static const YAML::Node& either(const YAML::Node& preferred, const YAML::Node& fallback) {

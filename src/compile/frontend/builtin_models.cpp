@@ -33,7 +33,7 @@ class ParamReader {
     const auto& text = found->second;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size())
-      return modelError("builtin:" + spec_.builtin, fmt::format("parameter '{}' must be an integer, got '{}'", key, text));
+      return spec_.paramError(key, fmt::format("parameter '{}' must be an integer, got '{}'", key, text));
     return check(key, value, lo, hi);
   }
   Expected<std::string> text(const std::string& key, const std::string& fallback,
@@ -42,22 +42,21 @@ class ParamReader {
     auto found = spec_.params.find(key);
     const std::string value = found == spec_.params.end() ? fallback : found->second;
     if (std::find(choices.begin(), choices.end(), value) == choices.end())
-      return modelError("builtin:" + spec_.builtin, fmt::format("parameter '{}' is '{}', expected one of: {}", key, value,
-                                                                fmt::join(choices, ", ")));
+      return spec_.paramError(key, fmt::format("parameter '{}' is '{}', expected one of: {}", key, value,
+                                               fmt::join(choices, ", ")));
     return value;
   }
   Status checkUnknown() const {
     for (const auto& [key, value] : spec_.params)
       if (std::find(known_.begin(), known_.end(), key) == known_.end())
-        return modelError("builtin:" + spec_.builtin, fmt::format("unknown parameter '{}'", key));
+        return spec_.paramError(key, fmt::format("unknown parameter '{}'", key));
     return {};
   }
 
  private:
   Expected<std::int64_t> check(const std::string& key, std::int64_t value, std::int64_t lo, std::int64_t hi) const {
     if (value < lo || value > hi)
-      return modelError("builtin:" + spec_.builtin,
-                        fmt::format("parameter '{}' is {}, out of range [{}, {}]", key, value, lo, hi));
+      return spec_.paramError(key, fmt::format("parameter '{}' is {}, out of range [{}, {}]", key, value, lo, hi));
     return value;
   }
 
@@ -190,14 +189,14 @@ Expected<ir::Graph> buildDecoder(const ModelSpec& spec, bool llama) {
   Builder b(graph);
   if (auto s = readDType(params, spec, b); !s) return s.error();
   if (auto s = params.checkUnknown(); !s) return s.error();
-  const std::string model = "builtin:" + spec.builtin;
   if (*hidden % *heads != 0)
-    return modelError(model, fmt::format("hidden {} is not a multiple of heads {}", *hidden, *heads));
+    return spec.paramError("hidden", fmt::format("hidden {} is not a multiple of heads {}", *hidden, *heads));
   if (*heads % *kvHeads != 0)
-    return modelError(model, fmt::format("heads {} is not a multiple of kv_heads {}", *heads, *kvHeads));
+    return spec.paramError("heads", fmt::format("heads {} is not a multiple of kv_heads {}", *heads, *kvHeads));
   if (*phase == "prefill" && spec.params.count("context"))
-    return modelError(model, "parameter 'context' applies to phase=decode only");
-  if (*phase == "decode" && *context < 1) return modelError(model, "phase=decode needs context >= 1 (the KV-cache length)");
+    return spec.paramError("context", "parameter 'context' applies to phase=decode only");
+  if (*phase == "decode" && *context < 1)
+    return spec.paramError("context", "phase=decode needs context >= 1 (the KV-cache length)");
 
   const bool decode = *phase == "decode";
   const std::int64_t B = *batch, H = *hidden, nh = *heads, nkv = *kvHeads, d = H / nh, group = nh / nkv;
@@ -328,7 +327,7 @@ Expected<ir::Graph> buildBert(const ModelSpec& spec) {
   if (auto s = readDType(params, spec, b); !s) return s.error();
   if (auto s = params.checkUnknown(); !s) return s.error();
   if (*hidden % *heads != 0)
-    return modelError("builtin:" + spec.builtin, fmt::format("hidden {} is not a multiple of heads {}", *hidden, *heads));
+    return spec.paramError("hidden", fmt::format("hidden {} is not a multiple of heads {}", *hidden, *heads));
   const std::int64_t B = *batch, S = *seq, H = *hidden, nh = *heads, d = H / nh;
 
   const TensorId tokens = graph.addInput("tokens", {B, S}, ir::DType::kI32);
@@ -457,7 +456,7 @@ Expected<ir::Graph> buildCollective(const ModelSpec& spec) {
   auto algorithm = params.text("algorithm", "auto", {"auto", "ring", "tree", "halving-doubling", "hierarchical"});
   if (!algorithm) return algorithm.error();
   if (auto s = params.checkUnknown(); !s) return s.error();
-  if (*chips == 1) return modelError("builtin:collective", "parameter 'chips' must be 0 (all) or at least 2");
+  if (*chips == 1) return spec.paramError("chips", "parameter 'chips' must be 0 (all) or at least 2");
   ir::Graph graph;
   const auto x = graph.addInput("x", {(*bytes + 319) / 320, 320}, ir::DType::kI8);
   ir::Attrs attrs{{"collective", *op}, {"bytes", *bytes}, {"chips", *chips}, {"algorithm", *algorithm}};

@@ -19,6 +19,16 @@ std::string ModelSpec::describe() const {
   return text;
 }
 
+Diagnostic ModelSpec::paramError(const std::string& key, std::string message) const {
+  Diagnostic d = modelError("builtin:" + builtin, std::move(message));
+  auto found = paramsAt.find(key);
+  const SourceLocation& at = found != paramsAt.end() ? found->second : where;
+  d.where.file = at.file;
+  d.where.line = at.line;
+  d.where.column = at.column;
+  return d;
+}
+
 Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML::Node& node) {
   ModelSpec spec;
   if (!node || node.IsNull()) return configError({reader.file(), 0, 0, ""}, "missing 'model' section");
@@ -32,20 +42,22 @@ Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML
     return reader.error(node, "'model' needs exactly one of 'builtin' and 'onnx'");
   spec.builtin = *builtin;
   spec.onnxPath = *onnx;
+  spec.where = reader.at(node);
 
   const YAML::Node params = reader.child(node, "params");
   if (auto s = reader.expectMap(params, "model.params"); !s) return s.error();
   for (const auto& entry : params) {
     if (!entry.second.IsScalar())
-      return reader.error(entry.second, fmt::format("'model.params.{}' must be a scalar", entry.first.as<std::string>()));
-    spec.params[entry.first.as<std::string>()] = entry.second.as<std::string>();
+      return reader.error(entry.second, fmt::format("'model.params.{}' must be a scalar", entry.first.Scalar()));
+    spec.params[entry.first.Scalar()] = entry.second.Scalar();
+    spec.paramsAt[entry.first.Scalar()] = reader.at(entry.first);
   }
   const YAML::Node overrides = reader.child(node, "overrides");
   if (auto s = reader.expectMap(overrides, "model.overrides"); !s) return s.error();
   for (const auto& entry : overrides) {
-    auto value = reader.integer(overrides, entry.first.as<std::string>(), 0, 1, std::int64_t{1} << 40);
+    auto value = reader.integer(overrides, entry.first.Scalar(), 0, 1, std::int64_t{1} << 40);
     if (!value) return value.error();
-    spec.overrides[entry.first.as<std::string>()] = *value;
+    spec.overrides[entry.first.Scalar()] = *value;
   }
   const YAML::Node precision = reader.child(node, "precision");
   if (auto s = reader.checkKeys(precision, {"weights", "activations", "accumulate"}, "model.precision"); !s)
@@ -77,6 +89,8 @@ Expected<ModelSpec> parseModelArgument(const std::string& argument, ModelSpec ba
   }
   base.onnxPath.clear();
   base.params.clear();
+  base.paramsAt.clear();
+  base.where = {};
   std::string rest = argument.substr(prefix.size());
   size_t comma = rest.find(',');
   base.builtin = rest.substr(0, comma);

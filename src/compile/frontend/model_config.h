@@ -26,6 +26,12 @@ struct ModelSpec {
   std::map<std::string, std::string> params;  ///< generator parameters, as given
   std::map<std::string, std::int64_t> overrides;
   Precision precision;
+  SourceLocation where;                             ///< the config's `model:` section, when read from one
+  std::map<std::string, SourceLocation> paramsAt;   ///< where each parameter is given in the config
+
+  /// A model error about parameter key (empty: about the model), located at the parameter in the config
+  /// (or at the model section) when the model came from one.
+  Diagnostic paramError(const std::string& key, std::string message) const;
 
   /// "builtin:mlp,batch=8,..." or the ONNX path: a one-line description.
   std::string describe() const;

@@ -3,6 +3,7 @@
 #include "compile/frontend/onnx_importer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,6 +22,8 @@
 #include <onnx/version_converter/convert.h>
 
 #include "compile/ir/op_table.h"
+
+#include "support/files.h"
 
 namespace tsp::frontend {
 
@@ -97,17 +100,30 @@ Expected<std::vector<double>> decodeRaw(const std::string& raw, int onnxType, st
   return out;
 }
 
-// The elements of a tensor's shape: an error when a dimension is negative, or when their count
-// times the widest element (8 bytes) would not fit in 64 bits.
-Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string& what) {
+// The largest tensor a model may declare: 2^48 bytes (256 TiB) is more than the SRAM of the largest
+// cluster this build simulates (2^20 chips of 220 MiB), so a larger one is a mistake, and sizes
+// below it never overflow when multiplied by an element width or a small count.
+constexpr std::int64_t kMaxTensorBytes = std::int64_t{1} << 48;
+
+// The elements of a shape of `width`-byte values, or nullopt when they hold more than kMaxTensorBytes.
+std::optional<std::int64_t> boundedElements(const Shape& shape, int width) {
   std::int64_t n = 1;
-  for (auto d : t.dims()) {
-    if (d < 0) return modelError(what, fmt::format("tensor shape [{}] has a negative dimension", fmt::join(t.dims(), ", ")));
-    if (__builtin_mul_overflow(n, d, &n) || n > std::numeric_limits<std::int64_t>::max() / 8)
-      return modelError(what, fmt::format("tensor shape [{}] has more elements than 64-bit sizes can count",
-                                          fmt::join(t.dims(), ", ")));
-  }
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorBytes / width) return std::nullopt;
   return n;
+}
+
+// The elements of a tensor's shape: an error when a dimension is negative or the tensor would hold
+// more than kMaxTensorBytes at the widest element (8 bytes).
+Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string& what) {
+  for (auto d : t.dims())
+    if (d < 0) return modelError(what, fmt::format("tensor shape [{}] has a negative dimension", fmt::join(t.dims(), ", ")));
+  const auto n = boundedElements(Shape(t.dims().begin(), t.dims().end()), 8);
+  if (!n)
+    return modelError(what, fmt::format("tensor shape [{}] holds more than 2^48 bytes, more than the SRAM of any "
+                                        "cluster this build simulates",
+                                        fmt::join(t.dims(), ", ")));
+  return *n;
 }
 
 // Values of a TensorProto: inline (raw or typed fields) or from its external file. Returns
@@ -123,15 +139,29 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
     std::int64_t offset = 0, length = -1;
     for (const auto& entry : t.external_data()) {
       if (entry.key() == "location") location = entry.value();
-      if (entry.key() == "offset") offset = std::stoll(entry.value());
-      if (entry.key() == "length") length = std::stoll(entry.value());
+      if (entry.key() != "offset" && entry.key() != "length") continue;
+      const std::string& text = entry.value();
+      std::int64_t value = -1;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size() || value < 0)
+        return modelError(what, fmt::format("external data {} '{}' is not a byte count", entry.key(), text));
+      (entry.key() == "offset" ? offset : length) = value;
     }
     const auto file = dir / location;
+    std::error_code ignored;
+    if (location.empty() || !std::filesystem::is_regular_file(file, ignored)) return Data{};
     std::ifstream in(file, std::ios::binary);
-    if (location.empty() || !in) return Data{};
+    if (!in) return Data{};
     auto dtype = dtypeOf(t.data_type());
     if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
     if (length < 0) length = n * ir::dtypeBytes(*dtype);
+    if (length != n * ir::dtypeBytes(*dtype))
+      return modelError(what, fmt::format("external data length {} differs from the {} bytes of its shape", length,
+                                          n * ir::dtypeBytes(*dtype)));
+    const auto size = static_cast<std::int64_t>(std::filesystem::file_size(file, ignored));
+    if (offset > size || length > size - offset)
+      return modelError(what, fmt::format("external data {} is shorter than offset {} + length {}", file.string(),
+                                          offset, length));
     std::string raw(static_cast<size_t>(length), '\0');
     in.seekg(offset);
     in.read(raw.data(), length);
@@ -331,6 +361,8 @@ class Importer {
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
       const auto& dim = tt.shape().dim(i);
       if (dim.has_dim_value()) {
+        if (dim.dim_value() < 0)
+          return modelError(name, fmt::format("dimension {} of input '{}' is {}, a negative size", i, name, dim.dim_value()));
         shape.push_back(dim.dim_value());
         continue;
       }
@@ -346,6 +378,10 @@ class Importer {
     }
     // Index inputs are narrowed to INT32, the widest integer the chip computes with.
     const DType stored = *dtype == DType::kI64 ? DType::kI32 : storage(*dtype, false);
+    if (!boundedElements(shape, ir::dtypeBytes(stored)))
+      return modelError(name, fmt::format("input '{}' of shape [{}] holds more than 2^48 bytes, more than the SRAM of "
+                                          "any cluster this build simulates",
+                                          name, fmt::join(shape, ", ")));
     return bindName(name, graph_.addInput(name, shape, stored));
   }
 
@@ -381,8 +417,16 @@ class Importer {
     const auto& g = model_.graph();
     std::unordered_map<std::string, int> producer;
     for (int i = 0; i < g.node_size(); ++i)
-      for (const auto& out : g.node(i).output())
-        if (!out.empty()) producer[out] = i;
+      for (const auto& out : g.node(i).output()) {
+        if (out.empty()) continue;
+        auto [first, added] = producer.emplace(out, i);
+        if (!added || byName_.count(out))
+          return modelError(nodeName(g.node(i), i),
+                            fmt::format("{} (opset {}): output '{}' is already produced by {}", g.node(i).op_type(),
+                                        opset_, out,
+                                        added ? std::string("a graph input or initializer")
+                                              : fmt::format("node '{}'", nodeName(g.node(first->second), first->second))));
+      }
     std::vector<int> pending(g.node_size(), 0);
     std::vector<std::vector<int>> users(g.node_size());
     for (int i = 0; i < g.node_size(); ++i) {
@@ -504,8 +548,9 @@ class Importer {
     std::int64_t elements = 0;
     for (const auto& t : *types) {
       std::int64_t n = 1;
-      for (auto d : t.shape) n *= d;
-      elements += n;
+      for (auto d : t.shape)
+        if (__builtin_mul_overflow(n, d, &n)) n = std::numeric_limits<std::int64_t>::max();
+      if (__builtin_add_overflow(elements, n, &elements)) elements = std::numeric_limits<std::int64_t>::max();
     }
     if (elements > kMaxFoldElements && kind != OpKind::kShape) return std::optional<std::vector<ir::Value>>{};
     std::vector<ir::Value> values;
@@ -521,6 +566,22 @@ class Importer {
     return std::optional<std::vector<ir::Value>>(std::move(*outs));
   }
 
+  // The inputs an op cannot do without, and at least one output: a node with fewer is refused
+  // before any of its inputs or outputs is read.
+  Status checkArity(const onnx::NodeProto& node, const std::string& nodeId) {
+    static const std::map<std::string, int> kRequiredInputs = {
+        {"MatMul", 2}, {"Gemm", 2}, {"Conv", 2}, {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2}, {"Pow", 2},
+        {"Equal", 2}, {"Where", 3}, {"LayerNormalization", 2}, {"BatchNormalization", 5}, {"Reshape", 2},
+        {"Expand", 2}, {"Slice", 3}, {"Gather", 2}, {"Range", 3}};
+    auto found = kRequiredInputs.find(node.op_type());
+    const int required = found == kRequiredInputs.end() ? 1 : found->second;
+    if (node.input_size() < required || node.input(0).empty())
+      return unsupported(node, nodeId, fmt::format("takes at least {} input{}, got {}", required,
+                                                   required == 1 ? "" : "s", node.input_size()));
+    if (node.output_size() < 1 || node.output(0).empty()) return unsupported(node, nodeId, "needs an output");
+    return {};
+  }
+
   Status addNode(const onnx::NodeProto& node, int layer) {
     const int index = nodeIndex_++;
     const std::string nodeId = nodeName(node, index);
@@ -531,8 +592,12 @@ class Importer {
     if (!converted) return converted.error();
     ir::Attrs attrs = std::move(*converted);
 
-    if (type == "Constant") return addConstantNode(node, nodeId);
+    if (type == "Constant") {
+      if (node.output_size() != 1) return unsupported(node, nodeId, "needs exactly 1 output");
+      return addConstantNode(node, nodeId);
+    }
 
+    if (auto s = checkArity(node, nodeId); !s) return s;
     if (auto done = addComposition(node, nodeId, attrs, layer)) return *done;
     const auto found = directKinds().find(type);
     if (found == directKinds().end()) return unsupported(node, nodeId, fmt::format("unsupported op '{}'", type));
@@ -601,10 +666,16 @@ class Importer {
         break;
       }
       case OpKind::kCast: {
-        auto to = dtypeOf(static_cast<int>(ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("to", 0)));
+        const auto given = attrs.find("to");
+        if (given == attrs.end() || !std::holds_alternative<std::int64_t>(given->second))
+          return unsupported(node, nodeId, "needs an integer 'to' attribute (an ONNX tensor type)");
+        const std::int64_t toType = std::get<std::int64_t>(given->second);
+        auto to = toType == static_cast<int>(toType) ? dtypeOf(static_cast<int>(toType)) : std::nullopt;
         if (!to)
           return unsupported(node, nodeId, fmt::format("cast to {} is not supported",
-                                                       onnxTypeName(static_cast<int>(std::get<std::int64_t>(attrs["to"])))));
+                                                       toType == static_cast<int>(toType)
+                                                           ? onnxTypeName(static_cast<int>(toType))
+                                                           : fmt::format("type {}", toType)));
         attrs["to"] = std::string(ir::dtypeName(*to));
         break;
       }
@@ -1538,6 +1609,9 @@ class Importer {
     if (autoPad != "NOTSET") {
       if (strides.size() != spatial || dilations.size() != spatial)
         return unsupported(node, nodeId, "strides and dilations must match the spatial rank");
+      for (size_t i = 0; i < spatial; ++i)
+        if (strides[i] < 1 || dilations[i] < 1 || kernel[i] < 1)
+          return unsupported(node, nodeId, "kernel_shape, strides and dilations must be >= 1");
       attrs["pads"] = resolveAutoPad(autoPad, Shape(x.begin() + 2, x.end()), kernel, strides, dilations);
     }
     attrs.erase("auto_pad");
@@ -1591,6 +1665,7 @@ class Importer {
 };
 
 Expected<std::string> readFile(const std::string& path) {
+  if (existsButNotRegular(path)) return modelError(path, "the ONNX file is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return modelError(path, "cannot open the ONNX file");
   std::ostringstream bytes;
@@ -1646,6 +1721,7 @@ Expected<std::vector<std::string>> onnxInputNames(const std::string& path) {
 }
 
 Expected<ir::Value> readTensorProtoFile(const std::string& path, bool bf16Bits) {
+  if (existsButNotRegular(path)) return modelError(path, "the tensor file is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return modelError(path, "cannot open the tensor file");
   std::ostringstream bytes;

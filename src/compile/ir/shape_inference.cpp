@@ -1,6 +1,7 @@
 // Shape inference: the output shapes and dtypes of every op kind, or an error naming the op.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -338,8 +339,12 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
         const std::int64_t b = sliceStart(starts[i], dim, steps[i]);
         std::int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
         e = steps[i] > 0 ? std::clamp<std::int64_t>(e, 0, dim) : std::clamp<std::int64_t>(e, -1, dim - 1);
-        const std::int64_t n = steps[i] > 0 ? (e - b + steps[i] - 1) / steps[i] : (b - e + (-steps[i]) - 1) / -steps[i];
-        out[*axis] = std::max<std::int64_t>(0, n);
+        // Elements in the span taken every |step| (INT64_MIN's magnitude is past every dimension).
+        const std::int64_t span = steps[i] > 0 ? e - b : b - e;
+        const std::int64_t stride = steps[i] == std::numeric_limits<std::int64_t>::min()
+                                        ? std::numeric_limits<std::int64_t>::max()
+                                        : std::abs(steps[i]);
+        out[*axis] = span <= 0 ? 0 : 1 + (span - 1) / stride;
       }
       return one(out, typeOf(0));
     }
