@@ -261,6 +261,18 @@ StageEnd configure(RunState& s) {
                                                 "(simulation.faults)"),
                    s.root);
   if (options.traceLevel) config.output.level = *options.traceLevel;
+  // Before any work: the trace can be written, and the chips' simulation state fits in memory.
+  if (!options.describe && !options.compileOnly && !options.dumpIrAfter) {
+    bool reportHere = s.root;
+    if (auto t = agreeAll(s.root ? checkTraceTarget(config.output.trace) : Status{}, s.comm, reportHere); !t)
+      return failure(t.error(), reportHere);
+  }
+  if (!options.describe && !options.compileOnly && !options.dumpIrAfter && !options.searchOnly) {
+    sim::SimOptions stateOptions;
+    stateOptions.functional.enabled = s.functional;
+    if (auto t = checkChipStateFits(*config.cluster, stateOptions, s.comm, config.file); !t)
+      return failure(t.error(), s.root);
+  }
   return std::nullopt;
 }
 
@@ -280,6 +292,7 @@ StageEnd buildModel(RunState& s) {
 // The plan: a collective benchmark is compiled without one; otherwise a plan file, a fixed plan or the search.
 StageEnd choosePlanStage(RunState& s) {
   const ir::Graph& graph = *s.graph;
+  if (auto t = partition::checkInputsFitCluster(graph, *s.config.cluster); !t) return failure(t.error(), s.root);
   // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
   if (s.options.searchOnly && schedule::isCollectiveBenchmark(graph))
     return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
@@ -329,7 +342,8 @@ StageEnd compile(RunState& s) {
                                                          choice.plan.canonical())),
                    s.root);
   if (s.options.programs) {
-    auto loaded = loadPrograms(*s.options.programs, cluster);
+    auto loaded = loadPrograms(*s.options.programs, cluster,
+                               programsRunRecord(config.model, *s.graph, cluster.chipCount()));
     if (!loaded) return failure(loaded.error(), s.root);
     s.compiled = std::move(*loaded);
   } else if (s.collective) {
@@ -368,7 +382,10 @@ StageEnd compile(RunState& s) {
     s.sharedSegments = schedule->sharedShards;
   }
   if (s.options.emitPrograms)
-    return writeOnRoot(s, [&] { return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip()); });
+    return writeOnRoot(s, [&] {
+      return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip(),
+                          programsRunRecord(s.config.model, *s.graph, cluster.chipCount()));
+    });
   return std::nullopt;
 }
 

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--plan", options.planFile, "auto (search) or a plan file (YAML, as --search-only writes)");
   app.add_flag("--search-only", options.searchOnly,
                "rank plans, print the table, write the best plan as YAML and the ranking to the trace; simulate nothing");
-  app.add_option("--seed", options.seed, "seed of annealing and search (default 0)");
+  app.add_option("--seed", options.seed, "seed of annealing and search (default 0)")->check(CLI::NonNegativeNumber);
   app.add_flag("--json", options.json, "machine-readable output on stdout");
   app.add_flag("--quiet", options.quiet, "no progress line");
   app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");

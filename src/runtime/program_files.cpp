@@ -7,16 +7,45 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
+
+#include "support/files.h"
 
 namespace tsp::runtime {
 
+nlohmann::json programsRunRecord(const frontend::ModelSpec& spec, const ir::Graph& graph, int chips) {
+  nlohmann::json inputs = nlohmann::json::array();
+  for (ir::TensorId id : graph.inputs()) inputs.push_back({graph.tensor(id).name, graph.tensor(id).shape});
+  std::string model = spec.describe();
+  for (const auto& [name, value] : spec.overrides) model += fmt::format(" {}={}", name, value);
+  return {{"model", model}, {"inputs", inputs}, {"chips", chips}};
+}
+
+namespace {
+
+// The first difference between the run a manifest records and this one, or "".
+std::string runRecordDifference(const nlohmann::json& recorded, const nlohmann::json& run) {
+  if (!recorded.is_object()) return "it does not record the run its programs were compiled for";
+  if (recorded.value("model", nlohmann::json()) != run["model"])
+    return fmt::format("its programs were compiled for model {}, this run's model is {}",
+                       recorded.value("model", nlohmann::json()).dump(), run["model"].dump());
+  if (recorded.value("chips", nlohmann::json()) != run["chips"])
+    return fmt::format("its programs were compiled for {} chips, this run's cluster has {}",
+                       recorded.value("chips", nlohmann::json()).dump(), run["chips"].dump());
+  if (recorded.value("inputs", nlohmann::json()) != run["inputs"])
+    return fmt::format("its programs were compiled for the inputs {}, this run's are {}",
+                       recorded.value("inputs", nlohmann::json()).dump(), run["inputs"].dump());
+  return "";
+}
+
+}  // namespace
+
 Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs,
-                    const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec) {
+                    const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec,
+                    const nlohmann::json& run) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return makeError(ExitCode::kConfig, fmt::format("{}: cannot create directory: {}", dir, ec.message()));
-  nlohmann::json manifest = {{"format", "tsp-programs"}, {"version", isa::kProgramVersion}};
+  nlohmann::json manifest = {{"format", "tsp-programs"}, {"version", isa::kProgramVersion}, {"run", run}};
   auto& chips = manifest["chips"] = nlohmann::json::array();
   std::map<std::uint64_t, std::string> written;
   for (size_t chip = 0; chip < programs.size(); ++chip) {
@@ -48,31 +77,49 @@ Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& pro
   return {};
 }
 
-Expected<std::vector<isa::Program>> loadPrograms(const std::string& dir, const topology::Cluster& cluster) {
+Expected<std::vector<isa::Program>> loadPrograms(const std::string& dir, const topology::Cluster& cluster,
+                                                 const nlohmann::json& run) {
   const std::string manifestPath = (std::filesystem::path(dir) / "manifest.json").string();
+  if (existsButNotRegular(manifestPath))
+    return makeError(ExitCode::kConfig, fmt::format("{}: the program manifest is not a regular file", manifestPath));
   std::ifstream in(manifestPath);
   if (!in) return makeError(ExitCode::kConfig, fmt::format("{}: cannot open the program manifest", manifestPath));
   std::stringstream text;
   text << in.rdbuf();
   const nlohmann::json manifest = nlohmann::json::parse(text.str(), nullptr, false);
-  if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != "tsp-programs" ||
-      !manifest.contains("chips") || !manifest["chips"].is_array())
+  if (manifest.is_discarded() || !manifest.is_object() || !manifest.contains("format") ||
+      manifest["format"] != "tsp-programs" || !manifest.contains("chips") || !manifest["chips"].is_array())
     return makeError(ExitCode::kConfig, fmt::format("{}: not a tsp-sim program manifest", manifestPath));
   const auto& chips = manifest["chips"];
+  if (const std::string difference = runRecordDifference(manifest.value("run", nlohmann::json()), run); !difference.empty())
+    return makeError(ExitCode::kConfig, fmt::format("{}: {}; compile them for this run with --emit-programs",
+                                                    manifestPath, difference));
   if (static_cast<int>(chips.size()) != cluster.chipCount())
     return makeError(ExitCode::kConfig, fmt::format("{}: lists {} chips, the cluster has {}", manifestPath,
                                                     chips.size(), cluster.chipCount()));
-  std::vector<isa::Program> programs(cluster.chipCount());
-  std::map<std::string, isa::Program> read;  // shared program files are read once
+  // Every entry is checked before any program is read: the chip list is the manifest's to get right.
+  std::vector<std::string> fileOf(cluster.chipCount());
   for (const auto& entry : chips) {
-    const int chip = entry.value("chip", -1);
-    const std::string file = entry.value("program", "");
+    // Values of the wrong JSON type are refused here, not thrown by the JSON library.
+    const bool wellTyped = entry.is_object() && entry.contains("chip") && entry["chip"].is_number_integer() &&
+                           entry.contains("program") && entry["program"].is_string();
+    const std::int64_t chip = wellTyped ? entry["chip"].get<std::int64_t>() : -1;
+    const std::string file = wellTyped ? entry["program"].get<std::string>() : "";
     if (chip < 0 || chip >= cluster.chipCount() || file.empty())
       return makeError(ExitCode::kConfig, fmt::format("{}: an entry needs a chip in [0, {}) and a program file",
                                                       manifestPath, cluster.chipCount()));
+    if (!fileOf[chip].empty()) return makeError(ExitCode::kConfig, fmt::format("{}: lists chip {} twice", manifestPath, chip));
+    fileOf[chip] = file;
+  }
+  std::vector<isa::Program> programs(cluster.chipCount());
+  std::map<std::string, isa::Program> read;  // shared program files are read once
+  for (int chip = 0; chip < cluster.chipCount(); ++chip) {
+    const std::string& file = fileOf[chip];
     auto found = read.find(file);
     if (found == read.end()) {
       const std::string path = (std::filesystem::path(dir) / file).string();
+      if (existsButNotRegular(path))
+        return makeError(ExitCode::kConfig, fmt::format("{}: the program file is not a regular file", path));
       std::ifstream programIn(path);
       if (!programIn) return makeError(ExitCode::kConfig, fmt::format("{}: cannot open the program file", path));
       std::stringstream programText;

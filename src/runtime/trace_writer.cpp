@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <random>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <hdf5.h>
@@ -212,8 +216,32 @@ TraceWriter::~TraceWriter() {
   if (file_ >= 0) discard();
 }
 
+Status checkTraceTarget(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const SourceLocation where{path, 0, 0, ""};
+  if (fs::is_directory(path, ec)) return configError(where, "cannot write the trace: the path is a directory");
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::exists(parent, ec)) {
+    // The trace's directory is made when missing (output.trace: out/run.h5 in a fresh checkout).
+    if (!fs::create_directories(parent, ec) && !fs::is_directory(parent))
+      return configError(where, fmt::format("cannot write the trace: cannot create the directory {}", parent.string()));
+  }
+  if (!fs::is_directory(parent, ec))
+    return configError(where, fmt::format("cannot write the trace: {} is not a directory", parent.string()));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    return configError(where, fmt::format("cannot write the trace: the directory {} is not writable", parent.string()));
+  return {};
+}
+
 Expected<TraceWriter> TraceWriter::create(const std::string& finalPath, MPI_Comm comm) {
-  const std::string temp = finalPath + ".tmp";
+  // A name no other run writing the same trace uses: rank 0's process id and a random tag.
+  std::uint64_t tag = 0;
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) tag = (static_cast<std::uint64_t>(::getpid()) << 32) ^ std::random_device{}();
+  MPI_Bcast(&tag, 1, MPI_UINT64_T, 0, comm);
+  const std::string temp = fmt::format("{}.{:x}.tmp", finalPath, tag);
   Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(access, comm, MPI_INFO_NULL);
   hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access);
@@ -364,6 +392,7 @@ Status TraceWriter::commit(const std::string& path) {
   file_ = -1;
   int ok = closed >= 0;
   if (rank_ == 0 && ok) ok = std::rename(tempPath_.c_str(), path.c_str()) == 0;
+  if (rank_ == 0 && !ok) std::remove(tempPath_.c_str());  // nothing is left behind
   MPI_Bcast(&ok, 1, MPI_INT, 0, comm_);
   if (!ok) return makeError(ExitCode::kInternal, fmt::format("cannot close or rename the trace into {}", path));
   return {};

@@ -88,10 +88,15 @@ struct TraceMeta {
   std::int64_t reachedCycle = 0;  ///< partial traces: every event before this cycle is in the file
 };
 
+/// Whether a trace can be written at path: not a directory, in a writable directory (made when
+/// missing). Checked before any work, so that a bad --out fails in a second.
+Status checkTraceTarget(const std::string& path);
+
 /// Writes one trace file. Every call is collective over the communicator.
 class TraceWriter {
  public:
-  /// Creates `finalPath`'s temporary sibling; nothing appears under finalPath until commit().
+  /// Creates `finalPath`'s temporary sibling under a name unique to this run; nothing appears under
+  /// finalPath until commit().
   static Expected<TraceWriter> create(const std::string& finalPath, MPI_Comm comm);
   TraceWriter(TraceWriter&& other) noexcept;
   TraceWriter& operator=(TraceWriter&&) = delete;

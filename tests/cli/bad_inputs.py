@@ -22,8 +22,8 @@ BASE = BASE_CLUSTER + BASE_MODEL
 
 
 class Case:
-    def __init__(self, group, name, code, pattern, files=None, args=None, config=None):
-        self.group, self.name, self.code, self.pattern = group, name, code, pattern
+    def __init__(self, group, name, code, pattern, files=None, args=None, config=None, out=True):
+        self.group, self.name, self.code, self.pattern, self.out = group, name, code, pattern, out
         self.files = dict(files or {})
         if config is not None:
             self.files["c.yaml"] = config
@@ -552,11 +552,14 @@ def argument_cases():
          args=["--config", "cfifo"])
     case(g, "config_dev_zero", 1, r"/dev/zero: the config file is not a regular file", args=["--config", "/dev/zero"])
     case(g, "config_missing_option", 1, r"--config is required", args=[])
-    case(g, "out_directory", 1, r"--out: .*odir is a directory", config=BASE, files={"odir/": None}, args=a("--out", "odir"))
-    case(g, "out_no_parent", 1, r"--out: cannot write .*nowhere/t.h5", config=BASE, args=a("--out", "nowhere/t.h5"))
-    case(g, "out_parent_is_file", 1, r"--out: cannot write .*afile/t.h5", config=BASE, files={"afile": "x"},
-         args=a("--out", "afile/t.h5"))
-    case(g, "out_proc", 1, r"--out: cannot write /proc/nope/t.h5", config=BASE, args=a("--out", "/proc/nope/t.h5"))
+    case(g, "out_directory", 1, r"odir: cannot write the trace: the path is a directory", config=BASE, files={"odir/": None},
+         args=a("--out", "odir"))
+    case(g, "out_parent_is_file", 1, r"afile/t.h5: cannot write the trace: afile is not a directory", config=BASE,
+         files={"afile": "x"}, args=a("--out", "afile/t.h5"))
+    case(g, "out_proc", 1, r"/proc/nope/t.h5: cannot write the trace: cannot create the directory /proc/nope", config=BASE,
+         args=a("--out", "/proc/nope/t.h5"))
+    case(g, "out_in_config_directory", 1, r"odir: cannot write the trace: the path is a directory",
+         config=BASE + "output: {trace: odir}\n", files={"odir/": None}, out=False)
     case(g, "programs_missing", 1, r"pdir/manifest.json: cannot open the program manifest", config=BASE,
          args=a("--programs", "pdir"))
 
@@ -569,7 +572,18 @@ def program_cases():
         files = {"pd/manifest.json": manifest}
         files.update(extra or {})
         case(g, name, 1, pattern, config=two, files=files, args=["--config", "c.yaml", "--programs", "pd"])
-    fmt = '{"format": "tsp-programs", "version": 1, "chips": %s}'
+    run = '{"model": "builtin:mlp,batch=4,hidden=64,layers=2", "inputs": [["x", [4, 64]]], "chips": 2}'
+    fmt = '{"format": "tsp-programs", "version": 1, "run": ' + run + ', "chips": %s}'
+    entries = '[{"chip": 0, "program": "p.json"}, {"chip": 1, "program": "p.json"}]'
+    other = lambda old, new: fmt.replace(old, new) % entries
+    pc("run_missing", r"pd/manifest.json: it does not record the run its programs were compiled for",
+       fmt.replace('"run": ' + run + ', ', '') % entries)
+    pc("run_other_model", r'pd/manifest.json: its programs were compiled for model "builtin:gpt", this run.s model is '
+       r'"builtin:mlp,batch=4,hidden=64,layers=2"', other('"builtin:mlp,batch=4,hidden=64,layers=2"', '"builtin:gpt"'))
+    pc("run_other_shapes", r'pd/manifest.json: its programs were compiled for the inputs \[\["x",\[8,64\]\]\], this run.s are',
+       other('[4, 64]', '[8, 64]'))
+    pc("run_other_chips", r"pd/manifest.json: its programs were compiled for 4 chips, this run.s cluster has 2",
+       other('"chips": 2}', '"chips": 4}'))
     pc("not_json", r"pd/manifest.json: not a tsp-sim program manifest", "{not json")
     pc("json_list", r"pd/manifest.json: not a tsp-sim program manifest", "[1, 2]")
     pc("format_number", r"pd/manifest.json: not a tsp-sim program manifest", '{"format": 7, "chips": []}')
@@ -643,7 +657,7 @@ def run_case(tsp_sim, c):
             (name, (line, col)), = marks.items()
             pattern = pattern.replace("{at}", re.escape(name) + f":{line}:{col}")
         args = list(c.args)
-        if "--out" not in args:
+        if "--out" not in args and c.out:
             args += ["--out", "t.h5"]
         command = [tsp_sim, "--quiet", *args]
         try:

@@ -1,4 +1,6 @@
 // Tests of the IR: shape inference of every op kind, errors naming the op, and the text form.
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "compile/ir/graph.h"
@@ -90,6 +92,14 @@ TEST(ShapeInference, ShapeAndDataMovement) {
   EXPECT_EQ(OneOp({{10, 4}}).shape(OpKind::kSlice, {{"starts", Shape{-1}}, {"ends", Shape{-1000}}, {"axes", Shape{0}},
                                                     {"steps", Shape{-1}}}),
             (Shape{10, 4}));
+  // Steps of any magnitude count without overflow: INT64_MIN and INT64_MAX take one element.
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min(), kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(OneOp({{10, 4}}).shape(OpKind::kSlice, {{"starts", Shape{kMax}}, {"ends", Shape{kMin}}, {"axes", Shape{0}},
+                                                    {"steps", Shape{kMin}}}),
+            (Shape{1, 4}));
+  EXPECT_EQ(OneOp({{10, 4}}).shape(OpKind::kSlice, {{"starts", Shape{0}}, {"ends", Shape{kMax}}, {"axes", Shape{1}},
+                                                    {"steps", Shape{kMax}}}),
+            (Shape{10, 1}));
   Graph g;
   const auto table = g.addWeight("table", {100, 16}, DType::kF16);
   const auto ids = g.addInput("ids", {2, 5}, DType::kI32);
