@@ -6,6 +6,9 @@
 #include <cstring>
 #include <optional>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 namespace tsp::runtime {
@@ -49,6 +52,33 @@ std::vector<Cycle> readDeadlines(const std::vector<LinkUse>& sends, const std::v
   // A window starting before burst k must end by the first read of burst k or of any later one.
   for (size_t k = readFrom.size(); k-- > 1;) readFrom[k - 1] = std::min(readFrom[k - 1], readFrom[k]);
   return readFrom;
+}
+
+Status checkChipStateFits(const topology::Cluster& cluster, const sim::SimOptions& options, MPI_Comm comm,
+                          const std::string& configFile) {
+  int ranks = 1, nodeRanks = 1;
+  MPI_Comm_size(comm, &ranks);
+  MPI_Comm node;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &nodeRanks);
+  MPI_Comm_free(&node);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), pageBytes = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || pageBytes <= 0) return {};  // memory unknown: nothing to check against
+  double memory = static_cast<double>(pages) * static_cast<double>(pageBytes);
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    memory = std::min(memory, static_cast<double>(limit.rlim_cur) * nodeRanks);
+  const double perRank = memory / nodeRanks;
+  const std::int64_t chipsPerRank = (cluster.chipCount() + ranks - 1) / ranks;
+  const double need = static_cast<double>(chipsPerRank) *
+                      static_cast<double>(sim::chipStateBytes(cluster.chip(), cluster.chip().c2cPorts, options));
+  if (need <= perRank / 2) return {};
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  return configError({configFile, 0, 0, ""},
+                     fmt::format("the cluster's {} chips need {:.1f} GiB of simulation state on each of {} rank(s) "
+                                 "({} chips each), more than half of the {:.1f} GiB of memory each rank has: run on "
+                                 "more ranks or nodes, or simulate a smaller cluster",
+                                 cluster.chipCount(), need / kGiB, ranks, chipsPerRank, perRank / kGiB));
 }
 
 ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& cluster,

@@ -57,6 +57,12 @@ struct LinkUse {
 /// that takes a vector of send k or of any later send; sim::kNever when none is ever read.
 std::vector<Cycle> readDeadlines(const std::vector<LinkUse>& sends, const std::vector<LinkUse>& reads);
 
+/// Refuses a cluster whose chips' simulation state (sim::chipStateBytes each, the chips spread evenly
+/// over the ranks) would take more than half the memory this node gives each rank: the rest is for
+/// the programs, the compiler and the trace. Checked before anything is compiled or built.
+Status checkChipStateFits(const topology::Cluster& cluster, const sim::SimOptions& options, MPI_Comm comm,
+                          const std::string& configFile);
+
 /// The chips of this rank and the window loop that advances them in step with other ranks.
 ///
 /// A window lasts at least as long as the fastest C2C burst between two ranks (send latency + link

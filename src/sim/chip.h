@@ -193,6 +193,11 @@ std::unique_ptr<Chip> makeTspChip(int chipId, const topology::ChipSpec& spec,
                                   std::shared_ptr<const isa::Program> program, std::vector<PortBinding> ports,
                                   const SimOptions& options);
 
+/// The memory one chip instance of makeTspChip holds before it runs (its tables per unit, port,
+/// plane, slice and stream, its timeline, and in functional mode the SRAM's values): what the
+/// runtime adds up before building a rank's chips, so that a cluster too large is refused.
+Bytes chipStateBytes(const topology::ChipSpec& spec, int ports, const SimOptions& options);
+
 /// Initialises the kernel back end (Kokkos) for the process lifetime of the object.
 class KernelRuntime {
  public:

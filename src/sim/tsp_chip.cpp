@@ -891,6 +891,25 @@ double unitUtilization(const topology::ChipSpec& spec, const ChipStats& stats, i
   return static_cast<double>(stats.unitBusy[unit]) / (static_cast<double>(ports) * static_cast<double>(stats.cycles));
 }
 
+Bytes chipStateBytes(const topology::ChipSpec& spec, int ports, const SimOptions& options) {
+  const Bytes units = static_cast<Bytes>(spec.units().size());
+  const Bytes perUnit = 3 * sizeof(Cycle) + sizeof(topology::UnitInfo);  // free, busy, stall; its description
+  const Bytes perPort = sizeof(PortBinding) + sizeof(Cycle) + sizeof(std::vector<C2CBurst>) + sizeof(std::int64_t) +
+                        sizeof(LinkUse);
+  const Bytes perPlane = sizeof(Cycle) + sizeof(std::int32_t);
+  const Bytes perSlice = sizeof(std::int64_t) + 2 * (sizeof(Cycle) + sizeof(PortRun));
+  const Bytes perStream = sizeof(StreamQueue);
+  const Bytes timeline = Bytes{topology::kUnitKindCount} * options.bins * (sizeof(double) + sizeof(float));
+  Bytes total = sizeof(TspChip) + units * perUnit + Bytes{ports} * perPort + Bytes{spec.mxmPlanes} * perPlane +
+                Bytes{spec.memSlices} * perSlice + 2 * Bytes{spec.streamsPerDirection} * perStream + timeline;
+  // Functional mode keeps the SRAM's bytes (up to all of them) and each MXM plane's weights.
+  if (options.functional.enabled) {
+    const Bytes lanes = spec.vectorBytes;
+    total += spec.sramBytes() + Bytes{spec.mxmPlanes} * lanes * lanes;
+  }
+  return total;
+}
+
 std::unique_ptr<Chip> makeTspChip(int chipId, const topology::ChipSpec& spec,
                                   std::shared_ptr<const isa::Program> program, std::vector<PortBinding> ports,
                                   const SimOptions& options) {
