@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include "partition/stage_partition.h"
@@ -183,6 +184,24 @@ Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster,
   if (!plan.layerChunk.empty() && static_cast<int>(plan.layerChunk.size()) != layers)
     return configError(at(plan.source.layerChunk, 0), fmt::format("plan layer_chunk has {} entries but the model has {} layers",
                                           plan.layerChunk.size(), layers));
+  return {};
+}
+
+Status checkInputsFitCluster(const ir::Graph& graph, const topology::Cluster& cluster) {
+  const double sram = static_cast<double>(cluster.chip().sramBytes()) * cluster.chipCount();
+  for (ir::TensorId id : graph.inputs()) {
+    const ir::Tensor& tensor = graph.tensor(id);
+    double bytes = ir::dtypeBytes(tensor.dtype);
+    for (auto d : tensor.shape) bytes *= static_cast<double>(d);
+    if (bytes > sram) {
+      Diagnostic d = modelError(tensor.name,
+                       fmt::format("tensor '{}' of shape [{}] holds {:.4g} bytes, more than the {:.4g} bytes of SRAM "
+                                   "of all {} chips of the cluster together",
+                                   tensor.name, fmt::join(tensor.shape, ", "), bytes, sram, cluster.chipCount()));
+      d.code = ExitCode::kDoesNotFit;
+      return d;
+    }
+  }
   return {};
 }
 

@@ -67,6 +67,11 @@ Expected<Plan> loadPlanFile(const std::string& path);
 /// Checks a plan against a model of `layers` layers and a cluster: stage count, layer order, chips.
 Status checkPlan(const Plan& plan, int layers, const topology::Cluster& cluster, const std::string& file);
 
+/// Refuses a model whose graph input alone holds more bytes than the SRAM of every chip of the
+/// cluster together (a batch or a declared dimension far too large): no plan could hold it, and
+/// planning or compiling it would take as long as its size.
+Status checkInputsFitCluster(const ir::Graph& graph, const topology::Cluster& cluster);
+
 /// Splits a chain of layer costs into `stages` contiguous groups minimising the largest group:
 /// the seed's DP[i][p] = min over j of max(DP[j][p-1], sum(cost[j..i))). Returns first layers.
 std::vector<int> partitionChain(const std::vector<Cycle>& layerCycles, int stages);

@@ -464,6 +464,11 @@ def onnx_cases():
        onnx_model([node("Relu", ["x"], ["y"])], [vi("x", F, [1 << 32, 1 << 32])], [y]))
     oc("large_dims", 2, r"node 'x': input 'x' of shape \[1099511627776, 1048576\] holds more than 2\^48 bytes",
        onnx_model([node("Relu", ["x"], ["y"])], [vi("x", F, [1 << 40, 1 << 20])], [y]))
+    sym = onnx_model([node("Relu", ["x"], ["y"])], [vi("x", F, ["batch", 8])], [vi("y", F, ["batch", 8])])
+    oc("override_batch_past_cluster", 3, r"node 'x': tensor 'x' of shape \[1099511627776, 8\] holds 1.759e\+13 bytes, "
+       r"more than the 4.614e\+08 bytes of SRAM of all 2 chips", sym, args=["--config", "c.yaml", "--override", "batch=1099511627776"])
+    oc("override_batch_past_tensor_limit", 2, r"node 'x': input 'x' of shape \[70368744177664, 8\] holds more than 2\^48 bytes",
+       sym, args=["--config", "c.yaml", "--override", "batch=70368744177664"])
     oc("dynamic_dim", 2, r"node 'x': dimension 0 of input 'x' is dynamic \('n'\) and has no value",
        onnx_model([node("Relu", ["x"], ["y"])], [vi("x", F, ["n", 4])], [y]))
     oc("input_not_tensor", 2, r"node 'x': graph input is not a tensor",
