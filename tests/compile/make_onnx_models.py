@@ -5,6 +5,7 @@ Usage: make_onnx_models.py OUTDIR. Nothing is downloaded; every model is built h
 onnx helper API, so the tests regenerate them on each run.
 """
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -50,6 +51,9 @@ def mlp_with_external_weights(out):
     os.makedirs(os.path.join(out, "mlp_external_data"), exist_ok=True)
     write_tensor(x, os.path.join(out, "mlp_external_data", "input_0.pb"))
     write_tensor(y.astype(np.float32), os.path.join(out, "mlp_external_data", "output_0.pb"))
+    # The model without its weights file: shapes only.
+    os.makedirs(os.path.join(out, "weights_missing"), exist_ok=True)
+    shutil.copyfile(os.path.join(out, "mlp_external.onnx"), os.path.join(out, "weights_missing", "mlp_external.onnx"))
 
 
 def shape_subgraph(out):

@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 
 #include <gtest/gtest.h>
 
@@ -100,16 +101,52 @@ TEST_F(OnnxImport, AveragePoolDivisorsByPositionAreAConstantFactor) {
   expectComputes(*g, path("avg_exclude_input.pb"), path("avg_exclude_output.pb"), 1e-5, {1, 2, 4, 4});
 }
 
+// mlp_external.onnx copied into folder without its weights file.
+std::string copyWithoutWeights(const std::string& onnx, const std::string& folder) {
+  std::filesystem::create_directories(folder);
+  const std::string copy = folder + "/mlp_external.onnx";
+  std::filesystem::copy_file(onnx, copy, std::filesystem::copy_options::overwrite_existing);
+  return copy;
+}
+
 TEST_F(OnnxImport, ExternalFileMissingStillGivesShapes) {
-  const auto copy = path("copied/mlp_external.onnx");
-  std::filesystem::create_directories(path("copied"));
-  std::filesystem::copy_file(path("mlp_external.onnx"), copy, std::filesystem::copy_options::overwrite_existing);
+  const auto copy = copyWithoutWeights(path("mlp_external.onnx"), path("copied"));
   ImportOptions options;
   options.overrides = {{"batch", 2}};
+  options.loadWeights = false;
   auto g = importOnnx(copy, options);
   ASSERT_TRUE(g.ok()) << g.error().format();
   EXPECT_EQ(g->parameters(), 800);
   EXPECT_EQ(g->tensor(g->weights()[0]).data, nullptr);
+}
+
+// Values asked for and the external file absent: an error naming the initializer and the file,
+// never values made up in its place.
+TEST_F(OnnxImport, ExternalFileMissingIsAnErrorWhenValuesAreNeeded) {
+  const auto copy = copyWithoutWeights(path("mlp_external.onnx"), path("copied_values"));
+  ImportOptions options;
+  options.overrides = {{"batch", 2}};
+  auto g = importOnnx(copy, options);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code, ExitCode::kModel);
+  EXPECT_TRUE(std::regex_match(g.error().format(), std::regex(
+      "node '[^']+': external data file '.*copied_values/mlp_external.weights' cannot be read; its values are needed to "
+      "compute \\(timing runs do not read it\\)")))
+      << g.error().format();
+}
+
+// Embedded initializers are not decoded when only shapes are asked for; with values they are.
+TEST_F(OnnxImport, EmbeddedWeightsAreReadOnlyWhenAsked) {
+  ImportOptions options;
+  options.loadWeights = false;
+  auto shapesOnly = importOnnx(path("resnet_block.onnx"), options);
+  ASSERT_TRUE(shapesOnly.ok()) << shapesOnly.error().format();
+  ASSERT_FALSE(shapesOnly->weights().empty());
+  for (auto w : shapesOnly->weights()) EXPECT_EQ(shapesOnly->tensor(w).data, nullptr);
+  auto loaded = importOnnx(path("resnet_block.onnx"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().format();
+  EXPECT_EQ(loaded->parameters(), shapesOnly->parameters());
+  for (auto w : loaded->weights()) ASSERT_NE(loaded->tensor(w).data, nullptr);
 }
 
 TEST_F(OnnxImport, ShapeSubgraphsFoldToAStaticGraph) {

@@ -2,6 +2,7 @@
 #include "compile/frontend/model_config.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -41,7 +42,10 @@ Expected<ModelSpec> loadModelSpec(const topology::YamlReader& reader, const YAML
   if (builtin->empty() == onnx->empty())
     return reader.error(node, "'model' needs exactly one of 'builtin' and 'onnx'");
   spec.builtin = *builtin;
-  spec.onnxPath = *onnx;
+  // An ONNX path relative to the config's directory, as plan files are.
+  const auto dir = std::filesystem::path(reader.file()).parent_path();
+  spec.onnxPath = onnx->empty() || std::filesystem::path(*onnx).is_absolute() || dir.empty() ? *onnx
+                                                                                             : (dir / *onnx).string();
   spec.where = reader.at(node);
 
   const YAML::Node params = reader.child(node, "params");

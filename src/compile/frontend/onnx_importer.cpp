@@ -24,6 +24,7 @@
 #include "compile/ir/op_table.h"
 
 #include "support/files.h"
+#include "compile/frontend/onnx_file.h"
 
 namespace tsp::frontend {
 
@@ -77,7 +78,7 @@ double bf16ToDouble(std::uint16_t b) {
 }
 
 // Decodes little-endian raw bytes of an ONNX tensor into doubles.
-Expected<std::vector<double>> decodeRaw(const std::string& raw, int onnxType, std::int64_t elements,
+Expected<std::vector<double>> decodeRaw(std::string_view raw, int onnxType, std::int64_t elements,
                                         const std::string& what) {
   auto dtype = dtypeOf(onnxType);
   if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(onnxType)));
@@ -126,15 +127,16 @@ Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string&
   return *n;
 }
 
-// Values of a TensorProto: inline (raw or typed fields) or from its external file. Returns
-// nullptr when the data is external and the file is absent or loading was not asked for.
+// Values of a TensorProto: inline (raw or typed fields; `mapped` is its raw_data kept in the mapped
+// model file) or from its external file. Returns nullptr when loading was not asked for. A missing
+// external file is an error naming the tensor and the file: there are no values to stand in for it.
 Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
-                            const std::string& what) {
+                            const std::string& what, std::optional<std::string_view> mapped = std::nullopt) {
   const auto elements = elementsOf(t, what);
   if (!elements) return elements.error();
   const std::int64_t n = *elements;
+  if (!load) return Data{};
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    if (!load) return Data{};
     std::string location;
     std::int64_t offset = 0, length = -1;
     for (const auto& entry : t.external_data()) {
@@ -147,11 +149,16 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
         return modelError(what, fmt::format("external data {} '{}' is not a byte count", entry.key(), text));
       (entry.key() == "offset" ? offset : length) = value;
     }
+    if (location.empty()) return modelError(what, "external data names no file (its 'location' is empty)");
     const auto file = dir / location;
     std::error_code ignored;
-    if (location.empty() || !std::filesystem::is_regular_file(file, ignored)) return Data{};
+    if (existsButNotRegular(file.string()))
+      return modelError(what, fmt::format("external data file '{}' is not a regular file", file.string()));
     std::ifstream in(file, std::ios::binary);
-    if (!in) return Data{};
+    if (!in)
+      return modelError(what, fmt::format("external data file '{}' cannot be read; its values are needed to compute "
+                                          "(timing runs do not read it)",
+                                          file.string()));
     auto dtype = dtypeOf(t.data_type());
     if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
     if (length < 0) length = n * ir::dtypeBytes(*dtype);
@@ -171,8 +178,8 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
     if (!values) return values.error();
     return std::make_shared<const std::vector<double>>(std::move(*values));
   }
-  if (!t.raw_data().empty()) {
-    auto values = decodeRaw(t.raw_data(), t.data_type(), n, what);
+  if (mapped || !t.raw_data().empty()) {
+    auto values = decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what);
     if (!values) return values.error();
     return std::make_shared<const std::vector<double>>(std::move(*values));
   }
@@ -243,15 +250,16 @@ Shape resolveAutoPad(const std::string& mode, const Shape& in, const Shape& kern
 
 class Importer {
  public:
-  Importer(const onnx::ModelProto& model, std::filesystem::path dir, std::string file, const ImportOptions& options)
-      : model_(model), dir_(std::move(dir)), file_(std::move(file)), options_(options) {}
+  Importer(const OnnxFile& onnxFile, std::filesystem::path dir, std::string file, const ImportOptions& options)
+      : model_(onnxFile.model), raw_(onnxFile.initializerRaw), dir_(std::move(dir)), file_(std::move(file)),
+        options_(options) {}
 
   Expected<ir::Graph> run() {
     if (auto s = checkOpset(); !s) return s.error();
     if (auto s = checkSupported(); !s) return s.error();
     const auto& g = model_.graph();
-    for (const auto& init : g.initializer())
-      if (auto s = addInitializer(init); !s) return s.error();
+    for (int i = 0; i < g.initializer_size(); ++i)
+      if (auto s = addInitializer(g.initializer(i), raw_[static_cast<size_t>(i)]); !s) return s.error();
     for (const auto& input : g.input())
       if (auto s = addInput(input); !s) return s.error();
     auto order = topologicalOrder();
@@ -327,19 +335,18 @@ class Importer {
     return weight ? options_.precision->weights : options_.precision->activations;
   }
 
-  Status addInitializer(const onnx::TensorProto& t) {
+  Status addInitializer(const onnx::TensorProto& t, std::optional<std::string_view> raw) {
     auto dtype = dtypeOf(t.data_type());
     if (!dtype)
       return modelError(t.name(), fmt::format("initializer type {} is not supported", onnxTypeName(t.data_type())));
     const Shape shape(t.dims().begin(), t.dims().end());
     const bool parameter = ir::isFloat(*dtype) || *dtype == DType::kI8;
-    auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name());
+    auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name(), raw);
     if (!data) return data.error();
     if (parameter) {
       initializers_.insert(t.name());
       return bindName(t.name(), graph_.addWeight(t.name(), shape, storage(*dtype, true), *data));
     }
-    if (!*data) return modelError(t.name(), "integer initializer has no data (its external file is missing)");
     initializers_.insert(t.name());
     return bindName(t.name(), graph_.addConstant(t.name(), shape, *dtype, *data));
   }
@@ -1653,6 +1660,7 @@ class Importer {
   }
 
   const onnx::ModelProto& model_;
+  const std::vector<std::optional<std::string_view>>& raw_;
   std::filesystem::path dir_;
   std::string file_;
   const ImportOptions& options_;
@@ -1664,25 +1672,14 @@ class Importer {
   std::vector<int> layer_;
 };
 
-Expected<std::string> readFile(const std::string& path) {
-  if (existsButNotRegular(path)) return modelError(path, "the ONNX file is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return modelError(path, "cannot open the ONNX file");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
-}
-
-Expected<onnx::ModelProto> parseModel(const std::string& path) {
-  auto bytes = readFile(path);
-  if (!bytes) return bytes.error();
-  onnx::ModelProto model;
-  if (!model.ParseFromString(*bytes) || !model.has_graph())
-    return modelError(path, "not a valid ONNX model (the protobuf does not parse or has no graph)");
-  return model;
-}
-
 }  // namespace
+
+// True when the model imports an ONNX opset below kMinOpset.
+bool needsUpgrade(const onnx::ModelProto& model) {
+  for (const auto& opset : model.opset_import())
+    if ((opset.domain().empty() || opset.domain() == "ai.onnx") && opset.version() < kMinOpset) return true;
+  return false;
+}
 
 // A model below kMinOpset upgraded by ONNX's own version converter (every op's adapter chain).
 Status upgradeOpset(onnx::ModelProto& model, const std::string& path) {
@@ -1702,20 +1699,26 @@ Status upgradeOpset(onnx::ModelProto& model, const std::string& path) {
 }
 
 Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& options) {
-  auto model = parseModel(path);
-  if (!model) return model.error();
-  if (auto s = upgradeOpset(*model, path); !s) return s.error();
+  auto file = readOnnxFile(path);
+  if (!file) return file.error();
+  if (needsUpgrade(file->model)) {
+    // The version converter rewrites the whole model, initializers' values included: it gets them all.
+    if (!file->model.ParseFromArray(file->mapping->bytes().data(), static_cast<int>(file->mapping->bytes().size())))
+      return modelError(path, "not a valid ONNX model (the protobuf does not parse or has no graph)");
+    file->initializerRaw.assign(static_cast<size_t>(file->model.graph().initializer_size()), std::nullopt);
+    if (auto s = upgradeOpset(file->model, path); !s) return s.error();
+  }
   const auto dir = std::filesystem::path(path).parent_path();
-  return Importer(*model, dir, path, options).run();
+  return Importer(*file, dir, path, options).run();
 }
 
 Expected<std::vector<std::string>> onnxInputNames(const std::string& path) {
-  auto model = parseModel(path);
-  if (!model) return model.error();
+  auto file = readOnnxFile(path);
+  if (!file) return file.error();
   std::set<std::string> initializers;
-  for (const auto& init : model->graph().initializer()) initializers.insert(init.name());
+  for (const auto& init : file->model.graph().initializer()) initializers.insert(init.name());
   std::vector<std::string> names;
-  for (const auto& input : model->graph().input())
+  for (const auto& input : file->model.graph().input())
     if (!initializers.count(input.name())) names.push_back(input.name());
   return names;
 }
