@@ -335,6 +335,16 @@ class Importer {
     return weight ? options_.precision->weights : options_.precision->activations;
   }
 
+  // With values asked for, an FP32 tensor stored as INT8 would hold its values cast to integers: a
+  // float model carries no quantization scales, so only timing runs (which need no values) take it.
+  Status checkValuesStorable(DType dtype, DType stored, const std::string& name) const {
+    if (!options_.loadWeights || !ir::isFloat(dtype) || stored != DType::kI8) return {};
+    return modelError(name, fmt::format("{} tensor stored as int8 (model.precision) and the model has no quantization "
+                                        "scales: its values cannot be computed on; run a float model at fp16 or bf16 "
+                                        "precision, or in timing mode",
+                                        ir::dtypeName(dtype)));
+  }
+
   Status addInitializer(const onnx::TensorProto& t, std::optional<std::string_view> raw) {
     auto dtype = dtypeOf(t.data_type());
     if (!dtype)
@@ -345,6 +355,7 @@ class Importer {
     if (!data) return data.error();
     if (parameter) {
       initializers_.insert(t.name());
+      if (auto s = checkValuesStorable(*dtype, storage(*dtype, true), t.name()); !s) return s.error();
       return bindName(t.name(), graph_.addWeight(t.name(), shape, storage(*dtype, true), *data));
     }
     initializers_.insert(t.name());
@@ -389,6 +400,7 @@ class Importer {
       return modelError(name, fmt::format("input '{}' of shape [{}] holds more than 2^48 bytes, more than the SRAM of "
                                           "any cluster this build simulates",
                                           name, fmt::join(shape, ", ")));
+    if (auto s = checkValuesStorable(*dtype, stored, name); !s) return s.error();
     return bindName(name, graph_.addInput(name, shape, stored));
   }
 
