@@ -123,9 +123,9 @@ def repeat_kv(x, n_rep):
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, d, heads, kv_heads):
+    def __init__(self, d, heads, kv_heads, head_dim):
         super().__init__()
-        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, head_dim
         self.q_proj = nn.Linear(d, heads * self.hd, bias=False)
         self.k_proj = nn.Linear(d, kv_heads * self.hd, bias=False)
         self.v_proj = nn.Linear(d, kv_heads * self.hd, bias=False)
@@ -153,10 +153,10 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, d, heads, kv_heads, ffn):
+    def __init__(self, d, heads, kv_heads, ffn, head_dim):
         super().__init__()
         self.input_layernorm = RMSNorm(d)
-        self.self_attn = LlamaAttention(d, heads, kv_heads)
+        self.self_attn = LlamaAttention(d, heads, kv_heads, head_dim)
         self.post_attention_layernorm = RMSNorm(d)
         self.gate_proj = nn.Linear(d, ffn, bias=False)
         self.up_proj = nn.Linear(d, ffn, bias=False)
@@ -171,14 +171,14 @@ class LlamaBlock(nn.Module):
 
 class Llama(nn.Module):
     def __init__(self, vocab=32000, d=2048, layers=22, heads=32, kv_heads=4, ffn=5632, positions=2048,
-                 past=0):
+                 past=0, head_dim=None):
         super().__init__()
         self.past = past
+        hd = head_dim or d // heads
         self.embed_tokens = nn.Embedding(vocab, d)
-        self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, ffn) for _ in range(layers)])
+        self.layers = nn.ModuleList([LlamaBlock(d, heads, kv_heads, ffn, hd) for _ in range(layers)])
         self.norm = RMSNorm(d)
         self.lm_head = nn.Linear(d, vocab, bias=False)
-        hd = d // heads
         inv_freq = 1.0 / (10000 ** (torch.arange(0, hd, 2).float() / hd))
         freqs = torch.outer(torch.arange(positions).float(), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
@@ -284,13 +284,14 @@ def _tokens(vocab, batch, seq):
     return torch.randint(0, vocab, (batch, seq), dtype=torch.long)
 
 
-def _torchvision(name, small, small_side):
-    """A torchvision classifier: the named one at 224x224; small() builds the reduced one."""
+def _torchvision(name, small, small_side, full=None):
+    """A torchvision classifier at 224x224: the named one, or full() when given; small() builds the reduced one."""
     import torchvision
 
     def build(size):
         if size == "full":
-            return getattr(torchvision.models, name)(), (torch.randn(1, 3, 224, 224),), ["image"], ["logits"]
+            model = full(torchvision.models) if full else getattr(torchvision.models, name)()
+            return model, (torch.randn(1, 3, 224, 224),), ["image"], ["logits"]
         return small(torchvision.models), (torch.randn(1, 3, small_side, small_side),), ["image"], ["logits"]
     return build
 
@@ -373,7 +374,9 @@ ZOO = {
     "inception_v3": _torchvision("inception_v3",
                                  lambda tv: tv.inception_v3(num_classes=10, aux_logits=False, init_weights=True), 75),
     "vit_b_16": _torchvision("vit_b_16", lambda tv: tv.VisionTransformer(
-        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10), 32),
+        image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10), 32,
+        lambda tv: tv.VisionTransformer(image_size=224, patch_size=16, num_layers=2, num_heads=12, hidden_dim=768,
+                                        mlp_dim=3072)),  # ViT-B/16 with 2 of its 12 layers
     "swin_t": _torchvision("swin_t", lambda tv: tv.SwinTransformer(
         patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=[4, 4], num_classes=10), 32),
     "transformer_encoder": _encoder,

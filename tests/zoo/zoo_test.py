@@ -20,13 +20,16 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 import onnx
 import onnx.shape_inference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import export_model  # noqa: E402
+try:
+    import export_model  # noqa: E402  (imports torch)
+except ImportError as e:
+    sys.exit(f"the model zoo needs python3-torch and python3-torchvision (scripts/test-packages.txt, installed by "
+             f"scripts/test.sh): {e}")
 
 CONFIG = os.path.join(HERE, "one_chip_fp16.yaml")
 STAGES = ("describe", "timing", "functional")
