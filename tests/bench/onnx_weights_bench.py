@@ -36,27 +36,29 @@ def export(workdir):
     return embedded, external
 
 
-def export_llama7b(workdir):
-    """Llama-2-7B's graph (32 layers, width 4096, 32 heads of 128, SwiGLU 11008, vocabulary 32,000: 6.74 B
-    parameters) with its weights absent. Exported at model width 64 (the attention and SwiGLU widths, and so
-    every Reshape, are 7B's), its initializers moved to external data, then the width-64 dimensions of every
-    initializer set to 4096 and the weights file removed: a timing run reads shapes only."""
-    path = os.path.join(workdir, "llama7b", "model.onnx")
+def export_gpt3_7b(workdir):
+    """GPT-3 6.7B's graph (GPT-2 layout, 32 layers, width 4096, 32 heads of 128, context 2048, vocabulary
+    50,257: 6.65 B parameters) with its weights absent. Exported with a residual stream of width 64 (the
+    attention and MLP widths, and so every Reshape, are 6.7B's), its initializers moved to external data,
+    then every initializer dimension of 64, and every 64 in the integer Constants the tracer recorded as
+    shapes, set to 4096; no weights file is written: a timing run reads shapes only."""
+    path = os.path.join(workdir, "gpt3_6.7b", "model.onnx")
     if os.path.exists(path):
         return path
+    import numpy as np
     import onnx
+    import onnx.external_data_helper
+    import onnx.numpy_helper
     import torch
     import models
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.manual_seed(0)
-    model = models.Llama(vocab=32000, d=64, layers=32, heads=32, kv_heads=32, ffn=11008, positions=256,
-                         head_dim=128).eval()
-    # q/k/v/o map the model width to the heads' 32 x 128.
-    ids = torch.randint(0, 32000, (1, 128))
-    narrow = os.path.join(workdir, "llama7b", "narrow.onnx")
-    torch.onnx.export(model, (ids,), narrow, opset_version=17, input_names=["input_ids"], output_names=["logits"],
-                      do_constant_folding=False)
+    model = models.GPT2(vocab=50257, positions=2048, d=4096, layers=32, heads=32, width=64).eval()
+    narrow = os.path.join(workdir, "gpt3_6.7b", "narrow.onnx")
+    torch.onnx.export(model, (torch.randint(0, 50257, (1, 128)),), narrow, opset_version=17,
+                      input_names=["input_ids"], output_names=["logits"], do_constant_folding=False)
     m = onnx.load(narrow)
+    os.remove(narrow)
     onnx.external_data_helper.convert_model_to_external_data(m, all_tensors_to_one_file=True,
                                                              location="absent.weights", size_threshold=0)
     for t in m.graph.initializer:
@@ -64,10 +66,14 @@ def export_llama7b(workdir):
         dims = [4096 if d == 64 else d for d in t.dims]
         del t.dims[:]
         t.dims.extend(dims)
-        t.data_location = onnx.TensorProto.EXTERNAL
+    for n in m.graph.node:
+        for a in n.attribute:
+            if n.op_type == "Constant" and a.name == "value" and a.t.data_type == onnx.TensorProto.INT64:
+                values = onnx.numpy_helper.to_array(a.t)
+                if (values == 64).any():
+                    a.t.CopyFrom(onnx.numpy_helper.from_array(np.where(values == 64, 4096, values), a.t.name))
     with open(path, "wb") as f:
         f.write(m.SerializeToString())
-    os.remove(narrow)
     return path
 
 
@@ -86,7 +92,7 @@ def main():
     exe, workdir = sys.argv[1], sys.argv[2]
     if exe == "--export":
         export(workdir)
-        export_llama7b(workdir)
+        export_gpt3_7b(workdir)
         return
     subprocess.run([sys.executable, os.path.abspath(__file__), "--export", workdir], check=True)
     embedded, external = export(workdir)
@@ -101,9 +107,9 @@ def main():
                                                    os.path.join(workdir, "bench.h5")])):
             rss, seconds = measure([exe] + args + ["--model", path])
             print(f"| {label} | {size / 2**20:.0f} MiB | {run} | {rss:.0f} MiB | {seconds:.2f} s |")
-    llama = export_llama7b(workdir)
-    rss, seconds = measure([exe, "--config", describe, "--describe", "model", "--model", llama])
-    print(f"| Llama-2-7B graph, weights absent | {os.path.getsize(llama) / 2**20:.1f} MiB | --describe model | "
+    big = export_gpt3_7b(workdir)
+    rss, seconds = measure([exe, "--config", describe, "--describe", "model", "--model", big])
+    print(f"| GPT-3 6.7B graph, weights absent | {os.path.getsize(big) / 2**20:.1f} MiB | --describe model | "
           f"{rss:.0f} MiB | {seconds:.2f} s |")
 
 

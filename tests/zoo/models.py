@@ -23,19 +23,18 @@ class Conv1D(nn.Module):
         self.bias = nn.Parameter(torch.randn(nf) * 0.02)
 
     def forward(self, x):
-        size_out = x.size()[:-1] + (self.nf,)
-        x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
-        return x.view(size_out)
+        y = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+        return y.view(*x.size()[:-1], -1)
 
 
 class GPT2Attention(nn.Module):
-    def __init__(self, d, heads, positions):
+    def __init__(self, d, heads, positions, width):
         super().__init__()
         self.d, self.heads = d, heads
         mask = torch.tril(torch.ones((positions, positions), dtype=torch.bool)).view(1, 1, positions, positions)
         self.register_buffer("bias", mask, persistent=False)
-        self.c_attn = Conv1D(3 * d, d)
-        self.c_proj = Conv1D(d, d)
+        self.c_attn = Conv1D(3 * d, width)
+        self.c_proj = Conv1D(width, d)
 
     def split_heads(self, x):
         b, t, _ = x.size()
@@ -61,13 +60,13 @@ def gelu_new(x):
 
 
 class GPT2Block(nn.Module):
-    def __init__(self, d, heads, positions):
+    def __init__(self, d, heads, positions, width):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(d, eps=1e-5)
-        self.attn = GPT2Attention(d, heads, positions)
-        self.ln_2 = nn.LayerNorm(d, eps=1e-5)
-        self.c_fc = Conv1D(4 * d, d)
-        self.c_proj = Conv1D(d, 4 * d)
+        self.ln_1 = nn.LayerNorm(width, eps=1e-5)
+        self.attn = GPT2Attention(d, heads, positions, width)
+        self.ln_2 = nn.LayerNorm(width, eps=1e-5)
+        self.c_fc = Conv1D(4 * d, width)
+        self.c_proj = Conv1D(width, 4 * d)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -75,14 +74,18 @@ class GPT2Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab=50257, positions=1024, d=768, layers=12, heads=12):
+    """width: the residual stream's width when it differs from the attention's d (a test of the
+    importer's costs only; GPT-2 has width = d)."""
+
+    def __init__(self, vocab=50257, positions=1024, d=768, layers=12, heads=12, width=None):
         super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(positions, d)
+        width = width or d
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(positions, width)
         nn.init.normal_(self.wte.weight, std=0.02)
         nn.init.normal_(self.wpe.weight, std=0.01)
-        self.h = nn.ModuleList([GPT2Block(d, heads, positions) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        self.h = nn.ModuleList([GPT2Block(d, heads, positions, width) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(width, eps=1e-5)
 
     def forward(self, input_ids):
         positions = torch.arange(0, input_ids.size(-1), dtype=torch.long).unsqueeze(0)

@@ -25,6 +25,8 @@ def main():
         ops = ", ".join(r["ops"]) if "ops" in r else "-"
         params = f"{r['parameters']:,}" if "parameters" in r else "-"
         flops = f"{r['flops'] / 1e9:.2f} G" if "flops" in r else "-"
+        if r.get("flops_unchecked"):
+            flops += " (ONNX shape inference cannot check it)"
         cycles = (f"{r['cycles']:,} ({r['lower_bound']:,}, {r['busiest_unit']})" if "cycles" in r else "-")
         compile_s = f"{r['compile_seconds']:.1f} s" if "compile_seconds" in r else "-"
         functional = r.get("functional", "-")

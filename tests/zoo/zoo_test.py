@@ -106,9 +106,11 @@ def stage_describe(exe, full, result):
     if not (described["parameters"] == params == torch_params):
         return (f"parameters: tsp-sim {described['parameters']}, ONNX float initializers {params}, torch parameters + "
                 f"float buffers {torch_params}")
-    if unknown:
-        return f"ONNX shape inference leaves the shapes of {unknown[:3]} unknown"
-    if described["matmul_flops"] != flops:
+    if unknown:  # nothing to compare with: said, and the FLOPs are left unchecked
+        print(f"note: {len(unknown)} matmuls' shapes are unknown to ONNX shape inference ({unknown[0]}, ...): "
+              f"FLOPs not compared")
+        result["flops_unchecked"] = True
+    elif described["matmul_flops"] != flops:
         return f"matmul FLOPs: tsp-sim {described['matmul_flops']}, ONNX shape inference {flops}"
     return None
 
