@@ -15,10 +15,10 @@ import json
 import math
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
-import time
 
 import onnx
 import onnx.shape_inference
@@ -82,9 +82,11 @@ def onnx_counts(path):
 
 
 def run(args, timeout=3600):
-    started = time.time()
+    """The finished process and its CPU seconds (user + system: steadier than wall time on a shared machine)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
-    return r, time.time() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def error_line(r):
@@ -118,7 +120,7 @@ def stage_describe(exe, full, result):
 def stage_timing(exe, full, result, tmp):
     model = ["--config", CONFIG, "--model", os.path.join(full, "model.onnx")]
     programs = os.path.join(tmp, "programs")
-    # Compiled by one process (its wall time is the import + compile figure), simulated by another.
+    # Compiled by one process (its CPU time is the import + compile figure), simulated by another.
     r, compile_seconds = run([exe] + model + ["--compile-only", "--emit-programs", programs, "--quiet"])
     if r.returncode != 0:
         return error_line(r)
