@@ -1717,8 +1717,8 @@ Expected<ir::Graph> importOnnx(const std::string& path, const ImportOptions& opt
     // The version converter rewrites the whole model, initializers' values included: it gets them all.
     if (!file->model.ParseFromArray(file->mapping->bytes().data(), static_cast<int>(file->mapping->bytes().size())))
       return modelError(path, "not a valid ONNX model (the protobuf does not parse or has no graph)");
-    file->initializerRaw.assign(static_cast<size_t>(file->model.graph().initializer_size()), std::nullopt);
     if (auto s = upgradeOpset(file->model, path); !s) return s.error();
+    file->initializerRaw.assign(static_cast<size_t>(file->model.graph().initializer_size()), std::nullopt);
   }
   const auto dir = std::filesystem::path(path).parent_path();
   return Importer(*file, dir, path, options).run();
