@@ -237,6 +237,58 @@ def render_csv(table):
 
 
 
+def op_names(trace):
+    """The /names/ops rows (op, kind, layer, tensor) that the events' and summaries' `op` ids index."""
+    names = trace.read("/names/ops")
+    return [{"op": text(r["op"]), "kind": text(r["kind"]), "layer": int(r["layer"]), "tensor": text(r["tensor"])}
+            for r in names]
+
+
+def work_columns(rows, slots):
+    """Share of all busy unit-cycles and per-kind utilisation (busy over chip_cycles x issue slots) of work rows."""
+    total = sum(sum(int(r[f"busy_{k.lower()}"]) for k in KINDS) for r in rows)
+    out = []
+    for r in rows:
+        busy = sum(int(r[f"busy_{k.lower()}"]) for k in KINDS)
+        out.append([ratio(busy, total)] + [ratio(r[f"busy_{k.lower()}"], int(r["chip_cycles"]) * slots[k])
+                                           for k in KINDS])
+    return out
+
+
+def issue_slots(trace):
+    """Busy cycles a kind of unit can give per chip-cycle: its queues, two ports per MEM slice."""
+    kinds, _ = trace.unit_kinds()
+    return {k: kinds.count(k) * (2 if k == "MEM" else 1) for k in KINDS}
+
+
+def layers_table(trace):
+    """The work of each layer (/summary/layers): cycles, share, unit utilisation, bytes moved, SRAM."""
+    rows = trace.read("/summary/layers")
+    extra = work_columns(rows, issue_slots(trace))
+    base = [c for c in rows.dtype.names if c != "id"]
+    columns = ["layer"] + base + ["share"] + [f"util_{k.lower()}" for k in KINDS]
+    return Table("layers", columns,
+                 [[int(r["id"])] + [native(r[c]) for c in base] + e for r, e in zip(rows, extra)])
+
+
+def ops_table(trace, top=None):
+    """The work of each op (/summary/ops) with its names, busiest first; `top` keeps that many."""
+    rows = trace.read("/summary/ops")
+    names = op_names(trace)
+    extra = work_columns(rows, issue_slots(trace))
+    base = [c for c in rows.dtype.names if c != "id"]
+    columns = ["op_id", "op", "kind", "layer", "tensor"] + base + ["share"] + [f"util_{k.lower()}" for k in KINDS]
+    out = []
+    for r, e in zip(rows, extra):
+        n = names[int(r["id"])]
+        if int(r["instructions"]) == 0:
+            continue
+        out.append([int(r["id"]), n["op"], n["kind"], n["layer"], n["tensor"]] + [native(r[c]) for c in base] + e)
+    share = columns.index("share")
+    out.sort(key=lambda row: -row[share])
+    return Table("ops", columns, out[:top] if top else out)
+
+
 def plans_table(trace):
     """The search's ranked plans (/search/plans), one row per plan."""
     plans = trace.read("/search/plans")
@@ -263,6 +315,8 @@ def all_tables(trace, events=False):
     tables[-1].name = "unit_busy"
     if trace.has("/summary/links"):
         tables.append(links_table(trace))
+    if trace.has("/summary/layers"):
+        tables += [layers_table(trace), ops_table(trace)]
     if trace.has("/search/plans"):
         tables.append(plans_table(trace))
     if events:

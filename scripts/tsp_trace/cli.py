@@ -10,7 +10,8 @@ import sys
 import numpy as np
 
 from tsp_trace import (C2C_RECV_TID, C2C_SEND_TID, EVENT_CHUNK, FORMAT_VERSION, KIND_COLORS, KINDS, Table, Trace,
-                       TraceError, all_tables, chips_table, link_utilization, links_table, native, render_csv,
+                       TraceError, all_tables, chips_table, layers_table, link_utilization, links_table, native,
+                       ops_table, render_csv,
                        render_text, run_table, text, units_table, write_csv_dir, write_sqlite)
 
 MAX_LABELLED_CHIPS = 72  # a GroqRack: every chip drawn and labelled; larger clusters are drawn per group
@@ -18,14 +19,16 @@ MAX_LABELLED_CHIPS = 72  # a GroqRack: every chip drawn and labelled; larger clu
 
 def cmd_summary(args):
     with Trace(args.file) as trace:
-        wanted = ["chips", "units", "links", "run"] if args.what == "all" else [args.what]
-        builders = {"chips": chips_table, "links": links_table, "run": run_table,
+        wanted = ["chips", "units", "links", "layers", "ops", "run"] if args.what == "all" else [args.what]
+        builders = {"chips": chips_table, "links": links_table, "run": run_table, "layers": layers_table,
+                    "ops": lambda t: ops_table(t, None if args.what == "ops" else 10),
                     "units": lambda t: units_table(t, args.per_unit)}
+        needs = {"links": "/summary/links", "layers": "/summary/layers", "ops": "/summary/ops"}
         tables = []
         for name in wanted:
-            if name == "links" and not trace.has("/summary/links"):
-                if args.what == "links":
-                    raise TraceError(f"{trace.path} has no /summary/links")
+            if name in needs and not trace.has(needs[name]):
+                if args.what == name:
+                    raise TraceError(f"{trace.path} has no {needs[name]}")
                 continue
             tables.append(builders[name](trace))
     if args.format == "json":
@@ -609,7 +612,8 @@ def parser():
     p = sub.add_parser("summary", help="per-chip, per-unit-kind, per-link and run tables")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    p.add_argument("--what", choices=["chips", "units", "links", "run", "all"], default="all")
+    p.add_argument("--what", choices=["chips", "units", "links", "layers", "ops", "run", "all"], default="all",
+                   help="a table; all gives every one, with the 10 busiest ops")
     p.add_argument("--per-unit", action="store_true",
                    help="units table with one row per chip and instruction queue, not per kind")
     p.set_defaults(func=cmd_summary)

@@ -633,6 +633,7 @@ StageEnd writeTrace(RunState& s) {
   if ((w = trace.writeMeta(meta)) && (w = trace.writeChips(stats.localRows, cluster.chipCount())) &&
       (w = trace.writeUnitBusy(local, stats.unitBusy, static_cast<int>(stats.unitRows.size()), cluster.chipCount())) &&
       (w = trace.writeUnits(stats.unitRows)) && (w = trace.writeLinks(stats.linkRows)) && (w = trace.writeRun(stats.run)) &&
+      (w = trace.writeAttribution(s.events->attribution())) &&
       (w = trace.writeTimeline(local, stats.timeline, topology::kUnitKindCount, s.simOptions.bins,
                                s.simOptions.binCycles, cluster.chipCount()))) {
   }

@@ -41,12 +41,13 @@ EventBuffer::EventBuffer(const topology::ChipSpec& spec,
                          const std::vector<std::shared_ptr<const isa::Program>>& programs, EventSelection selection,
                          std::int64_t flushRows)
     : spec_(spec), units_(spec.units()), programs_(programs), selection_(std::move(selection)),
-      flushRows_(std::max<std::int64_t>(1, flushRows)) {
+      flushRows_(std::max<std::int64_t>(1, flushRows)), attribution_(attribute(spec, programs)) {
   const size_t chips = programs_.size();
   recorded_.assign(chips, selection_.instructions && selection_.instructionChips.empty() ? 1 : 0);
   if (selection_.instructions)
     for (int chip : selection_.instructionChips) recorded_.at(chip) = 1;
   sends_.assign(chips, 0);
+  sendOps_.resize(chips);
   sequences_.reserve(chips);
   c2cOffset_.assign(chips + 1, 0);
   instructionOffset_.assign(chips + 1, 0);
@@ -55,7 +56,10 @@ EventBuffer::EventBuffer(const topology::ChipSpec& spec,
     std::int64_t sendCount = 0;
     for (size_t i = 0; i < list.size(); ++i) {
       const isa::Opcode op = list[i].op;
-      sendCount += op == isa::Opcode::kC2cSend || op == isa::Opcode::kC2cForward;
+      if (op != isa::Opcode::kC2cSend && op != isa::Opcode::kC2cForward) continue;
+      ++sendCount;
+      // A chip's bursts are recorded in its send order, which is program order.
+      if (selection_.c2c) sendOps_[chip].push_back(attribution_.opOf(static_cast<int>(chip), list.originOf(i)));
     }
     c2cOffset_[chip + 1] = c2cOffset_[chip] + (selection_.c2c ? sendCount : 0);
     instructionOffset_[chip + 1] =
@@ -85,16 +89,20 @@ void EventBuffer::instructionExecuted(int chip, std::int64_t programIndex, Cycle
   if (!recorded_[chip]) return;
   const isa::Instruction inst = sequences_[chip][static_cast<size_t>(programIndex)];
   instructions_.positions.push_back(instructionOffset_[chip] + programIndex);
+  const std::int32_t op = attribution_.opOf(chip, sequences_[chip].originOf(static_cast<size_t>(programIndex)));
   instructions_.rows.push_back({chip, inst.unit, units_[inst.unit].slice, static_cast<std::int16_t>(inst.op),
-                                programIndex, start, end, inst.repeat});
+                                programIndex, start, end, inst.repeat, op});
   peak_ = std::max(peak_, buffered());
 }
 
 void EventBuffer::recordBursts(const std::vector<sim::C2CBurst>& bursts) {
   if (!selection_.c2c) return;
   for (const auto& b : bursts) {
-    c2c_.positions.push_back(c2cOffset_[b.srcChip] + sends_[b.srcChip]++);
-    c2c_.rows.push_back({b.srcChip, b.dstChip, b.link, b.sendCycle, b.firstArrive, b.bytes, b.vectors, b.interval});
+    const std::int64_t k = sends_[b.srcChip]++;
+    const auto& ops = sendOps_[b.srcChip];
+    c2c_.positions.push_back(c2cOffset_[b.srcChip] + k);
+    c2c_.rows.push_back({b.srcChip, b.dstChip, b.link, b.sendCycle, b.firstArrive, b.bytes, b.vectors, b.interval,
+                         k < static_cast<std::int64_t>(ops.size()) ? ops[k] : -1});
   }
   peak_ = std::max(peak_, buffered());
 }

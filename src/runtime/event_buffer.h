@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compile/isa/program.h"
+#include "runtime/attribution.h"
 #include "runtime/trace_writer.h"
 #include "sim/chip.h"
 #include "topology/chip_spec.h"
@@ -39,6 +40,8 @@ class EventBuffer final : public sim::ChipObserver {
   std::int64_t instructionRowCount() const { return instructionOffset_.back(); }
   /// The tables this buffer fills.
   const EventSelection& selection() const { return selection_; }
+  /// The op names the rows' `op` column indexes and the static work per op and layer.
+  const Attribution& attribution() const { return attribution_; }
 
   /// Records an executed instruction of a chip whose instructions are traced.
   void instructionExecuted(int chip, std::int64_t programIndex, Cycle start, Cycle end) override;
@@ -68,6 +71,8 @@ class EventBuffer final : public sim::ChipObserver {
   std::vector<std::int64_t> instructionOffset_;  // first /events/instructions row of each chip
   std::vector<char> recorded_;                   // chip's instructions are recorded
   std::vector<std::int64_t> sends_;              // bursts recorded so far per chip
+  std::vector<std::vector<std::int32_t>> sendOps_;  // per chip: the op of each send or forward, in program order
+  Attribution attribution_;
   EventRows<C2cEventRow> c2c_;
   EventRows<InstructionEventRow> instructions_;
   std::int64_t peak_ = 0;

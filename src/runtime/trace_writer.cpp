@@ -102,6 +102,23 @@ Status writeRows(hid_t file, const char* path, hid_t type, const std::vector<hsi
   return {};
 }
 
+// A NUL-padded string type of n bytes (the compound tables' names: parallel HDF5 writes no variable-length data).
+hid_t fixedString(size_t n) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, n);
+  return t;
+}
+
+// The busy_<kind> columns of a row type that has busyMem ... busyC2c.
+template <typename Row>
+void insertBusyFields(hid_t t) {
+  H5Tinsert(t, "busy_mem", HOFFSET(Row, busyMem), H5T_NATIVE_INT64);
+  H5Tinsert(t, "busy_vxm", HOFFSET(Row, busyVxm), H5T_NATIVE_INT64);
+  H5Tinsert(t, "busy_mxm", HOFFSET(Row, busyMxm), H5T_NATIVE_INT64);
+  H5Tinsert(t, "busy_sxm", HOFFSET(Row, busySxm), H5T_NATIVE_INT64);
+  H5Tinsert(t, "busy_c2c", HOFFSET(Row, busyC2c), H5T_NATIVE_INT64);
+}
+
 hid_t chipRowType() {
   hid_t t = H5Tcreate(H5T_COMPOUND, sizeof(ChipRow));
   H5Tinsert(t, "chip", HOFFSET(ChipRow, chip), H5T_NATIVE_INT32);
@@ -110,11 +127,7 @@ hid_t chipRowType() {
   TSP_FIELD("predicted_cycles", predictedCycles);
   TSP_FIELD("lower_bound_cycles", lowerBoundCycles);
   TSP_FIELD("instructions", instructions);
-  TSP_FIELD("busy_mem", busyMem);
-  TSP_FIELD("busy_vxm", busyVxm);
-  TSP_FIELD("busy_mxm", busyMxm);
-  TSP_FIELD("busy_sxm", busySxm);
-  TSP_FIELD("busy_c2c", busyC2c);
+  insertBusyFields<ChipRow>(t);
   TSP_FIELD("bytes_sent", bytesSent);
   TSP_FIELD("bytes_received", bytesReceived);
   TSP_FIELD("sram_peak_bytes", sramPeakBytes);
@@ -132,6 +145,7 @@ hid_t c2cEventType() {
   H5Tinsert(t, "bytes", HOFFSET(C2cEventRow, bytes), H5T_NATIVE_INT64);
   H5Tinsert(t, "vectors", HOFFSET(C2cEventRow, vectors), H5T_NATIVE_INT32);
   H5Tinsert(t, "interval", HOFFSET(C2cEventRow, interval), H5T_NATIVE_INT32);
+  H5Tinsert(t, "op", HOFFSET(C2cEventRow, op), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -145,6 +159,7 @@ hid_t instructionEventType() {
   H5Tinsert(t, "start_cycle", HOFFSET(InstructionEventRow, startCycle), H5T_NATIVE_INT64);
   H5Tinsert(t, "end_cycle", HOFFSET(InstructionEventRow, endCycle), H5T_NATIVE_INT64);
   H5Tinsert(t, "repeat", HOFFSET(InstructionEventRow, repeat), H5T_NATIVE_INT32);
+  H5Tinsert(t, "op", HOFFSET(InstructionEventRow, op), H5T_NATIVE_INT32);
   return t;
 }
 
@@ -337,12 +352,60 @@ Status TraceWriter::writeRun(const RunRow& row) {
   return writeRows(file_, "/summary/run", type, {1}, rowsOfRank0(rank_, 1), &row);
 }
 
+Status TraceWriter::writeAttribution(const Attribution& attribution) {
+  std::vector<OpNameRow> names;
+  for (const auto& origin : attribution.names) {
+    OpNameRow row{};
+    std::snprintf(row.op, sizeof row.op, "%s", origin.op.c_str());
+    std::snprintf(row.kind, sizeof row.kind, "%s", origin.kind.c_str());
+    row.layer = origin.layer;
+    std::snprintf(row.tensor, sizeof row.tensor, "%s", origin.tensor.c_str());
+    names.push_back(row);
+  }
+  const auto workRows = [](const std::vector<WorkRow>& rows) {
+    std::vector<WorkSummaryRow> out;
+    for (const auto& r : rows)
+      out.push_back({r.id, r.chips, r.instructions, r.busy[0], r.busy[1], r.busy[2], r.busy[3], r.busy[4], r.memBytes,
+                     r.c2cBytes, r.sramBytes, r.firstCycle, r.lastCycle, r.cycles, r.chipCycles});
+    return out;
+  };
+  const std::vector<WorkSummaryRow> ops = workRows(attribution.ops), layers = workRows(attribution.layers);
+  {
+    Handle group(ensureGroup(file_, "/names"), H5Gclose);
+    Handle type(H5Tcreate(H5T_COMPOUND, sizeof(OpNameRow)), H5Tclose);
+    Handle opType(fixedString(sizeof(OpNameRow::op)), H5Tclose), kindType(fixedString(sizeof(OpNameRow::kind)), H5Tclose);
+    H5Tinsert(type, "op", HOFFSET(OpNameRow, op), opType);
+    H5Tinsert(type, "kind", HOFFSET(OpNameRow, kind), kindType);
+    H5Tinsert(type, "layer", HOFFSET(OpNameRow, layer), H5T_NATIVE_INT32);
+    H5Tinsert(type, "tensor", HOFFSET(OpNameRow, tensor), opType);
+    if (auto s = writeRows(file_, "/names/ops", type, {names.size()}, rowsOfRank0(rank_, names.size()), names.data()); !s)
+      return s;
+  }
+  Handle group(ensureGroup(file_, "/summary"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(WorkSummaryRow)), H5Tclose);
+  H5Tinsert(type, "id", HOFFSET(WorkSummaryRow, id), H5T_NATIVE_INT32);
+  H5Tinsert(type, "chips", HOFFSET(WorkSummaryRow, chips), H5T_NATIVE_INT32);
+#define TSP_FIELD(name, member) H5Tinsert(type, name, HOFFSET(WorkSummaryRow, member), H5T_NATIVE_INT64)
+  TSP_FIELD("instructions", instructions);
+  insertBusyFields<WorkSummaryRow>(type);
+  TSP_FIELD("mem_bytes", memBytes);
+  TSP_FIELD("c2c_bytes", c2cBytes);
+  TSP_FIELD("sram_bytes", sramBytes);
+  TSP_FIELD("first_cycle", firstCycle);
+  TSP_FIELD("last_cycle", lastCycle);
+  TSP_FIELD("cycles", cycles);
+  TSP_FIELD("chip_cycles", chipCycles);
+#undef TSP_FIELD
+  if (auto s = writeRows(file_, "/summary/ops", type, {ops.size()}, rowsOfRank0(rank_, ops.size()), ops.data()); !s)
+    return s;
+  return writeRows(file_, "/summary/layers", type, {layers.size()}, rowsOfRank0(rank_, layers.size()), layers.data());
+}
+
 Status TraceWriter::writeSearchPlans(const std::vector<SearchPlanRow>& rows) {
   Handle group(ensureGroup(file_, "/search"), H5Gclose);
   Handle type(H5Tcreate(H5T_COMPOUND, sizeof(SearchPlanRow)), H5Tclose);
-  Handle planType(H5Tcopy(H5T_C_S1), H5Tclose), splitType(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(planType, sizeof(SearchPlanRow::plan));
-  H5Tset_size(splitType, sizeof(SearchPlanRow::split));
+  Handle planType(fixedString(sizeof(SearchPlanRow::plan)), H5Tclose),
+      splitType(fixedString(sizeof(SearchPlanRow::split)), H5Tclose);
   H5Tinsert(type, "rank", HOFFSET(SearchPlanRow, rank), H5T_NATIVE_INT32);
   H5Tinsert(type, "plan", HOFFSET(SearchPlanRow, plan), planType);
   H5Tinsert(type, "split", HOFFSET(SearchPlanRow, split), splitType);

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include "runtime/attribution.h"
 #include "support/expected.h"
 
 namespace tsp::runtime {
@@ -61,6 +62,7 @@ struct C2cEventRow {
   std::int32_t srcChip, dstChip, link;
   std::int64_t sendCycle, arriveCycle, bytes;
   std::int32_t vectors, interval;
+  std::int32_t op;  ///< row of /names/ops, -1: none
 };
 
 /// One row of /events/instructions: one executed instruction.
@@ -69,6 +71,22 @@ struct InstructionEventRow {
   std::int16_t opcode;
   std::int64_t programIndex, startCycle, endCycle;
   std::int32_t repeat;
+  std::int32_t op;  ///< row of /names/ops, -1: none
+};
+
+/// One row of /names/ops (fixed-width strings: parallel HDF5 writes no variable-length data).
+struct OpNameRow {
+  char op[160];
+  char kind[24];
+  std::int32_t layer;
+  char tensor[160];
+};
+
+/// One row of /summary/ops or /summary/layers: the work of an op or a layer (WorkRow).
+struct WorkSummaryRow {
+  std::int32_t id, chips;
+  std::int64_t instructions, busyMem, busyVxm, busyMxm, busySxm, busyC2c;
+  std::int64_t memBytes, c2cBytes, sramBytes, firstCycle, lastCycle, cycles, chipCycles;
 };
 
 /// Rows of an event table bound for given rows of the file (positions fixed before the run).
@@ -115,6 +133,8 @@ class TraceWriter {
   Status writeUnits(const std::vector<UnitRow>& rows);
   Status writeLinks(const std::vector<LinkRow>& rows);
   Status writeRun(const RunRow& row);
+  /// /names/ops, /summary/ops and /summary/layers (identical on every rank; written by rank 0).
+  Status writeAttribution(const Attribution& attribution);
   /// The ranked plans of a search, best first (identical on every rank; written by rank 0).
   Status writeSearchPlans(const std::vector<SearchPlanRow>& rows);
 

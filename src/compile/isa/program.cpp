@@ -128,13 +128,40 @@ Cycle unitFreeAt(const topology::ChipSpec& chip, const Instruction& inst) {
 }
 
 void canonicalize(Program& program) {
-  std::stable_sort(program.instructions.begin(), program.instructions.end(),
-                   [](const Instruction& a, const Instruction& b) {
-                     return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
-                   });
+  const auto before = [](const Instruction& a, const Instruction& b) {
+    return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
+  };
+  if (program.originOf.size() != program.instructions.size()) {
+    program.originOf.clear();
+    std::stable_sort(program.instructions.begin(), program.instructions.end(), before);
+    return;
+  }
+  // Sorted as (instruction, origin) pairs, so that each keeps its origin.
+  std::vector<size_t> order(program.instructions.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return before(program.instructions[a], program.instructions[b]); });
+  std::vector<Instruction> instructions;
+  std::vector<std::int32_t> originOf;
+  instructions.reserve(order.size());
+  originOf.reserve(order.size());
+  for (size_t k : order) {
+    instructions.push_back(program.instructions[k]);
+    originOf.push_back(program.originOf[k]);
+  }
+  program.instructions = std::move(instructions);
+  program.originOf = std::move(originOf);
 }
 
 namespace {
+
+// Origin ids in range, one per instruction (or none).
+bool originsValid(const Program& program) {
+  if (!program.originOf.empty() && program.originOf.size() != program.instructions.size()) return false;
+  for (std::int32_t id : program.originOf)
+    if (id < -1 || id >= static_cast<std::int32_t>(program.origins.size())) return false;
+  return true;
+}
 
 nlohmann::json toJson(const Instruction& i) {
   auto j = nlohmann::json::array({i.unit, i.issue, static_cast<int>(i.op), static_cast<int>(i.func), i.src.id,
@@ -405,6 +432,11 @@ std::string serialize(const Program& program) {
     for (const auto& m : program.maps) maps.push_back(toJson(m));
   }
   if (!program.refusals.empty()) doc["refusals"] = program.refusals;
+  if (!program.origins.empty()) {
+    auto& origins = doc["origins"] = nlohmann::json::array();
+    for (const auto& o : program.origins) origins.push_back(nlohmann::json::array({o.op, o.kind, o.layer, o.tensor}));
+    doc["origin_of"] = program.originOf;
+  }
   return doc.dump();
 }
 
@@ -442,9 +474,16 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
       for (const auto& j : doc.at("maps")) program.maps.push_back(mapFromJson(j));
     if (doc.contains("refusals"))
       for (const auto& j : doc.at("refusals")) program.refusals.push_back(j.get<std::string>());
+    if (doc.contains("origins")) {
+      for (const auto& j : doc.at("origins"))
+        program.origins.push_back({j.at(0).get<std::string>(), j.at(1).get<std::string>(), j.at(2).get<std::int32_t>(),
+                                   j.at(3).get<std::string>()});
+      program.originOf = doc.at("origin_of").get<std::vector<std::int32_t>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     return fail(fmt::format("malformed program: {}", e.what()));
   }
+  if (!originsValid(program)) return fail("malformed program: bad origin table");
   return program;
 }
 
@@ -460,6 +499,8 @@ constexpr std::uint32_t kWindow2Tag = 0x324e4957u;
 // functional mode refuses ("REFU": texts), each only when there is one.
 constexpr std::uint32_t kTypesTag = 0x33505954u;
 constexpr std::uint32_t kRefusalsTag = 0x55464552u;
+// Opens the optional op origins after the tensor table ("ORIG"): the names, then one id per instruction.
+constexpr std::uint32_t kOriginsTag = 0x4749524fu;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -557,6 +598,18 @@ std::string serializeBinary(const Program& program) {
       w.put<std::int32_t>(t.address[k]);
     }
     w.put<std::uint8_t>(t.resident ? 1 : 0);
+  }
+  if (!program.origins.empty()) {
+    w.put<std::uint32_t>(kOriginsTag);
+    w.put<std::uint64_t>(program.origins.size());
+    for (const auto& o : program.origins) {
+      w.putText(o.op);
+      w.putText(o.kind);
+      w.put<std::int32_t>(o.layer);
+      w.putText(o.tensor);
+    }
+    w.put<std::uint64_t>(program.originOf.size());
+    for (std::int32_t id : program.originOf) w.put<std::int32_t>(id);
   }
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
@@ -717,7 +770,21 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     t.resident = resident != 0;
   }
   std::uint32_t tag = 0;
-  if (!r.done() && r.get(tag) && tag == kFunctionalTag) {
+  if (!r.done() && r.get(tag) && tag == kOriginsTag) {
+    const auto bad = [&] { return fail("malformed program: bad origin table"); };
+    if (!r.get(count) || count > body.size()) return bad();
+    program.origins.resize(count);
+    for (auto& o : program.origins)
+      if (!r.getText(o.op) || !r.getText(o.kind) || !r.get(o.layer) || !r.getText(o.tensor)) return bad();
+    if (!r.get(count) || count > body.size()) return bad();
+    program.originOf.resize(count);
+    for (auto& id : program.originOf)
+      if (!r.get(id)) return bad();
+    if (!originsValid(program)) return bad();
+    tag = 0;
+    if (!r.done() && !r.get(tag)) return fail("malformed program: trailing bytes");
+  }
+  if (tag == kFunctionalTag) {
     const auto bad = [&] { return fail("malformed program: bad functional section"); };
     std::uint64_t pairs = 0;
     if (!r.get(pairs) || pairs > program.instructions.size()) return bad();

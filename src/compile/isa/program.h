@@ -15,8 +15,8 @@ namespace tsp::isa {
 
 /// Program format version; the on-disk form records it and the simulator refuses others.
 /// Version 2 added the tensor placement table and the binary form; version 3 tile segments and
-/// replicas (TensorPlacement::segmentRows, replicas).
-inline constexpr int kProgramVersion = 3;
+/// replicas (TensorPlacement::segmentRows, replicas); version 4 the op origins (Program::origins, originOf).
+inline constexpr int kProgramVersion = 4;
 
 /// Instruction opcodes. Each runs on a unit of one kind (unitKindOf).
 enum class Opcode : std::uint8_t {
@@ -271,17 +271,33 @@ struct Accumulator {
   friend bool operator==(const Accumulator&, const Accumulator&) = default;
 };
 
+/// The model op an instruction comes from, for attributing time and traffic: an op the lowering
+/// computed (`kind` its op kind), or a tensor it sent or received (`kind` "Send", "Receive") or a
+/// collective moved ("Collective"), named by the op that produced the tensor.
+struct OpOrigin {
+  std::string op;           ///< the graph op's name
+  std::string kind;         ///< op kind name, or Send, Receive, Collective
+  std::int32_t layer = -1;  ///< the op's model layer (ir::Op::layer), -1: none
+  std::string tensor;       ///< the tensor it writes or moves
+  friend bool operator==(const OpOrigin&, const OpOrigin&) = default;
+  friend auto operator<=>(const OpOrigin&, const OpOrigin&) = default;
+};
+
 /// Instructions held once for several programs (a compiled training pass that many chips and
 /// microbatches run), each program placing them at its own start cycle (ProgramPiece).
 struct InstructionBody {
   std::vector<Instruction> instructions;  ///< ordered by (issue, unit), cycles from the body's start
   std::uint64_t hash = 0;                 ///< instructionsHash of the instructions
+  /// Per instruction, its origin as an index into the placing piece's originMap (-1: none); empty: none known.
+  std::vector<std::int32_t> originOf;
 };
 
 /// One placement of a shared body in a program: its instructions, `offset` cycles later.
 struct ProgramPiece {
   std::shared_ptr<const InstructionBody> body;
   Cycle offset = 0;
+  /// The body's origin ids as indices into Program::origins (one body placed for different ops).
+  std::shared_ptr<const std::vector<std::int32_t>> originMap;
   friend bool operator==(const ProgramPiece&, const ProgramPiece&) = default;
 };
 
@@ -306,6 +322,10 @@ struct Program {
   /// The ops the lowering timed without computing their values ("node: reason"): functional mode
   /// refuses the program before it runs (exit 2).
   std::vector<std::string> refusals;
+  /// The ops the instructions come from (a names table) and, parallel to `instructions`, each one's
+  /// index into it (-1: none); originOf is empty when no origin is known (or the program has pieces).
+  std::vector<OpOrigin> origins;
+  std::vector<std::int32_t> originOf;
 
   /// Content hash: identical shards share one program.
   std::uint64_t contentHash() const;
@@ -316,8 +336,9 @@ struct Program {
 
 /// A content hash of an instruction list (every field; the body of a ProgramPiece).
 std::uint64_t instructionsHash(const std::vector<Instruction>& instructions);
-/// A shared body of the instructions, their hash computed.
-std::shared_ptr<const InstructionBody> makeBody(std::vector<Instruction> instructions);
+/// A shared body of the instructions, their hash computed (with their origin ids, if any).
+std::shared_ptr<const InstructionBody> makeBody(std::vector<Instruction> instructions,
+                                                std::vector<std::int32_t> originOf = {});
 /// The program with its pieces written out into `instructions` (a program without pieces as it is).
 Program expanded(const Program& program);
 
@@ -331,15 +352,19 @@ class InstructionSequence {
   size_t size() const { return size_; }
   /// Instruction i, its issue cycle absolute.
   Instruction operator[](size_t i) const;
+  /// Instruction i's index into Program::origins, or -1.
+  std::int32_t originOf(size_t i) const;
 
  private:
   const Program* program_;
   std::vector<size_t> starts_;  // per piece: index of its first instruction
   size_t size_ = 0;
   mutable size_t piece_ = 0;    // the piece of the last index read
+  // Makes piece_ the piece holding instruction i (pieces only).
+  void seek(size_t i) const;
 };
 
-/// Sorts instructions by (issue, unit).
+/// Sorts instructions by (issue, unit), their origins with them.
 void canonicalize(Program& program);
 
 /// The versioned on-disk form (JSON).

@@ -20,10 +20,12 @@ std::uint64_t instructionsHash(const std::vector<Instruction>& instructions) {
   return hash;
 }
 
-std::shared_ptr<const InstructionBody> makeBody(std::vector<Instruction> instructions) {
+std::shared_ptr<const InstructionBody> makeBody(std::vector<Instruction> instructions,
+                                                std::vector<std::int32_t> originOf) {
   auto body = std::make_shared<InstructionBody>();
   body->hash = instructionsHash(instructions);
   body->instructions = std::move(instructions);
+  body->originOf = std::move(originOf);
   return body;
 }
 
@@ -39,7 +41,13 @@ Program expanded(const Program& program) {
   flat.pieces.clear();
   flat.instructions.reserve(static_cast<size_t>(program.instructionCount()));
   const InstructionSequence sequence(program);
-  for (size_t i = 0; i < sequence.size(); ++i) flat.instructions.push_back(sequence[i]);
+  bool origins = false;
+  for (const ProgramPiece& piece : program.pieces) origins |= !piece.body->originOf.empty() && piece.originMap;
+  if (origins) flat.originOf.reserve(flat.instructions.capacity());
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    flat.instructions.push_back(sequence[i]);
+    if (origins) flat.originOf.push_back(sequence.originOf(i));
+  }
   return flat;
 }
 
@@ -55,8 +63,7 @@ InstructionSequence::InstructionSequence(const Program& program) : program_(&pro
   }
 }
 
-Instruction InstructionSequence::operator[](size_t i) const {
-  if (starts_.empty()) return program_->instructions[i];
+void InstructionSequence::seek(size_t i) const {
   const auto& pieces = program_->pieces;
   const auto inPiece = [&](size_t p) {
     return i >= starts_[p] && i - starts_[p] < pieces[p].body->instructions.size();
@@ -68,9 +75,25 @@ Instruction InstructionSequence::operator[](size_t i) const {
       piece_ = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
     while (!inPiece(piece_)) ++piece_;  // past empty bodies
   }
+}
+
+Instruction InstructionSequence::operator[](size_t i) const {
+  if (starts_.empty()) return program_->instructions[i];
+  seek(i);
+  const auto& pieces = program_->pieces;
   Instruction inst = pieces[piece_].body->instructions[i - starts_[piece_]];
   inst.issue += pieces[piece_].offset;
   return inst;
+}
+
+std::int32_t InstructionSequence::originOf(size_t i) const {
+  if (starts_.empty()) return i < program_->originOf.size() ? program_->originOf[i] : -1;
+  seek(i);
+  const ProgramPiece& piece = program_->pieces[piece_];
+  const size_t k = i - starts_[piece_];
+  if (!piece.originMap || k >= piece.body->originOf.size()) return -1;
+  const std::int32_t local = piece.body->originOf[k];
+  return local >= 0 && static_cast<size_t>(local) < piece.originMap->size() ? (*piece.originMap)[local] : -1;
 }
 
 }  // namespace tsp::isa

@@ -1658,19 +1658,33 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     for (int t = 0; t < tiles; ++t) receiveOrder.emplace_back(mirrored, mirrored ? 0 : receives[i].arrivals.at(t), i, t);
   }
   std::stable_sort(receiveOrder.begin(), receiveOrder.end());
-  for (const auto& [mirrored, arrival, i, t] : receiveOrder)
+  // Every task is stamped with the origin of the op, send or receive that made it.
+  out->origins = originsOf(graph, ops, interface);
+  size_t stamped = 0;
+  const auto stamp = [&](size_t origin) {
+    auto& tasks = out->problem.mutableTasks();
+    for (; stamped < tasks.size(); ++stamped) tasks[stamped].origin = static_cast<int>(origin);
+  };
+  const size_t firstSend = ops.size(), firstReceive = ops.size() + interface.sends.size();
+  for (const auto& [mirrored, arrival, i, t] : receiveOrder) {
     if (auto s = lowering.receive(receives[i], t, receiveTasks[i][t]); !s) return s.error();
+    size_t k = 0;  // the receive's position in the interface (`receives` is sorted)
+    while (k + 1 < interface.receives.size() && interface.receives[k].tensor != receives[i].tensor) ++k;
+    stamp(firstReceive + k);
+  }
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
   for (size_t i = 0; i < ops.size();) {
     int consumed = 1;
     if (auto s = lowering.lowerOp(ops[i], ops, i, consumed); !s) return s.error();
+    stamp(i);  // ops fused into op i (consumed > 1) are named by it
     i += static_cast<size_t>(consumed);
     lowering.freeDead(ops, i, keep);
   }
   for (const auto& plan : interface.sends) {
     out->sendTasks.emplace_back();
     if (auto s = lowering.send(plan, out->sendTasks.back()); !s) return s.error();
+    stamp(firstSend + out->sendTasks.size() - 1);
   }
   for (size_t i = 0; i < receives.size(); ++i) {
     const int mirror = receives[i].mirrorsSend;
@@ -1686,6 +1700,26 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   lowering.finish();
   out->problem.finalize();
   return out;
+}
+
+std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const ShardInterface& interface) {
+  std::vector<isa::OpOrigin> origins;
+  origins.reserve(ops.size() + interface.sends.size() + interface.receives.size());
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    origins.push_back({op.name, ir::opKindName(op.kind), op.layer,
+                       op.outputs.empty() ? std::string() : graph.tensor(op.outputs[0]).name});
+  }
+  // A moved tensor is named by the op that produced it (a graph input by itself).
+  const auto moved = [&](ir::TensorId tensor, const char* kind) {
+    const ir::Tensor& t = graph.tensor(tensor);
+    const ir::Op* producer = t.producer >= 0 ? &graph.op(t.producer) : nullptr;
+    origins.push_back({producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name});
+  };
+  for (const auto& plan : interface.sends) moved(plan.tensor, "Send");
+  for (const auto& plan : interface.receives) moved(plan.tensor, "Receive");
+  return origins;
 }
 
 }  // namespace tsp::lower

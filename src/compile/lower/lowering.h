@@ -97,10 +97,17 @@ struct LoweredShard {
   std::vector<isa::WeightFold> folds;         ///< folded resident tensors (Program::folds)
   std::vector<isa::ElementMap> maps;          ///< FunctionalOperand::map indexes these (Program::maps)
   std::vector<std::string> refusals;          ///< ops timed without their values (Program::refusals)
+  std::vector<isa::OpOrigin> origins;         ///< Task::origin indexes these: originsOf(graph, ops, interface)
   /// Per MXM plane, its runs in the chained order: run j+1's first install and first compute depend
   /// on run j's last compute (schedule/plane_order.h may reorder them).
   std::vector<std::vector<PlaneRun>> planeRuns;
 };
+
+/// The origins of a shard's tasks, by position, so that a program compiled once can be named for
+/// every segment of the same shape: op i of `ops` is origin i, send j (its tensor, named by its
+/// producer) ops.size() + j, receive k ops.size() + sends + k.
+std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const ShardInterface& interface);
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available.

@@ -38,6 +38,7 @@ struct CollectivePlan {
   std::vector<int> group;        ///< chips, in algorithm order (ring order for rings)
   std::int64_t vectorsPerChip = 0;
   std::vector<std::vector<CollectiveMessage>> steps;
+  isa::OpOrigin origin;  ///< the op its instructions are attributed to (empty: none)
 };
 
 /// The algorithm for op over group: tree (or halving/doubling on fully-connected power-of-two groups)

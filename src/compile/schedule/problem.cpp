@@ -431,11 +431,12 @@ Status verify(const Problem& problem, const Schedule& schedule) {
   return {};
 }
 
-std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule) {
+std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule,
+                                               std::vector<std::int32_t>* originOf) {
   const auto& tasks = problem.tasks();
   const auto& chip = problem.chip();
-  std::vector<isa::Instruction> out;
-  out.reserve(static_cast<size_t>(problem.instructionCount()));
+  isa::Program out;
+  out.instructions.reserve(static_cast<size_t>(problem.instructionCount()));
   for (size_t t = 0; t < tasks.size(); ++t) {
     const auto [eb, ee] = problem.edgesOf(static_cast<int>(t));
     auto streamOf = [&](int step) -> isa::StreamRef {
@@ -453,13 +454,13 @@ std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Sch
       inst.src = s.producer >= 0 ? streamOf(s.producer) : isa::StreamRef{};
       inst.src2 = s.producer2 >= 0 ? streamOf(s.producer2) : isa::StreamRef{};
       if (inst.address >= 0) inst.bank = chip.bankOf(inst.address);
-      out.push_back(inst);
+      out.instructions.push_back(inst);
+      if (originOf) out.originOf.push_back(tasks[t].origin);
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const isa::Instruction& a, const isa::Instruction& b) {
-    return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
-  });
-  return out;
+  isa::canonicalize(out);
+  if (originOf) *originOf = std::move(out.originOf);
+  return std::move(out.instructions);
 }
 
 }  // namespace tsp::schedule

@@ -32,6 +32,7 @@ struct Task {
   std::string name;      ///< model op and tile, for diagnostics
   Cycle release = 0;     ///< the task may not start earlier (a receive: the data's arrival)
   Cycle deadline = -1;   ///< the task must start by then (a send the cluster scheduler timed), -1: none
+  int origin = -1;       ///< the op it lowers, an index into LoweredShard::origins (-1: none)
 };
 
 /// issue(to.toStep) >= issue(from.fromStep) + latency.
@@ -186,8 +187,10 @@ LowerBound lowerBound(const Problem& problem, const std::vector<Dependence>& rel
 /// LowerBound::criticalPath alone (the cheaper part), with the same relaxation.
 Cycle criticalPath(const Problem& problem, const std::vector<Dependence>& relaxed = {});
 
-/// The scheduled instructions, with issue cycles, units and stream ids, in canonical order.
-std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule);
+/// The scheduled instructions, with issue cycles, units and stream ids, in canonical order; with
+/// `originOf`, each one's task origin (Task::origin) beside it.
+std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Schedule& schedule,
+                                               std::vector<std::int32_t>* originOf = nullptr);
 
 /// MEM slices have one queue, one read port and one write port (docs/machine-model.md): the queue
 /// dispatches one instruction per cycle, a read (write) holds the read (write) port for its repeats,

@@ -314,7 +314,8 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
 
   isa::Program& program = result.program;
   program.chipSpecHash = chip.hash();
-  program.instructions = emitInstructions(problem, schedule);
+  program.instructions = emitInstructions(problem, schedule, &program.originOf);
+  program.origins = shard.origins;
   program.predictedCycles = schedule.makespan;
   program.lowerBoundCycles = bound.value();
   program.sramBytes = shard.sram.peak();

@@ -296,6 +296,7 @@ class ShardedScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
+      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, g.tensor(full).name};
       if (auto s = schedule(*plan); !s) return s;
       ++result_.collectives;
       for (int member : members) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
@@ -325,8 +326,12 @@ class ShardedScheduler {
         }
         if (recv < 0) return modelError(send.name, fmt::format("no matching Recv on device {} (tag {})", peer, tag));
         const int src = work_.opChip[d][s], dst = work_.opChip[peer][recv];
-        if (src != dst)
+        if (src != dst) {
           plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
+          if (plan.origin.op.empty())  // a step of several messages is named by its first
+            plan.origin = {send.name, ir::opKindName(send.kind), send.layer,
+                           work_.graphs[d].tensor(send.inputs.front()).name};
+        }
         placedOn_[peer][work_.graphs[peer].op(recv).outputs.front()].insert(dst);
       }
     if (!plan.steps.front().empty()) return schedule(plan);
@@ -358,6 +363,8 @@ class ShardedScheduler {
                       [&](const Needed& m) { return m.device == n.device && m.tensor == n.tensor && m.chip == n.chip; }))
         continue;
       plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
+      if (plan.origin.op.empty())  // a step of several messages is named by its first
+        plan.origin = {g.op(producer).name, "Send", g.op(producer).layer, g.tensor(n.tensor).name};
       moved.push_back(n);
     }
     if (!plan.steps.front().empty())
@@ -463,7 +470,8 @@ class ShardedScheduler {
         ++result_.sharedShards;
       }
       const CompiledShard& shard = it->second;
-      timelines_.append(chip, shard.program, offset);
+      const auto names = lower::originsOf(g, ops, interface);  // this segment's ops (the program may be another's)
+      timelines_.append(chip, shard.program, offset, &names);
       if (auto s = bookSends(d, chip, offset, interface, sendTo, shard); !s) return s;
       detail::accumulateReport(reports_[chip], shard.report);
       for (ir::OpId op : ops)
@@ -532,7 +540,14 @@ Status appendCollective(const CollectivePlan& plan, const topology::Cluster& clu
                         LinkCalendar& calendar, ClusterSchedule& result) {
   auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar);
   if (!scheduled) return scheduled.error();
-  for (int c = 0; c < cluster.chipCount(); ++c) timelines.append(c, scheduled->cluster.programs[c], 0);
+  for (int c = 0; c < cluster.chipCount(); ++c) {
+    isa::Program& program = scheduled->cluster.programs[c];
+    if (!plan.origin.op.empty()) {  // every instruction of the chains moves the plan's tensor
+      program.origins = {plan.origin};
+      program.originOf.assign(program.instructions.size(), 0);
+    }
+    timelines.append(c, program, 0);
+  }
   for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
     C2CTransfer t = scheduled->cluster.transfers[i];
     if (scheduled->transfers[i].links.size() > 1) t.route = scheduled->transfers[i].links;

@@ -1,6 +1,7 @@
 // What the cluster schedulers share (sharded plans, training steps): segment keys for sharing compiled segments, the chips' timelines.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -42,7 +43,8 @@ class ChipTimelines {
   /// each appended program becomes a piece of the chip's program (isa::ProgramPiece) instead of
   /// being copied into its instructions, so that a body appended many times is held once.
   ChipTimelines(const topology::ChipSpec& chip, int chips, bool pieces = false)
-      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips), pieces_(pieces) {
+      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips), originIds_(chips),
+        pieces_(pieces) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
   /// The first cycle chip c has nothing to do.
@@ -51,8 +53,10 @@ class ChipTimelines {
   Cycle endAt(int c) const { return end_[c]; }
   /// freeAt of every chip.
   const std::vector<Cycle>& free() const { return free_; }
-  /// Appends program (cycles relative to `offset`); the chip is free again when it completes.
-  void append(int c, const isa::Program& program, Cycle offset) {
+  /// Appends program (cycles relative to `offset`); the chip is free again when it completes. Its
+  /// instructions' origins are named by `names` (lower::originsOf of this use of a program compiled
+  /// once for several segments), else by the program's own origins.
+  void append(int c, const isa::Program& program, Cycle offset, const std::vector<isa::OpOrigin>* names = nullptr) {
     if (program.instructions.empty()) return;
     if (pieces_) {
       // A piece from its first issue on; chains of the same shape (a collective's part, microbatch
@@ -63,21 +67,26 @@ class ChipTimelines {
       for (auto& inst : relative.instructions) inst.issue -= first;
       isa::canonicalize(relative);
       relative.predictedCycles = std::max<Cycle>(0, program.predictedCycles - first);
-      return append(c, intern(std::move(relative.instructions)), relative, offset + first);
+      auto body = intern(std::move(relative.instructions), std::move(relative.originOf));
+      return append(c, body, relative, offset + first, names);
     }
-    for (auto inst : program.instructions) {
+    const auto map = originMap(c, names ? *names : program.origins);
+    for (size_t k = 0; k < program.instructions.size(); ++k) {
+      isa::Instruction inst = program.instructions[k];
       inst.issue += offset;
       programs_[c].instructions.push_back(inst);
+      const std::int32_t local = k < program.originOf.size() ? program.originOf[k] : -1;
+      programs_[c].originOf.push_back(local >= 0 && static_cast<size_t>(local) < map->size() ? (*map)[local] : -1);
     }
     settle(c, program, offset, streamDrain(program.instructions));
   }
   /// Appends `body` (the instructions of `program`, shared with other chips and passes) as a piece
   /// of chip c's program at `offset` (with `pieces`; without, its instructions are copied).
   void append(int c, const std::shared_ptr<const isa::InstructionBody>& body, const isa::Program& program,
-              Cycle offset) {
+              Cycle offset, const std::vector<isa::OpOrigin>* names = nullptr) {
     if (body->instructions.empty()) return;
-    if (!pieces_) return append(c, program, offset);
-    programs_[c].pieces.push_back({body, offset});
+    if (!pieces_) return append(c, program, offset, names);
+    programs_[c].pieces.push_back({body, offset, originMap(c, names ? *names : program.origins)});
     auto drain = drains_.find(body.get());
     if (drain == drains_.end()) drain = drains_.emplace(body.get(), streamDrain(body->instructions)).first;
     settle(c, program, offset, drain->second);
@@ -102,6 +111,7 @@ class ChipTimelines {
   std::vector<isa::Program> finish() {
     for (auto& p : programs_) {
       if (!p.pieces.empty() && !piecesInOrder(p)) p = isa::expanded(p);
+      if (std::all_of(p.originOf.begin(), p.originOf.end(), [](std::int32_t id) { return id < 0; })) p.originOf.clear();
       isa::canonicalize(p);
       const isa::InstructionSequence sequence(p);
       if (sequence.size() == 0) continue;
@@ -122,12 +132,25 @@ class ChipTimelines {
 
  private:
   // The body of these instructions: one made before with the same instructions, else a new one.
-  std::shared_ptr<const isa::InstructionBody> intern(std::vector<isa::Instruction> instructions) {
+  std::shared_ptr<const isa::InstructionBody> intern(std::vector<isa::Instruction> instructions,
+                                                     std::vector<std::int32_t> originOf) {
     auto& same = interned_[isa::instructionsHash(instructions)];
     for (const auto& body : same)
-      if (body->instructions == instructions) return body;
-    same.push_back(isa::makeBody(std::move(instructions)));
+      if (body->instructions == instructions && body->originOf == originOf) return body;
+    same.push_back(isa::makeBody(std::move(instructions), std::move(originOf)));
     return same.back();
+  }
+  // The ids in chip c's origins table (Program::origins, grown as needed) of the names, in order.
+  std::shared_ptr<const std::vector<std::int32_t>> originMap(int c, const std::vector<isa::OpOrigin>& names) {
+    auto map = std::make_shared<std::vector<std::int32_t>>();
+    map->reserve(names.size());
+    auto& table = programs_[c].origins;
+    for (const auto& name : names) {
+      auto [it, added] = originIds_[c].try_emplace(name, static_cast<std::int32_t>(table.size()));
+      if (added) table.push_back(name);
+      map->push_back(it->second);
+    }
+    return map;
   }
   // What an appended program leaves: the chip's SRAM peak, its end, and when it is free again.
   void settle(int c, const isa::Program& program, Cycle offset, Cycle drain) {
@@ -160,6 +183,7 @@ class ChipTimelines {
   std::vector<Cycle> free_;
   std::vector<Cycle> end_;
   std::vector<isa::Program> programs_;
+  std::vector<std::map<isa::OpOrigin, std::int32_t>> originIds_;  // per chip: its origins table's ids
   bool pieces_ = false;
   std::map<const isa::InstructionBody*, Cycle> drains_;  // per shared body: its streamDrain
   std::map<std::uint64_t, std::vector<std::shared_ptr<const isa::InstructionBody>>> interned_;  // by instructionsHash

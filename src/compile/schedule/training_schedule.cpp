@@ -282,6 +282,7 @@ class TrainingScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
+      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, graph(0).tensor(full).name};
       if (auto s = appendSettled(*plan); !s) return s;
       ++result_.cluster.collectives;
     }
@@ -395,13 +396,14 @@ class TrainingScheduler {
       auto shard = compileShard(spec, g, ops, interface, shardOptions);
       if (!shard) return shard.error();
       it = compiled_.emplace(key, std::move(*shard)).first;
-      bodies_[key] = isa::makeBody(it->second.program.instructions);
+      bodies_[key] = isa::makeBody(it->second.program.instructions, it->second.program.originOf);
       ++result_.cluster.compiledShards;
     } else {
       ++result_.cluster.sharedShards;
     }
     const CompiledShard& shard = it->second;
-    timelines_.append(chip, bodies_.at(key), shard.program, offset);  // free again once its streams have drained
+    const auto names = lower::originsOf(g, ops, interface);  // this segment's ops (the program may be another's)
+    timelines_.append(chip, bodies_.at(key), shard.program, offset, &names);  // free once its streams have drained
     detail::accumulateReport(reports_[chip], shard.report);
     if (microbatch < 0) return {};
     MicrobatchData& data = data_[r][t][microbatch];
@@ -443,6 +445,7 @@ class TrainingScheduler {
         const Bytes size = std::min(bucket, bytes - b * bucket);
         auto plan = planCollective(op, chooseAlgorithm(op, group, size, cluster_), group, size, cluster_);
         if (!plan) return plan.error();
+        plan->origin = {fmt::format("gradients of stage {}", stage), collectiveOpName(op), -1, ""};
         if (auto st = appendSettled(*plan); !st) return st;
         ++result_.cluster.collectives;
         if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;

@@ -9,6 +9,7 @@
 #include "compile/schedule/collectives.h"
 #include "partition/placement.h"
 #include "partition/plan.h"
+#include "runtime/attribution.h"
 #include "runtime/run_state.h"
 #include "topology/cluster.h"
 
@@ -27,6 +28,10 @@ CollectiveFigures collectiveFigures(const schedule::CollectiveSchedule& c, const
 /// Busy cycles a kind of unit can give per cycle: a MEM slice has a read and a write port, as in
 /// the simulator's utilisation timeline; every other unit one.
 int issueSlots(const topology::ChipSpec& spec, topology::UnitKind kind);
+
+/// The work tables of a run (tsp-sim's summary): one row per layer, then the `topOps` ops with the
+/// most busy unit-cycles. Utilisation is busy cycles over the layer's spans x the kind's issue slots.
+void printAttributionText(const Attribution& attribution, const topology::ChipSpec& spec, int topOps = 10);
 
 /// "ring of 4 chips": the topology's kind and size.
 std::string topologyName(const topology::Cluster& cluster);

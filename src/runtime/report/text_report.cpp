@@ -7,6 +7,7 @@
 #include "compile/ir/autodiff.h"
 #include "compile/passes/passes.h"
 #include "partition/training_cost.h"
+#include "runtime/event_buffer.h"
 #include "runtime/report/report.h"
 
 namespace tsp::runtime::report {
@@ -142,6 +143,7 @@ void printSummaryText(const RunState& state) {
   fmt::print("{}: {} on {} ({}), plan {}\n\n", toolVersion(), config.model.describe(), topologyName(cluster),
              spec.preset, choice.plan.canonical());
   printChipTable(state);
+  printAttributionText(state.events->attribution(), spec);
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
   fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
