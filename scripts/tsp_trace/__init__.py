@@ -136,13 +136,20 @@ def chips_table(trace):
     kinds, _ = trace.unit_kinds()
     units_of = {k: kinds.count(k) for k in KINDS}
     base = list(chips.dtype.names)
-    columns = base + [f"util_{k.lower()}" for k in KINDS]
+    columns = base + [f"util_{k.lower()}" for k in KINDS] + ["util_link"]
+    # A chip's busiest outgoing link direction (the C2C queues' mean hides a saturated link).
+    link_busy = {}
+    if trace.has("/summary/links"):
+        for link in trace.read("/summary/links"):
+            for chip, busy in ((int(link["a"]), int(link["busy_cycles_ab"])), (int(link["b"]), int(link["busy_cycles_ba"]))):
+                link_busy[chip] = max(link_busy.get(chip, 0), busy)
     rows = []
     for row in chips:
         values = [native(row[c]) for c in base]
         cycles = int(row["cycles"])
         # Utilisation of a kind is its busy cycles over the cycles all its units had.
         values += [ratio(row[f"busy_{k.lower()}"], cycles * units_of[k]) for k in KINDS]
+        values.append(ratio(link_busy.get(int(row["chip"]), 0), cycles))
         rows.append(values)
     return Table("chips", columns, rows)
 

@@ -50,6 +50,17 @@
     return data.chips.columns[i].indexOf("util_") === 0 ? pct(v) : fmt(v);
   }));
 
+  // Layers and the busiest ops: shares and utilisations in %.
+  [["layers", "Layers"], ["ops", "Busiest ops"]].forEach(function (pair) {
+    var t = data[pair[0]];
+    if (!t) return;
+    root.appendChild(el("h2", {}, [pair[1]]));
+    root.appendChild(table(pair[0], t.columns, t.rows, function (v, i) {
+      var c = t.columns[i];
+      return c === "share" || c.indexOf("util_") === 0 ? pct(v) : (typeof v === "string" ? v : fmt(v));
+    }));
+  });
+
   var width = Math.max(600, Math.min(1200, window.innerWidth - 60));
 
   // Timeline: utilisation per unit kind over time, one chip at a time; drag to zoom, double-click to reset.

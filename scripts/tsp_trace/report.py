@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tsp_trace import (KINDS, TraceError, chips_table, link_utilization, native, text)
+from tsp_trace import (KINDS, TraceError, chips_table, layers_table, link_utilization, native, ops_table, text)
 
 HERE = Path(__file__).resolve().parent
 ASSET_FILES = ("uPlot.iife.min.js", "uPlot.min.css")
@@ -62,7 +62,13 @@ def report_data(trace):
         "chips": {"columns": chips.columns, "rows": chips.rows},
         "timeline": None,
         "links": None,
+        "layers": None,
+        "ops": None,
     }
+    if trace.has("/summary/layers"):
+        # The work of each layer and of the 20 busiest ops, from the programs (no event trace needed).
+        for name, table in (("layers", layers_table(trace)), ("ops", ops_table(trace, 20))):
+            data[name] = {"columns": table.columns, "rows": table.rows}
     if trace.has("/timeline/utilization"):
         ds = trace.dataset("/timeline/utilization")
         bin_cycles = int(ds.attrs.get("bin_cycles", 1))

@@ -211,6 +211,46 @@ TEST(Program, ElementTypesAndRefusalsRoundTrip) {
   expectBothFormsRoundTrip(p);
 }
 
+TEST(Program, OriginsFollowTheirInstructions) {
+  // Sorting keeps each instruction's origin; a piece maps its body's ids into its program's names,
+  // so that one body placed for two ops names each; writing out the pieces keeps the names.
+  Program p = sample();
+  Instruction early = p.instructions[0];
+  early.issue = 2;
+  p.instructions.push_back(early);
+  p.origins = {{"a", "MatMul", 0, "a.out"}, {"b", "Relu", 1, "b.out"}};
+  p.originOf = {0, 1};
+  canonicalize(p);
+  EXPECT_EQ(p.instructions[0].issue, 2);
+  EXPECT_EQ(p.originOf, (std::vector<std::int32_t>{1, 0}));
+  expectBothFormsRoundTrip(p);
+
+  Program pieces;
+  pieces.chipSpecHash = p.chipSpecHash;
+  pieces.origins = p.origins;
+  const auto body = makeBody({sample().instructions[0]}, {0});
+  pieces.pieces.push_back({body, 0, std::make_shared<const std::vector<std::int32_t>>(std::vector<std::int32_t>{1})});
+  pieces.pieces.push_back({body, 100, std::make_shared<const std::vector<std::int32_t>>(std::vector<std::int32_t>{0})});
+  const InstructionSequence sequence(pieces);
+  EXPECT_EQ(sequence.originOf(0), 1);
+  EXPECT_EQ(sequence.originOf(1), 0);
+  const Program flat = expanded(pieces);
+  EXPECT_EQ(flat.originOf, (std::vector<std::int32_t>{1, 0}));
+  expectBothFormsRoundTrip(flat);
+}
+
+TEST(Program, RefusesOriginsOutOfRange) {
+  Program p = sample();
+  p.origins = {{"a", "MatMul", 0, "a.out"}};
+  p.originOf = {1};
+  auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
+  ASSERT_FALSE(json.ok());
+  EXPECT_NE(json.error().message.find("bad origin table"), std::string::npos);
+  auto binary = deserializeBinary(serializeBinary(p), topology::ChipSpec{}, "p.tspp");
+  ASSERT_FALSE(binary.ok());
+  EXPECT_NE(binary.error().message.find("bad origin table"), std::string::npos);
+}
+
 TEST(Program, RefusesAProgramForAnotherChip) {
   topology::ChipSpec other;
   other.memReadCycles = 3;

@@ -20,7 +20,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "trace.h5")
         result = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", exe, "--config", config, "--out", out,
-                                 "--json", "--quiet"], capture_output=True, text=True, timeout=300)
+                                 "--trace-level", "instructions", "--json", "--quiet"], capture_output=True, text=True, timeout=300)
         check(result.returncode == 0, f"tsp-sim exits 0 (got {result.returncode}: {result.stderr.strip()})")
         if result.returncode != 0:
             print(result.stderr)
@@ -58,6 +58,31 @@ def main():
             util = f["timeline/utilization"]
             check(util.shape[0] == n and util.shape[1] == 5, "timeline is chips x 5 kinds x bins")
             check(float(np.max(util[:])) <= 1.0 and float(np.max(util[:])) > 0, "utilisation fractions in (0, 1]")
+            # Attribution: every event row names an op of /names/ops; the static per-layer work adds up to
+            # what the simulator counted on the chips.
+            names = f["names/ops"][:]
+            events = f["events/instructions"][:]
+            c2c = f["events/c2c"][:]
+            check(len(names) > 0, "/names/ops names the ops")
+            check(np.all((events["op"] >= 0) & (events["op"] < len(names))), "every instruction row names an op")
+            check(np.all((c2c["op"] >= 0) & (c2c["op"] < len(names))), "every C2C row names an op")
+            opcodes = [n.strip() for n in str(f["events/instructions"].attrs["opcode_names"]).split(",")]
+            sends = events["opcode"] == opcodes.index("C2cSend")
+            check(sends.any() and all(names["kind"][o] == b"Send" for o in events["op"][sends]),
+                  "C2C send instructions name the sent tensor's op as a Send")
+            check(set(c2c["op"]) == set(events["op"][sends]), "C2C rows name the ops of their send instructions")
+            check(np.all(names["kind"][c2c["op"]] == b"Send"), "C2C rows name Send origins")
+            layers, ops = f["summary/layers"][:], f["summary/ops"][:]
+            check(len(ops) == len(names), "one /summary/ops row per name")
+            for kind in ("mem", "vxm", "mxm", "sxm", "c2c"):
+                check(layers[f"busy_{kind}"].sum() == chips[f"busy_{kind}"].sum() == ops[f"busy_{kind}"].sum(),
+                      f"busy_{kind} of the layers and ops adds up to the chips'")
+            check(layers["instructions"].sum() == chips["instructions"].sum() == len(events),
+                  "the layers' instructions add up to the chips' and to the instruction rows")
+            check(layers["c2c_bytes"].sum() == chips["bytes_sent"].sum(), "the layers' C2C bytes are the bytes sent")
+            check(np.all(layers["cycles"] <= run["makespan_cycles"]) and np.all(layers["cycles"] > 0),
+                  "a layer's active cycles lie within the makespan")
+            check(list(layers["id"]) == sorted(set(int(x) for x in names["layer"])), "a layers row per layer with work")
             check(f["summary/chips"].chunks is not None and f["summary/chips"].compression == "gzip",
                   "datasets are chunked and compressed")
         for c in summary["chips"]:

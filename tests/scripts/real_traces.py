@@ -85,6 +85,14 @@ def main():
             except json.JSONDecodeError:
                 ok, data = False, None
             check(ok and data is not None, f"summary --format json parses on {name}")
+            if ok and data is not None:
+                # The layer and op tables come from /summary (every level): shares add up, names are real.
+                layers, ops = data.get("layers", []), data.get("ops", [])
+                check(len(layers) == 4 and abs(sum(r["share"] for r in layers) - 1) < 1e-9,
+                      f"summary gives the 4 layers of the quickstart MLP, their shares adding up to 1, on {name}")
+                check(0 < len(ops) <= 10 and ops[0]["op"] in ("fc0", "fc1", "fc2", "fc3") and ops[0]["kind"] == "MatMul",
+                      f"summary's busiest op is a MatMul of the model, on {name}")
+                check(all(0 <= r["util_mxm"] <= 1 for r in layers), f"layer utilisations are fractions, on {name}")
             for sub, extra in (("timeline", ["--chips", "0,1"]), ("links", []), ("perfetto", [])):
                 target = os.path.join(tmp, f"{name}.{sub}.{'json' if sub == 'perfetto' else 'png'}")
                 result = subprocess.run(tool + [sub, trace, "-o", target] + extra, capture_output=True, text=True)

@@ -68,6 +68,7 @@ class ReportPage(unittest.TestCase):
             cls.chips = f["/summary/chips"][()]
             cls.links = f["/summary/links"][()]
             cls.makespan = int(f["/summary/run"][0]["makespan_cycles"])
+            cls.layers = f["/summary/layers"][()]
 
     @classmethod
     def tearDownClass(cls):
@@ -90,6 +91,14 @@ class ReportPage(unittest.TestCase):
         first = re.findall(r"<td>(.*?)</td>", rows[0])
         self.assertEqual(first[0], str(int(self.chips[0]["chip"])))
         self.assertEqual(first[1], str(int(self.chips[0]["cycles"])))
+
+    def test_layer_and_op_tables(self):
+        body = re.search(r'<table id="layers">.*?<tbody>(.*?)</tbody>', self.dom, re.S).group(1)
+        rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+        self.assertEqual(len(rows), len(self.layers))
+        self.assertEqual([re.findall(r"<td>(.*?)</td>", r)[0] for r in rows], [str(int(i)) for i in self.layers["id"]])
+        ops = re.search(r'<table id="ops">.*?<tbody>(.*?)</tbody>', self.dom, re.S).group(1)
+        self.assertIn("<td>MatMul</td>", ops)
 
     def test_timeline_and_links_are_uplot_charts(self):
         self.assertEqual(len(re.findall(r'class="uplot', self.dom)), 2)

@@ -127,6 +127,11 @@ Cycle unitFreeAt(const topology::ChipSpec& chip, const Instruction& inst) {
   return inst.issue + Cycle{inst.repeat - 1} * inst.interval + busyPerIssue(chip, inst);
 }
 
+void attributeAll(Program& program, const OpOrigin& origin) {
+  program.origins = {origin};
+  program.originOf.assign(program.instructions.size(), 0);
+}
+
 void canonicalize(Program& program) {
   const auto before = [](const Instruction& a, const Instruction& b) {
     return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;

@@ -364,6 +364,9 @@ class InstructionSequence {
   void seek(size_t i) const;
 };
 
+/// Names every instruction of a program (without pieces) as serving one op (a collective's chains).
+void attributeAll(Program& program, const OpOrigin& origin);
+
 /// Sorts instructions by (issue, unit), their origins with them.
 void canonicalize(Program& program);
 

@@ -722,7 +722,11 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();
-  return scheduleCollective(*plan, cluster);
+  auto scheduled = scheduleCollective(*plan, cluster);
+  if (scheduled)
+    for (auto& program : scheduled->cluster.programs)
+      if (!program.instructions.empty()) isa::attributeAll(program, {op.name, collectiveOpName(*kind), op.layer, ""});
+  return scheduled;
 }
 
 }  // namespace tsp::schedule

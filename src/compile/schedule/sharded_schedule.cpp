@@ -542,10 +542,7 @@ Status appendCollective(const CollectivePlan& plan, const topology::Cluster& clu
   if (!scheduled) return scheduled.error();
   for (int c = 0; c < cluster.chipCount(); ++c) {
     isa::Program& program = scheduled->cluster.programs[c];
-    if (!plan.origin.op.empty()) {  // every instruction of the chains moves the plan's tensor
-      program.origins = {plan.origin};
-      program.originOf.assign(program.instructions.size(), 0);
-    }
+    if (!plan.origin.op.empty()) isa::attributeAll(program, plan.origin);  // the chains move the plan's tensor
     timelines.append(c, program, 0);
   }
   for (size_t i = 0; i < scheduled->transfers.size(); ++i) {

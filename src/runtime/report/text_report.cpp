@@ -98,7 +98,13 @@ namespace {
 void printChipTable(const RunState& state) {
   const auto& spec = state.config.cluster->chip();
   fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10}\n", "chip", "predicted",
-             "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "C2C %", "sent KiB", "SRAM KiB");
+             "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "link %", "sent KiB", "SRAM KiB");
+  // A chip's link figure is its busiest outgoing link direction (the C2C queues' mean would hide a saturated link).
+  std::map<int, std::int64_t> linkBusy;
+  for (const auto& l : state.statistics.linkRows) {
+    linkBusy[l.a] = std::max(linkBusy[l.a], l.busyCyclesAb);
+    linkBusy[l.b] = std::max(linkBusy[l.b], l.busyCyclesBa);
+  }
   constexpr size_t kTableHead = 16, kTableSlowest = 8;
   std::vector<const ChipRow*> shown;
   for (const auto& row : state.statistics.allRows)
@@ -124,8 +130,9 @@ void printChipTable(const RunState& state) {
                row.chip, row.predictedCycles, row.cycles, row.lowerBoundCycles, row.instructions,
                pct(row.busyMem, topology::UnitKind::kMem), pct(row.busyVxm, topology::UnitKind::kVxm),
                pct(row.busyMxm, topology::UnitKind::kMxm), pct(row.busySxm, topology::UnitKind::kSxm),
-               pct(row.busyC2c, topology::UnitKind::kC2c), row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
+               100.0 * static_cast<double>(linkBusy[row.chip]) / c, row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
   }
+  fmt::print("  (link %: the chip's busiest outgoing link direction, busy cycles over the chip's cycles)\n");
   if (working > shown.size())
     fmt::print("  ({} chips with work: the first {} and the {} slowest shown; `tsp-trace summary {}` lists all)\n",
                working, kTableHead, kTableSlowest, state.tracePath);

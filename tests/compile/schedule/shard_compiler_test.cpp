@@ -154,6 +154,55 @@ TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
   EXPECT_GE(receiveIssue, compiled->sendIssues[0][0] + 300);
 }
 
+// Every instruction names the op it serves: the computing op, or the tensor's producer for a send
+// and a receive, with its layer and tensor; both on-disk forms keep the names.
+TEST(ShardCompiler, EveryInstructionNamesItsOp) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
+  const auto y0 = *g.addOp(ir::OpKind::kRelu, "r0", {g.addInput("x0", {16, 320}, ir::DType::kI8)}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
+  lower::ShardInterface interface;
+  lower::SendPlan send;
+  send.tensor = y0;
+  send.port = 1;
+  send.interval = 20;
+  send.linkBusy = 20;
+  interface.sends.push_back(send);
+  lower::ReceivePlan receive;
+  receive.tensor = x1;
+  receive.port = 2;
+  receive.arrivals = {500};
+  interface.receives.push_back(receive);
+  auto compiled = compileShard(chip, g, {0, 1}, interface, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  const isa::Program& p = compiled->program;
+  ASSERT_EQ(p.originOf.size(), p.instructions.size());
+  ASSERT_EQ(p.origins, lower::originsOf(g, {0, 1}, interface));
+  EXPECT_EQ(p.origins[0], (isa::OpOrigin{"r0", "Relu", 0, "r0.out"}));
+  EXPECT_EQ(p.origins[2], (isa::OpOrigin{"r0", "Send", 0, g.tensor(y0).name}));
+  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"x1", "Receive", -1, "x1"}));  // a graph input names itself
+  std::set<std::string> kinds;
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    ASSERT_GE(p.originOf[i], 0) << "instruction " << i << " names no op";
+    const isa::OpOrigin& o = p.origins[p.originOf[i]];
+    kinds.insert(o.kind);
+    if (p.instructions[i].op == isa::Opcode::kC2cSend) {
+      EXPECT_EQ(o.kind, "Send");
+    }
+    if (p.instructions[i].op == isa::Opcode::kC2cReceive) {
+      EXPECT_EQ(o.kind, "Receive");
+    }
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"Relu", "Send", "Receive"}));
+  auto json = isa::deserialize(isa::serialize(p), chip, "p.json");
+  ASSERT_TRUE(json.ok()) << json.error().format();
+  EXPECT_EQ(*json, p);
+  auto binary = isa::deserializeBinary(isa::serializeBinary(p), chip, "p.tspp");
+  ASSERT_TRUE(binary.ok()) << binary.error().format();
+  EXPECT_EQ(*binary, p);
+}
+
 // A tile longer than a slice leaves in segments: they must leave back to back (the receiver's
 // release times assume it), even when another reader of the second segment competes for its slice.
 TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
