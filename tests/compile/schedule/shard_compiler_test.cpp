@@ -122,29 +122,35 @@ TEST(ShardCompiler, ReceivesAreReleaseTimes) {
   EXPECT_GE(compiled->report.criticalPath, 500 + 15 * 20);
 }
 
-TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
-  // A ring of identical chips: step 1's input arrives from the left neighbour, which sent it when
-  // this chip sent its own step-0 output.
-  topology::ChipSpec chip;
+// Two ReLUs: r0 (layer 0) on input x0, whose output leaves on port 1, and r1 (layer 1) on input
+// x1, which arrives on port 2 (the caller says when).
+ir::Graph sendAndReceive(lower::ShardInterface& interface) {
   ir::Graph g;
   const auto x0 = g.addInput("x0", {16, 320}, ir::DType::kI8);
   const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
-  const auto y0 = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
-  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
-  lower::ShardInterface interface;
   lower::SendPlan send;
-  send.tensor = y0;
+  send.tensor = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
   send.port = 1;
   send.interval = 20;
   send.linkBusy = 20;
   interface.sends.push_back(send);
+  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
   lower::ReceivePlan receive;
   receive.tensor = x1;
   receive.port = 2;
-  receive.interval = 20;
-  receive.mirrorsSend = 0;
-  receive.sendToArrival = 300;
   interface.receives.push_back(receive);
+  return g;
+}
+
+TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
+  // A ring of identical chips: step 1's input arrives from the left neighbour, which sent it when
+  // this chip sent its own step-0 output.
+  topology::ChipSpec chip;
+  lower::ShardInterface interface;
+  const ir::Graph g = sendAndReceive(interface);
+  interface.receives[0].interval = 20;
+  interface.receives[0].mirrorsSend = 0;
+  interface.receives[0].sendToArrival = 300;
   auto compiled = compileShard(chip, g, {0, 1}, interface, {});
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
   ASSERT_EQ(compiled->sendIssues.size(), 1u);
@@ -158,22 +164,10 @@ TEST(ShardCompiler, MirroredReceivesFollowTheirOwnSends) {
 // and a receive, with its layer and tensor; both on-disk forms keep the names.
 TEST(ShardCompiler, EveryInstructionNamesItsOp) {
   topology::ChipSpec chip;
-  ir::Graph g;
-  const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
-  const auto y0 = *g.addOp(ir::OpKind::kRelu, "r0", {g.addInput("x0", {16, 320}, ir::DType::kI8)}, 0);
-  g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
   lower::ShardInterface interface;
-  lower::SendPlan send;
-  send.tensor = y0;
-  send.port = 1;
-  send.interval = 20;
-  send.linkBusy = 20;
-  interface.sends.push_back(send);
-  lower::ReceivePlan receive;
-  receive.tensor = x1;
-  receive.port = 2;
-  receive.arrivals = {500};
-  interface.receives.push_back(receive);
+  const ir::Graph g = sendAndReceive(interface);
+  interface.receives[0].arrivals = {500};
+  const ir::TensorId y0 = interface.sends[0].tensor;
   auto compiled = compileShard(chip, g, {0, 1}, interface, {});
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
   const isa::Program& p = compiled->program;
