@@ -257,13 +257,14 @@ namespace {
 struct WireBurst {
   int srcChip, srcPort, dstChip, dstPort, link, vectors, interval;
   Cycle sendCycle, firstArrive;
+  double spacing;
   Bytes bytes;
   std::int64_t payloadBytes;
 };
 
 void packBurst(const sim::C2CBurst& b, std::vector<char>& out) {
   const WireBurst w{b.srcChip, b.srcPort,   b.dstChip, b.dstPort, b.link, b.vectors, b.interval,
-                    b.sendCycle, b.firstArrive, b.bytes,
+                    b.sendCycle, b.firstArrive, b.spacing, b.bytes,
                     b.payload ? static_cast<std::int64_t>(b.payload->size()) : std::int64_t{-1}};
   const char* head = reinterpret_cast<const char*>(&w);
   out.insert(out.end(), head, head + sizeof w);
@@ -287,6 +288,7 @@ void unpackBursts(const char* data, size_t size, std::vector<sim::C2CBurst>& out
     b.interval = w.interval;
     b.sendCycle = w.sendCycle;
     b.firstArrive = w.firstArrive;
+    b.spacing = w.spacing;
     b.bytes = w.bytes;
     if (w.payloadBytes >= 0) {
       b.payload = std::make_shared<const std::vector<std::uint8_t>>(data + at, data + at + w.payloadBytes);

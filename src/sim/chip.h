@@ -1,6 +1,7 @@
 // The chip interface the runtime drives, and the cycle-accurate TSP chip that implements it.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -12,14 +13,15 @@
 #include "compile/isa/program.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
+#include "topology/cluster.h"
 
 namespace tsp::sim {
 
 /// "No further event".
 inline constexpr Cycle kNever = std::numeric_limits<Cycle>::max();
 
-/// A burst of C2C vectors on one link: vector j leaves at firstSend + j*interval and arrives at
-/// firstArrive + j*interval. Deliveries are ordered by (firstArrive, srcChip, link, sendCycle).
+/// A burst of C2C vectors on one link: vector j leaves serializationCycles(j, spacing) after the
+/// first and arrives as long after firstArrive. Deliveries are ordered by (firstArrive, srcChip, link, sendCycle).
 struct C2CBurst {
   int srcChip = 0, srcPort = 0;
   int dstChip = 0, dstPort = 0;
@@ -27,10 +29,18 @@ struct C2CBurst {
   Cycle sendCycle = 0;    ///< issue of the send instruction
   Cycle firstArrive = 0;  ///< arrival of vector 0 at the destination
   int vectors = 0;
-  int interval = 1;
+  int interval = 1;       ///< cycles between the vectors the sending instruction hands over
+  /// Cycles between vectors on the link, a fraction at the link's exact rate (at least interval):
+  /// vector j arrives at firstArrive + serializationCycles(j, spacing). 0: interval.
+  double spacing = 0;
   Bytes bytes = 0;
   /// Functional mode: the vectors' bytes (vectors x vector_bytes); null in timing mode.
   std::shared_ptr<const std::vector<std::uint8_t>> payload;
+
+  /// Arrival of vector j at the destination.
+  Cycle arrival(std::int64_t j) const {
+    return firstArrive + topology::serializationCycles(j, std::max(spacing, static_cast<double>(interval)));
+  }
 
   friend bool operator<(const C2CBurst& a, const C2CBurst& b) {
     if (a.firstArrive != b.firstArrive) return a.firstArrive < b.firstArrive;

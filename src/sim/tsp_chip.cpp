@@ -678,12 +678,18 @@ class TspChip final : public Chip {
         const int inPort = inst.indexInKind;
         if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
           return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
-        if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles)) return false;
-        if (inst.op == Opcode::kC2cReceive && !receive(inst, index, inst.port, functional ? &result_ : nullptr))
+        if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles, 0)) return false;
+        if (inst.op == Opcode::kC2cReceive &&
+            !receive(inst, index, inst.port, inst.interval, functional ? &result_ : nullptr))
           return false;
         if (inst.op == Opcode::kC2cForward) {
-          if (!receive(inst, index, inPort, functional ? &pendingPayload_ : nullptr)) return false;
-          if (!send(inst, index, inst.issue + spec_.c2cForwardCycles)) return false;
+          // A forward passes vectors on as they arrive: at the pace of the arriving burst, the
+          // outgoing link's or its own interval, whichever is slowest.
+          const auto& in = inbound_[inPort];
+          const double spacing = std::max({in.empty() ? 0.0 : in.front().spacing, vectorCycles(inst.port),
+                                           static_cast<double>(inst.interval)});
+          if (!receive(inst, index, inPort, spacing, functional ? &pendingPayload_ : nullptr)) return false;
+          if (!send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing)) return false;
         }
         break;
       }
@@ -705,21 +711,22 @@ class TspChip final : public Chip {
     return true;
   }
 
+  // Cycles one vector takes on the link of port at its exact rate.
+  double vectorCycles(int port) const { return spec_.vectorBytes / ports_[port].bytesPerCycle; }
+
   // Puts inst.repeat vectors on the link of inst.port, the first entering the link at `onLink`
-  // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles).
-  bool send(const Event& inst, std::int64_t index, Cycle onLink) {
+  // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles). The link carries
+  // them at its exact rate (or the instruction's interval, or `pace`, when slower): vectors handed
+  // over faster wait in the port's serdes buffer, and the fractions of a cycle accumulate.
+  bool send(const Event& inst, std::int64_t index, Cycle onLink, double pace) {
     const PortBinding& port = ports_[inst.port];
-    const Cycle serialization = static_cast<Cycle>(std::ceil(spec_.vectorBytes / port.bytesPerCycle - 1e-9));
+    const double spacing = std::max({vectorCycles(inst.port), static_cast<double>(inst.interval), pace});
+    const Cycle serialization = topology::serializationCycles(inst.repeat, spacing);
     if (onLink < linkFree_[inst.port])
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
                   fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
         return false;
-    if (inst.repeat > 1 && inst.interval < serialization)
-      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                  fmt::format("C2C send every {} cycles, faster than link {} carries a vector ({} cycles)",
-                              inst.interval, port.link, serialization)))
-        return false;
-    linkFree_[inst.port] = onLink + Cycle{inst.repeat - 1} * inst.interval + serialization;
+    linkFree_[inst.port] = onLink + serialization;
     C2CBurst burst;
     burst.srcChip = id_;
     burst.srcPort = inst.port;
@@ -736,6 +743,7 @@ class TspChip final : public Chip {
     }
     burst.vectors = inst.repeat;
     burst.interval = inst.interval;
+    burst.spacing = spacing;
     burst.bytes = Bytes{inst.repeat} * spec_.vectorBytes;
     burst.payload = std::move(pendingPayload_);
     outgoing_.push_back(std::move(burst));
@@ -743,15 +751,15 @@ class TspChip final : public Chip {
     for (auto& use : stats_.links)
       if (use.link == port.link && use.aToB == port.aToB) {
         use.bytes += burst.bytes;
-        use.busyCycles += Cycle{inst.repeat} * serialization;
+        use.busyCycles += serialization;
       }
     return true;
   }
 
-  // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue + j*interval.
-  // In functional mode their bytes go to *values.
+  // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue +
+  // serializationCycles(j, pace) (j x interval for a receive). In functional mode their bytes go to *values.
   template <typename Run>
-  bool receive(const Event& inst, std::int64_t index, int from, Run* values) {
+  bool receive(const Event& inst, std::int64_t index, int from, double pace, Run* values) {
     auto& queue = inbound_[from];
     std::int64_t needed = inst.repeat, j = 0;
     const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
@@ -759,16 +767,17 @@ class TspChip final : public Chip {
     if (values) collected = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(inst.repeat) * vb);
     while (needed > 0) {
       if (queue.empty())
-        return hazard(HazardKind::kReceiveEarly, inst, index, inst.issue + j * inst.interval,
+        return hazard(HazardKind::kReceiveEarly, inst, index, inst.issue + topology::serializationCycles(j, pace),
                       fmt::format("C2C receive on port {} before the data has arrived (no vector in flight)",
                                   from));
       C2CBurst& burst = queue.front();
       std::int64_t& consumed = consumed_[from];
       const std::int64_t take = std::min<std::int64_t>(needed, burst.vectors - consumed);
-      // Both sequences are arithmetic: checking the first and last vector of the segment suffices.
+      // Arrivals are a ceil(j x spacing) sequence; reads are arithmetic (a receive) or at the burst's
+      // pace or slower (a forward): the first and last vector of the segment are the tightest.
       for (std::int64_t k : {std::int64_t{0}, take - 1}) {
-        const Cycle arrive = burst.firstArrive + (consumed + k) * burst.interval;
-        const Cycle read = inst.issue + (j + k) * inst.interval;
+        const Cycle arrive = burst.arrival(consumed + k);
+        const Cycle read = inst.issue + topology::serializationCycles(j + k, pace);
         if (arrive > read) {
           if (!hazard(
                   HazardKind::kReceiveEarly, inst, index, read,

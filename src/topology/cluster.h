@@ -28,11 +28,23 @@ struct Link {
   Cycle latencyCycles = 0;     ///< latencyNs at the chip clock, rounded up.
   double bytesPerCycle = 0.0;  ///< payload bandwidth per direction after framing.
 
+  /// Cycles one vector of `vectorBytes` takes on the link at its exact payload rate (a fraction).
+  double vectorCycles(int vectorBytes) const { return vectorBytes / bytesPerCycle; }
+
   /// The chip at the other end from chip.
   int other(int chip) const { return chip == a ? b : a; }
   /// The port this link uses on chip.
   int portOn(int chip) const { return chip == a ? portA : portB; }
 };
+
+/// Cycles a link needs for `vectors` vectors leaving `spacing` cycles apart: the fractions accumulate
+/// over the stream, so k vectors take ceil(k x spacing), not k x ceil(spacing). Vector j of a burst
+/// enters the link at serializationCycles(j, spacing) after vector 0. Compiler and simulator share it.
+inline Cycle serializationCycles(std::int64_t vectors, double spacing) {
+  const double exact = static_cast<double>(vectors) * spacing;
+  const auto whole = static_cast<Cycle>(exact);
+  return exact - static_cast<double>(whole) > 1e-9 ? whole + 1 : whole;
+}
 
 /// One hop of a route: leave `chip` on `link`.
 struct Hop {

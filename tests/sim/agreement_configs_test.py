@@ -2,7 +2,8 @@
 """Every shipped config, simulated with no fault: each chip's simulated cycles equal the compiler's prediction
 (and a training step that ends with its pipeline has the scheduled bubble).
 
-Extra arguments CONFIG_STEM|MODEL run a shipped config with --model MODEL too (e.g. multi-hop collectives)."""
+Extra arguments CONFIG_STEM|MODEL run a shipped config with --model MODEL too (e.g. multi-hop collectives);
+with --extra-only before them, only those runs (CONFIGS is then the directory of the stems)."""
 import glob
 import json
 import os
@@ -13,9 +14,12 @@ import tempfile
 
 def main():
     exe, configs = sys.argv[1], sys.argv[2]
+    extras = sys.argv[3:]
     failed = []
     runs = [(os.path.basename(p), p, []) for p in sorted(glob.glob(os.path.join(configs, "*.yaml")))]
-    for extra in sys.argv[3:]:
+    if extras[:1] == ["--extra-only"]:
+        runs, extras = [], extras[1:]
+    for extra in extras:
         stem, model = extra.split("|", 1)
         runs.append((f"{stem}.yaml with {model}", os.path.join(configs, stem + ".yaml"), ["--model", model]))
     files = runs

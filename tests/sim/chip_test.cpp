@@ -326,10 +326,42 @@ TEST_F(C2cTest, SendOnBusyLink) {
   EXPECT_NE(s.error().message.find("C2C send on link 7, busy until cycle"), std::string::npos);
 }
 
-TEST_F(C2cTest, SendFasterThanTheLink) {
-  auto s = run(sendChain(0, 4, 10), ports());
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.error().message.find("faster than link 7"), std::string::npos);
+// The link carries vectors at its exact rate, 320 / 16.25 = 19.69 cycles each, whatever the send's
+// interval: 4 vectors handed over one a cycle take ceil(4 x 19.69) = 79 cycles, not 4 x 20, and
+// vector 3 arrives ceil(3 x 19.69) = 60 cycles after vector 0.
+TEST_F(C2cTest, LinkCarriesVectorsAtItsExactRate) {
+  auto list = sendChain(0, 4, 1);
+  Instruction again = list[1];
+  again.src = {};
+  again.repeat = 1;
+  for (Cycle gap : {Cycle{78}, Cycle{79}}) {
+    auto both = list;
+    again.issue = list[1].issue + gap;
+    both.push_back(again);
+    auto s = run(both, ports());
+    EXPECT_EQ(s.ok(), gap == 79) << gap;
+    if (gap == 78) {
+      EXPECT_NE(s.error().message.find("C2C send on link 7, busy until cycle"), std::string::npos);
+    }
+  }
+  ASSERT_TRUE(run(list, ports()).ok());
+  auto bursts = chip_->takeOutgoing();
+  ASSERT_EQ(bursts.size(), 1u);
+  EXPECT_NEAR(bursts[0].spacing, 320 / 16.25, 1e-12);
+  EXPECT_EQ(bursts[0].arrival(3) - bursts[0].arrival(0), 60);
+  // A receive taking the 4 vectors one a cycle reads vector 3 at issue + 3: not before its arrival.
+  for (Cycle lateBy : {Cycle{0}, Cycle{-1}}) {
+    Instruction receive = inst(c2c(0), bursts[0].arrival(3) - 3 + lateBy, Opcode::kC2cReceive, 4);
+    receive.port = 0;
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = {receive};
+    chip_ = makeTspChip(1, spec_, program, ports(), SimOptions{});
+    C2CBurst burst = bursts[0];
+    burst.dstPort = 0;  // the receiving chip's port on this link
+    chip_->deliver(burst);
+    auto s = chip_->advanceTo(kNever);
+    EXPECT_EQ(s.ok(), lateBy == 0) << lateBy << (s.ok() ? "" : s.error().message);
+  }
 }
 
 TEST_F(C2cTest, ReceiveBeforeArrival) {

@@ -453,7 +453,8 @@ Expected<ir::Graph> buildCollective(const ModelSpec& spec) {
   if (!bytes) return bytes.error();
   auto chips = params.integer("chips", 0, 0, 1 << 20);
   if (!chips) return chips.error();
-  auto algorithm = params.text("algorithm", "auto", {"auto", "ring", "tree", "halving-doubling", "hierarchical"});
+  auto algorithm = params.text("algorithm", "auto",
+                               {"auto", "ring", "tree", "halving-doubling", "hierarchical", "direct", "one-shot", "multi-ring"});
   if (!algorithm) return algorithm.error();
   if (auto s = params.checkUnknown(); !s) return s.error();
   if (*chips == 1) return spec.paramError("chips", "parameter 'chips' must be 0 (all) or at least 2");

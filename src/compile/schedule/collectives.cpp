@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -33,6 +34,9 @@ const char* collectiveAlgorithmName(CollectiveAlgorithm algorithm) {
     case CollectiveAlgorithm::kTree: return "tree";
     case CollectiveAlgorithm::kHalvingDoubling: return "halving-doubling";
     case CollectiveAlgorithm::kHierarchical: return "hierarchical";
+    case CollectiveAlgorithm::kDirect: return "direct";
+    case CollectiveAlgorithm::kOneShot: return "one-shot";
+    case CollectiveAlgorithm::kMultiRing: return "multi-ring";
   }
   return "?";
 }
@@ -72,14 +76,20 @@ namespace {
 
 bool isPowerOfTwo(size_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
+// One ring of a multi-ring step and the vectors each of its chips sends per step.
+struct RingShare {
+  std::vector<int> ring;
+  std::int64_t vectors;
+};
+
 // Messages of p-1 ring steps run on every ring of `rings` at once.
-void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& rings,
-                  std::int64_t vectors, bool reduce, bool shrinking = false) {
+void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<RingShare>& rings, bool reduce,
+                  bool shrinking = false) {
   size_t longest = 0;
-  for (const auto& r : rings) longest = std::max(longest, r.size());
+  for (const auto& r : rings) longest = std::max(longest, r.ring.size());
   for (size_t s = 1; s < longest; ++s) {
     std::vector<CollectiveMessage> step;
-    for (const auto& ring : rings) {
+    for (const auto& [ring, vectors] : rings) {
       const size_t p = ring.size();
       if (s >= p) continue;
       for (size_t i = 0; i < p; ++i)
@@ -87,6 +97,64 @@ void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std:
     }
     steps.push_back(std::move(step));
   }
+}
+
+void addRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& rings,
+                  std::int64_t vectors, bool reduce, bool shrinking = false) {
+  std::vector<RingShare> shares;
+  for (const auto& r : rings) shares.push_back({r, vectors});
+  addRingSteps(steps, shares, reduce, shrinking);
+}
+
+// One step in which every chip of each group sends to every other of its group: `vectors` each
+// (reduced by the receiver when `reduce`); from the groups' first chip only when `fromFirst`.
+// Shift-major: for k = 1 .. p-1, every chip i's message to chip i + k.
+void addExchangeStep(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& groups,
+                     std::int64_t vectors, bool reduce, bool fromFirst = false) {
+  std::vector<CollectiveMessage> step;
+  size_t longest = 0;
+  for (const auto& g : groups) longest = std::max(longest, g.size());
+  for (size_t k = 1; k < longest; ++k)
+    for (const auto& g : groups)
+      for (size_t i = 0; i < (fromFirst ? 1 : g.size()) && k < g.size(); ++i)
+        step.push_back({g[i], g[(i + k) % g.size()], vectors, reduce});
+  steps.push_back(std::move(step));
+}
+
+// The lines of a torus or mesh along dimension k (chip ids row-major, dimension 0 slowest), each in
+// ascending coordinate order or reversed.
+std::vector<std::vector<int>> linesAlong(const std::vector<int>& dims, size_t k, bool reversed) {
+  std::int64_t stride = 1, chips = 1;
+  for (size_t j = 0; j < dims.size(); ++j) {
+    chips *= dims[j];
+    if (j > k) stride *= dims[j];
+  }
+  std::vector<std::vector<int>> lines;
+  for (std::int64_t c = 0; c < chips; ++c) {
+    if ((c / stride) % dims[k] != 0) continue;
+    std::vector<int> line;
+    for (int i = 0; i < dims[k]; ++i) line.push_back(static_cast<int>(c + i * stride));
+    if (reversed) std::reverse(line.begin(), line.end());
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+// True when every message of the plan travels over one link.
+bool singleHop(const CollectivePlan& plan, const topology::Cluster& cluster) {
+  for (const auto& step : plan.steps)
+    for (const auto& m : step)
+      if (cluster.hops(m.src, m.dst) > 1) return false;
+  return true;
+}
+
+// True when the group is a whole torus or mesh in chip order (what the multi-ring runs on).
+bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) {
+  const auto& d = cluster.description();
+  if ((d.kind != "torus" && d.kind != "mesh") || static_cast<int>(group.size()) != cluster.chipCount()) return false;
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group[i] != static_cast<int>(i)) return false;
+  return true;
 }
 
 // Binomial tree on every group at once: reduce `vectors` to group[0] (when `reduce`), then broadcast them.
@@ -116,6 +184,10 @@ void addTreeSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std:
 // 10,440-chip system a tree beats the ring up to a few vectors per ring step and loses from about 20
 // (docs/validation.md). Below this chunk the top level runs a binomial tree.
 constexpr std::int64_t kTopRingMinChunkVectors = 8;
+
+// Hierarchical levels over multi-hop routes exchange only in groups up to this size (an exchange
+// makes p(p-1) messages per group).
+constexpr size_t kExchangeMaxGroup = 16;
 
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
   return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
@@ -226,16 +298,63 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
                                     const topology::Cluster& cluster) {
   const auto& d = cluster.description();
   const bool reduceLike = op == CollectiveOp::kAllReduce || op == CollectiveOp::kBroadcast;
-  if (bytes < (64 << 10) && reduceLike && group.size() > 2) {
-    if (d.kind == "fully-connected" && isPowerOfTwo(group.size()) && op == CollectiveOp::kAllReduce)
-      return CollectiveAlgorithm::kHalvingDoubling;
-    return CollectiveAlgorithm::kTree;
-  }
+  const bool latencyBound = bytes < (64 << 10) && reduceLike && group.size() > 2;
   if (d.kind == "dragonfly" && static_cast<int>(group.size()) > d.chipsPerNode &&
       static_cast<int>(group.size()) % d.chipsPerNode == 0 && op != CollectiveOp::kAllToAll &&
       op != CollectiveOp::kBroadcast)
-    return CollectiveAlgorithm::kHierarchical;
-  return CollectiveAlgorithm::kRing;
+    return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kHierarchical;
+  if (group.size() > kChooseByEstimateChips) return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kRing;
+  CollectiveAlgorithm best = CollectiveAlgorithm::kRing;
+  double bestCycles = -1;
+  for (auto a : kCollectiveAlgorithms) {
+    if (a == CollectiveAlgorithm::kHierarchical) continue;
+    auto plan = planCollective(op, a, group, bytes, cluster);
+    if (!plan) continue;
+    // Exchanges and multi-rings over multi-hop routes pack their link windows loosely (1.4 to 2 times
+    // the busiest link's load), which the estimate does not see: they are chosen on direct links only.
+    const bool allLinks = a == CollectiveAlgorithm::kDirect || a == CollectiveAlgorithm::kOneShot ||
+                          a == CollectiveAlgorithm::kMultiRing;
+    if (allLinks && !singleHop(*plan, cluster)) continue;
+    const double cycles = estimateCollectiveCycles(*plan, cluster);
+    if (bestCycles < 0 || cycles < bestCycles) {
+      best = a;
+      bestCycles = cycles;
+    }
+  }
+  return best;
+}
+
+double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Cluster& cluster) {
+  const auto& chip = cluster.chip();
+  auto same = [](const std::vector<CollectiveMessage>& a, const std::vector<CollectiveMessage>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const CollectiveMessage& x, const CollectiveMessage& y) {
+      return x.src == y.src && x.dst == y.dst && x.vectors == y.vectors && x.reduce == y.reduce;
+    });
+  };
+  double total = 0, stepCycles = 0;
+  const std::vector<CollectiveMessage>* previous = nullptr;
+  std::map<int, double> load;  // directed link -> cycles of the step's vectors on it
+  for (const auto& step : plan.steps) {
+    if (previous == nullptr || !same(*previous, step)) {  // ring steps repeat: estimated once
+      load.clear();
+      double alpha = 0;
+      for (const auto& m : step) {
+        const auto route = cluster.route(m.src, m.dst);
+        if (route.empty()) continue;
+        double spacing = 1;
+        for (const auto& hop : route) spacing = std::max(spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
+        for (const auto& hop : route)
+          load[hop.link * 2 + (hop.chip == cluster.links()[hop.link].a ? 0 : 1)] += static_cast<double>(m.vectors) * spacing;
+        alpha = std::max(alpha, static_cast<double>(cluster.routeLatency(route) + ringTurnaroundCycles(chip, m.reduce)));
+      }
+      double busiest = 0;
+      for (const auto& [key, cycles] : load) busiest = std::max(busiest, cycles);
+      stepCycles = alpha + busiest;
+      previous = &step;
+    }
+    total += stepCycles;
+  }
+  return total;
 }
 
 Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm algorithm, const std::vector<int>& group,
@@ -254,7 +373,8 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
   const std::int64_t chunk = ceilDiv(ceilDiv(bytes, vb), p);  // vectors of one n/p chunk
   // Rings and halving-doubling move n/p chunks, so n is rounded up to p whole chunks; a tree moves n
   // whole and a hierarchical algorithm rounds at each level (p = 10,440 would otherwise triple 1 MiB).
-  const bool whole = plan.algorithm == CollectiveAlgorithm::kTree || plan.algorithm == CollectiveAlgorithm::kHierarchical;
+  const bool whole = plan.algorithm == CollectiveAlgorithm::kTree || plan.algorithm == CollectiveAlgorithm::kHierarchical ||
+                     plan.algorithm == CollectiveAlgorithm::kOneShot || plan.algorithm == CollectiveAlgorithm::kMultiRing;
   plan.vectorsPerChip = whole ? ceilDiv(bytes, vb) : chunk * p;
   plan.group = plan.algorithm == CollectiveAlgorithm::kRing && !keepOrder ? ringOrder(cluster, group) : group;
   if (plan.algorithm == CollectiveAlgorithm::kHalvingDoubling && !isPowerOfTwo(group.size()))
@@ -262,6 +382,13 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
   if (plan.algorithm == CollectiveAlgorithm::kHierarchical &&
       (cluster.description().kind != "dragonfly" || p % cluster.description().chipsPerNode != 0))
     return makeError(ExitCode::kConfig, "the hierarchical algorithm needs whole dragonfly nodes");
+  if (plan.algorithm == CollectiveAlgorithm::kMultiRing && !wholeGrid(cluster, group))
+    return makeError(ExitCode::kConfig, "the multi-ring algorithm needs every chip of a torus or mesh, in chip order");
+  if (plan.algorithm == CollectiveAlgorithm::kMultiRing && op != CollectiveOp::kAllReduce &&
+      op != CollectiveOp::kReduceScatter && op != CollectiveOp::kAllGather)
+    return makeError(ExitCode::kConfig, "multi-ring runs all-reduce, reduce-scatter and all-gather");
+  if (plan.algorithm == CollectiveAlgorithm::kOneShot && op != CollectiveOp::kAllReduce && op != CollectiveOp::kBroadcast)
+    return makeError(ExitCode::kConfig, fmt::format("one-shot runs all-reduce and broadcast, not {}", collectiveOpName(op)));
   if (p == 1) return plan;
   const auto& g = plan.group;
   auto& steps = plan.steps;
@@ -312,6 +439,58 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         for (std::int64_t d = 1, k = static_cast<std::int64_t>(sizes.size()) - 1; d < p; d *= 2, --k) exchange(d, sizes[k], false);
       break;
     }
+    case CollectiveAlgorithm::kDirect:
+      // Every chip sends chunk j to chip j over its own route (all links of a fully-connected group at once).
+      switch (op) {
+        case CollectiveOp::kAllReduce:
+          addExchangeStep(steps, {g}, chunk, true);
+          addExchangeStep(steps, {g}, chunk, false);
+          break;
+        case CollectiveOp::kReduceScatter: addExchangeStep(steps, {g}, chunk, true); break;
+        case CollectiveOp::kAllGather: case CollectiveOp::kAllToAll: addExchangeStep(steps, {g}, chunk, false); break;
+        case CollectiveOp::kBroadcast: {
+          // Scatter from g[0], then every other chip sends its chunk to the chips that lack it.
+          addExchangeStep(steps, {g}, chunk, false, true);
+          std::vector<CollectiveMessage> gather;
+          for (std::int64_t i = 1; i < p; ++i)
+            for (std::int64_t j = 1; j < p; ++j)
+              if (i != j) gather.push_back({g[i], g[j], chunk, false});
+          steps.push_back(std::move(gather));
+          break;
+        }
+      }
+      break;
+    case CollectiveAlgorithm::kOneShot:
+      addExchangeStep(steps, {g}, all, op == CollectiveOp::kAllReduce, op == CollectiveOp::kBroadcast);
+      break;
+    case CollectiveAlgorithm::kMultiRing: {
+      // 2D shares (dimension order rotated by r, each direction): share (r, dir) reduce-scatters along
+      // dimension r, r+1, ... over the lines of the grid, then all-gathers back in reverse order.
+      // At every phase the 2D shares use every dimension in both directions at once.
+      const auto& dims = cluster.description().dims;
+      const size_t D = dims.size();
+      const std::int64_t share = ceilDiv(all, static_cast<std::int64_t>(2 * D));
+      struct Share { size_t rotation; bool reversed; std::vector<std::int64_t> chunks; };
+      std::vector<Share> shares;
+      for (size_t r = 0; r < D; ++r)
+        for (bool reversed : {false, true}) {
+          Share sh{r, reversed, {}};
+          std::int64_t c = share;
+          for (size_t k = 0; k < D; ++k) sh.chunks.push_back(c = ceilDiv(c, dims[(r + k) % D]));
+          shares.push_back(std::move(sh));
+        }
+      auto phase = [&](size_t k, bool reduce) {
+        std::vector<RingShare> rings;
+        for (const auto& sh : shares)
+          for (auto& line : linesAlong(dims, (sh.rotation + k) % D, sh.reversed)) rings.push_back({std::move(line), sh.chunks[k]});
+        addRingSteps(steps, rings, reduce);
+      };
+      if (op != CollectiveOp::kAllGather)
+        for (size_t k = 0; k < D; ++k) phase(k, true);
+      if (op != CollectiveOp::kReduceScatter)
+        for (size_t k = D; k-- > 0;) phase(k, false);
+      break;
+    }
     case CollectiveAlgorithm::kHierarchical: {
       // Node, rack and system levels: reduce-scatter up the levels, one ring at the top, gather down.
       const auto& d = cluster.description();
@@ -338,10 +517,27 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       std::vector<std::int64_t> chunkAt;
       const bool reduces = op != CollectiveOp::kAllGather;
       const bool gathers = op != CollectiveOp::kReduceScatter;
+      // A level whose groups are fully connected (a node) exchanges over all its links at once; a
+      // level of small groups over multi-hop routes (a rack) exchanges when the estimate says so
+      // (its routes' contention included), and rings otherwise.
+      auto levelSteps = [&](const std::vector<std::vector<int>>& groups, std::int64_t c, bool reduce) {
+        bool adjacent = true;
+        for (const auto& group : groups)
+          for (size_t a = 0; adjacent && a < group.size(); ++a)
+            for (size_t b = 0; adjacent && b < group.size(); ++b)
+              adjacent = a == b || cluster.hops(group[a], group[b]) == 1;
+        CollectivePlan ring, exchange;
+        addRingSteps(ring.steps, groups, c, reduce);
+        if (!adjacent && groups.front().size() <= kExchangeMaxGroup) addExchangeStep(exchange.steps, groups, c, reduce);
+        const bool exchanges = adjacent || (!exchange.steps.empty() && estimateCollectiveCycles(exchange, cluster) <
+                                                                           estimateCollectiveCycles(ring, cluster));
+        if (exchanges) addExchangeStep(steps, groups, c, reduce);
+        else steps.insert(steps.end(), ring.steps.begin(), ring.steps.end());
+      };
       for (size_t k = 0; k + 1 < levels.size(); ++k) {
         const std::int64_t c = ceilDiv(share, levels[k]);
         chunkAt.push_back(c);
-        if (reduces) addRingSteps(steps, ringsOf(k), c, true);
+        if (reduces) levelSteps(ringsOf(k), c, true);
         share = c;
       }
       const std::int64_t top = ceilDiv(share, levels.back());
@@ -350,11 +546,11 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
         addTreeSteps(steps, topGroups, share, true);
       } else {
-        if (reduces) addRingSteps(steps, topGroups, top, true);
-        if (gathers) addRingSteps(steps, topGroups, top, false);
+        if (reduces) levelSteps(topGroups, top, true);
+        if (gathers) levelSteps(topGroups, top, false);
       }
       for (size_t k = levels.size() - 1; k-- > 0;)
-        if (gathers) addRingSteps(steps, ringsOf(k), chunkAt[k], false);
+        if (gathers) levelSteps(ringsOf(k), chunkAt[k], false);
       break;
     }
   }
@@ -377,8 +573,10 @@ class ChipChains {
     program_.chipSpecHash = specHash;
   }
 
-  /// Places MEM read -> C2C send at the earliest cycle >= earliest; returns the send's issue.
-  Cycle send(int port, std::int64_t vectors, int interval, Cycle earliest, bool commit) {
+  /// Places MEM read -> C2C send at the earliest cycle >= earliest; returns the send's issue. The
+  /// send hands its vectors over one a cycle; the link carries them `spacing` cycles apart.
+  Cycle send(int port, std::int64_t vectors, double spacing, Cycle earliest, bool commit) {
+    constexpr int interval = 1;
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     Cycle best = -1;
     int bestMem = -1;
@@ -410,35 +608,43 @@ class ChipChains {
     out.port = port;
     out.src = read.dst;
     occupyStream(read, distance(bestMem, c2c));
-    linkFree_[port] = best + Cycle{vectors - 1} * interval + interval;
+    linkFree_[port] = best + topology::serializationCycles(vectors, spacing);
     push(read);
     push(out);
     return best;
   }
 
   /// Places C2C receive -> (VXM add with a MEM read) -> MEM write for vectors arriving from
-  /// `arrive`; returns the completion of the write.
-  Cycle receive(int port, std::int64_t vectors, int interval, Cycle arrive, bool reduce) {
+  /// `arrive`, `spacing` cycles apart; returns the completion of the write. The receive takes them
+  /// one a cycle from the port's buffer, from when its last vector is no later than its read.
+  Cycle receive(int port, std::int64_t vectors, double spacing, Cycle arrive, bool reduce) {
+    constexpr int interval = 1;
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     const int memFirst = chip_.firstUnit(UnitKind::kMem);
-    // The two least busy MEM slices (lowest index on ties) for the write and the operand read.
-    int write = -1, operand = -1;
-    for (int u = memFirst; u < memFirst + chip_.memSlices; ++u) {
-      if (write < 0 || unitFree_[u] < unitFree_[write]) {
-        operand = write;
-        write = u;
-      } else if (operand < 0 || unitFree_[u] < unitFree_[operand]) {
-        operand = u;
-      }
-    }
     const int vxmFirst = chip_.firstUnit(UnitKind::kVxm);
     int vxm = vxmFirst;
     for (int u = vxmFirst; u < vxmFirst + chip_.vxmAluGroups; ++u)
       if (unitFree_[u] < unitFree_[vxm]) vxm = u;
+    // The two least busy MEM slices for the write and the operand read; on ties the nearest to the
+    // VXM (a reduce) or to the port, lowest index then: the vectors' path across the chip is short.
+    const int near = reduce ? vxm : c2c;
+    auto before = [&](int u, int v) {
+      return unitFree_[u] != unitFree_[v] ? unitFree_[u] < unitFree_[v] : distance(u, near) < distance(v, near);
+    };
+    int write = -1, operand = -1;
+    for (int u = memFirst; u < memFirst + chip_.memSlices; ++u) {
+      if (write < 0 || before(u, write)) {
+        operand = write;
+        write = u;
+      } else if (operand < 0 || before(u, operand)) {
+        operand = u;
+      }
+    }
     const int target = reduce ? vxm : write;
     const Cycle toTarget = chip_.c2cReceiveCycles + distance(c2c, target);
     const auto [s1, f1] = freeStream(direction(c2c, target));
-    Cycle start = std::max({arrive, unitFree_[c2c], f1 - chip_.c2cReceiveCycles});
+    const Cycle lastLag = topology::serializationCycles(vectors - 1, spacing) - Cycle{vectors - 1} * interval;
+    Cycle start = std::max({arrive + std::max<Cycle>(0, lastLag), unitFree_[c2c], f1 - chip_.c2cReceiveCycles});
     if (!reduce) {
       start = std::max(start, unitFree_[write] - toTarget);
     } else {
@@ -491,12 +697,18 @@ class ChipChains {
 
   /// First cycle the queue of `port` may issue again.
   Cycle portQueueFree(int port) const { return unitFree_[chip_.firstUnit(UnitKind::kC2c) + port]; }
+  /// The first arrival of the latest burst routed into `port` (-1: none): the port hands bursts to
+  /// its receives and forwards in arrival order, so a later burst must arrive after it.
+  Cycle lastArrival(int port) const { return lastArrival_[port]; }
+  void admit(int port, Cycle arrival) { lastArrival_[port] = std::max(lastArrival_[port], arrival); }
 
-  /// A transit hop: vectors arriving on inPort leave on outPort, issued at the first arrival.
-  void forward(int inPort, int outPort, std::int64_t vectors, int interval, Cycle issue) {
-    Instruction f = make(chip_.firstUnit(UnitKind::kC2c) + inPort, Opcode::kC2cForward, issue, vectors, interval);
+  /// A transit hop: vectors arriving on inPort leave on outPort as they arrive (`spacing` apart),
+  /// issued at the first arrival.
+  void forward(int inPort, int outPort, std::int64_t vectors, double spacing, Cycle issue) {
+    Instruction f = make(chip_.firstUnit(UnitKind::kC2c) + inPort, Opcode::kC2cForward, issue, vectors, 1);
     f.port = outPort;
-    linkFree_[outPort] = std::max(linkFree_[outPort], issue + chip_.c2cForwardCycles + Cycle{vectors} * interval);
+    linkFree_[outPort] =
+        std::max(linkFree_[outPort], issue + chip_.c2cForwardCycles + topology::serializationCycles(vectors, spacing));
     push(f);
   }
 
@@ -563,6 +775,7 @@ class ChipChains {
   std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
+  std::vector<Cycle> lastArrival_ = std::vector<Cycle>(chip_.c2cPorts, -1);
   std::vector<Cycle> streamFree_[2];
   std::vector<int> nextAddress_;
   std::vector<int> highWater_;
@@ -621,74 +834,124 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   };
   std::vector<Cycle> ready = start;
 
+  // A message on its route: the link windows of a burst relative to its send's issue, the transit
+  // chips that forward it, and how far its bursts have got.
+  struct Transit { int chip, inPort, outPort; Cycle offset; };
+  struct RoutedMessage {
+    CollectiveMessage message;
+    std::vector<topology::Hop> route;
+    int srcPort = 0, dstPort = 0;
+    double spacing = 1;
+    std::vector<std::pair<int, Cycle>> hops;
+    std::vector<Transit> transits;
+    Cycle flight = 0;
+    Cycle earliest = 0;
+    std::int64_t done = 0;
+  };
+  const bool exchange = plan.algorithm == CollectiveAlgorithm::kDirect || plan.algorithm == CollectiveAlgorithm::kOneShot;
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
-    std::stable_sort(messages.begin(), messages.end(), [](const CollectiveMessage& a, const CollectiveMessage& b) {
-      return a.src != b.src ? a.src < b.src : a.dst < b.dst;
-    });
-    std::vector<Cycle> next = ready;
-    // Sends of a step are placed before its receives, so every chip's sends see the same free units
-    // whatever the chip id: symmetric chips get identical (shared) programs.
-    struct PendingReceive { int chip, port; std::int64_t vectors; int interval; Cycle arrive; bool reduce; };
-    std::vector<PendingReceive> receives;
+    // Chip order, except that an exchange keeps its shift-major order (every chip's message to the
+    // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely.
+    if (!exchange)
+      std::stable_sort(messages.begin(), messages.end(), [](const CollectiveMessage& a, const CollectiveMessage& b) {
+        return a.src != b.src ? a.src < b.src : a.dst < b.dst;
+      });
+    std::vector<RoutedMessage> routed;
     for (const auto& m : messages) {
-      const auto route = cluster.route(m.src, m.dst);
-      if (route.empty()) continue;
-      const auto& first = cluster.links()[route.front().link];
-      const auto& last = cluster.links()[route.back().link];
-      int interval = 1;
-      for (const auto& hop : route) interval = std::max(interval, linkVectorInterval(chip, cluster.links()[hop.link]));
+      RoutedMessage r;
+      r.message = m;
+      r.route = cluster.route(m.src, m.dst);
+      if (r.route.empty()) continue;
+      r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
+      r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);
+      // The vectors leave at the pace of the slowest link so far (a transit chip passes them on as
+      // they arrive) and reach dst at the slowest link's exact rate; every hop is booked for that.
+      for (const auto& hop : r.route)
+        r.spacing = std::max(r.spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
       // Hop h's window starts (relative to the send issue) after the send, the earlier hops and forwards.
-      std::vector<std::pair<int, Cycle>> hops;
       Cycle offset = chip.c2cSendCycles;
-      for (size_t h = 0; h < route.size(); ++h) {
-        const auto& link = cluster.links()[route[h].link];
-        hops.push_back({route[h].link * 2 + (route[h].chip == link.a ? 0 : 1), offset});
+      for (const auto& hop : r.route) {
+        const auto& link = cluster.links()[hop.link];
+        r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
         offset += link.latencyCycles + chip.c2cForwardCycles;
       }
       // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
       // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
-      struct Transit { int chip, inPort, outPort; Cycle offset; };
-      std::vector<Transit> transits;
-      for (size_t h = 1; h < route.size(); ++h) {
-        const int at = route[h].chip;
-        transits.push_back({at, cluster.links()[route[h - 1].link].portOn(at), cluster.links()[route[h].link].portOn(at),
-                            hops[h].second - chip.c2cForwardCycles});
+      for (size_t h = 1; h < r.route.size(); ++h) {
+        const int at = r.route[h].chip;
+        r.transits.push_back({at, cluster.links()[r.route[h - 1].link].portOn(at),
+                              cluster.links()[r.route[h].link].portOn(at), r.hops[h].second - chip.c2cForwardCycles});
       }
-      auto transitsFree = [&](Cycle issue) {
-        for (const auto& t : transits) issue = std::max(issue, chains(t.chip).portQueueFree(t.inPort) - t.offset);
-        return issue;
-      };
-      const Cycle flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
-      Cycle earliest = ready[m.src];
-      for (std::int64_t done = 0; done < m.vectors;) {
-        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - done);
-        const Cycle length = Cycle{v} * interval;
-        // The send's chain starts no earlier than `from`; the calendar may push it later.
-        Cycle from = earliest;
-        Cycle issue = chains(m.src).send(first.portOn(m.src), v, interval, from, false);
-        for (Cycle fit = calendar.firstFit(hops, transitsFree(issue), length); fit != issue;
-             fit = calendar.firstFit(hops, transitsFree(issue), length)) {
-          from += fit - issue;
-          issue = chains(m.src).send(first.portOn(m.src), v, interval, from, false);
-        }
-        chains(m.src).send(first.portOn(m.src), v, interval, from, true);
-        calendar.reserve(hops, issue, length);
-        for (const auto& t : transits) chains(t.chip).forward(t.inPort, t.outPort, v, interval, issue + t.offset);
-        const Cycle arrive = issue + flight;
-        receives.push_back({m.dst, last.portOn(m.dst), v, interval, arrive, m.reduce});
-        RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, interval};
-        for (const auto& hop : route) t.links.push_back(hop.link);
-        out.transfers.push_back(t);
-        C2CTransfer c2c{m.src, m.dst, route.front().link, issue, arrive, static_cast<int>(v), interval,
-                        Bytes{v} * chip.vectorBytes, {}};
-        out.cluster.transfers.push_back(c2c);
-        done += v;
-        earliest = from;
-      }
+      r.flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
+      r.earliest = ready[m.src];
+      routed.push_back(std::move(r));
     }
-    for (const auto& r : receives)
-      next[r.chip] = std::max(next[r.chip], chains(r.chip).receive(r.port, r.vectors, r.interval, r.arrive, r.reduce));
+    std::vector<Cycle> next = ready;
+    // Round b places burst b of every message: the sends of a round before its receives, so every
+    // chip's sends see the same free units whatever the chip id (symmetric chips get identical,
+    // shared programs), and the units a chip's receives need are not yet claimed by later bursts.
+    // A port hands its bursts to its receives and forwards in arrival order: every burst arrives at
+    // each port it reaches after the bursts admitted there before it, a round's receives are placed
+    // in arrival order, and a forward's queue first places the receives still pending on it.
+    struct PendingReceive { int chip, port; std::int64_t vectors; double spacing; Cycle arrive; bool reduce; };
+    std::vector<PendingReceive> receives;
+    auto placeReceives = [&](int onChip, int onPort) {  // onChip < 0: every pending receive
+      std::stable_sort(receives.begin(), receives.end(),
+                       [](const PendingReceive& a, const PendingReceive& b) { return a.arrive < b.arrive; });
+      std::vector<PendingReceive> kept;
+      for (const auto& rc : receives) {
+        if (onChip >= 0 && (rc.chip != onChip || rc.port != onPort)) {
+          kept.push_back(rc);
+          continue;
+        }
+        next[rc.chip] = std::max(next[rc.chip], chains(rc.chip).receive(rc.port, rc.vectors, rc.spacing, rc.arrive, rc.reduce));
+      }
+      receives = std::move(kept);
+    };
+    for (bool more = true; more;) {
+      more = false;
+      for (auto& r : routed) {
+        const auto& m = r.message;
+        if (r.done >= m.vectors) continue;
+        for (const auto& t : r.transits) placeReceives(t.chip, t.inPort);
+        auto transitsFree = [&](Cycle issue) {
+          for (const auto& t : r.transits) {
+            const auto& at = chains(t.chip);
+            issue = std::max({issue, at.portQueueFree(t.inPort) - t.offset, at.lastArrival(t.inPort) + 1 - t.offset});
+          }
+          return std::max(issue, chains(m.dst).lastArrival(r.dstPort) + 1 - r.flight);
+        };
+        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - r.done);
+        const Cycle length = topology::serializationCycles(v, r.spacing);
+        // The send's chain starts no earlier than `from`; the calendar may push it later.
+        Cycle from = r.earliest;
+        Cycle issue = chains(m.src).send(r.srcPort, v, r.spacing, from, false);
+        for (Cycle fit = calendar.firstFit(r.hops, transitsFree(issue), length); fit != issue;
+             fit = calendar.firstFit(r.hops, transitsFree(issue), length)) {
+          from += fit - issue;
+          issue = chains(m.src).send(r.srcPort, v, r.spacing, from, false);
+        }
+        chains(m.src).send(r.srcPort, v, r.spacing, from, true);
+        calendar.reserve(r.hops, issue, length);
+        for (const auto& t : r.transits) {
+          chains(t.chip).forward(t.inPort, t.outPort, v, r.spacing, issue + t.offset);
+          chains(t.chip).admit(t.inPort, issue + t.offset);
+        }
+        const Cycle arrive = issue + r.flight;
+        chains(m.dst).admit(r.dstPort, arrive);
+        receives.push_back({m.dst, r.dstPort, v, r.spacing, arrive, m.reduce});
+        RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
+        for (const auto& hop : r.route) t.links.push_back(hop.link);
+        out.transfers.push_back(t);
+        out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
+                                         Bytes{v} * chip.vectorBytes, {}});
+        r.done += v;
+        r.earliest = from;
+        more = more || r.done < m.vectors;
+      }
+      placeReceives(-1, 0);
+    }
     ready = next;
   }
   out.cluster.programs.resize(cluster.chipCount());
@@ -717,8 +980,7 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
   std::iota(group.begin(), group.end(), 0);
   const std::string name = op.stringAttr("algorithm", "auto");
   CollectiveAlgorithm algorithm = CollectiveAlgorithm::kAuto;
-  for (auto a : {CollectiveAlgorithm::kRing, CollectiveAlgorithm::kTree, CollectiveAlgorithm::kHalvingDoubling,
-                 CollectiveAlgorithm::kHierarchical})
+  for (auto a : kCollectiveAlgorithms)
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();

@@ -15,8 +15,20 @@ namespace tsp::schedule {
 
 /// The collectives of nccl-tests.
 enum class CollectiveOp : std::uint8_t { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast };
-/// Algorithms; kAuto chooses by message size and topology (chooseAlgorithm).
-enum class CollectiveAlgorithm : std::uint8_t { kAuto, kRing, kTree, kHalvingDoubling, kHierarchical };
+/// Algorithms; kAuto chooses by message size and topology (chooseAlgorithm). kDirect: every chip
+/// exchanges its n/p chunks with every other at once (reduce-scatter, all-gather, both for an
+/// all-reduce: two-shot; all-to-all; broadcast as scatter + all-gather); kOneShot: every chip sends
+/// its whole data to every other (all-reduce, broadcast); kMultiRing: on a whole torus or mesh, 2D
+/// shares of the data each reduce-scatter and all-gather dimension by dimension, every dimension in
+/// both directions at once.
+enum class CollectiveAlgorithm : std::uint8_t {
+  kAuto, kRing, kTree, kHalvingDoubling, kHierarchical, kDirect, kOneShot, kMultiRing
+};
+/// Every algorithm but kAuto, in the order chooseAlgorithm breaks ties.
+inline constexpr CollectiveAlgorithm kCollectiveAlgorithms[] = {
+    CollectiveAlgorithm::kRing,    CollectiveAlgorithm::kMultiRing, CollectiveAlgorithm::kDirect,
+    CollectiveAlgorithm::kOneShot, CollectiveAlgorithm::kHalvingDoubling, CollectiveAlgorithm::kTree,
+    CollectiveAlgorithm::kHierarchical};
 
 const char* collectiveOpName(CollectiveOp op);
 const char* collectiveAlgorithmName(CollectiveAlgorithm algorithm);
@@ -41,10 +53,18 @@ struct CollectivePlan {
   isa::OpOrigin origin;  ///< the op its instructions are attributed to (empty: none)
 };
 
-/// The algorithm for op over group: tree (or halving/doubling on fully-connected power-of-two groups)
-/// below 64 KiB per chip, hierarchical on dragonflies spanning several nodes, else ring.
+/// The algorithm for op over group: hierarchical on dragonflies spanning several nodes; otherwise,
+/// for groups up to kChooseByEstimateChips, the one of least estimateCollectiveCycles among those
+/// the group allows; larger groups a tree below 64 KiB per chip (all-reduce, broadcast), else a ring.
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster);
+/// Groups up to this size get their algorithm by estimated cycles (the plans are built to estimate them).
+inline constexpr size_t kChooseByEstimateChips = 64;
+
+/// The alpha-beta time of a plan with contention: per step, the slowest route's latency plus the
+/// on-chip turnaround (alpha), plus the busiest directed link's vectors at its exact rate (every
+/// message of the step that crosses it, in turn). The figures the scheduler books links with.
+double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Cluster& cluster);
 
 /// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on
 /// whole 2-D meshes and tori; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
@@ -66,7 +86,7 @@ struct RoutedTransfer {
   Cycle sendCycle = 0;     ///< issue of the send
   Cycle arriveCycle = 0;   ///< first vector at the destination
   std::int64_t vectors = 0;
-  int interval = 1;
+  double spacing = 1;  ///< cycles between vectors on the route's links (the slowest link's exact rate)
 };
 
 /// The schedule of a collective: every message with its route and cycles, the program of every chip
