@@ -633,13 +633,24 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   return profile;
 }
 
-double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort) {
+double allReduceCycles(double chips, double bytes, const LinkFigures& links) {
   if (chips < 2) return 0;
   const double alpha = static_cast<double>(links.alpha), beta = links.cyclesPerByte * links.contention;
-  const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta * sharedPort;
-  if (bytes >= kTreeAllReduceBelowBytes) return ring;
+  const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta;
   const double tree = 2 * std::ceil(std::log2(chips)) * (alpha + bytes * beta);
+  if (links.direct) {
+    const double twoShot = 2 * (alpha + bytes / chips * links.cyclesPerByte), oneShot = alpha + bytes * links.cyclesPerByte;
+    return std::min({ring, tree, twoShot, oneShot});
+  }
+  if (bytes >= kTreeAllReduceBelowBytes) return ring;
   return std::min(ring, tree);
+}
+
+double allGatherCycles(double chips, double bytes, const LinkFigures& links) {
+  if (chips < 2) return 0;
+  const double alpha = static_cast<double>(links.alpha);
+  const double ring = (chips - 1) * alpha + (chips - 1) / chips * bytes * links.cyclesPerByte * links.contention;
+  return links.direct ? std::min(ring, alpha + bytes / chips * links.cyclesPerByte) : ring;
 }
 
 double layerCyclesAt(const LayerProfile& layer, double share) {
@@ -661,9 +672,6 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
   const double scaled = layerCyclesAt(layer, frac);
   LayerShare share;
   const double t = c.tp;
-  // A ring of two: each chip sends to and receives from one neighbour over one link, and the send
-  // and the receive share that port's C2C queue, so they take turns (the bytes term doubles).
-  const double sharedPort = t == 2 ? 2.0 : 1.0;
   // The convolution share of the layer: split by a spatial split only.
   const double conv = static_cast<double>(layer.convCycles) / std::max<double>(1, static_cast<double>(layer.cycles));
   switch (c.split) {
@@ -677,25 +685,23 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       const int allGathers = at ? at->allGathers : layer.allGathers;
       const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
       const double gathered = static_cast<double>(at ? at->allGatherBytes : layer.allGatherBytes);
-      // All-reduce as the scheduler runs it (allReduceCycles); all-gather (t-1)alpha + (t-1)/t n beta.
-      share.comm = allReduces * allReduceCycles(t, reduced * frac / std::max(1, allReduces), links.tp, sharedPort) +
-                   allGathers * (t - 1) * static_cast<double>(links.tp.alpha) +
-                   (t - 1) / t * gathered * frac * links.tp.cyclesPerByte * links.tp.contention * sharedPort;
+      // All-reduce and all-gather as the scheduler runs them (allReduceCycles, allGatherCycles).
+      share.comm = allReduces * allReduceCycles(t, reduced * frac / std::max(1, allReduces), links.tp) +
+                   allGathers * allGatherCycles(t, gathered * frac / std::max(1, allGathers), links.tp);
       break;
     }
     case TensorSplit::k2d: {
       // q x q grid: each weight matmul holds 1/q^2 of its weight (K split over one axis, N over
       // the other) and all-reduces its partial output, 1/q of it per chip, over the q chips of one
-      // axis (a ring of two shares one port, as for Megatron).
+      // axis.
       const double q = std::round(std::sqrt(t));
       const auto* at = layer.figuresAt(c.split, c.tp);
       share.compute = scaled * (at ? at->computeShare(q) : conv + (1 - conv) / t);
-      const double port = q == 2 ? 2.0 : 1.0;
       const auto& g = at ? at->grid : layer.grid;
       if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
         share.comm = layer.weightMatmuls *
                      allReduceCycles(q, static_cast<double>(layer.matmulOutBytes) / q * frac /
-                                            std::max(1, layer.weightMatmuls), links.tp, port);
+                                            std::max(1, layer.weightMatmuls), links.tp);
         break;
       }
       // The collectives the sharding makes, each on its axis's rings: a tensor split over the other
@@ -706,9 +712,8 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
             (static_cast<double>(g[a].allReduceBytes[0]) + static_cast<double>(g[a].allReduceBytes[1]) / q) * frac;
         const double gathered =
             (static_cast<double>(g[a].allGatherBytes[0]) + static_cast<double>(g[a].allGatherBytes[1]) / q) * frac;
-        share.comm += g[a].allReduces * allReduceCycles(q, reduced / std::max(1, g[a].allReduces), f, port) +
-                      g[a].allGathers * (q - 1) * static_cast<double>(f.alpha) +
-                      (q - 1) / q * gathered * f.cyclesPerByte * f.contention * port;
+        share.comm += g[a].allReduces * allReduceCycles(q, reduced / std::max(1, g[a].allReduces), f) +
+                      g[a].allGathers * allGatherCycles(q, gathered / std::max(1, g[a].allGathers), f);
       }
       break;
     }

@@ -161,6 +161,9 @@ struct LinkFigures {
   double cyclesPerByte = 0;   ///< 1 / the narrowest link bandwidth on the routes
   int contention = 1;         ///< the most messages of this kind sharing one link direction at once
   int maxHops = 0;            ///< the longest route
+  /// Every two chips of each group joined by a direct link: the scheduler's direct exchange runs
+  /// over all of them at once (a tensor-parallel group inside a node).
+  bool direct = false;
   /// Cycles to move `bytes` once: alpha + bytes * beta * contention.
   double transfer(double bytes) const { return static_cast<double>(alpha) + bytes * cyclesPerByte * contention; }
 };
@@ -261,9 +264,13 @@ double tpEdgeBytes(const LayerProfile& layer, const Candidate& candidate);
 /// alpha-beta time beats the ring's (collectives' chooseAlgorithm: latency-bound messages).
 constexpr double kTreeAllReduceBelowBytes = 64 << 10;
 /// Cycles of an all-reduce of `bytes` per chip over `chips` chips as the scheduler picks it: the
-/// ring 2(t-1) alpha + 2 (t-1)/t n beta c (x sharedPort for a ring of two), or under
-/// kTreeAllReduceBelowBytes the tree 2 ceil(log2 t)(alpha + n beta c) when that is shorter.
-double allReduceCycles(double chips, double bytes, const LinkFigures& links, double sharedPort);
+/// ring 2(t-1) alpha + 2 (t-1)/t n beta c, or under kTreeAllReduceBelowBytes the tree
+/// 2 ceil(log2 t)(alpha + n beta c) when that is shorter; on a direct group the least of those, the
+/// two-shot exchange 2 (alpha + n/t beta) and the one-shot alpha + n beta.
+double allReduceCycles(double chips, double bytes, const LinkFigures& links);
+/// Cycles of an all-gather of `bytes` (the gathered size) over `chips`: the ring (t-1) alpha +
+/// (t-1)/t n beta c, on a direct group the exchange alpha + n/t beta.
+double allGatherCycles(double chips, double bytes, const LinkFigures& links);
 
 /// Compute cycles of a layer on `share` of the batch, one chip: interpolated between the compiler's
 /// measured shares, extrapolated below the smallest along the line through the two smallest.

@@ -190,6 +190,14 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
     for (size_t i = 0; i < order.size() && order.size() > 1; ++i)
       messages.push_back({order[i], order[(i + 1) % order.size()]});
   };
+  // True while every group seen so far has every two chips joined by a direct link.
+  auto adjacent = [&](const std::vector<int>& chips) {
+    for (int a : chips)
+      for (int b : chips)
+        if (a != b && cluster.hops(a, b) != 1) return false;
+    return true;
+  };
+  bool tpDirect = tp > 1, gridDirect[2] = {true, true};
   const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(tp))));
   const bool isGrid = grid && q >= 2 && q * q == tp;
   for (int d = 0; d < (allGroups ? dp : 1); ++d)
@@ -201,6 +209,7 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         std::vector<int> chips;
         for (int t = 0; t < tp && tp > 1; ++t) chips.push_back(placement[rankOf(d, s, t, tp, pp)]);
         addRing(ring, chips);
+        tpDirect = tpDirect && adjacent(chips);
       }
       ringKinds.resize(ring.size(), shared.index(SharedLinks::kTpRing, s));
     }
@@ -221,6 +230,7 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           gradientKinds.push_back(shared.index(SharedLinks::kSendBackward, s));
         }
   figures.tp = measure(ring, ringKinds);
+  figures.tp.direct = tpDirect && !isGrid;
   if (isGrid)
     for (int axis = 0; axis < 2; ++axis) {
       // Axis r joins the ranks of one grid column (same c), axis c those of one row.
@@ -231,8 +241,10 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
             std::vector<int> chips;
             for (int j = 0; j < q; ++j) chips.push_back(placement[rankOf(d, s, axis == 0 ? j * q + i : i * q + j, tp, pp)]);
             addRing(rings, chips);
+            gridDirect[axis] = gridDirect[axis] && adjacent(chips);
           }
       figures.grid[axis] = measure(rings, {});
+      figures.grid[axis].direct = gridDirect[axis];
     }
   figures.pp = measure(sends, sendKinds);
   if (sharedLinks) {

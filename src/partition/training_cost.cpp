@@ -161,13 +161,12 @@ double weightShare(const LayerProfile& layer, const Candidate& c) {
   return (replicated + (all - replicated) / c.tp) / all;
 }
 
-// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages. A ring of two
-// sends and receives over one port, whose queue takes them in turn: the bytes term doubles.
+// Ring all-reduce of `bytes` over `group` members on `links`, in `buckets` messages.
 double ringAllReduce(double bytes, int group, double buckets, const LinkFigures& links) {
   if (group <= 1 || bytes <= 0) return 0;
-  const double d = group, port = group == 2 ? 2.0 : 1.0;
+  const double d = group;
   return buckets * 2 * (d - 1) * static_cast<double>(links.alpha) +
-         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention * port;
+         2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
 }
 
 // A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
