@@ -615,10 +615,11 @@ class ChipChains {
   }
 
   /// Places C2C receive -> (VXM add with a MEM read) -> MEM write for vectors arriving from
-  /// `arrive`, `spacing` cycles apart; returns the completion of the write. The receive takes them
-  /// one a cycle from the port's buffer, from when its last vector is no later than its read.
-  Cycle receive(int port, std::int64_t vectors, double spacing, Cycle arrive, bool reduce) {
-    constexpr int interval = 1;
+  /// `arrive`, `spacing` cycles apart; returns the completion of the write. With `wholeBursts` the
+  /// receive takes the burst one vector a cycle from the port's buffer once its last vector is in;
+  /// otherwise it reads one vector every ceil(spacing) cycles from the first arrival.
+  Cycle receive(int port, std::int64_t vectors, double spacing, Cycle arrive, bool reduce, bool wholeBursts) {
+    const int interval = wholeBursts ? 1 : static_cast<int>(std::ceil(spacing - 1e-9));
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     const int memFirst = chip_.firstUnit(UnitKind::kMem);
     const int vxmFirst = chip_.firstUnit(UnitKind::kVxm);
@@ -695,6 +696,12 @@ class ChipChains {
     return isa::completion(chip_, wr);
   }
 
+  /// The cycle every link this chip sends or forwards on has carried its last vector.
+  Cycle linksDrained() const {
+    Cycle drained = 0;
+    for (Cycle free : linkFree_) drained = std::max(drained, free + chip_.c2cSendCycles);
+    return drained;
+  }
   /// First cycle the queue of `port` may issue again.
   Cycle portQueueFree(int port) const { return unitFree_[chip_.firstUnit(UnitKind::kC2c) + port]; }
   /// The first arrival of the latest burst routed into `port` (-1: none): the port hands bursts to
@@ -816,11 +823,12 @@ void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle
 
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster) {
   LinkCalendar calendar(cluster.links().size());
-  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar);
+  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true);
 }
 
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
-                                                const std::vector<Cycle>& start, LinkCalendar& calendar) {
+                                                const std::vector<Cycle>& start, LinkCalendar& calendar,
+                                                bool wholeBursts) {
   const auto& chip = cluster.chip();
   const std::uint64_t specHash = chip.hash();
   CollectiveSchedule out;
@@ -905,7 +913,7 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
           kept.push_back(rc);
           continue;
         }
-        next[rc.chip] = std::max(next[rc.chip], chains(rc.chip).receive(rc.port, rc.vectors, rc.spacing, rc.arrive, rc.reduce));
+        next[rc.chip] = std::max(next[rc.chip], chains(rc.chip).receive(rc.port, rc.vectors, rc.spacing, rc.arrive, rc.reduce, wholeBursts));
       }
       receives = std::move(kept);
     };
@@ -955,8 +963,10 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     ready = next;
   }
   out.cluster.programs.resize(cluster.chipCount());
+  out.linksDrained.assign(cluster.chipCount(), 0);
   for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
   for (auto& [c, chain] : chainOf) {
+    out.linksDrained[c] = chain.linksDrained();
     out.cluster.programs[c] = chain.finish();
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }

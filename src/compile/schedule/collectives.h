@@ -96,6 +96,9 @@ struct CollectiveSchedule {
   std::vector<RoutedTransfer> transfers;
   ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
+  /// Per chip, the cycle its outgoing links have carried every vector it sent or forwarded: its
+  /// serdes may still drain after its last instruction (0 for chips the collective does not touch).
+  std::vector<Cycle> linksDrained;
 };
 
 /// Schedules plan on the cluster: messages in (step, src, dst) order at the earliest cycle their
@@ -119,9 +122,13 @@ class LinkCalendar {
 
 /// scheduleCollective inside a larger schedule: chip c's units, streams and ports are free from
 /// start[c] on (absolute cycles), links are booked in `calendar`; the programs hold absolute
-/// issue cycles and only the chips the messages touch have instructions.
+/// issue cycles and only the chips the messages touch have instructions. With `wholeBursts` (a
+/// collective alone) a receive takes its burst one vector a cycle once the last vector is in, at the
+/// link's exact rate; without (a sharded plan, whose other work books bursts on the same ports),
+/// it reads each vector as it arrives, one every ceil(t_vec) cycles.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
-                                                const std::vector<Cycle>& start, LinkCalendar& calendar);
+                                                const std::vector<Cycle>& start, LinkCalendar& calendar,
+                                                bool wholeBursts = false);
 
 /// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
 /// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and

@@ -544,6 +544,8 @@ Status appendCollective(const CollectivePlan& plan, const topology::Cluster& clu
     isa::Program& program = scheduled->cluster.programs[c];
     if (!plan.origin.op.empty()) isa::attributeAll(program, plan.origin);  // the chains move the plan's tensor
     timelines.append(c, program, 0);
+    // A later segment's sends expect the chip's links free once the chip is.
+    timelines.holdUntil(c, scheduled->linksDrained[c]);
   }
   for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
     C2CTransfer t = scheduled->cluster.transfers[i];

@@ -106,6 +106,8 @@ class ChipTimelines {
   }
   /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
   void idle(int c, Cycle cycles) { free_[c] += cycles; }
+  /// Keeps chip c's next work from starting before `at` (its links still carry what it sent).
+  void holdUntil(int c, Cycle at) { free_[c] = std::max(free_[c], at); }
   /// The programs, canonical, with their predicted cycles and lower bounds. Pieces that are not
   /// in (issue, unit) order one after another are written out into the instructions and sorted.
   std::vector<isa::Program> finish() {
