@@ -56,7 +56,7 @@ TEST(EventProgramTest, PiecesReadInProgramOrderWithTheirOffsets) {
   isa::Program p;
   auto body = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop)});
   auto empty = isa::makeBody({});
-  p.pieces = {{body, 0}, {empty, 5}, {body, 10}, {body, 20}};
+  p.pieces = {{body, 0, {}}, {empty, 5, {}}, {body, 10, {}}, {body, 20, {}}};
   const EventProgram events(p, spec);
   const isa::InstructionSequence sequence(p);
   ASSERT_EQ(events.size(), sequence.size());
@@ -68,7 +68,7 @@ TEST(EventProgramTest, PiecesReadInProgramOrderWithTheirOffsets) {
     events.step(c);
   }
   EXPECT_TRUE(events.canonical());
-  p.pieces = {{body, 10}, {body, 0}};  // the second piece issues before the first: not in order
+  p.pieces = {{body, 10, {}}, {body, 0, {}}};  // the second piece issues before the first: not in order
   EXPECT_FALSE(EventProgram(p, spec).canonical());
 }
 
