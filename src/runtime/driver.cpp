@@ -755,9 +755,9 @@ constexpr Stage kConfigure{"configure", Phase::kLoad, configure};
 constexpr Stage kBuildModel{"build model", std::nullopt, buildModel};  // phases import and passes
 constexpr Stage kChoosePlan{"choose plan", Phase::kSearch, choosePlanStage};
 constexpr Stage kCompile{"compile", Phase::kCompile, compile};
-constexpr Stage kMapRanks{"map ranks", Phase::kMapRanks, mapRanks};
+constexpr Stage kMapRanks{"map ranks", Phase::kSimulate, mapRanks};
 constexpr Stage kSimulate{"simulate", Phase::kSimulate, simulate};
-constexpr Stage kGatherStatistics{"gather statistics", Phase::kGatherStatistics, gatherStatistics};
+constexpr Stage kGatherStatistics{"gather statistics", Phase::kSimulate, gatherStatistics};
 constexpr Stage kWriteTrace{"write trace", Phase::kWriteTrace, writeTrace};
 constexpr Stage kReport{"report", Phase::kReport, report};
 constexpr Stage kDescribeTopology{"describe topology", Phase::kReport, describeTopology};
@@ -782,14 +782,14 @@ std::vector<Stage> stagesFor(const RunOptions& o) {
 }  // namespace
 
 const char* phaseName(Phase phase) {
-  static constexpr const char* kNames[kPhaseCount] = {"load",     "import",            "passes",      "search", "compile",
-                                                      "map ranks", "simulate", "gather statistics", "write trace", "report"};
+  static constexpr const char* kNames[kPhaseCount] = {"load",     "import",      "passes",      "search",
+                                                      "compile",  "simulate",    "write trace", "report"};
   return kNames[static_cast<int>(phase)];
 }
 
 const char* phaseKey(Phase phase) {
-  static constexpr const char* kKeys[kPhaseCount] = {"load",      "import",   "passes",            "search",      "compile",
-                                                     "map_ranks", "simulate", "gather_statistics", "write_trace", "report"};
+  static constexpr const char* kKeys[kPhaseCount] = {"load",     "import",      "passes",      "search",
+                                                     "compile",  "simulate",    "write_trace", "report"};
   return kKeys[static_cast<int>(phase)];
 }
 

@@ -69,8 +69,10 @@ struct RunStatistics {
   std::vector<BusyLink> busiestLinks;  ///< up to 5, busiest first
 };
 
-/// The phases whose wall time the summaries give (rank 0's clock).
-enum class Phase { kLoad, kImport, kPasses, kSearch, kCompile, kMapRanks, kSimulate, kGatherStatistics, kWriteTrace, kReport };
+/// The phases whose wall time the summary gives (rank 0's clock): loading the config, importing the
+/// model, the graph passes, choosing the plan, compiling, simulating (with mapping chips to ranks and
+/// gathering the statistics), writing the trace; and the report, which the report cannot time.
+enum class Phase { kLoad, kImport, kPasses, kSearch, kCompile, kSimulate, kWriteTrace, kReport };
 inline constexpr int kPhaseCount = static_cast<int>(Phase::kReport) + 1;
 
 /// The name of a phase in the summaries ("write trace") and in --json ("write_trace").

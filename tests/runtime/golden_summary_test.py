@@ -21,7 +21,7 @@ TEXT_PATTERNS = [
     (re.compile(r"^(simulation: .*, )[0-9.]+ s$"), r"\g<1>" + MASK + " s"),
     (re.compile(r"^(memory:      peak RSS )[0-9.]+( MiB on the largest rank, )[0-9.]+( KiB per simulated chip.*)$"),
      r"\g<1>" + MASK + r"\g<2>" + MASK + r"\g<3>"),
-    (re.compile(r"^(phases:      ).*$"), r"\g<1>" + MASK),
+    (re.compile(r"^phases: .*$"), lambda m: re.sub(r"[0-9]+\.[0-9]+ s\b", MASK + " s", m.group(0))),
 ]
 # --json: the values of keys that measure the run rather than the simulated cluster.
 JSON_VOLATILE = ["wall_seconds", "peak_rss_bytes_max_rank", "peak_rss_bytes_all_ranks"]

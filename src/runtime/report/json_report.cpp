@@ -217,6 +217,10 @@ void printSummaryJson(const RunState& state) {
                       {"faults_injected", state.simOptions.faults.enabled()},
                       {"hazards_counted", stats.hazardsCounted},
                       {"trace", state.tracePath}};
+  j["phase_seconds"] = nlohmann::json::object();
+  for (int p = 0; p < kPhaseCount; ++p)
+    if (const auto& seconds = state.phases.seconds[p]; seconds && static_cast<Phase>(p) != Phase::kReport)
+      j["phase_seconds"][phaseKey(static_cast<Phase>(p))] = *seconds;
   for (int k = 0; k < sim::kHazardKindCount; ++k)
     j["hazards_by_kind"][sim::hazardKindName(static_cast<sim::HazardKind>(k))] = stats.totals.hazards[k];
   if (state.collective)

@@ -3,6 +3,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "compile/ir/autodiff.h"
 #include "compile/passes/passes.h"
@@ -184,6 +185,11 @@ void printSummaryText(const RunState& state) {
   fmt::print("simulation:  {} ranks, {} mapping ({} links cut), {} windows of up to {} cycles, {:.2f} s\n", state.ranks,
              config.simulation.rankMapping, state.cutLinks, state.outcome.windows, state.simulation->lookahead(),
              state.wallSeconds);
+  std::vector<std::string> phases;
+  for (int p = 0; p < kPhaseCount; ++p)
+    if (const auto& seconds = state.phases.seconds[p]; seconds && static_cast<Phase>(p) != Phase::kReport)
+      phases.push_back(fmt::format("{} {:.2f} s", phaseName(static_cast<Phase>(p)), *seconds));
+  fmt::print("phases:      {} (wall time)\n", fmt::join(phases, ", "));
   fmt::print("memory:      peak RSS {:.1f} MiB on the largest rank, {:.1f} KiB per simulated chip over all ranks\n",
              static_cast<double>(state.peakRssMaxRank) / (1 << 20),
              static_cast<double>(state.peakRssAllRanks) / 1024.0 / cluster.chipCount());
