@@ -11,7 +11,7 @@
 
 namespace tsp::runtime {
 
-/// Command-line choices of one run (DESIGN.md section 6).
+/// Command-line choices of one run (`tsp-sim --help`, docs/getting-started.md).
 struct RunOptions {
   std::string configPath;
   std::optional<std::string> model;  ///< --model override

@@ -68,7 +68,7 @@ struct LinkUse {
   Cycle busyCycles = 0;
 };
 
-/// The kinds of hazard the simulator finds (DESIGN.md section 4).
+/// The kinds of hazard the simulator finds (docs/machine-model.md, "Hazards and the event engine").
 enum class HazardKind : std::uint8_t {
   kUnitBusy,         ///< an issue while the unit (or the MEM port it needs) is busy
   kStreamCollision,  ///< two values in one stream cell

@@ -5,7 +5,7 @@
 
 namespace tsp {
 
-/// Exit codes of the tsp-sim command (DESIGN.md section 6); a diagnostic carries the one it maps to.
+/// Exit codes of the tsp-sim command (docs/getting-started.md, section 8); a diagnostic carries the one it maps to.
 enum class ExitCode : int {
   kSuccess = 0,
   kConfig = 1,

@@ -14,7 +14,7 @@ using Bytes = std::int64_t;
 /// ceil(a / b) for positive integers.
 constexpr std::int64_t ceilDiv(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-/// Converts nanoseconds to cycles at clockMhz, rounding up (DESIGN.md section 3).
+/// Converts nanoseconds to cycles at clockMhz, rounding up (docs/machine-model.md, "Figures": link latency).
 constexpr Cycle nsToCycles(double ns, double clockMhz) {
   const double exact = ns * clockMhz / 1000.0;
   const auto whole = static_cast<Cycle>(exact);

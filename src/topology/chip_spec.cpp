@@ -18,7 +18,7 @@ const char* unitKindName(UnitKind kind) {
   return "?";
 }
 
-// Layout (DESIGN.md section 3): MXM.. | SXM | MEM x(n/2) | VXM | MEM x(n/2) | SXM | ..MXM.
+// Layout (docs/machine-model.md, "Layout along the east-west axis"): MXM.. | SXM | MEM x(n/2) | VXM | MEM x(n/2) | SXM | ..MXM.
 // Half the MXM planes sit at the west edge, half at the east edge, one slice each.
 int ChipSpec::sliceCount() const { return mxmPlanes + 2 + memSlices + 1; }
 

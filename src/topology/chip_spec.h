@@ -21,7 +21,7 @@ inline constexpr int kUnitKindCount = 5;
 /// "MEM", "VXM", "MXM", "SXM" or "C2C".
 const char* unitKindName(UnitKind kind);
 
-/// How logical SRAM addresses are spread over banks (a compiler allocation policy, DESIGN.md section 3).
+/// How logical SRAM addresses are spread over banks (a compiler allocation policy, docs/machine-model.md).
 enum class BankMapping : std::uint8_t { kLinear, kPrimeModulo, kXor };
 
 /// One instruction queue of the ICU: the unit it feeds and where that unit sits on the east-west axis.
@@ -31,7 +31,7 @@ struct UnitInfo {
   int indexInKind;  ///< 0-based among units of the same kind.
 };
 
-/// The machine model of one TSP (DESIGN.md section 3). Fields are added with a version bump, never
+/// The machine model of one TSP (docs/machine-model.md). Fields are added with a version bump, never
 /// silently re-purposed (version 2 added the C2C lane figures). The per-op energies came without a
 /// bump: the version enters the hash, and figures that do not change timing must not invalidate programs.
 struct ChipSpec {

@@ -451,9 +451,9 @@ Expected<std::vector<Link>> generateLinks(const TopologyDescription& d, const Li
     return builder.take();
   }
   if (d.kind == "dragonfly") {
-    // DESIGN.md section 3: fully connected nodes; every pair of nodes in a rack joined by the same
-    // number of links, a node's rack ports dealt over its chips in chip-id order; the remaining
-    // ports joined to the other racks as a circulant (systemPortChips).
+    // docs/config.md, "Generators and their wiring": fully connected nodes; every pair of nodes in
+    // a rack joined by the same number of links, a node's rack ports dealt over its chips in
+    // chip-id order; the remaining ports joined to the other racks as a circulant (systemPortChips).
     const int perNode = d.chipsPerNode, perRack = d.chipsPerNode * d.nodesPerRack;
     if (d.nodesPerRack > 1 && (d.globalLinksPerChip * perNode) % (d.nodesPerRack - 1) != 0)
       return makeError(ExitCode::kConfig,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs each config on 1, 2 and 4 MPI ranks, with block and METIS rank mappings, at every trace level,
-and checks that h5diff finds no difference but the four allowed /meta attributes (DESIGN.md section 7)."""
+and checks that h5diff finds no difference but the four allowed /meta attributes (docs/trace-format.md, "The same trace")."""
 import os
 import re
 import subprocess
