@@ -475,7 +475,8 @@ Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& op
   return static_cast<Cycle>(std::ceil(cycles)) + chip.rippleCycles;
 }
 
-Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples) {
+Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
+                                    const support::ProgressFn& progress) {
   ModelProfile profile;
   profile.samples = std::max<std::int64_t>(1, samples);
   const int layerCount = std::max(1, graph.layerCount());
@@ -514,6 +515,9 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   int lastColumnLayer = -1;
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
   std::map<std::string, LayerEstimate> estimated;  // by layer signature
+  std::set<std::string> distinct;  // progress counts the distinct layers: the compiler's work
+  if (progress)
+    for (int l = 0; l < layerCount; ++l) distinct.insert(layerSignature(graph, ops[l]));
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
     std::set<ir::TensorId> leaves;
@@ -582,6 +586,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
         if (value.error.empty()) measureLayer(*sub, chip, profile.samples, layer.outBytes > 0, value);
       }
       found = estimated.emplace(signature, value).first;
+      if (progress) progress(static_cast<std::int64_t>(estimated.size()), static_cast<std::int64_t>(distinct.size()));
     }
     if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
       // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).

@@ -10,6 +10,7 @@
 #include "compile/ir/graph.h"
 #include "partition/training.h"
 #include "support/expected.h"
+#include "support/progress.h"
 #include "topology/chip_spec.h"
 
 namespace tsp::partition {
@@ -142,7 +143,9 @@ struct ModelProfile {
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
-Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples);
+/// progress is told after each distinct layer is estimated (distinct layers done, distinct layers).
+Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
+                                    const support::ProgressFn& progress = {});
 
 /// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);

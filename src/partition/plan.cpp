@@ -245,8 +245,9 @@ Expected<std::vector<int>> placePipeline(const topology::Cluster& cluster, int s
   return path;
 }
 
-Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& cluster, const ParallelismConfig& config) {
-  auto layerCycles = schedule::estimateLayerCycles(graph, cluster.chip());
+Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& cluster, const ParallelismConfig& config,
+                            const support::ProgressFn& progress) {
+  auto layerCycles = schedule::estimateLayerCycles(graph, cluster.chip(), progress);
   if (!layerCycles) return layerCycles.error();
   const int layers = static_cast<int>(layerCycles->size());
   int stages = config.pp > 0 ? config.pp : std::min(layers, cluster.chipCount());

@@ -8,6 +8,7 @@
 #include "compile/schedule/cluster_schedule.h"
 #include "partition/cost_model.h"
 #include "support/expected.h"
+#include "support/progress.h"
 #include "topology/cluster.h"
 
 namespace YAML { class Node; }
@@ -81,7 +82,9 @@ std::vector<int> partitionChain(const std::vector<Cycle>& layerCycles, int stage
 Expected<std::vector<int>> placePipeline(const topology::Cluster& cluster, int stages);
 
 /// A pipeline plan over the cluster: layer costs from the compiler, DP stage partition, placement.
-Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& cluster, const ParallelismConfig& config);
+/// progress is told after each layer the compiler estimates.
+Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& cluster, const ParallelismConfig& config,
+                            const support::ProgressFn& progress = {});
 
 /// The stages of a plan as op lists for the cluster scheduler.
 std::vector<schedule::PipelineStage> stagesOf(const ir::Graph& graph, const Plan& plan);

@@ -112,9 +112,13 @@ std::vector<PlanCost> evaluateList(Evaluator& evaluator, const std::vector<Candi
                                    const SearchParallel& parallel) {
   std::vector<EvaluatedCandidate> mine;
   const int size = parallel.gather ? std::max(1, parallel.size) : 1;
+  const int rank = size > 1 ? parallel.rank : 0;
+  const auto share = static_cast<std::int64_t>(list.size() / size + (static_cast<int>(list.size() % size) > rank ? 1 : 0));
   for (size_t i = 0; i < list.size(); ++i)
-    if (static_cast<int>(i % size) == (size > 1 ? parallel.rank : 0))
+    if (static_cast<int>(i % size) == rank) {
       mine.push_back({static_cast<std::int64_t>(i), evaluator.evaluate(list[i], exact)});
+      if (parallel.progress) parallel.progress(static_cast<std::int64_t>(mine.size()), share);
+    }
   const auto all = size > 1 ? parallel.gather(mine) : mine;
   std::vector<PlanCost> out(list.size());
   for (const auto& e : all) out[e.index] = e.cost;

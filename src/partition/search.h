@@ -11,6 +11,7 @@
 #include "partition/placement.h"
 #include "partition/plan.h"
 #include "support/expected.h"
+#include "support/progress.h"
 #include "topology/cluster.h"
 
 namespace tsp::partition {
@@ -35,6 +36,8 @@ struct EvaluatedCandidate {
 struct SearchParallel {
   int rank = 0, size = 1;
   std::function<std::vector<EvaluatedCandidate>(const std::vector<EvaluatedCandidate>&)> gather;
+  /// Told after each candidate this rank evaluates: (done, this rank's share) of the list in hand.
+  support::ProgressFn progress;
 };
 
 /// A ranked plan: the candidate, its predicted cost, and whether contention counted every group.

@@ -29,6 +29,7 @@
 #include "partition/training_cost.h"
 #include "partition/training_step.h"
 #include "runtime/plan_choice.h"
+#include "runtime/progress.h"
 #include "runtime/program_files.h"
 #include "runtime/rank_mapping.h"
 #include "runtime/report/report.h"
@@ -180,31 +181,10 @@ Expected<ir::Graph> importAndRunPasses(const frontend::ModelSpec& spec, const Ru
   return result;
 }
 
-// Rank-0 progress line on stderr: simulated cycles, windows, events/s over all ranks, ETA. The
-// first comes after the first window (the user sees the simulation start), then one a second.
-class ProgressLine {
- public:
-  ProgressLine(bool enabled, Cycle expected) : enabled_(enabled), expected_(expected), start_(Clock::now()), last_(start_) {}
-  bool due() const { return enabled_ && (!printed_ || Clock::now() - last_ >= std::chrono::seconds(1)); }
-  void print(const ProgressReport& report) {
-    printed_ = true;
-    last_ = Clock::now();
-    const double seconds = std::chrono::duration<double>(last_ - start_).count();
-    const double fraction =
-        expected_ > 0 ? std::min(1.0, static_cast<double>(report.cycle) / static_cast<double>(expected_)) : 0;
-    const double eta = fraction > 0 ? seconds * (1 - fraction) / fraction : 0;
-    fmt::print(stderr, "tsp-sim: progress: cycle {} of ~{} ({:.0f}%), {} windows, {:.3g} events/s, ETA {:.0f} s\n",
-               std::min(report.cycle, expected_), expected_, 100 * fraction, report.windows,
-               static_cast<double>(report.events) / std::max(seconds, 1e-9), eta);
-    std::fflush(stderr);
-  }
-
- private:
-  bool enabled_;
-  bool printed_ = false;
-  Cycle expected_;
-  Clock::time_point start_, last_;
-};
+// A phase's progress line, printed by rank 0 unless --quiet or --json.
+PhaseProgress phaseProgress(const RunState& s, const char* phase) {
+  return PhaseProgress(phase, s.root && !s.options.quiet && !s.options.json, stderrIsTerminal());
+}
 
 // A sharded plan: its per-device graphs, scheduled on the cluster as one problem.
 Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, const partition::Plan& plan,
@@ -308,7 +288,8 @@ StageEnd choosePlanStage(RunState& s) {
     s.collective = std::move(*c);
     return std::nullopt;
   }
-  auto choice = choosePlan(s.config, s.options, graph, s.comm);
+  PhaseProgress progress = phaseProgress(s, "search");
+  auto choice = choosePlan(s.config, s.options, graph, s.comm, progress);
   if (!choice) return failure(choice.error(), s.root);
   s.choice = std::move(*choice);
   return std::nullopt;
@@ -352,6 +333,8 @@ StageEnd compile(RunState& s) {
     schedule::Options compileOptions;
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
     compileOptions.annealMoves = 256;
+    PhaseProgress progress = phaseProgress(s, "compile");
+    compileOptions.progress = [&](std::int64_t done, std::int64_t total) { progress.update(done, total, "segments"); };
     const ir::Graph& graph = *s.graph;
     auto compilePlan = [&](const partition::Plan& p) {
       if (config.training.enabled)
@@ -461,7 +444,9 @@ StageEnd simulate(RunState& s) {
   }
   s.simulation = std::make_unique<ParallelSimulation>(s.comm, cluster, s.programs, std::move(*s.mapping), s.simOptions);
   ParallelSimulation& simulation = *s.simulation;
-  ProgressLine progress(s.root && !s.options.quiet && !s.options.json, s.predictedMakespan);
+  PhaseProgress progress = phaseProgress(s, "simulate");
+  std::int64_t instructions = 0;  // what the chips execute in all: the simulation's done/total
+  for (const auto& p : s.programs) instructions += p->instructionCount();
   WindowHooks hooks;
   if (s.selection.c2c) {
     hooks.sent = [&](const std::vector<sim::C2CBurst>& bursts) { events.recordBursts(bursts); };
@@ -469,7 +454,11 @@ StageEnd simulate(RunState& s) {
     hooks.flush = [&] { return events.flush(trace); };
   }
   hooks.progressDue = [&] { return progress.due(); };
-  hooks.progress = [&](const ProgressReport& report) { progress.print(report); };
+  hooks.progress = [&](const ProgressReport& report) {
+    progress.update(report.events, instructions, "instructions",
+                    fmt::format("cycle {} of ~{}, {} windows", std::min(report.cycle, s.predictedMakespan),
+                                s.predictedMakespan, report.windows));
+  };
   bool reportHere = false;
   auto outcome = simulation.run(s.interrupt, hooks, reportHere);
   if (!outcome) {

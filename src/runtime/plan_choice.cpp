@@ -30,14 +30,20 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
 }  // namespace
 
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
-                                MPI_Comm comm) {
+                                MPI_Comm comm, PhaseProgress& progress) {
   const topology::Cluster& cluster = *config.cluster;
   const auto& parallelism = config.parallelism;
   PlanChoice choice;
-  auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph));
+  auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph),
+                                         [&](std::int64_t done, std::int64_t total) {
+                                           progress.update(done, total, "distinct layers profiled");
+                                         });
   if (!profile) return profile.error();
   if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;
+  const support::ProgressFn layersEstimated = [&](std::int64_t done, std::int64_t total) {
+    progress.update(done, total, "layers estimated");
+  };
   choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
   if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
   if (!choice.planFile.empty()) {
@@ -49,7 +55,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   } else if (parallelism.plan != "fixed" && !options.planFile && config.simulation.mode == "functional" &&
              !options.searchOnly && !graph.ops().empty()) {
     // Functional mode executes pure pipelines only: plan auto is the pipeline over the chips.
-    auto plan = partition::planPipeline(graph, cluster, parallelism);
+    auto plan = partition::planPipeline(graph, cluster, parallelism, layersEstimated);
     if (!plan) return plan.error();
     choice.plan = *plan;
   } else if (parallelism.plan == "fixed" && !options.planFile) {
@@ -57,7 +63,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
                                  parallelism.pp > 0 ? parallelism.pp : 1, parallelism.microbatches,
                                  parallelism.interleave};
     if (c.dp == 1 && c.tp == 1 && c.microbatches == 1 && c.interleave == 1) {
-      auto plan = partition::planPipeline(graph, cluster, parallelism);
+      auto plan = partition::planPipeline(graph, cluster, parallelism, layersEstimated);
       if (!plan) return plan.error();
       choice.plan = *plan;
     } else {
@@ -78,6 +84,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     partition::SearchParallel parallel;
     MPI_Comm_rank(comm, &parallel.rank);
     MPI_Comm_size(comm, &parallel.size);
+    parallel.progress = [&](std::int64_t done, std::int64_t total) {
+      progress.update(done, total, "candidates evaluated");
+    };
     if (parallel.size > 1)
       parallel.gather = [comm](const std::vector<partition::EvaluatedCandidate>& mine) {
         return gatherCandidates(comm, mine);
@@ -93,9 +102,10 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
     if (!given) return given.error();
     choice.given = *given;
-  }
-  if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan); predicted)
+    choice.runPrediction = *given;
+  } else if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan); predicted) {
     choice.runPrediction = *predicted;
+  }
   choice.profile = std::make_shared<const partition::ModelProfile>(std::move(*profile));
   return choice;
 }

@@ -14,6 +14,7 @@
 #include "partition/search.h"
 #include "partition/training.h"
 #include "runtime/driver.h"
+#include "runtime/progress.h"
 #include "runtime/run_config.h"
 #include "runtime/trace_writer.h"
 #include "support/expected.h"
@@ -35,8 +36,9 @@ struct PlanChoice {
 
 /// The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
 /// The search's candidates are dealt over the ranks of comm; every rank gets the same choice.
+/// progress shows the distinct layers profiled, then the candidates evaluated.
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
-                                MPI_Comm comm);
+                                MPI_Comm comm, PhaseProgress& progress);
 
 /// A searched plan whose shards do not compile (the cost model's memory check passed, the SRAM
 /// allocator did not) is replaced by the next ranked plan that does, at most this many times.

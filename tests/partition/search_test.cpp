@@ -437,7 +437,7 @@ TEST(Search, RanksEvaluatingSlicesGiveTheSerialRanking) {
       std::vector<std::thread> ranks;
       for (int r = 0; r < size; ++r)
         ranks.emplace_back([&, r] {
-          SearchParallel parallel{r, size, [&](const std::vector<EvaluatedCandidate>& mine) { return gather(mine); }};
+          SearchParallel parallel{r, size, [&](const std::vector<EvaluatedCandidate>& mine) { return gather(mine); }, {}};
           results[r].emplace(searchPlans(c, profile, options, parallel));
         });
       for (auto& t : ranks) t.join();

@@ -25,7 +25,7 @@ def interrupt(launcher, exe, config, sig, tmp, name):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = False
     for line in proc.stderr:
-        if line.startswith("tsp-sim: progress:"):
+        if line.startswith("tsp-sim: simulate:"):
             seen = True
             proc.send_signal(sig)
             break

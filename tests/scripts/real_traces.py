@@ -28,7 +28,7 @@ def check_partial_trace(exe, source, tool, tmp):
     proc = subprocess.Popen([exe, "--config", config, "--out", out, "--trace-level", "instructions"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        if line.startswith("tsp-sim: progress:"):
+        if line.startswith("tsp-sim: simulate:"):
             proc.send_signal(signal.SIGTERM)
             break
     proc.stderr.read()

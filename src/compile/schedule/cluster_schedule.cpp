@@ -104,11 +104,13 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
     }
     result.programs[stage.chip] = std::move(compiled->program);
     result.reports[stage.chip] = compiled->report;
+    if (options.progress) options.progress(static_cast<std::int64_t>(s) + 1, static_cast<std::int64_t>(stages.size()));
   }
   return result;
 }
 
-Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip) {
+Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip,
+                                                 const support::ProgressFn& progress) {
   std::vector<std::vector<ir::OpId>> layers(graph.layerCount());
   for (size_t op = 0; op < graph.ops().size(); ++op) layers[graph.op(op).layer].push_back(static_cast<ir::OpId>(op));
   std::vector<Cycle> cycles;
@@ -128,6 +130,7 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
     auto compiled = compileShard(chip, graph, ops, interface, options);
     if (!compiled) return compiled.error();
     cycles.push_back(compiled->program.predictedCycles);
+    if (progress) progress(static_cast<std::int64_t>(cycles.size()), static_cast<std::int64_t>(layers.size()));
   }
   return cycles;
 }

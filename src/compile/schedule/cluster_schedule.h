@@ -7,6 +7,7 @@
 #include "compile/isa/program.h"
 #include "compile/schedule/shard_compiler.h"
 #include "support/expected.h"
+#include "support/progress.h"
 #include "topology/cluster.h"
 
 namespace tsp::schedule {
@@ -80,6 +81,8 @@ Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const
                                           const Options& options = {});
 
 /// Predicted cycles of each layer run alone on one chip: the per-op estimates the partitioner uses.
-Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip);
+/// progress is told after each layer.
+Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const topology::ChipSpec& chip,
+                                                 const support::ProgressFn& progress = {});
 
 }  // namespace tsp::schedule

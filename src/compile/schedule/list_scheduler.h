@@ -7,6 +7,7 @@
 
 #include "compile/schedule/problem.h"
 #include "support/expected.h"
+#include "support/progress.h"
 
 namespace tsp::schedule {
 
@@ -48,6 +49,8 @@ struct Options {
   /// Rounds of heads and tails raised by the resources in the report's lower bound (lowerBound);
   /// 0 bounds from the data alone (a caller that only wants the makespan).
   int boundRounds = 4;
+  /// Told after each shard a cluster scheduler compiles: (done, total), total 0 when not known ahead.
+  support::ProgressFn progress;
   /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves,
   /// one priority.
   Options asShardOfMany() const {

@@ -466,6 +466,7 @@ class ShardedScheduler {
         if (!shard) return shard.error();
         it = compiled_.emplace(key, std::move(*shard)).first;
         ++result_.compiledShards;
+        if (options_.progress) options_.progress(result_.compiledShards, 0);
       } else {
         ++result_.sharedShards;
       }

@@ -398,6 +398,7 @@ class TrainingScheduler {
       it = compiled_.emplace(key, std::move(*shard)).first;
       bodies_[key] = isa::makeBody(it->second.program.instructions, it->second.program.originOf);
       ++result_.cluster.compiledShards;
+      if (options_.progress) options_.progress(result_.cluster.compiledShards, 0);
     } else {
       ++result_.cluster.sharedShards;
     }
