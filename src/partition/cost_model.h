@@ -1,4 +1,4 @@
-// The search's cost model: per-layer profiles of a model and the predicted cost of a hybrid plan.
+// The cost of a plan: alpha-beta figures of its communication on its placement, pipeline time, memory.
 #pragma once
 
 #include <cstdint>
@@ -8,155 +8,12 @@
 #include <vector>
 
 #include "compile/ir/graph.h"
+#include "partition/model_profile.h"
 #include "partition/training.h"
 #include "support/expected.h"
-#include "support/progress.h"
 #include "topology/chip_spec.h"
 
 namespace tsp::partition {
-
-/// How a tensor-parallel group of tp chips splits each layer (the splits the sharding mechanism offers).
-enum class TensorSplit : std::uint8_t {
-  kNone,      ///< tp = 1
-  kMegatron,  ///< column- then row-parallel matmuls, attention heads split: all-reduces
-  k2d,        ///< 2D matmul decomposition on a q x q grid (tp = q^2): all-gather + reduce-scatter over q
-  kSpatial,   ///< convolutions split along the image height: halo exchange with two neighbours
-};
-
-/// "none", "megatron", "2d" or "spatial".
-const char* tensorSplitName(TensorSplit split);
-/// The split named by text, or an error message in `error`.
-bool parseTensorSplit(const std::string& text, TensorSplit& split);
-
-/// What the cost model knows of one layer, for the whole batch on one chip.
-struct LayerProfile {
-  Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
-  Cycle installCycles = 0;   ///< the part of cycles spent installing matmul weights: paid per microbatch
-  bool fallback = false;     ///< true when cycles is the FLOP-based estimate, not the compiler's
-  /// The compiler's cycles at shares of the batch (1, 1/2, 1/4, ...; ascending share); empty: not measured.
-  std::vector<std::pair<double, Cycle>> batchCycles;
-  /// Cycles of sends to the next stage that the layer's compute hides, per share of the batch; < 0: not measured.
-  double sendHiddenPerShare = -1;
-  Bytes weightBytes = 0;     ///< weights and constants
-  Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
-  Bytes stateBytes = 0;      ///< KV cache, proportional to the batch
-  Bytes outBytes = 0;        ///< activations this layer sends to later layers
-  Bytes peakBytes = 0;       ///< the largest live activation set of one op of the layer (inputs + outputs)
-  Bytes allReduceBytes = 0;  ///< Megatron: outputs of row-parallel matmuls (each one all-reduce)
-  int allReduces = 0;        ///< Megatron: number of those all-reduces
-  Bytes allGatherBytes = 0;  ///< Megatron: a column-parallel output with no row-parallel partner
-  int allGathers = 0;        ///< Megatron: number of those all-gathers
-  Bytes matmulOutBytes = 0;  ///< 2D: outputs of the weight matmuls (each reduced over one grid axis)
-  /// 2D, from the runtime's sharding: the collectives over one grid axis and their whole tensors'
-  /// bytes, [0] of tensors whole on the other axis, [1] of tensors split over it (1/q per chip).
-  struct GridCollectives {
-    int allReduces = 0, allGathers = 0;
-    Bytes allReduceBytes[2] = {0, 0}, allGatherBytes[2] = {0, 0};
-  };
-  GridCollectives grid[2];  ///< over axis r (the grid's columns), over axis c (its rows)
-  /// A Megatron or 2D split at one width, from the runtime's sharding at that width: the layer's
-  /// collectives, whether its output leaves split, and the share of its compute one rank does
-  /// (1/tp where every op splits; more where some op stays whole, such as attention whose heads
-  /// the width does not divide, or a normalisation after an all-reduce).
-  struct WidthFigures {
-    int allReduces = 0, allGathers = 0;
-    Bytes allReduceBytes = 0, allGatherBytes = 0;
-    GridCollectives grid[2];
-    bool outputSplit = false;
-    /// The layer's compute (FLOP-based, as a share of the whole) and its weights' and constants'
-    /// bytes that the sharding splits over no, one and two mesh axes.
-    double computeOverAxes[3] = {1, 0, 0};
-    double weightBytesOverAxes[3] = {0, 0, 0};
-    /// The share of the layer's compute one rank does on mesh axes of `axis` devices each.
-    double computeShare(double axis) const {
-      return computeOverAxes[0] + computeOverAxes[1] / axis + computeOverAxes[2] / (axis * axis);
-    }
-    /// The bytes of the layer's weights and constants one rank holds.
-    double rankWeightBytes(double axis) const {
-      return weightBytesOverAxes[0] + weightBytesOverAxes[1] / axis + weightBytesOverAxes[2] / (axis * axis);
-    }
-  };
-  std::map<int, WidthFigures> megatronAt;  ///< by tp; a width missing: the fields above (tp = 2)
-  std::map<int, WidthFigures> gridAt;      ///< 2D, by tp = q x q; a width missing: the fields above (2 x 2)
-  /// The figures of `split` at width tp, or null (then the tp = 2 / 2 x 2 fields above).
-  const WidthFigures* figuresAt(TensorSplit split, int tp) const;
-  /// Megatron at width tp: whether the layer's output leaves split.
-  bool outputSplitAt(int tp) const {
-    const auto* at = figuresAt(TensorSplit::kMegatron, tp);
-    return at ? at->outputSplit : outputSplit;
-  }
-  int weightMatmuls = 0;     ///< matmuls with a weight operand
-  Bytes haloBytes = 0;       ///< spatial: bytes one cut exchanges over the layer's k>1 convolutions
-  int halos = 0;             ///< spatial: convolutions with a kernel larger than 1
-  Cycle convCycles = 0;      ///< spatial: the part of cycles in convolutions (split; the rest is not)
-  bool hasConv = false;
-  bool outputSplit = false;  ///< Megatron: the layer ends on a column-parallel matmul, its output leaves split tp ways
-  std::int64_t parameters = 0;  ///< training: elements of the layer's weights (gradients and optimizer state)
-  Bytes trainableBytes = 0;     ///< training: bytes of those weights (the layer's gradients)
-  Bytes stashBytes = 0;         ///< training: activations kept from the forward to the backward pass
-  /// Training, from the compiler on a batch block of the training graph (-1: not measured): the
-  /// backward pass's compute over the forward's (recomputation included; 2 or 3 by FLOPs), and the
-  /// forward pass with the loss over the forward without it (the last layer).
-  double backwardRatio = -1, forwardScale = -1;
-  /// The layer's compute in a training step relative to `cycles` (forward + backward), 1 for inference.
-  double trainingWeight() const { return backwardRatio > 0 ? std::max(forwardScale, 1.0) + backwardRatio : 1.0; }
-};
-
-/// An activation edge between two layers of a DAG model (from < to).
-struct LayerEdge {
-  int from = 0, to = 0;
-  Bytes bytes = 0;
-};
-
-/// Training: a weight read by several layers (a tied embedding): each later layer's partial
-/// gradient goes to the first one's chunk when they are on different chips.
-struct SharedWeight {
-  std::vector<int> layers;  ///< ascending
-  Bytes bytes = 0;          ///< of the gradient
-};
-
-/// A weight or constant several layers read (a causal mask, a tied embedding): each layer's
-/// figures count it, and a chip holding several of those layers holds it once.
-struct SharedLeaf {
-  Bytes bytes = 0;
-  std::vector<int> layers;  ///< ascending
-  /// The mesh axes (0 to 2) the sharding splits it over, by (split, tp); missing: split tp ways.
-  std::map<std::pair<int, int>, int> axesAt;
-};
-
-/// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
-struct ModelProfile {
-  std::vector<LayerProfile> layers;
-  std::vector<LayerEdge> edges;  ///< every cross-layer activation edge
-  std::int64_t samples = 1;      ///< samples one iteration processes (the batch)
-  Bytes inputBytes = 0;          ///< graph inputs, fed to the first stage
-  bool chain = true;             ///< every cross-layer edge joins layer i to layer i + 1
-  bool hasWeightMatmul = false;
-  bool hasConv = false;
-  int fallbackLayers = 0;        ///< layers whose cycles are the FLOP-based estimate
-  int piecewiseLayers = 0;       ///< layers larger than one chip, costed op by op in chip-sized pieces
-  std::string fallbackReason;    ///< the compiler's message for the first such layer
-  TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
-  std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
-  std::vector<SharedLeaf> sharedLeaves;     ///< weights and constants several layers read
-};
-
-/// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
-/// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
-/// progress is told after each distinct layer is estimated (distinct layers done, distinct layers).
-Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress = {});
-
-/// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
-std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
-/// The ops as a graph of their own (inputs from other ops become graph inputs).
-Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
-/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident, nothing sent).
-Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip);
-
-/// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
-/// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.
-Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip);
 
 /// Alpha-beta figures of one kind of communication on a placement (ring or point to point).
 struct LinkFigures {

@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "compile/ir/graph.h"
+#include "compile/ir/dtype.h"
 #include "sim/functional.h"
 
 namespace tsp::sim {

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "compile/ir/graph.h"
+#include "compile/ir/dtype.h"
 #include "compile/isa/program.h"
 #include "sim/accumulators.h"
 #include "sim/chip.h"

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "compile/frontend/builtin_models.h"
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 
 namespace tsp::testing {
 

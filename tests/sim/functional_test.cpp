@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-#include "compile/ir/graph.h"
+#include "compile/ir/dtype.h"
 #include "sim/chip.h"
 #include "sim/functional_state.h"
 #include "sim/kokkos_environment.h"

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 
 namespace tsp::alloc {
 

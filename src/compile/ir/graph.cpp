@@ -11,36 +11,11 @@
 
 namespace tsp::ir {
 
-int dtypeBytes(DType type) {
-  switch (type) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kI8: case DType::kBool: return 1;
-    case DType::kI64: return 8;
-  }
-  return 1;
-}
-
-const char* dtypeName(DType type) {
-  switch (type) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBF16: return "bf16";
-    case DType::kI8: return "int8";
-    case DType::kI32: return "int32";
-    case DType::kI64: return "int64";
-    case DType::kBool: return "bool";
-  }
-  return "?";
-}
-
 Expected<DType> parseDType(const std::string& text) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kI32, DType::kI64, DType::kBool})
     if (text == dtypeName(t)) return t;
   return makeError(ExitCode::kModel, fmt::format("unknown dtype '{}'", text));
 }
-
-bool isFloat(DType type) { return type == DType::kF32 || type == DType::kF16 || type == DType::kBF16; }
 
 namespace {
 

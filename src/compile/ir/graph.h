@@ -10,21 +10,13 @@
 #include <variant>
 #include <vector>
 
+#include "compile/ir/dtype.h"
 #include "support/expected.h"
 
 namespace tsp::ir {
 
-/// Element types of tensors. kI64 is for shape and index tensors of imported models, kBool for masks.
-enum class DType : std::uint8_t { kF32, kF16, kBF16, kI8, kI32, kI64, kBool };
-
-/// Bytes per element of a dtype.
-int dtypeBytes(DType type);
-/// "fp32", "fp16", "bf16", "int8", "int32", "int64", "bool".
-const char* dtypeName(DType type);
 /// The dtype named by text, or an error.
 Expected<DType> parseDType(const std::string& text);
-/// True for fp32, fp16 and bf16.
-bool isFloat(DType type);
 
 /// Op kinds. kInput and kWeight name leaf tensors and are never the kind of an op in a graph.
 enum class OpKind : std::uint8_t {

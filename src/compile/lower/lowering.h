@@ -8,7 +8,7 @@
 #include "compile/alloc/sram_allocator.h"
 #include "compile/ir/graph.h"
 #include "compile/isa/program.h"
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 #include "support/expected.h"
 #include "support/progress.h"
 

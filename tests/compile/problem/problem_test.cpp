@@ -1,5 +1,5 @@
 // Tests of the scheduling problem: check() of the input and verify() of a schedule, one per message.
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 
 #include <algorithm>
 

@@ -4,7 +4,7 @@
 #include <queue>
 #include <tuple>
 
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 
 namespace tsp::schedule {
 

@@ -1,5 +1,5 @@
 // The one-chip scheduling problem: offsets from the time of flight, well-formedness, verification.
-#include "compile/schedule/problem.h"
+#include "compile/problem/problem.h"
 
 #include <algorithm>
 #include <queue>

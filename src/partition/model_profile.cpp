@@ -1,0 +1,637 @@
+// The model profile: each distinct layer compiled alone (and at batch shares), the sharding's TP figures.
+#include "partition/model_profile.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "compile/lower/lowering.h"
+#include "compile/schedule/cluster_schedule.h"
+#include "partition/plan_shards.h"
+#include "partition/sharding.h"
+#include "partition/sharding_spmd.h"
+
+namespace tsp::partition {
+
+const char* tensorSplitName(TensorSplit split) {
+  switch (split) {
+    case TensorSplit::kNone: return "none";
+    case TensorSplit::kMegatron: return "megatron";
+    case TensorSplit::k2d: return "2d";
+    case TensorSplit::kSpatial: return "spatial";
+  }
+  return "none";
+}
+
+bool parseTensorSplit(const std::string& text, TensorSplit& split) {
+  for (TensorSplit s : {TensorSplit::kNone, TensorSplit::kMegatron, TensorSplit::k2d, TensorSplit::kSpatial})
+    if (text == tensorSplitName(s)) {
+      split = s;
+      return true;
+    }
+  return false;
+}
+
+std::string Candidate::canonical() const {
+  std::string text = fmt::format("dp{}-tp{}-pp{}-m{}-v{}", dp, tp, pp, microbatches, interleave);
+  if (split == TensorSplit::k2d || split == TensorSplit::kSpatial) text += std::string("-") + tensorSplitName(split);
+  return text;
+}
+
+// A text that is equal for layers the compiler would lower identically (op kinds, shapes, dtypes,
+// roles), so that the 96 identical blocks of a GPT are estimated once.
+std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::string text;
+  std::map<ir::TensorId, int> local;
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    text += ir::opKindName(op.kind);
+    for (ir::TensorId t : op.inputs) {
+      const auto& tensor = graph.tensor(t);
+      auto found = local.find(t);
+      text += found != local.end() ? fmt::format("(%{})", found->second)
+                                   : fmt::format("({}:{}:{})", static_cast<int>(tensor.role), ir::dtypeName(tensor.dtype),
+                                                 fmt::join(tensor.shape, "x"));
+    }
+    for (ir::TensorId t : op.outputs) {
+      local.emplace(t, static_cast<int>(local.size()));
+      text += fmt::format("[{}]", fmt::join(graph.tensor(t).shape, "x"));
+    }
+    for (const auto& [key, value] : op.attrs)
+      if (const auto* ints = std::get_if<std::vector<std::int64_t>>(&value))
+        text += fmt::format("{}={}", key, fmt::join(*ints, ","));
+      else if (const auto* i = std::get_if<std::int64_t>(&value))
+        text += fmt::format("{}={}", key, *i);
+    text += ';';
+  }
+  return text;
+}
+
+// The layer's ops as a graph of their own (inputs from other layers become graph inputs), so that
+// the compiler's per-layer estimate can be asked for one layer at a time.
+Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  ir::Graph sub;
+  std::map<ir::TensorId, ir::TensorId> mapped;
+  auto leaf = [&](ir::TensorId t) -> ir::TensorId {
+    if (auto found = mapped.find(t); found != mapped.end()) return found->second;
+    const ir::Tensor& tensor = graph.tensor(t);
+    ir::TensorId id = 0;
+    switch (tensor.role) {
+      case ir::TensorRole::kWeight: id = sub.addWeight(tensor.name, tensor.shape, tensor.dtype, tensor.data); break;
+      case ir::TensorRole::kConstant:
+        id = tensor.data ? sub.addConstant(tensor.name, tensor.shape, tensor.dtype, tensor.data)
+                         : sub.addWeight(tensor.name, tensor.shape, tensor.dtype);
+        break;
+      case ir::TensorRole::kState: id = sub.addState(tensor.name, tensor.shape, tensor.dtype); break;
+      default: id = sub.addInput(tensor.name, tensor.shape, tensor.dtype); break;
+    }
+    mapped.emplace(t, id);
+    return id;
+  };
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph.op(id);
+    std::vector<ir::TensorId> inputs;
+    for (ir::TensorId t : op.inputs) inputs.push_back(leaf(t));
+    std::vector<std::string> names;
+    for (ir::TensorId t : op.outputs) names.push_back(graph.tensor(t).name);
+    auto outs = sub.addMultiOp(op.kind, op.name, inputs, op.attrs, 0, names);
+    if (!outs) return outs.error();
+    for (size_t i = 0; i < op.outputs.size() && i < outs->size(); ++i) mapped[op.outputs[i]] = (*outs)[i];
+  }
+  return sub;
+}
+
+namespace {
+
+bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
+  if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
+  return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
+    return graph.tensor(t).role == ir::TensorRole::kWeight;
+  });
+}
+
+Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
+  Bytes bytes = 0;
+  for (ir::TensorId t : op.inputs)
+    if (graph.tensor(t).role == ir::TensorRole::kWeight) bytes += graph.tensor(t).bytes();
+  return bytes;
+}
+
+// Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
+Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
+  const auto [rows, tiles] = lower::vectorShape(chip, tensor);
+  return Bytes{rows} * tiles * chip.vectorBytes;
+}
+
+// The compiler's figures for one distinct layer.
+struct LayerEstimate {
+  Cycle cycles = 0;
+  Cycle fixedCycles = -1;  ///< the part that does not shrink with the batch; -1: not measured
+  std::vector<std::pair<double, Cycle>> batchCycles;  ///< (share of the batch, cycles), ascending
+  double sendHiddenPerShare = -1;  ///< send cycles the layer's compute hides, per share of the batch
+  std::string error;       ///< why the compiler could not lower it, or empty
+};
+
+// Block 0 of the layer with its batch split `parts` ways by the sharding mechanism; empty when the
+// inputs do not all lead with the batch or a split would need communication.
+std::optional<ir::Graph> batchSlice(const ir::Graph& layer, std::int64_t batch, int parts) {
+  std::map<ir::TensorId, TensorSharding> annotations;
+  for (ir::TensorId in : layer.inputs()) {
+    const auto& t = layer.tensor(in);
+    if (t.shape.empty() || t.shape[0] != batch) return std::nullopt;
+    auto spec = TensorSharding::replicated(t.shape.size());
+    spec.dimAxis[0] = 0;
+    annotations[in] = spec;
+  }
+  const Mesh mesh{{"dp"}, {parts}};
+  auto plan = propagateShardings(layer, mesh, annotations);
+  if (!plan || !plan->reshards.empty()) return std::nullopt;
+  auto devices = shardGraph(layer, *plan);
+  if (!devices) return std::nullopt;
+  return std::move(devices->graphs.front());
+}
+
+// Cycles of a one-layer graph on one chip; with interval > 0 its outbound tensors (made and not
+// used inside) leave over a link port at one vector per `interval` cycles, as a stage's sends do.
+Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
+  if (interval <= 0) {
+    auto cycles = schedule::estimateLayerCycles(layer, chip);
+    if (!cycles) return cycles.error();
+    if (cycles->empty()) return makeError(ExitCode::kInternal, "no layer");
+    return cycles->front();
+  }
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  for (size_t i = 0; i < layer.ops().size(); ++i) {
+    ops.push_back(static_cast<ir::OpId>(i));
+    for (ir::TensorId out : layer.op(i).outputs)
+      if (layer.tensor(out).users.empty()) {
+        lower::SendPlan send;
+        send.tensor = out;
+        send.interval = interval;
+        send.linkBusy = interval;
+        interface.sends.push_back(send);
+      }
+  }
+  // The layer stands for one shard of a plan of many, and is compiled as the plan compiles those.
+  auto compiled = schedule::compileShard(chip, layer, ops, interface, schedule::Options{}.asShardOfMany());
+  if (!compiled) return compiled.error();
+  return compiled->program.predictedCycles;
+}
+
+// A layer whose weights do not fit one chip, estimated by the compiler op by op: each op alone,
+// and an op whose weights exceed a quarter of the SRAM split by the sharding mechanism into k
+// chip-sized pieces (a matmul's weight by columns, a lookup table by rows; k the smallest power of
+// two that fits), one piece compiled (weight installation included) and counted k times. Errors
+// when an op cannot be lowered or split.
+Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                                     const topology::ChipSpec& chip) {
+  Cycle total = 0;
+  const Bytes fits = chip.sramBytes() / 4;
+  for (ir::OpId id : ops) {
+    auto single = layerGraph(graph, {id});
+    if (!single) return single.error();
+    const ir::Op& op = single->op(0);
+    Bytes weights = 0;
+    for (ir::TensorId t : op.inputs)
+      if (single->tensor(t).role == ir::TensorRole::kWeight) weights += single->tensor(t).bytes();
+    if (weights <= fits) {
+      auto cycles = compileLayerAlone(*single, chip, 0);
+      if (!cycles) return cycles.error();
+      total += *cycles;
+      continue;
+    }
+    const bool lookup = op.kind == ir::OpKind::kGather && op.intAttr("axis", 0) == 0;
+    if ((op.kind != ir::OpKind::kMatMul && !lookup) || op.inputs.size() != 2 ||
+        single->tensor(op.inputs[lookup ? 0 : 1]).shape.size() != 2)
+      return modelError(op.name, fmt::format("{} with {} bytes of weights does not fit one chip and is not split",
+                                             ir::opKindName(op.kind), weights));
+    const ir::TensorId w = op.inputs[lookup ? 0 : 1];
+    const std::int64_t along = single->tensor(w).shape[lookup ? 0 : 1];
+    int pieces = 2;
+    while (ceilDiv(weights, Bytes{pieces}) > fits && pieces < (1 << 12)) pieces *= 2;
+    if (along % pieces != 0)
+      return modelError(op.name, fmt::format("its weight ({} along the split) does not divide into {} pieces", along,
+                                             pieces));
+    const Mesh mesh{{"piece"}, {pieces}};
+    auto spec = TensorSharding::replicated(2);
+    spec.dimAxis[lookup ? 0 : 1] = 0;
+    auto plan = propagateShardings(*single, mesh, {{w, spec}});
+    if (!plan) return plan.error();
+    auto devices = shardGraph(*single, *plan);
+    if (!devices) return devices.error();
+    const ir::Graph& piece = devices->graphs.front();
+    std::vector<ir::OpId> compute;
+    for (size_t i = 0; i < piece.ops().size(); ++i) {
+      const ir::OpKind kind = piece.op(i).kind;
+      if (kind != ir::OpKind::kAllReduce && kind != ir::OpKind::kAllGather && kind != ir::OpKind::kReduceScatter &&
+          kind != ir::OpKind::kAllToAll)
+        compute.push_back(static_cast<ir::OpId>(i));
+    }
+    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, schedule::Options{}.asShardOfMany());
+    if (!compiled) return compiled.error();
+    total += compiled->program.predictedCycles * pieces;
+  }
+  return total;
+}
+
+// The layer's cycles at shares 1, 1/2, 1/4, ... of the batch (the shares the sharding mechanism
+// can split off, at most kBatchPoints), the fixed part (where the line through the two smallest
+// shares meets zero rows: weight installation, pipeline fill) and, when the layer sends tensors on,
+// how many send cycles its compute hides at the smallest share (compiled again with the sends on
+// a link of the chip's default rate).
+constexpr int kBatchPoints = 6;
+void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, bool sends,
+                  LayerEstimate& value) {
+  value.batchCycles = {{1.0, value.cycles}};
+  std::optional<ir::Graph> smallest;
+  for (int parts = 2; batch % parts == 0 && static_cast<int>(value.batchCycles.size()) < kBatchPoints; parts *= 2) {
+    auto slice = batchSlice(layer, batch, parts);
+    if (!slice) break;
+    auto cycles = compileLayerAlone(*slice, chip, 0);
+    if (!cycles) break;
+    value.batchCycles.insert(value.batchCycles.begin(), {1.0 / parts, *cycles});
+    smallest = std::move(*slice);
+  }
+  if (value.batchCycles.size() >= 2) {
+    const auto [f0, c0] = value.batchCycles[0];
+    const auto [f1, c1] = value.batchCycles[1];
+    const double slope = static_cast<double>(c1 - c0) / (f1 - f0);
+    value.fixedCycles = static_cast<Cycle>(
+        std::clamp(std::llround(static_cast<double>(c0) - slope * f0), 0LL, static_cast<long long>(value.cycles)));
+  }
+  if (!sends) return;
+  const ir::Graph& probe = smallest ? *smallest : layer;
+  const double share = value.batchCycles.front().first;
+  const double bytesPerCycle =
+      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
+  const int interval = static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+  auto withSends = compileLayerAlone(probe, chip, interval);
+  if (!withSends) return;
+  double serialise = 0;
+  for (const auto& op : probe.ops())
+    for (ir::TensorId out : op.outputs)
+      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
+  const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
+  value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
+}
+
+// An op's compute on one chip by the FLOP-based rates: MACs at the MXM peak (INT8; 2-byte types
+// at 1/mxmFp16RateDivisor of it), other FLOPs one element per lane byte-group per ALU group a cycle.
+double opEstimateCycles(const ir::Graph& graph, const ir::Op& op, const topology::ChipSpec& chip) {
+  const double flops = static_cast<double>(ir::opFlops(graph, op));
+  const ir::DType type = op.inputs.empty() ? ir::DType::kF16 : graph.tensor(op.inputs[0]).dtype;
+  const int width = std::max(1, ir::dtypeBytes(type));
+  if (ir::isMacOp(op.kind))
+    return flops / 2.0 / (static_cast<double>(chip.int8MacsPerCycle()) / (width >= 2 ? chip.mxmFp16RateDivisor : 1));
+  return flops / (static_cast<double>(chip.vectorBytes) / width * chip.vxmAluGroups);
+}
+
+// A weight or constant (not an input, activation or KV cache): what a layer's weight bytes count.
+bool isWeightOrConstant(const ir::Tensor& tensor) {
+  return tensor.producer < 0 && tensor.role != ir::TensorRole::kInput &&
+         tensor.role != ir::TensorRole::kActivation && tensor.role != ir::TensorRole::kState;
+}
+
+// The distinct mesh axes a split (mesh axis or -1 per dim) divides over, at most two.
+int splitAxes(const std::vector<int>& dimAxis) {
+  std::set<int> axes;
+  for (int a : dimAxis)
+    if (a >= 0) axes.insert(a);
+  return std::min<int>(2, static_cast<int>(axes.size()));
+}
+
+// The figures of one propagated sharding for every layer: each reshard step counted in the layer of
+// the op it feeds (an all-reduce as one, an all-gather, reduce-scatter or all-to-all as the
+// (t-1)/t form), with the bytes of the whole tensor as the links carry them, on a one-axis mesh
+// (Megatron) as such and on a two-axis mesh (2D) per axis, split or whole on the other; a layer's
+// output leaves split when a later layer receives it split; the compute share one rank does, each
+// op by the FLOP-based rates over the devices its iteration is split across.
+std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, const topology::ChipSpec& chip,
+                                                        const ShardingPlan& sharding, int layerCount,
+                                                        const std::vector<ir::TensorId>& shared,
+                                                        std::vector<int>& sharedAxes) {
+  sharedAxes.clear();
+  for (ir::TensorId t : shared) sharedAxes.push_back(splitAxes(sharding.tensors[t].dimAxis));
+  std::vector<LayerProfile::WidthFigures> figures(layerCount);
+  const int last = layerCount - 1;
+  const bool grid = sharding.mesh.axisSizes.size() == 2;
+  auto layerOf = [&](ir::OpId op) { return std::clamp(op >= 0 ? graph.op(op).layer : last, 0, last); };
+  for (const auto& r : sharding.reshards) {
+    auto& layer = figures[layerOf(r.op)];
+    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    for (const auto& step : r.steps) {
+      const bool reduce = step.kind == ReshardKind::kAllReduce;
+      const bool gather = step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
+                          step.kind == ReshardKind::kAllToAll;
+      if (!reduce && !gather) continue;
+      if (grid) {
+        const int other = 1 - step.axis;
+        const int split = std::find(r.from.dimAxis.begin(), r.from.dimAxis.end(), other) != r.from.dimAxis.end();
+        auto& axis = layer.grid[std::clamp(step.axis, 0, 1)];
+        (reduce ? axis.allReduces : axis.allGathers) += 1;
+        (reduce ? axis.allReduceBytes : axis.allGatherBytes)[split] += bytes;
+      } else {
+        (reduce ? layer.allReduces : layer.allGathers) += 1;
+        (reduce ? layer.allReduceBytes : layer.allGatherBytes) += bytes;
+      }
+    }
+  }
+  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  std::vector<double> whole(layerCount, 0);
+  std::vector<std::array<double, 3>> over(layerCount, {0, 0, 0});
+  std::vector<std::set<ir::TensorId>> weights(layerCount);
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(i);
+    const int l = std::clamp(op.layer, 0, last);
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      const ir::OpId producer = tensor.producer;
+      if (isWeightOrConstant(tensor) && weights[l].insert(t).second)
+        figures[l].weightBytesOverAxes[splitAxes(sharding.tensors[t].dimAxis)] += static_cast<double>(tensor.bytes());
+      if (producer < 0 || graph.op(producer).layer == op.layer) continue;
+      const auto& spec = sharding.tensors[t];
+      if (std::any_of(spec.dimAxis.begin(), spec.dimAxis.end(), [](int a) { return a >= 0; }))
+        figures[layerOf(producer)].outputSplit = true;
+    }
+    // A matmul on a resident operand (weights, a KV cache) takes at least that operand's installs.
+    double cycles = opEstimateCycles(graph, op, chip);
+    if (ir::isMacOp(op.kind)) {
+      Bytes resident = 0;
+      for (ir::TensorId t : op.inputs)
+        if (graph.tensor(t).producer < 0 && (graph.tensor(t).role == ir::TensorRole::kWeight ||
+                                             graph.tensor(t).role == ir::TensorRole::kState))
+          resident += graph.tensor(t).bytes();
+      cycles = std::max(cycles, static_cast<double>(ceilDiv(resident, installBytes) * chip.mxmWeightInstallCycles));
+    }
+    whole[l] += cycles;
+    over[l][splitAxes(sharding.opDimAxis[i])] += cycles;
+  }
+  // A layer without compute splits as the mesh does.
+  for (int l = 0; l < layerCount; ++l)
+    for (int k = 0; k < 3; ++k)
+      figures[l].computeOverAxes[k] = whole[l] > 0 ? over[l][k] / whole[l] : k + 1 == static_cast<int>(sharding.mesh.axisSizes.size());
+  return figures;
+}
+
+// How `size` splits each of the graph's tensor dims: evenly (2), in ceil-sized blocks with every
+// device holding some (1), or not at all (0). Two widths with the same answer shard the graph alike
+// (a padded block's share differs from 1/size by under one element in the dim).
+std::vector<int> dividedDims(const std::vector<std::int64_t>& dims, int size) {
+  std::vector<int> divided;
+  for (std::int64_t d : dims) divided.push_back(d % size == 0 ? 2 : blockOf(d, 1, size) * (size - 1) < d ? 1 : 0);
+  return divided;
+}
+
+// Megatron's and the 2D split's figures at every width the search tries (powers of two up to
+// kWidestSplit; 2D on q x q grids), each from the runtime's sharding at that width: the plan
+// annotations on the whole graph, propagated. A width that divides the same dims as the previous
+// one reuses its figures. The fields without a width (the tp = 2 and 2 x 2 figures) come along.
+// False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
+constexpr int kWidestSplit = 4096;
+bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
+                           const std::vector<ir::TensorId>& shared) {
+  // A dim in parts (a fused weight's q, k and v) splits when the width divides each part.
+  std::set<std::int64_t> dimSet;
+  const auto parts = consumerParts(graph);
+  for (size_t t = 0; t < graph.tensors().size(); ++t)
+    for (size_t d = 0; d < graph.tensor(t).shape.size(); ++d) {
+      dimSet.insert(graph.tensor(t).shape[d]);
+      dimSet.insert(graph.tensor(t).shape[d] / parts[t][d]);
+    }
+  const std::vector<std::int64_t> dims(dimSet.begin(), dimSet.end());
+  const int layerCount = static_cast<int>(profile.layers.size());
+  bool megatron = false;
+  for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
+    std::vector<int> previous;
+    std::optional<std::vector<LayerProfile::WidthFigures>> figures;
+    std::vector<int> sharedAxes;
+    for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
+      const int tp = split == TensorSplit::k2d ? axis * axis : axis;
+      auto divided = dividedDims(dims, axis);
+      if (axis == 2 || divided != previous) {
+        Plan plan;
+        plan.tp = tp;
+        plan.split = split;
+        const Mesh mesh = tensorMesh(plan);
+        auto annotations = planAnnotations(graph, plan, mesh);
+        auto propagated = annotations ? propagateShardings(graph, mesh, *annotations) : Expected<ShardingPlan>(annotations.error());
+        figures.reset();
+        if (propagated) figures = shardingFigures(graph, chip, *propagated, layerCount, shared, sharedAxes);
+        previous = std::move(divided);
+      }
+      if (!figures) continue;
+      for (int l = 0; l < layerCount; ++l)
+        (split == TensorSplit::k2d ? profile.layers[l].gridAt : profile.layers[l].megatronAt)[tp] = (*figures)[l];
+      for (size_t k = 0; k < shared.size(); ++k)
+        profile.sharedLeaves[k].axesAt[{static_cast<int>(split), tp}] = sharedAxes[k];
+      if (axis != 2) continue;
+      for (int l = 0; l < layerCount; ++l) {
+        LayerProfile& layer = profile.layers[l];
+        const auto& f = (*figures)[l];
+        if (split == TensorSplit::k2d) {
+          layer.grid[0] = f.grid[0];
+          layer.grid[1] = f.grid[1];
+        } else {
+          layer.allReduces = f.allReduces;
+          layer.allGathers = f.allGathers;
+          layer.allReduceBytes = f.allReduceBytes;
+          layer.allGatherBytes = f.allGatherBytes;
+          layer.outputSplit = f.outputSplit;
+        }
+      }
+      megatron = megatron || split == TensorSplit::kMegatron;
+    }
+  }
+  return megatron;
+}
+
+}  // namespace
+
+const LayerProfile::WidthFigures* LayerProfile::figuresAt(TensorSplit split, int tp) const {
+  if (split != TensorSplit::kMegatron && split != TensorSplit::k2d) return nullptr;
+  const auto& byWidth = split == TensorSplit::kMegatron ? megatronAt : gridAt;
+  auto found = byWidth.find(tp);
+  return found == byWidth.end() ? nullptr : &found->second;
+}
+
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip) {
+  return compileLayerAlone(layer, chip, 0);
+}
+
+Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
+  double cycles = 0;
+  for (ir::OpId id : ops) cycles += opEstimateCycles(graph, graph.op(id), chip);
+  return static_cast<Cycle>(std::ceil(cycles)) + chip.rippleCycles;
+}
+
+Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
+                                    const support::ProgressFn& progress) {
+  ModelProfile profile;
+  profile.samples = std::max<std::int64_t>(1, samples);
+  const int layerCount = std::max(1, graph.layerCount());
+  profile.layers.resize(layerCount);
+  std::vector<std::vector<ir::OpId>> ops(layerCount);
+  for (size_t i = 0; i < graph.ops().size(); ++i) ops[graph.op(i).layer].push_back(static_cast<ir::OpId>(i));
+  for (ir::TensorId t : graph.inputs()) profile.inputBytes += graph.tensor(t).bytes();
+
+  // Cross-layer edges and the bytes each layer sends on.
+  std::set<std::pair<ir::TensorId, int>> seenEdge;
+  std::map<std::pair<int, int>, Bytes> edgeBytes;
+  for (size_t i = 0; i < graph.ops().size(); ++i) {
+    const ir::Op& op = graph.op(i);
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (tensor.producer < 0) continue;
+      const int from = graph.op(tensor.producer).layer;
+      if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
+      edgeBytes[{from, op.layer}] += linkBytes(chip, tensor);
+      if (op.layer != from + 1) profile.chain = false;
+    }
+  }
+  std::set<ir::TensorId> sentOn;
+  for (const auto& [key, bytes] : edgeBytes) profile.edges.push_back({key.first, key.second, bytes});
+  for (const auto& [tensorLayer, unused] : seenEdge) {
+    (void)unused;
+    if (sentOn.insert(tensorLayer).second) {
+      const ir::Tensor& tensor = graph.tensor(tensorLayer);
+      profile.layers[graph.op(tensor.producer).layer].outBytes += tensor.bytes();
+    }
+  }
+
+  // Weight matmuls in graph order alternate column- and row-parallel (Megatron pairs).
+  int weightMatmulIndex = 0;
+  Bytes lastColumnOutput = 0;
+  int lastColumnLayer = -1;
+  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  std::map<std::string, LayerEstimate> estimated;  // by layer signature
+  std::set<std::string> distinct;  // progress counts the distinct layers: the compiler's work
+  if (progress)
+    for (int l = 0; l < layerCount; ++l) distinct.insert(layerSignature(graph, ops[l]));
+  for (int l = 0; l < layerCount; ++l) {
+    LayerProfile& layer = profile.layers[l];
+    std::set<ir::TensorId> leaves;
+    double convFlops = 0, allFlops = 0;
+    for (ir::OpId id : ops[l]) {
+      const ir::Op& op = graph.op(id);
+      Bytes live = 0;
+      for (ir::TensorId t : op.inputs) {
+        const ir::Tensor& tensor = graph.tensor(t);
+        if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation) {
+          if (!leaves.insert(t).second) continue;
+          if (tensor.role == ir::TensorRole::kState) layer.stateBytes += tensor.bytes();
+          else layer.weightBytes += tensor.bytes();
+        } else {
+          live += tensor.bytes();
+        }
+      }
+      for (ir::TensorId t : op.outputs) live += graph.tensor(t).bytes();
+      layer.peakBytes = std::max(layer.peakBytes, live);
+      const double flops = static_cast<double>(ir::opFlops(graph, op));
+      allFlops += flops;
+      if (isWeightMatmul(graph, op)) {
+        const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
+        layer.matmulOutBytes += out;
+        ++layer.weightMatmuls;
+        layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        if (weightMatmulIndex++ % 2 == 1) {
+          layer.allReduceBytes += out;
+          ++layer.allReduces;
+          lastColumnLayer = -1;
+        } else {
+          lastColumnOutput = out;
+          lastColumnLayer = l;
+        }
+      }
+      if (op.kind == ir::OpKind::kConv) {
+        layer.hasConv = profile.hasConv = true;
+        convFlops += flops;
+        layer.convWeightBytes += weightOperandBytes(graph, op);
+        layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        const auto kernel = op.intsAttr("kernel_shape", {1, 1});
+        const std::int64_t k = kernel.empty() ? 1 : kernel[0];
+        const auto& x = graph.tensor(op.inputs[0]);
+        if (k > 1 && x.shape.size() == 4) {
+          // A cut along the height exchanges k/2 rows each way: N x C x (k/2) x W per side.
+          layer.haloBytes += 2 * (k / 2) * x.shape[0] * x.shape[1] * x.shape[3] * ir::dtypeBytes(x.dtype);
+          ++layer.halos;
+        }
+      }
+    }
+    profile.hasWeightMatmul = profile.hasWeightMatmul || layer.weightMatmuls > 0;
+    layer.outputSplit = weightMatmulIndex % 2 == 1;
+
+    // Compute: the compiler's estimate for the layer alone, once per distinct layer.
+    const std::string signature = layerSignature(graph, ops[l]);
+    auto found = estimated.find(signature);
+    if (found == estimated.end()) {
+      LayerEstimate value;
+      auto sub = layerGraph(graph, ops[l]);
+      if (!sub) {
+        value.error = sub.error().format();
+      } else {
+        auto cycles = compileLayerAlone(*sub, chip, 0);
+        if (cycles) value.cycles = *cycles;
+        else value.error = cycles.error().format();
+        if (value.error.empty()) measureLayer(*sub, chip, profile.samples, layer.outBytes > 0, value);
+      }
+      found = estimated.emplace(signature, value).first;
+      if (progress) progress(static_cast<std::int64_t>(estimated.size()), static_cast<std::int64_t>(distinct.size()));
+    }
+    if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
+      // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).
+      auto pieces = piecewiseLayerCycles(graph, ops[l], chip);
+      found->second.cycles = pieces ? *pieces : -1;
+      if (pieces) found->second.error.clear();
+    }
+    if (!found->second.error.empty()) {
+      layer.fallback = true;
+      layer.cycles = flopEstimateCycles(graph, ops[l], chip);
+      if (profile.fallbackLayers++ == 0) profile.fallbackReason = found->second.error;
+    } else if (found->second.batchCycles.empty() && layer.weightBytes > chip.sramBytes() / 2) {
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      ++profile.piecewiseLayers;
+    } else {
+      layer.cycles = std::max<Cycle>(1, found->second.cycles);
+      if (found->second.fixedCycles >= 0) layer.installCycles = found->second.fixedCycles;
+      layer.batchCycles = found->second.batchCycles;
+      layer.sendHiddenPerShare = found->second.sendHiddenPerShare;
+    }
+    layer.installCycles = std::min(layer.installCycles, layer.cycles);
+    layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
+  }
+  // Weights and constants several layers read, each counted once per chip (memoryPerChip).
+  std::map<ir::TensorId, std::set<int>> readers;
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId t : graph.op(i).inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (isWeightOrConstant(tensor)) readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
+    }
+  std::vector<ir::TensorId> shared;
+  for (const auto& [t, layers] : readers)
+    if (layers.size() > 1) {
+      shared.push_back(t);
+      profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
+    }
+  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared)) return profile;
+  // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
+  // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
+  bool outputsInLastLayer = !graph.outputs().empty();
+  for (ir::TensorId out : graph.outputs())
+    outputsInLastLayer = outputsInLastLayer && graph.tensor(out).producer >= 0 &&
+                         graph.op(graph.tensor(out).producer).layer == lastColumnLayer &&
+                         lastColumnLayer == layerCount - 1;
+  if (lastColumnLayer >= 0 && weightMatmulIndex % 2 == 1 && !outputsInLastLayer) {
+    profile.layers[lastColumnLayer].allGatherBytes += lastColumnOutput;
+    ++profile.layers[lastColumnLayer].allGathers;
+  }
+  return profile;
+}
+
+}  // namespace tsp::partition
