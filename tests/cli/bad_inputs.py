@@ -402,10 +402,9 @@ def onnx_cases():
     oc("text_file", 2, r"node '[^']*m.onnx': not a valid ONNX model", b"ir_version: 7\n")
     oc("no_opset", 2, r"node '[^']*m.onnx': the model imports no ONNX opset",
        onnx_model([node("Relu", ["x"], ["y"])], [x], [y], raw=lambda m: m.ClearField("opset_import")))
-    oc("opset_old", 2, r"node '[^']*m.onnx': opset 5 is not supported", onnx_model([node("Relu", ["x"], ["y"])], [x], [y], opset=5))
     oc("opset_new", 2, r"node '[^']*m.onnx': opset 99 is not supported", onnx_model([node("Relu", ["x"], ["y"])], [x], [y], opset=99))
-    oc("unsupported_op", 2, r"node 'n0': Hardmax \(opset 13\): unsupported op 'Hardmax'", onnx_model([node("Hardmax", ["x"], ["y"])], [x], [y]))
-    oc("op_domain", 2, r"node 'n0': Relu \(opset 13\): op domain 'com.example' is not supported",
+    oc("unsupported_op", 2, r"node '[^']*m.onnx': opset 13: 1 unsupported op kind: Hardmax x 1 \(first node 'n0'\)", onnx_model([node("Hardmax", ["x"], ["y"])], [x], [y]))
+    oc("op_domain", 2, r"node '[^']*m.onnx': opset 13: 1 unsupported op kind: com.example::Relu x 1 \(first node 'n0'\)",
        onnx_model([helper.make_node("Relu", ["x"], ["y"], name="n0", domain="com.example")], [x], [y]))
     # Nodes with fewer inputs than the op needs.
     for op, ins, need in [("MatMul", ["x"], 2), ("Gemm", ["x"], 2), ("Add", ["x"], 2), ("Sub", ["x"], 2),
@@ -505,9 +504,9 @@ def onnx_cases():
        shape_model(external("s", [("location", "d.bin"), ("length", "8")])), extra={"d.bin": b"\0" * 64})
     oc("external_length_huge", 2, r"node 's': external data length 9223372036854775807 differs",
        shape_model(external("s", [("location", "d.bin"), ("length", "9223372036854775807")])), extra={"d.bin": b"\0" * 64})
-    oc("external_missing", 2, r"node 's': integer initializer has no data \(its external file is missing\)",
+    oc("external_missing", 2, r"node 's': external data file '[^']*gone.bin' cannot be read",
        shape_model(external("s", [("location", "gone.bin")])))
-    oc("external_directory", 2, r"node 's': integer initializer has no data \(its external file is missing\)",
+    oc("external_directory", 2, r"node 's': external data file '[^']*ddir' is not a regular file",
        shape_model(external("s", [("location", "ddir")])), extra={"ddir/": None})
     oc("reshape_runtime_shape", 2, r"node 'n0': Reshape \(opset 13\): input 1 \('x'\) must be a constant",
        onnx_model([node("Reshape", ["x", "x"], ["y"])], [x], [y]))

@@ -127,6 +127,33 @@ Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string&
   return *n;
 }
 
+// Inline data (raw bytes or typed fields) must hold exactly the shape's elements; external data is
+// checked when it is read.
+Status checkInlineSize(const onnx::TensorProto& t, std::int64_t n, const std::string& what,
+                       std::optional<std::string_view> mapped) {
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) return {};
+  auto dtype = dtypeOf(t.data_type());
+  if (!dtype) return {};  // refused with its type where the values are read
+  if (mapped || !t.raw_data().empty()) {
+    const auto bytes = static_cast<std::int64_t>(mapped ? mapped->size() : t.raw_data().size());
+    const std::int64_t needed = n * ir::dtypeBytes(*dtype);
+    if (bytes != needed) return modelError(what, fmt::format("tensor data has {} bytes, its shape needs {}", bytes, needed));
+    return {};
+  }
+  std::int64_t count = -1;
+  switch (t.data_type()) {
+    case onnx::TensorProto::FLOAT: count = t.float_data_size(); break;
+    case onnx::TensorProto::INT64: count = t.int64_data_size(); break;
+    case onnx::TensorProto::INT32: case onnx::TensorProto::INT8: case onnx::TensorProto::BOOL:
+    case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16:
+      count = t.int32_data_size();
+      break;
+    default: break;
+  }
+  if (count >= 0 && count != n) return modelError(what, fmt::format("tensor has {} values, its shape needs {}", count, n));
+  return {};
+}
+
 // Values of a TensorProto: inline (raw or typed fields; `mapped` is its raw_data kept in the mapped
 // model file) or from its external file. Returns nullptr when loading was not asked for. A missing
 // external file is an error naming the tensor and the file: there are no values to stand in for it.
@@ -135,6 +162,8 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
   const auto elements = elementsOf(t, what);
   if (!elements) return elements.error();
   const std::int64_t n = *elements;
+  // Inline data of the wrong size is refused even when its values are not read (timing runs).
+  if (auto s = checkInlineSize(t, n, what, mapped); !s) return s.error();
   if (!load) return Data{};
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
