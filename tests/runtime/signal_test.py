@@ -19,9 +19,9 @@ def check(cond, what):
     print(("ok: " if cond else "FAIL: ") + what)
 
 
-def interrupt(launcher, exe, config, sig, tmp, name):
+def interrupt(launcher, exe, config, sig, tmp, name, extra=()):
     out = os.path.join(tmp, f"{name}.h5")
-    cmd = launcher + [exe, "--config", config, "--out", out]
+    cmd = launcher + [exe, "--config", config, "--out", out, *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = False
     for line in proc.stderr:
@@ -67,7 +67,9 @@ def main():
     mpirun = ["mpirun", "-np", "2", "--oversubscribe"]
     with tempfile.TemporaryDirectory() as tmp:
         # SIGUSR1 is forwarded by mpirun to every rank: the job exits 7.
-        code, err, out = interrupt(mpirun, exe, config, signal.SIGUSR1, tmp, "mpirun-usr1")
+        # Four times the rows: on two ranks the simulation must outlast the progress line's first 2 s.
+        code, err, out = interrupt(mpirun, exe, config, signal.SIGUSR1, tmp, "mpirun-usr1",
+                                   ("--model", "builtin:mlp,layers=2048,hidden=4096,batch=256"))
         check(code == 7, f"mpirun-usr1: exit code 7 (got {code})")
         valid_partial("mpirun-usr1", out, err)
         # SIGTERM to mpirun itself is not tested: Open MPI forwards it and kills the ranks about a
