@@ -108,6 +108,20 @@ class LocalSlurm:
                 pass
         self.started = False
 
+    def wait_running(self, job, timeout=300):
+        """Wait until `job` runs (its batch shell has started)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%T"], capture_output=True, text=True,
+                                 env=self.env())
+            state = out.stdout.strip()
+            if state == "RUNNING":
+                return
+            if out.returncode == 0 and not state:
+                raise SlurmError(f"job {job} left the queue before it was seen running")
+            time.sleep(0.2)
+        raise SlurmError(f"job {job} not running after {timeout} s")
+
     def wait(self, job, timeout=600):
         """Wait until every task of `job` has left the queue; returns the jobs' final states (sacct-free)."""
         deadline = time.monotonic() + timeout
