@@ -9,11 +9,13 @@ Slurm) are not run here; every other line is, and a non-zero exit fails the test
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import unittest
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from work_dir import fresh_work_dir  # noqa: E402
 
 SOURCE_DIR = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parents[2]
 BINARY_DIR = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else SOURCE_DIR / "build"
@@ -40,14 +42,7 @@ def commands(doc):
 class DocumentedCommands(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Only a directory this test made before is removed: a wrong argument must not delete a tree.
-        marker = WORK_DIR / ".tsp-test-workdir"
-        if WORK_DIR.exists():
-            if not marker.exists():
-                raise SystemExit(f"{WORK_DIR} exists and is not a work directory of this test; give another")
-            shutil.rmtree(WORK_DIR)
-        WORK_DIR.mkdir(parents=True)
-        marker.touch()
+        fresh_work_dir(WORK_DIR)
         (WORK_DIR / "build").symlink_to(BINARY_DIR)
         for name in ("configs", "scripts", "examples", "tests"):
             (WORK_DIR / name).symlink_to(SOURCE_DIR / name)

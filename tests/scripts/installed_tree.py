@@ -3,11 +3,13 @@
 quickstart.sh, tsp-trace (its module found beside the install) and the report page from another directory."""
 
 import os
-import shutil
 import subprocess
 import sys
 import unittest
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from work_dir import fresh_work_dir  # noqa: E402
 
 BINARY_DIR = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else None
 WORK_DIR = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else None
@@ -19,16 +21,10 @@ ENV.pop("TSP_REPORT_ASSETS", None)
 class InstalledTree(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        # Only a directory this test made before is removed: a wrong argument must not delete a tree.
-        marker = WORK_DIR / ".tsp-test-workdir"
-        if WORK_DIR.exists():
-            if not marker.exists():
-                raise SystemExit(f"{WORK_DIR} exists and is not a work directory of this test; give another")
-            shutil.rmtree(WORK_DIR)
+        fresh_work_dir(WORK_DIR)
         cls.prefix = WORK_DIR / "prefix"
         cls.run_dir = WORK_DIR / "elsewhere"
-        cls.run_dir.mkdir(parents=True)
-        marker.touch()
+        cls.run_dir.mkdir()
         out = subprocess.run(["cmake", "--install", str(BINARY_DIR), "--prefix", str(cls.prefix)],
                              capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
