@@ -46,6 +46,31 @@ class InstalledTree(unittest.TestCase):
             self.assertEqual(page.returncode, 0, page.stderr)
             self.assertIn("uPlot", (self.run_dir / "q.html").read_text())
 
+    def test_a_project_builds_on_the_installed_libraries(self):
+        source = Path(__file__).resolve().parents[2] / "examples" / "library"
+        build = WORK_DIR / "library-build"
+        configure = subprocess.run(["cmake", "-S", str(source), "-B", str(build), f"-DCMAKE_PREFIX_PATH={self.prefix}",
+                                    "-DCMAKE_BUILD_TYPE=Release"], capture_output=True, text=True)
+        self.assertEqual(configure.returncode, 0, configure.stdout + configure.stderr)
+        made = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True)
+        self.assertEqual(made.returncode, 0, made.stdout + made.stderr)
+        # It includes the installed headers, not the source tree's.
+        cache = (build / "CMakeFiles" / "pipeline_cycles.dir" / "flags.make").read_text()
+        self.assertIn(str(self.prefix / "include" / "tsp-sim"), cache)
+        self.assertNotIn(str(source.parents[1] / "src"), cache)
+        config = self.prefix / "share" / "tsp-sim" / "configs" / "quickstart.yaml"
+        result = self.run_here(build / "pipeline_cycles", config)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("chip ")]
+        self.assertEqual(len(lines), 4, result.stdout)
+        for line in lines:
+            words = line.split()
+            self.assertEqual(words[3], words[6], line)  # predicted == simulated
+            self.assertGreater(int(words[3]), 0, line)
+        broken = self.run_here(build / "pipeline_cycles", self.run_dir / "missing.yaml")
+        self.assertEqual(broken.returncode, 2, broken.stderr)
+        self.assertIn("missing.yaml", broken.stderr)
+
     def test_the_module_is_installed_for_users_scripts(self):
         where = self.run_here(self.prefix / "bin" / "tsp-trace", "--python-path")
         self.assertEqual(where.returncode, 0, where.stderr)
