@@ -114,4 +114,79 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
   return a;
 }
 
+TimeSplit timeSplit(const topology::ChipSpec& spec, const isa::Program& program, Cycle chipCycles, Cycle makespan) {
+  TimeSplit split;
+  const isa::InstructionSequence sequence(program);
+  const auto units = spec.units();
+  // Busy intervals of computing and of communicating; the cycles at which a transfer's instructions issue,
+  // and whether it is a pipeline transfer (an op's Send/Receive) or part of a collective.
+  // An op that moves data between chips (a pipeline Send or Receive, a collective, a gradient bucket's
+  // all-reduce) communicates with every instruction it has, its reductions paced by the links included.
+  std::vector<char> moves(program.origins.size(), 0);
+  for (size_t i = 0; i < sequence.size(); ++i)
+    if (const std::int32_t origin = sequence.originOf(i);
+        origin >= 0 && static_cast<size_t>(origin) < moves.size() && units[sequence[i].unit].kind == topology::UnitKind::kC2c)
+      moves[origin] = 1;
+  std::vector<std::pair<Cycle, Cycle>> compute, communicate;
+  std::vector<std::pair<Cycle, bool>> transfers;
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    const isa::Instruction inst = sequence[i];
+    if (inst.op == isa::Opcode::kNop) continue;
+    const std::pair<Cycle, Cycle> busy{inst.issue, isa::unitFreeAt(spec, inst)};
+    const std::int32_t origin = sequence.originOf(i);
+    const bool moving = origin >= 0 && static_cast<size_t>(origin) < moves.size() && moves[origin];
+    if (units[inst.unit].kind != topology::UnitKind::kC2c && !moving) {
+      compute.push_back(busy);
+      continue;
+    }
+    communicate.push_back(busy);
+    const bool pipeline = origin >= 0 && static_cast<size_t>(origin) < program.origins.size() &&
+                          (program.origins[origin].kind == "Send" || program.origins[origin].kind == "Receive");
+    transfers.push_back({inst.issue, pipeline});
+  }
+  // The chip's cycles as disjoint pieces: compute first, then communication, then idle gaps.
+  auto merged = [](std::vector<std::pair<Cycle, Cycle>> intervals) {
+    std::sort(intervals.begin(), intervals.end());
+    std::vector<std::pair<Cycle, Cycle>> out;
+    for (const auto& [a, b] : intervals) {
+      if (b <= a) continue;
+      if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
+      else out.push_back({a, b});
+    }
+    return out;
+  };
+  const auto computeCover = merged(compute);
+  auto all = compute;
+  all.insert(all.end(), communicate.begin(), communicate.end());
+  const auto busyCover = merged(all);
+  auto length = [](const std::vector<std::pair<Cycle, Cycle>>& cover) {
+    Cycle n = 0;
+    for (const auto& [a, b] : cover) n += b - a;
+    return n;
+  };
+  split.compute = length(computeCover);
+  split.communication = length(busyCover) - split.compute;
+  std::sort(transfers.begin(), transfers.end());
+  // Each idle gap [a, b) by what issues at b: a collective's transfer, a pipeline transfer, or compute.
+  Cycle idleFrom = 0;
+  auto gap = [&](Cycle a, Cycle b) {
+    if (b <= a) return;
+    const auto at = std::lower_bound(transfers.begin(), transfers.end(), std::make_pair(b, false));
+    const bool transferAtEnd = at != transfers.end() && at->first == b;
+    bool pipelineAtEnd = false;
+    for (auto it = at; it != transfers.end() && it->first == b; ++it) pipelineAtEnd = pipelineAtEnd || it->second;
+    if (a == 0 || pipelineAtEnd) split.bubble += b - a;
+    else if (transferAtEnd) split.communication += b - a;
+    else split.other += b - a;
+  };
+  for (const auto& [a, b] : busyCover) {
+    gap(idleFrom, a);
+    idleFrom = b;
+  }
+  const Cycle end = std::max(chipCycles, idleFrom);
+  split.other += end - idleFrom;  // the last results draining after the last issue
+  split.bubble += std::max<Cycle>(0, makespan - end);
+  return split;
+}
+
 }  // namespace tsp::runtime

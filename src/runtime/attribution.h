@@ -41,6 +41,20 @@ struct Attribution {
   }
 };
 
+/// How one chip spent the run's makespan, from its program (which the simulator runs as scheduled):
+/// - compute: some MEM, VXM, MXM or SXM unit busy with an op that does not move data between chips;
+/// - communication: otherwise an op that moves data (a C2C send, receive or forward, and the reductions
+///   and copies of a collective's ops) in progress, or the chip idle until a collective's next
+///   transfer (waiting for its peers);
+/// - bubble: idle before its first instruction, until the next pipeline transfer arrives (an op's
+///   Send/Receive between stages), and after its last cycle until the makespan;
+/// - other: idle until its next compute instruction (result latencies, dependence chains).
+/// The four add up to the makespan.
+struct TimeSplit {
+  Cycle compute = 0, communication = 0, bubble = 0, other = 0;
+};
+TimeSplit timeSplit(const topology::ChipSpec& spec, const isa::Program& program, Cycle chipCycles, Cycle makespan);
+
 /// The attribution of the chips' programs (the same on every rank: it reads every program).
 Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs);
 

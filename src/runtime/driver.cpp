@@ -28,6 +28,7 @@
 #include "partition/shard_report.h"
 #include "partition/training_cost.h"
 #include "partition/training_step.h"
+#include "runtime/attribution.h"
 #include "runtime/plan_choice.h"
 #include "runtime/progress.h"
 #include "runtime/program_files.h"
@@ -511,9 +512,12 @@ StageEnd gatherStatistics(RunState& s) {
   for (size_t i = 0; i < local.size(); ++i) {
     const auto& st = simulation.stats(i);
     const auto& program = *s.programs[local[i]];
+    // The split up to the chip's own end; the bubble after it, up to the makespan, is added below.
+    const TimeSplit split = timeSplit(spec, program, st.cycles, st.cycles);
     stats.localRows.push_back({local[i], st.cycles, program.predictedCycles, program.lowerBoundCycles, st.instructions,
                                st.kindBusy[0], st.kindBusy[1], st.kindBusy[2], st.kindBusy[3], st.kindBusy[4],
-                               st.bytesSent, st.bytesReceived, st.sramPeakBytes});
+                               st.bytesSent, st.bytesReceived, st.sramPeakBytes, split.compute, split.communication,
+                               split.bubble, split.other});
     stats.unitBusy.insert(stats.unitBusy.end(), st.unitBusy.begin(), st.unitBusy.end());
     std::vector<float> chipTimeline = st.utilization;
     chipTimeline.resize(static_cast<size_t>(topology::kUnitKindCount) * s.simOptions.bins, 0.0f);
@@ -545,6 +549,8 @@ StageEnd gatherStatistics(RunState& s) {
     run.makespanCycles = std::max(run.makespanCycles, row.cycles);
     run.chips += row.instructions > 0;
   }
+  for (auto* rows : {&stats.localRows, &stats.allRows})
+    for (auto& row : *rows) row.bubbleCycles += run.makespanCycles - row.cycles;
   run.iterations = config.simulation.iterations;
   run.samples = frontend::samplesPerIteration(config.model, *s.graph) * run.iterations;
   run.makespanSeconds = static_cast<double>(run.makespanCycles) / (spec.clockMhz * 1e6);

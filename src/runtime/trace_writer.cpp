@@ -131,6 +131,10 @@ hid_t chipRowType() {
   TSP_FIELD("bytes_sent", bytesSent);
   TSP_FIELD("bytes_received", bytesReceived);
   TSP_FIELD("sram_peak_bytes", sramPeakBytes);
+  TSP_FIELD("compute_cycles", computeCycles);
+  TSP_FIELD("comm_cycles", commCycles);
+  TSP_FIELD("bubble_cycles", bubbleCycles);
+  TSP_FIELD("other_cycles", otherCycles);
 #undef TSP_FIELD
   return t;
 }

@@ -21,6 +21,8 @@ struct ChipRow {
   std::int64_t cycles, predictedCycles, lowerBoundCycles, instructions;
   std::int64_t busyMem, busyVxm, busyMxm, busySxm, busyC2c;
   std::int64_t bytesSent, bytesReceived, sramPeakBytes;
+  /// The makespan split into compute, communication, pipeline bubble and other idle cycles (TimeSplit).
+  std::int64_t computeCycles, commCycles, bubbleCycles, otherCycles;
 };
 
 /// One row of /summary/units.

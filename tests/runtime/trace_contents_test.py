@@ -10,6 +10,51 @@ import h5py
 import numpy as np
 
 
+def merged(intervals):
+    out = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def time_split(events, kinds, opcodes, names, chip_row, makespan):
+    """docs/trace-format.md's compute / comm / bubble / other split of one chip, from its instruction rows."""
+    rows = events[events["chip"] == chip_row["chip"]]
+    rows = rows[rows["opcode"] != opcodes.index("Nop")]
+    c2c = kinds[rows["unit"]] == b"C2C"
+    moving = set(int(o) for o in rows["op"][c2c])
+    is_moving = np.array([int(o) in moving for o in rows["op"]], dtype=bool)
+    spans = list(zip(rows["start_cycle"].tolist(), rows["end_cycle"].tolist()))
+    compute = merged([s for s, m in zip(spans, is_moving) if not m])
+    busy = merged(spans)
+    compute_cycles = sum(b - a for a, b in compute)
+    comm = sum(b - a for a, b in busy) - compute_cycles
+    starts = {}
+    for (a, _), m, op in zip(spans, is_moving, rows["op"]):
+        if m:
+            starts[a] = starts.get(a, False) or names["kind"][op] in (b"Send", b"Receive")
+    bubble = other = 0
+    idle_from = 0
+    for a, b in busy:
+        if a > idle_from:
+            if idle_from == 0 or starts.get(a):
+                bubble += a - idle_from
+            elif a in starts:
+                comm += a - idle_from
+            else:
+                other += a - idle_from
+        idle_from = b
+    end = max(int(chip_row["cycles"]), idle_from)
+    other += end - idle_from
+    bubble += makespan - end
+    return compute_cycles, comm, bubble, other
+
+
 def main():
     exe, config = sys.argv[1], sys.argv[2]
     checks = []
@@ -52,7 +97,7 @@ def main():
             check(chips["bytes_sent"].sum() == chips["bytes_received"].sum(), "every byte sent is received")
             busy = f["summary/unit_busy_cycles"][:]
             check(busy.shape == (n, len(f["summary/units"])), "unit_busy_cycles is chips x units")
-            kinds = f["summary/units"]["kind"]
+            kinds = np.array(f["summary/units"]["kind"])
             mxm = busy[:, kinds == b"MXM"].sum(axis=1)
             check(np.array_equal(mxm, chips["busy_mxm"]), "per-unit busy cycles add up to the per-kind column")
             util = f["timeline/utilization"]
@@ -83,6 +128,16 @@ def main():
             check(np.all(layers["cycles"] <= run["makespan_cycles"]) and np.all(layers["cycles"] > 0),
                   "a layer's active cycles lie within the makespan")
             check(list(layers["id"]) == sorted(set(int(x) for x in names["layer"])), "a layers row per layer with work")
+            # The time split, re-derived from the instruction rows: compute, communication (ops that move data),
+            # pipeline bubble and other idle add up to the makespan on every chip.
+            split = ("compute_cycles", "comm_cycles", "bubble_cycles", "other_cycles")
+            check(all(int(sum(row[k] for k in split)) == run["makespan_cycles"] for row in chips),
+                  "compute, comm, bubble and other cycles add up to the makespan on every chip")
+            check(all(time_split(events, kinds, opcodes, names, row, run["makespan_cycles"]) ==
+                      tuple(int(row[k]) for k in split) for row in chips),
+                  "the time split follows from the instruction rows")
+            check(chips["bubble_cycles"][0] > chips["bubble_cycles"][-1] > 0,
+                  "the pipeline's first stage waits longest for the makespan, the last for its first data")
             check(f["summary/chips"].chunks is not None and f["summary/chips"].compression == "gzip",
                   "datasets are chunked and compressed")
         for c in summary["chips"]:

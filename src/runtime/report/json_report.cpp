@@ -175,7 +175,11 @@ void printSummaryJson(const RunState& state) {
                      {"instructions", row.instructions},
                      {"bytes_sent", row.bytesSent},
                      {"bytes_received", row.bytesReceived},
-                     {"sram_peak_bytes", row.sramPeakBytes}});
+                     {"sram_peak_bytes", row.sramPeakBytes},
+                     {"compute_cycles", row.computeCycles},
+                     {"comm_cycles", row.commCycles},
+                     {"bubble_cycles", row.bubbleCycles},
+                     {"other_cycles", row.otherCycles}});
   nlohmann::json utilisation;
   for (int k = 0; k < topology::kUnitKindCount; ++k)
     utilisation[topology::unitKindName(static_cast<topology::UnitKind>(k))] = stats.kindUtilisation[k];
@@ -193,6 +197,8 @@ void printSummaryJson(const RunState& state) {
                       {"makespan_seconds", run.makespanSeconds},
                       {"throughput_per_second", run.throughputPerSecond},
                       {"samples", run.samples},
+                      {"plan_copies", planCopies(state)},
+                      {"cluster_throughput_per_second", run.throughputPerSecond * planCopies(state)},
                       {"chips_used", run.chips},
                       {"utilisation", utilisation},
                       {"busiest_links", links},
@@ -239,6 +245,36 @@ void printSummaryJson(const RunState& state) {
       j["training"]["predicted_pipeline_cycles"] = choice.runPrediction->cost.pipelineCycles;
   }
   if (!choice.skipped.empty()) j["skipped_plans"] = choice.skipped;
+  const auto& spec = config.cluster->chip();
+  const Attribution& attribution = state.events->attribution();
+  auto work = [&](const WorkRow& row) {
+    nlohmann::json utilisation;
+    for (int k = 0; k < topology::kUnitKindCount; ++k)
+      utilisation[topology::unitKindName(static_cast<topology::UnitKind>(k))] = workUtilisation(row, spec, k);
+    return nlohmann::json{{"cycles", row.cycles},          {"chip_cycles", row.chipCycles},
+                          {"chips", row.chips},            {"instructions", row.instructions},
+                          {"busy_cycles", row.busyTotal()}, {"share", workShare(row, attribution)},
+                          {"utilisation", utilisation},    {"mem_bytes", row.memBytes},
+                          {"c2c_bytes", row.c2cBytes},     {"sram_bytes", row.sramBytes},
+                          {"first_cycle", row.firstCycle}, {"last_cycle", row.lastCycle}};
+  };
+  j["layers"] = nlohmann::json::array();
+  for (const auto& row : attribution.layers) {
+    auto entry = work(row);
+    entry["layer"] = row.id;
+    j["layers"].push_back(entry);
+  }
+  j["ops"] = nlohmann::json::array();
+  for (const auto& row : attribution.ops) {
+    if (row.instructions == 0) continue;
+    const isa::OpOrigin& name = attribution.names[row.id];
+    auto entry = work(row);
+    entry["op"] = name.op;
+    entry["kind"] = name.kind;
+    entry["layer"] = name.layer;
+    entry["tensor"] = name.tensor;
+    j["ops"].push_back(entry);
+  }
   print(j);
 }
 

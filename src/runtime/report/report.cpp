@@ -21,19 +21,28 @@ CollectiveFigures collectiveFigures(const schedule::CollectiveSchedule& c, const
           c.cycles};
 }
 
+int planCopies(const RunState& state) {
+  return std::max(1, state.config.cluster->chipCount() / std::max(1, state.choice.plan.candidate().chips()));
+}
+
 std::string topologyName(const topology::Cluster& cluster) {
   const auto& d = cluster.description();
   return fmt::format("{} of {} chips", d.kind, cluster.chipCount());
 }
 
-namespace {
-
-// Busy cycles of kind k over the row's chip-cycles x the kind's issue slots.
-double utilisation(const WorkRow& row, const topology::ChipSpec& spec, int k) {
+double workUtilisation(const WorkRow& row, const topology::ChipSpec& spec, int k) {
   const double capacity =
       static_cast<double>(row.chipCycles) * issueSlots(spec, static_cast<topology::UnitKind>(k));
   return capacity > 0 ? static_cast<double>(row.busy[k]) / capacity : 0.0;
 }
+
+double workShare(const WorkRow& row, const Attribution& attribution) {
+  std::int64_t total = 0;
+  for (const auto& layer : attribution.layers) total += layer.busyTotal();
+  return total > 0 ? static_cast<double>(row.busyTotal()) / static_cast<double>(total) : 0.0;
+}
+
+namespace {
 
 std::string kib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024.0); }
 
@@ -41,17 +50,13 @@ std::string kib(std::int64_t bytes) { return fmt::format("{:.1f}", static_cast<d
 
 void printAttributionText(const Attribution& attribution, const topology::ChipSpec& spec, int topOps) {
   if (attribution.layers.empty()) return;
-  std::int64_t total = 0;
-  for (const auto& row : attribution.layers) total += row.busyTotal();
-  const auto share = [&](const WorkRow& row) {
-    return total > 0 ? 100.0 * static_cast<double>(row.busyTotal()) / static_cast<double>(total) : 0.0;
-  };
+  const auto share = [&](const WorkRow& row) { return 100.0 * workShare(row, attribution); };
   fmt::print("\n{:>6} {:>6} {:>12} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>12} {:>12} {:>10}\n", "layer", "chips",
              "cycles", "share%", "MEM%", "VXM%", "MXM%", "SXM%", "C2C%", "MEM-KiB", "C2C-KiB", "SRAM-KiB");
   for (const auto& row : attribution.layers) {
     fmt::print("{:>6} {:>6} {:>12} {:>7.2f}", row.id < 0 ? std::string("-") : std::to_string(row.id), row.chips,
                row.cycles, share(row));
-    for (int k = 0; k < topology::kUnitKindCount; ++k) fmt::print(" {:>7.2f}", 100.0 * utilisation(row, spec, k));
+    for (int k = 0; k < topology::kUnitKindCount; ++k) fmt::print(" {:>7.2f}", 100.0 * workUtilisation(row, spec, k));
     fmt::print(" {:>12} {:>12} {:>10}\n", kib(row.memBytes), kib(row.c2cBytes), kib(row.sramBytes));
   }
   fmt::print("(cycles: the layer's active cycles, some unit busy with it, on its busiest chip; share: of all busy "

@@ -33,6 +33,14 @@ int issueSlots(const topology::ChipSpec& spec, topology::UnitKind kind);
 /// most busy unit-cycles. Utilisation is busy cycles over the layer's spans x the kind's issue slots.
 void printAttributionText(const Attribution& attribution, const topology::ChipSpec& spec, int topOps = 10);
 
+/// A work row's busy cycles of unit kind k over its active chip-cycles x the kind's issue slots.
+double workUtilisation(const WorkRow& row, const topology::ChipSpec& spec, int k);
+/// A work row's busy unit-cycles over all layers' busy unit-cycles.
+double workShare(const WorkRow& row, const Attribution& attribution);
+
+/// Copies of the run's plan the cluster holds, as the search counts throughput (at least 1).
+int planCopies(const RunState& state);
+
 /// "ring of 4 chips": the topology's kind and size.
 std::string topologyName(const topology::Cluster& cluster);
 

@@ -77,6 +77,8 @@ void printSearchText(const PlanChoice& choice, const std::string& yamlPath) {
       fmt::print("note: {} layers costed by the FLOP-based estimate (the compiler cannot lower them yet: {})\n",
                  s.fallbackLayers, s.fallbackReason);
   }
+  if (!ranked.empty())
+    fmt::print("(samples/s: with as many copies of each plan as the cluster's chips hold; the run's summary gives both)\n");
   fmt::print("\n{:>4} {:<28} {:>6} {:>14} {:>12} {:>10} {:>8} {:>8}\n", "rank", "plan", "chips", "samples/s",
              "latency us", "MiB/chip", "bubble", "comm");
   const size_t shown = std::min<size_t>(ranked.size(), 20);
@@ -98,8 +100,9 @@ namespace {
 // The per-chip table. Large clusters: the first chips and the slowest ones; the trace has every row.
 void printChipTable(const RunState& state) {
   const auto& spec = state.config.cluster->chip();
-  fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10}\n", "chip", "predicted",
-             "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "link %", "sent KiB", "SRAM KiB");
+  fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>10} {:>10} {:>7} {:>7} {:>7}\n", "chip",
+             "predicted", "simulated", "lower bnd", "instr", "MEM %", "VXM %", "MXM %", "SXM %", "link %", "sent KiB",
+             "SRAM KiB", "comp %", "comm %", "bubl %");
   // A chip's link figure is its busiest outgoing link direction (the C2C queues' mean would hide a saturated link).
   std::map<int, std::int64_t> linkBusy;
   for (const auto& l : state.statistics.linkRows) {
@@ -127,13 +130,24 @@ void printChipTable(const RunState& state) {
     auto pct = [&](std::int64_t busy, topology::UnitKind kind) {
       return 100.0 * static_cast<double>(busy) / (c * issueSlots(spec, kind));
     };
-    fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>10.1f} {:>10.1f}\n",
+    // The time split is over the makespan: how the chip spent the whole run.
+    const double m = static_cast<double>(std::max<Cycle>(state.statistics.run.makespanCycles, 1));
+    fmt::print("{:>5} {:>12} {:>12} {:>12} {:>8} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>7.2f} {:>10.1f} {:>10.1f} {:>7.2f} "
+               "{:>7.2f} {:>7.2f}\n",
                row.chip, row.predictedCycles, row.cycles, row.lowerBoundCycles, row.instructions,
                pct(row.busyMem, topology::UnitKind::kMem), pct(row.busyVxm, topology::UnitKind::kVxm),
                pct(row.busyMxm, topology::UnitKind::kMxm), pct(row.busySxm, topology::UnitKind::kSxm),
-               100.0 * static_cast<double>(linkBusy[row.chip]) / c, row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0);
+               100.0 * static_cast<double>(linkBusy[row.chip]) / c, row.bytesSent / 1024.0, row.sramPeakBytes / 1024.0,
+               100.0 * static_cast<double>(row.computeCycles) / m, 100.0 * static_cast<double>(row.commCycles) / m,
+               100.0 * static_cast<double>(row.bubbleCycles) / m);
   }
-  fmt::print("  (link %: the chip's busiest outgoing link direction, busy cycles over the chip's cycles)\n");
+  fmt::print("  (lower bnd: no schedule of the chip's own work is shorter; for a compiled stage the largest of its critical\n"
+             "   path, busiest unit or link and per-unit windows, with other chips' data arriving when they send it; for\n"
+             "   sharded and collective programs its busiest unit only, leaving out the links' time;\n"
+             "   unit and link %: busy cycles over the chip's cycles, link % on its busiest outgoing link direction;\n"
+             "   comp/comm/bubl %: the makespan spent computing, communicating or waiting for a collective's peers, and\n"
+             "   in pipeline bubbles (idle before its first work, waiting for a pipeline stage's data, after its\n"
+             "   end); the rest is idle waiting on its own results)\n");
   if (working > shown.size())
     fmt::print("  ({} chips with work: the first {} and the {} slowest shown; `tsp-trace summary {}` lists all)\n",
                working, kTableHead, kTableSlowest, state.tracePath);
@@ -154,7 +168,14 @@ void printSummaryText(const RunState& state) {
   printAttributionText(state.events->attribution(), spec);
   fmt::print("\nmakespan:    {} cycles = {:.3f} us at {} MHz\n", run.makespanCycles, run.makespanSeconds * 1e6,
              spec.clockMhz);
-  fmt::print("throughput:  {:.1f} samples/s ({} samples per iteration)\n", run.throughputPerSecond, run.samples);
+  if (!state.collective) {
+    fmt::print("throughput:  {:.1f} samples/s on the plan's {} chips ({} samples per iteration)\n",
+               run.throughputPerSecond, choice.plan.candidate().chips(), run.samples);
+    if (const int copies = planCopies(state); copies > 1)
+      fmt::print("             {:.1f} samples/s with {} copies of the plan on the cluster's {} chips (as the search "
+                 "counts)\n",
+                 run.throughputPerSecond * copies, copies, cluster.chipCount());
+  }
   if (choice.runPrediction)
     fmt::print("predicted:   {:.0f} cycles by the search's cost model ({:+.1f}% from the simulation)\n",
                choice.runPrediction->cost.iterationCycles,
