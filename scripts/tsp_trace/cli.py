@@ -11,7 +11,7 @@ import numpy as np
 
 from tsp_trace import (C2C_RECV_TID, C2C_SEND_TID, EVENT_CHUNK, FORMAT_VERSION, KIND_COLORS, KINDS, Table, Trace,
                        TraceError, all_tables, chips_table, layers_table, link_utilization, links_table, native,
-                       ops_table, render_csv,
+                       op_names, ops_table, render_csv,
                        render_text, run_table, text, units_table, write_csv_dir, write_sqlite)
 
 MAX_LABELLED_CHIPS = 72  # a GroqRack: every chip drawn and labelled; larger clusters are drawn per group
@@ -121,10 +121,31 @@ def utilization_norm(values, scale):
     return LogNorm(vmin=max(min(floor, 0.1), 1e-4), vmax=1.0)
 
 
+def draw_layer_markers(ax, rows, layers, units):
+    """Above a chip's units: one bar per model layer from its first instruction to its last on this chip,
+    labelled with the layer. Returns the spans drawn, {layer: (first, last)}."""
+    if layers is None or len(rows) == 0 or "op" not in rows.dtype.names:
+        return {}
+    ops = rows["op"].astype(np.int64)
+    known = (ops >= 0) & (ops < len(layers))
+    of_layer = np.full(len(rows), -1, dtype=np.int64)
+    of_layer[known] = layers[ops[known]]
+    spans = {}
+    for layer in np.unique(of_layer[of_layer >= 0]):
+        mine = rows[of_layer == layer]
+        spans[int(layer)] = (int(mine["start_cycle"].min()), int(mine["end_cycle"].max()))
+    for i, (layer, (first, last)) in enumerate(sorted(spans.items())):
+        y = -1.5 - (i % 2)  # alternate rows so that neighbouring layers stay apart
+        ax.plot([first, last], [y, y], color="black", linewidth=2, solid_capstyle="butt")
+        ax.annotate(f"L{layer}", (first, y), xytext=(0, 2), textcoords="offset points", fontsize=7, va="bottom")
+    return spans
+
+
 def draw_gantt(plt, trace, chips, args):
     kinds, _ = trace.unit_kinds()
     ypos = gantt_rows(kinds)
     rows = instruction_rows(trace, chips, args.start, args.end)
+    layers = np.array([n["layer"] for n in op_names(trace)], dtype=np.int64) if trace.has("/names/ops") else None
     fig, axes = plt.subplots(len(chips), 1, figsize=(12, 2.8 * len(chips) + 0.6),
                              sharex=True, squeeze=False, layout="constrained")
     for ax, chip in zip(axes[:, 0], chips):
@@ -139,7 +160,8 @@ def draw_gantt(plt, trace, chips, args):
         ticks = [(np.mean(ypos[[u for u in range(len(kinds)) if kinds[u] == k]]), k)
                  for k in KINDS if k in kinds]
         ax.set_yticks([t for t, _ in ticks], [k for _, k in ticks])
-        ax.set_ylim(len(kinds) - 0.5, -0.5)
+        layer_spans = draw_layer_markers(ax, mine, layers, len(kinds))
+        ax.set_ylim(len(kinds) - 0.5, -0.5 - (3 if layer_spans else 0))
         ax.set_ylabel(f"chip {chip}")
         if len(mine) == 0:
             ax.text(0.5, 0.5, "no instructions in range", transform=ax.transAxes, ha="center")

@@ -46,8 +46,10 @@ def chip_cycles(chip):
     return 1000 + 100 * chip
 
 
-def write_trace(path, level="summary", chips=4, plans=False, ranks=1):
-    """Write a trace at trace level `level`; returns the per-chip rows it stored."""
+def write_trace(path, level="summary", chips=4, plans=False, ranks=1, ops=False):
+    """Write a trace at trace level `level`; returns the per-chip rows it stored. With `ops`, instruction rows
+    name ops of /names/ops: a chip's n instructions run three layers one after another, instruction k in op and
+    layer 3k // n."""
     units = unit_table()
     kinds = [k.decode() for k in units["kind"]]
     links = ring_links(chips)
@@ -114,15 +116,20 @@ def write_trace(path, level="summary", chips=4, plans=False, ranks=1):
         if level == "instructions":
             rows = []
             for c in range(chips):
-                for k in range(40 + c):
+                count = 40 + c
+                for k in range(count):
                     unit = k % len(units)
                     start = 20 * k
-                    rows.append((c, unit, units["slice"][unit], k % len(OPCODES), k, start,
-                                 start + 15 + (k % 3), 1))
-            ds = f.create_dataset("events/instructions", data=np.array(rows, dtype=[
-                ("chip", "<i4"), ("unit", "<i4"), ("slice", "<i4"), ("opcode", "<i2"),
-                ("program_index", "<i8"), ("start_cycle", "<i8"), ("end_cycle", "<i8"),
-                ("repeat", "<i4")]), chunks=True, compression="gzip")
+                    row = (c, unit, units["slice"][unit], k % len(OPCODES), k, start, start + 15 + (k % 3), 1)
+                    rows.append(row + ((3 * k // count,) if ops else ()))
+            fields = [("chip", "<i4"), ("unit", "<i4"), ("slice", "<i4"), ("opcode", "<i2"),
+                      ("program_index", "<i8"), ("start_cycle", "<i8"), ("end_cycle", "<i8"), ("repeat", "<i4")]
+            ds = f.create_dataset("events/instructions", data=np.array(
+                rows, dtype=fields + ([("op", "<i4")] if ops else [])), chunks=True, compression="gzip")
+            if ops:
+                f.create_dataset("names/ops", data=np.array(
+                    [(f"fc{i}", "MatMul", i, f"fc{i}.out") for i in range(3)],
+                    dtype=[("op", "S160"), ("kind", "S160"), ("layer", "<i4"), ("tensor", "S160")]))
             ds.attrs["opcode_names"] = ",".join(OPCODES)
         if plans:
             plan_rows = []
