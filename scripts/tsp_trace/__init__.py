@@ -257,8 +257,10 @@ def work_columns(rows, slots):
     out = []
     for r in rows:
         busy = sum(int(r[f"busy_{k.lower()}"]) for k in KINDS)
-        out.append([ratio(busy, total)] + [ratio(r[f"busy_{k.lower()}"], int(r["chip_cycles"]) * slots[k])
-                                           for k in KINDS])
+        util = [ratio(r[f"busy_{k.lower()}"], int(r["chip_cycles"]) * slots[k]) for k in KINDS]
+        if "link_busy" in r.dtype.names:  # C2C: its busiest queue (a port's direction), not the queues' mean
+            util[KINDS.index("C2C")] = float(r["link_busy"])
+        out.append([ratio(busy, total)] + util)
     return out
 
 

@@ -27,9 +27,13 @@ Cover cover(std::vector<std::pair<Cycle, Cycle>>& intervals) {
   return c;
 }
 
-// Adds one chip's busy intervals of a row's instructions to the row.
-void addChip(WorkRow& row, std::vector<std::pair<Cycle, Cycle>>& intervals) {
+// Adds one chip's busy intervals of a row's instructions to the row, and those of its C2C queues there.
+void addChip(WorkRow& row, std::vector<std::pair<Cycle, Cycle>>& intervals,
+             std::map<int, std::vector<std::pair<Cycle, Cycle>>>& queues) {
   const Cover c = cover(intervals);
+  for (auto& [unit, used] : queues)
+    if (c.active > 0)
+      row.linkBusy = std::max(row.linkBusy, static_cast<double>(cover(used).active) / static_cast<double>(c.active));
   row.firstCycle = row.firstCycle < 0 ? c.first : std::min(row.firstCycle, c.first);
   row.lastCycle = std::max(row.lastCycle, c.last);
   row.cycles = std::max(row.cycles, c.active);
@@ -68,6 +72,8 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
     const isa::InstructionSequence sequence(program);
     // Per op and per layer of this chip: the cycles each instruction keeps its unit busy.
     std::map<std::int32_t, std::vector<std::pair<Cycle, Cycle>>> opBusy, layerBusy;
+    // Per op and per layer, per C2C queue: the cycles its instructions occupy the queue.
+    std::map<std::int32_t, std::map<int, std::vector<std::pair<Cycle, Cycle>>>> opQueues, layerQueues;
     // Per op and per layer, per MEM queue: the address ranges its writes touch.
     using Writes = std::map<std::int32_t, std::map<int, std::vector<std::pair<Cycle, Cycle>>>>;
     Writes opWrites, layerWrites;
@@ -85,6 +91,10 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
       const Cycle end = isa::unitFreeAt(spec, inst);
       opBusy[op].push_back({inst.issue, end});
       layerBusy[a.names[op].layer].push_back({inst.issue, end});
+      if (units[inst.unit].kind == topology::UnitKind::kC2c) {
+        opQueues[op][inst.unit].push_back({inst.issue, end});
+        layerQueues[a.names[op].layer][inst.unit].push_back({inst.issue, end});
+      }
       if (inst.op == isa::Opcode::kMemWrite)
         for (auto* written : {&opWrites[op][inst.unit], &layerWrites[a.names[op].layer][inst.unit]}) {
           if (inst.stride == 1 || inst.repeat == 1) {
@@ -97,8 +107,8 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
           }
         }
     }
-    for (auto& [op, intervals] : opBusy) addChip(a.ops[op], intervals);
-    for (auto& [layer, intervals] : layerBusy) addChip(layers[layer], intervals);
+    for (auto& [op, intervals] : opBusy) addChip(a.ops[op], intervals, opQueues[op]);
+    for (auto& [layer, intervals] : layerBusy) addChip(layers[layer], intervals, layerQueues[layer]);
     // The SRAM each op and layer writes here: the distinct addresses of its MEM writes, per slice.
     for (auto* written : {&opWrites, &layerWrites}) {
       for (auto& [key, intervals] : *written) {

@@ -26,6 +26,9 @@ struct WorkRow {
   std::int64_t cycles = 0;      ///< active cycles (some unit busy with it) on the chip where they are most
   std::int64_t chipCycles = 0;  ///< active cycles summed over the chips it ran on
   std::int32_t chips = 0;       ///< chips it ran on
+  /// Busy fraction of its busiest C2C queue (one link direction of a port): the cycles that queue is
+  /// occupied with the row's sends or receives, over the row's active cycles on that queue's chip.
+  double linkBusy = 0;
   std::int64_t busyTotal() const;
 };
 

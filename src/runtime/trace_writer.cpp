@@ -370,7 +370,7 @@ Status TraceWriter::writeAttribution(const Attribution& attribution) {
     std::vector<WorkSummaryRow> out;
     for (const auto& r : rows)
       out.push_back({r.id, r.chips, r.instructions, r.busy[0], r.busy[1], r.busy[2], r.busy[3], r.busy[4], r.memBytes,
-                     r.c2cBytes, r.sramBytes, r.firstCycle, r.lastCycle, r.cycles, r.chipCycles});
+                     r.c2cBytes, r.sramBytes, r.firstCycle, r.lastCycle, r.cycles, r.chipCycles, r.linkBusy});
     return out;
   };
   const std::vector<WorkSummaryRow> ops = workRows(attribution.ops), layers = workRows(attribution.layers);
@@ -400,6 +400,7 @@ Status TraceWriter::writeAttribution(const Attribution& attribution) {
   TSP_FIELD("cycles", cycles);
   TSP_FIELD("chip_cycles", chipCycles);
 #undef TSP_FIELD
+  H5Tinsert(type, "link_busy", HOFFSET(WorkSummaryRow, linkBusy), H5T_NATIVE_DOUBLE);
   if (auto s = writeRows(file_, "/summary/ops", type, {ops.size()}, rowsOfRank0(rank_, ops.size()), ops.data()); !s)
     return s;
   return writeRows(file_, "/summary/layers", type, {layers.size()}, rowsOfRank0(rank_, layers.size()), layers.data());

@@ -89,6 +89,7 @@ struct WorkSummaryRow {
   std::int32_t id, chips;
   std::int64_t instructions, busyMem, busyVxm, busyMxm, busySxm, busyC2c;
   std::int64_t memBytes, c2cBytes, sramBytes, firstCycle, lastCycle, cycles, chipCycles;
+  double linkBusy;  ///< busy fraction of its busiest C2C queue (WorkRow::linkBusy)
 };
 
 /// Rows of an event table bound for given rows of the file (positions fixed before the run).

@@ -256,7 +256,8 @@ void printSummaryJson(const RunState& state) {
                           {"busy_cycles", row.busyTotal()}, {"share", workShare(row, attribution)},
                           {"utilisation", utilisation},    {"mem_bytes", row.memBytes},
                           {"c2c_bytes", row.c2cBytes},     {"sram_bytes", row.sramBytes},
-                          {"first_cycle", row.firstCycle}, {"last_cycle", row.lastCycle}};
+                          {"first_cycle", row.firstCycle}, {"last_cycle", row.lastCycle},
+                          {"link_busy", row.linkBusy}};
   };
   j["layers"] = nlohmann::json::array();
   for (const auto& row : attribution.layers) {

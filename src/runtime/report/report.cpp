@@ -56,11 +56,14 @@ void printAttributionText(const Attribution& attribution, const topology::ChipSp
   for (const auto& row : attribution.layers) {
     fmt::print("{:>6} {:>6} {:>12} {:>7.2f}", row.id < 0 ? std::string("-") : std::to_string(row.id), row.chips,
                row.cycles, share(row));
-    for (int k = 0; k < topology::kUnitKindCount; ++k) fmt::print(" {:>7.2f}", 100.0 * workUtilisation(row, spec, k));
+    for (int k = 0; k < topology::kUnitKindCount - 1; ++k)
+      fmt::print(" {:>7.2f}", 100.0 * workUtilisation(row, spec, k));
+    fmt::print(" {:>7.2f}", 100.0 * row.linkBusy);
     fmt::print(" {:>12} {:>12} {:>10}\n", kib(row.memBytes), kib(row.c2cBytes), kib(row.sramBytes));
   }
   fmt::print("(cycles: the layer's active cycles, some unit busy with it, on its busiest chip; share: of all busy "
-             "unit-cycles; utilisation: busy unit-cycles over its active cycles x the units, on all its chips; MEM-KiB: SRAM read and written; C2C-KiB: sent; "
+             "unit-cycles; utilisation: busy unit-cycles over its active cycles x the units, on all its chips; C2C%: its busiest C2C "
+             "queue (a port's direction) over its active cycles on that chip; MEM-KiB: SRAM read and written; C2C-KiB: sent; "
              "SRAM-KiB: distinct SRAM addresses it writes)\n");
   std::vector<const WorkRow*> ops;
   for (const auto& row : attribution.ops)
