@@ -20,7 +20,7 @@ PhaseProgress::~PhaseProgress() { finish(); }
 bool PhaseProgress::due() const {
   if (!enabled_) return false;
   const auto now = now_();
-  if (now - stepStart_ < kSilentFor) return false;
+  if (now - start_ < kSilentFor) return false;
   return !printed_ || now - last_ >= (terminal_ ? kTerminalInterval : kLogInterval);
 }
 
@@ -40,7 +40,7 @@ void PhaseProgress::update(std::int64_t done, std::int64_t total, const char* un
                                              std::floor(100.0 * static_cast<double>(done) / static_cast<double>(total)))
                                : fmt::format("tsp-sim: {}: {} {} so far", phase_, done, unit);
   if (!detail.empty()) line += ", " + detail;
-  if (done > 0 && total > 0)
+  if (done > 0 && total > 0 && last_ - stepStart_ >= kStepMeasure)
     line += fmt::format(", ETA {:.0f} s", seconds * static_cast<double>(total - done) / static_cast<double>(done));
   else
     line += ", ETA unknown";

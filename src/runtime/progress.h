@@ -11,15 +11,16 @@ namespace tsp::runtime {
 
 /// One phase's progress line: `tsp-sim: PHASE: DONE of TOTAL UNIT (P%), DETAIL, ETA S s`.
 /// Nothing is printed in a phase's first 2 s (a short phase stays silent). The ETA is the time so far
-/// times the work left over the work done, so the first line already rests on 2 s of measurement. A
-/// phase of several steps (profiling, then evaluating) starts again with each step (when the unit
-/// changes or the count goes back): 2 s of silence, then an ETA from the step's own rate. On
-/// a terminal the line is rewritten in place, at most 4 times a second; in a log (not a terminal)
-/// each line is a new line, at most one every 10 s.
+/// times the work left over the work done. A phase of several steps (profiling, then evaluating, or
+/// many short candidate lists) measures each step on its own (a step starts when the unit changes or
+/// the count goes back): the line shows the current step's count, and its ETA once the step has run
+/// for 1 s ("ETA unknown" before). On a terminal the line is rewritten in place, at most 4 times a
+/// second; in a log (not a terminal) each line is a new line, at most one every 10 s.
 class PhaseProgress {
  public:
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kSilentFor{2000};
+  static constexpr std::chrono::milliseconds kStepMeasure{1000};
   static constexpr std::chrono::milliseconds kTerminalInterval{250};
   static constexpr std::chrono::milliseconds kLogInterval{10000};
 

@@ -78,14 +78,28 @@ TEST(PhaseProgress, NoWorkDoneHasNoEta) {
 // A phase of two steps: the second step's ETA rests on its own rate, not on the time of the first.
 TEST(PhaseProgress, EachStepHasItsOwnRate) {
   Capture c;
-  PhaseProgress progress("search", true, false, c.file, c.clock());
+  PhaseProgress progress("search", true, true, c.file, c.clock());
   c.now += 1s;
   progress.update(3, 3, "layers");
-  c.now += 2s;  // the second step starts 1 s into the phase and does 10 of 40 in 2 s
+  c.now += 1s;  // the second step starts 2 s into the phase: a line, but no rate measured yet
   progress.update(1, 40, "candidates");
-  c.now += 2s;
+  c.now += 2s;  // 10 of 40 in 2 s
   progress.update(10, 40, "candidates");
-  EXPECT_EQ(c.text(), "tsp-sim: search: 10 of 40 candidates (25%), ETA 6 s\n");
+  EXPECT_EQ(c.text(), "\rtsp-sim: search: 1 of 40 candidates (2%), ETA unknown\x1b[K"
+                      "\rtsp-sim: search: 10 of 40 candidates (25%), ETA 6 s\x1b[K");
+}
+
+// A phase made of many short steps (the search's candidate lists) still shows it is working.
+TEST(PhaseProgress, ShortStepsStillPrintAfterTwoSeconds) {
+  Capture c;
+  PhaseProgress progress("search", true, false, c.file, c.clock());
+  for (int list = 0; list < 8; ++list) {
+    for (int done = 1; done <= 4; ++done) {
+      c.now += 100ms;
+      progress.update(done, 4, "candidates evaluated");
+    }
+  }
+  EXPECT_EQ(lines(c.text()), std::vector<std::string>{"tsp-sim: search: 4 of 4 candidates evaluated (100%), ETA unknown"});
 }
 
 // Work whose total is not known ahead (a sharded plan's distinct segments): a count, no ETA.
