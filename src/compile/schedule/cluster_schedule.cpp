@@ -2,11 +2,14 @@
 #include "compile/schedule/cluster_schedule.h"
 
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "compile/lower/lowering.h"
+#include "compile/schedule/sharded_schedule_internal.h"
 
 namespace tsp::schedule {
 
@@ -118,6 +121,8 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
   // layer stands for a shard of a plan of many.
   Options options = Options{}.asShardOfMany();
   options.boundRounds = 0;  // nor would the report's bound
+  // Identical layers (a transformer's blocks) compile once: every layer has the same options and seed.
+  std::map<std::string, Cycle> compiled;
   for (const auto& ops : layers) {
     lower::ShardInterface interface;
     // A layer alone: its inputs from other layers are taken as resident.
@@ -127,9 +132,14 @@ Expected<std::vector<Cycle>> estimateLayerCycles(const ir::Graph& graph, const t
         if (graph.tensor(in).producer >= 0 && graph.op(graph.tensor(in).producer).layer != graph.op(op).layer)
           resident.insert(in);
     interface.resident.assign(resident.begin(), resident.end());
-    auto compiled = compileShard(chip, graph, ops, interface, options);
-    if (!compiled) return compiled.error();
-    cycles.push_back(compiled->program.predictedCycles);
+    const std::string key = detail::residentSegmentKey(graph, ops, interface.resident);
+    auto it = compiled.find(key);
+    if (it == compiled.end()) {
+      auto shard = compileShard(chip, graph, ops, interface, options);
+      if (!shard) return shard.error();
+      it = compiled.emplace(key, shard->program.predictedCycles).first;
+    }
+    cycles.push_back(it->second);
     if (progress) progress(static_cast<std::int64_t>(cycles.size()), static_cast<std::int64_t>(layers.size()));
   }
   return cycles;

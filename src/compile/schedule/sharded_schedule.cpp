@@ -70,6 +70,25 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
   return key;
 }
 
+std::string residentSegmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                               const std::vector<ir::TensorId>& resident) {
+  std::string key = segmentKey(graph, ops) + " resident";
+  for (ir::TensorId t : resident) {
+    std::string at = "?";
+    for (size_t i = 0; i < ops.size() && at == "?"; ++i) {
+      const auto& ins = graph.op(ops[i]).inputs;
+      if (const auto it = std::find(ins.begin(), ins.end(), t); it != ins.end())
+        at = fmt::format("{}.{}", i, it - ins.begin());
+    }
+    key += " " + at;
+  }
+  // A value that replaces a resident leaf (a KV cache's update) lowers differently.
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (size_t o = 0; o < graph.op(ops[i]).outputs.size(); ++o)
+      if (graph.overwrites(graph.op(ops[i]).outputs[o]) >= 0) key += fmt::format(" over {}.{}", i, o);
+  return key;
+}
+
 }  // namespace detail
 
 namespace {

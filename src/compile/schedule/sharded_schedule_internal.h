@@ -36,6 +36,12 @@ inline CollectiveOp collectiveOpOf(ir::OpKind kind) {
 /// What compileShard sees of a segment, tensor ids renumbered: identical keys compile to one program.
 std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 
+/// segmentKey of a segment whose interface has resident tensors and nothing else, with the order of
+/// those tensors (the lowering places them in that order), each named by its first read (op and
+/// input position in the segment), and the outputs that replace a resident leaf (a KV cache update).
+std::string residentSegmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
+                               const std::vector<ir::TensorId>& resident);
+
 /// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
 class ChipTimelines {
  public:
