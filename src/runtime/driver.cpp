@@ -231,6 +231,7 @@ StageEnd configure(RunState& s) {
   }
   if (options.out) config.output.trace = *options.out;
   if (options.seed) config.simulation.seed = *options.seed;
+  if (options.effort) config.compile.effort = *options.effort;
   if (options.functional) config.simulation.mode = "functional";
   s.functional = config.simulation.mode == "functional";
   if ((options.inputsDir || options.expectDir) && !s.functional)
@@ -331,9 +332,8 @@ StageEnd compile(RunState& s) {
   } else if (s.collective) {
     s.compiled = s.collective->cluster.programs;
   } else {
-    schedule::Options compileOptions;
+    schedule::Options compileOptions = schedule::effortOptions(*schedule::parseEffort(config.compile.effort));
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);
-    compileOptions.annealMoves = 256;
     PhaseProgress progress = phaseProgress(s, "compile");
     compileOptions.progress = [&](std::int64_t done, std::int64_t total) { progress.update(done, total, "segments"); };
     const ir::Graph& graph = *s.graph;
@@ -368,7 +368,8 @@ StageEnd compile(RunState& s) {
   if (s.options.emitPrograms)
     return writeOnRoot(s, [&] {
       return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip(),
-                          programsRunRecord(s.config.model, *s.graph, cluster.chipCount()));
+                          programsRunRecord(s.config.model, *s.graph, cluster.chipCount()),
+                          s.compiledSegments > 0 ? s.compileRecord() : nlohmann::json::object());
     });
   return std::nullopt;
 }

@@ -18,6 +18,7 @@ struct RunOptions {
   std::optional<std::string> out;    ///< --out override
   std::optional<std::string> describe;
   std::optional<std::int64_t> seed;
+  std::optional<std::string> effort;  ///< --effort override of compile.effort
   std::optional<std::string> traceLevel;  ///< --trace-level override of output.level
   bool json = false;
   bool quiet = false;

@@ -47,6 +47,10 @@ int main(int argc, char** argv) {
   app.add_flag("--search-only", options.searchOnly,
                "rank plans, print the table, write the best plan as YAML and the ranking to the trace; simulate nothing");
   app.add_option("--seed", options.seed, "seed of annealing and search (default 0)")->check(CLI::NonNegativeNumber);
+  app.add_option("--effort", options.effort,
+                 "compile effort: fast (list scheduling only), default, or max (full plane-order search and "
+                 "annealing); overrides compile.effort")
+      ->check(CLI::IsMember({"fast", "default", "max"}));
   app.add_flag("--json", options.json, "machine-readable output on stdout");
   app.add_flag("--quiet", options.quiet, "no progress line");
   app.add_option("--emit-programs", options.emitPrograms, "also write each chip's program into DIR");

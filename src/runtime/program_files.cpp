@@ -41,11 +41,12 @@ std::string runRecordDifference(const nlohmann::json& recorded, const nlohmann::
 
 Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs,
                     const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec,
-                    const nlohmann::json& run) {
+                    const nlohmann::json& run, const nlohmann::json& compile) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return makeError(ExitCode::kConfig, fmt::format("{}: cannot create directory: {}", dir, ec.message()));
   nlohmann::json manifest = {{"format", "tsp-programs"}, {"version", isa::kProgramVersion}, {"run", run}};
+  if (!compile.empty()) manifest["compile"] = compile;
   auto& chips = manifest["chips"] = nlohmann::json::array();
   std::map<std::uint64_t, std::string> written;
   for (size_t chip = 0; chip < programs.size(); ++chip) {

@@ -19,10 +19,10 @@ namespace tsp::runtime {
 nlohmann::json programsRunRecord(const frontend::ModelSpec& spec, const ir::Graph& graph, int chips);
 
 /// Writes each distinct program (JSON, binary .tspp, readable .txt), a compile report per chip, and a
-/// manifest holding `run` (programsRunRecord).
+/// manifest holding `run` (programsRunRecord) and `compile` (how they were compiled: effort, segments).
 Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs,
                     const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec,
-                    const nlohmann::json& run);
+                    const nlohmann::json& run, const nlohmann::json& compile = nlohmann::json::object());
 
 /// Reads the programs written by --emit-programs: the manifest names one program file per chip, each
 /// chip once, and its run record must equal `run`; every mistake is a located error (exit 1).

@@ -59,6 +59,14 @@ Status loadSimulation(const topology::YamlReader& reader, const YAML::Node& node
   return {};
 }
 
+Status loadCompile(const topology::YamlReader& reader, const YAML::Node& node, CompileConfig& out) {
+  if (auto s = reader.checkKeys(node, {"effort"}, "compile"); !s) return s;
+  auto effort = reader.text(node, "effort", out.effort, {"fast", "default", "max"});
+  if (!effort) return effort.error();
+  out.effort = *effort;
+  return {};
+}
+
 Status loadOutput(const topology::YamlReader& reader, const YAML::Node& node, int chips, OutputConfig& out) {
   if (auto s = reader.checkKeys(node, {"trace", "level", "instruction_chips", "event_buffer_rows"}, "output"); !s)
     return s;
@@ -88,7 +96,7 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
   const YAML::Node root = *loaded;
   topology::YamlReader reader(path);
   if (!root.IsMap()) return configError({path, 1, 1, ""}, "the config must be a mapping with a 'cluster' section");
-  if (auto s = reader.checkKeys(root, {"cluster", "model", "parallelism", "simulation", "training", "output"}, "config");
+  if (auto s = reader.checkKeys(root, {"cluster", "model", "parallelism", "simulation", "training", "compile", "output"}, "config");
       !s)
     return s.error();
 
@@ -107,6 +115,7 @@ Expected<RunConfig> loadRunConfig(const std::string& path) {
   auto training = partition::loadTraining(reader, reader.child(root, "training"));
   if (!training) return training.error();
   config.training = *training;
+  if (auto s = loadCompile(reader, reader.child(root, "compile"), config.compile); !s) return s.error();
   if (auto s = loadOutput(reader, reader.child(root, "output"), config.cluster->chipCount(), config.output); !s) return s.error();
 
   YAML::Node stored = YAML::Clone(root);

@@ -22,6 +22,11 @@ struct SimulationConfig {
   sim::FaultOptions faults;            ///< `faults:`, off by default; seeded from `seed`
 };
 
+/// The `compile:` section.
+struct CompileConfig {
+  std::string effort = "default";  ///< fast | default | max (schedule::Effort; `--effort` overrides)
+};
+
 /// The `output:` section (left out of the stored config: it does not change results).
 struct OutputConfig {
   std::string trace = "out/trace.h5";
@@ -39,6 +44,7 @@ struct RunConfig {
   partition::ParallelismConfig parallelism;
   partition::TrainingConfig training;  ///< the `training:` section (enabled: the search costs a training step)
   SimulationConfig simulation;
+  CompileConfig compile;
   OutputConfig output;
 };
 

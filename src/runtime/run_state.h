@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <mpi.h>
+#include <nlohmann/json.hpp>
 
 #include "compile/ir/graph.h"
 #include "compile/schedule/collectives.h"
@@ -108,7 +109,9 @@ struct RunState {
   // compile
   std::vector<isa::Program> compiled;
   std::vector<schedule::CompileReport> reports;
-  int compiledSegments = 0, sharedSegments = 0;  ///< a sharded plan's compute segments: compiled, reused
+  /// Compute segments compiled (a pipeline's stages, a sharded plan's segments, a training step's
+  /// passes) and reused (identical to one compiled).
+  int compiledSegments = 0, sharedSegments = 0;
   std::optional<TrainingFigures> trainingFigures;
   // map ranks
   std::vector<std::shared_ptr<const isa::Program>> programs;  ///< per chip; identical programs shared
@@ -131,6 +134,14 @@ struct RunState {
   std::string tracePath;   ///< where the trace went (final or .partial.h5)
   // report
   long long peakRssMaxRank = 0, peakRssAllRanks = 0, eventBufferPeakRows = 0;
+
+  /// How the programs were compiled (the manifest's and --json's `compile`): the effort level, the
+  /// compute segments compiled, reused and in all.
+  nlohmann::json compileRecord() const {
+    return {{"effort", config.compile.effort},
+            {"segments",
+             {{"compiled", compiledSegments}, {"shared", sharedSegments}, {"total", compiledSegments + sharedSegments}}}};
+  }
 };
 
 }  // namespace tsp::runtime

@@ -34,6 +34,26 @@ TEST(RunConfig, UnknownTopLevelSection) {
   std::remove(path.c_str());
 }
 
+TEST(RunConfig, CompileEffort) {
+  const std::string base = "cluster: {topology: {kind: ring, chips: 2}}\nmodel: {builtin: mlp}\n";
+  const auto fine = writeTemp(base + "compile: {effort: fast}\n");
+  auto config = loadRunConfig(fine);
+  ASSERT_TRUE(config.ok()) << config.error().format();
+  EXPECT_EQ(config->compile.effort, "fast");
+  std::remove(fine.c_str());
+  const auto absent = writeTemp(base);
+  config = loadRunConfig(absent);
+  ASSERT_TRUE(config.ok()) << config.error().format();
+  EXPECT_EQ(config->compile.effort, "default");
+  std::remove(absent.c_str());
+  const auto bad = writeTemp(base + "compile:\n  effort: fastest\n");
+  config = loadRunConfig(bad);
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.error().format(),
+            bad + ":4:11: 'effort' is 'fastest', expected one of: fast, default, max (did you mean 'fast'?)");
+  std::remove(bad.c_str());
+}
+
 TEST(RunConfig, MissingFile) {
   auto config = loadRunConfig("/nonexistent/c.yaml");
   ASSERT_FALSE(config.ok());

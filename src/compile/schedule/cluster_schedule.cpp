@@ -105,6 +105,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
         result.transfers.push_back(t);
       }
     }
+    ++result.compiledShards;
     result.programs[stage.chip] = std::move(compiled->program);
     result.reports[stage.chip] = compiled->report;
     if (options.progress) options.progress(static_cast<std::int64_t>(s) + 1, static_cast<std::int64_t>(stages.size()));

@@ -416,4 +416,39 @@ Expected<Schedule> scheduleList(const Problem& problem, const Options& options) 
   return scheduleInOrder(problem, priorityRank(problem, options), options);
 }
 
+const char* effortName(Effort effort) {
+  switch (effort) {
+    case Effort::kFast: return "fast";
+    case Effort::kMax: return "max";
+    default: return "default";
+  }
+}
+
+std::optional<Effort> parseEffort(std::string_view name) {
+  for (Effort e : {Effort::kFast, Effort::kDefault, Effort::kMax})
+    if (name == effortName(e)) return e;
+  return std::nullopt;
+}
+
+Options effortOptions(Effort effort) {
+  Options options;
+  switch (effort) {
+    case Effort::kFast:
+      options.reorderPlanes = false;
+      options.planeOrderMoves = options.planeOrderShardMoves = 0;
+      options.priorityPortfolio = false;
+      options.annealMoves = 0;
+      break;
+    case Effort::kDefault: options.annealMoves = 256; break;
+    case Effort::kMax:
+      options.annealMoves = 1024;
+      options.annealWork *= 4;
+      options.planeOrderShardMoves = options.planeOrderMoves;
+      options.planeOrderWork *= 4;
+      options.shardPortfolio = true;
+      break;
+  }
+  return options;
+}
+
 }  // namespace tsp::schedule

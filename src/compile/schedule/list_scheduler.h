@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "compile/problem/problem.h"
@@ -51,15 +53,33 @@ struct Options {
   int boundRounds = 4;
   /// Told after each shard a cluster scheduler compiles: (done, total), total 0 when not known ahead.
   support::ProgressFn progress;
+  /// Keeps the priority portfolio in each of a plan's many shards too (asShardOfMany).
+  bool shardPortfolio = false;
   /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves,
-  /// one priority.
+  /// one priority (unless shardPortfolio).
   Options asShardOfMany() const {
     Options shard = *this;
     shard.planeOrderMoves = std::min(planeOrderMoves, planeOrderShardMoves);
-    shard.priorityPortfolio = false;
+    shard.priorityPortfolio = priorityPortfolio && shardPortfolio;
     return shard;
   }
 };
+
+/// How hard the one-chip compiler works (`--effort`, config `compile.effort`); every level is a
+/// count of steps, so a seed gives one program at each level.
+enum class Effort { kFast, kDefault, kMax };
+
+/// "fast", "default", "max".
+const char* effortName(Effort effort);
+/// The level a name denotes, or nothing.
+std::optional<Effort> parseEffort(std::string_view name);
+/// The options of a level:
+/// - fast: list scheduling alone (the lowering's plane order, one priority, no annealing);
+/// - default: the planes' run order searched, the priority portfolio for a shard compiled alone,
+///   256 annealing moves;
+/// - max: the full plane-order search and the priority portfolio in every shard, 1,024 annealing
+///   moves, four times the annealing and plane-order work caps.
+Options effortOptions(Effort effort);
 
 /// The seed's priority of every task.
 std::vector<double> priorities(const Problem& problem, const Options& options);

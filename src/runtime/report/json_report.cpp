@@ -233,8 +233,7 @@ void printSummaryJson(const RunState& state) {
     j["collective"] = collectiveJson(collectiveFigures(*state.collective, *state.graph, run.makespanSeconds));
   if (state.functionalSetup) j["functional"] = functionalJson(*state.functionalSetup);
   if (!choice.placement.method.empty()) j["placement"] = placementJson(choice.placement);
-  if (state.compiledSegments > 0)
-    j["segments"] = {{"compiled", state.compiledSegments}, {"shared", state.sharedSegments}};
+  if (state.compiledSegments > 0) j["compile"] = state.compileRecord();
   if (state.trainingFigures) {
     const TrainingFigures& t = *state.trainingFigures;
     j["training"] = trainingJson(t, config.training);

@@ -203,6 +203,9 @@ void printSummaryText(const RunState& state) {
                (l.bytesAb + l.bytesBa) / 1024, 100.0 * busy.utilisation);
   }
   if (!choice.placement.method.empty()) printPlacementText(choice.placement);
+  if (state.compiledSegments > 0)
+    fmt::print("compile:     effort {}, {} distinct segments compiled for {} in all\n", config.compile.effort,
+               state.compiledSegments, state.compiledSegments + state.sharedSegments);
   fmt::print("simulation:  {} ranks, {} mapping ({} links cut), {} windows of up to {} cycles, {:.2f} s\n", state.ranks,
              config.simulation.rankMapping, state.cutLinks, state.outcome.windows, state.simulation->lookahead(),
              state.wallSeconds);

@@ -3,6 +3,7 @@
 #include "compile/schedule/shard_compiler.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -82,6 +83,65 @@ TEST(ShardCompiler, TheSameSeedGivesTheSameProgram) {
   const auto b = compileShard(chip, g, allOps(g), {}, o)->program;
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.contentHash(), b.contentHash());
+}
+
+// Each effort level: one program per seed, simulated in exactly its predicted cycles; fast is the
+// list schedule alone, max searches at least as much as default.
+TEST(ShardCompiler, EveryEffortLevelGivesOneProgramPerSeed) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(3, 960, 48, "int8");
+  std::map<Effort, CompileReport> reports;
+  for (Effort effort : {Effort::kFast, Effort::kDefault, Effort::kMax}) {
+    Options o = effortOptions(effort);
+    o.seed = 5;
+    const auto a = compileShard(chip, g, allOps(g), {}, o);
+    const auto b = compileShard(chip, g, allOps(g), {}, o);
+    ASSERT_TRUE(a.ok() && b.ok()) << effortName(effort);
+    EXPECT_EQ(a->program, b->program) << effortName(effort);
+    auto cycles = simulate(chip, a->program);
+    ASSERT_TRUE(cycles.ok()) << effortName(effort) << ": " << cycles.error().format();
+    EXPECT_EQ(*cycles, a->program.predictedCycles) << effortName(effort);
+    reports[effort] = a->report;
+    EXPECT_EQ(parseEffort(effortName(effort)), effort);
+  }
+  EXPECT_FALSE(parseEffort("slow").has_value());
+  EXPECT_EQ(reports[Effort::kFast].annealMoves, 0);
+  EXPECT_EQ(reports[Effort::kFast].priorityWeightings, 1);
+  EXPECT_EQ(reports[Effort::kFast].cycles, reports[Effort::kFast].listCycles);
+  EXPECT_GT(reports[Effort::kDefault].annealMoves, 0);
+  EXPECT_GE(reports[Effort::kMax].annealMoves, reports[Effort::kDefault].annealMoves);
+  // A shard of many keeps the full plane-order search and the priority portfolio at max alone.
+  EXPECT_EQ(effortOptions(Effort::kMax).asShardOfMany().planeOrderMoves, effortOptions(Effort::kMax).planeOrderMoves);
+  EXPECT_TRUE(effortOptions(Effort::kMax).asShardOfMany().priorityPortfolio);
+  EXPECT_FALSE(effortOptions(Effort::kDefault).asShardOfMany().priorityPortfolio);
+  EXPECT_FALSE(effortOptions(Effort::kFast).reorderPlanes);
+}
+
+// Repeated layers are compiled once for the per-layer estimate: every copy gets its cycles, and they
+// equal each layer's own compile.
+TEST(ShardCompiler, LayerEstimatesOfRepeatedLayersEqualTheirOwnCompiles) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(5, 640, 24, "int8");
+  auto estimates = estimateLayerCycles(g, chip);
+  ASSERT_TRUE(estimates.ok()) << estimates.error().format();
+  ASSERT_EQ(estimates->size(), static_cast<size_t>(g.layerCount()));
+  ASSERT_GE(g.layerCount(), 4);
+  Options o = Options{}.asShardOfMany();
+  o.boundRounds = 0;
+  for (int layer = 0; layer < g.layerCount(); ++layer) {
+    std::vector<ir::OpId> ops;
+    std::set<ir::TensorId> resident;
+    for (ir::OpId op : allOps(g))
+      if (g.op(op).layer == layer) ops.push_back(op);
+    for (ir::OpId op : ops)
+      for (ir::TensorId in : g.op(op).inputs)
+        if (g.tensor(in).producer >= 0 && g.op(g.tensor(in).producer).layer != layer) resident.insert(in);
+    lower::ShardInterface interface;
+    interface.resident.assign(resident.begin(), resident.end());
+    auto alone = compileShard(chip, g, ops, interface, o);
+    ASSERT_TRUE(alone.ok()) << alone.error().format();
+    EXPECT_EQ((*estimates)[layer], alone->program.predictedCycles) << layer;
+  }
 }
 
 TEST(ShardCompiler, PlacementTableNamesEveryTensor) {
