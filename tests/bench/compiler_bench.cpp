@@ -278,4 +278,34 @@ void BM_QualityMlp(benchmark::State& state) {
 }
 BENCHMARK(BM_QualityMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 
+// Whole models compiled for one chip as `tsp-sim` compiles a one-stage plan (all ops in one shard,
+// seed 0) at an effort level (second argument: 0 fast, 1 default, 2 max). First argument: 0 the
+// built-in BERT-base at batch 8 (INT8, seq 128), 1 the built-in ResNet-50 at batch 1 (INT8). Wall
+// time per compile, and the compile report's makespan over its lower bound (`ratio`).
+void BM_WholeModelCompile(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = state.range(0) == 0 ? builtin("bert", {{"batch", "8"}}, "int8")
+                                          : builtin("resnet50", {{"batch", "1"}}, "int8");
+  std::vector<ir::OpId> ops;
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  const schedule::Options o = schedule::effortOptions(static_cast<schedule::Effort>(state.range(1)));
+  schedule::CompileReport last;
+  for (auto _ : state) {
+    auto c = schedule::compileShard(chip, g, ops, {}, o);
+    if (!c.ok()) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    last = c->report;
+  }
+  report(state, last);
+}
+BENCHMARK(BM_WholeModelCompile)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Iterations(1)
+    ->Repetitions(3)
+    ->ReportAggregatesOnly(true)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 }  // namespace
