@@ -35,6 +35,7 @@
 #include "runtime/rank_mapping.h"
 #include "runtime/report/report.h"
 #include "runtime/run_state.h"
+#include "runtime/shared_compile.h"
 
 namespace tsp::runtime {
 
@@ -188,12 +189,13 @@ PhaseProgress phaseProgress(const RunState& s, const char* phase) {
 }
 
 // A sharded plan: its per-device graphs, scheduled on the cluster as one problem.
+// Its segments' compiles are shared over the ranks of comm.
 Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, const partition::Plan& plan,
                                                         const topology::Cluster& cluster,
-                                                        const schedule::Options& options) {
+                                                        const schedule::Options& options, MPI_Comm comm) {
   auto workload = partition::shardPlan(graph, plan);
   if (!workload) return workload.error();
-  return schedule::scheduleCluster(*workload, cluster, options);
+  return schedule::scheduleCluster(*workload, cluster, options, sharedCompiler(comm));
 }
 
 // A training step of the plan through the training cluster scheduler; its pipeline figures go to `figures`.
@@ -341,7 +343,7 @@ StageEnd compile(RunState& s) {
       if (config.training.enabled)
         return scheduleTrainingPlan(graph, p, config.training, cluster, compileOptions, s.trainingFigures);
       return p.purePipeline() ? schedule::scheduleCluster(graph, partition::stagesOf(graph, p), cluster, compileOptions)
-                              : scheduleShardedPlan(graph, p, cluster, compileOptions);
+                              : scheduleShardedPlan(graph, p, cluster, compileOptions, s.comm);
     };
     auto schedule = compilePlan(choice.plan);
     // The search ranked the plan by a memory estimate; when the allocator cannot place it, run the

@@ -156,6 +156,55 @@ TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
   for (const auto& t : schedule->transfers) EXPECT_GE(t.arriveCycle, t.sendCycle + cluster.links()[t.link].latencyCycles);
 }
 
+// A batch compiler that compiles a wave's new segments in another order (as ranks would, each
+// its share) and passes every shard through its bytes gives the same schedule as compiling here.
+TEST(PlanShards, SegmentsCompiledInBatchesGiveTheSameSchedule) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  const auto cluster = ring(6);
+  const Plan p = plan(1, 2, 2, 2, {0, 1, 5, 4});
+  auto work = shardPlan(g, p);
+  ASSERT_TRUE(work.ok());
+  auto here = schedule::scheduleCluster(*work, cluster);
+  ASSERT_TRUE(here.ok()) << here.error().format();
+  size_t batches = 0, largest = 0;
+  const schedule::ShardBatchCompiler reversed =
+      [&](const topology::ChipSpec& chip,
+          const std::vector<schedule::ShardJob>& jobs) -> Expected<std::vector<schedule::CompiledShard>> {
+    ++batches;
+    largest = std::max(largest, jobs.size());
+    std::vector<schedule::CompiledShard> shards(jobs.size());
+    for (size_t i = jobs.size(); i-- > 0;) {
+      auto shard = schedule::compileShard(chip, *jobs[i].graph, jobs[i].ops, jobs[i].interface, jobs[i].options);
+      if (!shard) return shard.error();
+      auto back = schedule::deserializeCompiledShard(schedule::serializeCompiledShard(*shard), chip);
+      if (!back) return back.error();
+      EXPECT_EQ(back->program, shard->program);
+      EXPECT_EQ(back->sendIssues, shard->sendIssues);
+      EXPECT_EQ(back->report.cycles, shard->report.cycles);
+      EXPECT_EQ(back->report.annealAccepted, shard->report.annealAccepted);
+      shards[i] = std::move(*back);
+    }
+    return shards;
+  };
+  auto batched = schedule::scheduleCluster(*work, cluster, {}, reversed);
+  ASSERT_TRUE(batched.ok()) << batched.error().format();
+  EXPECT_GT(batches, 0u);
+  EXPECT_GT(largest, 1u);  // the TP pair's segments differ in their sends: two jobs in one batch
+  EXPECT_EQ(batched->compiledShards, here->compiledShards);
+  EXPECT_EQ(batched->sharedShards, here->sharedShards);
+  ASSERT_EQ(batched->programs.size(), here->programs.size());
+  for (size_t c = 0; c < here->programs.size(); ++c) EXPECT_EQ(batched->programs[c], here->programs[c]) << "chip " << c;
+  EXPECT_EQ(batched->transfers.size(), here->transfers.size());
+  // The first failing job's error reaches the scheduler.
+  const schedule::ShardBatchCompiler failing = [](const topology::ChipSpec&, const std::vector<schedule::ShardJob>& jobs)
+      -> Expected<std::vector<schedule::CompiledShard>> {
+    return modelError(jobs.front().graph->op(jobs.front().ops.front()).name, "refused");
+  };
+  auto refused = schedule::scheduleCluster(*work, cluster, {}, failing);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "refused");
+}
+
 // METIS on the communication graph: TP groups of 4 on a 4x4 torus become rings of one-hop edges,
 // with no more bytes x hops than the locality order's slices.
 TEST(PlanShards, CommunicationGraphMapsTpRingsOntoNeighbours) {

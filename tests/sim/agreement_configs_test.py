@@ -3,7 +3,8 @@
 (and a training step that ends with its pipeline has the scheduled bubble).
 
 Extra arguments CONFIG_STEM|MODEL run a shipped config with --model MODEL too (e.g. multi-hop collectives);
-with --extra-only before them, only those runs (CONFIGS is then the directory of the stems)."""
+with --extra-only before them, only those runs (CONFIGS is then the directory of the stems). --effort LEVEL
+first compiles every run at that effort level."""
 import glob
 import json
 import os
@@ -15,6 +16,9 @@ import tempfile
 def main():
     exe, configs = sys.argv[1], sys.argv[2]
     extras = sys.argv[3:]
+    common = []
+    if extras[:1] == ["--effort"]:
+        common, extras = ["--effort", extras[1]], extras[2:]
     failed = []
     runs = [(os.path.basename(p), p, []) for p in sorted(glob.glob(os.path.join(configs, "*.yaml")))]
     if extras[:1] == ["--extra-only"]:
@@ -26,7 +30,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for index, (name, path, extra_args) in enumerate(runs):
             result = subprocess.run([exe, "--config", path, "--out", os.path.join(tmp, f"run{index}.h5"), "--json",
-                                     "--quiet"] + extra_args, capture_output=True, text=True, timeout=600)
+                                     "--quiet"] + common + extra_args, capture_output=True, text=True, timeout=600)
             if result.returncode != 0:
                 failed.append(f"{name}: exit {result.returncode}: {result.stderr.strip()}")
                 continue

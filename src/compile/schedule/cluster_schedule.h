@@ -76,9 +76,11 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
 /// and communications back to back; collectives (planCollective's algorithm for the group) and
 /// cross-chip tensors (Send/Recv, stage to stage) are scheduled on routes at the earliest cycle
 /// their chips are free, every link booked cycle by cycle in one calendar. Identical segments are
-/// compiled once and relocated. Errors name the op.
+/// compiled once and relocated: the new segments of a wave's devices are compiled as one batch by
+/// `batchCompiler` (empty: compileShards, here), which every MPI rank calls in the same order.
+/// Errors name the op.
 Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
-                                          const Options& options = {});
+                                          const Options& options = {}, const ShardBatchCompiler& batchCompiler = {});
 
 /// Predicted cycles of each layer run alone on one chip: the per-op estimates the partitioner uses.
 /// progress is told after each layer.

@@ -2,7 +2,9 @@
 #include "compile/schedule/shard_compiler.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
+#include <type_traits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -337,6 +339,74 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
     }
   }
   return result;
+}
+
+Expected<std::vector<CompiledShard>> compileShards(const topology::ChipSpec& chip, const std::vector<ShardJob>& jobs) {
+  std::vector<CompiledShard> shards;
+  shards.reserve(jobs.size());
+  for (const auto& job : jobs) {
+    auto shard = compileShard(chip, *job.graph, job.ops, job.interface, job.options);
+    if (!shard) return shard.error();
+    shards.push_back(std::move(*shard));
+  }
+  return shards;
+}
+
+namespace {
+
+static_assert(std::is_trivially_copyable_v<CompileReport>, "CompileReport is copied as bytes");
+
+void putWord(std::string& out, std::uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+
+}  // namespace
+
+std::string serializeCompiledShard(const CompiledShard& shard) {
+  std::string out;
+  const std::string program = isa::serializeBinary(shard.program);
+  putWord(out, program.size());
+  out += program;
+  out.append(reinterpret_cast<const char*>(&shard.report), sizeof shard.report);
+  putWord(out, shard.sendIssues.size());
+  for (const auto& issues : shard.sendIssues) {
+    putWord(out, issues.size());
+    for (Cycle c : issues) putWord(out, static_cast<std::uint64_t>(c));
+  }
+  return out;
+}
+
+Expected<CompiledShard> deserializeCompiledShard(const std::string& bytes, const topology::ChipSpec& chip) {
+  size_t at = 0;
+  const auto truncated = [] { return makeError(ExitCode::kInternal, "a compiled shard's bytes are truncated"); };
+  auto word = [&](std::uint64_t& v) {
+    if (bytes.size() - at < sizeof v) return false;
+    std::memcpy(&v, bytes.data() + at, sizeof v);
+    at += sizeof v;
+    return true;
+  };
+  std::uint64_t n = 0;
+  if (!word(n) || bytes.size() - at < n) return truncated();
+  auto program = isa::deserializeBinary(bytes.substr(at, n), chip, "a compiled shard");
+  if (!program) return program.error();
+  at += n;
+  CompiledShard shard;
+  shard.program = std::move(*program);
+  if (bytes.size() - at < sizeof shard.report) return truncated();
+  std::memcpy(&shard.report, bytes.data() + at, sizeof shard.report);
+  at += sizeof shard.report;
+  if (!word(n)) return truncated();
+  shard.sendIssues.resize(n);
+  for (auto& issues : shard.sendIssues) {
+    std::uint64_t m = 0;
+    if (!word(m) || (bytes.size() - at) / sizeof(std::uint64_t) < m) return truncated();
+    issues.resize(m);
+    for (Cycle& c : issues) {
+      std::uint64_t v = 0;
+      word(v);
+      c = static_cast<Cycle>(v);
+    }
+  }
+  if (at != bytes.size()) return makeError(ExitCode::kInternal, "a compiled shard's bytes run on past its end");
+  return shard;
 }
 
 }  // namespace tsp::schedule

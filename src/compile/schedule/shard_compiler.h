@@ -1,6 +1,7 @@
 // The one-chip compiler: lowering, list scheduling, annealing, stream colouring with spills, the Program.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,28 @@ struct CompiledShard {
 Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                      const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface,
                                      const Options& options);
+
+/// One compileShard call of a batch: the graph (kept alive by the caller), ops, interface, options.
+struct ShardJob {
+  const ir::Graph* graph = nullptr;
+  std::vector<ir::OpId> ops;
+  lower::ShardInterface interface;
+  Options options;
+};
+
+/// Compiles a batch of independent shards: element i is what compileShard gives job i, or the error
+/// of the first job (in batch order) that fails. A scheduler hands every batch to one such function
+/// on every MPI rank in the same order, so an implementation may deal the jobs over the ranks.
+using ShardBatchCompiler =
+    std::function<Expected<std::vector<CompiledShard>>(const topology::ChipSpec&, const std::vector<ShardJob>&)>;
+
+/// The batch compiled here, job after job.
+Expected<std::vector<CompiledShard>> compileShards(const topology::ChipSpec& chip, const std::vector<ShardJob>& jobs);
+
+/// A compiled shard as bytes (its program in the binary on-disk form, its report, its send issues),
+/// and back: deserialize(serialize(s)) equals s.
+std::string serializeCompiledShard(const CompiledShard& shard);
+Expected<CompiledShard> deserializeCompiledShard(const std::string& bytes, const topology::ChipSpec& chip);
 
 /// Splits a spilled stream edge of a lowered shard: the producer's values go to an SRAM slot and a
 /// MEM read brings them back to the consumer, in a second task that depends on the first.

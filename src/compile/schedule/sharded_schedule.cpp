@@ -99,8 +99,10 @@ using detail::segmentKey;
 
 class ShardedScheduler {
  public:
-  ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options)
-      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount()),
+  ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options,
+                   ShardBatchCompiler batchCompiler)
+      : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
+        timelines_(cluster.chip(), cluster.chipCount()),
         calendar_(cluster.links().size()), placedOn_(work.graphs.size()),
         inFlight_(work.graphs.size()) {}
 
@@ -398,9 +400,23 @@ class ShardedScheduler {
     return route.size() == 1 ? route.front().link : -1;
   }
 
+  // One device's segment of a wave: where and when it runs, what it receives and sends, its key.
+  struct SegmentUse {
+    int device = 0;
+    int chip = 0;
+    Cycle offset = 0;
+    std::vector<ir::OpId> ops;
+    lower::ShardInterface interface;
+    std::string key;
+    std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
+    std::set<ir::TensorId> received;
+  };
+
   // Compute ops [j, k) of every device of the wave. Inputs from other chips arrive first (as
   // messages) or during the segment (release times of its receives, when the producer sent them
-  // over a direct link); outputs used by compute ops on directly linked chips leave during it.
+  // over a direct link); outputs used by compute ops on directly linked chips leave during it. The
+  // devices' segments on distinct chips are independent: their distinct new keys are compiled as
+  // one batch (options' batch compiler), then placed device after device.
   Status compute(const std::vector<int>& wave, int j, int k) {
     std::vector<Needed> needed;
     for (int d : wave)
@@ -411,96 +427,132 @@ class ShardedScheduler {
         }
     if (auto s = bring(needed); !s) return s;
 
-    const topology::ChipSpec& spec = cluster_.chip();
+    std::vector<SegmentUse> batch;
+    std::set<int> batchChips;
     for (int d : wave) {
-      const ir::Graph& g = work_.graphs[d];
-      const int chip = work_.opChip[d][j];
-      std::vector<ir::OpId> ops;
-      for (int s = j; s < k; ++s) ops.push_back(s);
-      const Cycle offset = timelines_.freeAt(chip);
-      lower::ShardInterface interface;
-      std::string key = segmentKey(g, ops);
-      std::map<ir::TensorId, int> localOf;
-      {
-        int n = 0;
-        for (ir::OpId op : ops)
-          for (ir::TensorId out : g.op(op).outputs) localOf[out] = n++;
+      if (batchChips.count(work_.opChip[d][j]))  // this chip's next free cycle waits for the batch
+        if (auto s = place(batch); !s) return s;
+      if (batch.empty()) batchChips.clear();
+      batch.push_back(segmentUse(d, j, k));
+      batchChips.insert(batch.back().chip);
+    }
+    return place(batch);
+  }
+
+  // The segment of device d for ops [j, k), as the chip's state now has it.
+  SegmentUse segmentUse(int d, int j, int k) {
+    const topology::ChipSpec& spec = cluster_.chip();
+    const ir::Graph& g = work_.graphs[d];
+    SegmentUse use;
+    use.device = d;
+    use.chip = work_.opChip[d][j];
+    const int chip = use.chip;
+    for (int s = j; s < k; ++s) use.ops.push_back(s);
+    const auto& ops = use.ops;
+    const Cycle offset = use.offset = timelines_.freeAt(chip);
+    lower::ShardInterface& interface = use.interface;
+    std::string& key = use.key;
+    key = segmentKey(g, ops);
+    std::map<ir::TensorId, int> localOf;
+    {
+      int n = 0;
+      for (ir::OpId op : ops)
+        for (ir::TensorId out : g.op(op).outputs) localOf[out] = n++;
+    }
+    // Receives: tensors in flight to this chip; release times relative to the segment's start.
+    std::set<ir::TensorId> resident;
+    std::set<ir::TensorId>& received = use.received;
+    for (ir::OpId op : ops)
+      for (ir::TensorId in : g.op(op).inputs) {
+        const ir::OpId producer = g.tensor(in).producer;
+        if (producer < 0 || producer >= j) continue;
+        auto flight = inFlight_[d].find({in, chip});
+        if (placedOn_[d][in].count(chip) || flight == inFlight_[d].end()) {
+          resident.insert(in);
+          continue;
+        }
+        if (!received.insert(in).second) continue;
+        lower::ReceivePlan plan;
+        plan.tensor = in;
+        plan.port = flight->second.port;
+        plan.interval = flight->second.interval;
+        // A tensor wholly arrived before the segment starts waits on the port: it is read at one
+        // vector a cycle instead of at the link's rate.
+        const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
+        (void)tiles;
+        const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
+        if (lastVector < offset) plan.interval = 1;
+        for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
+        key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
+                           plan.interval, fmt::join(plan.arrivals, ","));
+        interface.receives.push_back(std::move(plan));
       }
-      // Receives: tensors in flight to this chip; release times relative to the segment's start.
-      std::set<ir::TensorId> resident, received;
-      for (ir::OpId op : ops)
-        for (ir::TensorId in : g.op(op).inputs) {
-          const ir::OpId producer = g.tensor(in).producer;
-          if (producer < 0 || producer >= j) continue;
-          auto flight = inFlight_[d].find({in, chip});
-          if (placedOn_[d][in].count(chip) || flight == inFlight_[d].end()) {
-            resident.insert(in);
-            continue;
-          }
-          if (!received.insert(in).second) continue;
-          lower::ReceivePlan plan;
-          plan.tensor = in;
-          plan.port = flight->second.port;
-          plan.interval = flight->second.interval;
-          // A tensor wholly arrived before the segment starts waits on the port: it is read at one
-          // vector a cycle instead of at the link's rate.
-          const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
-          (void)tiles;
-          const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
-          if (lastVector < offset) plan.interval = 1;
-          for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
-          key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
-                             plan.interval, fmt::join(plan.arrivals, ","));
-          interface.receives.push_back(std::move(plan));
+    for (ir::TensorId in : received) resident.erase(in);
+    interface.resident.assign(resident.begin(), resident.end());
+    // Sends: outputs that compute ops on directly linked chips read later.
+    for (ir::OpId op : ops)
+      for (ir::TensorId out : g.op(op).outputs) {
+        std::set<int> chips;
+        for (ir::OpId user : g.tensor(out).users) {
+          const int to = work_.opChip[d][user];
+          if (user < k || to == chip || isCollective(g.op(user).kind) || isPointToPoint(g.op(user).kind)) continue;
+          chips.insert(to);
         }
-      for (ir::TensorId in : received) resident.erase(in);
-      interface.resident.assign(resident.begin(), resident.end());
-      // Sends: outputs that compute ops on directly linked chips read later.
-      std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
-      for (ir::OpId op : ops)
-        for (ir::TensorId out : g.op(op).outputs) {
-          std::set<int> chips;
-          for (ir::OpId user : g.tensor(out).users) {
-            const int to = work_.opChip[d][user];
-            if (user < k || to == chip || isCollective(g.op(user).kind) || isPointToPoint(g.op(user).kind)) continue;
-            chips.insert(to);
+        for (int to : chips)
+          if (const int link = directLink(chip, to); link >= 0) {
+            lower::SendPlan plan;
+            plan.tensor = out;
+            plan.port = cluster_.links()[link].portOn(chip);
+            plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
+            plan.linkBusy = plan.interval;
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            interface.sends.push_back(plan);
+            use.sendTo.push_back({out, link});
           }
-          for (int to : chips)
-            if (const int link = directLink(chip, to); link >= 0) {
-              lower::SendPlan plan;
-              plan.tensor = out;
-              plan.port = cluster_.links()[link].portOn(chip);
-              plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
-              plan.linkBusy = plan.interval;
-              key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
-              interface.sends.push_back(plan);
-              sendTo.push_back({out, link});
-            }
-        }
-      auto it = compiled_.find(key);
-      if (it == compiled_.end()) {
-        Options shardOptions = options_.asShardOfMany();
-        shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);  // one stream per segment
-        auto shard = compileShard(spec, g, ops, interface, shardOptions);
-        if (!shard) return shard.error();
-        it = compiled_.emplace(key, std::move(*shard)).first;
+      }
+    return use;
+  }
+
+  // Compiles the batch's new keys (once each, in order of first use), then places its segments in
+  // order; empties the batch.
+  Status place(std::vector<SegmentUse>& batch) {
+    std::vector<ShardJob> jobs;
+    std::vector<std::string> keys;
+    for (const SegmentUse& use : batch) {
+      if (compiled_.count(use.key) || std::find(keys.begin(), keys.end(), use.key) != keys.end()) continue;
+      ShardJob job{&work_.graphs[use.device], use.ops, use.interface, options_.asShardOfMany()};
+      job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(use.key);  // one stream per segment
+      job.options.progress = nullptr;
+      jobs.push_back(std::move(job));
+      keys.push_back(use.key);
+    }
+    if (!jobs.empty()) {
+      auto shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
+      if (!shards) return shards.error();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        compiled_.emplace(keys[i], std::move((*shards)[i]));
         ++result_.compiledShards;
         if (options_.progress) options_.progress(result_.compiledShards, 0);
-      } else {
-        ++result_.sharedShards;
       }
-      const CompiledShard& shard = it->second;
-      const auto names = lower::originsOf(g, ops, interface);  // this segment's ops (the program may be another's)
-      timelines_.append(chip, shard.program, offset, &names);
-      if (auto s = bookSends(d, chip, offset, interface, sendTo, shard); !s) return s;
+    }
+    for (const SegmentUse& use : batch) {
+      const int d = use.device, chip = use.chip;
+      const ir::Graph& g = work_.graphs[d];
+      if (std::find(keys.begin(), keys.end(), use.key) == keys.end()) ++result_.sharedShards;
+      else keys.erase(std::find(keys.begin(), keys.end(), use.key));  // the first use of a key compiled it
+      const CompiledShard& shard = compiled_.at(use.key);
+      const auto names = lower::originsOf(g, use.ops, use.interface);  // this segment's ops (the program may be another's)
+      timelines_.append(chip, shard.program, use.offset, &names);
+      if (auto s = bookSends(d, chip, use.offset, use.interface, use.sendTo, shard); !s) return s;
       detail::accumulateReport(reports_[chip], shard.report);
-      for (ir::OpId op : ops)
+      for (ir::OpId op : use.ops)
         for (ir::TensorId out : g.op(op).outputs) placedOn_[d][out].insert(chip);
-      for (ir::TensorId in : received) {
+      for (ir::TensorId in : use.received) {
         placedOn_[d][in].insert(chip);
         inFlight_[d].erase({in, chip});
       }
     }
+    batch.clear();
     return {};
   }
 
@@ -523,6 +575,7 @@ class ShardedScheduler {
   const ShardedWorkload& work_;
   const topology::Cluster& cluster_;
   Options options_;
+  ShardBatchCompiler batchCompiler_;  ///< empty: compileShards
   ChipTimelines timelines_;
   LinkCalendar calendar_;
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
@@ -610,8 +663,8 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
 }  // namespace detail
 
 Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
-                                          const Options& options) {
-  return ShardedScheduler(workload, cluster, options).run();
+                                          const Options& options, const ShardBatchCompiler& batchCompiler) {
+  return ShardedScheduler(workload, cluster, options, batchCompiler).run();
 }
 
 }  // namespace tsp::schedule
