@@ -203,10 +203,10 @@ Expected<schedule::ClusterSchedule> scheduleTrainingPlan(const ir::Graph& graph,
                                                          const partition::TrainingConfig& training,
                                                          const topology::Cluster& cluster,
                                                          const schedule::Options& options,
-                                                         std::optional<TrainingFigures>& figures) {
+                                                         std::optional<TrainingFigures>& figures, MPI_Comm comm) {
   auto step = partition::buildTrainingStep(graph, plan, training);
   if (!step) return step.error();
-  auto scheduled = schedule::scheduleTrainingStep((*step)->workload, cluster, options);
+  auto scheduled = schedule::scheduleTrainingStep((*step)->workload, cluster, options, sharedCompiler(comm));
   if (!scheduled) return scheduled.error();
   figures = TrainingFigures{plan.pp, plan.microbatches, plan.interleave, scheduled->buckets,
                             scheduled->pipelineCycles, scheduled->allReduceCycles, scheduled->idealCycles(),
@@ -341,7 +341,7 @@ StageEnd compile(RunState& s) {
     const ir::Graph& graph = *s.graph;
     auto compilePlan = [&](const partition::Plan& p) {
       if (config.training.enabled)
-        return scheduleTrainingPlan(graph, p, config.training, cluster, compileOptions, s.trainingFigures);
+        return scheduleTrainingPlan(graph, p, config.training, cluster, compileOptions, s.trainingFigures, s.comm);
       return p.purePipeline() ? schedule::scheduleCluster(graph, partition::stagesOf(graph, p), cluster, compileOptions)
                               : scheduleShardedPlan(graph, p, cluster, compileOptions, s.comm);
     };

@@ -45,8 +45,10 @@ using detail::isCollective;
 
 class TrainingScheduler {
  public:
-  TrainingScheduler(const TrainingWorkload& work, const topology::Cluster& cluster, const Options& options)
-      : work_(work), cluster_(cluster), options_(options), timelines_(cluster.chip(), cluster.chipCount(), true),
+  TrainingScheduler(const TrainingWorkload& work, const topology::Cluster& cluster, const Options& options,
+                    ShardBatchCompiler batchCompiler)
+      : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
+        timelines_(cluster.chip(), cluster.chipCount(), true),
         calendar_(cluster.links().size()) {}
 
   Expected<TrainingStepSchedule> run() {
@@ -234,8 +236,7 @@ class TrainingScheduler {
         while (k < ops.size() && !isCollective(lead.op(ops[k]).kind)) ++k;
         const std::vector<ir::OpId> run(ops.begin() + static_cast<std::ptrdiff_t>(j),
                                         ops.begin() + static_cast<std::ptrdiff_t>(k));
-        for (int t = 0; t < ranks(); ++t)
-          if (auto s = runCompute(r, t, microbatch, seg, run); !s) return s;
+        if (auto s = runComputes(r, microbatch, seg, run); !s) return s;
       }
       j = k;
     }
@@ -322,17 +323,71 @@ class TrainingScheduler {
     return appendSettled(plan);
   }
 
-  // Compiles (or reuses) a compute run of TP rank t with its interface, places it on the chip's
-  // timeline, sends its outputs to the chips whose passes read them.
-  Status runCompute(int r, int t, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
+  // One TP rank's compute run of a pass: its chip, interface and key, and where its outputs go.
+  struct ComputeRun {
+    int t = 0;
+    int chip = 0;
+    lower::ShardInterface interface;
+    std::string key;
+    std::vector<ir::TensorId> received;
+    std::vector<int> links;
+    std::vector<std::int64_t> rows;
+    std::vector<std::pair<ir::TensorId, int>> sendTo, messageTo;  // (tensor, link or chip)
+  };
+
+  // The compute run [ops] of a pass on every TP rank: each rank's run depends on its own tensors
+  // alone, so the runs' new keys are compiled as one batch (the batch compiler, shared over the MPI
+  // ranks), then each run is placed in rank order.
+  Status runComputes(int r, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
     if (ops.empty()) return {};
+    std::vector<ComputeRun> runs;
+    Status planned;
+    for (int t = 0; t < ranks() && planned; ++t) {
+      auto run = planCompute(r, t, microbatch, seg, ops);
+      if (run) runs.push_back(std::move(*run));
+      else planned = run.error();
+    }
+    std::vector<ShardJob> jobs;
+    std::vector<std::string> keys;
+    for (const ComputeRun& run : runs) {
+      if (compiled_.count(run.key) || std::find(keys.begin(), keys.end(), run.key) != keys.end()) continue;
+      ShardJob job{&graph(run.t), ops, run.interface, options_.asShardOfMany()};
+      job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(run.key);
+      job.options.progress = nullptr;
+      jobs.push_back(std::move(job));
+      keys.push_back(run.key);
+    }
+    if (!jobs.empty()) {
+      auto shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
+      if (!shards) return shards.error();
+      for (size_t i = 0; i < keys.size(); ++i) {
+        auto it = compiled_.emplace(keys[i], std::move((*shards)[i])).first;
+        bodies_[keys[i]] = isa::makeBody(it->second.program.instructions, it->second.program.originOf);
+        ++result_.cluster.compiledShards;
+        if (options_.progress) options_.progress(result_.cluster.compiledShards, 0);
+      }
+    }
+    if (!planned) return planned;  // after the runs before it compiled, as one rank after another would
+    for (const ComputeRun& run : runs) {
+      if (const auto first = std::find(keys.begin(), keys.end(), run.key); first != keys.end()) keys.erase(first);
+      else ++result_.cluster.sharedShards;
+      if (auto s = placeCompute(r, microbatch, seg, ops, run); !s) return s;
+    }
+    return {};
+  }
+
+  // The interface and key of TP rank t's compute run [ops] as its tensors now stand.
+  Expected<ComputeRun> planCompute(int r, int t, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
     const ir::Graph& g = graph(t);
     const topology::ChipSpec& spec = cluster_.chip();
-    const int chip = chipOf(r, t, seg);
-    const Cycle offset = startOf(r, t, microbatch, seg, ops);
-    lower::ShardInterface interface;
-    std::string key = detail::segmentKey(g, ops);
-    std::vector<ir::TensorId> received;
+    ComputeRun run;
+    run.t = t;
+    run.chip = chipOf(r, t, seg);
+    const int chip = run.chip;
+    lower::ShardInterface& interface = run.interface;
+    std::string& key = run.key;
+    key = detail::segmentKey(g, ops);
+    std::vector<ir::TensorId>& received = run.received;
     if (microbatch >= 0) {
       MicrobatchData& data = data_[r][t][microbatch];
       for (ir::TensorId in : outsideInputs(t, ops)) {
@@ -360,9 +415,10 @@ class TrainingScheduler {
       interface.resident = outsideInputs(t, ops);
     }
     // Outputs read by passes on other chips: sent during the run over a direct link, else after it.
-    std::vector<int> links;
-    std::vector<std::int64_t> rows;
-    std::vector<std::pair<ir::TensorId, int>> sendTo, messageTo;  // (tensor, link or chip)
+    std::vector<int>& links = run.links;
+    std::vector<std::int64_t>& rows = run.rows;
+    std::vector<std::pair<ir::TensorId, int>>& sendTo = run.sendTo;
+    std::vector<std::pair<ir::TensorId, int>>& messageTo = run.messageTo;
     if (microbatch >= 0) {
       std::map<ir::TensorId, int> localOf;
       int n = 0;
@@ -389,19 +445,19 @@ class TrainingScheduler {
             rows.push_back(lower::vectorShape(spec, g.tensor(out)).first);
           }
     }
-    auto it = compiled_.find(key);
-    if (it == compiled_.end()) {
-      Options shardOptions = options_.asShardOfMany();
-      shardOptions.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(key);
-      auto shard = compileShard(spec, g, ops, interface, shardOptions);
-      if (!shard) return shard.error();
-      it = compiled_.emplace(key, std::move(*shard)).first;
-      bodies_[key] = isa::makeBody(it->second.program.instructions, it->second.program.originOf);
-      ++result_.cluster.compiledShards;
-      if (options_.progress) options_.progress(result_.cluster.compiledShards, 0);
-    } else {
-      ++result_.cluster.sharedShards;
-    }
+    return run;
+  }
+
+  // Places TP rank run.t's compiled run on its chip's timeline (after its inputs), sends its outputs
+  // to the chips whose passes read them.
+  Status placeCompute(int r, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops,
+                      const ComputeRun& run) {
+    const int t = run.t, chip = run.chip;
+    const ir::Graph& g = graph(t);
+    const lower::ShardInterface& interface = run.interface;
+    const std::string& key = run.key;
+    const Cycle offset = startOf(r, t, microbatch, seg, ops);
+    const auto it = compiled_.find(key);
     const CompiledShard& shard = it->second;
     const auto names = lower::originsOf(g, ops, interface);  // this segment's ops (the program may be another's)
     timelines_.append(chip, bodies_.at(key), shard.program, offset, &names);  // free once its streams have drained
@@ -410,16 +466,16 @@ class TrainingScheduler {
     MicrobatchData& data = data_[r][t][microbatch];
     for (ir::OpId op : ops)
       for (ir::TensorId out : g.op(op).outputs) data.on[out].insert(chip);
-    for (ir::TensorId in : received) {
+    for (ir::TensorId in : run.received) {
       data.on[in].insert(chip);
       data.inFlight.erase({in, chip});
     }
-    auto flights = detail::bookSegmentSends(cluster_, calendar_, chip, offset, interface, links, rows, shard,
+    auto flights = detail::bookSegmentSends(cluster_, calendar_, chip, offset, interface, run.links, run.rows, shard,
                                             result_.cluster);
     if (!flights) return flights.error();
-    for (size_t i = 0; i < sendTo.size(); ++i)
-      data.inFlight[{sendTo[i].first, cluster_.links()[sendTo[i].second].other(chip)}] = std::move((*flights)[i]);
-    return sendMessages(r, t, microbatch, chip, messageTo);  // multi-hop: once the run is done
+    for (size_t i = 0; i < run.sendTo.size(); ++i)
+      data.inFlight[{run.sendTo[i].first, cluster_.links()[run.sendTo[i].second].other(chip)}] = std::move((*flights)[i]);
+    return sendMessages(r, t, microbatch, chip, run.messageTo);  // multi-hop: once the run is done
   }
 
   // A collective (or a step of messages) appended; each chip it touched is free again once the
@@ -461,6 +517,7 @@ class TrainingScheduler {
   const TrainingWorkload& work_;
   const topology::Cluster& cluster_;
   Options options_;
+  ShardBatchCompiler batchCompiler_;  ///< empty: compileShards
   detail::ChipTimelines timelines_;
   LinkCalendar calendar_;
   std::map<ir::OpId, SegmentId> segmentOf_;
@@ -475,8 +532,8 @@ class TrainingScheduler {
 }  // namespace
 
 Expected<TrainingStepSchedule> scheduleTrainingStep(const TrainingWorkload& workload, const topology::Cluster& cluster,
-                                                    const Options& options) {
-  return TrainingScheduler(workload, cluster, options).run();
+                                                    const Options& options, const ShardBatchCompiler& batchCompiler) {
+  return TrainingScheduler(workload, cluster, options, batchCompiler).run();
 }
 
 }  // namespace tsp::schedule

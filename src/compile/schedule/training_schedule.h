@@ -63,8 +63,11 @@ struct TrainingStepSchedule {
 /// and backward) run over its TP group's chips between its compute runs; each model stage's gradients are all-reduced
 /// over its replicas in buckets as soon as that stage's last backward pass ends, while other stages
 /// are still in their backward passes; then every chip runs its optimizer update. Identical passes
-/// are compiled once and relocated. Errors name the op; an order that cannot finish is internal.
+/// are compiled once and relocated: a pass's new compute runs over its TP ranks are compiled as one
+/// batch by `batchCompiler` (empty: compileShards, here), which every MPI rank calls in the same order.
+/// Errors name the op; an order that cannot finish is internal.
 Expected<TrainingStepSchedule> scheduleTrainingStep(const TrainingWorkload& workload, const topology::Cluster& cluster,
-                                                    const Options& options = {});
+                                                    const Options& options = {},
+                                                    const ShardBatchCompiler& batchCompiler = {});
 
 }  // namespace tsp::schedule
