@@ -1130,15 +1130,17 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   }
   // Tensors of other element types than the storage type's (INT32, FP32, BF16, bool) name their
   // types in the operand; lane l of a vector is the same column in every operand only when the
-  // element widths agree, or every operand that is not splatted is one tile.
+  // element widths of the operands that are not splatted (one value per row) agree with the
+  // output's, or the output and each of them are one tile.
   const auto dtypeOf = [&](ir::TensorId t) { return graph_.tensor(t).dtype; };
   const ir::DType outType = dtypeOf(out);
   bool typed = outType != ir::DType::kF16 && outType != ir::DType::kI8;
   bool widths = true, oneTile = ys.placement.tiles == 1;
   for (size_t i = 0; i < operands.size(); ++i) {
     typed = typed || dtypeOf(operands[i]) != outType;
+    if (splat[i]) continue;
     widths = widths && ir::dtypeBytes(dtypeOf(operands[i])) == ir::dtypeBytes(outType);
-    oneTile = oneTile && (splat[i] || tensors_.at(operands[i]).placement.tiles == 1);
+    oneTile = oneTile && tensors_.at(operands[i]).placement.tiles == 1;
   }
   if (!timingOnly && !widths && !oneTile) {
     timingReason_ = "its operands' element widths differ and they span several tiles (their lanes do not line up)";
