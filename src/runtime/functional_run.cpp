@@ -122,11 +122,18 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
   for (ir::OpId u : t.users) {
     const ir::Op& op = graph.op(u);
     if (op.kind != ir::OpKind::kConv || op.inputs.size() < 2 || op.inputs[1] != id) continue;
-    // [Cout, Cin, kh, kw] as kh*kw*Cin rows of Cout: row tap*Cin + ci.
+    // [Cout, Cin, kh, kw] as kh*kw*Cin rows of Cout: row tap*Cin + ci. A grouped Conv's weights
+    // [Cout, Cin / G, kh, kw] block-diagonal: zero where ci and co are in different groups.
+    const std::int64_t groups = lower::blockDiagonalGroups(graph, op), cinPerGroup = s[1], cin = groups * s[1];
+    const std::int64_t coutPerGroup = s[0] / groups;
     cols = s[0];
+    out.reserve(static_cast<size_t>(s[2] * s[3] * cin * s[0]));
     for (std::int64_t tap = 0; tap < s[2] * s[3]; ++tap)
-      for (std::int64_t ci = 0; ci < s[1]; ++ci)
-        for (std::int64_t co = 0; co < s[0]; ++co) out.push_back(data[static_cast<size_t>((co * s[1] + ci) * s[2] * s[3] + tap)]);
+      for (std::int64_t ci = 0; ci < cin; ++ci)
+        for (std::int64_t co = 0; co < s[0]; ++co)
+          out.push_back(ci / cinPerGroup != co / coutPerGroup
+                            ? 0.0
+                            : data[static_cast<size_t>((co * cinPerGroup + ci % cinPerGroup) * s[2] * s[3] + tap)]);
     return out;
   }
   if (const ir::Op* conv = lower::gatheringConv(chip, graph, id)) {

@@ -206,6 +206,27 @@ TEST(FunctionalOps, DepthwiseConvsMatchTheInterpreter) {
     }
 }
 
+TEST(FunctionalOps, GroupedConvsMatchTheInterpreter) {
+  // RegNet's 3 x 3 groups of 8 channels over 200 channels (two FP16 tiles: an output tile skips the
+  // K tiles of other groups), stride 1 and 2 with bias; ResNeXt-style 2 groups of 24 channels, 1 x 1.
+  for (const auto dt : {ir::DType::kF16, ir::DType::kI8})
+    for (const auto& [c, groups, k, stride, bias] :
+         {std::tuple{200, 25, 3, 1, false}, std::tuple{200, 25, 3, 2, true}, std::tuple{48, 2, 1, 1, false}}) {
+      ir::Graph g;
+      const std::int64_t pad = k / 2;
+      const auto x = mapOf(g, "x", {2, c, 7, 7}, dt);
+      std::vector<ir::TensorId> ins = {x, g.addWeight("w", {c, c / groups, k, k}, dt)};
+      if (bias) ins.push_back(g.addWeight("b", {c}, dt));
+      g.markOutput(*g.addOp(OpKind::kConv, "grouped", ins,
+                            {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}}, {"group", std::int64_t{groups}},
+                             {"pads", Ints{pad, pad, pad, pad}}},
+                            0));
+      const Status s = runOnOneChip(g);
+      EXPECT_TRUE(s.ok()) << ir::dtypeName(dt) << " " << groups << " groups " << k << "x" << k << " stride " << stride
+                          << ": " << s.error().format();
+    }
+}
+
 TEST(FunctionalOps, SqueezeExcitationMatchesTheInterpreter) {
   // Global pool, two 1 x 1 Convs, a sigmoid gate [N, C, 1, 1] multiplied into the map (batch 2: the
   // gate's row n serves the H*W rows of image n).

@@ -797,7 +797,8 @@ std::vector<std::pair<size_t, size_t>> Lowering::blockGroups(const MxmJob& job, 
     std::vector<Cycle> load = planeLoad_;
     for (int n = 0; n < nTiles; ++n)
       for (const auto& [g0, g1] : groups)
-        *std::min_element(load.begin(), load.end()) += job.kTiles * std::max<Cycle>(rowsOf(g0, g1), chip_.mxmWeightInstallCycles);
+        *std::min_element(load.begin(), load.end()) +=
+            static_cast<Cycle>(job.kTilesOf(n).size()) * std::max<Cycle>(rowsOf(g0, g1), chip_.mxmWeightInstallCycles);
     return *std::max_element(load.begin(), load.end());
   };
   // Greedy: blocks join a group until its rows hide an install (the last group may not).
@@ -837,7 +838,7 @@ Status Lowering::lowerMxm(const MxmJob& job) {
   const ir::Op& op = *job.op;
   const TensorState& ws = tensors_.at(job.weights);
   const TensorState& ys = tensors_.at(job.out);
-  const int kTiles = job.kTiles, nTiles = ys.placement.tiles;
+  const int nTiles = ys.placement.tiles;
   const int mxmFirst = chip_.firstUnit(UnitKind::kMxm);
   const int vxm = chip_.firstUnit(UnitKind::kVxm);
   out_.macs += job.macs;
@@ -852,7 +853,9 @@ Status Lowering::lowerMxm(const MxmJob& job) {
     size_t last = first;
     while (last < job.blocks.size() && job.blocks[last][0] == job.blocks[first][0]) ++last;
     const auto groups = blockGroups(job, first, last, nTiles);
-    for (int n = 0; n < nTiles; ++n)
+    for (int n = 0; n < nTiles; ++n) {
+      const std::vector<int> ks = job.kTilesOf(n);
+      const int kTiles = static_cast<int>(ks.size());
       for (const auto& [g0, g1] : groups) {
         const std::int64_t batch = job.blocks[g0][0];
         std::int64_t groupRows = 0;
@@ -873,11 +876,11 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           }
           return false;
         };
-        for (int tries = 0; tries < kTiles && clashes((kTiles - 1 + rotation) % kTiles); ++tries)
+        for (int tries = 0; tries < kTiles && clashes(ks[static_cast<size_t>((kTiles - 1 + rotation) % kTiles)]); ++tries)
           rotation = (rotation + 1) % kTiles;
         PlaneRun run;
         for (int step = 0; step < kTiles; ++step) {
-          const int k = (step + rotation) % kTiles;
+          const int k = ks[static_cast<size_t>((step + rotation) % kTiles)];
           // The weight tile (k, n) into the plane's free buffer (two buffers: installs overlap compute).
           Task install;
           install.name = fmt::format("{} install k{} n{}", op.name, k, n);
@@ -926,6 +929,7 @@ Status Lowering::lowerMxm(const MxmJob& job) {
         out_.planeRuns.resize(chip_.mxmPlanes);
         out_.planeRuns[plane].push_back(run);
       }
+    }
     first = last;
   }
   return {};

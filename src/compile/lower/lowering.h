@@ -17,11 +17,15 @@ namespace tsp::lower {
 /// Vector geometry of a tensor: rows (all dims but the last) and 320-byte tiles per row.
 std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const ir::Tensor& tensor);
 
+/// The groups of a grouped Conv stored as a dense one (group > 1, not depthwise): its weight
+/// [Cout, Cin / group, kh, kw] is stored block-diagonal, kh*kw*Cin rows of Cout, zero off its
+/// group's channels; 1 for any other Conv.
+std::int64_t blockDiagonalGroups(const ir::Graph& graph, const ir::Op& conv);
 /// Does the graph have convolutions or pooling? Its 4-D feature maps are then stored channels-last.
 bool spatialGraph(const ir::Graph& graph);
 /// Rows x tiles of a tensor as the lowering stores it. In a spatial graph a 4-D feature map
 /// [N, C, H, W] is N*H*W rows of C (channels along the vector: the MXM reduces over them), a Conv's
-/// weight [Cout, Cin, kh, kw] is kh*kw*Cin rows of Cout, and a graph input read only by one Conv
+/// weight [Cout, Cin, kh, kw] is kh*kw*Cin rows of Cout (blockDiagonalGroups), and a graph input read only by one Conv
 /// arrives window-gathered from the host (N*Ho*Wo rows of kh*kw*Cin); otherwise vectorShape().
 std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
                                              bool spatial);

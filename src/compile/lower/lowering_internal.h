@@ -142,6 +142,16 @@ class Lowering {
     bool transposedWeights = false;
     /// The operand of K tile k's compute for a block (-1: none): a window tap's realignment.
     std::function<int(int k, const std::array<std::int64_t, 3>& block)> window;
+    /// Whether output tile n needs K tile k (null: every K tile): a grouped Conv's block-diagonal
+    /// weights are zero off its groups, and their K tiles are not streamed.
+    std::function<bool(int k, int n)> kUsed;
+    /// The K tiles output tile n streams, in order.
+    std::vector<int> kTilesOf(int n) const {
+      std::vector<int> ks;
+      for (int k = 0; k < kTiles; ++k)
+        if (!kUsed || kUsed(k, n)) ks.push_back(k);
+      return ks;
+    }
     /// Each row block (or group of short blocks hiding an install) stays a plane run of its own:
     /// blockGroups does not regroup them into equal groups.
     bool blockRuns = false;

@@ -35,6 +35,15 @@ const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& gra
   return w[1] * w[2] * w[3] * ir::dtypeBytes(t.dtype) <= chip.vectorBytes ? &op : nullptr;
 }
 
+std::int64_t blockDiagonalGroups(const ir::Graph& graph, const ir::Op& conv) {
+  const std::int64_t group = conv.intAttr("group", 1);
+  if (group <= 1 || conv.inputs.size() < 2) return 1;
+  const auto& x = graph.tensor(conv.inputs[0]).shape;
+  const auto& w = graph.tensor(conv.inputs[1]).shape;
+  const bool depthwise = x.size() == 4 && group == x[1] && !w.empty() && w[0] == group;
+  return depthwise ? 1 : group;
+}
+
 bool spatialGraph(const ir::Graph& graph) {
   return std::any_of(graph.ops().begin(), graph.ops().end(), [](const ir::Op& op) { return isSpatialOp(op.kind); });
 }
@@ -49,7 +58,8 @@ std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, con
   };
   for (ir::OpId u : t.users) {
     const ir::Op& op = graph.op(u);
-    if (op.kind == ir::OpKind::kConv && op.inputs.size() > 1 && op.inputs[1] == id) return {s[1] * s[2] * s[3], tilesOf(s[0])};
+    if (op.kind == ir::OpKind::kConv && op.inputs.size() > 1 && op.inputs[1] == id)
+      return {blockDiagonalGroups(graph, op) * s[1] * s[2] * s[3], tilesOf(s[0])};
   }
   if (const ir::Op* conv = gatheringConv(chip, graph, id)) {
     const auto& y = graph.tensor(conv->outputs[0]).shape;
@@ -233,10 +243,9 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
     return modelError(op.name, fmt::format("Conv over {} spatial dimensions cannot be lowered (2-D only)",
                                            x.shape.size() - 2));
   if (group > 1 && group == x.shape[1] && w.shape[0] == group) return lowerDepthwiseConv(op);
-  if (group != 1)
-    return modelError(op.name, fmt::format("a grouped Conv (group {} of {} channels, {} per group) cannot be lowered: "
-                                           "group 1 or depthwise only",
-                                           group, x.shape[1], x.shape[1] / group));
+  // A grouped Conv (ResNeXt, RegNet) is a dense one over its block-diagonal weights (blockDiagonalGroups):
+  // a plane holds a whole tile of input x output channels whatever the groups, and the K tiles
+  // whose rows hold no weight of an output tile's groups are skipped (job.kUsed).
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
   MxmJob job;
@@ -287,10 +296,10 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
 
   const Window win = windowOf(graph_, op);
   const int eb = ir::dtypeBytes(x.dtype);
-  const std::int64_t cin = w.shape[1], cout = w.shape[0];
+  const std::int64_t cin = x.shape[1], cout = w.shape[0];
   const std::int64_t pixels = win.n * win.ho * win.wo;
   const int planeElems = chip_.vectorBytes / std::max(1, eb);
-  job.macs = pixels * cout * cin * win.taps() * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
+  job.macs = pixels * cout * w.shape[1] * win.taps() * (eb == 1 ? 1 : chip_.mxmFp16RateDivisor);
   const TensorState& xs = tensors_.at(in);
   const MatMulTiling tiling = chooseMatMulTiling(chip_, pixels, cin * win.taps(), cout, eb,
                                                  chip_.sramBytes() / (3 * std::max(1, eb)));
@@ -363,6 +372,15 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
   job.weightRows = [cin, cinTiles, planeElems](int k) {
     return std::min<std::int64_t>(planeElems, cin - std::int64_t{k % cinTiles} * planeElems);
   };
+  if (const std::int64_t groups = blockDiagonalGroups(graph_, op); groups > 1) {
+    // K tile k holds input channels [c0, c1) of its tap; output tile n needs it when their groups meet.
+    const std::int64_t cinPerGroup = cin / groups, coutPerGroup = cout / groups;
+    job.kUsed = [=](int k, int n) {
+      const std::int64_t c0 = std::int64_t{k % cinTiles} * planeElems, c1 = std::min(cin, c0 + planeElems);
+      const std::int64_t o0 = std::int64_t{n} * planeElems, o1 = std::min(cout, o0 + planeElems);
+      return c0 / cinPerGroup <= (o1 - 1) / coutPerGroup && o0 / coutPerGroup <= (c1 - 1) / cinPerGroup;
+    };
+  }
   // Padding taps and rows read off the tap's pixels (the read moved into its segment) are the
   // compute's window operand: functional mode realigns the stream to the output pixels.
   const int planeLanes = planeElems;
@@ -378,7 +396,7 @@ Status Lowering::lowerConv(const ir::Op& op, const std::vector<ir::OpId>& ops, s
 }
 
 Status Lowering::lowerPackedConv(MxmJob& job, const Window& win, ir::TensorId in, std::int64_t g, std::int64_t tm) {
-  const std::int64_t cin = graph_.tensor(job.weights).shape[1];
+  const std::int64_t cin = graph_.tensor(in).shape[1];
   const std::int64_t packedTiles = ceilDiv(win.taps(), g);
   job.kTiles = static_cast<int>(packedTiles);
   // Blocks as the MXM streams them; their gathers go band by band.

@@ -176,18 +176,25 @@ TEST(Lowering, ATileLongerThanASliceSpansSeveralSlices) {
       }
 }
 
-TEST(Lowering, AGroupedConvNamesTheNode) {
+TEST(Lowering, AGroupedConvIsDenseOverBlockDiagonalWeights) {
   topology::ChipSpec chip;
   ir::Graph g;
-  const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
-  const auto w = g.addWeight("w", {8, 4, 3, 3}, ir::DType::kF16);
-  g.addOp(ir::OpKind::kConv, "grouped", {x, w}, ir::Attrs{{"group", std::int64_t{2}}}, 0).value();
+  // 400 INT8 channels in groups of 8: two K tiles per tap (320 + 80 channels), two output tiles.
+  const auto x = g.addInput("x", {1, 400, 6, 6}, ir::DType::kI8);
+  const auto w = g.addWeight("w", {400, 8, 3, 3}, ir::DType::kI8);
+  g.markOutput(*g.addOp(ir::OpKind::kConv, "grouped", {x, w},
+                        ir::Attrs{{"group", std::int64_t{50}}, {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0));
+  EXPECT_EQ(blockDiagonalGroups(g, g.op(0)), 50);
+  EXPECT_EQ(tensorGeometry(chip, g, w), (std::pair<std::int64_t, int>{9 * 400, 2}));  // 9 taps x 400 input channels
   auto r = lowerShard(chip, g, {0}, {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ExitCode::kModel);
-  EXPECT_EQ(r.error().format(),
-            "node 'grouped': a grouped Conv (group 2 of 8 channels, 4 per group) cannot be lowered: group 1 or "
-            "depthwise only");
+  ASSERT_TRUE(r.ok()) << r.error().format();
+  // Output tile 0 (channels 0-319, groups 0-39) needs K tile 0 of each tap (channels 0-319) alone;
+  // output tile 1 (320-399, groups 40-49) K tile 1 alone: 9 installs per output tile, not 18.
+  int installs = 0;
+  for (const auto& task : (*r)->problem.tasks())
+    if (task.steps.size() == 1 && task.steps[0].inst.op == isa::Opcode::kMxmInstall) ++installs;
+  EXPECT_EQ(installs, 2 * 9);
+  EXPECT_EQ((*r)->macs, 36 * 400 * 8 * 9);
 }
 
 TEST(Lowering, AMatMulOnA4DTensorOfAConvGraphNamesTheTensor) {
