@@ -111,11 +111,13 @@ double toStorage(double v, ir::DType dtype) {
 std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
 
 // A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
-std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph, bool spatial, ir::TensorId id,
+std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                 const std::vector<bool>& channelsLast, ir::TensorId id,
                                  const std::vector<double>& data, std::int64_t& cols) {
   const ir::Tensor& t = graph.tensor(id);
   cols = lastDim(t);
-  if (!spatial || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements()) return data;
+  if (!channelsLast[static_cast<size_t>(id)] || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements())
+    return data;
   const auto& s = t.shape;
   std::vector<double> out;
   out.reserve(data.size());
@@ -332,7 +334,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   FunctionalSetup setup;
   const topology::ChipSpec defaultChip;
   const topology::ChipSpec& chip = sources.chip ? *sources.chip : defaultChip;
-  const bool spatial = lower::spatialGraph(graph);
+  const std::vector<bool> channelsLast = lower::channelsLastTensors(graph);
   const sim::ElementType element = stored == ir::DType::kI8 ? sim::ElementType::kInt8 : sim::ElementType::kFp16;
   setup.options.enabled = true;
   setup.options.element = element;
@@ -389,7 +391,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
         return makeError(ExitCode::kInternal,
                          fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
       std::int64_t cols = 1;
-      auto stored = storageOrder(chip, graph, spatial, *id, *it->second, cols);
+      auto stored = storageOrder(chip, graph, channelsLast, *id, *it->second, cols);
       (*resident)[placement.name] = {cols, stored.size() == it->second->size() && stored == *it->second
                                                ? it->second
                                                : std::make_shared<const std::vector<double>>(std::move(stored))};
@@ -418,7 +420,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       check.against = "the reference interpreter";
     }
     // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
-    check.reference = storageOrder(chip, graph, spatial, graph.outputs()[i], check.reference, check.cols);
+    check.reference = storageOrder(chip, graph, channelsLast, graph.outputs()[i], check.reference, check.cols);
     double largest = 0.0;
     for (double v : check.reference)
       if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));

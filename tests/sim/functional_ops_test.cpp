@@ -227,6 +227,29 @@ TEST(FunctionalOps, GroupedConvsMatchTheInterpreter) {
     }
 }
 
+TEST(FunctionalOps, ConvNeXtBlockMatchesTheInterpreter) {
+  // Depthwise 7 x 7 Conv, the map moved to [N, H, W, C] (stored row-major: matmuls read it),
+  // LayerNorm, pointwise MLP, moved back, a layer scale [C, 1, 1] broadcast over the channels-last
+  // map (an SXM element map), the residual add. 200 channels: two FP16 tiles.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const std::int64_t c = 200;
+  const auto x = mapOf(g, "x", {1, c, 6, 6}, dt);
+  const auto dw = *g.addOp(OpKind::kConv, "dwconv", {x, g.addWeight("w", {c, 1, 7, 7}, dt), g.addWeight("b", {c}, dt)},
+                           {{"kernel_shape", Ints{7, 7}}, {"group", c}, {"pads", Ints{3, 3, 3, 3}}}, 0);
+  const auto nhwc = *g.addOp(OpKind::kTranspose, "nhwc", {dw}, {{"perm", Ints{0, 2, 3, 1}}}, 0);
+  const auto norm = *g.addOp(OpKind::kLayerNormalization, "norm", {nhwc, g.addWeight("g", {c}, dt), g.addWeight("beta", {c}, dt)},
+                             {{"axis", std::int64_t{-1}}}, 0);
+  const auto up = *g.addOp(OpKind::kMatMul, "pw1", {norm, g.addWeight("w1", {c, 2 * c}, dt)}, 0);
+  const auto act = *g.addOp(OpKind::kRelu, "act", {up}, 0);
+  const auto down = *g.addOp(OpKind::kMatMul, "pw2", {act, g.addWeight("w2", {2 * c, c}, dt)}, 0);
+  const auto nchw = *g.addOp(OpKind::kTranspose, "nchw", {down}, {{"perm", Ints{0, 3, 1, 2}}}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "layer_scale", {g.addWeight("gamma", {c, 1, 1}, dt), nchw}, 0);
+  g.markOutput(*g.addOp(OpKind::kAdd, "residual", {x, scaled}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
 TEST(FunctionalOps, SqueezeExcitationMatchesTheInterpreter) {
   // Global pool, two 1 x 1 Convs, a sigmoid gate [N, C, 1, 1] multiplied into the map (batch 2: the
   // gate's row n serves the H*W rows of image n).

@@ -121,31 +121,32 @@ bool computesValues(ir::OpKind kind) {
 }
 
 Lowering::Lowering(const topology::ChipSpec& chip, const ir::Graph& graph, LoweredShard& out)
-    : chip_(chip), graph_(graph), out_(out), problem_(out.problem), spatial_(spatialGraph(graph)) {
+    : chip_(chip), graph_(graph), out_(out), problem_(out.problem), spatial_(spatialGraph(graph)),
+      channelsLast_(channelsLastTensors(graph)) {
   if (spatial_) spreadSegments_ = 16, minSegmentRows_ = 64;
 }
 
 std::pair<std::int64_t, int> Lowering::geometry(ir::TensorId tensor) const {
-  return storageGeometry(chip_, graph_, tensor, spatial_);
+  return storageGeometry(chip_, graph_, tensor, channelsLast(tensor));
 }
 
 std::int64_t Lowering::storageCols(ir::TensorId tensor) const {
   const ir::Tensor& t = graph_.tensor(tensor);
-  if (spatial_ && t.shape.size() == 4) return t.shape[1];
+  if (channelsLast(tensor)) return t.shape[1];
   return t.shape.empty() ? 1 : t.shape.back();
 }
 
 std::vector<std::int64_t> Lowering::storageDims(ir::TensorId tensor) const {
   const auto& shape = graph_.tensor(tensor).shape;
   if (shape.empty()) return {1};
-  if (spatial_ && shape.size() == 4) return {shape[0], shape[2], shape[3], shape[1]};
+  if (channelsLast(tensor)) return {shape[0], shape[2], shape[3], shape[1]};
   return shape;
 }
 
 size_t Lowering::storageAxis(ir::TensorId tensor, std::int64_t axis) const {
   const auto rank = static_cast<std::int64_t>(graph_.tensor(tensor).shape.size());
   if (axis < 0) axis += rank;
-  if (spatial_ && rank == 4) return static_cast<size_t>(axis == 0 ? 0 : axis == 1 ? 3 : axis - 1);
+  if (channelsLast(tensor)) return static_cast<size_t>(axis == 0 ? 0 : axis == 1 ? 3 : axis - 1);
   return static_cast<size_t>(std::clamp<std::int64_t>(axis, 0, std::max<std::int64_t>(0, rank - 1)));
 }
 
@@ -680,12 +681,12 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const ir::Tensor& w = graph_.tensor(op.inputs[1]);
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
-  // In a graph with convolutions every 4-D tensor is stored channels-last ([N, C, H, W] as N*H*W rows
-  // of C), which a matmul's rows and columns do not follow.
+  // A channels-last map ([N, C, H, W] as N*H*W rows of C: one a window op also reads or writes, or
+  // an elementwise op ties to one) is not in the rows and columns a matmul reads.
   for (ir::TensorId t : {op.inputs[0], op.inputs[1], op.outputs[0]})
-    if (spatial_ && graph_.tensor(t).shape.size() == 4)
-      return modelError(op.name, fmt::format("{} on the 4-D tensor '{}' in a graph with convolutions cannot be lowered "
-                                             "(4-D tensors are stored channels-last there)",
+    if (channelsLast(t))
+      return modelError(op.name, fmt::format("{} on the 4-D tensor '{}', which is stored channels-last (a window op or "
+                                             "an elementwise op joined to one reads or writes it), cannot be lowered",
                                              ir::opKindName(op.kind), graph_.tensor(t).name));
   MxmJob job;
   job.op = &op;
@@ -1091,7 +1092,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
     // BatchNormalization's per-channel operand [C] in a graph without convolutions, whose channel
     // axis is a row axis ([N, C, ...] stored rows of the last axis): an SXM permute (an element map
     // [C] -> [N, C, ..., 1]) puts each row's channel value in lane 0, splatted over the lanes.
-    if (op.kind == ir::OpKind::kBatchNormalization && i > 0 && !spatial_ && outShape.size() >= 3 &&
+    if (op.kind == ir::OpKind::kBatchNormalization && i > 0 && !channelsLast(out) && outShape.size() >= 3 &&
         inShape.size() == 1 && inShape[0] == outShape[1] && tensors_.at(operands[i]).placement.tiles == 1) {
       isa::ElementMap map;
       map.sources = {graph_.tensor(operands[i]).name};
@@ -1111,21 +1112,28 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
     }
     if (inRows > 1 && inRows < rows && rows % inRows == 0 && inShape.size() < outShape.size() &&
         std::equal(inShape.begin(), inShape.end(), outShape.end() - static_cast<std::ptrdiff_t>(inShape.size())) &&
-        !(spatial_ && outShape.size() == 4))
+        !channelsLast(out))
       period[i] = inRows;
     // A per-image channel vector [N, C, 1, 1] on a channels-last map [N, C, H, W] (squeeze-excitation's
     // gate): image n's H*W rows take its row n.
-    if (spatial_ && outShape.size() == 4 && inShape.size() == 4 && inShape[0] == outShape[0] &&
+    if (channelsLast(out) && inShape.size() == 4 && inShape[0] == outShape[0] &&
         inShape[1] == outShape[1] && inShape[2] == 1 && inShape[3] == 1 && inRows > 1 && inRows < rows &&
         rows == inRows * outShape[2] * outShape[3])
       repeat[i] = outShape[2] * outShape[3];
-    if (inRows > 1 && inRows < rows && !period[i] && !repeat[i] && !(spatial_ && outShape.size() == 4)) {
+    if (inRows > 1 && inRows < rows && !period[i] && !repeat[i] && !channelsLast(out)) {
       const std::int64_t r = rowRepeat(inShape, outShape);
       if (r == 1 && rows % inRows == 0) period[i] = inRows;  // leading dimensions of 1, then the output's trailing ones
       if (r > 1 && rows % (r * inRows) == 0) repeat[i] = r;
     }
     if ((storageCols(operands[i]) != storageCols(out) && !splat[i]) ||
         (inRows != rows && inRows != 1 && !period[i] && !repeat[i])) {
+      // Any other broadcast (ConvNeXt's layer scale [C, 1, 1] on a channels-last map): each row of
+      // the operand's values for the output's rows re-formed on the SXM from an element map.
+      if (const int map = timingOnly ? -1 : broadcastMap(operands[i], out); map >= 0) {
+        channelMap[i] = map;
+        splat[i] = false;
+        continue;
+      }
       if (!timingOnly)
         timingReason_ = fmt::format("operand '{}' is a broadcast whose lanes or rows do not line up with the output's",
                                     graph_.tensor(operands[i]).name);
@@ -1174,7 +1182,7 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
         const TensorState& is = tensors_.at(in);
         const auto k = static_cast<size_t>(std::find(operands.begin(), operands.end(), in) - operands.begin());
         const int tile = t % is.placement.tiles;
-        if (channelMap[k] >= 0) {  // the channels' row streamed once per output row, re-formed on the SXM
+        if (channelMap[k] >= 0) {  // the operand's rows streamed once per output row, re-formed on the SXM
           task.steps.push_back(readStep(in, 0, 0, n, true, sideReads_++));
           reads.push_back({in, 0, 0, 1, static_cast<int>(task.steps.size()) - 1});
           Step permute;
@@ -1184,10 +1192,12 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
           isa::FunctionalOperand where;
           where.row0 = r0;
           where.map = channelMap[k];
+          // A map of the output's values per row makes each tile's lanes; BatchNormalization's (one per row) lane 0.
+          where.tile = out_.maps[static_cast<size_t>(channelMap[k])].outCols > 1 ? t : 0;
           permute.inst.operand = addOperand(where);
           permute.producer = static_cast<int>(task.steps.size()) - 1;
           task.steps.push_back(permute);
-          permuteReads(channelMap[k], out, 0, r0, n, reads);
+          permuteReads(channelMap[k], out, where.tile, r0, n, reads);
           return static_cast<int>(task.steps.size()) - 1;
         }
         if (!timingOnly && repeat[k]) {  // one row for the piece's rows, read with stride 0

@@ -23,16 +23,23 @@ std::pair<std::int64_t, int> vectorShape(const topology::ChipSpec& chip, const i
 std::int64_t blockDiagonalGroups(const ir::Graph& graph, const ir::Op& conv);
 /// Does the graph have convolutions or pooling? Its 4-D feature maps are then stored channels-last.
 bool spatialGraph(const ir::Graph& graph);
-/// Rows x tiles of a tensor as the lowering stores it. In a spatial graph a 4-D feature map
+/// Per tensor: is it a channels-last map? In a graph with convolutions or pooling, the 4-D tensors
+/// that a window op or BatchNormalization reads or writes, or that share an elementwise op or a
+/// copy with one of them, are stored channels-last; a 4-D tensor that only matmuls and last-axis
+/// normalisations read or write (with its elementwise kin: ConvNeXt's MLP on [N, H, W, C], Swin's
+/// attention) is stored row-major, as every tensor of other ranks. Transpose and Reshape re-form
+/// a map between the two layouts (element maps).
+std::vector<bool> channelsLastTensors(const ir::Graph& graph);
+/// Rows x tiles of a tensor as the lowering stores it. A channels-last feature map
 /// [N, C, H, W] is N*H*W rows of C (channels along the vector: the MXM reduces over them), a Conv's
 /// weight [Cout, Cin, kh, kw] is kh*kw*Cin rows of Cout (blockDiagonalGroups), and a graph input read only by one Conv
 /// arrives window-gathered from the host (N*Ho*Wo rows of kh*kw*Cin); otherwise vectorShape().
 std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
-                                             bool spatial);
+                                             bool channelsLast);
 /// The Conv that reads graph input `id` window-gathered (its sole user, whose whole window kh*kw*Cin
 /// fits one vector: the host lays the input out im2col, one packed vector per output pixel), else null.
 const ir::Op* gatheringConv(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
-/// storageGeometry() with spatial = spatialGraph(graph).
+/// storageGeometry() with the tensor's layout from channelsLastTensors(graph).
 std::pair<std::int64_t, int> tensorGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id);
 
 /// The matmul tiling the seed's cost model picks: T_m rows per stream, T_k x T_n weights per plane.

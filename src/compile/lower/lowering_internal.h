@@ -186,6 +186,12 @@ class Lowering {
   // copyVectors with the map re-forms every vector from the map's sources: each piece waits for
   // the writers of the source rows it takes, and a reuse of their space for it.
   int elementMap(const ir::Op& op, ir::TensorId out);
+  // The element map of `in` broadcast (numpy's rules) to the shape of `out`, over both storage
+  // orders; -1 when it does not broadcast or their element widths differ.
+  int broadcastMap(ir::TensorId in, ir::TensorId out);
+  // Re-expresses a map built over the shapes of `in` (its first source) and `out` over their storage
+  // orders (channels-last maps), records it with the tensors it reads, and returns its index.
+  int addElementMap(isa::ElementMap map, ir::TensorId in, ir::TensorId out, std::vector<ir::TensorId> reads);
   // The source rows (per source tile) that output rows [row0, +rows) of `tile` of map's output take,
   // as reads of the permute's step; a Gather's whole table and indices.
   void permuteReads(int map, ir::TensorId out, int tile, std::int64_t row0, std::int64_t rows,
@@ -341,7 +347,9 @@ class Lowering {
   std::int64_t minSegmentRows_ = 128;
   std::set<ir::TensorId> poolRelu_;  // feature maps stored before their ReLU, which their max-pool applies
   mutable std::string crossing_;  // the first access past its segment's end (noteCrossing), or empty
-  bool spatial_ = false;  // the graph has convolutions or pooling: 4-D tensors are stored channels-last
+  bool spatial_ = false;  // the graph has convolutions or pooling
+  std::vector<bool> channelsLast_;  // per graph tensor: stored channels-last (channelsLastTensors)
+  bool channelsLast(ir::TensorId t) const { return t >= 0 && static_cast<size_t>(t) < channelsLast_.size() && channelsLast_[static_cast<size_t>(t)]; }
   std::map<ir::TensorId, TensorState> tensors_;
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;

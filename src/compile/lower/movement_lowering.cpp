@@ -132,7 +132,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
   const auto rank = static_cast<std::int64_t>(graph_.tensor(first).shape.size());
   std::int64_t axis = op.intAttr("axis", 0);
   if (axis < 0) axis += rank;
-  const std::int64_t vectorAxis = spatial_ && rank == 4 ? 1 : rank - 1;
+  const std::int64_t vectorAxis = channelsLast(first) ? 1 : rank - 1;
   const bool byTiles = op.kind != ir::OpKind::kSlice && axis == vectorAxis;
   alloc::SliceSet avoid;
   for (ir::TensorId in : op.inputs)
@@ -198,7 +198,7 @@ Status Lowering::lowerCopy(const ir::Op& op) {
     } else {
       const auto& shape = graph_.tensor(whole).shape;
       for (std::int64_t d = 0; d < axis; ++d) copies = copies && shape[static_cast<size_t>(d)] == 1;
-      copies = copies && axis < vectorAxis && storageCols(part) == storageCols(whole) && (!spatial_ || rank != 4 || axis == 0);
+      copies = copies && axis < vectorAxis && storageCols(part) == storageCols(whole) && (!channelsLast(whole) || axis == 0);
     }
     const isa::SxmFunc func = copies ? isa::SxmFunc::kCopy : isa::SxmFunc::kUnspecified;
     // Otherwise the output's vectors are re-formed from the element map (one for a Concat's output).
@@ -220,7 +220,6 @@ namespace tsp::lower::detail {
 int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
   // The map is built over the tensors' shapes, then re-expressed over the storage order of a
   // channels-last map ([N, C, H, W] stored as [N, H, W, C]).
-  auto channelsLast = [&](ir::TensorId t) { return spatial_ && graph_.tensor(t).shape.size() == 4; };
   const bool gather = op.kind == ir::OpKind::kGather;
   const bool slice = op.kind == ir::OpKind::kSlice;
   for (size_t i = 0; i < op.inputs.size(); ++i) {
@@ -316,7 +315,7 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
     case ir::OpKind::kGather: {
       // out = table[:axis] + indices + table[axis+1:]; the table's axis takes the indices' values.
       const ir::TensorId ids = op.inputs[1];
-      if (!tensors_.count(ids) || (spatial_ && graph_.tensor(ids).shape.size() == 4)) return -1;
+      if (!tensors_.count(ids) || channelsLast(ids)) return -1;
       const auto axis = axisOf(op.intAttr("axis", 0));
       const auto& idShape = graph_.tensor(ids).shape;
       addSource(in);
@@ -381,6 +380,34 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
     }
     default: return -1;
   }
+  return addElementMap(std::move(map), in, out, std::move(reads));
+}
+
+int Lowering::broadcastMap(ir::TensorId in, ir::TensorId out) {
+  // Numpy's right-aligned broadcast, as Expand's map: a source axis of one reads coordinate 0.
+  const auto& inShape = graph_.tensor(in).shape;
+  const auto& outShape = graph_.tensor(out).shape;
+  const auto shift = static_cast<std::int64_t>(outShape.size()) - static_cast<std::int64_t>(inShape.size());
+  if (shift < 0 || inShape.empty() || !tensors_.count(in) ||
+      ir::dtypeBytes(graph_.tensor(in).dtype) != ir::dtypeBytes(graph_.tensor(out).dtype))
+    return -1;
+  isa::ElementMap map;
+  map.sources = {graph_.tensor(in).name};
+  map.sourceDims = inShape;
+  map.sourceCols = {storageCols(in)};
+  map.outDims = outShape;
+  map.outCols = storageCols(out);
+  for (std::int64_t s = 0; s < static_cast<std::int64_t>(inShape.size()); ++s) {
+    const std::int64_t d = inShape[static_cast<size_t>(s)];
+    if (d != 1 && d != outShape[static_cast<size_t>(s + shift)]) return -1;
+    map.from.push_back(s + shift);
+    map.starts.push_back(0);
+    map.steps.push_back(d == 1 ? 0 : 1);
+  }
+  return addElementMap(std::move(map), in, out, {in});
+}
+
+int Lowering::addElementMap(isa::ElementMap map, ir::TensorId in, ir::TensorId out, std::vector<ir::TensorId> reads) {
   // Storage axis a of a channels-last map is shape axis kShapeAxis[a]; shape axis a is storage axis kStorageAxis[a].
   static constexpr std::int64_t kShapeAxis[4] = {0, 2, 3, 1}, kStorageAxis[4] = {0, 3, 1, 2};
   if (channelsLast(out)) {

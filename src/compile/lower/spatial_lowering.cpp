@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/ir/op_table.h"
 #include "compile/lower/lowering_internal.h"
 
 namespace tsp::lower {
@@ -48,10 +49,50 @@ bool spatialGraph(const ir::Graph& graph) {
   return std::any_of(graph.ops().begin(), graph.ops().end(), [](const ir::Op& op) { return isSpatialOp(op.kind); });
 }
 
+std::vector<bool> channelsLastTensors(const ir::Graph& graph) {
+  const size_t n = graph.tensors().size();
+  std::vector<bool> out(n, false);
+  if (!spatialGraph(graph)) return out;
+  // 4-D tensors that must share a layout (an elementwise op's operands and result, a copy's parts
+  // and whole) form one group; a group is channels-last when a window op or BatchNormalization
+  // reads or writes one of its tensors, row-major when only matmuls and last-axis normalisations do.
+  std::vector<size_t> parent(n);
+  for (size_t i = 0; i < n; ++i) parent[i] = i;
+  const auto find = [&](size_t t) {
+    while (parent[t] != t) t = parent[t] = parent[parent[t]];
+    return t;
+  };
+  enum : std::uint8_t { kWindowUse = 1, kRowUse = 2 };
+  std::vector<std::uint8_t> uses(n, 0);
+  for (const ir::Op& op : graph.ops()) {
+    const ir::LoweringFamily family = ir::opDefinition(op.kind).lowering;
+    const bool window = family == ir::LoweringFamily::kConv || family == ir::LoweringFamily::kPool ||
+                        family == ir::LoweringFamily::kBatchNorm || op.kind == ir::OpKind::kGlobalAveragePool ||
+                        op.kind == ir::OpKind::kConvInputGrad || op.kind == ir::OpKind::kConvWeightGrad ||
+                        op.kind == ir::OpKind::kMaxPoolGrad || op.kind == ir::OpKind::kAveragePoolGrad;
+    const bool row = family == ir::LoweringFamily::kMatMul || family == ir::LoweringFamily::kNormalization;
+    const bool shared = family == ir::LoweringFamily::kElementwise || family == ir::LoweringFamily::kCopy;
+    std::vector<ir::TensorId> maps;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (ir::TensorId t : *list)
+        if (t >= 0 && graph.tensor(t).shape.size() == 4) maps.push_back(t);
+    for (ir::TensorId t : maps) {
+      uses[static_cast<size_t>(t)] |= window ? kWindowUse : row ? kRowUse : 0;
+      if (shared) parent[find(static_cast<size_t>(t))] = find(static_cast<size_t>(maps.front()));
+    }
+  }
+  std::vector<std::uint8_t> groupUses(n, 0);
+  for (size_t t = 0; t < n; ++t) groupUses[find(t)] |= uses[t];
+  for (size_t t = 0; t < n; ++t)
+    out[t] = graph.tensor(static_cast<ir::TensorId>(t)).shape.size() == 4 &&
+             ((groupUses[find(t)] & kWindowUse) || !(groupUses[find(t)] & kRowUse));
+  return out;
+}
+
 std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
-                                             bool spatial) {
+                                             bool channelsLast) {
   const ir::Tensor& t = graph.tensor(id);
-  if (!spatial || t.shape.size() != 4) return vectorShape(chip, t);
+  if (!channelsLast || t.shape.size() != 4) return vectorShape(chip, t);
   const auto& s = t.shape;
   auto tilesOf = [&](std::int64_t elements) {
     return static_cast<int>(ceilDiv(elements * ir::dtypeBytes(t.dtype), chip.vectorBytes));
@@ -70,7 +111,7 @@ std::pair<std::int64_t, int> storageGeometry(const topology::ChipSpec& chip, con
 }
 
 std::pair<std::int64_t, int> tensorGeometry(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id) {
-  return storageGeometry(chip, graph, id, spatialGraph(graph));
+  return storageGeometry(chip, graph, id, channelsLastTensors(graph)[static_cast<size_t>(id)]);
 }
 
 namespace detail {
@@ -644,7 +685,7 @@ int Lowering::readCopies(ir::TensorId tensor) const {
 
 std::int64_t Lowering::windowRowLength(ir::TensorId tensor, int depth) const {
   const ir::Tensor& t = graph_.tensor(tensor);
-  if (!spatial_ || t.shape.size() != 4) return 1;
+  if (!channelsLast(tensor)) return 1;
   // A map of the same image rows further on: one a 1 x 1 unit-stride Conv writes through its
   // epilogue (BatchNorm, a residual Add, ReLU), or such an epilogue op's output.
   auto behind = [&](ir::TensorId out) -> std::int64_t {

@@ -197,18 +197,38 @@ TEST(Lowering, AGroupedConvIsDenseOverBlockDiagonalWeights) {
   EXPECT_EQ((*r)->macs, 36 * 400 * 8 * 9);
 }
 
-TEST(Lowering, AMatMulOnA4DTensorOfAConvGraphNamesTheTensor) {
+TEST(Lowering, AMatMulOnAChannelsLastMapNamesTheTensor) {
+  // The Conv's output is read by the MatMul too: it is a channels-last map, which a matmul's rows do not follow.
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
+  const auto y = g.addOp(ir::OpKind::kConv, "conv", {x, g.addWeight("w", {8, 8, 1, 1}, ir::DType::kF16)}, 0).value();
+  g.addOp(ir::OpKind::kMatMul, "mlp", {y, g.addWeight("l", {6, 32}, ir::DType::kF16)}, 0).value();
+  auto r = lowerShard(chip, g, {0, 1}, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ExitCode::kModel);
+  EXPECT_EQ(r.error().format(), "node 'mlp': MatMul on the 4-D tensor 'conv.out', which is stored channels-last (a window "
+                                "op or an elementwise op joined to one reads or writes it), cannot be lowered");
+}
+
+TEST(Lowering, MapsOnlyMatmulsReadAreStoredRowMajor) {
+  // ConvNeXt's block: Conv, the map moved channels-last ([N, H, W, C]), a MatMul and GELU-like
+  // elementwise ops on it, moved back and added to the Conv's output.
   topology::ChipSpec chip;
   ir::Graph g;
   const auto x = g.addInput("x", {1, 8, 6, 6}, ir::DType::kF16);
   const auto y = g.addOp(ir::OpKind::kConv, "conv", {x, g.addWeight("w", {8, 8, 1, 1}, ir::DType::kF16)}, 0).value();
   const auto t = g.addOp(ir::OpKind::kTranspose, "nhwc", {y}, ir::Attrs{{"perm", std::vector<std::int64_t>{0, 2, 3, 1}}}, 0).value();
-  g.addOp(ir::OpKind::kMatMul, "mlp", {t, g.addWeight("l", {8, 32}, ir::DType::kF16)}, 0).value();
-  auto r = lowerShard(chip, g, {0, 1, 2}, {});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error().code, ExitCode::kModel);
-  EXPECT_EQ(r.error().format(), "node 'mlp': MatMul on the 4-D tensor 'nhwc.out' in a graph with convolutions cannot be "
-                                "lowered (4-D tensors are stored channels-last there)");
+  const auto m = g.addOp(ir::OpKind::kMatMul, "mlp", {t, g.addWeight("l", {8, 8}, ir::DType::kF16)}, 0).value();
+  const auto a = g.addOp(ir::OpKind::kRelu, "act", {m}, 0).value();
+  const auto b = g.addOp(ir::OpKind::kTranspose, "nchw", {a}, ir::Attrs{{"perm", std::vector<std::int64_t>{0, 3, 1, 2}}}, 0).value();
+  g.markOutput(g.addOp(ir::OpKind::kAdd, "residual", {y, b}, 0).value());
+  const std::vector<bool> layout = channelsLastTensors(g);
+  for (const auto id : {x, y, b}) EXPECT_TRUE(layout[static_cast<size_t>(id)]) << g.tensor(id).name;
+  for (const auto id : {t, m, a}) EXPECT_FALSE(layout[static_cast<size_t>(id)]) << g.tensor(id).name;
+  EXPECT_EQ(tensorGeometry(chip, g, t), (std::pair<std::int64_t, int>{36, 1}));  // 1 x 6 x 6 rows of 8
+  auto r = lowerShard(chip, g, allOps(g), {});
+  EXPECT_TRUE(r.ok()) << r.error().format();
 }
 
 TEST(Lowering, FeatureMapsAreStoredChannelsLast) {
