@@ -110,14 +110,32 @@ double toStorage(double v, ir::DType dtype) {
 
 std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
 
+// The values per storage row of a tensor in the lowering's storage order (storageOrder's rows).
+std::int64_t storedCols(const topology::ChipSpec& chip, const ir::Graph& graph, const std::vector<bool>& channelsLast,
+                        ir::TensorId id) {
+  const ir::Tensor& t = graph.tensor(id);
+  if (!channelsLast[static_cast<size_t>(id)] || t.shape.size() != 4) return lastDim(t);
+  for (ir::OpId u : t.users) {
+    const ir::Op& op = graph.op(u);
+    if (op.kind == ir::OpKind::kConv && op.inputs.size() >= 2 && op.inputs[1] == id) return t.shape[0];
+  }
+  if (const ir::Op* conv = lower::gatheringConv(chip, graph, id)) {
+    const auto& w = graph.tensor(conv->inputs[1]).shape;
+    return w[1] * w[2] * w[3];
+  }
+  return t.shape[1];
+}
+
 // A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
 std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph,
                                  const std::vector<bool>& channelsLast, ir::TensorId id,
                                  const std::vector<double>& data, std::int64_t& cols) {
   const ir::Tensor& t = graph.tensor(id);
-  cols = lastDim(t);
-  if (!channelsLast[static_cast<size_t>(id)] || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements())
+  cols = storedCols(chip, graph, channelsLast, id);
+  if (!channelsLast[static_cast<size_t>(id)] || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements()) {
+    cols = lastDim(t);
     return data;
+  }
   const auto& s = t.shape;
   std::vector<double> out;
   out.reserve(data.size());
@@ -128,7 +146,6 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
     // [Cout, Cin / G, kh, kw] block-diagonal: zero where ci and co are in different groups.
     const std::int64_t groups = lower::blockDiagonalGroups(graph, op), cinPerGroup = s[1], cin = groups * s[1];
     const std::int64_t coutPerGroup = s[0] / groups;
-    cols = s[0];
     out.reserve(static_cast<size_t>(s[2] * s[3] * cin * s[0]));
     for (std::int64_t tap = 0; tap < s[2] * s[3]; ++tap)
       for (std::int64_t ci = 0; ci < cin; ++ci)
@@ -146,7 +163,6 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
     const auto& strides = window.strides;
     const auto& dilations = window.dilations;
     const auto& pads = window.pads;
-    cols = w[1] * w[2] * w[3];
     for (std::int64_t n = 0; n < y[0]; ++n)
       for (std::int64_t oy = 0; oy < y[2]; ++oy)
         for (std::int64_t ox = 0; ox < y[3]; ++ox)
@@ -161,7 +177,6 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
     return out;
   }
   // A feature map [N, C, H, W] channels-last: N*H*W rows of C.
-  cols = s[1];
   for (std::int64_t n = 0; n < s[0]; ++n)
     for (std::int64_t p = 0; p < s[2] * s[3]; ++p)
       for (std::int64_t c = 0; c < s[1]; ++c) out.push_back(data[static_cast<size_t>((n * s[1] + c) * s[2] * s[3] + p)]);
@@ -364,10 +379,20 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
     const ir::Tensor& t = graph.tensor(id);
     if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
-    std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, indexRange(graph, id));
-    if (!indexTensor(graph, t.name))
-      for (double& v : data) v = toStorage(v, t.dtype);
-    auto shared = std::make_shared<const std::vector<double>>(std::move(data));
+    // Values already as stored (the importer rounds weights to their storage type) are shared, not copied.
+    const bool index = indexTensor(graph, t.name);
+    std::shared_ptr<const std::vector<double>> shared;
+    if (t.data && (index || std::all_of(t.data->begin(), t.data->end(), [&](double v) {
+                     const double s = toStorage(v, t.dtype);
+                     return s == v || (std::isnan(s) && std::isnan(v));
+                   }))) {
+      shared = t.data;
+    } else {
+      std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, indexRange(graph, id));
+      if (!index)
+        for (double& v : data) v = toStorage(v, t.dtype);
+      shared = std::make_shared<const std::vector<double>>(std::move(data));
+    }
     reference.setData(id, shared);
     leaves[t.name] = std::move(shared);
   }
@@ -390,11 +415,16 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (it == leaves.end() || !id)
         return makeError(ExitCode::kInternal,
                          fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
-      std::int64_t cols = 1;
-      auto stored = storageOrder(chip, graph, channelsLast, *id, *it->second, cols);
-      (*resident)[placement.name] = {cols, stored.size() == it->second->size() && stored == *it->second
-                                               ? it->second
-                                               : std::make_shared<const std::vector<double>>(std::move(stored))};
+      const std::int64_t cols = storedCols(chip, graph, channelsLast, *id);
+      if (!channelsLast[static_cast<size_t>(*id)]) {  // row-major in its shape: the values as they are
+        (*resident)[placement.name] = {cols, it->second, {}};
+        continue;
+      }
+      // Reordered when a chip places it (storageOrder's copy is made one tensor at a time).
+      (*resident)[placement.name] = {cols, nullptr, [chip, &graph, channelsLast, id = *id, values = it->second] {
+                                       std::int64_t ignored = 0;
+                                       return storageOrder(chip, graph, channelsLast, id, *values, ignored);
+                                     }};
     }
   setup.options.resident = resident;
 

@@ -50,7 +50,8 @@ struct FunctionalSources {
 /// tensor its values (graph inputs from inputsDir or the seed; weights from their data, e.g. ONNX
 /// initializers, or the seed), rounds them to the storage type, and computes the reference outputs
 /// by interpreting the graph on those values (or reads them from expectDir). Errors: exit 1 for a
-/// missing or misshapen .pb file, 2 for a tensor type functional mode does not compute.
+/// missing or misshapen .pb file, 2 for a tensor type functional mode does not compute. The graph
+/// must outlive the setup: channels-last resident tensors are reordered from it when a chip places them.
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                             const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                             const FunctionalSources& sources);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -155,6 +156,9 @@ int elementBytes(ElementType type);
 struct TensorValues {
   std::int64_t cols = 0;
   std::shared_ptr<const std::vector<double>> data;
+  /// When data is null: makes the values when a chip places the tensor (a reordered copy, such as a
+  /// Conv's tap-major weights, then exists for one tensor at a time instead of for all of them).
+  std::function<std::vector<double>()> make;
 };
 
 /// Functional mode (`simulation.mode: functional`): values in SRAM and on the streams.

@@ -123,7 +123,9 @@ int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
   const std::int64_t cols = values.cols;
   static const std::vector<double> kNone;
-  const std::vector<double>& data = values.data ? *values.data : kNone;
+  std::vector<double> made;
+  if (!values.data && values.make) made = values.make();
+  const std::vector<double>& data = values.data ? *values.data : values.make ? made : kNone;
   const int eb = bytesOf(tensor);
   const int lanes = vectorBytes_ / eb;
   if (cols <= 0 || static_cast<std::int64_t>(data.size()) != tensor.rows * cols ||

@@ -155,10 +155,18 @@ Status checkInlineSize(const onnx::TensorProto& t, std::int64_t n, const std::st
 }
 
 // Values of a TensorProto: inline (raw or typed fields; `mapped` is its raw_data kept in the mapped
-// model file) or from its external file. Returns nullptr when loading was not asked for. A missing
-// external file is an error naming the tensor and the file: there are no values to stand in for it.
+// model file) or from its external file, rounded to `storeAs` when given (the type the chip stores
+// them in: the graph then holds them once, as stored). Returns nullptr when loading was not asked
+// for. A missing external file is an error naming the tensor and the file: there are no values to
+// stand in for it.
 Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
-                            const std::string& what, std::optional<std::string_view> mapped = std::nullopt) {
+                            const std::string& what, std::optional<std::string_view> mapped = std::nullopt,
+                            std::optional<DType> storeAs = std::nullopt) {
+  auto stored = [&](std::vector<double> values) {
+    if (storeAs)
+      for (double& v : values) v = ir::castTo(v, *storeAs);
+    return std::make_shared<const std::vector<double>>(std::move(values));
+  };
   const auto elements = elementsOf(t, what);
   if (!elements) return elements.error();
   const std::int64_t n = *elements;
@@ -205,12 +213,13 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
                                                  offset, length));
     auto values = decodeRaw(raw, t.data_type(), n, what);
     if (!values) return values.error();
-    return std::make_shared<const std::vector<double>>(std::move(*values));
+    std::string().swap(raw);  // the file's bytes are not held beside the values
+    return stored(std::move(*values));
   }
   if (mapped || !t.raw_data().empty()) {
     auto values = decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what);
     if (!values) return values.error();
-    return std::make_shared<const std::vector<double>>(std::move(*values));
+    return stored(std::move(*values));
   }
   std::vector<double> values;
   switch (t.data_type()) {
@@ -230,7 +239,7 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
   }
   if (static_cast<std::int64_t>(values.size()) != n)
     return modelError(what, fmt::format("tensor has {} values, its shape needs {}", values.size(), n));
-  return std::make_shared<const std::vector<double>>(std::move(values));
+  return stored(std::move(values));
 }
 
 // The layer of a node from a block index in its name ("/model/layers.3/...", "h.11", "blocks_2").
@@ -380,7 +389,9 @@ class Importer {
       return modelError(t.name(), fmt::format("initializer type {} is not supported", onnxTypeName(t.data_type())));
     const Shape shape(t.dims().begin(), t.dims().end());
     const bool parameter = ir::isFloat(*dtype) || *dtype == DType::kI8;
-    auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name(), raw);
+    const DType storedAs = parameter ? storage(*dtype, true) : *dtype;
+    auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name(), raw,
+                             storedAs != *dtype ? std::optional<DType>(storedAs) : std::nullopt);
     if (!data) return data.error();
     if (parameter) {
       initializers_.insert(t.name());
