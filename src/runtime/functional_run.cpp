@@ -78,36 +78,6 @@ std::int64_t indexRange(const ir::Graph& graph, ir::TensorId id) {
   return range;
 }
 
-// bfloat16 rounding (nearest, ties to even) on the value's float bits.
-double toBf16(double v) {
-  const auto f = static_cast<float>(v);
-  if (!std::isfinite(f)) return f;
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-  float r;
-  std::memcpy(&r, &bits, sizeof r);
-  return r;
-}
-
-// A value as the chip stores a tensor of `dtype`: rounded to FP16 (BF16, FP32), or wrapped to its
-// integer width. The reference side rounds with the compiler's _Float16, not with the simulator's
-// conversion, so that the two check each other.
-double toStorage(double v, ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
-    case ir::DType::kBF16: return toBf16(v);
-    case ir::DType::kF32: return static_cast<double>(static_cast<float>(v));
-    case ir::DType::kBool: return v != 0.0 ? 1.0 : 0.0;
-    case ir::DType::kI8:
-      return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
-    case ir::DType::kI32:
-      return static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::int64_t>(v) & 0xffffffffLL)));
-    case ir::DType::kI64: return std::trunc(v);
-  }
-  return v;
-}
-
 std::int64_t lastDim(const ir::Tensor& t) { return t.shape.empty() ? 1 : std::max<std::int64_t>(1, t.shape.back()); }
 
 // The values per storage row of a tensor in the lowering's storage order (storageOrder's rows).
@@ -249,7 +219,7 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
     auto outs = ir::evaluateOp(op.kind, op.name, op.attrs, ins, types);
     if (!outs) return outs.error();
     for (size_t k = 0; k < op.outputs.size(); ++k) {
-      for (double& v : (*outs)[k].data) v = toStorage(v, graph.tensor(op.outputs[k]).dtype);
+      for (double& v : (*outs)[k].data) v = ir::toStorage(v, graph.tensor(op.outputs[k]).dtype);
       values[op.outputs[k]] = std::move((*outs)[k]);
       known[op.outputs[k]] = true;
     }
@@ -304,7 +274,7 @@ Expected<std::vector<double>> foldedValues(
     }
   }
   const ir::DType type = integer ? ir::DType::kI8 : ir::DType::kF16;
-  for (double& v : out) v = toStorage(v, type);
+  for (double& v : out) v = ir::toStorage(v, type);
   return out;
 }
 
@@ -372,7 +342,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       data = seededValues(sources.seed, t, indexRange(graph, stateAndInputs[i]));
     }
     if (!indexTensor(graph, t.name))
-      for (double& v : data) v = toStorage(v, t.dtype);
+      for (double& v : data) v = ir::toStorage(v, t.dtype);
     inputs.push_back({t.dtype, t.shape, data});
     leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
   }
@@ -383,14 +353,14 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     const bool index = indexTensor(graph, t.name);
     std::shared_ptr<const std::vector<double>> shared;
     if (t.data && (index || std::all_of(t.data->begin(), t.data->end(), [&](double v) {
-                     const double s = toStorage(v, t.dtype);
+                     const double s = ir::toStorage(v, t.dtype);
                      return s == v || (std::isnan(s) && std::isnan(v));
                    }))) {
       shared = t.data;
     } else {
       std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, indexRange(graph, id));
       if (!index)
-        for (double& v : data) v = toStorage(v, t.dtype);
+        for (double& v : data) v = ir::toStorage(v, t.dtype);
       shared = std::make_shared<const std::vector<double>>(std::move(data));
     }
     reference.setData(id, shared);

@@ -164,7 +164,7 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
                             std::optional<DType> storeAs = std::nullopt) {
   auto stored = [&](std::vector<double> values) {
     if (storeAs)
-      for (double& v : values) v = ir::castTo(v, *storeAs);
+      for (double& v : values) v = ir::toStorage(v, *storeAs);
     return std::make_shared<const std::vector<double>>(std::move(values));
   };
   const auto elements = elementsOf(t, what);

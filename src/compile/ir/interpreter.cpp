@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -310,6 +311,38 @@ double fusedStep(std::int64_t kind, double running, double extra, std::int64_t p
 }  // namespace
 
 std::int64_t Value::elements() const { return product(shape); }
+
+namespace {
+
+// bfloat16 rounding (nearest, ties to even) on the value's float bits.
+double toBf16(double v) {
+  const auto f = static_cast<float>(v);
+  if (!std::isfinite(f)) return f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+  float r;
+  std::memcpy(&r, &bits, sizeof r);
+  return r;
+}
+
+}  // namespace
+
+double toStorage(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
+    case DType::kBF16: return toBf16(v);
+    case DType::kF32: return static_cast<double>(static_cast<float>(v));
+    case DType::kBool: return v != 0.0 ? 1.0 : 0.0;
+    case DType::kI8:
+      return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+    case DType::kI32:
+      return static_cast<double>(
+          static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::int64_t>(v) & 0xffffffffLL)));
+    case DType::kI64: return std::trunc(v);
+  }
+  return v;
+}
 
 double castTo(double v, DType dtype) {
   switch (dtype) {

@@ -34,4 +34,10 @@ Expected<std::vector<Value>> interpret(const Graph& graph, const std::vector<Val
 /// two's-complement wrap for integers, 0/1 for bool.
 double castTo(double v, DType dtype);
 
+/// A value as the chip stores a tensor of `dtype`: rounded to FP16, BF16 or FP32 (nearest, ties to
+/// even), or wrapped to its integer width (INT64 truncated, bool 0/1). Functional mode's reference
+/// side and the importer (initializers held as stored) round with the compiler's _Float16, not with
+/// the simulator's conversion, so that the two check each other.
+double toStorage(double v, DType dtype);
+
 }  // namespace tsp::ir
