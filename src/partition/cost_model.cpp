@@ -284,6 +284,11 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
     const LayerProfile& layer = profile.layers[l];
     const LayerShare share = layerShare(layer, c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
+    // Unsharded consecutive layers of one chunk are one program: the layer overlaps the one before
+    // it as the compiler measured for the pair, in proportion at a share of the batch.
+    if (c.tp == 1 && l > 0 && stages.layerChunk[l] == stages.layerChunk[l - 1] && layer.overlapWithPrevious > 0)
+      chunk[stages.layerChunk[l]] -=
+          static_cast<double>(layer.overlapWithPrevious) * layerCyclesAt(layer, frac) / static_cast<double>(layer.cycles);
     chunkComm[stages.layerChunk[l]] += share.comm;
     // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
     // ending in a row-wise normalisation makes its output at the end), else all of its compute.

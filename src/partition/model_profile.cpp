@@ -606,6 +606,26 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
   }
+  // Consecutive layers on one chip: the pair compiled together, once per distinct pair.
+  std::map<std::string, Cycle> pairs;
+  for (int l = 1; l < layerCount; ++l) {
+    LayerProfile& prev = profile.layers[l - 1];
+    LayerProfile& layer = profile.layers[l];
+    if (prev.fallback || layer.fallback || prev.batchCycles.empty() || layer.batchCycles.empty()) continue;
+    const std::string signature = layerSignature(graph, ops[l - 1]) + "|" + layerSignature(graph, ops[l]);
+    auto found = pairs.find(signature);
+    if (found == pairs.end()) {
+      std::vector<ir::OpId> both = ops[l - 1];
+      both.insert(both.end(), ops[l].begin(), ops[l].end());
+      std::sort(both.begin(), both.end());
+      Cycle overlap = 0;
+      if (auto sub = layerGraph(graph, both))
+        if (auto cycles = compileLayerAlone(*sub, chip, 0))
+          overlap = std::clamp<Cycle>(prev.cycles + layer.cycles - *cycles, 0, std::min(prev.cycles, layer.cycles));
+      found = pairs.emplace(signature, overlap).first;
+    }
+    layer.overlapWithPrevious = found->second;
+  }
   // Weights and constants several layers read, each counted once per chip (memoryPerChip).
   std::map<ir::TensorId, std::set<int>> readers;
   for (size_t i = 0; i < graph.ops().size(); ++i)

@@ -37,6 +37,10 @@ struct LayerProfile {
   std::vector<std::pair<double, Cycle>> batchCycles;
   /// Cycles of sends to the next stage that the layer's compute hides, per share of the batch; < 0: not measured.
   double sendHiddenPerShare = -1;
+  /// Cycles by which the layer overlaps the one before it when both run on one chip in one program
+  /// (the compiler's cycles of the two alone, less those of the pair compiled together: the second's
+  /// weight installation and other independent work scheduled under the first's); 0: not measured.
+  Cycle overlapWithPrevious = 0;
   Bytes weightBytes = 0;     ///< weights and constants
   Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
   Bytes stateBytes = 0;      ///< KV cache, proportional to the batch
