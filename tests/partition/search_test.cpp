@@ -125,6 +125,22 @@ TEST(CostModel, ConsecutiveLayersOfOneChipOverlapAsTheirPairCompiles) {
   }
 }
 
+// A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
+// tiles; what stays at zero rows beyond the weight tiles (op latencies, pipeline fill) stays whole
+// on every rank.
+TEST(CostModel, TensorSplitKeepsTheLayersLatencyWhole) {
+  LayerProfile layer;
+  layer.cycles = 4000;
+  layer.batchCycles = {{0.5, 3000}, {1.0, 4000}};  // 2000 cycles at zero rows
+  layer.weightInstallCycles = 500;                  // of which 500 are weight tiles
+  const Candidate tp2{TensorSplit::kMegatron, 1, 2, 1, 1, 1};
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, 1500 + (4000 - 1500) / 2.0);
+  const Candidate tp2m2{TensorSplit::kMegatron, 1, 2, 1, 2, 1};  // half the batch per microbatch: 3000 cycles
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2m2, {}).compute, 1500 + (3000 - 1500) / 2.0);
+  layer.batchCycles.clear();  // not measured: the split divides everything
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, 2000);
+}
+
 TEST(CostModel, InterleavingDividesTheBubbleByV) {
   // A synthetic profile of 16 equal layers with no communication: bubble (p-1)/(m v + p - 1).
   ModelProfile profile;
