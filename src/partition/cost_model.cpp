@@ -57,6 +57,21 @@ double layerCyclesAt(const LayerProfile& layer, double share) {
   return std::max(1.0, at);
 }
 
+namespace {
+
+// A layer's cycles at `scaled` (its cycles at the microbatch's share) on one rank that does `share`
+// of its work: the cycles that shrink with the rows (the compiler's line through the smallest
+// shares of the batch) also shrink with the split, as do the weight installs, split with the
+// weights; the rest of the fixed part (pipeline fill and drain, op latencies) stays whole.
+double splitCycles(const LayerProfile& layer, double scaled, double share) {
+  if (layer.batchCycles.size() < 2) return scaled * share;
+  const double fixed = std::min(scaled, layerCyclesAt(layer, 0.0));
+  const double latency = std::max(0.0, fixed - static_cast<double>(layer.weightInstallCycles));
+  return latency + (scaled - latency) * share;
+}
+
+}  // namespace
+
 LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
   const double scaled = layerCyclesAt(layer, frac);
@@ -70,7 +85,7 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // At the candidate's width as the sharding splits it (figuresAt); without those figures the
       // matmuls, attention heads and the elementwise work between them split, convolutions do not.
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = scaled * (at ? at->computeShare(t) : conv + (1 - conv) / t);
+      share.compute = splitCycles(layer, scaled, at ? at->computeShare(t) : conv + (1 - conv) / t);
       const int allReduces = at ? at->allReduces : layer.allReduces;
       const int allGathers = at ? at->allGathers : layer.allGathers;
       const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
@@ -86,7 +101,7 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // axis.
       const double q = std::round(std::sqrt(t));
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = scaled * (at ? at->computeShare(q) : conv + (1 - conv) / t);
+      share.compute = splitCycles(layer, scaled, at ? at->computeShare(q) : conv + (1 - conv) / t);
       const auto& g = at ? at->grid : layer.grid;
       if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
         share.comm = layer.weightMatmuls *
@@ -284,6 +299,11 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
     const LayerProfile& layer = profile.layers[l];
     const LayerShare share = layerShare(layer, c, links);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
+    // Unsharded consecutive layers of one chunk are one program: the layer overlaps the one before
+    // it as the compiler measured for the pair, in proportion at a share of the batch.
+    if (c.tp == 1 && l > 0 && stages.layerChunk[l] == stages.layerChunk[l - 1] && layer.overlapWithPrevious > 0)
+      chunk[stages.layerChunk[l]] -=
+          static_cast<double>(layer.overlapWithPrevious) * layerCyclesAt(layer, frac) / static_cast<double>(layer.cycles);
     chunkComm[stages.layerChunk[l]] += share.comm;
     // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
     // ending in a row-wise normalisation makes its output at the end), else all of its compute.

@@ -123,6 +123,25 @@ Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
   return bytes;
 }
 
+// The MXM's passes over an op's weights when few rows stream through it: every 320 x 320 tile of a
+// weight (a 2-D weight's rows and columns in tiles, others by elements) takes at least one weight
+// install per pass, 2-byte types mxmFp16RateDivisor passes, spread over the planes. A tensor
+// split divides these with the weights.
+Cycle weightTileCycles(const ir::Graph& graph, const ir::Op& op, const topology::ChipSpec& chip) {
+  const std::int64_t dim = chip.mxmPlaneDim;
+  std::int64_t passes = 0;
+  for (ir::TensorId t : op.inputs) {
+    const ir::Tensor& w = graph.tensor(t);
+    if (w.role != ir::TensorRole::kWeight) continue;
+    std::int64_t elements = 1;
+    for (auto d : w.shape) elements *= d;
+    const std::int64_t tiles = w.shape.size() == 2 ? ceilDiv(w.shape[0], dim) * ceilDiv(w.shape[1], dim)
+                                                   : ceilDiv(elements, dim * dim);
+    passes += tiles * (ir::dtypeBytes(w.dtype) >= 2 ? chip.mxmFp16RateDivisor : 1);
+  }
+  return ceilDiv(passes * chip.mxmWeightInstallCycles, Cycle{chip.mxmPlanes});
+}
+
 // Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
 Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
   const auto [rows, tiles] = lower::vectorShape(chip, tensor);
@@ -540,6 +559,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
         layer.matmulOutBytes += out;
         ++layer.weightMatmuls;
         layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        layer.weightInstallCycles += weightTileCycles(graph, op, chip);
         if (weightMatmulIndex++ % 2 == 1) {
           layer.allReduceBytes += out;
           ++layer.allReduces;
@@ -554,6 +574,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
         convFlops += flops;
         layer.convWeightBytes += weightOperandBytes(graph, op);
         layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;
+        layer.weightInstallCycles += weightTileCycles(graph, op, chip);
         const auto kernel = op.intsAttr("kernel_shape", {1, 1});
         const std::int64_t k = kernel.empty() ? 1 : kernel[0];
         const auto& x = graph.tensor(op.inputs[0]);
@@ -605,6 +626,26 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     }
     layer.installCycles = std::min(layer.installCycles, layer.cycles);
     layer.convCycles = allFlops > 0 ? static_cast<Cycle>(static_cast<double>(layer.cycles) * convFlops / allFlops) : 0;
+  }
+  // Consecutive layers on one chip: the pair compiled together, once per distinct pair.
+  std::map<std::string, Cycle> pairs;
+  for (int l = 1; l < layerCount; ++l) {
+    LayerProfile& prev = profile.layers[l - 1];
+    LayerProfile& layer = profile.layers[l];
+    if (prev.fallback || layer.fallback || prev.batchCycles.empty() || layer.batchCycles.empty()) continue;
+    const std::string signature = layerSignature(graph, ops[l - 1]) + "|" + layerSignature(graph, ops[l]);
+    auto found = pairs.find(signature);
+    if (found == pairs.end()) {
+      std::vector<ir::OpId> both = ops[l - 1];
+      both.insert(both.end(), ops[l].begin(), ops[l].end());
+      std::sort(both.begin(), both.end());
+      Cycle overlap = 0;
+      if (auto sub = layerGraph(graph, both))
+        if (auto cycles = compileLayerAlone(*sub, chip, 0))
+          overlap = std::clamp<Cycle>(prev.cycles + layer.cycles - *cycles, 0, std::min(prev.cycles, layer.cycles));
+      found = pairs.emplace(signature, overlap).first;
+    }
+    layer.overlapWithPrevious = found->second;
   }
   // Weights and constants several layers read, each counted once per chip (memoryPerChip).
   std::map<ir::TensorId, std::set<int>> readers;

@@ -32,11 +32,19 @@ bool parseTensorSplit(const std::string& text, TensorSplit& split);
 struct LayerProfile {
   Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
   Cycle installCycles = 0;   ///< the part of cycles spent installing matmul weights: paid per microbatch
+  /// The MXM's weight-bound cycles: every 320 x 320 tile of its weight matmuls' and convolutions'
+  /// weights one install per pass (2-byte types 4 passes), over the planes: the part of the fixed
+  /// cycles a tensor split divides.
+  Cycle weightInstallCycles = 0;
   bool fallback = false;     ///< true when cycles is the FLOP-based estimate, not the compiler's
   /// The compiler's cycles at shares of the batch (1, 1/2, 1/4, ...; ascending share); empty: not measured.
   std::vector<std::pair<double, Cycle>> batchCycles;
   /// Cycles of sends to the next stage that the layer's compute hides, per share of the batch; < 0: not measured.
   double sendHiddenPerShare = -1;
+  /// Cycles by which the layer overlaps the one before it when both run on one chip in one program
+  /// (the compiler's cycles of the two alone, less those of the pair compiled together: the second's
+  /// weight installation and other independent work scheduled under the first's); 0: not measured.
+  Cycle overlapWithPrevious = 0;
   Bytes weightBytes = 0;     ///< weights and constants
   Bytes convWeightBytes = 0; ///< weights of convolutions (replicated by a spatial split)
   Bytes stateBytes = 0;      ///< KV cache, proportional to the batch

@@ -370,31 +370,40 @@ class DeviceBuilder {
       attrs["starts"] = starts;
       attrs["ends"] = ends;
     }
-    if (op.kind == ir::OpKind::kGather) {
-      // Vocabulary-parallel lookup: ids outside this device's rows read an appended zero row.
-      const std::int64_t axis = op.intAttr("axis", 0) < 0 ? op.intAttr("axis", 0) + static_cast<std::int64_t>(global_.tensor(op.inputs[0]).shape.size()) : op.intAttr("axis", 0);
-      const int v = static_cast<int>(dimAxis.size()) - 1;  // the table-row dim is the last of Gather's space
-      if (dimAxis[v] >= 0) {
-        const Shape table = g_.tensor(inputs[0]).shape;
-        const std::int64_t rows = table[axis];
-        const std::int64_t lo = coords_[dimAxis[v]] * rows;
-        const std::int64_t total = global_.tensor(op.inputs[0]).shape[axis];
-        Shape zs = table;
-        zs[axis] = 1;
-        const ir::TensorId zero = constant(op.name + ".zero_row", zs, g_.tensor(inputs[0]).dtype,
-                                           std::vector<double>(elementsOf(zs), 0.0));
-        auto padded = this->op(ir::OpKind::kConcat, op.name + ".table", {inputs[0], zero}, {{"axis", axis}});
-        if (!padded) return padded.error();
-        std::vector<double> map(total);
-        for (std::int64_t gIdx = 0; gIdx < total; ++gIdx) map[gIdx] = gIdx >= lo && gIdx < lo + rows ? static_cast<double>(gIdx - lo) : static_cast<double>(rows);
-        const ir::TensorId mapT = constant(op.name + ".row_map", {total}, g_.tensor(inputs[1]).dtype, std::move(map));
-        auto ids = this->op(ir::OpKind::kGather, op.name + ".local_ids", {mapT, inputs[1]}, {{"axis", std::int64_t{0}}});
-        if (!ids) return ids.error();
-        inputs = {*padded, *ids};
-      }
-    }
     std::vector<std::string> names;
     for (ir::TensorId out : op.outputs) names.push_back(global_.tensor(out).name);
+    if (op.kind == ir::OpKind::kGather) {
+      // Vocabulary-parallel lookup (Megatron's): ids are mapped to rows of this device's block (ids
+      // outside it to row 0), and the rows looked up are multiplied by a mask that zeroes those of
+      // other devices' ids: partial sums, which one all-reduce adds. The table block is read in
+      // place; the map and the mask are one small constant each, indexed by the global id.
+      const Shape global = global_.tensor(op.inputs[0]).shape;
+      std::int64_t axis = op.intAttr("axis", 0);
+      if (axis < 0) axis += static_cast<std::int64_t>(global.size());
+      const int v = static_cast<int>(dimAxis.size()) - 1;  // the table-row dim is the last of Gather's space
+      if (dimAxis[v] >= 0) {
+        const ir::Tensor table = g_.tensor(inputs[0]);
+        const std::int64_t rows = table.shape[axis], lo = coords_[dimAxis[v]] * rows, total = global[axis];
+        std::vector<double> map(total, 0.0), keep(total, 0.0);
+        for (std::int64_t id = lo; id < std::min(lo + rows, total); ++id) {
+          map[id] = static_cast<double>(id - lo);
+          keep[id] = 1.0;
+        }
+        const ir::TensorId mapT = constant(op.name + ".row_map", {total}, g_.tensor(inputs[1]).dtype, std::move(map));
+        // [total, 1, ..., 1]: looked up by the ids, it broadcasts over the table's dims after the rows.
+        Shape maskShape(global.size() - axis, 1);
+        maskShape[0] = total;
+        const ir::TensorId maskT = constant(op.name + ".row_mask", maskShape, table.dtype, std::move(keep));
+        auto ids = this->op(ir::OpKind::kGather, op.name + ".local_ids", {mapT, inputs[1]}, {{"axis", std::int64_t{0}}});
+        if (!ids) return ids.error();
+        auto mask = this->op(ir::OpKind::kGather, op.name + ".mask", {maskT, inputs[1]}, {{"axis", std::int64_t{0}}});
+        if (!mask) return mask.error();
+        auto rowsRead = g_.addMultiOp(op.kind, op.name, {inputs[0], *ids}, std::move(attrs), op.layer,
+                                      {names[0] + ".rows"});
+        if (!rowsRead) return rowsRead.error();
+        return g_.addMultiOp(ir::OpKind::kMul, op.name + ".masked", {rowsRead->front(), *mask}, {}, op.layer, names);
+      }
+    }
     return g_.addMultiOp(op.kind, op.name, std::move(inputs), std::move(attrs), op.layer, names);
   }
 

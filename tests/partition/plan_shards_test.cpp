@@ -472,6 +472,19 @@ TEST(PlanShards, OddVocabularySplitsTheTableRowsInCeilSizedBlocks) {
   EXPECT_EQ(propagated->tensors[*g.findTensor("wte")].text(mesh), "[tp,-]");
   EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
   expectShardsMatch(g, *propagated, tokensOf(15), 1e-5);
+  // Each rank's lookup reads its block of 8 rows in place (ids of the other rank masked to zero):
+  // nothing copies the table.
+  auto devices = shardGraph(g, *propagated);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  for (const auto& d : devices->graphs) {
+    const ir::TensorId table = *d.findTensor("wte");
+    EXPECT_EQ(d.tensor(table).shape, (Shape{8, 32}));
+    for (const auto& op : d.ops())
+      for (ir::TensorId in : op.inputs)
+        if (in == table) {
+          EXPECT_NE(op.kind, OpKind::kConcat) << op.name;
+        }
+  }
 }
 
 // Self-attention with one fused in-projection [d, 3d], as torch exports it: the projection is taken

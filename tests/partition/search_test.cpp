@@ -91,6 +91,56 @@ TEST(CostModel, LayerCyclesAtMicrobatchSharesAreTheCompilers) {
   EXPECT_LT(p64.layers[1].sendHiddenPerShare, 0);  // the last layer sends nothing on
 }
 
+// Consecutive layers of one chip are one program, in which the compiler schedules a layer's weight
+// installation and other independent work under the layer before it: the profile compiles each
+// distinct pair of consecutive layers together, and an unsharded chunk takes the sum of its layers
+// less those overlaps (none across a stage boundary).
+TEST(CostModel, ConsecutiveLayersOfOneChipOverlapAsTheirPairCompiles) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  std::vector<ir::OpId> pair;
+  for (size_t i = 0; i < g.ops().size(); ++i)
+    if (g.op(i).layer == 0 || g.op(i).layer == 1) pair.push_back(static_cast<ir::OpId>(i));
+  auto sub = layerGraph(g, pair);
+  ASSERT_TRUE(sub.ok()) << sub.error().format();
+  auto together = compiledCycles(*sub, c.chip());
+  ASSERT_TRUE(together.ok()) << together.error().format();
+  const LayerProfile& first = profile.layers[0];
+  const LayerProfile& second = profile.layers[1];
+  EXPECT_EQ(first.overlapWithPrevious, 0);
+  EXPECT_EQ(second.overlapWithPrevious, first.cycles + second.cycles - *together);
+  EXPECT_GT(second.overlapWithPrevious, 0);
+  double sum = 0, overlaps = 0;
+  for (const auto& l : profile.layers) {
+    sum += static_cast<double>(l.cycles);
+    overlaps += static_cast<double>(l.overlapWithPrevious);
+  }
+  for (int pp : {1, 2}) {
+    auto stages = assignStages(profile, pp);
+    ASSERT_TRUE(stages.ok());
+    const PlanCost cost = evaluateCandidate(profile, {TensorSplit::kNone, 1, 1, pp, 1, 1}, *stages, {}, c.chip(), 16);
+    if (pp == 1) EXPECT_DOUBLE_EQ(cost.iterationCycles, sum - overlaps);
+    else EXPECT_GT(cost.chunkCycles, (sum - overlaps) / 2);  // the second stage's first layer overlaps nothing
+  }
+}
+
+// A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
+// tiles; what stays at zero rows beyond the weight tiles (op latencies, pipeline fill) stays whole
+// on every rank.
+TEST(CostModel, TensorSplitKeepsTheLayersLatencyWhole) {
+  LayerProfile layer;
+  layer.cycles = 4000;
+  layer.batchCycles = {{0.5, 3000}, {1.0, 4000}};  // 2000 cycles at zero rows
+  layer.weightInstallCycles = 500;                  // of which 500 are weight tiles
+  const Candidate tp2{TensorSplit::kMegatron, 1, 2, 1, 1, 1};
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, 1500 + (4000 - 1500) / 2.0);
+  const Candidate tp2m2{TensorSplit::kMegatron, 1, 2, 1, 2, 1};  // half the batch per microbatch: 3000 cycles
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2m2, {}).compute, 1500 + (3000 - 1500) / 2.0);
+  layer.batchCycles.clear();  // not measured: the split divides everything
+  EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, 2000);
+}
+
 TEST(CostModel, InterleavingDividesTheBubbleByV) {
   // A synthetic profile of 16 equal layers with no communication: bubble (p-1)/(m v + p - 1).
   ModelProfile profile;
