@@ -34,9 +34,15 @@ struct StreamRun {
   std::int64_t count = 1;
   int reach = 0;
   std::int64_t programIndex = 0;
+  Cycle tauFirst = 0, tauEnd = 0;  // tau0 and tauLast on the run's stream, set by place()
 
   Cycle tau0(Direction dir) const { return dir == Direction::kEast ? first - slice : first + slice; }
   Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
+  // Keeps the moving-frame span on a stream of direction dir, which the collision checks read.
+  void place(Direction dir) {
+    tauFirst = tau0(dir);
+    tauEnd = tauLast(dir);
+  }
   int lowSlice(Direction dir) const { return dir == Direction::kEast ? slice : slice - reach; }
   int highSlice(Direction dir) const { return dir == Direction::kEast ? slice + reach : slice; }
 };
@@ -528,9 +534,9 @@ class TspChip final : public Chip {
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
     // Apart in the moving frame (most pairs: the older run has passed), or apart along the stream.
-    if (a.tauLast(dir) < b.tau0(dir) || b.tauLast(dir) < a.tau0(dir)) return std::nullopt;
+    if (a.tauEnd < b.tauFirst || b.tauEnd < a.tauFirst) return std::nullopt;
     if (a.highSlice(dir) < b.lowSlice(dir) || b.highSlice(dir) < a.lowSlice(dir)) return std::nullopt;
-    const auto tau = firstCommon(a.tau0(dir), a.interval, a.count, b.tau0(dir), b.interval, b.count);
+    const auto tau = firstCommon(a.tauFirst, a.interval, a.count, b.tauFirst, b.interval, b.count);
     if (!tau) return std::nullopt;
     const int slice = std::max(a.lowSlice(dir), b.lowSlice(dir));
     return dir == Direction::kEast ? *tau + slice : *tau - slice;
@@ -607,7 +613,7 @@ class TspChip final : public Chip {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - horizonSlices_;
-    while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
+    while (!runs.empty() && runs.front().tauEnd < horizon) {
       stats_.streamHops += runs.front().count * runs.front().reach;
       if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
@@ -618,6 +624,7 @@ class TspChip final : public Chip {
     run.interval = inst.interval;
     run.count = inst.repeat;
     run.programIndex = index;
+    run.place(ref.dir);
     if (values_ && result_) streamValues_[index] = std::move(result_);
     runs.push_back(run);
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
@@ -685,7 +692,7 @@ class TspChip final : public Chip {
   }
 
   // Executes one event; `replay`: only its program-only part (a follower catching up), which passes.
-  bool execute(const Event& inst, std::int64_t index, bool replay = false) {
+  [[gnu::always_inline]] bool execute(const Event& inst, std::int64_t index, bool replay = false) {
     if (inst.checks & kMalformed) {
       if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
         failure_ = makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
@@ -755,7 +762,7 @@ class TspChip final : public Chip {
     unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : freeAt;
     stats_.unitBusy[inst.unit] += inst.busy;
     stats_.kindBusy[static_cast<int>(inst.kind)] += inst.busy;
-    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy);
+    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy, timelineBin_);
     lastCompletion_ = std::max(lastCompletion_, inst.completion());
     if (replay) return true;
     ++stats_.instructions;
@@ -978,6 +985,7 @@ class TspChip final : public Chip {
   ReadMatch readA_, readB_;  // the operands of the instruction being executed
   VectorRun result_;         // its result, for its destination stream
   std::vector<double> timeline_;
+  TimelineBin timelineBin_;  // the bin of the last instruction added to timeline_
   Cycle lastCompletion_ = 0;
   std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;
   ChipStats stats_;
