@@ -225,7 +225,7 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
     const Cycle end = std::min(windowEnd, saturatingAdd(start, inner_));
     for (size_t i = 0; i < chips_.size(); ++i) {
       if (failed_[i] || chips_[i]->nextEventCycle() >= end) continue;
-      const std::int64_t before = chips_[i]->stats().instructions;
+      const std::int64_t before = chips_[i]->instructionsExecuted();
       if (auto s = chips_[i]->advanceTo(end); !s) {
         // Chips keep running to the window's end so that the first failure in (cycle, chip)
         // order is found whatever the mapping; a failed chip stops where it failed.
@@ -235,7 +235,7 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
         if (!failure_ || std::pair(issue, chip) < std::pair(failure_->issue, failure_->who))
           failure_ = Failure{issue, chip, s.error()};
       }
-      events += chips_[i]->stats().instructions - before;
+      events += chips_[i]->instructionsExecuted() - before;
       auto sent = chips_[i]->takeOutgoing();
       if (sent.empty()) continue;
       if (hooks.sent) hooks.sent(sent);

@@ -177,6 +177,10 @@ struct SimOptions {
   ChipObserver* observer = nullptr;  ///< not owned; null: nobody listens
   FaultOptions faults;
   FunctionalOptions functional;
+  /// Chips that run a program another chip of the process runs (or ran) with the same timeline take
+  /// its checks and statistics that depend on the program alone, and run only their C2C part
+  /// (timing mode without faults; results are the same). Off: every chip runs every check.
+  bool shareChecks = true;
 };
 
 /// The chip interface (version 2: adds readTensor): the runtime advances chips in windows, moves C2C
@@ -197,6 +201,8 @@ class Chip {
   virtual Cycle nextEventCycle() const = 0;
   /// Statistics so far (complete once nextEventCycle() is kNever).
   virtual const ChipStats& stats() const = 0;
+  /// Instructions executed so far (stats().instructions, which a chip may know without the rest).
+  virtual std::int64_t instructionsExecuted() const { return stats().instructions; }
   /// Functional mode: the values of a tensor of the program's placement table as SRAM holds them
   /// now (rows x cols, row-major); empty in timing mode.
   virtual std::vector<double> readTensor(const isa::TensorPlacement& tensor, std::int64_t cols) const = 0;

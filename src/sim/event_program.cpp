@@ -137,6 +137,17 @@ Event EventProgram::at(size_t index) const {
   return at(c);
 }
 
+std::shared_ptr<SharedChecks> EventProgram::sharedChecks(int bins, Cycle binCycles) const {
+  std::lock_guard lock(sharedMutex_);
+  for (const auto& s : shared_)
+    if (s->bins == bins && s->binCycles == binCycles) return s;
+  auto made = std::make_shared<SharedChecks>();
+  made->bins = bins;
+  made->binCycles = binCycles;
+  shared_.push_back(made);
+  return made;
+}
+
 std::shared_ptr<const EventProgram> EventProgram::of(const std::shared_ptr<const isa::Program>& program,
                                                      const topology::ChipSpec& spec) {
   // Kept while the program lives: a program is decoded once however many chips run it, one after

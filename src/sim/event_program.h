@@ -1,13 +1,16 @@
 // A program as the chip's event loop reads it: decoded once per (program, chip spec) and shared by every chip running it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "compile/isa/program.h"
+#include "sim/chip.h"
 #include "topology/chip_spec.h"
 
 namespace tsp::sim {
@@ -44,6 +47,23 @@ inline constexpr std::uint8_t kBankField = 2;
 /// or nothing. A unit that does not exist is reported by the chip (its own message).
 std::optional<std::string> malformation(const isa::Instruction& inst, const topology::ChipSpec& spec,
                                         const std::vector<topology::UnitInfo>& units);
+
+/// What the chips running one program with one utilisation timeline share: how far the checks that
+/// depend on the program alone passed, and the statistics they give (docs/architecture.md, "Chips
+/// that share a program"). In timing mode without faults, an instruction's unit, stream, MEM port and
+/// MXM checks and its statistics depend on the program only; its C2C part (ports, links, bursts
+/// sent and received) depends on the chip's links and on what arrives. The first chip that runs the
+/// program (the leader) runs every check and records how far they passed; another chip (a follower)
+/// runs only the C2C part of the instructions the leader has passed, and takes the rest from here.
+struct SharedChecks {
+  int bins = 0;
+  Cycle binCycles = 0;
+  bool leading = false;              ///< a leader is running
+  std::atomic<size_t> passed{0};     ///< the program-only checks of events [0, passed) pass
+  std::atomic<bool> complete{false};  ///< a leader finished: `stats` and the counts below hold its statistics
+  ChipStats stats;                    ///< the leader's (its C2C figures are its own)
+  std::int64_t vxmVectors = 0, mxmVectors = 0, sxmVectors = 0, installs = 0;
+};
 
 /// The events of one program for one chip spec, in program order: each piece's body decoded once.
 class EventProgram {
@@ -87,6 +107,8 @@ class EventProgram {
   bool canonical() const { return canonical_; }
   /// The chip spec's unit table (ChipSpec::units()).
   const std::vector<topology::UnitInfo>& units() const { return units_; }
+  /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
+  std::shared_ptr<SharedChecks> sharedChecks(int bins, Cycle binCycles) const;
 
  private:
   struct Segment {
@@ -100,6 +122,8 @@ class EventProgram {
   std::vector<Segment> segments_;
   size_t size_ = 0;
   bool canonical_ = true;
+  mutable std::mutex sharedMutex_;
+  mutable std::vector<std::shared_ptr<SharedChecks>> shared_;  // one per timeline (bins, bin width)
 };
 
 }  // namespace tsp::sim

@@ -34,9 +34,15 @@ struct StreamRun {
   std::int64_t count = 1;
   int reach = 0;
   std::int64_t programIndex = 0;
+  Cycle tauFirst = 0, tauEnd = 0;  // tau0 and tauLast on the run's stream, set by place()
 
   Cycle tau0(Direction dir) const { return dir == Direction::kEast ? first - slice : first + slice; }
   Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
+  // Keeps the moving-frame span on a stream of direction dir, which the collision checks read.
+  void place(Direction dir) {
+    tauFirst = tau0(dir);
+    tauEnd = tauLast(dir);
+  }
   int lowSlice(Direction dir) const { return dir == Direction::kEast ? slice : slice - reach; }
   int highSlice(Direction dir) const { return dir == Direction::kEast ? slice + reach : slice; }
 };
@@ -176,6 +182,14 @@ class TspChip final : public Chip {
       });
     }
     cursor_ = list.begin();
+    replayCursor_ = cursor_;
+    // Timing mode without faults, in program order: the checks that depend on the program alone are
+    // shared with the other chips running it (SharedChecks).
+    if (options_.shareChecks && !options_.functional.enabled && !options_.faults.enabled() && !reordered_) {
+      shared_ = list.sharedChecks(options_.bins, options_.binCycles);
+      if (shared_->leading || shared_->complete.load(std::memory_order_acquire)) following_ = true;
+      else leading_ = shared_->leading = true;
+    }
     if (options_.functional.enabled) startFunctional();
     if (stallOn_) {
       // Out of program order, a compute could meet a stale or a later install: each compute
@@ -193,6 +207,10 @@ class TspChip final : public Chip {
     }
   }
 
+  ~TspChip() override {
+    if (leading_) shared_->leading = false;
+  }
+
   Status advanceTo(Cycle end) override {
     if (failure_) return *failure_;
     const EventProgram& list = *events_;
@@ -205,12 +223,8 @@ class TspChip final : public Chip {
       if (reordered_) {
         moved = list.at(index);
         inst = &moved;
-      } else if (const Cycle shift = list.offset(cursor_); shift == 0) {
-        inst = &list.body(cursor_);
       } else {
-        moved = list.body(cursor_);
-        moved.issue += shift;
-        inst = &moved;
+        inst = &eventAt(cursor_, moved);
       }
       if (stallOn_) {
         const Cycle delay = stallDelay(*inst);
@@ -222,9 +236,21 @@ class TspChip final : public Chip {
       } else if (inst->issue >= end) {
         break;
       }
-      if (!execute(*inst, static_cast<std::int64_t>(index))) return *failure_;
+      if (following_ && next_ < shared_->passed.load(std::memory_order_acquire)) {
+        // A leader passed this event's program-only checks: only its C2C part is this chip's own.
+        if (!follow(*inst, static_cast<std::int64_t>(index))) return *failure_;
+      } else {
+        if (following_) catchUp();
+        if (!execute(*inst, static_cast<std::int64_t>(index))) return *failure_;
+        if (following_) replayed_ = next_ + 1;
+        if (leading_ && next_ + 1 > shared_->passed.load(std::memory_order_relaxed))
+          shared_->passed.store(next_ + 1, std::memory_order_release);
+      }
       ++next_;
-      if (!reordered_) list.step(cursor_);
+      if (!reordered_) {
+        list.step(cursor_);
+        if (following_ && replayed_ == next_) replayCursor_ = cursor_;
+      }
     }
     if (next_ == count && !finished_) finish();
     return {};
@@ -245,7 +271,13 @@ class TspChip final : public Chip {
     return inst.issue + (stallOn_ ? stallDelay(inst) : 0);
   }
 
-  const ChipStats& stats() const override { return stats_; }
+  const ChipStats& stats() const override {
+    // A follower's program-only statistics are brought up to date when asked for (rarely before the end).
+    if (following_ && !finished_ && (replayed_ < next_ || c2cFailure_)) const_cast<TspChip*>(this)->catchUp();
+    return stats_;
+  }
+
+  std::int64_t instructionsExecuted() const override { return stats_.instructions; }
 
   std::vector<double> readTensor(const isa::TensorPlacement& tensor, std::int64_t cols) const override {
     return values_ ? values_->read(tensor, cols) : std::vector<double>{};
@@ -410,6 +442,50 @@ class TspChip final : public Chip {
     }
   }
 
+  // The event at a cursor in program order: in place when its piece has no offset, else a moved copy.
+  const Event& eventAt(const EventProgram::Cursor& c, Event& moved) const {
+    const Cycle shift = events_->offset(c);
+    if (shift == 0) return events_->body(c);
+    moved = events_->body(c);
+    moved.issue += shift;
+    return moved;
+  }
+
+  static bool isC2c(Opcode op) { return op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward; }
+
+  // A follower's event whose program-only checks a leader passed: its C2C part, its count and the
+  // observer; the rest waits for catchUp().
+  bool follow(const Event& inst, std::int64_t index) {
+    if (isC2c(inst.op) && !c2c(inst, index, false)) {
+      c2cFailure_ = true;
+      return false;
+    }
+    ++stats_.instructions;
+    if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, inst.unitFreeAt());
+    return true;
+  }
+
+  // A follower does the program-only part of the events it followed, [replayed_, next_): its state
+  // is then a full chip's. They pass (a leader passed them). A run that ended in the C2C part of
+  // event next_ gets the part of that event a full chip did before it (its stream reads).
+  void catchUp() {
+    Event moved;
+    while (replayed_ < next_) {
+      (void)execute(eventAt(replayCursor_, moved), static_cast<std::int64_t>(replayed_), true);
+      ++replayed_;
+      events_->step(replayCursor_);
+    }
+    if (c2cFailure_) {
+      c2cFailure_ = false;
+      const Event& inst = eventAt(replayCursor_, moved);
+      const auto index = static_cast<std::int64_t>(replayed_);
+      const std::optional<Diagnostic> failure = std::move(failure_);
+      if (inst.src.valid()) (void)checkRead(inst, index, inst.src);
+      if (inst.src2.valid()) (void)checkRead(inst, index, inst.src2);
+      failure_ = failure;
+    }
+  }
+
   // Instruction `index` of the program as written (its issue not moved by a stall).
   Instruction instruction(std::int64_t index) const {
     if (sequence_) return (*sequence_)[static_cast<size_t>(index)];
@@ -458,9 +534,9 @@ class TspChip final : public Chip {
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
     // Apart in the moving frame (most pairs: the older run has passed), or apart along the stream.
-    if (a.tauLast(dir) < b.tau0(dir) || b.tauLast(dir) < a.tau0(dir)) return std::nullopt;
+    if (a.tauEnd < b.tauFirst || b.tauEnd < a.tauFirst) return std::nullopt;
     if (a.highSlice(dir) < b.lowSlice(dir) || b.highSlice(dir) < a.lowSlice(dir)) return std::nullopt;
-    const auto tau = firstCommon(a.tau0(dir), a.interval, a.count, b.tau0(dir), b.interval, b.count);
+    const auto tau = firstCommon(a.tauFirst, a.interval, a.count, b.tauFirst, b.interval, b.count);
     if (!tau) return std::nullopt;
     const int slice = std::max(a.lowSlice(dir), b.lowSlice(dir));
     return dir == Direction::kEast ? *tau + slice : *tau - slice;
@@ -537,7 +613,7 @@ class TspChip final : public Chip {
     auto& runs = runsOf(ref);
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - horizonSlices_;
-    while (!runs.empty() && runs.front().tauLast(ref.dir) < horizon) {
+    while (!runs.empty() && runs.front().tauEnd < horizon) {
       stats_.streamHops += runs.front().count * runs.front().reach;
       if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
@@ -548,6 +624,7 @@ class TspChip final : public Chip {
     run.interval = inst.interval;
     run.count = inst.repeat;
     run.programIndex = index;
+    run.place(ref.dir);
     if (values_ && result_) streamValues_[index] = std::move(result_);
     runs.push_back(run);
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
@@ -614,7 +691,8 @@ class TspChip final : public Chip {
     return true;
   }
 
-  bool execute(const Event& inst, std::int64_t index) {
+  // Executes one event; `replay`: only its program-only part (a follower catching up), which passes.
+  [[gnu::always_inline]] bool execute(const Event& inst, std::int64_t index, bool replay = false) {
     if (inst.checks & kMalformed) {
       if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
         failure_ = makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
@@ -671,28 +749,9 @@ class TspChip final : public Chip {
       }
       case Opcode::kVxmUnary: case Opcode::kVxmBinary: vxmVectors_ += inst.repeat; break;
       case Opcode::kSxmShift: sxmVectors_ += inst.repeat; break;
-      case Opcode::kC2cSend: case Opcode::kC2cReceive: case Opcode::kC2cForward: {
-        if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
-          return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
-        // A forward runs on the queue of the port its vectors arrive on.
-        const int inPort = inst.indexInKind;
-        if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
-          return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
-        if (inst.op == Opcode::kC2cSend && !send(inst, index, inst.issue + spec_.c2cSendCycles, 0)) return false;
-        if (inst.op == Opcode::kC2cReceive &&
-            !receive(inst, index, inst.port, inst.interval, functional ? &result_ : nullptr))
-          return false;
-        if (inst.op == Opcode::kC2cForward) {
-          // A forward passes vectors on as they arrive: at the pace of the arriving burst, the
-          // outgoing link's or its own interval, whichever is slowest.
-          const auto& in = inbound_[inPort];
-          const double spacing = std::max({in.empty() ? 0.0 : in.front().spacing, vectorCycles(inst.port),
-                                           static_cast<double>(inst.interval)});
-          if (!receive(inst, index, inPort, spacing, functional ? &pendingPayload_ : nullptr)) return false;
-          if (!send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing)) return false;
-        }
+      case Opcode::kC2cSend: case Opcode::kC2cReceive: case Opcode::kC2cForward:
+        if (!replay && !c2c(inst, index, functional)) return false;
         break;
-      }
       default: break;
     }
     if (inst.dst.valid())
@@ -703,12 +762,33 @@ class TspChip final : public Chip {
     unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : freeAt;
     stats_.unitBusy[inst.unit] += inst.busy;
     stats_.kindBusy[static_cast<int>(inst.kind)] += inst.busy;
-    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy);
+    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy, timelineBin_);
     lastCompletion_ = std::max(lastCompletion_, inst.completion());
+    if (replay) return true;
     ++stats_.instructions;
     // The instruction's own end (for MEM, its port's), not the queue's next dispatch cycle.
     if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, freeAt);
     return true;
+  }
+
+  // The C2C part of a send, receive or forward: its ports, its link and the bursts it sends and takes.
+  bool c2c(const Event& inst, std::int64_t index, bool functional) {
+    if (inst.port < 0 || inst.port >= static_cast<int>(ports_.size()) || ports_[inst.port].link < 0)
+      return malformed(inst, index, fmt::format("C2C port {} is not connected", inst.port));
+    // A forward runs on the queue of the port its vectors arrive on.
+    const int inPort = inst.indexInKind;
+    if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
+      return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
+    if (inst.op == Opcode::kC2cSend) return send(inst, index, inst.issue + spec_.c2cSendCycles, 0);
+    if (inst.op == Opcode::kC2cReceive)
+      return receive(inst, index, inst.port, inst.interval, functional ? &result_ : nullptr);
+    // A forward passes vectors on as they arrive: at the pace of the arriving burst, the
+    // outgoing link's or its own interval, whichever is slowest.
+    const auto& in = inbound_[inPort];
+    const double spacing = std::max({in.empty() ? 0.0 : in.front().spacing, vectorCycles(inst.port),
+                                     static_cast<double>(inst.interval)});
+    if (!receive(inst, index, inPort, spacing, functional ? &pendingPayload_ : nullptr)) return false;
+    return send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing);
   }
 
   // Cycles one vector takes on the link of port at its exact rate.
@@ -806,6 +886,27 @@ class TspChip final : public Chip {
 
   void finish() {
     finished_ = true;
+    if (following_ && replayed_ == 0 && shared_->complete.load(std::memory_order_acquire)) {
+      // Followed from the first event to the last: the leader's program-only statistics are this chip's.
+      const ChipStats& leader = shared_->stats;
+      stats_.cycles = leader.cycles;
+      stats_.unitBusy = leader.unitBusy;
+      std::copy(std::begin(leader.kindBusy), std::end(leader.kindBusy), std::begin(stats_.kindBusy));
+      stats_.sramPeakBytes = leader.sramPeakBytes;
+      stats_.utilization = leader.utilization;
+      stats_.unitStall = leader.unitStall;
+      stats_.sramReads = leader.sramReads;
+      stats_.sramWrites = leader.sramWrites;
+      stats_.bankConflicts = leader.bankConflicts;
+      stats_.streamHops = leader.streamHops;
+      vxmVectors_ = shared_->vxmVectors;
+      mxmVectors_ = shared_->mxmVectors;
+      sxmVectors_ = shared_->sxmVectors;
+      installs_ = shared_->installs;
+      estimateEnergy();
+      return;
+    }
+    if (following_) catchUp();
     stats_.cycles = stats_.instructions > 0 ? lastCompletion_ + spec_.rippleCycles : 0;
     for (std::int64_t a : maxAddress_)
       if (a >= 0) stats_.sramPeakBytes += Bytes{a + 1} * spec_.vectorBytes;
@@ -815,7 +916,19 @@ class TspChip final : public Chip {
     for (int k = 0; k < topology::kUnitKindCount; ++k) counts[k] = spec_.unitCount(static_cast<UnitKind>(k));
     counts[static_cast<int>(UnitKind::kMem)] *= 2;  // a read and a write port per slice
     stats_.utilization = normalizeTimeline(timeline_, options_, counts);
+    estimateEnergy();
+    if (leading_) {
+      shared_->stats = stats_;
+      shared_->vxmVectors = vxmVectors_;
+      shared_->mxmVectors = mxmVectors_;
+      shared_->sxmVectors = sxmVectors_;
+      shared_->installs = installs_;
+      shared_->complete.store(true, std::memory_order_release);
+      shared_->leading = leading_ = false;
+    }
+  }
 
+  void estimateEnergy() {
     const auto& e = spec_.energy;
     constexpr double kPj = 1e-12;
     auto& out = stats_.energy;
@@ -858,6 +971,12 @@ class TspChip final : public Chip {
   std::vector<std::vector<C2CBurst>> inbound_;
   std::vector<std::int64_t> consumed_;
   std::vector<C2CBurst> outgoing_;
+  std::shared_ptr<SharedChecks> shared_;  // the checks shared with the chips running the program; null: none
+  bool leading_ = false;    // this chip runs every check and records how far they passed
+  bool following_ = false;  // this chip runs only the C2C part of the events a leader passed
+  bool c2cFailure_ = false;  // a follower's run ended in the C2C part of event next_
+  size_t replayed_ = 0;     // follower: the program-only part of events [0, replayed_) is done
+  EventProgram::Cursor replayCursor_;  // follower: the event replayed_
   std::unique_ptr<FunctionalState> values_;  // functional mode only
   VectorRun pendingPayload_;                 // the vectors of the send or forward being executed
   // Functional mode: the vectors of each live stream run, by the program index of its producer (an
@@ -866,6 +985,7 @@ class TspChip final : public Chip {
   ReadMatch readA_, readB_;  // the operands of the instruction being executed
   VectorRun result_;         // its result, for its destination stream
   std::vector<double> timeline_;
+  TimelineBin timelineBin_;  // the bin of the last instruction added to timeline_
   Cycle lastCompletion_ = 0;
   std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;
   ChipStats stats_;

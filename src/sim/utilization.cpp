@@ -15,13 +15,15 @@ std::vector<float> normalizeTimeline(const std::vector<double>& timeline, const 
                                                                                               timeline.size());
   std::vector<float> out(timeline.size(), 0.0f);
   Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> result(out.data(), out.size());
-  Kokkos::View<int*, Kokkos::HostSpace> units("units", topology::kUnitKindCount);
-  for (int k = 0; k < topology::kUnitKindCount; ++k) units(k) = unitsPerKind[k];
+  // The capacity of a bin per kind, captured by value: no allocation per chip.
+  struct Capacity {
+    double of[topology::kUnitKindCount];
+  } perKind;
+  for (int k = 0; k < topology::kUnitKindCount; ++k) perKind.of[k] = width * (unitsPerKind[k] > 0 ? unitsPerKind[k] : 1);
   Kokkos::parallel_for(
       "tsp.normalize_timeline", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, timeline.size()),
       KOKKOS_LAMBDA(const size_t i) {
-        const int kind = static_cast<int>(i / bins);
-        const double capacity = width * (units(kind) > 0 ? units(kind) : 1);
+        const double capacity = perKind.of[i / bins];
         result(i) = static_cast<float>(std::min(1.0, in(i) / capacity));
       });
   Kokkos::fence();

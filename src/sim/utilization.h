@@ -8,15 +8,26 @@
 
 namespace tsp::sim {
 
+/// The bin of the last instruction added: instructions come in issue order, so most fall in it and
+/// need no division to find their bin.
+struct TimelineBin {
+  Cycle index = 0;  ///< the bin
+  Cycle first = 0;  ///< its first cycle
+};
+
 /// Adds `busy` cycles spread evenly over [start, end) to the bins of one unit kind (inline: once per
-/// executed instruction).
+/// executed instruction). `last`: the bin of the previous call, updated.
 inline void addToTimeline(std::vector<double>& timeline, const SimOptions& options, int kind, Cycle start, Cycle end,
-                          Cycle busy) {
+                          Cycle busy, TimelineBin& last) {
   if (end <= start || busy <= 0) return;
   const Cycle width = std::max<Cycle>(1, options.binCycles);
-  const Cycle firstBin = start / width;
+  if (start < last.first || start - last.first >= width) {
+    last.index = start / width;
+    last.first = last.index * width;
+  }
+  const Cycle firstBin = last.index;
   if (firstBin >= options.bins) return;
-  if ((end - 1) / width == firstBin) {  // the common case: the whole span in one bin
+  if (end - last.first <= width) {  // the common case: the whole span in one bin
     timeline[static_cast<size_t>(kind) * options.bins + firstBin] += static_cast<double>(busy);
     return;
   }

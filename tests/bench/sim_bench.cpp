@@ -78,14 +78,24 @@ void BM_CompileMlpLayer(benchmark::State& state) {
 BENCHMARK(BM_CompileMlpLayer)->Arg(1024)->Arg(4096)->Unit(benchmark::kMillisecond);
 
 // Timing mode on one core: program entries and simulated chip-cycles per CPU-second (the chip runs
-// 900 M cycles/s, so sim_cycles/s above 900 M is faster than the chip).
-void simulate(benchmark::State& state, const isa::Program& compiled) {
+// 900 M cycles/s, so sim_cycles/s above 900 M is faster than the chip). `follower`: every iteration
+// is another chip running a program a chip already ran (it shares that chip's program-only checks,
+// sim::SimOptions::shareChecks); else every iteration runs every check, as the first chip of a program does.
+void simulate(benchmark::State& state, const isa::Program& compiled, bool follower = false) {
   sim::KernelRuntime kernels;
   topology::ChipSpec chip;
   const auto program = std::make_shared<const isa::Program>(compiled);
+  sim::SimOptions options;
+  options.shareChecks = follower;
+  // The timeline as a run has it: 64 bins over the predicted cycles.
+  options.binCycles = std::max<Cycle>(1, (compiled.predictedCycles + options.bins - 1) / options.bins);
+  if (follower) {
+    auto leader = sim::makeTspChip(0, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), options);
+    if (!leader->advanceTo(sim::kNever).ok()) state.SkipWithError("hazard");
+  }
   std::int64_t entries = 0, cycles = 0;
   for (auto _ : state) {
-    auto sim = sim::makeTspChip(0, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), sim::SimOptions{});
+    auto sim = sim::makeTspChip(0, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), options);
     if (!sim->advanceTo(sim::kNever).ok()) state.SkipWithError("hazard");
     entries += sim->stats().instructions;
     cycles += sim->stats().cycles;
@@ -137,20 +147,29 @@ void BM_SimulateBertShard(benchmark::State& state) {
 }
 BENCHMARK(BM_SimulateBertShard)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
 
+// Another chip running the BERT-base shard after a first one did (a data-parallel replica).
+void BM_SimulateFollowerBertShard(benchmark::State& state) {
+  topology::ChipSpec chip;
+  simulate(state, compile(chip, bertShard(static_cast<int>(state.range(0)))), true);
+}
+BENCHMARK(BM_SimulateFollowerBertShard)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+
 // Heap bytes per simulated chip instance of a BERT-base shard in timing mode, after it ran to the
-// end: chips share the program, so this is the chip's own state (queues, streams, statistics).
+// end: chips share the program, so this is the chip's own state (queues, streams, statistics). Every
+// chip runs every check (a chip sharing another's checks holds no stream runs).
 void BM_MemoryPerChipBertShard(benchmark::State& state) {
   sim::KernelRuntime kernels;
   topology::ChipSpec chip;
   const auto program = std::make_shared<const isa::Program>(compile(chip, bertShard(3)));
   const int chips = static_cast<int>(state.range(0));
+  sim::SimOptions options;
+  options.shareChecks = false;
   double perChip = 0;
   for (auto _ : state) {
     const auto before = mallinfo2().uordblks;
     std::vector<std::unique_ptr<sim::Chip>> instances;
     for (int c = 0; c < chips; ++c) {
-      instances.push_back(
-          sim::makeTspChip(c, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), sim::SimOptions{}));
+      instances.push_back(sim::makeTspChip(c, chip, program, std::vector<sim::PortBinding>(chip.c2cPorts), options));
       if (!instances.back()->advanceTo(sim::kNever).ok()) state.SkipWithError("hazard");
     }
     perChip = static_cast<double>(mallinfo2().uordblks - before) / chips;

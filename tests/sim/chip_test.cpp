@@ -1,4 +1,4 @@
-// Tests of the cycle-accurate chip: predicted equals simulated, and one test per hazard.
+// Tests of the cycle-accurate chip: predicted equals simulated, one test per hazard, and chips sharing a program's checks.
 #include "sim/chip.h"
 #include "compile/ir/graph.h"
 #include "sim/functional.h"
@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <yaml-cpp/yaml.h>
 
@@ -110,6 +112,19 @@ class ChipTest : public ::testing::Test {
     return t;
   }
 
+  // A 3-layer MLP (hidden 640, batch 24) compiled for one chip.
+  Expected<isa::Program> compiledMlp() const {
+    frontend::ModelSpec model;
+    model.builtin = "mlp";
+    model.params = {{"layers", "3"}, {"hidden", "640"}, {"batch", "24"}};
+    const ir::Graph g = *frontend::buildBuiltinModel(model);
+    std::vector<ir::OpId> ops;
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+    auto compiled = schedule::compileShard(spec_, g, ops, {}, {});
+    if (!compiled) return compiled.error();
+    return std::move(compiled->program);
+  }
+
   std::unique_ptr<Chip> chip_;
 };
 
@@ -124,15 +139,9 @@ TEST_F(ChipTest, OnTimeChainRunsAndCounts) {
 }
 
 TEST_F(ChipTest, CompiledProgramSimulatesInExactlyThePredictedCycles) {
-  frontend::ModelSpec model;
-  model.builtin = "mlp";
-  model.params = {{"layers", "3"}, {"hidden", "640"}, {"batch", "24"}};
-  const ir::Graph g = *frontend::buildBuiltinModel(model);
-  std::vector<ir::OpId> ops;
-  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  auto compiled = schedule::compileShard(spec_, g, ops, {}, {});
+  auto compiled = compiledMlp();
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
-  const isa::Program program = compiled->program;
+  const isa::Program program = *compiled;
   auto status = run(program.instructions);
   ASSERT_TRUE(status.ok()) << status.error().format();
   EXPECT_EQ(chip_->stats().cycles, program.predictedCycles);
@@ -803,6 +812,213 @@ TEST_F(C2cTest, C2cBytesAndEnergy) {
   ASSERT_TRUE(run(sendChain(0, 4, 20), ports()).ok());
   EXPECT_EQ(chip_->stats().bytesSent, 4 * 320);
   EXPECT_NEAR(chip_->stats().energy.c2cJ, 4 * 320 * spec_.energy.c2cPjPerByte * 1e-12, 1e-18);
+}
+
+// Every instruction a chip reports, in order.
+class Recorder : public ChipObserver {
+ public:
+  void instructionExecuted(int chip, std::int64_t index, Cycle start, Cycle end) override {
+    calls.emplace_back(chip, index, start, end);
+  }
+  std::vector<std::tuple<int, std::int64_t, Cycle, Cycle>> calls;
+};
+
+void expectSameStats(const ChipStats& a, const ChipStats& b) {
+  EXPECT_EQ(a.cycles, b.cycles);
+  EXPECT_EQ(a.instructions, b.instructions);
+  EXPECT_EQ(a.unitBusy, b.unitBusy);
+  for (int k = 0; k < topology::kUnitKindCount; ++k) EXPECT_EQ(a.kindBusy[k], b.kindBusy[k]) << k;
+  EXPECT_EQ(a.bytesSent, b.bytesSent);
+  EXPECT_EQ(a.bytesReceived, b.bytesReceived);
+  EXPECT_EQ(a.sramPeakBytes, b.sramPeakBytes);
+  ASSERT_EQ(a.links.size(), b.links.size());
+  for (size_t i = 0; i < a.links.size(); ++i) {
+    EXPECT_EQ(a.links[i].link, b.links[i].link);
+    EXPECT_EQ(a.links[i].bytes, b.links[i].bytes);
+    EXPECT_EQ(a.links[i].busyCycles, b.links[i].busyCycles);
+  }
+  EXPECT_EQ(a.utilization, b.utilization);
+  EXPECT_EQ(a.unitStall, b.unitStall);
+  EXPECT_EQ(a.sramReads, b.sramReads);
+  EXPECT_EQ(a.sramWrites, b.sramWrites);
+  EXPECT_EQ(a.bankConflicts, b.bankConflicts);
+  EXPECT_EQ(a.streamHops, b.streamHops);
+  EXPECT_EQ(a.hazards, b.hazards);
+  EXPECT_EQ(a.firstHazard, b.firstHazard);
+  EXPECT_EQ(a.energy.totalJ(), b.energy.totalJ());
+  EXPECT_EQ(a.energy.c2cJ, b.energy.c2cJ);
+}
+
+// Chips that share a program's checks (SimOptions::shareChecks): a follower gives what a chip
+// running every check gives, instruction by instruction, mid-run and at the end, and when its own
+// bursts, or the program, make it fail.
+class SharedChecksTest : public ChipTest {
+ protected:
+  Instruction inst(int unit, Cycle issue, Opcode op, int repeat = 1, int interval = 1) const {
+    Instruction i = ChipTest::inst(unit, issue, op, repeat);
+    i.interval = interval;
+    return i;
+  }
+
+  std::vector<PortBinding> ports() const {
+    std::vector<PortBinding> p(spec_.c2cPorts);
+    p[0] = {7, 1, 0, true, 225, 16.25};
+    return p;
+  }
+
+  // A MEM read sent on port 0, then a receive on port 0 whose vectors a MEM write stores.
+  std::shared_ptr<const isa::Program> c2cProgram(Cycle receiveAt) const {
+    Instruction read = inst(mem(40), 0, Opcode::kMemRead, 4, 20);
+    read.address = 0;
+    read.stride = 1;
+    read.dst = {0, Direction::kWest};
+    Instruction send = inst(c2c(0), spec_.memReadCycles + std::abs(slice(mem(40)) - slice(c2c(0))), Opcode::kC2cSend, 4, 20);
+    send.port = 0;
+    send.src = read.dst;
+    Instruction receive = inst(c2c(0), receiveAt, Opcode::kC2cReceive, 4, 20);
+    receive.port = 0;
+    receive.dst = {1, slice(mem(60)) >= slice(c2c(0)) ? Direction::kEast : Direction::kWest};
+    Instruction write = inst(mem(60), receiveAt + isa::resultLatency(spec_, receive) + std::abs(slice(mem(60)) - slice(c2c(0))),
+                             Opcode::kMemWrite, 4, 20);
+    write.address = 8;
+    write.stride = 1;
+    write.src = receive.dst;
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = {read, send, receive, write};
+    isa::canonicalize(*program);
+    return program;
+  }
+
+  static C2CBurst burst(Cycle firstArrive) {
+    C2CBurst b;
+    b.srcChip = 1;
+    b.link = 7;
+    b.dstPort = 0;
+    b.firstArrive = firstArrive;
+    b.vectors = 4;
+    b.interval = 20;
+    b.bytes = 4 * 320;
+    return b;
+  }
+
+  std::unique_ptr<Chip> make(int id, const std::shared_ptr<const isa::Program>& program, bool share,
+                             Recorder* recorder = nullptr, Cycle binCycles = 7) const {
+    SimOptions options;
+    options.shareChecks = share;
+    options.binCycles = binCycles;
+    options.observer = recorder;
+    return makeTspChip(id, spec_, program, ports(), options);
+  }
+};
+
+// A compiled MLP: a follower, whether its statistics are read mid-run or only at the end, gives the
+// figures and the instruction reports of a chip that runs every check.
+TEST_F(SharedChecksTest, FollowersGiveWhatEveryCheckGives) {
+  auto compiled = compiledMlp();
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  const auto program = std::make_shared<const isa::Program>(*compiled);
+  const Cycle bin = std::max<Cycle>(1, program->predictedCycles / 64);
+  Recorder alone, leader, polled, quiet;
+  auto a = make(0, program, false, &alone, bin);
+  auto l = make(0, program, true, &leader, bin);
+  auto p = make(0, program, true, &polled, bin);
+  auto q = make(0, program, true, &quiet, bin);
+  for (Cycle end = 0; end < program->predictedCycles + 100; end += 250) {
+    for (Chip* chip : {a.get(), l.get(), p.get(), q.get()}) ASSERT_TRUE(chip->advanceTo(end).ok());
+    expectSameStats(p->stats(), a->stats());
+    EXPECT_EQ(q->instructionsExecuted(), a->stats().instructions);
+  }
+  for (Chip* chip : {a.get(), l.get(), p.get(), q.get()}) ASSERT_TRUE(chip->advanceTo(kNever).ok());
+  EXPECT_EQ(a->stats().cycles, program->predictedCycles);
+  for (Chip* chip : {l.get(), p.get(), q.get()}) expectSameStats(chip->stats(), a->stats());
+  EXPECT_EQ(leader.calls, alone.calls);
+  EXPECT_EQ(polled.calls, alone.calls);
+  EXPECT_EQ(quiet.calls, alone.calls);
+  // A chip made after the leader finished follows from the start.
+  Recorder later;
+  auto f = make(0, program, true, &later, bin);
+  ASSERT_TRUE(f->advanceTo(kNever).ok());
+  expectSameStats(f->stats(), a->stats());
+  EXPECT_EQ(later.calls, alone.calls);
+}
+
+// The C2C part is each chip's own: bursts sent on its links, receives checked against what it got.
+TEST_F(SharedChecksTest, FollowersSendAndReceiveOnTheirOwnLinks) {
+  const auto program = c2cProgram(600);
+  auto a = make(2, program, false);
+  auto l = make(3, program, true);
+  auto f = make(2, program, true);
+  for (Chip* chip : {a.get(), l.get(), f.get()}) {
+    chip->deliver(burst(600));
+    ASSERT_TRUE(chip->advanceTo(kNever).ok());
+  }
+  expectSameStats(f->stats(), a->stats());
+  const auto sentAlone = a->takeOutgoing(), sentFollower = f->takeOutgoing();
+  ASSERT_EQ(sentFollower.size(), 1u);
+  ASSERT_EQ(sentAlone.size(), 1u);
+  EXPECT_EQ(sentFollower[0].srcChip, 2);
+  EXPECT_EQ(sentFollower[0].firstArrive, sentAlone[0].firstArrive);
+  EXPECT_EQ(l->takeOutgoing()[0].srcChip, 3);
+}
+
+// A follower whose burst comes late fails as a chip running every check does, with the statistics
+// that chip has at its failure, though its leader's burst came on time.
+TEST_F(SharedChecksTest, AFollowersLateBurstFailsItAlone) {
+  const auto program = c2cProgram(600);
+  auto l = make(1, program, true);
+  l->deliver(burst(600));
+  auto a = make(1, program, false);
+  auto f = make(1, program, true);
+  for (Chip* chip : {a.get(), f.get()}) chip->deliver(burst(601));
+  ASSERT_TRUE(l->advanceTo(kNever).ok());
+  const Status alone = a->advanceTo(kNever), follower = f->advanceTo(kNever);
+  ASSERT_FALSE(alone.ok());
+  ASSERT_FALSE(follower.ok());
+  EXPECT_EQ(follower.error().message, alone.error().message);
+  EXPECT_EQ(f->nextEventCycle(), a->nextEventCycle());
+  expectSameStats(f->stats(), a->stats());
+}
+
+// A follower whose send port is not connected fails as a chip running every check does.
+TEST_F(SharedChecksTest, AFollowersUnconnectedPortFailsItAlone) {
+  const auto program = c2cProgram(600);
+  auto l = make(1, program, true);
+  l->deliver(burst(600));
+  ASSERT_TRUE(l->advanceTo(kNever).ok());
+  SimOptions alone, shared;
+  alone.shareChecks = false;
+  alone.binCycles = shared.binCycles = 7;
+  const std::vector<PortBinding> unconnected(spec_.c2cPorts);
+  auto a = makeTspChip(1, spec_, program, unconnected, alone);
+  auto f = makeTspChip(1, spec_, program, unconnected, shared);
+  const Status s = a->advanceTo(kNever), t = f->advanceTo(kNever);
+  ASSERT_FALSE(s.ok());
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(s.error().message.find("C2C port 0 is not connected"), std::string::npos);
+  EXPECT_EQ(t.error().message, s.error().message);
+  expectSameStats(f->stats(), a->stats());
+}
+
+// A hazard of the program itself: the leader fails, and so does a follower, at the same instruction,
+// naming its own chip.
+TEST_F(SharedChecksTest, AProgramHazardFailsLeaderAndFollowers) {
+  auto broken = std::make_shared<isa::Program>(*c2cProgram(600));
+  broken->instructions.back().issue += 1;  // the write reads its stream a cycle late: time of flight
+  const std::shared_ptr<const isa::Program> program = broken;
+  auto a = make(4, program, false);
+  auto l = make(5, program, true);
+  auto f = make(4, program, true);
+  Status results[3];
+  int i = 0;
+  for (Chip* chip : {a.get(), l.get(), f.get()}) {
+    chip->deliver(burst(600));
+    results[i++] = chip->advanceTo(kNever);
+  }
+  for (const Status& s : results) ASSERT_FALSE(s.ok());
+  EXPECT_NE(results[0].error().message.find("time of flight"), std::string::npos);
+  EXPECT_NE(results[1].error().message.find("chip 5"), std::string::npos);
+  EXPECT_EQ(results[2].error().message, results[0].error().message);
+  expectSameStats(f->stats(), a->stats());
 }
 
 TEST(HazardKinds, EveryKindHasAName) {
