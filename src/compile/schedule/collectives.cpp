@@ -5,7 +5,9 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -70,6 +72,19 @@ Cycle ringTurnaroundCycles(const topology::ChipSpec& chip, bool reduce) {
   Cycle t = chip.memReadCycles + chip.c2cSendCycles + chip.c2cReceiveCycles + chip.memWriteCycles;
   if (reduce) t += chip.vxmCycles;
   return t;
+}
+
+std::vector<topology::Hop> messageRoute(const topology::Cluster& cluster, const CollectiveMessage& message) {
+  if (message.link < 0) return cluster.route(message.src, message.dst);
+  const auto& link = cluster.links()[message.link];
+  const bool fromA = cluster.hops(message.src, link.a) + cluster.hops(link.b, message.dst) <=
+                     cluster.hops(message.src, link.b) + cluster.hops(link.a, message.dst);
+  const int near = fromA ? link.a : link.b;
+  auto route = cluster.route(message.src, near);
+  route.push_back({near, message.link});
+  const auto rest = cluster.route(link.other(near), message.dst);
+  route.insert(route.end(), rest.begin(), rest.end());
+  return route;
 }
 
 namespace {
@@ -144,7 +159,7 @@ std::vector<std::vector<int>> linesAlong(const std::vector<int>& dims, size_t k,
 bool singleHop(const CollectivePlan& plan, const topology::Cluster& cluster) {
   for (const auto& step : plan.steps)
     for (const auto& m : step)
-      if (cluster.hops(m.src, m.dst) > 1) return false;
+      if ((m.link < 0 ? static_cast<size_t>(cluster.hops(m.src, m.dst)) : messageRoute(cluster, m).size()) > 1) return false;
   return true;
 }
 
@@ -188,6 +203,69 @@ constexpr std::int64_t kTopRingMinChunkVectors = 8;
 // Hierarchical levels over multi-hop routes exchange only in groups up to this size (an exchange
 // makes p(p-1) messages per group).
 constexpr size_t kExchangeMaxGroup = 16;
+
+// The level above the node when its nodes are joined pairwise by links (the nodes of a dragonfly
+// rack): the data is cut into one sub-piece per chip of the level group, and node i sends node j's
+// sub-pieces over the links joining them, each link the sub-pieces of about
+// chipsPerNode / links chips, a sub-piece whose owner is the link's far end preferred, the others
+// spread so that the far ends forward to as many different owners as they can.
+struct LinkedLevel {
+  /// Per level group, the messages of its reduce-scatter: a sub-piece (vectors = 1) from the chip
+  /// that holds it after the node level, over one joining link, to the chip that owns it.
+  std::vector<CollectiveMessage> scatter;
+  /// Per position of the group: the sub-pieces its chip holds after the node level (its own and
+  /// those its links carry).
+  std::vector<std::int64_t> holdings;
+};
+
+// The linked level of group g (positions: nodes of perNode chips, level groups of nodesPerGroup
+// nodes), or nothing when two nodes of a level group share no link.
+std::optional<LinkedLevel> linkedLevel(const topology::Cluster& cluster, const std::vector<int>& g, std::int64_t perNode,
+                                       std::int64_t nodesPerGroup) {
+  const auto p = static_cast<std::int64_t>(g.size());
+  const std::int64_t perGroup = perNode * nodesPerGroup;
+  if (nodesPerGroup < 2 || p % perGroup != 0) return std::nullopt;
+  std::vector<std::int64_t> position(cluster.chipCount(), -1);
+  for (std::int64_t i = 0; i < p; ++i) position[g[i]] = i;
+  LinkedLevel level;
+  level.holdings.assign(p, 1);
+  struct Joining { int link; std::int64_t x, y; };  // positions of the link's ends in node i and node j
+  for (std::int64_t base = 0; base < p; base += perGroup) {
+    std::map<std::pair<std::int64_t, std::int64_t>, int> forwarded;  // (far end, owner) -> sub-pieces
+    for (std::int64_t i = 0; i < nodesPerGroup; ++i)
+      for (std::int64_t j = 0; j < nodesPerGroup; ++j) {
+        if (i == j) continue;
+        const std::int64_t nodeI = base + i * perNode, nodeJ = base + j * perNode;
+        std::vector<Joining> links;
+        for (std::int64_t x = nodeI; x < nodeI + perNode; ++x)
+          for (const auto& [port, id] : cluster.linksOf(g[x])) {
+            const std::int64_t y = position[cluster.links()[id].other(g[x])];
+            if (y >= nodeJ && y < nodeJ + perNode) links.push_back({id, x, y});
+          }
+        if (links.empty()) return std::nullopt;
+        std::vector<int> carried(links.size(), 0);
+        std::vector<std::int64_t> owners;  // owners that are a link's far end first
+        for (int pass = 0; pass < 2; ++pass)
+          for (std::int64_t o = nodeJ; o < nodeJ + perNode; ++o) {
+            const bool end = std::any_of(links.begin(), links.end(), [&](const Joining& l) { return l.y == o; });
+            if (end == (pass == 0)) owners.push_back(o);
+          }
+        for (std::int64_t o : owners) {
+          size_t best = 0;
+          auto key = [&](size_t k) {
+            return std::tuple(carried[k], links[k].y == o ? 0 : 1, links[k].y == o ? 0 : forwarded[{links[k].y, o}]);
+          };
+          for (size_t k = 1; k < links.size(); ++k)
+            if (key(k) < key(best)) best = k;
+          ++carried[best];
+          if (links[best].y != o) ++forwarded[{links[best].y, o}];
+          ++level.holdings[links[best].x];
+          level.scatter.push_back({g[links[best].x], g[o], 1, true, links[best].link});
+        }
+      }
+  }
+  return level;
+}
 
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
   return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
@@ -328,7 +406,7 @@ double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Clus
   const auto& chip = cluster.chip();
   auto same = [](const std::vector<CollectiveMessage>& a, const std::vector<CollectiveMessage>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const CollectiveMessage& x, const CollectiveMessage& y) {
-      return x.src == y.src && x.dst == y.dst && x.vectors == y.vectors && x.reduce == y.reduce;
+      return x.src == y.src && x.dst == y.dst && x.vectors == y.vectors && x.reduce == y.reduce && x.link == y.link;
     });
   };
   double total = 0, stepCycles = 0;
@@ -339,7 +417,7 @@ double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Clus
       load.clear();
       double alpha = 0;
       for (const auto& m : step) {
-        const auto route = cluster.route(m.src, m.dst);
+        const auto route = messageRoute(cluster, m);
         if (route.empty()) continue;
         double spacing = 1;
         for (const auto& hop : route) spacing = std::max(spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
@@ -534,23 +612,61 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         if (exchanges) addExchangeStep(steps, groups, c, reduce);
         else steps.insert(steps.end(), ring.steps.begin(), ring.steps.end());
       };
-      for (size_t k = 0; k + 1 < levels.size(); ++k) {
+      // Nodes pairwise linked at level 1 (a rack): the node level reduce-scatters to each chip the
+      // sub-pieces its links carry, which then cross on every joining link at once; levels 0 and 1
+      // are done, in reverse after the levels above for the gather.
+      std::optional<LinkedLevel> linked;
+      if (levels.size() >= 2) linked = linkedLevel(cluster, g, levels[0], levels[1]);
+      const size_t firstRingLevel = linked ? 2 : 0;
+      const std::int64_t piece = linked ? ceilDiv(share, levels[0] * levels[1]) : 0;
+      auto nodeStep = [&](bool reduce) {  // every chip sends every other chip of its node what that one holds
+        std::vector<CollectiveMessage> step;
+        for (std::int64_t k = 1; k < levels[0]; ++k)
+          for (std::int64_t base = 0; base < p; base += levels[0])
+            for (std::int64_t i = 0; i < levels[0]; ++i) {
+              const std::int64_t to = base + (i + k) % levels[0], holder = reduce ? to : base + i;
+              step.push_back({g[base + i], g[to], linked->holdings[holder] * piece, reduce});
+            }
+        steps.push_back(std::move(step));
+      };
+      auto rackStep = [&](bool reduce) {  // every sub-piece between its holder and its owner
+        std::vector<CollectiveMessage> step;
+        for (const auto& m : linked->scatter)
+          step.push_back(reduce ? CollectiveMessage{m.src, m.dst, piece, true, m.link}
+                                : CollectiveMessage{m.dst, m.src, piece, false, m.link});
+        steps.push_back(std::move(step));
+      };
+      if (linked) {
+        if (reduces) {
+          nodeStep(true);
+          rackStep(true);
+        }
+        chunkAt = {piece, piece};
+        share = piece;
+      }
+      for (size_t k = firstRingLevel; k + 1 < levels.size(); ++k) {
         const std::int64_t c = ceilDiv(share, levels[k]);
         chunkAt.push_back(c);
         if (reduces) levelSteps(ringsOf(k), c, true);
         share = c;
       }
-      const std::int64_t top = ceilDiv(share, levels.back());
-      const auto topGroups = ringsOf(levels.size() - 1);
-      if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
-        // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
-        addTreeSteps(steps, topGroups, share, true);
-      } else {
-        if (reduces) levelSteps(topGroups, top, true);
-        if (gathers) levelSteps(topGroups, top, false);
+      if (firstRingLevel < levels.size()) {
+        const std::int64_t top = ceilDiv(share, levels.back());
+        const auto topGroups = ringsOf(levels.size() - 1);
+        if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
+          // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
+          addTreeSteps(steps, topGroups, share, true);
+        } else {
+          if (reduces) levelSteps(topGroups, top, true);
+          if (gathers) levelSteps(topGroups, top, false);
+        }
       }
-      for (size_t k = levels.size() - 1; k-- > 0;)
+      for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
         if (gathers) levelSteps(ringsOf(k), chunkAt[k], false);
+      if (linked && gathers) {
+        rackStep(false);
+        nodeStep(false);
+      }
       break;
     }
   }
@@ -869,7 +985,7 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     for (const auto& m : messages) {
       RoutedMessage r;
       r.message = m;
-      r.route = cluster.route(m.src, m.dst);
+      r.route = messageRoute(cluster, m);
       if (r.route.empty()) continue;
       r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
       r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);

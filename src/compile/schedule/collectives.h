@@ -36,12 +36,18 @@ const char* collectiveAlgorithmName(CollectiveAlgorithm algorithm);
 Expected<CollectiveOp> parseCollectiveOp(const std::string& text);
 
 /// One message of an algorithm step: `vectors` 320-byte vectors from src to dst; reduce: the
-/// receiver adds them into its data (VXM) instead of storing them.
+/// receiver adds them into its data (VXM) instead of storing them. `link` >= 0: the route crosses
+/// that link (the cluster's route to its nearer end, the link, the cluster's route on to dst), so
+/// that an algorithm spreads its messages over parallel links; -1: the cluster's route.
 struct CollectiveMessage {
   int src = 0, dst = 0;
   std::int64_t vectors = 0;
   bool reduce = false;
+  int link = -1;
 };
+
+/// The route of a message: the cluster's, or through the message's link.
+std::vector<topology::Hop> messageRoute(const topology::Cluster& cluster, const CollectiveMessage& message);
 
 /// An algorithm unrolled: steps of messages; a chip starts step s+1 once its step-s messages are in.
 struct CollectivePlan {
