@@ -264,6 +264,10 @@ std::optional<LinkedLevel> linkedLevel(const topology::Cluster& cluster, const s
         }
       }
   }
+  // Forwarded sub-pieces first, in every group: a far end's port queue forwards them while it is
+  // free, before the sends and receives of the direct sub-pieces take it.
+  std::stable_partition(level.scatter.begin(), level.scatter.end(),
+                        [&](const CollectiveMessage& m) { return cluster.hops(m.src, m.dst) > 1; });
   return level;
 }
 
@@ -976,8 +980,9 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
     // Chip order, except that an exchange keeps its shift-major order (every chip's message to the
-    // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely.
-    if (!exchange)
+    // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely, and
+    // messages routed through chosen links keep the order their algorithm gave them.
+    if (!exchange && std::none_of(messages.begin(), messages.end(), [](const CollectiveMessage& m) { return m.link >= 0; }))
       std::stable_sort(messages.begin(), messages.end(), [](const CollectiveMessage& a, const CollectiveMessage& b) {
         return a.src != b.src ? a.src < b.src : a.dst < b.dst;
       });
