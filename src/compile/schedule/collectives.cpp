@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -685,9 +687,10 @@ constexpr std::int64_t kMaxBurstVectors = 4096;
 class ChipChains {
  public:
   /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed);
-  /// `specHash` is chip.hash(), computed once by the caller.
-  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, Cycle start)
-      : chip_(chip), units_(chip.units()), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
+  /// `specHash` is chip.hash() and `units` chip.units(), computed once by the caller for every chip.
+  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, const std::vector<topology::UnitInfo>& units,
+             Cycle start)
+      : chip_(chip), units_(units), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
         nextAddress_(chip.memSlices, 0) {
     for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
     program_.chipSpecHash = specHash;
@@ -700,21 +703,29 @@ class ChipChains {
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     Cycle best = -1;
     int bestMem = -1;
-    // The earliest free stream of each direction, the same for every slice that reads in it.
-    const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
-    const int memFirst = chip_.firstUnit(UnitKind::kMem);
-    for (int m = 0; m < chip_.memSlices; ++m) {
-      const int mem = memFirst + m;
-      const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
-      const Direction dir = direction(mem, c2c);
-      Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
-                             streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
-      if (best < 0 || read + delta < best) {
-        best = read + delta;
-        bestMem = mem;
+    if (probe_.valid && probe_.port == port && probe_.earliest == earliest) {
+      // The same question since the last placement: the same answer (a commit after its probe).
+      best = probe_.best;
+      bestMem = probe_.mem;
+    } else {
+      // The earliest free stream of each direction, the same for every slice that reads in it.
+      const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
+      const int memFirst = chip_.firstUnit(UnitKind::kMem);
+      for (int m = 0; m < chip_.memSlices; ++m) {
+        const int mem = memFirst + m;
+        const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
+        const Direction dir = direction(mem, c2c);
+        Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
+                               streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
+        if (best < 0 || read + delta < best) {
+          best = read + delta;
+          bestMem = mem;
+        }
       }
+      probe_ = {true, port, earliest, best, bestMem};
     }
     if (!commit) return best;
+    probe_.valid = false;
     const Cycle delta = chip_.memReadCycles + distance(bestMem, c2c);
     const Cycle readIssue = best - delta;
     const auto [stream, free] = freeStream(direction(bestMem, c2c));
@@ -851,7 +862,7 @@ class ChipChains {
     program_.predictedCycles = empty ? 0 : last + chip_.rippleCycles;
     program_.lowerBoundCycles = empty ? 0 : *std::max_element(busy.begin(), busy.end()) + chip_.rippleCycles;
     for (int a : highWater_) program_.sramBytes += Bytes{a} * chip_.vectorBytes;
-    return program_;
+    return std::move(program_);
   }
 
  private:
@@ -894,12 +905,13 @@ class ChipChains {
     return inst;
   }
   void push(const Instruction& inst) {
+    probe_.valid = false;
     unitFree_[inst.unit] = isa::unitFreeAt(chip_, inst);
     program_.instructions.push_back(inst);
   }
 
   const topology::ChipSpec& chip_;
-  std::vector<topology::UnitInfo> units_;
+  const std::vector<topology::UnitInfo>& units_;
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
   std::vector<Cycle> lastArrival_ = std::vector<Cycle>(chip_.c2cPorts, -1);
@@ -907,6 +919,9 @@ class ChipChains {
   std::vector<int> nextAddress_;
   std::vector<int> highWater_;
   isa::Program program_;
+  // The last send placement asked for and its answer, until anything is placed on the chip.
+  struct Probe { bool valid; int port; Cycle earliest, best; int mem; };
+  Probe probe_ = {false, 0, 0, 0, 0};
 };
 
 }  // namespace
@@ -922,6 +937,7 @@ Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cyc
     moved = false;
     for (const auto& [key, offset] : hops) {
       const auto& windows = busy_[key];
+      if (windows.empty() || windows.back().second <= start + offset) continue;  // after every window: free
       auto it = std::upper_bound(windows.begin(), windows.end(), start + offset,
                                  [](Cycle at, const std::pair<Cycle, Cycle>& w) { return at < w.second; });
       for (; it != windows.end() && it->first < start + offset + length; ++it) {
@@ -937,42 +953,79 @@ void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle
   for (const auto& [key, offset] : hops) {
     auto& windows = busy_[key];
     const std::pair<Cycle, Cycle> w{start + offset, start + offset + length};
-    windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
+    if (windows.empty() || windows.back() < w) windows.push_back(w);  // the usual case: after the others
+    else windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
   }
 }
 
-Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster) {
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                bool recordTransfers) {
   LinkCalendar calendar(cluster.links().size());
-  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true);
+  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, recordTransfers);
 }
 
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts) {
+                                                bool wholeBursts, bool recordTransfers) {
   const auto& chip = cluster.chip();
   const std::uint64_t specHash = chip.hash();
   CollectiveSchedule out;
   out.plan = plan;
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
-  std::map<int, ChipChains> chainOf;
+  const auto units = chip.units();
+  std::vector<std::unique_ptr<ChipChains>> chainOf(cluster.chipCount());
   auto chains = [&](int c) -> ChipChains& {
-    auto it = chainOf.find(c);
-    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, specHash, start[c])).first;
-    return it->second;
+    if (!chainOf[c]) chainOf[c] = std::make_unique<ChipChains>(chip, specHash, units, start[c]);
+    return *chainOf[c];
   };
   std::vector<Cycle> ready = start;
 
-  // A message on its route: the link windows of a burst relative to its send's issue, the transit
-  // chips that forward it, and how far its bursts have got.
+  // A route: the link windows of a burst relative to its send's issue and the transit chips that
+  // forward it; built once per (src, dst, link), since algorithms repeat their messages step after step.
   struct Transit { int chip, inPort, outPort; Cycle offset; };
-  struct RoutedMessage {
-    CollectiveMessage message;
+  struct RouteInfo {
     std::vector<topology::Hop> route;
     int srcPort = 0, dstPort = 0;
     double spacing = 1;
     std::vector<std::pair<int, Cycle>> hops;
     std::vector<Transit> transits;
     Cycle flight = 0;
+  };
+  std::unordered_map<std::uint64_t, RouteInfo> routes;
+  auto routeOf = [&](const CollectiveMessage& m) -> const RouteInfo& {
+    const std::uint64_t key = (static_cast<std::uint64_t>(m.src) << 42) | (static_cast<std::uint64_t>(m.dst) << 21) |
+                              static_cast<std::uint64_t>(m.link + 1);
+    auto [it, fresh] = routes.try_emplace(key);
+    RouteInfo& r = it->second;
+    if (!fresh) return r;
+    r.route = messageRoute(cluster, m);
+    if (r.route.empty()) return r;
+    r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
+    r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);
+    // The vectors leave at the pace of the slowest link so far (a transit chip passes them on as
+    // they arrive) and reach dst at the slowest link's exact rate; every hop is booked for that.
+    for (const auto& hop : r.route) r.spacing = std::max(r.spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
+    // Hop h's window starts (relative to the send issue) after the send, the earlier hops and forwards.
+    Cycle offset = chip.c2cSendCycles;
+    for (const auto& hop : r.route) {
+      const auto& link = cluster.links()[hop.link];
+      r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
+      offset += link.latencyCycles + chip.c2cForwardCycles;
+    }
+    // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
+    // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
+    for (size_t h = 1; h < r.route.size(); ++h) {
+      const int at = r.route[h].chip;
+      r.transits.push_back({at, cluster.links()[r.route[h - 1].link].portOn(at),
+                            cluster.links()[r.route[h].link].portOn(at), r.hops[h].second - chip.c2cForwardCycles});
+    }
+    r.flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
+    return r;
+  };
+  // A message on its route and how far its bursts have got.
+  struct RoutedMessage {
+    CollectiveMessage message;
+    const RouteInfo* at = nullptr;
     Cycle earliest = 0;
     std::int64_t done = 0;
   };
@@ -987,34 +1040,11 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         return a.src != b.src ? a.src < b.src : a.dst < b.dst;
       });
     std::vector<RoutedMessage> routed;
+    routed.reserve(messages.size());
     for (const auto& m : messages) {
-      RoutedMessage r;
-      r.message = m;
-      r.route = messageRoute(cluster, m);
-      if (r.route.empty()) continue;
-      r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
-      r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);
-      // The vectors leave at the pace of the slowest link so far (a transit chip passes them on as
-      // they arrive) and reach dst at the slowest link's exact rate; every hop is booked for that.
-      for (const auto& hop : r.route)
-        r.spacing = std::max(r.spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
-      // Hop h's window starts (relative to the send issue) after the send, the earlier hops and forwards.
-      Cycle offset = chip.c2cSendCycles;
-      for (const auto& hop : r.route) {
-        const auto& link = cluster.links()[hop.link];
-        r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
-        offset += link.latencyCycles + chip.c2cForwardCycles;
-      }
-      // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
-      // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
-      for (size_t h = 1; h < r.route.size(); ++h) {
-        const int at = r.route[h].chip;
-        r.transits.push_back({at, cluster.links()[r.route[h - 1].link].portOn(at),
-                              cluster.links()[r.route[h].link].portOn(at), r.hops[h].second - chip.c2cForwardCycles});
-      }
-      r.flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
-      r.earliest = ready[m.src];
-      routed.push_back(std::move(r));
+      const RouteInfo& info = routeOf(m);
+      if (info.route.empty()) continue;
+      routed.push_back({m, &info, ready[m.src], 0});
     }
     std::vector<Cycle> next = ready;
     // Round b places burst b of every message: the sends of a round before its receives, so every
@@ -1040,9 +1070,10 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     };
     for (bool more = true; more;) {
       more = false;
-      for (auto& r : routed) {
-        const auto& m = r.message;
-        if (r.done >= m.vectors) continue;
+      for (auto& rm : routed) {
+        const auto& m = rm.message;
+        const RouteInfo& r = *rm.at;
+        if (rm.done >= m.vectors) continue;
         for (const auto& t : r.transits) placeReceives(t.chip, t.inPort);
         auto transitsFree = [&](Cycle issue) {
           for (const auto& t : r.transits) {
@@ -1051,10 +1082,10 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
           }
           return std::max(issue, chains(m.dst).lastArrival(r.dstPort) + 1 - r.flight);
         };
-        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - r.done);
+        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - rm.done);
         const Cycle length = topology::serializationCycles(v, r.spacing);
         // The send's chain starts no earlier than `from`; the calendar may push it later.
-        Cycle from = r.earliest;
+        Cycle from = rm.earliest;
         Cycle issue = chains(m.src).send(r.srcPort, v, r.spacing, from, false);
         for (Cycle fit = calendar.firstFit(r.hops, transitsFree(issue), length); fit != issue;
              fit = calendar.firstFit(r.hops, transitsFree(issue), length)) {
@@ -1070,14 +1101,17 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         const Cycle arrive = issue + r.flight;
         chains(m.dst).admit(r.dstPort, arrive);
         receives.push_back({m.dst, r.dstPort, v, r.spacing, arrive, m.reduce});
-        RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
-        for (const auto& hop : r.route) t.links.push_back(hop.link);
-        out.transfers.push_back(t);
-        out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
-                                         Bytes{v} * chip.vectorBytes, {}});
-        r.done += v;
-        r.earliest = from;
-        more = more || r.done < m.vectors;
+        ++out.transferCount;
+        if (recordTransfers) {
+          RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
+          for (const auto& hop : r.route) t.links.push_back(hop.link);
+          out.transfers.push_back(std::move(t));
+          out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
+                                           Bytes{v} * chip.vectorBytes, {}});
+        }
+        rm.done += v;
+        rm.earliest = from;
+        more = more || rm.done < m.vectors;
       }
       placeReceives(-1, 0);
     }
@@ -1086,9 +1120,11 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   out.cluster.programs.resize(cluster.chipCount());
   out.linksDrained.assign(cluster.chipCount(), 0);
   for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
-  for (auto& [c, chain] : chainOf) {
-    out.linksDrained[c] = chain.linksDrained();
-    out.cluster.programs[c] = chain.finish();
+  for (int c = 0; c < cluster.chipCount(); ++c) {
+    if (!chainOf[c]) continue;
+    out.linksDrained[c] = chainOf[c]->linksDrained();
+    out.cluster.programs[c] = chainOf[c]->finish();
+    chainOf[c].reset();
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }
   return out;
@@ -1115,7 +1151,7 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();
-  auto scheduled = scheduleCollective(*plan, cluster);
+  auto scheduled = scheduleCollective(*plan, cluster, false);
   if (scheduled)
     for (auto& program : scheduled->cluster.programs)
       if (!program.instructions.empty()) isa::attributeAll(program, {op.name, collectiveOpName(*kind), op.layer, ""});

@@ -99,7 +99,8 @@ struct RoutedTransfer {
 /// (C2C forwards on the transit chips of multi-hop routes), and the time.
 struct CollectiveSchedule {
   CollectivePlan plan;
-  std::vector<RoutedTransfer> transfers;
+  std::vector<RoutedTransfer> transfers;  ///< empty when the schedule was made without recording them
+  std::int64_t transferCount = 0;         ///< bursts scheduled
   ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
   /// Per chip, the cycle its outgoing links have carried every vector it sent or forwarded: its
@@ -109,8 +110,11 @@ struct CollectiveSchedule {
 
 /// Schedules plan on the cluster: messages in (step, src, dst) order at the earliest cycle their
 /// sender's data, units, streams and every link of the route allow; a transit chip adds
-/// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once.
-Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster);
+/// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once. Without
+/// recordTransfers, `transfers` and `cluster.transfers` stay empty (a benchmark run needs the programs
+/// alone; on 1,024 chips the two lists would hold 2 million bursts each).
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                bool recordTransfers = true);
 
 /// Busy windows of every directed link (link * 2 + direction), shared by all the messages of one
 /// cluster schedule so that no link carries two vectors at once. A direction's windows are
@@ -134,7 +138,7 @@ class LinkCalendar {
 /// it reads each vector as it arrives, one every ceil(t_vec) cycles.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts = false);
+                                                bool wholeBursts = false, bool recordTransfers = true);
 
 /// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
 /// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and
