@@ -144,9 +144,9 @@ TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
 // carrying the same share, and routes at most 2 hops (the link, then a node link to the owner).
 TEST(Collectives, HierarchicalRackLevelSpreadsOverEveryJoiningLink) {
   const auto rack = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
-  auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(rack), 64 << 20, rack);
+  auto plan = planCollective(CollectiveOp::kReduceScatter, CollectiveAlgorithm::kHierarchical, allChips(rack), 64 << 20, rack);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->steps.size(), 4u);
+  ASSERT_EQ(plan->steps.size(), 2u);
   std::map<int, std::int64_t> perLink;  // rack link -> vectors, both directions
   std::map<std::pair<int, int>, std::int64_t> forwarded;  // node link direction -> vectors forwarded on it
   for (const auto& m : plan->steps[1]) {
@@ -165,11 +165,22 @@ TEST(Collectives, HierarchicalRackLevelSpreadsOverEveryJoiningLink) {
   for (const auto& [key, vectors] : forwarded) EXPECT_EQ(vectors, piece) << "node link " << key.second;
   // Every chip holds 9 sub-pieces after the node level: its own and two for each of its 4 rack links.
   for (const auto& m : plan->steps[0]) EXPECT_EQ(m.vectors, 9 * piece);
-  // The predicted all-reduce: the node level twice and the rack level twice, at 99 % of those links' rate.
+}
+
+// The all-reduce overlaps its levels: the second half of every sub-piece runs its node level while
+// the first crosses the rack links, so it takes less than the 2 x (9 + 2) sub-pieces' time at a link's
+// rate of the levels one after the other, and no less than the 2 x 9 + 2 of perfect overlap.
+TEST(Collectives, HierarchicalAllReduceOverlapsNodeAndRackLevels) {
+  const auto rack = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(rack), 64 << 20, rack);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->steps.size(), 5u);
   const auto s = scheduleCollective(*plan, rack);
   ASSERT_TRUE(s.ok());
+  const double piece = static_cast<double>(ceilDiv(plan->vectorsPerChip, 72));
   const double perVector = rack.links()[0].vectorCycles(rack.chip().vectorBytes);
-  EXPECT_LT(static_cast<double>(s->cycles), 1.05 * 2 * (9 + 2) * static_cast<double>(piece) * perVector);
+  EXPECT_LT(static_cast<double>(s->cycles), 0.98 * 2 * (9 + 2) * piece * perVector);
+  EXPECT_GT(static_cast<double>(s->cycles), (2 * 9 + 2) * piece * perVector);
 }
 
 TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {

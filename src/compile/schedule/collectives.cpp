@@ -625,23 +625,42 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       if (levels.size() >= 2) linked = linkedLevel(cluster, g, levels[0], levels[1]);
       const size_t firstRingLevel = linked ? 2 : 0;
       const std::int64_t piece = linked ? ceilDiv(share, levels[0] * levels[1]) : 0;
-      auto nodeStep = [&](bool reduce) {  // every chip sends every other chip of its node what that one holds
+      // Every chip sends every other chip of its node what that one holds, `part` vectors per sub-piece.
+      auto nodeMessages = [&](bool reduce, std::int64_t part) {
         std::vector<CollectiveMessage> step;
         for (std::int64_t k = 1; k < levels[0]; ++k)
           for (std::int64_t base = 0; base < p; base += levels[0])
             for (std::int64_t i = 0; i < levels[0]; ++i) {
               const std::int64_t to = base + (i + k) % levels[0], holder = reduce ? to : base + i;
-              step.push_back({g[base + i], g[to], linked->holdings[holder] * piece, reduce});
+              step.push_back({g[base + i], g[to], linked->holdings[holder] * part, reduce});
             }
-        steps.push_back(std::move(step));
+        return step;
       };
-      auto rackStep = [&](bool reduce) {  // every sub-piece between its holder and its owner
+      auto rackMessages = [&](bool reduce, std::int64_t part) {  // every sub-piece between its holder and its owner
         std::vector<CollectiveMessage> step;
         for (const auto& m : linked->scatter)
-          step.push_back(reduce ? CollectiveMessage{m.src, m.dst, piece, true, m.link}
-                                : CollectiveMessage{m.dst, m.src, piece, false, m.link});
-        steps.push_back(std::move(step));
+          step.push_back(reduce ? CollectiveMessage{m.src, m.dst, part, true, m.link}
+                                : CollectiveMessage{m.dst, m.src, part, false, m.link});
+        return step;
       };
+      auto nodeStep = [&](bool reduce) { steps.push_back(nodeMessages(reduce, piece)); };
+      auto rackStep = [&](bool reduce) { steps.push_back(rackMessages(reduce, piece)); };
+      // An all-reduce whose linked level is the top overlaps its levels: two halves of every
+      // sub-piece, the second half's node level running while the first half crosses the rack links.
+      const bool overlapped = linked && op == CollectiveOp::kAllReduce && firstRingLevel == levels.size() && piece >= 2;
+      if (overlapped) {
+        const std::int64_t first = ceilDiv(piece, 2), second = piece - first;
+        auto together = [&](std::vector<CollectiveMessage> a, const std::vector<CollectiveMessage>& b) {
+          a.insert(a.end(), b.begin(), b.end());
+          steps.push_back(std::move(a));
+        };
+        steps.push_back(nodeMessages(true, first));
+        together(rackMessages(true, first), nodeMessages(true, second));
+        together(rackMessages(false, first), rackMessages(true, second));
+        together(rackMessages(false, second), nodeMessages(false, first));
+        steps.push_back(nodeMessages(false, second));
+        break;
+      }
       if (linked) {
         if (reduces) {
           nodeStep(true);
