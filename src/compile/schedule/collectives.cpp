@@ -385,8 +385,17 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
   const bool latencyBound = bytes < (64 << 10) && reduceLike && group.size() > 2;
   if (d.kind == "dragonfly" && static_cast<int>(group.size()) > d.chipsPerNode &&
       static_cast<int>(group.size()) % d.chipsPerNode == 0 && op != CollectiveOp::kAllToAll &&
-      op != CollectiveOp::kBroadcast)
-    return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kHierarchical;
+      op != CollectiveOp::kBroadcast) {
+    if (!latencyBound) return CollectiveAlgorithm::kHierarchical;
+    if (group.size() > kChooseByEstimateDragonflyChips) return CollectiveAlgorithm::kTree;
+    // Small messages: the tree's 2 log2(p) steps or the hierarchical levels' few, by their estimates.
+    auto hierarchical = planCollective(op, CollectiveAlgorithm::kHierarchical, group, bytes, cluster);
+    auto tree = planCollective(op, CollectiveAlgorithm::kTree, group, bytes, cluster);
+    if (!hierarchical || !tree) return tree ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kHierarchical;
+    return estimateCollectiveCycles(*tree, cluster) < estimateCollectiveCycles(*hierarchical, cluster)
+               ? CollectiveAlgorithm::kTree
+               : CollectiveAlgorithm::kHierarchical;
+  }
   if (group.size() > kChooseByEstimateChips) return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kRing;
   CollectiveAlgorithm best = CollectiveAlgorithm::kRing;
   double bestCycles = -1;
