@@ -28,6 +28,7 @@ double allReduceCycles(double chips, double bytes, const LinkFigures& links) {
   const double alpha = static_cast<double>(links.alpha), beta = links.cyclesPerByte * links.contention;
   const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta;
   const double tree = 2 * std::ceil(std::log2(chips)) * (alpha + bytes * beta);
+  if (links.fitCyclesPerByte > 0) return std::min(tree, links.fitAlpha + bytes * links.fitCyclesPerByte);
   if (links.direct) {
     const double twoShot = 2 * (alpha + bytes / chips * links.cyclesPerByte), oneShot = alpha + bytes * links.cyclesPerByte;
     return std::min({ring, tree, twoShot, oneShot});

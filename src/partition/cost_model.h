@@ -24,6 +24,10 @@ struct LinkFigures {
   /// Every two chips of each group joined by a direct link: the scheduler's direct exchange runs
   /// over all of them at once (a tensor-parallel group inside a node).
   bool direct = false;
+  /// When the scheduler runs the group's all-reduce hierarchically (whole dragonfly nodes): its
+  /// estimate (schedule::estimateCollectiveCycles) as fitAlpha + bytes x fitCyclesPerByte, fitted
+  /// at 1 and 16 MiB per chip; 0: none.
+  double fitAlpha = 0, fitCyclesPerByte = 0;
   /// Cycles to move `bytes` once: alpha + bytes * beta * contention.
   double transfer(double bytes) const { return static_cast<double>(alpha) + bytes * cyclesPerByte * contention; }
 };

@@ -231,6 +231,24 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         }
   figures.tp = measure(ring, ringKinds);
   figures.tp.direct = tpDirect && !isGrid;
+  if (tp > 1 && !isGrid) {
+    // A group the scheduler all-reduces hierarchically: the fit of its own estimate (one group
+    // stands for all: the groups of a placement are alike).
+    std::vector<int> chips;
+    for (int t = 0; t < tp; ++t) chips.push_back(placement[rankOf(0, 0, t, tp, pp)]);
+    constexpr std::int64_t kSmall = std::int64_t{1} << 20, kLarge = std::int64_t{16} << 20;
+    const auto op = schedule::CollectiveOp::kAllReduce;
+    if (schedule::chooseAlgorithm(op, chips, kLarge, cluster) == schedule::CollectiveAlgorithm::kHierarchical) {
+      auto small = schedule::planCollective(op, schedule::CollectiveAlgorithm::kHierarchical, chips, kSmall, cluster);
+      auto large = schedule::planCollective(op, schedule::CollectiveAlgorithm::kHierarchical, chips, kLarge, cluster);
+      if (small && large) {
+        const double a = schedule::estimateCollectiveCycles(*small, cluster);
+        const double b = schedule::estimateCollectiveCycles(*large, cluster);
+        figures.tp.fitCyclesPerByte = (b - a) / static_cast<double>(kLarge - kSmall);
+        figures.tp.fitAlpha = std::max(0.0, a - figures.tp.fitCyclesPerByte * static_cast<double>(kSmall));
+      }
+    }
+  }
   if (isGrid)
     for (int axis = 0; axis < 2; ++axis) {
       // Axis r joins the ranks of one grid column (same c), axis c those of one row.

@@ -332,7 +332,7 @@ StageEnd compile(RunState& s) {
     if (!loaded) return failure(loaded.error(), s.root);
     s.compiled = std::move(*loaded);
   } else if (s.collective) {
-    s.compiled = s.collective->cluster.programs;
+    s.compiled = std::move(s.collective->cluster.programs);  // the report needs the plan and counts only
   } else {
     schedule::Options compileOptions = schedule::effortOptions(*schedule::parseEffort(config.compile.effort));
     compileOptions.seed = static_cast<std::uint64_t>(config.simulation.seed);

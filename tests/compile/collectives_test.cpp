@@ -119,25 +119,68 @@ TEST(Collectives, IdenticalShardsShareOneProgram) {
 TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   const auto all = allChips(system);
-  // 1 MiB: 3,277 vectors, not 10,440 (one per chip); node 410, rack 46 per chip. The node level
-  // exchanges over its 7 links (one step each way), the rack level too (its estimate beats a ring
-  // of 9); 46 over 145 racks is under one vector per ring step, so the top level is a tree:
-  // 1 + 1 + 2 x 8 + 1 + 1 steps.
+  // 1 MiB: 3,277 vectors, not 10,440 (one per chip); 46 per sub-piece (one per chip of a rack). The
+  // node level sends each chip the 9 sub-pieces it holds (its own, two per rack link), the rack
+  // level every sub-piece to its owner over the links joining the nodes; 46 over 145 racks is under
+  // one vector per ring step, so the top level is a tree: 1 + 1 + 2 x 8 + 1 + 1 steps.
   auto small = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 1 << 20, system);
   ASSERT_TRUE(small.ok());
   EXPECT_EQ(small->vectorsPerChip, 3277);
   ASSERT_EQ(small->steps.size(), 20u);
   EXPECT_EQ(small->steps[0].size(), 10440u * 7u);  // every chip to the 7 others of its node
-  EXPECT_EQ(small->steps[0][0].vectors, 410);
-  EXPECT_EQ(small->steps[1].size(), 10440u * 8u);  // every chip to its 8 counterparts in the rack
+  EXPECT_EQ(small->steps[0][0].vectors, 9 * 46);
+  EXPECT_EQ(small->steps[1].size(), 10440u * 8u);  // every chip's sub-piece from each of the 8 other nodes
   EXPECT_EQ(small->steps[1][0].vectors, 46);
   EXPECT_EQ(small->steps[2].size(), 72u * 72u);  // the tree's first step: 72 messages in each of 72 groups
   EXPECT_TRUE(small->steps[2][0].reduce);
-  EXPECT_FALSE(small->steps[10][0].reduce);       // the tree's first broadcast step
+  EXPECT_FALSE(small->steps[10][0].reduce);  // the tree's first broadcast step
   // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145, 2 x 144 steps.
   auto large = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 64 << 20, system);
   ASSERT_TRUE(large.ok());
   EXPECT_EQ(large->steps.size(), 1u + 1u + 288u + 1u + 1u);
+}
+
+// The rack level of a GroqRack crosses every one of the 4 links joining each pair of nodes, each
+// carrying the same share, and routes at most 2 hops (the link, then a node link to the owner).
+TEST(Collectives, HierarchicalRackLevelSpreadsOverEveryJoiningLink) {
+  const auto rack = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  auto plan = planCollective(CollectiveOp::kReduceScatter, CollectiveAlgorithm::kHierarchical, allChips(rack), 64 << 20, rack);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->steps.size(), 2u);
+  std::map<int, std::int64_t> perLink;  // rack link -> vectors, both directions
+  std::map<std::pair<int, int>, std::int64_t> forwarded;  // node link direction -> vectors forwarded on it
+  for (const auto& m : plan->steps[1]) {
+    ASSERT_GE(m.link, 0);
+    const auto route = messageRoute(rack, m);
+    ASSERT_LE(route.size(), 2u);
+    EXPECT_EQ(route.front().link, m.link);
+    perLink[m.link] += m.vectors;
+    if (route.size() == 2) forwarded[{route[1].chip, route[1].link}] += m.vectors;
+  }
+  std::int64_t rackLinks = 0;
+  for (const auto& l : rack.links()) rackLinks += l.tier == topology::LinkTier::kRack;
+  EXPECT_EQ(static_cast<std::int64_t>(perLink.size()), rackLinks);
+  const std::int64_t piece = ceilDiv(plan->vectorsPerChip, 72);
+  for (const auto& [link, vectors] : perLink) EXPECT_EQ(vectors, 2 * 2 * piece) << "link " << link;  // 2 each way
+  for (const auto& [key, vectors] : forwarded) EXPECT_EQ(vectors, piece) << "node link " << key.second;
+  // Every chip holds 9 sub-pieces after the node level: its own and two for each of its 4 rack links.
+  for (const auto& m : plan->steps[0]) EXPECT_EQ(m.vectors, 9 * piece);
+}
+
+// The all-reduce overlaps its levels: the second half of every sub-piece runs its node level while
+// the first crosses the rack links, so it takes less than the 2 x (9 + 2) sub-pieces' time at a link's
+// rate of the levels one after the other, and no less than the 2 x 9 + 2 of perfect overlap.
+TEST(Collectives, HierarchicalAllReduceOverlapsNodeAndRackLevels) {
+  const auto rack = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}");
+  auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(rack), 64 << 20, rack);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->steps.size(), 5u);
+  const auto s = scheduleCollective(*plan, rack);
+  ASSERT_TRUE(s.ok());
+  const double piece = static_cast<double>(ceilDiv(plan->vectorsPerChip, 72));
+  const double perVector = rack.links()[0].vectorCycles(rack.chip().vectorBytes);
+  EXPECT_LT(static_cast<double>(s->cycles), 0.98 * 2 * (9 + 2) * piece * perVector);
+  EXPECT_GT(static_cast<double>(s->cycles), (2 * 9 + 2) * piece * perVector);
 }
 
 TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
@@ -154,7 +197,8 @@ TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(torus), 1 << 20, torus), CollectiveAlgorithm::kMultiRing);
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(ring), 1 << 20, ring), CollectiveAlgorithm::kRing);
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 1 << 20, df), CollectiveAlgorithm::kHierarchical);
-  EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 4096, df), CollectiveAlgorithm::kTree);
+  // 4 KiB on a rack: the hierarchical levels' 4 steps (estimate) beat the tree's 2 log2(72).
+  EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 4096, df), CollectiveAlgorithm::kHierarchical);
   // A sub-group of a torus is no whole grid: no multi-ring.
   EXPECT_NE(chooseAlgorithm(allReduce, {0, 1, 2, 3}, 1 << 20, torus), CollectiveAlgorithm::kMultiRing);
   // Halving/doubling: log2(p) exchanges each way, halves of the data.

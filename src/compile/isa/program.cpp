@@ -387,21 +387,6 @@ std::pair<size_t, std::int64_t> sourceElementOf(const ElementMap& map, std::int6
   return {k, flat};
 }
 
-std::uint64_t Program::contentHash() const {
-  // The binary form: every field, without building a JSON document (a third of a 256-chip ring
-  // all-reduce's run went to hashing its programs through JSON).
-  if (pieces.empty()) return fnv1a(serializeBinary(*this));
-  // The header as a program without instructions, then each piece's body hash and offset.
-  Program header = *this;
-  header.pieces.clear();
-  std::uint64_t hash = fnv1a(serializeBinary(header));
-  for (const ProgramPiece& piece : pieces) {
-    const std::array<std::uint64_t, 2> fields = {piece.body->hash, static_cast<std::uint64_t>(piece.offset)};
-    hash = fnv1a(std::string_view(reinterpret_cast<const char*>(fields.data()), sizeof fields), hash);
-  }
-  return hash;
-}
-
 std::string serialize(const Program& program) {
   if (!program.pieces.empty()) return serialize(expanded(program));
   nlohmann::json doc;
@@ -511,23 +496,51 @@ constexpr std::uint32_t kOriginsTag = 0x4749524fu;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
+// The binary form's bytes, kept (a file's contents) or only hashed as they come (Program::contentHash,
+// which would otherwise build a string as large as the program to hash it).
 class ByteWriter {
  public:
+  explicit ByteWriter(bool hashOnly = false) : hashOnly_(hashOnly) {}
   template <typename T>
   void put(T value) {
+    static_assert(sizeof(T) <= sizeof(std::uint64_t));
+    if (hashOnly_) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, &value, sizeof(T));
+      mix(word ^ (std::uint64_t{sizeof(T)} << 56));
+      return;
+    }
     char raw[sizeof(T)];
     std::memcpy(raw, &value, sizeof(T));
     out_.append(raw, sizeof(T));
   }
   void putText(const std::string& text) {
     put<std::uint32_t>(static_cast<std::uint32_t>(text.size()));
-    out_ += text;
+    raw(text.data(), text.size());
   }
   std::string take() { return std::move(out_); }
-  void raw(const char* data, size_t n) { out_.append(data, n); }
+  void raw(const char* data, size_t n) {
+    if (!hashOnly_) {
+      out_.append(data, n);
+      return;
+    }
+    for (size_t at = 0; at < n; at += sizeof(std::uint64_t)) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, data + at, std::min(sizeof word, n - at));
+      mix(word);
+    }
+  }
+  /// The hash of what a hash-only writer was given.
+  std::uint64_t hash() const { return hash_ ^ (hash_ >> 31); }
 
  private:
+  void mix(std::uint64_t word) {
+    hash_ = (hash_ ^ word) * 0x9E3779B97F4A7C15ULL;
+    hash_ ^= hash_ >> 29;
+  }
+  bool hashOnly_;
   std::string out_;
+  std::uint64_t hash_ = 1469598103934665603ULL;
 };
 
 class ByteReader {
@@ -568,9 +581,10 @@ bool getRef(ByteReader& r, StreamRef& ref) {
 
 }  // namespace
 
-std::string serializeBinary(const Program& program) {
-  if (!program.pieces.empty()) return serializeBinary(expanded(program));
-  ByteWriter w;
+namespace {
+
+// The binary form of a program without pieces into w.
+void writeBinary(ByteWriter& w, const Program& program) {
   w.raw(kBinaryMagic, sizeof kBinaryMagic);
   w.put<std::int32_t>(program.version);
   w.put<std::uint64_t>(program.chipSpecHash);
@@ -714,7 +728,35 @@ std::string serializeBinary(const Program& program) {
       for (const auto& text : program.refusals) w.putText(text);
     }
   }
+}
+
+}  // namespace
+
+std::string serializeBinary(const Program& program) {
+  if (!program.pieces.empty()) return serializeBinary(expanded(program));
+  ByteWriter w;
+  writeBinary(w, program);
   return w.take();
+}
+
+std::uint64_t Program::contentHash() const {
+  // The binary form: every field, without building a JSON document (a third of a 256-chip ring
+  // all-reduce's run went to hashing its programs through JSON).
+  auto binaryHash = [](const Program& program) {
+    ByteWriter w(true);
+    writeBinary(w, program);
+    return w.hash();
+  };
+  if (pieces.empty()) return binaryHash(*this);
+  // The header as a program without instructions, then each piece's body hash and offset.
+  Program header = *this;
+  header.pieces.clear();
+  std::uint64_t hash = binaryHash(header);
+  for (const ProgramPiece& piece : pieces) {
+    const std::array<std::uint64_t, 2> fields = {piece.body->hash, static_cast<std::uint64_t>(piece.offset)};
+    hash = fnv1a(std::string_view(reinterpret_cast<const char*>(fields.data()), sizeof fields), hash);
+  }
+  return hash;
 }
 
 Expected<Program> deserializeBinary(const std::string& bytes, const topology::ChipSpec& chip, const std::string& file) {

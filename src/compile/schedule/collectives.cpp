@@ -4,8 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <set>
+#include <tuple>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -70,6 +74,19 @@ Cycle ringTurnaroundCycles(const topology::ChipSpec& chip, bool reduce) {
   Cycle t = chip.memReadCycles + chip.c2cSendCycles + chip.c2cReceiveCycles + chip.memWriteCycles;
   if (reduce) t += chip.vxmCycles;
   return t;
+}
+
+std::vector<topology::Hop> messageRoute(const topology::Cluster& cluster, const CollectiveMessage& message) {
+  if (message.link < 0) return cluster.route(message.src, message.dst);
+  const auto& link = cluster.links()[message.link];
+  const bool fromA = cluster.hops(message.src, link.a) + cluster.hops(link.b, message.dst) <=
+                     cluster.hops(message.src, link.b) + cluster.hops(link.a, message.dst);
+  const int near = fromA ? link.a : link.b;
+  auto route = cluster.route(message.src, near);
+  route.push_back({near, message.link});
+  const auto rest = cluster.route(link.other(near), message.dst);
+  route.insert(route.end(), rest.begin(), rest.end());
+  return route;
 }
 
 namespace {
@@ -144,7 +161,7 @@ std::vector<std::vector<int>> linesAlong(const std::vector<int>& dims, size_t k,
 bool singleHop(const CollectivePlan& plan, const topology::Cluster& cluster) {
   for (const auto& step : plan.steps)
     for (const auto& m : step)
-      if (cluster.hops(m.src, m.dst) > 1) return false;
+      if ((m.link < 0 ? static_cast<size_t>(cluster.hops(m.src, m.dst)) : messageRoute(cluster, m).size()) > 1) return false;
   return true;
 }
 
@@ -188,6 +205,73 @@ constexpr std::int64_t kTopRingMinChunkVectors = 8;
 // Hierarchical levels over multi-hop routes exchange only in groups up to this size (an exchange
 // makes p(p-1) messages per group).
 constexpr size_t kExchangeMaxGroup = 16;
+
+// The level above the node when its nodes are joined pairwise by links (the nodes of a dragonfly
+// rack): the data is cut into one sub-piece per chip of the level group, and node i sends node j's
+// sub-pieces over the links joining them, each link the sub-pieces of about
+// chipsPerNode / links chips, a sub-piece whose owner is the link's far end preferred, the others
+// spread so that the far ends forward to as many different owners as they can.
+struct LinkedLevel {
+  /// Per level group, the messages of its reduce-scatter: a sub-piece (vectors = 1) from the chip
+  /// that holds it after the node level, over one joining link, to the chip that owns it.
+  std::vector<CollectiveMessage> scatter;
+  /// Per position of the group: the sub-pieces its chip holds after the node level (its own and
+  /// those its links carry).
+  std::vector<std::int64_t> holdings;
+};
+
+// The linked level of group g (positions: nodes of perNode chips, level groups of nodesPerGroup
+// nodes), or nothing when two nodes of a level group share no link.
+std::optional<LinkedLevel> linkedLevel(const topology::Cluster& cluster, const std::vector<int>& g, std::int64_t perNode,
+                                       std::int64_t nodesPerGroup) {
+  const auto p = static_cast<std::int64_t>(g.size());
+  const std::int64_t perGroup = perNode * nodesPerGroup;
+  if (nodesPerGroup < 2 || p % perGroup != 0) return std::nullopt;
+  std::vector<std::int64_t> position(cluster.chipCount(), -1);
+  for (std::int64_t i = 0; i < p; ++i) position[g[i]] = i;
+  LinkedLevel level;
+  level.holdings.assign(p, 1);
+  struct Joining { int link; std::int64_t x, y; };  // positions of the link's ends in node i and node j
+  for (std::int64_t base = 0; base < p; base += perGroup) {
+    std::map<std::pair<std::int64_t, std::int64_t>, int> forwarded;  // (far end, owner) -> sub-pieces
+    for (std::int64_t i = 0; i < nodesPerGroup; ++i)
+      for (std::int64_t j = 0; j < nodesPerGroup; ++j) {
+        if (i == j) continue;
+        const std::int64_t nodeI = base + i * perNode, nodeJ = base + j * perNode;
+        std::vector<Joining> links;
+        for (std::int64_t x = nodeI; x < nodeI + perNode; ++x)
+          for (const auto& [port, id] : cluster.linksOf(g[x])) {
+            const std::int64_t y = position[cluster.links()[id].other(g[x])];
+            if (y >= nodeJ && y < nodeJ + perNode) links.push_back({id, x, y});
+          }
+        if (links.empty()) return std::nullopt;
+        std::vector<int> carried(links.size(), 0);
+        std::vector<std::int64_t> owners;  // owners that are a link's far end first
+        for (int pass = 0; pass < 2; ++pass)
+          for (std::int64_t o = nodeJ; o < nodeJ + perNode; ++o) {
+            const bool end = std::any_of(links.begin(), links.end(), [&](const Joining& l) { return l.y == o; });
+            if (end == (pass == 0)) owners.push_back(o);
+          }
+        for (std::int64_t o : owners) {
+          size_t best = 0;
+          auto key = [&](size_t k) {
+            return std::tuple(carried[k], links[k].y == o ? 0 : 1, links[k].y == o ? 0 : forwarded[{links[k].y, o}]);
+          };
+          for (size_t k = 1; k < links.size(); ++k)
+            if (key(k) < key(best)) best = k;
+          ++carried[best];
+          if (links[best].y != o) ++forwarded[{links[best].y, o}];
+          ++level.holdings[links[best].x];
+          level.scatter.push_back({g[links[best].x], g[o], 1, true, links[best].link});
+        }
+      }
+  }
+  // Forwarded sub-pieces first, in every group: a far end's port queue forwards them while it is
+  // free, before the sends and receives of the direct sub-pieces take it.
+  std::stable_partition(level.scatter.begin(), level.scatter.end(),
+                        [&](const CollectiveMessage& m) { return cluster.hops(m.src, m.dst) > 1; });
+  return level;
+}
 
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
   return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
@@ -301,8 +385,17 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
   const bool latencyBound = bytes < (64 << 10) && reduceLike && group.size() > 2;
   if (d.kind == "dragonfly" && static_cast<int>(group.size()) > d.chipsPerNode &&
       static_cast<int>(group.size()) % d.chipsPerNode == 0 && op != CollectiveOp::kAllToAll &&
-      op != CollectiveOp::kBroadcast)
-    return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kHierarchical;
+      op != CollectiveOp::kBroadcast) {
+    if (!latencyBound) return CollectiveAlgorithm::kHierarchical;
+    if (group.size() > kChooseByEstimateDragonflyChips) return CollectiveAlgorithm::kTree;
+    // Small messages: the tree's 2 log2(p) steps or the hierarchical levels' few, by their estimates.
+    auto hierarchical = planCollective(op, CollectiveAlgorithm::kHierarchical, group, bytes, cluster);
+    auto tree = planCollective(op, CollectiveAlgorithm::kTree, group, bytes, cluster);
+    if (!hierarchical || !tree) return tree ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kHierarchical;
+    return estimateCollectiveCycles(*tree, cluster) < estimateCollectiveCycles(*hierarchical, cluster)
+               ? CollectiveAlgorithm::kTree
+               : CollectiveAlgorithm::kHierarchical;
+  }
   if (group.size() > kChooseByEstimateChips) return latencyBound ? CollectiveAlgorithm::kTree : CollectiveAlgorithm::kRing;
   CollectiveAlgorithm best = CollectiveAlgorithm::kRing;
   double bestCycles = -1;
@@ -328,7 +421,7 @@ double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Clus
   const auto& chip = cluster.chip();
   auto same = [](const std::vector<CollectiveMessage>& a, const std::vector<CollectiveMessage>& b) {
     return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const CollectiveMessage& x, const CollectiveMessage& y) {
-      return x.src == y.src && x.dst == y.dst && x.vectors == y.vectors && x.reduce == y.reduce;
+      return x.src == y.src && x.dst == y.dst && x.vectors == y.vectors && x.reduce == y.reduce && x.link == y.link;
     });
   };
   double total = 0, stepCycles = 0;
@@ -339,7 +432,7 @@ double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Clus
       load.clear();
       double alpha = 0;
       for (const auto& m : step) {
-        const auto route = cluster.route(m.src, m.dst);
+        const auto route = messageRoute(cluster, m);
         if (route.empty()) continue;
         double spacing = 1;
         for (const auto& hop : route) spacing = std::max(spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
@@ -534,23 +627,80 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         if (exchanges) addExchangeStep(steps, groups, c, reduce);
         else steps.insert(steps.end(), ring.steps.begin(), ring.steps.end());
       };
-      for (size_t k = 0; k + 1 < levels.size(); ++k) {
+      // Nodes pairwise linked at level 1 (a rack): the node level reduce-scatters to each chip the
+      // sub-pieces its links carry, which then cross on every joining link at once; levels 0 and 1
+      // are done, in reverse after the levels above for the gather.
+      std::optional<LinkedLevel> linked;
+      if (levels.size() >= 2) linked = linkedLevel(cluster, g, levels[0], levels[1]);
+      const size_t firstRingLevel = linked ? 2 : 0;
+      const std::int64_t piece = linked ? ceilDiv(share, levels[0] * levels[1]) : 0;
+      // Every chip sends every other chip of its node what that one holds, `part` vectors per sub-piece.
+      auto nodeMessages = [&](bool reduce, std::int64_t part) {
+        std::vector<CollectiveMessage> step;
+        for (std::int64_t k = 1; k < levels[0]; ++k)
+          for (std::int64_t base = 0; base < p; base += levels[0])
+            for (std::int64_t i = 0; i < levels[0]; ++i) {
+              const std::int64_t to = base + (i + k) % levels[0], holder = reduce ? to : base + i;
+              step.push_back({g[base + i], g[to], linked->holdings[holder] * part, reduce});
+            }
+        return step;
+      };
+      auto rackMessages = [&](bool reduce, std::int64_t part) {  // every sub-piece between its holder and its owner
+        std::vector<CollectiveMessage> step;
+        for (const auto& m : linked->scatter)
+          step.push_back(reduce ? CollectiveMessage{m.src, m.dst, part, true, m.link}
+                                : CollectiveMessage{m.dst, m.src, part, false, m.link});
+        return step;
+      };
+      auto nodeStep = [&](bool reduce) { steps.push_back(nodeMessages(reduce, piece)); };
+      auto rackStep = [&](bool reduce) { steps.push_back(rackMessages(reduce, piece)); };
+      // An all-reduce whose linked level is the top overlaps its levels: two halves of every
+      // sub-piece, the second half's node level running while the first half crosses the rack links.
+      const bool overlapped = linked && op == CollectiveOp::kAllReduce && firstRingLevel == levels.size() && piece >= 2;
+      if (overlapped) {
+        const std::int64_t first = ceilDiv(piece, 2), second = piece - first;
+        auto together = [&](std::vector<CollectiveMessage> a, const std::vector<CollectiveMessage>& b) {
+          a.insert(a.end(), b.begin(), b.end());
+          steps.push_back(std::move(a));
+        };
+        steps.push_back(nodeMessages(true, first));
+        together(rackMessages(true, first), nodeMessages(true, second));
+        together(rackMessages(false, first), rackMessages(true, second));
+        together(rackMessages(false, second), nodeMessages(false, first));
+        steps.push_back(nodeMessages(false, second));
+        break;
+      }
+      if (linked) {
+        if (reduces) {
+          nodeStep(true);
+          rackStep(true);
+        }
+        chunkAt = {piece, piece};
+        share = piece;
+      }
+      for (size_t k = firstRingLevel; k + 1 < levels.size(); ++k) {
         const std::int64_t c = ceilDiv(share, levels[k]);
         chunkAt.push_back(c);
         if (reduces) levelSteps(ringsOf(k), c, true);
         share = c;
       }
-      const std::int64_t top = ceilDiv(share, levels.back());
-      const auto topGroups = ringsOf(levels.size() - 1);
-      if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
-        // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
-        addTreeSteps(steps, topGroups, share, true);
-      } else {
-        if (reduces) levelSteps(topGroups, top, true);
-        if (gathers) levelSteps(topGroups, top, false);
+      if (firstRingLevel < levels.size()) {
+        const std::int64_t top = ceilDiv(share, levels.back());
+        const auto topGroups = ringsOf(levels.size() - 1);
+        if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
+          // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
+          addTreeSteps(steps, topGroups, share, true);
+        } else {
+          if (reduces) levelSteps(topGroups, top, true);
+          if (gathers) levelSteps(topGroups, top, false);
+        }
       }
-      for (size_t k = levels.size() - 1; k-- > 0;)
+      for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
         if (gathers) levelSteps(ringsOf(k), chunkAt[k], false);
+      if (linked && gathers) {
+        rackStep(false);
+        nodeStep(false);
+      }
       break;
     }
   }
@@ -565,9 +715,10 @@ constexpr std::int64_t kMaxBurstVectors = 4096;
 class ChipChains {
  public:
   /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed);
-  /// `specHash` is chip.hash(), computed once by the caller.
-  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, Cycle start)
-      : chip_(chip), units_(chip.units()), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
+  /// `specHash` is chip.hash() and `units` chip.units(), computed once by the caller for every chip.
+  ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, const std::vector<topology::UnitInfo>& units,
+             Cycle start)
+      : chip_(chip), units_(units), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
         nextAddress_(chip.memSlices, 0) {
     for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
     program_.chipSpecHash = specHash;
@@ -580,21 +731,29 @@ class ChipChains {
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
     Cycle best = -1;
     int bestMem = -1;
-    // The earliest free stream of each direction, the same for every slice that reads in it.
-    const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
-    const int memFirst = chip_.firstUnit(UnitKind::kMem);
-    for (int m = 0; m < chip_.memSlices; ++m) {
-      const int mem = memFirst + m;
-      const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
-      const Direction dir = direction(mem, c2c);
-      Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
-                             streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
-      if (best < 0 || read + delta < best) {
-        best = read + delta;
-        bestMem = mem;
+    if (probe_.valid && probe_.port == port && probe_.earliest == earliest) {
+      // The same question since the last placement: the same answer (a commit after its probe).
+      best = probe_.best;
+      bestMem = probe_.mem;
+    } else {
+      // The earliest free stream of each direction, the same for every slice that reads in it.
+      const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
+      const int memFirst = chip_.firstUnit(UnitKind::kMem);
+      for (int m = 0; m < chip_.memSlices; ++m) {
+        const int mem = memFirst + m;
+        const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
+        const Direction dir = direction(mem, c2c);
+        Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
+                               streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
+        if (best < 0 || read + delta < best) {
+          best = read + delta;
+          bestMem = mem;
+        }
       }
+      probe_ = {true, port, earliest, best, bestMem};
     }
     if (!commit) return best;
+    probe_.valid = false;
     const Cycle delta = chip_.memReadCycles + distance(bestMem, c2c);
     const Cycle readIssue = best - delta;
     const auto [stream, free] = freeStream(direction(bestMem, c2c));
@@ -731,7 +890,7 @@ class ChipChains {
     program_.predictedCycles = empty ? 0 : last + chip_.rippleCycles;
     program_.lowerBoundCycles = empty ? 0 : *std::max_element(busy.begin(), busy.end()) + chip_.rippleCycles;
     for (int a : highWater_) program_.sramBytes += Bytes{a} * chip_.vectorBytes;
-    return program_;
+    return std::move(program_);
   }
 
  private:
@@ -774,12 +933,13 @@ class ChipChains {
     return inst;
   }
   void push(const Instruction& inst) {
+    probe_.valid = false;
     unitFree_[inst.unit] = isa::unitFreeAt(chip_, inst);
     program_.instructions.push_back(inst);
   }
 
   const topology::ChipSpec& chip_;
-  std::vector<topology::UnitInfo> units_;
+  const std::vector<topology::UnitInfo>& units_;
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
   std::vector<Cycle> lastArrival_ = std::vector<Cycle>(chip_.c2cPorts, -1);
@@ -787,6 +947,9 @@ class ChipChains {
   std::vector<int> nextAddress_;
   std::vector<int> highWater_;
   isa::Program program_;
+  // The last send placement asked for and its answer, until anything is placed on the chip.
+  struct Probe { bool valid; int port; Cycle earliest, best; int mem; };
+  Probe probe_ = {false, 0, 0, 0, 0};
 };
 
 }  // namespace
@@ -802,6 +965,7 @@ Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cyc
     moved = false;
     for (const auto& [key, offset] : hops) {
       const auto& windows = busy_[key];
+      if (windows.empty() || windows.back().second <= start + offset) continue;  // after every window: free
       auto it = std::upper_bound(windows.begin(), windows.end(), start + offset,
                                  [](Cycle at, const std::pair<Cycle, Cycle>& w) { return at < w.second; });
       for (; it != windows.end() && it->first < start + offset + length; ++it) {
@@ -817,42 +981,79 @@ void LinkCalendar::reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle
   for (const auto& [key, offset] : hops) {
     auto& windows = busy_[key];
     const std::pair<Cycle, Cycle> w{start + offset, start + offset + length};
-    windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
+    if (windows.empty() || windows.back() < w) windows.push_back(w);  // the usual case: after the others
+    else windows.insert(std::upper_bound(windows.begin(), windows.end(), w), w);
   }
 }
 
-Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster) {
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                bool recordTransfers) {
   LinkCalendar calendar(cluster.links().size());
-  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true);
+  return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, recordTransfers);
 }
 
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts) {
+                                                bool wholeBursts, bool recordTransfers) {
   const auto& chip = cluster.chip();
   const std::uint64_t specHash = chip.hash();
   CollectiveSchedule out;
   out.plan = plan;
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
-  std::map<int, ChipChains> chainOf;
+  const auto units = chip.units();
+  std::vector<std::unique_ptr<ChipChains>> chainOf(cluster.chipCount());
   auto chains = [&](int c) -> ChipChains& {
-    auto it = chainOf.find(c);
-    if (it == chainOf.end()) it = chainOf.emplace(c, ChipChains(chip, specHash, start[c])).first;
-    return it->second;
+    if (!chainOf[c]) chainOf[c] = std::make_unique<ChipChains>(chip, specHash, units, start[c]);
+    return *chainOf[c];
   };
   std::vector<Cycle> ready = start;
 
-  // A message on its route: the link windows of a burst relative to its send's issue, the transit
-  // chips that forward it, and how far its bursts have got.
+  // A route: the link windows of a burst relative to its send's issue and the transit chips that
+  // forward it; built once per (src, dst, link), since algorithms repeat their messages step after step.
   struct Transit { int chip, inPort, outPort; Cycle offset; };
-  struct RoutedMessage {
-    CollectiveMessage message;
+  struct RouteInfo {
     std::vector<topology::Hop> route;
     int srcPort = 0, dstPort = 0;
     double spacing = 1;
     std::vector<std::pair<int, Cycle>> hops;
     std::vector<Transit> transits;
     Cycle flight = 0;
+  };
+  std::unordered_map<std::uint64_t, RouteInfo> routes;
+  auto routeOf = [&](const CollectiveMessage& m) -> const RouteInfo& {
+    const std::uint64_t key = (static_cast<std::uint64_t>(m.src) << 42) | (static_cast<std::uint64_t>(m.dst) << 21) |
+                              static_cast<std::uint64_t>(m.link + 1);
+    auto [it, fresh] = routes.try_emplace(key);
+    RouteInfo& r = it->second;
+    if (!fresh) return r;
+    r.route = messageRoute(cluster, m);
+    if (r.route.empty()) return r;
+    r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
+    r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);
+    // The vectors leave at the pace of the slowest link so far (a transit chip passes them on as
+    // they arrive) and reach dst at the slowest link's exact rate; every hop is booked for that.
+    for (const auto& hop : r.route) r.spacing = std::max(r.spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
+    // Hop h's window starts (relative to the send issue) after the send, the earlier hops and forwards.
+    Cycle offset = chip.c2cSendCycles;
+    for (const auto& hop : r.route) {
+      const auto& link = cluster.links()[hop.link];
+      r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
+      offset += link.latencyCycles + chip.c2cForwardCycles;
+    }
+    // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
+    // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
+    for (size_t h = 1; h < r.route.size(); ++h) {
+      const int at = r.route[h].chip;
+      r.transits.push_back({at, cluster.links()[r.route[h - 1].link].portOn(at),
+                            cluster.links()[r.route[h].link].portOn(at), r.hops[h].second - chip.c2cForwardCycles});
+    }
+    r.flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
+    return r;
+  };
+  // A message on its route and how far its bursts have got.
+  struct RoutedMessage {
+    CollectiveMessage message;
+    const RouteInfo* at = nullptr;
     Cycle earliest = 0;
     std::int64_t done = 0;
   };
@@ -860,40 +1061,18 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
     // Chip order, except that an exchange keeps its shift-major order (every chip's message to the
-    // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely.
-    if (!exchange)
+    // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely, and
+    // messages routed through chosen links keep the order their algorithm gave them.
+    if (!exchange && std::none_of(messages.begin(), messages.end(), [](const CollectiveMessage& m) { return m.link >= 0; }))
       std::stable_sort(messages.begin(), messages.end(), [](const CollectiveMessage& a, const CollectiveMessage& b) {
         return a.src != b.src ? a.src < b.src : a.dst < b.dst;
       });
     std::vector<RoutedMessage> routed;
+    routed.reserve(messages.size());
     for (const auto& m : messages) {
-      RoutedMessage r;
-      r.message = m;
-      r.route = cluster.route(m.src, m.dst);
-      if (r.route.empty()) continue;
-      r.srcPort = cluster.links()[r.route.front().link].portOn(m.src);
-      r.dstPort = cluster.links()[r.route.back().link].portOn(m.dst);
-      // The vectors leave at the pace of the slowest link so far (a transit chip passes them on as
-      // they arrive) and reach dst at the slowest link's exact rate; every hop is booked for that.
-      for (const auto& hop : r.route)
-        r.spacing = std::max(r.spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
-      // Hop h's window starts (relative to the send issue) after the send, the earlier hops and forwards.
-      Cycle offset = chip.c2cSendCycles;
-      for (const auto& hop : r.route) {
-        const auto& link = cluster.links()[hop.link];
-        r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
-        offset += link.latencyCycles + chip.c2cForwardCycles;
-      }
-      // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at
-      // the first arrival: send issue + hops[h].second - c2c.forward_cycles.
-      for (size_t h = 1; h < r.route.size(); ++h) {
-        const int at = r.route[h].chip;
-        r.transits.push_back({at, cluster.links()[r.route[h - 1].link].portOn(at),
-                              cluster.links()[r.route[h].link].portOn(at), r.hops[h].second - chip.c2cForwardCycles});
-      }
-      r.flight = offset - chip.c2cForwardCycles;  // send issue to first arrival
-      r.earliest = ready[m.src];
-      routed.push_back(std::move(r));
+      const RouteInfo& info = routeOf(m);
+      if (info.route.empty()) continue;
+      routed.push_back({m, &info, ready[m.src], 0});
     }
     std::vector<Cycle> next = ready;
     // Round b places burst b of every message: the sends of a round before its receives, so every
@@ -919,9 +1098,10 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     };
     for (bool more = true; more;) {
       more = false;
-      for (auto& r : routed) {
-        const auto& m = r.message;
-        if (r.done >= m.vectors) continue;
+      for (auto& rm : routed) {
+        const auto& m = rm.message;
+        const RouteInfo& r = *rm.at;
+        if (rm.done >= m.vectors) continue;
         for (const auto& t : r.transits) placeReceives(t.chip, t.inPort);
         auto transitsFree = [&](Cycle issue) {
           for (const auto& t : r.transits) {
@@ -930,10 +1110,10 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
           }
           return std::max(issue, chains(m.dst).lastArrival(r.dstPort) + 1 - r.flight);
         };
-        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - r.done);
+        const std::int64_t v = std::min(kMaxBurstVectors, m.vectors - rm.done);
         const Cycle length = topology::serializationCycles(v, r.spacing);
         // The send's chain starts no earlier than `from`; the calendar may push it later.
-        Cycle from = r.earliest;
+        Cycle from = rm.earliest;
         Cycle issue = chains(m.src).send(r.srcPort, v, r.spacing, from, false);
         for (Cycle fit = calendar.firstFit(r.hops, transitsFree(issue), length); fit != issue;
              fit = calendar.firstFit(r.hops, transitsFree(issue), length)) {
@@ -949,14 +1129,17 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
         const Cycle arrive = issue + r.flight;
         chains(m.dst).admit(r.dstPort, arrive);
         receives.push_back({m.dst, r.dstPort, v, r.spacing, arrive, m.reduce});
-        RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
-        for (const auto& hop : r.route) t.links.push_back(hop.link);
-        out.transfers.push_back(t);
-        out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
-                                         Bytes{v} * chip.vectorBytes, {}});
-        r.done += v;
-        r.earliest = from;
-        more = more || r.done < m.vectors;
+        ++out.transferCount;
+        if (recordTransfers) {
+          RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
+          for (const auto& hop : r.route) t.links.push_back(hop.link);
+          out.transfers.push_back(std::move(t));
+          out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
+                                           Bytes{v} * chip.vectorBytes, {}});
+        }
+        rm.done += v;
+        rm.earliest = from;
+        more = more || rm.done < m.vectors;
       }
       placeReceives(-1, 0);
     }
@@ -965,9 +1148,11 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   out.cluster.programs.resize(cluster.chipCount());
   out.linksDrained.assign(cluster.chipCount(), 0);
   for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
-  for (auto& [c, chain] : chainOf) {
-    out.linksDrained[c] = chain.linksDrained();
-    out.cluster.programs[c] = chain.finish();
+  for (int c = 0; c < cluster.chipCount(); ++c) {
+    if (!chainOf[c]) continue;
+    out.linksDrained[c] = chainOf[c]->linksDrained();
+    out.cluster.programs[c] = chainOf[c]->finish();
+    chainOf[c].reset();
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }
   return out;
@@ -994,7 +1179,7 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();
-  auto scheduled = scheduleCollective(*plan, cluster);
+  auto scheduled = scheduleCollective(*plan, cluster, false);
   if (scheduled)
     for (auto& program : scheduled->cluster.programs)
       if (!program.instructions.empty()) isa::attributeAll(program, {op.name, collectiveOpName(*kind), op.layer, ""});

@@ -36,12 +36,18 @@ const char* collectiveAlgorithmName(CollectiveAlgorithm algorithm);
 Expected<CollectiveOp> parseCollectiveOp(const std::string& text);
 
 /// One message of an algorithm step: `vectors` 320-byte vectors from src to dst; reduce: the
-/// receiver adds them into its data (VXM) instead of storing them.
+/// receiver adds them into its data (VXM) instead of storing them. `link` >= 0: the route crosses
+/// that link (the cluster's route to its nearer end, the link, the cluster's route on to dst), so
+/// that an algorithm spreads its messages over parallel links; -1: the cluster's route.
 struct CollectiveMessage {
   int src = 0, dst = 0;
   std::int64_t vectors = 0;
   bool reduce = false;
+  int link = -1;
 };
+
+/// The route of a message: the cluster's, or through the message's link.
+std::vector<topology::Hop> messageRoute(const topology::Cluster& cluster, const CollectiveMessage& message);
 
 /// An algorithm unrolled: steps of messages; a chip starts step s+1 once its step-s messages are in.
 struct CollectivePlan {
@@ -53,13 +59,17 @@ struct CollectivePlan {
   isa::OpOrigin origin;  ///< the op its instructions are attributed to (empty: none)
 };
 
-/// The algorithm for op over group: hierarchical on dragonflies spanning several nodes; otherwise,
-/// for groups up to kChooseByEstimateChips, the one of least estimateCollectiveCycles among those
-/// the group allows; larger groups a tree below 64 KiB per chip (all-reduce, broadcast), else a ring.
+/// The algorithm for op over group: on dragonflies spanning several whole nodes, hierarchical from
+/// 64 KiB per chip, and below it hierarchical or a tree by estimateCollectiveCycles (groups up to
+/// kChooseByEstimateDragonflyChips; larger ones a tree); elsewhere, for groups up to
+/// kChooseByEstimateChips, the one of least estimateCollectiveCycles among those the group allows;
+/// larger groups a tree below 64 KiB per chip (all-reduce, broadcast), else a ring.
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster);
 /// Groups up to this size get their algorithm by estimated cycles (the plans are built to estimate them).
 inline constexpr size_t kChooseByEstimateChips = 64;
+/// Dragonfly groups up to this size (16 racks) choose between a tree and hierarchical levels by estimate.
+inline constexpr size_t kChooseByEstimateDragonflyChips = 1152;
 
 /// The alpha-beta time of a plan with contention: per step, the slowest route's latency plus the
 /// on-chip turnaround (alpha), plus the busiest directed link's vectors at its exact rate (every
@@ -93,7 +103,8 @@ struct RoutedTransfer {
 /// (C2C forwards on the transit chips of multi-hop routes), and the time.
 struct CollectiveSchedule {
   CollectivePlan plan;
-  std::vector<RoutedTransfer> transfers;
+  std::vector<RoutedTransfer> transfers;  ///< empty when the schedule was made without recording them
+  std::int64_t transferCount = 0;         ///< bursts scheduled
   ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
   /// Per chip, the cycle its outgoing links have carried every vector it sent or forwarded: its
@@ -103,8 +114,11 @@ struct CollectiveSchedule {
 
 /// Schedules plan on the cluster: messages in (step, src, dst) order at the earliest cycle their
 /// sender's data, units, streams and every link of the route allow; a transit chip adds
-/// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once.
-Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster);
+/// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once. Without
+/// recordTransfers, `transfers` and `cluster.transfers` stay empty (a benchmark run needs the programs
+/// alone; on 1,024 chips the two lists would hold 2 million bursts each).
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                bool recordTransfers = true);
 
 /// Busy windows of every directed link (link * 2 + direction), shared by all the messages of one
 /// cluster schedule so that no link carries two vectors at once. A direction's windows are
@@ -128,7 +142,7 @@ class LinkCalendar {
 /// it reads each vector as it arrives, one every ceil(t_vec) cycles.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts = false);
+                                                bool wholeBursts = false, bool recordTransfers = true);
 
 /// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
 /// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and

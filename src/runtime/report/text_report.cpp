@@ -58,7 +58,7 @@ void printPlanText(const partition::Plan& plan, const partition::PlacementReport
 void printCollectivePlanText(const schedule::CollectiveSchedule& collective) {
   fmt::print("collective: {} {} over {} chips, {} steps, {} transfers, {} cycles predicted\n",
              schedule::collectiveAlgorithmName(collective.plan.algorithm), schedule::collectiveOpName(collective.plan.op),
-             collective.plan.group.size(), collective.plan.steps.size(), collective.transfers.size(), collective.cycles);
+             collective.plan.group.size(), collective.plan.steps.size(), collective.transferCount, collective.cycles);
 }
 
 void printSearchText(const PlanChoice& choice, const std::string& yamlPath) {
