@@ -374,8 +374,10 @@ ZOO = {
         [tv.convnext.CNBlockConfig(32, 64, 1), tv.convnext.CNBlockConfig(64, None, 1)], num_classes=10), 32),
     "densenet121": _torchvision("densenet121", lambda tv: tv.densenet.DenseNet(
         growth_rate=8, block_config=(2, 2), num_init_features=16, num_classes=10), 32),
+    # Without the auxiliary classifier, which eval mode does not run (the export would leave out its parameters).
     "inception_v3": _torchvision("inception_v3",
-                                 lambda tv: tv.inception_v3(num_classes=10, aux_logits=False, init_weights=True), 75),
+                                 lambda tv: tv.inception_v3(num_classes=10, aux_logits=False, init_weights=True), 75,
+                                 lambda tv: tv.inception_v3(aux_logits=False, init_weights=True)),
     "vit_b_16": _torchvision("vit_b_16", lambda tv: tv.VisionTransformer(
         image_size=32, patch_size=8, num_layers=2, num_heads=4, hidden_dim=64, mlp_dim=128, num_classes=10), 32,
         lambda tv: tv.VisionTransformer(image_size=224, patch_size=16, num_layers=2, num_heads=12, hidden_dim=768,
