@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "partition/stage_partition.h"
+#include "support/cancel.h"
 
 namespace tsp::partition {
 
@@ -116,6 +117,7 @@ std::vector<PlanCost> evaluateList(Evaluator& evaluator, const std::vector<Candi
   const auto share = static_cast<std::int64_t>(list.size() / size + (static_cast<int>(list.size() % size) > rank ? 1 : 0));
   for (size_t i = 0; i < list.size(); ++i)
     if (static_cast<int>(i % size) == rank) {
+      if (support::cancelRequested()) break;  // unevaluated candidates do not fit; the caller stops
       mine.push_back({static_cast<std::int64_t>(i), evaluator.evaluate(list[i], exact)});
       if (parallel.progress) parallel.progress(static_cast<std::int64_t>(mine.size()), share);
     }

@@ -29,6 +29,7 @@
 #include "partition/training_cost.h"
 #include "partition/training_step.h"
 #include "runtime/attribution.h"
+#include "runtime/cancellation.h"
 #include "runtime/plan_choice.h"
 #include "runtime/progress.h"
 #include "runtime/program_files.h"
@@ -36,6 +37,7 @@
 #include "runtime/report/report.h"
 #include "runtime/run_state.h"
 #include "runtime/shared_compile.h"
+#include "support/cancel.h"
 
 namespace tsp::runtime {
 
@@ -104,6 +106,13 @@ StageEnd agreedOrStop(const Status& local, const RunState& s, TraceWriter* disca
   return std::nullopt;
 }
 
+// A trace write that failed (a full disk): other ranks may wait inside HDF5's collectives, so no
+// agreement follows. The file goes, the rank that saw the failure reports, and exit 5 aborts the job.
+StageEnd writeFailed(const Status& w, TraceWriter& trace) {
+  trace.abandon();
+  return failure(w.error(), true);
+}
+
 // A file rank 0 alone writes (the plan YAML, the programs): every rank learns whether it was written.
 StageEnd writeOnRoot(const RunState& s, const std::function<Status()>& write) {
   return agreedOrStop(s.root ? write() : Status{}, s);
@@ -124,6 +133,41 @@ TraceMeta traceMeta(const RunState& s) {
   meta.seed = s.config.simulation.seed;
   meta.ranks = s.ranks;
   return meta;
+}
+
+// The trace's wall time and creation time: every rank writes the same attribute values, rank 0's clock decides.
+void stampMeta(RunState& s, TraceMeta& meta) {
+  double wall = secondsSince(s.wallStart);
+  MPI_Bcast(&wall, 1, MPI_DOUBLE, 0, s.comm);
+  s.wallSeconds = meta.wallSeconds = wall;
+  char created[32] = {};
+  if (s.root) std::snprintf(created, sizeof created, "%s", isoNow().c_str());
+  MPI_Bcast(created, sizeof created, MPI_CHAR, 0, s.comm);
+  meta.created = created;
+}
+
+// /summary/units: the chip's instruction queues (every chip of a cluster has the same).
+std::vector<UnitRow> unitRowsOf(const topology::ChipSpec& spec) {
+  std::vector<UnitRow> rows;
+  const auto units = spec.units();
+  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+    UnitRow row{u, {}, units[u].slice};
+    std::snprintf(row.kind, sizeof row.kind, "%s", topology::unitKindName(units[u].kind));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// /compile/reports: the compiler's report on each chip's program.
+std::vector<CompileReportRow> compileReportRows(const std::vector<schedule::CompileReport>& reports) {
+  std::vector<CompileReportRow> rows;
+  for (size_t chip = 0; chip < reports.size(); ++chip) {
+    const auto& r = reports[chip];
+    rows.push_back({static_cast<std::int32_t>(chip), r.cycles, r.listCycles, r.lowerBound, r.criticalPath,
+                    r.busiestResource, r.sramPeakBytes, r.sramFootprintBytes, r.sramCapacityBytes, r.spills,
+                    r.memAccesses, r.delayedMemAccesses, r.tasks});
+  }
+  return rows;
 }
 
 // The plan's diagnostic location: the plan file it came from, or the config's parallelism.plan.
@@ -257,6 +301,7 @@ StageEnd configure(RunState& s) {
     if (auto t = checkChipStateFits(*config.cluster, stateOptions, s.comm, config.file); !t)
       return failure(t.error(), s.root);
   }
+  s.configured = true;
   return std::nullopt;
 }
 
@@ -290,12 +335,14 @@ StageEnd choosePlanStage(RunState& s) {
     auto c = schedule::compileCollectiveBenchmark(graph, *s.config.cluster);
     if (!c) return failure(c.error(), s.root);
     s.collective = std::move(*c);
+    s.planChosen = true;
     return std::nullopt;
   }
   PhaseProgress progress = phaseProgress(s, "search");
-  auto choice = choosePlan(s.config, s.options, graph, s.comm, progress);
+  auto choice = choosePlan(s.config, s.options, graph, s.comm, *s.cancel, progress);
   if (!choice) return failure(choice.error(), s.root);
   s.choice = std::move(*choice);
+  s.planChosen = true;
   return std::nullopt;
 }
 
@@ -367,6 +414,8 @@ StageEnd compile(RunState& s) {
     s.compiledSegments = schedule->compiledShards;
     s.sharedSegments = schedule->sharedShards;
   }
+  // Compiling stops early on a signal here or on another rank: agree before writing anything.
+  if (s.cancel->agree()) return failure(support::interrupted(), s.root);
   if (s.options.emitPrograms)
     return writeOnRoot(s, [&] {
       return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip(),
@@ -427,7 +476,7 @@ StageEnd simulate(RunState& s) {
     if (s.selection.c2c) created = trace.createC2cEvents(events.c2cRowCount());
     if (created && s.selection.instructions)
       created = trace.createInstructionEvents(events.instructionRowCount(), opcodeNames());
-    if (auto stop = agreedOrStop(created, s, &trace)) return stop;
+    if (!created) return writeFailed(created, trace);
   }
 
   s.kernels = std::make_unique<sim::KernelRuntime>();
@@ -466,7 +515,8 @@ StageEnd simulate(RunState& s) {
   bool reportHere = false;
   auto outcome = simulation.run(s.interrupt, hooks, reportHere);
   if (!outcome) {
-    trace.discard();
+    // Exit 5 (a failed write of buffered events) aborts the job: no collective close.
+    outcome.error().code == ExitCode::kInternal ? trace.abandon() : trace.discard();
     return failure(outcome.error(), reportHere);
   }
   s.outcome = *outcome;
@@ -480,7 +530,7 @@ StageEnd simulate(RunState& s) {
     if (auto stop = agreedOrStop(checked, s, &trace)) return stop;
   }
   if (s.selection.c2c)
-    if (auto stop = agreedOrStop(events.flush(trace), s, &trace)) return stop;
+    if (auto flushed = events.flush(trace); !flushed) return writeFailed(flushed, trace);
   return std::nullopt;
 }
 
@@ -515,9 +565,11 @@ StageEnd gatherStatistics(RunState& s) {
   for (size_t i = 0; i < local.size(); ++i) {
     const auto& st = simulation.stats(i);
     const auto& program = *s.programs[local[i]];
+    // A chip a signal stopped before its end has run up to the cycle every rank reached.
+    const Cycle cycles = s.outcome.interrupted && st.cycles == 0 && st.instructions > 0 ? s.outcome.reachedCycle : st.cycles;
     // The split up to the chip's own end; the bubble after it, up to the makespan, is added below.
-    const TimeSplit split = timeSplit(spec, program, st.cycles, st.cycles);
-    stats.localRows.push_back({local[i], st.cycles, program.predictedCycles, program.lowerBoundCycles, st.instructions,
+    const TimeSplit split = timeSplit(spec, program, cycles, cycles);
+    stats.localRows.push_back({local[i], cycles, program.predictedCycles, program.lowerBoundCycles, st.instructions,
                                st.kindBusy[0], st.kindBusy[1], st.kindBusy[2], st.kindBusy[3], st.kindBusy[4],
                                st.bytesSent, st.bytesReceived, st.sramPeakBytes, split.compute, split.communication,
                                split.bubble, split.other});
@@ -555,7 +607,8 @@ StageEnd gatherStatistics(RunState& s) {
   for (auto* rows : {&stats.localRows, &stats.allRows})
     for (auto& row : *rows) row.bubbleCycles += run.makespanCycles - row.cycles;
   run.iterations = config.simulation.iterations;
-  run.samples = frontend::samplesPerIteration(config.model, *s.graph) * run.iterations;
+  // A partial run finished no iteration it can vouch for: no samples, no throughput.
+  run.samples = s.outcome.interrupted ? 0 : frontend::samplesPerIteration(config.model, *s.graph) * run.iterations;
   run.makespanSeconds = static_cast<double>(run.makespanCycles) / (spec.clockMhz * 1e6);
   run.throughputPerSecond = run.makespanSeconds > 0 ? static_cast<double>(run.samples) / run.makespanSeconds : 0;
 
@@ -563,12 +616,7 @@ StageEnd gatherStatistics(RunState& s) {
     stats.linkRows.push_back({link.id, link.a, link.b, linkTotals[link.id * 4], linkTotals[link.id * 4 + 1],
                               linkTotals[link.id * 4 + 2], linkTotals[link.id * 4 + 3], link.latencyCycles,
                               link.bytesPerCycle});
-  const auto units = spec.units();
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    UnitRow row{u, {}, units[u].slice};
-    std::snprintf(row.kind, sizeof row.kind, "%s", topology::unitKindName(units[u].kind));
-    stats.unitRows.push_back(row);
-  }
+  stats.unitRows = unitRowsOf(spec);
 
   // Imbalance between the chips the plan uses: busy cycles summed over all units of a chip.
   std::int64_t busiestBusy = 0;
@@ -618,14 +666,7 @@ StageEnd writeTrace(RunState& s) {
   TraceMeta meta = traceMeta(s);
   meta.partial = s.outcome.interrupted;
   meta.reachedCycle = s.outcome.reachedCycle;
-  // Every rank writes the same attribute values: rank 0's clock decides.
-  double wall = secondsSince(s.wallStart);
-  MPI_Bcast(&wall, 1, MPI_DOUBLE, 0, s.comm);
-  s.wallSeconds = meta.wallSeconds = wall;
-  char created[32] = {};
-  if (s.root) std::snprintf(created, sizeof created, "%s", isoNow().c_str());
-  MPI_Bcast(created, sizeof created, MPI_CHAR, 0, s.comm);
-  meta.created = created;
+  stampMeta(s, meta);
 
   Status w;
   if ((w = trace.writeMeta(meta)) && (w = trace.writeChips(stats.localRows, cluster.chipCount())) &&
@@ -636,15 +677,19 @@ StageEnd writeTrace(RunState& s) {
                                s.simOptions.binCycles, cluster.chipCount()))) {
   }
   if (w && s.choice.search) w = trace.writeSearchPlans(searchRows(s.choice.search->ranked));
-  if (!w) {
-    trace.discard();
-    return failure(w.error(), s.root);
-  }
-  s.tracePath = s.outcome.interrupted ? partialPath(config.output.trace) : config.output.trace;
-  if (auto c = trace.commit(s.tracePath); !c) return failure(c.error(), s.root);
-  if (s.outcome.interrupted)
+  if (w && !s.reports.empty()) w = trace.writeCompileReports(compileReportRows(s.reports));
+  if (!w) return writeFailed(w, trace);
+  // A signal that came after the simulation's last window: the trace is whole but the run stops (exit 7).
+  const bool late = !meta.partial && s.cancel->agree();
+  if (late)
+    if (auto marked = trace.markPartial(stats.run.makespanCycles); !marked) return writeFailed(marked, trace);
+  const bool partial = meta.partial || late;
+  s.tracePath = partial ? partialPath(config.output.trace) : config.output.trace;
+  if (auto c = trace.commit(s.tracePath); !c) return failure(c.error(), trace.failedHere());
+  if (partial)
     return failure(makeError(ExitCode::kInterrupted, fmt::format("interrupted at cycle {}; partial trace written to {}",
-                                                                 s.outcome.reachedCycle, s.tracePath)),
+                                                                 late ? stats.run.makespanCycles : s.outcome.reachedCycle,
+                                                                 s.tracePath)),
                    s.root);
   return std::nullopt;
 }
@@ -725,11 +770,8 @@ StageEnd writeSearch(RunState& s) {
   if (w)
     w = writer->writeSearchPlans(searchRows(s.choice.search ? s.choice.search->ranked
                                                             : std::vector<partition::RankedPlan>{*s.choice.given}));
-  if (!w) {
-    writer->discard();
-    return failure(w.error(), s.root);
-  }
-  if (auto c = writer->commit(config.output.trace); !c) return failure(c.error(), s.root);
+  if (!w) return writeFailed(w, *writer);
+  if (auto c = writer->commit(config.output.trace); !c) return failure(c.error(), writer->failedHere());
   if (s.root) s.options.json ? report::printSearchJson(s.choice, yamlPath) : report::printSearchText(s.choice, yamlPath);
   return finished();
 }
@@ -740,20 +782,104 @@ StageEnd reportCompiled(RunState& s) {
   return finished();
 }
 
+// ---- A signal before the simulation. ----
+
+// The partial trace of a run stopped before its simulation: what is known (the config, the plan, the
+// search's ranking, the compile reports and the compiler's predictions), every counter and the
+// makespan zero, reached_cycle 0.
+Status writeUnsimulatedTrace(RunState& s, const std::string& path, bool& reportHere) {
+  const RunConfig& config = s.config;
+  const topology::Cluster& cluster = *config.cluster;
+  if (s.root) {
+    std::error_code ec;
+    const auto parent = std::filesystem::path(config.output.trace).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
+  MPI_Barrier(s.comm);
+  auto writer = TraceWriter::create(config.output.trace, s.comm);
+  if (!writer) return writer.error();
+  TraceMeta meta = traceMeta(s);
+  if (!s.planChosen || s.collective) meta.planYaml.clear();
+  meta.partial = true;
+  meta.reachedCycle = 0;
+  stampMeta(s, meta);
+  // The chips' rows in blocks over the ranks; a chip's predictions come from its program, once compiled.
+  const std::int64_t chips = cluster.chipCount();
+  const auto units = unitRowsOf(cluster.chip());
+  constexpr int kBins = 64;
+  std::vector<int> local;
+  std::vector<ChipRow> rows;
+  for (std::int64_t c = chips * s.rank / s.ranks; c < chips * (s.rank + 1) / s.ranks; ++c) {
+    ChipRow row{};
+    row.chip = static_cast<std::int32_t>(c);
+    if (c < static_cast<std::int64_t>(s.programs.size())) {
+      row.predictedCycles = s.programs[c]->predictedCycles;
+      row.lowerBoundCycles = s.programs[c]->lowerBoundCycles;
+    } else if (c < static_cast<std::int64_t>(s.compiled.size())) {
+      row.predictedCycles = s.compiled[c].predictedCycles;
+      row.lowerBoundCycles = s.compiled[c].lowerBoundCycles;
+    }
+    local.push_back(row.chip);
+    rows.push_back(row);
+  }
+  std::vector<LinkRow> links;
+  for (const auto& link : cluster.links())
+    links.push_back({link.id, link.a, link.b, 0, 0, 0, 0, link.latencyCycles, link.bytesPerCycle});
+  RunRow run{};
+  TraceWriter& trace = *writer;
+  Status w;
+  if ((w = trace.writeMeta(meta)) && (w = trace.writeChips(rows, chips)) &&
+      (w = trace.writeUnitBusy(local, std::vector<std::int64_t>(local.size() * units.size(), 0),
+                               static_cast<int>(units.size()), chips)) &&
+      (w = trace.writeUnits(units)) && (w = trace.writeLinks(links)) && (w = trace.writeRun(run)) &&
+      (w = trace.writeAttribution(Attribution{})) &&
+      (w = trace.writeTimeline(local, std::vector<float>(local.size() * topology::kUnitKindCount * kBins, 0.0f),
+                               topology::kUnitKindCount, kBins, 1, chips))) {
+  }
+  if (w && s.choice.search) w = trace.writeSearchPlans(searchRows(s.choice.search->ranked));
+  if (w && !s.reports.empty()) w = trace.writeCompileReports(compileReportRows(s.reports));
+  if (!w) {
+    trace.abandon();
+    reportHere = true;
+    return w;
+  }
+  w = trace.commit(path);
+  if (!w) reportHere = trace.failedHere();
+  return w;
+}
+
+// Every rank agreed to stop after `stage`, before simulating: exit 7, with a partial trace when the
+// run writes one.
+RunResult stopBeforeSimulation(RunState& s, const char* stage) {
+  const bool writesTrace = s.configured && !s.options.describe && !s.options.compileOnly && !s.options.dumpIrAfter;
+  if (!writesTrace)
+    return *failure(makeError(ExitCode::kInterrupted, fmt::format("interrupted during {}; no trace written", stage)),
+                    s.root);
+  s.tracePath = partialPath(s.config.output.trace);
+  bool reportHere = s.root;
+  if (auto w = writeUnsimulatedTrace(s, s.tracePath, reportHere); !w) return *failure(w.error(), reportHere);
+  return *failure(makeError(ExitCode::kInterrupted, fmt::format("interrupted during {}, before the simulation; "
+                                                                "partial trace written to {}",
+                                                                stage, s.tracePath)),
+                  s.root);
+}
+
 // ---- The stage list. ----
 
 /// A named step of the run; `phase` is the wall-time phase it is counted in (none: it counts its own).
+/// After a stage before the simulation, the ranks agree whether a signal stops the run.
 struct Stage {
   const char* name;
   std::optional<Phase> phase;
   StageEnd (*run)(RunState&);
+  bool beforeSimulation = false;
 };
 
-constexpr Stage kConfigure{"configure", Phase::kLoad, configure};
-constexpr Stage kBuildModel{"build model", std::nullopt, buildModel};  // phases import and passes
-constexpr Stage kChoosePlan{"choose plan", Phase::kSearch, choosePlanStage};
-constexpr Stage kCompile{"compile", Phase::kCompile, compile};
-constexpr Stage kMapRanks{"map ranks", Phase::kSimulate, mapRanks};
+constexpr Stage kConfigure{"configure", Phase::kLoad, configure, true};
+constexpr Stage kBuildModel{"build model", std::nullopt, buildModel, true};  // phases import and passes
+constexpr Stage kChoosePlan{"choose plan", Phase::kSearch, choosePlanStage, true};
+constexpr Stage kCompile{"compile", Phase::kCompile, compile, true};
+constexpr Stage kMapRanks{"map ranks", Phase::kSimulate, mapRanks, true};
 constexpr Stage kSimulate{"simulate", Phase::kSimulate, simulate};
 constexpr Stage kGatherStatistics{"gather statistics", Phase::kSimulate, gatherStatistics};
 constexpr Stage kWriteTrace{"write trace", Phase::kWriteTrace, writeTrace};
@@ -800,13 +926,24 @@ RunState::RunState(const RunOptions& o, MPI_Comm c, const volatile std::sig_atom
 
 RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std::sig_atomic_t* interrupt) {
   RunState state(options, comm, interrupt);
-  for (const Stage& stage : stagesFor(options)) {
-    const auto start = Clock::now();
-    StageEnd end = stage.run(state);
-    if (stage.phase) state.phases.add(*stage.phase, secondsSince(start));
-    if (end) return *end;
-  }
-  return {};
+  CancelWatch cancel(comm, interrupt);
+  state.cancel = &cancel;
+  // Searching and compiling look at the signal (here or on another rank) at every step.
+  support::setCancelPoll([&cancel] { return cancel.poll(); });
+  const RunResult result = [&]() -> RunResult {
+    for (const Stage& stage : stagesFor(options)) {
+      const auto start = Clock::now();
+      StageEnd end = stage.run(state);
+      if (stage.phase) state.phases.add(*stage.phase, secondsSince(start));
+      // A stage stopped early by the signal may have failed for that reason alone: the signal wins.
+      if (stage.beforeSimulation && cancel.agree()) return stopBeforeSimulation(state, stage.name);
+      if (end) return *end;
+    }
+    return {};
+  }();
+  support::setCancelPoll(nullptr);
+  if (result.code != ExitCode::kInternal) cancel.finish();  // exit 5 aborts the job
+  return result;
 }
 
 }  // namespace tsp::runtime

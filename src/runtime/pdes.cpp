@@ -368,16 +368,11 @@ Expected<SimulationOutcome> ParallelSimulation::run(const volatile std::sig_atom
       arrived.clear();
     }
     if (agreed[3].value == 0 && hooks.flush) {
-      // Rare (once per buffer's worth of rows), so a second agreement on the outcome is cheap.
-      const Status flushed = hooks.flush();
-      int ok = flushed.ok(), allOk = 0;
-      MPI_Allreduce(&ok, &allOk, 1, MPI_INT, MPI_MIN, comm_);
-      if (!allOk) {
-        int lowest = ok ? INT_MAX : rank_;
-        MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, comm_);
-        reportHere = lowest == rank_;
-        if (!ok) return flushed.error();
-        return makeError(ExitCode::kInternal, "writing the trace failed on another rank");
+      // A failed write (a full disk) may leave other ranks inside HDF5's collectives: no agreement
+      // can follow it. The rank that saw it reports, and its exit 5 aborts the job.
+      if (const Status flushed = hooks.flush(); !flushed) {
+        reportHere = true;
+        return flushed.error();
       }
     }
     if (agreed[2].value == 0) {

@@ -30,7 +30,7 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
 }  // namespace
 
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
-                                MPI_Comm comm, PhaseProgress& progress) {
+                                MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress) {
   const topology::Cluster& cluster = *config.cluster;
   const auto& parallelism = config.parallelism;
   PlanChoice choice;
@@ -88,8 +88,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
       progress.update(done, total, "candidates evaluated");
     };
     if (parallel.size > 1)
-      parallel.gather = [comm](const std::vector<partition::EvaluatedCandidate>& mine) {
-        return gatherCandidates(comm, mine);
+      parallel.gather = [comm, &cancel](const std::vector<partition::EvaluatedCandidate>& mine) {
+        // Stopping: this rank's candidates only (the search ends early; the caller returns interrupted).
+        return cancel.agree() ? mine : gatherCandidates(comm, mine);
       };
     auto result = partition::searchPlans(cluster, *profile, search, parallel);
     if (!result) return result.error();

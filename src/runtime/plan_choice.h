@@ -13,6 +13,7 @@
 #include "partition/plan.h"
 #include "partition/search.h"
 #include "partition/training.h"
+#include "runtime/cancellation.h"
 #include "runtime/driver.h"
 #include "runtime/progress.h"
 #include "runtime/run_config.h"
@@ -36,9 +37,10 @@ struct PlanChoice {
 
 /// The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
 /// The search's candidates are dealt over the ranks of comm; every rank gets the same choice.
-/// progress shows the distinct layers profiled, then the candidates evaluated.
+/// progress shows the distinct layers profiled, then the candidates evaluated. The ranks agree on
+/// `cancel` before gathering candidates; once they agreed to stop, nothing more is gathered.
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
-                                MPI_Comm comm, PhaseProgress& progress);
+                                MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress);
 
 /// A searched plan whose shards do not compile (the cost model's memory check passed, the SRAM
 /// allocator did not) is replaced by the next ranked plan that does, at most this many times.

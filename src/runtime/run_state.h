@@ -15,6 +15,7 @@
 #include "compile/ir/graph.h"
 #include "compile/schedule/collectives.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "runtime/cancellation.h"
 #include "runtime/driver.h"
 #include "runtime/event_buffer.h"
 #include "runtime/functional_run.h"
@@ -93,6 +94,7 @@ struct RunState {
   const RunOptions& options;
   MPI_Comm comm;
   const volatile std::sig_atomic_t* interrupt;
+  CancelWatch* cancel = nullptr;  ///< a signal on any rank, agreed between the stages
   int rank = 0, ranks = 1;
   bool root = true;
   std::chrono::steady_clock::time_point wallStart;
@@ -100,12 +102,14 @@ struct RunState {
 
   // configure
   RunConfig config;
+  bool configured = false;  ///< the config is loaded and the trace can be written
   bool functional = false;
   // build model
   std::optional<ir::Graph> graph;
   // choose plan
   std::optional<schedule::CollectiveSchedule> collective;  ///< builtin:collective: compiled without a plan
   PlanChoice choice;
+  bool planChosen = false;
   // compile
   std::vector<isa::Program> compiled;
   std::vector<schedule::CompileReport> reports;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -15,6 +16,24 @@
 namespace tsp::runtime {
 
 namespace {
+
+// Space kept free beside the temporary trace while it is written and released just before it is
+// closed: HDF5 writes most of its metadata when the file closes, and a write that fails there on
+// one rank leaves the others waiting inside HDF5's collective close. Failures of the data writes
+// before it are reported on the failing rank and end the job (exit 5).
+constexpr off_t kReservedBytes = off_t{16} << 20;
+
+std::string reservePath(const std::string& temp) { return temp + ".reserve"; }
+
+// Creates the reserve file; false when the disk has not that much room.
+bool reserveSpace(const std::string& temp) {
+  const int fd = ::open(reservePath(temp).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return false;
+  const bool ok = ::posix_fallocate(fd, 0, kReservedBytes) == 0;
+  ::close(fd);
+  if (!ok) std::remove(reservePath(temp).c_str());
+  return ok;
+}
 
 // Closes an HDF5 handle at scope exit.
 class Handle {
@@ -261,6 +280,11 @@ Expected<TraceWriter> TraceWriter::create(const std::string& finalPath, MPI_Comm
   if (rank == 0) tag = (static_cast<std::uint64_t>(::getpid()) << 32) ^ std::random_device{}();
   MPI_Bcast(&tag, 1, MPI_UINT64_T, 0, comm);
   const std::string temp = fmt::format("{}.{:x}.tmp", finalPath, tag);
+  int reserved = rank == 0 ? reserveSpace(temp) : 0;
+  MPI_Bcast(&reserved, 1, MPI_INT, 0, comm);
+  if (!reserved)
+    return makeError(ExitCode::kInternal, fmt::format("{}: no room for the trace: cannot keep {} MiB free beside it",
+                                                      finalPath, kReservedBytes >> 20));
   Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   H5Pset_fapl_mpio(access, comm, MPI_INFO_NULL);
   hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access);
@@ -268,6 +292,7 @@ Expected<TraceWriter> TraceWriter::create(const std::string& finalPath, MPI_Comm
   MPI_Allreduce(&okLocal, &okAll, 1, MPI_INT, MPI_MIN, comm);
   if (!okAll) {
     if (file >= 0) H5Fclose(file);
+    if (rank == 0) std::remove(reservePath(temp).c_str());
     return makeError(ExitCode::kConfig, fmt::format("{}: cannot create the trace file (does the directory exist?)", temp));
   }
   return TraceWriter(temp, comm, file);
@@ -431,6 +456,34 @@ Status TraceWriter::writeSearchPlans(const std::vector<SearchPlanRow>& rows) {
   return writeRows(file_, "/search/plans", type, {rows.size()}, rowsOfRank0(rank_, rows.size()), rows.data());
 }
 
+Status TraceWriter::writeCompileReports(const std::vector<CompileReportRow>& rows) {
+  Handle group(ensureGroup(file_, "/compile"), H5Gclose);
+  Handle type(H5Tcreate(H5T_COMPOUND, sizeof(CompileReportRow)), H5Tclose);
+  H5Tinsert(type, "chip", HOFFSET(CompileReportRow, chip), H5T_NATIVE_INT32);
+#define TSP_FIELD(name, member) H5Tinsert(type, name, HOFFSET(CompileReportRow, member), H5T_NATIVE_INT64)
+  TSP_FIELD("cycles", cycles);
+  TSP_FIELD("list_cycles", listCycles);
+  TSP_FIELD("lower_bound", lowerBound);
+  TSP_FIELD("critical_path", criticalPath);
+  TSP_FIELD("busiest_resource", busiestResource);
+  TSP_FIELD("sram_peak_bytes", sramPeakBytes);
+  TSP_FIELD("sram_footprint_bytes", sramFootprintBytes);
+  TSP_FIELD("sram_capacity_bytes", sramCapacityBytes);
+  H5Tinsert(type, "spills", HOFFSET(CompileReportRow, spills), H5T_NATIVE_INT32);
+  TSP_FIELD("mem_accesses", memAccesses);
+  TSP_FIELD("delayed_mem_accesses", delayedMemAccesses);
+  TSP_FIELD("tasks", tasks);
+#undef TSP_FIELD
+  return writeRows(file_, "/compile/reports", type, {rows.size()}, rowsOfRank0(rank_, rows.size()), rows.data());
+}
+
+Status TraceWriter::markPartial(std::int64_t reachedCycle) {
+  Handle group(H5Gopen2(file_, "/meta", H5P_DEFAULT), H5Gclose);
+  if (!group.ok() || H5Adelete(group, "partial") < 0) return ioError("cannot mark the trace partial");
+  if (auto s = numberAttribute(group, "partial", H5T_NATIVE_INT, 1); !s) return s;
+  return numberAttribute(group, "reached_cycle", H5T_NATIVE_INT64, reachedCycle);
+}
+
 Status TraceWriter::createC2cEvents(std::int64_t rows) {
   Handle group(ensureGroup(file_, "/events"), H5Gclose);
   Handle type(c2cEventType(), H5Tclose);
@@ -456,11 +509,24 @@ Status TraceWriter::writeInstructionEvents(const EventRows<InstructionEventRow>&
 }
 
 Status TraceWriter::commit(const std::string& path) {
-  const herr_t closed = H5Fclose(file_);
+  // Every rank has written all it had; the reserve goes before any rank starts closing.
+  MPI_Barrier(comm_);
+  if (rank_ == 0) std::remove(reservePath(tempPath_).c_str());
+  MPI_Barrier(comm_);
+  if (H5Fclose(file_) < 0) {  // a full disk fails here too: no collective after it
+    file_ = -1;
+    abandon();
+    failedHere_ = true;
+    return ioError(fmt::format("cannot close the trace {}", tempPath_));
+  }
   file_ = -1;
-  int ok = closed >= 0;
-  if (rank_ == 0 && ok) ok = std::rename(tempPath_.c_str(), path.c_str()) == 0;
-  if (rank_ == 0 && !ok) std::remove(tempPath_.c_str());  // nothing is left behind
+  int ok = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm_);  // every rank closed it
+  if (rank_ == 0) ok = std::rename(tempPath_.c_str(), path.c_str()) == 0;
+  if (rank_ == 0 && !ok) {
+    failedHere_ = true;
+    std::remove(tempPath_.c_str());  // nothing is left behind
+  }
   MPI_Bcast(&ok, 1, MPI_INT, 0, comm_);
   if (!ok) return makeError(ExitCode::kInternal, fmt::format("cannot close or rename the trace into {}", path));
   return {};
@@ -469,7 +535,16 @@ Status TraceWriter::commit(const std::string& path) {
 void TraceWriter::discard() {
   if (file_ >= 0) H5Fclose(file_);
   file_ = -1;
-  if (rank_ == 0) std::remove(tempPath_.c_str());
+  if (rank_ == 0) {
+    std::remove(tempPath_.c_str());
+    std::remove(reservePath(tempPath_).c_str());
+  }
+}
+
+void TraceWriter::abandon() {
+  file_ = -1;  // not closed: closing is collective
+  std::remove(tempPath_.c_str());
+  std::remove(reservePath(tempPath_).c_str());
 }
 
 }  // namespace tsp::runtime

@@ -47,6 +47,15 @@ struct RunRow {
   std::int32_t chips, iterations;
 };
 
+/// One row of /compile/reports: the compiler's report on one chip's program (docs/trace-format.md).
+struct CompileReportRow {
+  std::int32_t chip;
+  std::int64_t cycles, listCycles, lowerBound, criticalPath, busiestResource;
+  std::int64_t sramPeakBytes, sramFootprintBytes, sramCapacityBytes;
+  std::int32_t spills;
+  std::int64_t memAccesses, delayedMemAccesses, tasks;
+};
+
 /// One row of /search/plans: a ranked plan and its predicted figures.
 struct SearchPlanRow {
   std::int32_t rank;
@@ -113,7 +122,10 @@ struct TraceMeta {
 /// missing). Checked before any work, so that a bad --out fails in a second.
 Status checkTraceTarget(const std::string& path);
 
-/// Writes one trace file. Every call is collective over the communicator.
+/// Writes one trace file. Every call is collective over the communicator. A write that fails (a
+/// full disk) fails on the ranks that saw it, while the others may wait inside HDF5's collectives:
+/// after a failure the caller abandon()s the file, without any collective, and ends the job (exit
+/// 5, MPI_Abort).
 class TraceWriter {
  public:
   /// Creates `finalPath`'s temporary sibling under a name unique to this run; nothing appears under
@@ -140,6 +152,10 @@ class TraceWriter {
   Status writeAttribution(const Attribution& attribution);
   /// The ranked plans of a search, best first (identical on every rank; written by rank 0).
   Status writeSearchPlans(const std::vector<SearchPlanRow>& rows);
+  /// /compile/reports, one row per chip (identical on every rank; written by rank 0).
+  Status writeCompileReports(const std::vector<CompileReportRow>& rows);
+  /// Marks a trace whose /meta is written as partial: the signal came after the simulation ended.
+  Status markPartial(std::int64_t reachedCycle);
 
   /// Creates /events/c2c with `rows` rows (unwritten rows read as -1), extendible, chunked, compressed.
   Status createC2cEvents(std::int64_t rows);
@@ -152,8 +168,12 @@ class TraceWriter {
 
   /// Closes and renames to `path` (the final name, or a .partial.h5 name).
   Status commit(const std::string& path);
-  /// Closes and deletes the temporary file.
+  /// Closes and deletes the temporary file (collective).
   void discard();
+  /// Deletes the temporary file after a failed write, on this rank alone (no collective).
+  void abandon();
+  /// Whether commit() failed on this rank (the rank that reports it).
+  bool failedHere() const { return failedHere_; }
 
  private:
   TraceWriter(std::string tempPath, MPI_Comm comm, std::int64_t file);
@@ -161,6 +181,7 @@ class TraceWriter {
   MPI_Comm comm_;
   std::int64_t file_ = -1;
   int rank_ = 0;
+  bool failedHere_ = false;
 };
 
 }  // namespace tsp::runtime

@@ -438,7 +438,7 @@ std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Sch
   isa::Program out;
   out.instructions.reserve(static_cast<size_t>(problem.instructionCount()));
   for (size_t t = 0; t < tasks.size(); ++t) {
-    const auto [eb, ee] = problem.edgesOf(static_cast<int>(t));
+    const int eb = problem.edgesOf(static_cast<int>(t)).first, ee = problem.edgesOf(static_cast<int>(t)).second;
     auto streamOf = [&](int step) -> isa::StreamRef {
       for (int e = eb; e < ee; ++e)
         if (problem.streamEdges()[e].step == step)

@@ -5,6 +5,8 @@
 #include <random>
 #include <set>
 
+#include "support/cancel.h"
+
 namespace tsp::schedule {
 
 double utilisation(const Problem& problem, const Schedule& schedule) {
@@ -51,7 +53,7 @@ Expected<AnnealResult> anneal(const Problem& problem, const Schedule& list, cons
   double reward[2] = {0, 0};
   std::int64_t tries[2] = {0, 0};
 
-  for (std::int64_t move = 0; move < moves; ++move) {
+  for (std::int64_t move = 0; move < moves && !support::cancelRequested(); ++move) {
     int arm = 0;
     if (tries[0] == 0) arm = 0;
     else if (tries[1] == 0) arm = 1;

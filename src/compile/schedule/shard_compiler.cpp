@@ -12,6 +12,7 @@
 #include "compile/alloc/stream_colouring.h"
 #include "compile/schedule/annealer.h"
 #include "compile/schedule/plane_order.h"
+#include "support/cancel.h"
 
 namespace tsp::schedule {
 
@@ -212,6 +213,7 @@ void fillReport(const Problem& problem, const Schedule& schedule, const lower::L
 Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                      const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface,
                                      const Options& options) {
+  if (support::cancelRequested()) return support::interrupted();
   auto lowered = lower::lowerShard(chip, graph, ops, interface);
   if (!lowered) return lowered.error();
   lower::LoweredShard& shard = **lowered;
