@@ -170,6 +170,17 @@ std::vector<CompileReportRow> compileReportRows(const std::vector<schedule::Comp
   return rows;
 }
 
+// The trace's temporary file, its directory made first (by rank 0, before any rank opens it).
+Expected<TraceWriter> createTrace(const RunState& s) {
+  if (s.root) {
+    std::error_code ec;
+    const auto parent = std::filesystem::path(s.config.output.trace).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  }
+  MPI_Barrier(s.comm);
+  return TraceWriter::create(s.config.output.trace, s.comm);
+}
+
 // The plan's diagnostic location: the plan file it came from, or the config's parallelism.plan.
 SourceLocation planWhere(const RunState& s) {
   return !s.choice.planFile.empty() ? SourceLocation{s.choice.planFile, 0, 0, ""} : s.config.parallelism.planWhere;
@@ -450,13 +461,7 @@ StageEnd mapRanks(RunState& s) {
 StageEnd simulate(RunState& s) {
   const RunConfig& config = s.config;
   const topology::Cluster& cluster = *config.cluster;
-  if (s.root) {
-    std::error_code ec;
-    const auto parent = std::filesystem::path(config.output.trace).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  }
-  MPI_Barrier(s.comm);
-  auto writer = TraceWriter::create(config.output.trace, s.comm);
+  auto writer = createTrace(s);
   if (!writer) return failure(writer.error(), s.root);
   s.writer.emplace(std::move(*writer));
   TraceWriter& trace = *s.writer;
@@ -790,13 +795,7 @@ StageEnd reportCompiled(RunState& s) {
 Status writeUnsimulatedTrace(RunState& s, const std::string& path, bool& reportHere) {
   const RunConfig& config = s.config;
   const topology::Cluster& cluster = *config.cluster;
-  if (s.root) {
-    std::error_code ec;
-    const auto parent = std::filesystem::path(config.output.trace).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  }
-  MPI_Barrier(s.comm);
-  auto writer = TraceWriter::create(config.output.trace, s.comm);
+  auto writer = createTrace(s);
   if (!writer) return writer.error();
   TraceMeta meta = traceMeta(s);
   if (!s.planChosen || s.collective) meta.planYaml.clear();

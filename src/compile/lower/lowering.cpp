@@ -857,7 +857,9 @@ Status Lowering::lowerMxm(const MxmJob& job) {
     for (int n = 0; n < nTiles; ++n) {
       const std::vector<int> ks = job.kTilesOf(n);
       const int kTiles = static_cast<int>(ks.size());
-      for (const auto& [g0, g1] : groups) {
+      for (const auto& group : groups) {
+        const auto g0 = std::get<0>(group);
+        const auto g1 = std::get<1>(group);
         const std::int64_t batch = job.blocks[g0][0];
         std::int64_t groupRows = 0;
         for (size_t bi = g0; bi < g1; ++bi) groupRows += job.blocks[bi][2];
@@ -1174,7 +1176,9 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
       r = end;
     }
   for (int t = 0; t < ys.placement.tiles; ++t)
-    for (const auto& [r0, n] : pieces) {
+    for (const auto& piece : pieces) {
+      const auto r0 = std::get<0>(piece);
+      const auto n = std::get<1>(piece);
       Task task;
       task.name = fmt::format("{} tile {}", op.name, t);
       std::vector<Access> reads;
