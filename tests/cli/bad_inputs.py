@@ -402,6 +402,12 @@ def onnx_cases():
     oc("text_file", 2, r"node '[^']*m.onnx': not a valid ONNX model", b"ir_version: 7\n")
     oc("no_opset", 2, r"node '[^']*m.onnx': the model imports no ONNX opset",
        onnx_model([node("Relu", ["x"], ["y"])], [x], [y], raw=lambda m: m.ClearField("opset_import")))
+    # ONNX's version converter (opsets below 11) crashed on names nothing defines (found by onnx_fuzzer).
+    oc("upgrade_output_without_producer", 2, r"node '[^']*m.onnx': graph output 'y' is produced by no node",
+       onnx_model([node("Relu", ["x"], ["z"])], [x], [y], opset=10))
+    oc("upgrade_undefined_input", 2,
+       r"node 'n0': input 'q' is not a graph input, an initializer or an earlier node's output",
+       onnx_model([node("Add", ["x", "q"], ["y"])], [x], [y], opset=10))
     oc("opset_new", 2, r"node '[^']*m.onnx': opset 99 is not supported", onnx_model([node("Relu", ["x"], ["y"])], [x], [y], opset=99))
     oc("unsupported_op", 2, r"node '[^']*m.onnx': opset 13: 1 unsupported op kind: Hardmax x 1 \(first node 'n0'\)", onnx_model([node("Hardmax", ["x"], ["y"])], [x], [y]))
     oc("op_domain", 2, r"node '[^']*m.onnx': opset 13: 1 unsupported op kind: com.example::Relu x 1 \(first node 'n0'\)",

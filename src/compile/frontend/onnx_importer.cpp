@@ -1733,12 +1733,32 @@ bool needsUpgrade(const onnx::ModelProto& model) {
   return false;
 }
 
+// ONNX's version converter takes every name as defined (it dereferences the value a name stands
+// for): every node input and graph output must be a graph input, an initializer or an earlier
+// node's output before it runs.
+Status checkNamesDefined(const onnx::GraphProto& graph, const std::string& path) {
+  std::set<std::string> known;
+  for (const auto& in : graph.input()) known.insert(in.name());
+  for (const auto& init : graph.initializer()) known.insert(init.name());
+  for (const auto& node : graph.node()) {
+    for (const auto& in : node.input())
+      if (!in.empty() && !known.count(in))
+        return modelError(node.name().empty() ? path : node.name(),
+                          fmt::format("input '{}' is not a graph input, an initializer or an earlier node's output", in));
+    for (const auto& out : node.output()) known.insert(out);
+  }
+  for (const auto& out : graph.output())
+    if (!known.count(out.name())) return modelError(path, fmt::format("graph output '{}' is produced by no node", out.name()));
+  return {};
+}
+
 // A model below kMinOpset upgraded by ONNX's own version converter (every op's adapter chain).
 Status upgradeOpset(onnx::ModelProto& model, const std::string& path) {
   for (const auto& opset : model.opset_import()) {
     if (!opset.domain().empty() && opset.domain() != "ai.onnx") continue;
     if (opset.version() >= kMinOpset) return {};
     const auto from = opset.version();
+    if (auto s = checkNamesDefined(model.graph(), path); !s) return s;
     try {
       model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
     } catch (const std::exception& e) {

@@ -326,11 +326,26 @@ double toBf16(double v) {
   return r;
 }
 
+#if defined(__clang__) && __clang_major__ < 15
+// clang 14 (the fuzz build) has no _Float16 on x86-64: the same rounding written out (to nearest
+// even, 11 significant bits, subnormal steps of 2^-24 below 2^-14, infinity from 65520 up).
+double roundToHalf(double v) {
+  if (!std::isfinite(v) || v == 0.0) return v;
+  int e = 0;
+  std::frexp(v, &e);  // |v| = m 2^e, m in [0.5, 1)
+  const double quantum = std::ldexp(1.0, std::max(e, -13) - 11);
+  const double r = std::nearbyint(v / quantum) * quantum;
+  return std::fabs(r) >= 65520.0 ? std::copysign(HUGE_VAL, v) : r;
+}
+#else
+double roundToHalf(double v) { return static_cast<double>(static_cast<_Float16>(v)); }
+#endif
+
 }  // namespace
 
 double toStorage(double v, DType dtype) {
   switch (dtype) {
-    case DType::kF16: return static_cast<double>(static_cast<_Float16>(v));
+    case DType::kF16: return roundToHalf(v);
     case DType::kBF16: return toBf16(v);
     case DType::kF32: return static_cast<double>(static_cast<float>(v));
     case DType::kBool: return v != 0.0 ? 1.0 : 0.0;
