@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 
 #include "support/files.h"
 #include "support/strings.h"
@@ -49,6 +50,46 @@ Status checkMappingKeys(const std::string& path, const YAML::Node& root, const s
   return {};
 }
 
+// Whether a YAML document has content, and where it starts. yaml-cpp 0.7's LoadAll loops forever,
+// allocating, on a stream whose parser yields empty documents without consuming anything (a config
+// of ","; found by config_fuzzer: it took the machine's memory); its later releases stop at the
+// first empty document (yaml-cpp pull request 1319), and so does countDocuments.
+class DocumentProbe : public YAML::EventHandler {
+ public:
+  bool content = false;
+  YAML::Mark start;  ///< where the document's content starts
+  void OnDocumentStart(const YAML::Mark&) override { content = false; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override { found(mark); }
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override { found(mark); }
+  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    found(mark);
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    found(mark);
+  }
+  void OnMapEnd() override {}
+
+ private:
+  void found(const YAML::Mark& mark) {
+    if (!content) start = mark;
+    content = true;
+  }
+};
+
+// The documents with content in text; `second` is where the second starts.
+int countDocuments(const std::string& text, YAML::Mark& second) {
+  std::stringstream stream(text);
+  YAML::Parser parser(stream);
+  DocumentProbe probe;
+  int documents = 0;
+  while (parser.HandleNextDocument(probe) && probe.content)
+    if (++documents == 2) second = probe.start;
+  return documents;
+}
+
 }  // namespace
 
 Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& what) {
@@ -59,11 +100,11 @@ Expected<YAML::Node> loadYamlFile(const std::string& path, const std::string& wh
   std::stringstream text;
   text << in.rdbuf();
   try {
-    std::vector<YAML::Node> documents = YAML::LoadAll(text.str());
-    if (documents.size() > 1)
-      return configError(markAt(path, documents[1].Mark()),
-                         fmt::format("the {} file holds {} YAML documents, expected one", what, documents.size()));
-    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
+    YAML::Mark second;
+    if (const int documents = countDocuments(text.str(), second); documents > 1)
+      return configError(markAt(path, second),
+                         fmt::format("the {} file holds {} YAML documents, expected one", what, documents));
+    YAML::Node root = YAML::Load(text.str());
     if (auto s = checkMappingKeys(path, root, what); !s) return s.error();
     return root;
   } catch (const YAML::Exception& e) {

@@ -64,6 +64,10 @@ def yaml_cases():
          config=BASE + "---\n@@cluster: {}\n")
     case(g, "three_documents", 1, r"c.yaml:\d+:\d+: the config file holds 3 YAML documents, expected one",
          config=BASE + "---\na: 1\n---\nb: 2\n")
+    # yaml-cpp 0.7's LoadAll looped forever, allocating, on these (found by config_fuzzer).
+    case(g, "leading_comma", 1, r"c.yaml:1:1: the config must be a mapping with a 'cluster' section", config=",\n")
+    case(g, "leading_comma_mapping", 1, r"c.yaml:1:1: the config must be a mapping with a 'cluster' section",
+         config=",cluster:\n  topology: {kind: ring, chips: 4}\n")
     case(g, "mapping_key", 1, r"{at}: a key in the config file must be a scalar, not a mapping",
          config=BASE + "? @@{a: 1}\n: 2\n")
     case(g, "sequence_key", 1, r"{at}: a key in the config file must be a scalar, not a list",
