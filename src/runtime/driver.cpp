@@ -666,6 +666,14 @@ StageEnd writeTrace(RunState& s) {
   const RunConfig& config = s.config;
   const topology::Cluster& cluster = *config.cluster;
   TraceWriter& trace = *s.writer;
+  // A signal that came after the simulation's last window, before the writing: a partial trace of
+  // the whole run, which claims no samples as every partial trace.
+  if (!s.outcome.interrupted && s.cancel->agree()) {
+    s.outcome.interrupted = true;
+    s.outcome.reachedCycle = s.statistics.run.makespanCycles;
+    s.statistics.run.samples = 0;
+    s.statistics.run.throughputPerSecond = 0;
+  }
   const RunStatistics& stats = s.statistics;
   const auto& local = s.simulation->mapping().localChips;
   TraceMeta meta = traceMeta(s);
