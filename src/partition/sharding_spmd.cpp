@@ -178,8 +178,12 @@ class DeviceBuilder {
       return op(ir::OpKind::kSlice, name, {v}, {{"starts", Shape{0}}, {"ends", Shape{n}}, {"axes", Shape{axis}}});
     Shape zeros = shape;
     zeros[axis] = n - shape[axis];
-    const ir::TensorId pad = constant(name + ".zeros", zeros, g_.tensor(v).dtype, std::vector<double>(elementsOf(zeros), 0.0));
-    return op(ir::OpKind::kConcat, name, {v, pad}, {{"axis", axis}});
+    // One zero expanded to the padding's shape: a padded KV cache or weight block would otherwise be
+    // held as a constant of its full size on every device of the plan (gigabytes at tp 64).
+    const ir::TensorId zero = constant(name + ".zero", Shape(shape.size(), 1), g_.tensor(v).dtype, {0.0});
+    auto pad = op(ir::OpKind::kExpand, name + ".zeros", {zero}, {{"shape", zeros}});
+    if (!pad) return pad.error();
+    return op(ir::OpKind::kConcat, name, {v, *pad}, {{"axis", axis}});
   }
 
   // One reshard: its steps in order on the local value.

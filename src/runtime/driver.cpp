@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sys/resource.h>
 
 #include <fmt/format.h>
@@ -406,11 +407,17 @@ StageEnd compile(RunState& s) {
     auto schedule = compilePlan(choice.plan);
     // The search ranked the plan by a memory estimate; when the allocator cannot place it, run the
     // best ranked plan that compiles (the same on every rank: compiling is deterministic).
+    // A TP width and split whose shard did not fit is not tried again at other pipeline depths,
+    // microbatches or replicas: a layer's shard is the same in all of them.
     size_t next = 0;
+    std::set<std::pair<int, int>> unfit;
     while (!schedule && schedule.error().code == ExitCode::kDoesNotFit && choice.search && choice.planFile.empty() &&
            static_cast<int>(choice.skipped.size()) < kMaxPlanFallbacks) {
       choice.skipped.push_back(fmt::format("{} ({})", choice.plan.canonical(), schedule.error().message));
-      auto alternative = nextRankedPlan(cluster, choice, next);
+      if (choice.plan.tp > 1) unfit.insert({choice.plan.tp, static_cast<int>(choice.plan.split)});
+      auto alternative = nextRankedPlan(cluster, choice, next, [&](const partition::Candidate& c) {
+        return c.tp > 1 && unfit.count({c.tp, static_cast<int>(c.split)}) > 0;
+      });
       if (!alternative) break;
       choice.plan = std::move(*alternative);
       schedule = compilePlan(choice.plan);

@@ -111,11 +111,13 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   return choice;
 }
 
-Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanChoice& choice, size_t& next) {
+Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanChoice& choice, size_t& next,
+                                         const std::function<bool(const partition::Candidate&)>& skip) {
   auto order = partition::localityOrder(cluster);
   if (!order) return order.error();
   const auto& ranked = choice.search->ranked;
   for (; next < ranked.size(); ++next) {
+    if (skip && skip(ranked[next].candidate)) continue;
     auto plan = partition::buildPlan(cluster, *choice.profile, ranked[next].candidate, *order);
     if (!plan || plan->canonical() == choice.plan.canonical()) continue;
     auto placement = partition::refinePlacement(cluster, *choice.profile, *plan, *order);

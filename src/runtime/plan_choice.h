@@ -1,6 +1,8 @@
 // The plan a run simulates: from a plan file, the config's fixed plan, or the search, and its fallbacks.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,7 +50,9 @@ inline constexpr int kMaxPlanFallbacks = 16;
 
 /// The next ranked plan after position `next` that has a Plan (stages and placement) and differs from
 /// the current one; updates the choice's placement and prediction, or an error when none is left.
-Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanChoice& choice, size_t& next);
+/// `skip`: candidates not to take (a TP width and split whose shards did not fit before).
+Expected<partition::Plan> nextRankedPlan(const topology::Cluster& cluster, PlanChoice& choice, size_t& next,
+                                         const std::function<bool(const partition::Candidate&)>& skip = {});
 
 /// The ranked plans as rows of the trace's /search/plans.
 std::vector<SearchPlanRow> searchRows(const std::vector<partition::RankedPlan>& ranked);
