@@ -257,14 +257,11 @@ void BM_BankMapping(benchmark::State& state) {
 }
 BENCHMARK(BM_BankMapping)->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->Unit(benchmark::kMillisecond);
 
-// Quality: an MLP shard (the quickstart's layers) with annealing.
-void BM_QualityMlp(benchmark::State& state) {
-  topology::ChipSpec chip;
-  const ir::Graph g = builtin("mlp", {{"layers", "2"}, {"hidden", "2048"}, {"batch", std::to_string(state.range(0))}});
+// Compiles all of g's ops as one shard for each iteration and reports the last compile's figures.
+void compileWholeGraph(benchmark::State& state, const topology::ChipSpec& chip, const ir::Graph& g,
+                       const schedule::Options& o) {
   std::vector<ir::OpId> ops;
   for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  schedule::Options o;
-  o.annealMoves = 256;
   schedule::CompileReport last;
   for (auto _ : state) {
     auto c = schedule::compileShard(chip, g, ops, {}, o);
@@ -276,6 +273,15 @@ void BM_QualityMlp(benchmark::State& state) {
   }
   report(state, last);
 }
+
+// Quality: an MLP shard (the quickstart's layers) with annealing.
+void BM_QualityMlp(benchmark::State& state) {
+  topology::ChipSpec chip;
+  const ir::Graph g = builtin("mlp", {{"layers", "2"}, {"hidden", "2048"}, {"batch", std::to_string(state.range(0))}});
+  schedule::Options o;
+  o.annealMoves = 256;
+  compileWholeGraph(state, chip, g, o);
+}
 BENCHMARK(BM_QualityMlp)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond);
 
 // Whole models compiled for one chip as `tsp-sim` compiles a one-stage plan (all ops in one shard,
@@ -286,19 +292,7 @@ void BM_WholeModelCompile(benchmark::State& state) {
   topology::ChipSpec chip;
   const ir::Graph g = state.range(0) == 0 ? builtin("bert", {{"batch", "8"}}, "int8")
                                           : builtin("resnet50", {{"batch", "1"}}, "int8");
-  std::vector<ir::OpId> ops;
-  for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-  const schedule::Options o = schedule::effortOptions(static_cast<schedule::Effort>(state.range(1)));
-  schedule::CompileReport last;
-  for (auto _ : state) {
-    auto c = schedule::compileShard(chip, g, ops, {}, o);
-    if (!c.ok()) {
-      state.SkipWithError(c.error().message.c_str());
-      return;
-    }
-    last = c->report;
-  }
-  report(state, last);
+  compileWholeGraph(state, chip, g, schedule::effortOptions(static_cast<schedule::Effort>(state.range(1))));
 }
 BENCHMARK(BM_WholeModelCompile)
     ->ArgsProduct({{0, 1}, {0, 1}})
