@@ -152,6 +152,27 @@ TEST(ShapeInference, Communication) {
   EXPECT_EQ(OneOp({}).shape(OpKind::kRecv, {{"shape", Shape{8, 16}}, {"dtype", std::string("fp16")}}), (Shape{8, 16}));
 }
 
+TEST(ShapeInference, SizesPastATensorsLimitAreErrors) {
+  // The product of the target's dimensions overflows 64 bits before it is compared with the input's.
+  EXPECT_EQ(OneOp({{2, 3, 4}}).error(OpKind::kReshape, {{"shape", Shape{4294967296, 4294967296, 4}}}),
+            "node 'op': Reshape target [4294967296,4294967296,4] holds more elements than a tensor can");
+  EXPECT_EQ(OneOp({Shape{4294967296}}).error(OpKind::kAllGather, {{"group", std::int64_t{1} << 40}}),
+            "node 'op': AllGather of dimension 4294967296 over 1099511627776 chips");
+  EXPECT_EQ(OneOp({{2, 4294967296}}).error(OpKind::kAllToAll, {{"group", std::int64_t{2}}, {"split_axis", std::int64_t{0}},
+                                                                {"concat_axis", std::int64_t{1}}}),
+            "no error");  // [1, 2^33] fp32 is 2^35 bytes
+  EXPECT_EQ(OneOp({{4611686018427387904, 4}}).error(OpKind::kAllToAll, {{"group", std::int64_t{4}},
+                                                                        {"split_axis", std::int64_t{1}},
+                                                                        {"concat_axis", std::int64_t{0}}}),
+            "node 'op': AllToAll of dimension 4611686018427387904 over 4 chips");
+  // Whatever rule made an output's shape, it may not be negative or hold more than 2^48 bytes.
+  EXPECT_EQ(OneOp({Shape{16777216}}).error(OpKind::kAllGather, {{"group", std::int64_t{16777216}}}),
+            "node 'op': AllGather output shape [281474976710656] holds more than 2^48 bytes, more than the SRAM of "
+            "any cluster this build simulates");
+  EXPECT_EQ(OneOp({}).error(OpKind::kRecv, {{"shape", Shape{-3, 4}}, {"dtype", std::string("fp16")}}),
+            "node 'op': Recv output shape [-3,4] has a negative dimension");
+}
+
 TEST(Graph, UseDefChains) {
   Graph g;
   const auto x = g.addInput("x", {4, 4}, DType::kF32);

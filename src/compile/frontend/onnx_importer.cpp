@@ -101,25 +101,12 @@ Expected<std::vector<double>> decodeRaw(std::string_view raw, int onnxType, std:
   return out;
 }
 
-// The largest tensor a model may declare: 2^48 bytes (256 TiB) is more than the SRAM of the largest
-// cluster this build simulates (2^20 chips of 220 MiB), so a larger one is a mistake, and sizes
-// below it never overflow when multiplied by an element width or a small count.
-constexpr std::int64_t kMaxTensorBytes = std::int64_t{1} << 48;
-
-// The elements of a shape of `width`-byte values, or nullopt when they hold more than kMaxTensorBytes.
-std::optional<std::int64_t> boundedElements(const Shape& shape, int width) {
-  std::int64_t n = 1;
-  for (auto d : shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorBytes / width) return std::nullopt;
-  return n;
-}
-
 // The elements of a tensor's shape: an error when a dimension is negative or the tensor would hold
-// more than kMaxTensorBytes at the widest element (8 bytes).
+// more than ir::kMaxTensorBytes at the widest element (8 bytes).
 Expected<std::int64_t> elementsOf(const onnx::TensorProto& t, const std::string& what) {
   for (auto d : t.dims())
     if (d < 0) return modelError(what, fmt::format("tensor shape [{}] has a negative dimension", fmt::join(t.dims(), ", ")));
-  const auto n = boundedElements(Shape(t.dims().begin(), t.dims().end()), 8);
+  const auto n = ir::boundedElements(Shape(t.dims().begin(), t.dims().end()), 8);
   if (!n)
     return modelError(what, fmt::format("tensor shape [{}] holds more than 2^48 bytes, more than the SRAM of any "
                                         "cluster this build simulates",
@@ -436,7 +423,7 @@ class Importer {
     }
     // Index inputs are narrowed to INT32, the widest integer the chip computes with.
     const DType stored = *dtype == DType::kI64 ? DType::kI32 : storage(*dtype, false);
-    if (!boundedElements(shape, ir::dtypeBytes(stored)))
+    if (!ir::boundedElements(shape, ir::dtypeBytes(stored)))
       return modelError(name, fmt::format("input '{}' of shape [{}] holds more than 2^48 bytes, more than the SRAM of "
                                           "any cluster this build simulates",
                                           name, fmt::join(shape, ", ")));

@@ -103,6 +103,13 @@ std::string Op::stringAttr(const std::string& key, const std::string& fallback) 
   return fallback;
 }
 
+std::optional<std::int64_t> boundedElements(const std::vector<std::int64_t>& shape, int width) {
+  std::int64_t n = 1;
+  for (auto d : shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > kMaxTensorBytes / width) return std::nullopt;
+  return n;
+}
+
 std::int64_t Tensor::elements() const {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;

@@ -77,6 +77,15 @@ enum class TensorRole : std::uint8_t {
 };
 
 /// A tensor value of the graph (SSA: exactly one producer, or none for leaves).
+/// The largest tensor a model may declare or an op may produce: 2^48 bytes (256 TiB) is more than the
+/// SRAM of the largest cluster this build simulates (2^20 chips of 220 MiB), so a larger one is a
+/// mistake, and sizes below it never overflow when multiplied by an element width or a small count.
+inline constexpr std::int64_t kMaxTensorBytes = std::int64_t{1} << 48;
+
+/// The elements of a shape of `width`-byte values, or nullopt when a dimension is negative or they
+/// hold more than kMaxTensorBytes.
+std::optional<std::int64_t> boundedElements(const std::vector<std::int64_t>& shape, int width);
+
 struct Tensor {
   std::string name;
   std::vector<std::int64_t> shape;

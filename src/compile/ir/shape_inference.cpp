@@ -59,8 +59,11 @@ std::int64_t sliceStart(std::int64_t start, std::int64_t dim, std::int64_t step)
   return step > 0 ? std::clamp<std::int64_t>(start, 0, dim) : std::clamp<std::int64_t>(start, 0, dim - 1);
 }
 
-Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, const std::string& name,
-                                             const std::vector<TensorId>& inputs, const Attrs& attrs) {
+namespace {
+
+// The output types of one op, before the checks every output gets (inferTypes below).
+Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, const std::string& name,
+                                               const std::vector<TensorId>& inputs, const Attrs& attrs) {
   const AttrView at{attrs};
   const char* opName = opKindName(kind);
   auto need = [&](size_t lo, size_t hi) -> Status {
@@ -244,7 +247,9 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
           continue;
         }
         if (target[i] < 0) return modelError(name, fmt::format("Reshape dimension {} is negative", target[i]));
-        known *= target[i];
+        if (__builtin_mul_overflow(known, target[i], &known))
+          return modelError(name, fmt::format("Reshape target {} holds more elements than a tensor can",
+                                              shapeText(at.ints("shape"))));
       }
       if (inferred >= 0) {
         if (known == 0 || total % known != 0)
@@ -467,7 +472,8 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(out.size()));
       if (!axis) return axisError(at.integer("axis", 0), out.size());
       if (kind == OpKind::kAllGather) {
-        out[*axis] *= group;
+        if (__builtin_mul_overflow(out[*axis], group, &out[*axis]))
+          return modelError(name, fmt::format("AllGather of dimension {} over {} chips", shapeOf(0)[*axis], group));
       } else {
         if (out[*axis] % group != 0)
           return modelError(name, fmt::format("ReduceScatter of dimension {} over {} chips", out[*axis], group));
@@ -486,7 +492,8 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       if (group < 1 || out[*split] % group != 0)
         return modelError(name, fmt::format("AllToAll of dimension {} over {} chips", out[*split], group));
       out[*split] /= group;
-      out[*concat] *= group;
+      if (__builtin_mul_overflow(out[*concat], group, &out[*concat]))
+        return modelError(name, fmt::format("AllToAll of dimension {} over {} chips", shapeOf(0)[*concat], group));
       return one(out, typeOf(0));
     }
     case OpKind::kSend:
@@ -538,6 +545,25 @@ Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, co
       break;
   }
   return modelError(name, "not an op kind that computes");
+}
+
+}  // namespace
+
+Expected<std::vector<TensorType>> inferTypes(const Graph& graph, OpKind kind, const std::string& name,
+                                             const std::vector<TensorId>& inputs, const Attrs& attrs) {
+  auto types = inferOpTypes(graph, kind, name, inputs, attrs);
+  if (!types) return types;
+  // Every output, whatever rule made its shape: no negative dimension, and no more than a tensor may hold.
+  for (const auto& t : *types) {
+    if (std::any_of(t.shape.begin(), t.shape.end(), [](std::int64_t d) { return d < 0; }))
+      return modelError(name, fmt::format("{} output shape {} has a negative dimension", opKindName(kind),
+                                          shapeText(t.shape)));
+    if (!boundedElements(t.shape, dtypeBytes(t.dtype)))
+      return modelError(name, fmt::format("{} output shape {} holds more than 2^48 bytes, more than the SRAM of any "
+                                          "cluster this build simulates",
+                                          opKindName(kind), shapeText(t.shape)));
+  }
+  return types;
 }
 
 }  // namespace tsp::ir
