@@ -721,15 +721,26 @@ class BodyPool {
   explicit BodyPool(bool attributed)
       : originMap_(attributed ? std::make_shared<const std::vector<std::int32_t>>(1, 0) : nullptr) {}
 
-  isa::ProgramPiece piece(std::vector<Instruction> instructions, Cycle offset) {
+  /// The piece placing [first, last) (absolute issues) at `offset`: its body's issues are relative to it.
+  isa::ProgramPiece piece(std::vector<Instruction>::const_iterator first, std::vector<Instruction>::const_iterator last,
+                          Cycle offset) {
     std::uint64_t key = 0x9e3779b97f4a7c15ULL;
-    for (const Instruction& i : instructions)
-      for (std::int64_t v : {std::int64_t{i.unit}, i.issue, std::int64_t{static_cast<int>(i.op)}, std::int64_t{i.address},
-                             std::int64_t{i.port}, std::int64_t{i.repeat}, std::int64_t{i.dst.id}})
+    for (auto i = first; i != last; ++i)
+      for (std::int64_t v : {std::int64_t{i->unit}, i->issue - offset, std::int64_t{static_cast<int>(i->op)},
+                             std::int64_t{i->address}, std::int64_t{i->port}, std::int64_t{i->repeat}, std::int64_t{i->dst.id}})
         key = (key ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ULL;
-    auto [first, last] = bodies_.equal_range(key);
-    for (auto it = first; it != last; ++it)
-      if (it->second->instructions == instructions) return {it->second, offset, originMap_};
+    const auto same = [&](const Instruction& a, const Instruction& b) {
+      Instruction relative = a;
+      relative.issue -= offset;
+      return relative == b;
+    };
+    auto [match, end] = bodies_.equal_range(key);
+    for (; match != end; ++match) {
+      const auto& held = match->second->instructions;
+      if (std::equal(first, last, held.begin(), held.end(), same)) return {match->second, offset, originMap_};
+    }
+    std::vector<Instruction> instructions(first, last);
+    for (Instruction& i : instructions) i.issue -= offset;
     std::vector<std::int32_t> origins(originMap_ ? instructions.size() : 0, 0);
     auto body = isa::makeBody(std::move(instructions), std::move(origins));
     bodies_.emplace(key, body);
@@ -954,17 +965,14 @@ class ChipChains {
     const auto order = [](const Instruction& a, const Instruction& b) {
       return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
     };
-    std::sort(list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
-    std::inplace_merge(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
+    if (!std::is_sorted(list.begin(), list.end(), order)) {
+      std::sort(list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
+      std::inplace_merge(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
+    }
     const auto end = std::partition_point(list.begin(), list.end(), [&](const Instruction& i) { return i.issue < before; });
     if (end != list.begin()) {
-      const Cycle offset = list.front().issue;
-      std::vector<Instruction> body(list.begin(), end);
-      for (Instruction& i : body) {
-        account(i);
-        i.issue -= offset;
-      }
-      program_.pieces.push_back(pool_->piece(std::move(body), offset));
+      for (auto i = list.begin(); i != end; ++i) account(*i);
+      program_.pieces.push_back(pool_->piece(list.begin(), end, list.front().issue));
       list.erase(list.begin(), end);
     }
     sorted_ = list.size();
