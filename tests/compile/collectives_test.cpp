@@ -116,8 +116,8 @@ TEST(Collectives, IdenticalShardsShareOneProgram) {
   EXPECT_LE(hashes.size(), 3u);  // relocatable: ports, not chip ids
 }
 
-// Programs made of shared bodies are the plain programs written differently, on every chip, and a
-// ring's chips hold their instructions once.
+// Programs made of shared bodies are the plain programs written differently, on every chip; a
+// ring's chips hold their instructions once, scheduled once (chip 0's ports are renamed on the others).
 TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {
   struct Case { std::string yaml; CollectiveOp op; CollectiveAlgorithm algorithm; std::int64_t bytes; };
   const std::vector<Case> cases = {
@@ -150,9 +150,13 @@ TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {
         if (bodies.insert(piece.body.get()).second) held += static_cast<std::int64_t>(piece.body->instructions.size());
       placed += program.instructionCount();
     }
+    EXPECT_EQ(plain->chainsScheduled, c.chipCount());
     if (k.algorithm == CollectiveAlgorithm::kRing) {
+      EXPECT_EQ(shared->chainsScheduled, 1);                    // chip 0's chains stand for all
       EXPECT_GT(shared->cluster.programs[0].pieces.size(), 1u);  // cut as the schedule went
       EXPECT_LT(held * 20, placed);                             // 96 chips, at most a few distinct
+    } else {
+      EXPECT_EQ(shared->chainsScheduled, c.chipCount());
     }
   }
 }

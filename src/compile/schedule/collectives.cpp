@@ -1202,6 +1202,140 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     Cycle earliest = 0;
     std::int64_t done = 0;
   };
+  // Every chip of the group doing the same thing: in each step each chip sends one message and
+  // receives one, all of one size over one-hop routes of equal latency and rate, and each chip's
+  // ports correspond to the first chip's (one-to-one over the whole plan, at the same slices), its
+  // start the same. Then no two messages of a step share a chip's units or a link direction, so a
+  // step's placements do not depend on each other, and every chip's chains stay the first chip's
+  // with its ports renamed: the first chip's chain is scheduled alone and its program is every
+  // chip's, ports renamed (a ring's all-reduce places 1 burst per step instead of p).
+  auto scheduleSymmetric = [&]() -> bool {
+    const auto& group = plan.group;
+    if (!shareBodies || !wholeBursts || recordTransfers || group.size() < 2) return false;
+    const int rep = group.front();
+    const int c2cFirst = chip.firstUnit(UnitKind::kC2c);
+    for (int c : group)
+      if (start[c] != start[rep]) return false;
+    struct Step { const RouteInfo* out = nullptr; int inPort = 0; std::int64_t vectors = 0; bool reduce = false; };
+    std::vector<Step> steps(plan.steps.size());
+    // rename[c][rep's port] = c's port, and its inverse.
+    std::vector<std::vector<int>> rename(cluster.chipCount()), renamedFrom(cluster.chipCount());
+    std::vector<int> sends(cluster.chipCount(), -1), receives(cluster.chipCount(), -1), inPortOf(cluster.chipCount());
+    std::vector<char> inGroup(cluster.chipCount(), 0);
+    for (int c : group) inGroup[c] = 1;
+    auto correspond = [&](int c, int repPort, int port) {
+      auto& to = rename[c];
+      auto& from = renamedFrom[c];
+      if (to.empty()) to.assign(chip.c2cPorts, -1), from.assign(chip.c2cPorts, -1);
+      if (to[repPort] < 0 && from[port] < 0) {
+        if (units[c2cFirst + repPort].slice != units[c2cFirst + port].slice) return false;
+        to[repPort] = port;
+        from[port] = repPort;
+      }
+      return to[repPort] == port;
+    };
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      const auto& messages = plan.steps[s];
+      if (messages.empty()) continue;
+      if (messages.size() != group.size()) return false;
+      const Step first{&routeOf(messages.front()), 0, messages.front().vectors, messages.front().reduce};
+      for (const auto& m : messages) {
+        if (!inGroup[m.src] || !inGroup[m.dst] || sends[m.src] == static_cast<int>(s) ||
+            receives[m.dst] == static_cast<int>(s) || m.vectors != first.vectors || m.reduce != first.reduce)
+          return false;
+        sends[m.src] = receives[m.dst] = static_cast<int>(s);
+        const RouteInfo& r = routeOf(m);
+        if (r.route.size() != 1 || r.flight != first.out->flight || r.spacing != first.out->spacing) return false;
+        inPortOf[m.dst] = r.dstPort;
+        if (m.src == rep) steps[s] = {&r, 0, m.vectors, m.reduce};
+      }
+      steps[s].inPort = inPortOf[rep];
+      for (const auto& m : messages) {
+        const RouteInfo& r = routeOf(m);
+        if (!correspond(m.src, steps[s].out->srcPort, r.srcPort) || !correspond(m.dst, steps[s].inPort, r.dstPort))
+          return false;
+      }
+    }
+    ChipChains& chains0 = chains(rep);
+    Cycle ready0 = start[rep];
+    for (const Step& st : steps) {
+      if (!st.out) continue;
+      const RouteInfo& r = *st.out;
+      Cycle next0 = ready0, earliest = ready0;
+      for (std::int64_t done = 0; done < st.vectors;) {
+        const std::int64_t v = std::min(kMaxBurstVectors, st.vectors - done);
+        const Cycle length = topology::serializationCycles(v, r.spacing);
+        // As scheduleCollective's rounds: the receiver's port (the first chip's in-port) hands
+        // bursts in arrival order.
+        auto arrivalsFree = [&](Cycle issue) { return std::max(issue, chains0.lastArrival(st.inPort) + 1 - r.flight); };
+        Cycle from = earliest;
+        Cycle issue = chains0.send(r.srcPort, v, r.spacing, from, false);
+        for (Cycle fit = calendar.firstFit(r.hops, arrivalsFree(issue), length); fit != issue;
+             fit = calendar.firstFit(r.hops, arrivalsFree(issue), length)) {
+          from += fit - issue;
+          issue = chains0.send(r.srcPort, v, r.spacing, from, false);
+        }
+        chains0.send(r.srcPort, v, r.spacing, from, true);
+        calendar.reserve(r.hops, issue, length);
+        const Cycle arrive = issue + r.flight;
+        chains0.admit(st.inPort, arrive);
+        next0 = std::max(next0, chains0.receive(st.inPort, v, r.spacing, arrive, st.reduce, wholeBursts));
+        out.transferCount += static_cast<std::int64_t>(group.size());
+        done += v;
+        earliest = from;
+      }
+      ready0 = next0;
+      for (int c : group) ready[c] = ready0;
+      flushChains(static_cast<size_t>(&st - steps.data()) + 1);
+    }
+    out.chainsScheduled = 1;
+    out.cluster.programs.resize(cluster.chipCount());
+    out.linksDrained.assign(cluster.chipCount(), 0);
+    for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
+    const Cycle drained = chains0.linksDrained();
+    isa::Program program = chains0.finish();
+    if (!plan.origin.op.empty()) program.origins = {plan.origin};
+    out.cycles = program.predictedCycles;
+    // A chip whose ports are renamed runs the program with its C2C instructions on its own ports
+    // (each body renamed once per renaming; re-sorted, since units change).
+    std::map<std::pair<const isa::InstructionBody*, std::vector<int>>, std::shared_ptr<const isa::InstructionBody>> renamed;
+    for (int c : group) {
+      out.linksDrained[c] = drained;
+      std::vector<int> map = rename[c];
+      bool identity = true;
+      for (int p = 0; p < static_cast<int>(map.size()); ++p) identity = identity && (map[p] < 0 || map[p] == p);
+      out.cluster.programs[c] = program;
+      if (identity) continue;
+      for (auto& piece : out.cluster.programs[c].pieces) {
+        auto& body = renamed[{piece.body.get(), map}];
+        if (!body) {
+          std::vector<Instruction> list = piece.body->instructions;
+          for (Instruction& i : list) {
+            if (units[i.unit].kind != UnitKind::kC2c) continue;
+            i.unit = c2cFirst + map[i.unit - c2cFirst];
+            if (i.op == Opcode::kC2cSend || i.op == Opcode::kC2cReceive) i.port = map[i.port];
+          }
+          std::vector<std::int32_t> origins = piece.body->originOf;
+          std::vector<size_t> order(list.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return list[a].issue != list[b].issue ? list[a].issue < list[b].issue : list[a].unit < list[b].unit;
+          });
+          std::vector<Instruction> sorted;
+          std::vector<std::int32_t> sortedOrigins;
+          for (size_t k : order) {
+            sorted.push_back(list[k]);
+            if (!origins.empty()) sortedOrigins.push_back(origins[k]);
+          }
+          body = isa::makeBody(std::move(sorted), std::move(sortedOrigins));
+        }
+        piece.body = body;
+      }
+    }
+    return true;
+  };
+  if (scheduleSymmetric()) return;
+
   const bool exchange = plan.algorithm == CollectiveAlgorithm::kDirect || plan.algorithm == CollectiveAlgorithm::kOneShot;
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
@@ -1291,6 +1425,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     ready = next;
     if (pool) flushChains(static_cast<size_t>(&stepMessages - plan.steps.data()) + 1);
   }
+  out.chainsScheduled = chainCount;
   out.cluster.programs.resize(cluster.chipCount());
   out.linksDrained.assign(cluster.chipCount(), 0);
   for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;

@@ -105,6 +105,9 @@ struct CollectiveSchedule {
   CollectivePlan plan;
   std::vector<RoutedTransfer> transfers;  ///< empty when the schedule was made without recording them
   std::int64_t transferCount = 0;         ///< bursts scheduled
+  /// Chips whose chains were placed burst by burst: 1 when every chip does the same (a ring), whose
+  /// first chip's program is then every chip's, ports renamed.
+  int chainsScheduled = 0;
   ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
   /// Per chip, the cycle its outgoing links have carried every vector it sent or forwarded: its
