@@ -890,9 +890,9 @@ class ChipChains {
     return isa::completion(chip_, wr);
   }
 
-  /// The two MEM slices free first, by (free cycle, distance to `near`, index): three passes over
-  /// the slices with few branches (the smallest free cycle, its slices, and the next free cycle's
-  /// if only one slice has the smallest).
+  /// The two MEM slices free first, by (free cycle, distance to `near`, index): passes over the
+  /// slices with few branches (the smallest free cycle, its nearest two slices, and the next free
+  /// cycle's nearest if only one slice has the smallest).
   std::pair<int, int> twoLeastBusyMem(int near) const {
     const Cycle* free = unitFree_.data() + chip_.firstUnit(UnitKind::kMem);
     const int n = chip_.memSlices;
@@ -900,32 +900,25 @@ class ChipChains {
     const int* slice = memSlice_.data();
     Cycle f1 = free[0];
     for (int m = 1; m < n; ++m) f1 = std::min(f1, free[m]);
-    // Among the slices free at f1: the nearest (lowest index on ties), then the next nearest.
-    int first = -1, second = -1, d1 = 0, d2 = 0;
-    for (int m = 0; m < n; ++m) {
-      if (free[m] != f1) continue;
-      const int d = std::abs(slice[m] - nearSlice);
-      if (first < 0 || d < d1) {
-        second = first;
-        d2 = d1;
-        first = m;
-        d1 = d;
-      } else if (second < 0 || d < d2) {
-        second = m;
-        d2 = d;
+    // The slice free at f nearest to `near` (lowest index on ties), other than `skip`; -1: none.
+    auto nearestFreeAt = [&](Cycle f, int skip) {
+      int best = -1, bestDistance = 0;
+      for (int m = 0; m < n; ++m) {
+        if (free[m] != f || m == skip) continue;
+        const int d = std::abs(slice[m] - nearSlice);
+        if (best < 0 || d < bestDistance) {
+          best = m;
+          bestDistance = d;
+        }
       }
-    }
+      return best;
+    };
+    const int first = nearestFreeAt(f1, -1);
+    int second = nearestFreeAt(f1, first);
     if (second < 0 && n > 1) {
       Cycle f2 = std::numeric_limits<Cycle>::max();
       for (int m = 0; m < n; ++m) f2 = std::min(f2, free[m] > f1 ? free[m] : std::numeric_limits<Cycle>::max());
-      for (int m = 0; m < n; ++m) {
-        if (free[m] != f2) continue;
-        const int d = std::abs(slice[m] - nearSlice);
-        if (second < 0 || d < d2) {
-          second = m;
-          d2 = d;
-        }
-      }
+      second = nearestFreeAt(f2, -1);
     }
     const int memFirst = chip_.firstUnit(UnitKind::kMem);
     return {memFirst + first, second < 0 ? -1 : memFirst + second};
