@@ -27,13 +27,23 @@ Cover cover(std::vector<std::pair<Cycle, Cycle>>& intervals) {
   return c;
 }
 
-// Adds one chip's busy intervals of a row's instructions to the row, and those of its C2C queues there.
-void addChip(WorkRow& row, std::vector<std::pair<Cycle, Cycle>>& intervals,
-             std::map<int, std::vector<std::pair<Cycle, Cycle>>>& queues) {
-  const Cover c = cover(intervals);
+// One chip's active span of a row: its cover and the busy fraction of its busiest C2C queue.
+struct Span {
+  Cover cover;
+  double linkBusy = 0;
+};
+Span spanOf(std::vector<std::pair<Cycle, Cycle>>& intervals, std::map<int, std::vector<std::pair<Cycle, Cycle>>>& queues) {
+  Span s{cover(intervals), 0};
   for (auto& [unit, used] : queues)
-    if (c.active > 0)
-      row.linkBusy = std::max(row.linkBusy, static_cast<double>(cover(used).active) / static_cast<double>(c.active));
+    if (s.cover.active > 0)
+      s.linkBusy = std::max(s.linkBusy, static_cast<double>(cover(used).active) / static_cast<double>(s.cover.active));
+  return s;
+}
+
+// Adds one chip's span of a row to the row.
+void addChip(WorkRow& row, const Span& s) {
+  const Cover& c = s.cover;
+  row.linkBusy = std::max(row.linkBusy, s.linkBusy);
   row.firstCycle = row.firstCycle < 0 ? c.first : std::min(row.firstCycle, c.first);
   row.lastCycle = std::max(row.lastCycle, c.last);
   row.cycles = std::max(row.cycles, c.active);
@@ -66,9 +76,15 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
   std::map<std::int32_t, WorkRow> layers;
   for (const auto& origin : a.names) layers[origin.layer].id = origin.layer;
 
+  // What one chip's program adds to the op and layer rows: the same for every chip running it.
+  struct ChipWork {
+    std::map<std::int32_t, WorkRow> ops;  // its instructions, busy cycles, bytes and SRAM
+    std::map<std::int32_t, Span> opSpans, layerSpans;
+    std::map<std::int32_t, std::int64_t> layerSram;
+  };
   const auto units = spec.units();
-  for (size_t c = 0; c < programs.size(); ++c) {
-    const isa::Program& program = *programs[c];
+  auto workOf = [&](const isa::Program& program, int c) {
+    ChipWork work;
     const isa::InstructionSequence sequence(program);
     // Per op and per layer of this chip: the cycles each instruction keeps its unit busy.
     std::map<std::int32_t, std::vector<std::pair<Cycle, Cycle>>> opBusy, layerBusy;
@@ -78,10 +94,10 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
     using Writes = std::map<std::int32_t, std::map<int, std::vector<std::pair<Cycle, Cycle>>>>;
     Writes opWrites, layerWrites;
     for (size_t i = 0; i < sequence.size(); ++i) {
-      const std::int32_t op = a.opOf(static_cast<int>(c), sequence.originOf(i));
+      const std::int32_t op = a.opOf(c, sequence.originOf(i));
       if (op < 0) continue;
       const isa::Instruction inst = sequence[i];
-      WorkRow& row = a.ops[op];
+      WorkRow& row = work.ops[op];
       ++row.instructions;
       const Cycle busy = isa::busyPerIssue(spec, inst) * inst.repeat;
       row.busy[static_cast<int>(units[inst.unit].kind)] += busy;
@@ -107,16 +123,32 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
           }
         }
     }
-    for (auto& [op, intervals] : opBusy) addChip(a.ops[op], intervals, opQueues[op]);
-    for (auto& [layer, intervals] : layerBusy) addChip(layers[layer], intervals, layerQueues[layer]);
+    for (auto& [op, intervals] : opBusy) work.opSpans[op] = spanOf(intervals, opQueues[op]);
+    for (auto& [layer, intervals] : layerBusy) work.layerSpans[layer] = spanOf(intervals, layerQueues[layer]);
     // The SRAM each op and layer writes here: the distinct addresses of its MEM writes, per slice.
     for (auto* written : {&opWrites, &layerWrites}) {
       for (auto& [key, intervals] : *written) {
         Cycle addresses = 0;
         for (auto& [slice, list] : intervals) addresses += cover(list).active;
-        (written == &opWrites ? a.ops[key] : layers[key]).sramBytes += Bytes{addresses} * spec.vectorBytes;
+        if (written == &opWrites) work.ops[key].sramBytes += Bytes{addresses} * spec.vectorBytes;
+        else work.layerSram[key] += Bytes{addresses} * spec.vectorBytes;
       }
     }
+    return work;
+  };
+  // Chips running one program (shared by the driver) share its work.
+  std::map<const isa::Program*, ChipWork> known;
+  for (size_t c = 0; c < programs.size(); ++c) {
+    auto it = known.find(programs[c].get());
+    if (it == known.end()) it = known.emplace(programs[c].get(), workOf(*programs[c], static_cast<int>(c))).first;
+    const ChipWork& work = it->second;
+    for (const auto& [op, part] : work.ops) {
+      addWork(a.ops[op], part);
+      a.ops[op].sramBytes += part.sramBytes;
+    }
+    for (const auto& [op, span] : work.opSpans) addChip(a.ops[op], span);
+    for (const auto& [layer, span] : work.layerSpans) addChip(layers[layer], span);
+    for (const auto& [layer, bytes] : work.layerSram) layers[layer].sramBytes += bytes;
   }
   for (const auto& row : a.ops) addWork(layers[a.names[row.id].layer], row);
   for (auto& [layer, row] : layers)

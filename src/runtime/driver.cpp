@@ -574,13 +574,16 @@ StageEnd gatherStatistics(RunState& s) {
   RunStatistics& stats = s.statistics;
   const auto& local = simulation.mapping().localChips;
   std::vector<long long> linkTotals(cluster.links().size() * 4, 0);
+  std::map<std::pair<const isa::Program*, Cycle>, TimeSplit> splits;  // chips sharing a program and an end
   for (size_t i = 0; i < local.size(); ++i) {
     const auto& st = simulation.stats(i);
     const auto& program = *s.programs[local[i]];
     // A chip a signal stopped before its end has run up to the cycle every rank reached.
     const Cycle cycles = s.outcome.interrupted && st.cycles == 0 && st.instructions > 0 ? s.outcome.reachedCycle : st.cycles;
     // The split up to the chip's own end; the bubble after it, up to the makespan, is added below.
-    const TimeSplit split = timeSplit(spec, program, cycles, cycles);
+    auto known = splits.find({&program, cycles});
+    if (known == splits.end()) known = splits.emplace(std::make_pair(&program, cycles), timeSplit(spec, program, cycles, cycles)).first;
+    const TimeSplit split = known->second;
     stats.localRows.push_back({local[i], cycles, program.predictedCycles, program.lowerBoundCycles, st.instructions,
                                st.kindBusy[0], st.kindBusy[1], st.kindBusy[2], st.kindBusy[3], st.kindBusy[4],
                                st.bytesSent, st.bytesReceived, st.sramPeakBytes, split.compute, split.communication,

@@ -116,6 +116,51 @@ TEST(Collectives, IdenticalShardsShareOneProgram) {
   EXPECT_LE(hashes.size(), 3u);  // relocatable: ports, not chip ids
 }
 
+// Programs made of shared bodies are the plain programs written differently, on every chip; a
+// ring's chips hold their instructions once, scheduled once (chip 0's ports are renamed on the others).
+TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {
+  struct Case { std::string yaml; CollectiveOp op; CollectiveAlgorithm algorithm; std::int64_t bytes; };
+  const std::vector<Case> cases = {
+      {"{topology: {kind: ring, chips: 96}}", CollectiveOp::kAllReduce, CollectiveAlgorithm::kRing, 16 << 20},
+      {"{topology: {kind: ring, chips: 32}}", CollectiveOp::kAllReduce, CollectiveAlgorithm::kTree, 64 << 10},
+      {"{topology: {kind: torus, dims: [4, 4]}}", CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, 8 << 20},
+      {"{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}", CollectiveOp::kAllReduce,
+       CollectiveAlgorithm::kHierarchical, 8 << 20}};
+  for (const auto& k : cases) {
+    SCOPED_TRACE(k.yaml);
+    const auto c = clusterOf(k.yaml);
+    auto plan = planCollective(k.op, k.algorithm, allChips(c), k.bytes, c);
+    ASSERT_TRUE(plan.ok());
+    plan->origin = {"ar", "allreduce", 0, ""};
+    const std::vector<Cycle> start(c.chipCount(), 0);
+    LinkCalendar plainLinks(c.links().size()), sharedLinks(c.links().size());
+    auto plain = scheduleCollective(*plan, c, start, plainLinks, true, false, false);
+    auto shared = scheduleCollective(*plan, c, start, sharedLinks, true, false, true);
+    ASSERT_TRUE(plain.ok() && shared.ok());
+    EXPECT_EQ(shared->cycles, plain->cycles);
+    std::set<const isa::InstructionBody*> bodies;
+    std::int64_t held = 0, placed = 0;
+    for (int chip = 0; chip < c.chipCount(); ++chip) {
+      isa::Program expected = plain->cluster.programs[chip];
+      if (!expected.instructions.empty()) isa::attributeAll(expected, plan->origin);
+      const auto& program = shared->cluster.programs[chip];
+      EXPECT_TRUE(program.instructions.empty());
+      EXPECT_EQ(isa::expanded(program), expected) << "chip " << chip;
+      for (const auto& piece : program.pieces)
+        if (bodies.insert(piece.body.get()).second) held += static_cast<std::int64_t>(piece.body->instructions.size());
+      placed += program.instructionCount();
+    }
+    EXPECT_EQ(plain->chainsScheduled, c.chipCount());
+    if (k.algorithm == CollectiveAlgorithm::kRing) {
+      EXPECT_EQ(shared->chainsScheduled, 1);                    // chip 0's chains stand for all
+      EXPECT_GT(shared->cluster.programs[0].pieces.size(), 1u);  // cut as the schedule went
+      EXPECT_LT(held * 20, placed);                             // 96 chips, at most a few distinct
+    } else {
+      EXPECT_EQ(shared->chainsScheduled, c.chipCount());
+    }
+  }
+}
+
 TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   const auto all = allChips(system);

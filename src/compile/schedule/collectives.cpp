@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -711,15 +712,56 @@ namespace {
 
 constexpr std::int64_t kMaxBurstVectors = 4096;
 
+// Instruction bodies shared by the chips whose chains place the same instructions in the same span
+// (a ring's members differ only by their neighbours, which their programs do not name): each body is
+// held once, found by a hash of its instructions and compared in full.
+class BodyPool {
+ public:
+  /// Every body's instructions name origin `attributed ? 0 : none` of their piece's originMap.
+  explicit BodyPool(bool attributed)
+      : originMap_(attributed ? std::make_shared<const std::vector<std::int32_t>>(1, 0) : nullptr) {}
+
+  /// The piece placing [first, last) (absolute issues) at `offset`: its body's issues are relative to it.
+  isa::ProgramPiece piece(std::vector<Instruction>::const_iterator first, std::vector<Instruction>::const_iterator last,
+                          Cycle offset) {
+    std::uint64_t key = 0x9e3779b97f4a7c15ULL;
+    for (auto i = first; i != last; ++i)
+      for (std::int64_t v : {std::int64_t{i->unit}, i->issue - offset, std::int64_t{static_cast<int>(i->op)},
+                             std::int64_t{i->address}, std::int64_t{i->port}, std::int64_t{i->repeat}, std::int64_t{i->dst.id}})
+        key = (key ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ULL;
+    const auto same = [&](const Instruction& a, const Instruction& b) {
+      Instruction relative = a;
+      relative.issue -= offset;
+      return relative == b;
+    };
+    auto [match, end] = bodies_.equal_range(key);
+    for (; match != end; ++match) {
+      const auto& held = match->second->instructions;
+      if (std::equal(first, last, held.begin(), held.end(), same)) return {match->second, offset, originMap_};
+    }
+    std::vector<Instruction> instructions(first, last);
+    for (Instruction& i : instructions) i.issue -= offset;
+    std::vector<std::int32_t> origins(originMap_ ? instructions.size() : 0, 0);
+    auto body = isa::makeBody(std::move(instructions), std::move(origins));
+    bodies_.emplace(key, body);
+    return {body, offset, originMap_};
+  }
+
+ private:
+  std::unordered_multimap<std::uint64_t, std::shared_ptr<const isa::InstructionBody>> bodies_;
+  std::shared_ptr<const std::vector<std::int32_t>> originMap_;
+};
+
 // One chip's units, streams, ports and SRAM as the collective's chains are placed on it.
 class ChipChains {
  public:
   /// Every unit, stream and port of the chip is free from `start` on (what it ran before has completed);
   /// `specHash` is chip.hash() and `units` chip.units(), computed once by the caller for every chip.
+  /// With a pool, the chains' instructions go into pieces of shared bodies as flush() finalises them.
   ChipChains(const topology::ChipSpec& chip, std::uint64_t specHash, const std::vector<topology::UnitInfo>& units,
-             Cycle start)
+             Cycle start, BodyPool* pool = nullptr)
       : chip_(chip), units_(units), unitFree_(units_.size(), start), linkFree_(chip.c2cPorts, start),
-        nextAddress_(chip.memSlices, 0) {
+        nextAddress_(chip.memSlices, 0), pool_(pool) {
     for (auto& s : streamFree_) s.assign(chip.streamsPerDirection, start);
     program_.chipSpecHash = specHash;
   }
@@ -737,18 +779,23 @@ class ChipChains {
       bestMem = probe_.mem;
     } else {
       // The earliest free stream of each direction, the same for every slice that reads in it.
+      // Per slice: its read's issue + delta (the send's issue); the first slice of the least.
       const Cycle streamFree[2] = {freeStream(Direction::kEast).second, freeStream(Direction::kWest).second};
       const int memFirst = chip_.firstUnit(UnitKind::kMem);
+      const Cycle* free = unitFree_.data() + memFirst;
+      const Cycle atPort = std::max(unitFree_[c2c], linkFree_[port]);
+      const int portSlice = units_[c2c].slice;
+      best = std::numeric_limits<Cycle>::max();
       for (int m = 0; m < chip_.memSlices; ++m) {
-        const int mem = memFirst + m;
-        const Cycle delta = chip_.memReadCycles + distance(mem, c2c);
-        const Direction dir = direction(mem, c2c);
-        Cycle read = std::max({earliest, unitFree_[mem], unitFree_[c2c] - delta, linkFree_[port] - delta,
-                               streamFree[static_cast<int>(dir)] - chip_.memReadCycles});
-        if (best < 0 || read + delta < best) {
-          best = read + delta;
-          bestMem = mem;
-        }
+        const Cycle delta = chip_.memReadCycles + std::abs(memSlice_[m] - portSlice);
+        const Cycle stream = streamFree[portSlice >= memSlice_[m] ? 0 : 1] - chip_.memReadCycles;
+        const Cycle issue = std::max(std::max(earliest, free[m]), stream) + delta;
+        best = std::min(best, std::max(issue, atPort));
+      }
+      for (int m = 0; m < chip_.memSlices && bestMem < 0; ++m) {
+        const Cycle delta = chip_.memReadCycles + std::abs(memSlice_[m] - portSlice);
+        const Cycle stream = streamFree[portSlice >= memSlice_[m] ? 0 : 1] - chip_.memReadCycles;
+        if (std::max(std::max(std::max(earliest, free[m]), stream) + delta, atPort) == best) bestMem = memFirst + m;
       }
       probe_ = {true, port, earliest, best, bestMem};
     }
@@ -780,7 +827,6 @@ class ChipChains {
   Cycle receive(int port, std::int64_t vectors, double spacing, Cycle arrive, bool reduce, bool wholeBursts) {
     const int interval = wholeBursts ? 1 : static_cast<int>(std::ceil(spacing - 1e-9));
     const int c2c = chip_.firstUnit(UnitKind::kC2c) + port;
-    const int memFirst = chip_.firstUnit(UnitKind::kMem);
     const int vxmFirst = chip_.firstUnit(UnitKind::kVxm);
     int vxm = vxmFirst;
     for (int u = vxmFirst; u < vxmFirst + chip_.vxmAluGroups; ++u)
@@ -788,18 +834,7 @@ class ChipChains {
     // The two least busy MEM slices for the write and the operand read; on ties the nearest to the
     // VXM (a reduce) or to the port, lowest index then: the vectors' path across the chip is short.
     const int near = reduce ? vxm : c2c;
-    auto before = [&](int u, int v) {
-      return unitFree_[u] != unitFree_[v] ? unitFree_[u] < unitFree_[v] : distance(u, near) < distance(v, near);
-    };
-    int write = -1, operand = -1;
-    for (int u = memFirst; u < memFirst + chip_.memSlices; ++u) {
-      if (write < 0 || before(u, write)) {
-        operand = write;
-        write = u;
-      } else if (operand < 0 || before(u, operand)) {
-        operand = u;
-      }
-    }
+    const auto [write, operand] = twoLeastBusyMem(near);
     const int target = reduce ? vxm : write;
     const Cycle toTarget = chip_.c2cReceiveCycles + distance(c2c, target);
     const auto [s1, f1] = freeStream(direction(c2c, target));
@@ -855,6 +890,40 @@ class ChipChains {
     return isa::completion(chip_, wr);
   }
 
+  /// The two MEM slices free first, by (free cycle, distance to `near`, index): passes over the
+  /// slices with few branches (the smallest free cycle, its nearest two slices, and the next free
+  /// cycle's nearest if only one slice has the smallest).
+  std::pair<int, int> twoLeastBusyMem(int near) const {
+    const Cycle* free = unitFree_.data() + chip_.firstUnit(UnitKind::kMem);
+    const int n = chip_.memSlices;
+    const int nearSlice = units_[near].slice;
+    const int* slice = memSlice_.data();
+    Cycle f1 = free[0];
+    for (int m = 1; m < n; ++m) f1 = std::min(f1, free[m]);
+    // The slice free at f nearest to `near` (lowest index on ties), other than `skip`; -1: none.
+    auto nearestFreeAt = [&](Cycle f, int skip) {
+      int best = -1, bestDistance = 0;
+      for (int m = 0; m < n; ++m) {
+        if (free[m] != f || m == skip) continue;
+        const int d = std::abs(slice[m] - nearSlice);
+        if (best < 0 || d < bestDistance) {
+          best = m;
+          bestDistance = d;
+        }
+      }
+      return best;
+    };
+    const int first = nearestFreeAt(f1, -1);
+    int second = nearestFreeAt(f1, first);
+    if (second < 0 && n > 1) {
+      Cycle f2 = std::numeric_limits<Cycle>::max();
+      for (int m = 0; m < n; ++m) f2 = std::min(f2, free[m] > f1 ? free[m] : std::numeric_limits<Cycle>::max());
+      second = nearestFreeAt(f2, -1);
+    }
+    const int memFirst = chip_.firstUnit(UnitKind::kMem);
+    return {memFirst + first, second < 0 ? -1 : memFirst + second};
+  }
+
   /// The cycle every link this chip sends or forwards on has carried its last vector.
   Cycle linksDrained() const {
     Cycle drained = 0;
@@ -878,17 +947,40 @@ class ChipChains {
     push(f);
   }
 
-  isa::Program finish() {
-    isa::canonicalize(program_);
-    Cycle last = 0;
-    std::vector<Cycle> busy(units_.size(), 0);
-    for (const auto& inst : program_.instructions) {
-      last = std::max(last, isa::completion(chip_, inst));
-      busy[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
+  /// Instructions pushed since the last flush.
+  size_t unflushed() const { return program_.instructions.size() - sorted_; }
+
+  /// With a pool: the instructions issued before `before` (no later placement issues before it) go
+  /// into one piece, its body shared with every chip that placed the same ones (relative to their
+  /// first issue); the rest stay, sorted.
+  void flush(Cycle before) {
+    auto& list = program_.instructions;
+    const auto order = [](const Instruction& a, const Instruction& b) {
+      return a.issue != b.issue ? a.issue < b.issue : a.unit < b.unit;
+    };
+    if (!std::is_sorted(list.begin(), list.end(), order)) {
+      std::sort(list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
+      std::inplace_merge(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(sorted_), list.end(), order);
     }
-    const bool empty = program_.instructions.empty();
-    program_.predictedCycles = empty ? 0 : last + chip_.rippleCycles;
-    program_.lowerBoundCycles = empty ? 0 : *std::max_element(busy.begin(), busy.end()) + chip_.rippleCycles;
+    const auto end = std::partition_point(list.begin(), list.end(), [&](const Instruction& i) { return i.issue < before; });
+    if (end != list.begin()) {
+      for (auto i = list.begin(); i != end; ++i) account(*i);
+      program_.pieces.push_back(pool_->piece(list.begin(), end, list.front().issue));
+      list.erase(list.begin(), end);
+    }
+    sorted_ = list.size();
+  }
+
+  isa::Program finish() {
+    if (pool_) {
+      flush(std::numeric_limits<Cycle>::max());
+    } else {
+      isa::canonicalize(program_);
+      for (const auto& inst : program_.instructions) account(inst);
+    }
+    const bool empty = program_.instructions.empty() && program_.pieces.empty();
+    program_.predictedCycles = empty ? 0 : last_ + chip_.rippleCycles;
+    program_.lowerBoundCycles = empty ? 0 : *std::max_element(busy_.begin(), busy_.end()) + chip_.rippleCycles;
     for (int a : highWater_) program_.sramBytes += Bytes{a} * chip_.vectorBytes;
     return std::move(program_);
   }
@@ -932,6 +1024,11 @@ class ChipChains {
     inst.interval = interval;
     return inst;
   }
+  // The figures finish() reports: the last completion and every unit's busy cycles.
+  void account(const Instruction& inst) {
+    last_ = std::max(last_, isa::completion(chip_, inst));
+    busy_[inst.unit] += isa::busyPerIssue(chip_, inst) * inst.repeat;
+  }
   void push(const Instruction& inst) {
     probe_.valid = false;
     unitFree_[inst.unit] = isa::unitFreeAt(chip_, inst);
@@ -940,6 +1037,11 @@ class ChipChains {
 
   const topology::ChipSpec& chip_;
   const std::vector<topology::UnitInfo>& units_;
+  std::vector<int> memSlice_ = [this] {  // each MEM slice's position
+    std::vector<int> at(chip_.memSlices);
+    for (int m = 0; m < chip_.memSlices; ++m) at[m] = units_[chip_.firstUnit(UnitKind::kMem) + m].slice;
+    return at;
+  }();
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
   std::vector<Cycle> lastArrival_ = std::vector<Cycle>(chip_.c2cPorts, -1);
@@ -947,6 +1049,10 @@ class ChipChains {
   std::vector<int> nextAddress_;
   std::vector<int> highWater_;
   isa::Program program_;
+  BodyPool* pool_;
+  size_t sorted_ = 0;  // program_.instructions[0, sorted_) are in (issue, unit) order (with a pool)
+  Cycle last_ = 0;
+  std::vector<Cycle> busy_ = std::vector<Cycle>(units_.size(), 0);
   // The last send placement asked for and its answer, until anything is placed on the chip.
   struct Probe { bool valid; int port; Cycle earliest, best; int mem; };
   Probe probe_ = {false, 0, 0, 0, 0};
@@ -992,21 +1098,53 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
   return scheduleCollective(plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, recordTransfers);
 }
 
-Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
-                                                const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts, bool recordTransfers) {
+namespace {
+
+// scheduleCollective without copying the plan into `out`; with shareBodies the programs are pieces
+// of bodies shared among the chips (every instruction attributed to plan.origin, if any).
+void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, const std::vector<Cycle>& start,
+                  LinkCalendar& calendar, bool wholeBursts, bool recordTransfers, bool shareBodies,
+                  CollectiveSchedule& out) {
   const auto& chip = cluster.chip();
   const std::uint64_t specHash = chip.hash();
-  CollectiveSchedule out;
-  out.plan = plan;
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
   const auto units = chip.units();
+  std::optional<BodyPool> pool;
+  if (shareBodies) pool.emplace(!plan.origin.op.empty());
   std::vector<std::unique_ptr<ChipChains>> chainOf(cluster.chipCount());
+  int chainCount = 0;
   auto chains = [&](int c) -> ChipChains& {
-    if (!chainOf[c]) chainOf[c] = std::make_unique<ChipChains>(chip, specHash, units, start[c]);
+    if (!chainOf[c]) {
+      chainOf[c] = std::make_unique<ChipChains>(chip, specHash, units, start[c], pool ? &*pool : nullptr);
+      ++chainCount;
+    }
     return *chainOf[c];
   };
   std::vector<Cycle> ready = start;
+  // Shared bodies: after step s, no later instruction issues before the earliest cycle a chip that
+  // still sends may start (every send, forward and receive of a later step follows one), less the
+  // most a receive's operand read may precede its receive. The chains flush up to there together,
+  // once they hold about kFlushInstructions each, so that symmetric chips cut identical pieces.
+  constexpr size_t kFlushInstructions = 512;
+  std::vector<size_t> lastSendStep(shareBodies ? cluster.chipCount() : 0, 0);
+  Cycle readAhead = chip.memReadCycles;
+  if (shareBodies) {
+    for (size_t s = 0; s < plan.steps.size(); ++s)
+      for (const auto& m : plan.steps[s]) lastSendStep[m.src] = s + 1;
+    for (const auto& u : units) readAhead = std::max<Cycle>(readAhead, chip.memReadCycles + u.slice);
+  }
+  auto flushChains = [&](size_t stepsDone) {
+    size_t unflushed = 0;
+    for (const auto& c : chainOf)
+      if (c) unflushed += c->unflushed();
+    if (unflushed < kFlushInstructions * static_cast<size_t>(chainCount)) return;
+    Cycle before = std::numeric_limits<Cycle>::max();
+    for (int c = 0; c < cluster.chipCount(); ++c)
+      if (lastSendStep[c] > stepsDone) before = std::min(before, ready[c]);
+    if (before != std::numeric_limits<Cycle>::max()) before -= readAhead;
+    for (auto& c : chainOf)
+      if (c) c->flush(before);
+  };
 
   // A route: the link windows of a burst relative to its send's issue and the transit chips that
   // forward it; built once per (src, dst, link), since algorithms repeat their messages step after step.
@@ -1057,6 +1195,140 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     Cycle earliest = 0;
     std::int64_t done = 0;
   };
+  // Every chip of the group doing the same thing: in each step each chip sends one message and
+  // receives one, all of one size over one-hop routes of equal latency and rate, and each chip's
+  // ports correspond to the first chip's (one-to-one over the whole plan, at the same slices), its
+  // start the same. Then no two messages of a step share a chip's units or a link direction, so a
+  // step's placements do not depend on each other, and every chip's chains stay the first chip's
+  // with its ports renamed: the first chip's chain is scheduled alone and its program is every
+  // chip's, ports renamed (a ring's all-reduce places 1 burst per step instead of p).
+  auto scheduleSymmetric = [&]() -> bool {
+    const auto& group = plan.group;
+    if (!shareBodies || !wholeBursts || recordTransfers || group.size() < 2) return false;
+    const int rep = group.front();
+    const int c2cFirst = chip.firstUnit(UnitKind::kC2c);
+    for (int c : group)
+      if (start[c] != start[rep]) return false;
+    struct Step { const RouteInfo* out = nullptr; int inPort = 0; std::int64_t vectors = 0; bool reduce = false; };
+    std::vector<Step> steps(plan.steps.size());
+    // rename[c][rep's port] = c's port, and its inverse.
+    std::vector<std::vector<int>> rename(cluster.chipCount()), renamedFrom(cluster.chipCount());
+    std::vector<int> sends(cluster.chipCount(), -1), receives(cluster.chipCount(), -1), inPortOf(cluster.chipCount());
+    std::vector<char> inGroup(cluster.chipCount(), 0);
+    for (int c : group) inGroup[c] = 1;
+    auto correspond = [&](int c, int repPort, int port) {
+      auto& to = rename[c];
+      auto& from = renamedFrom[c];
+      if (to.empty()) to.assign(chip.c2cPorts, -1), from.assign(chip.c2cPorts, -1);
+      if (to[repPort] < 0 && from[port] < 0) {
+        if (units[c2cFirst + repPort].slice != units[c2cFirst + port].slice) return false;
+        to[repPort] = port;
+        from[port] = repPort;
+      }
+      return to[repPort] == port;
+    };
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      const auto& messages = plan.steps[s];
+      if (messages.empty()) continue;
+      if (messages.size() != group.size()) return false;
+      const Step first{&routeOf(messages.front()), 0, messages.front().vectors, messages.front().reduce};
+      for (const auto& m : messages) {
+        if (!inGroup[m.src] || !inGroup[m.dst] || sends[m.src] == static_cast<int>(s) ||
+            receives[m.dst] == static_cast<int>(s) || m.vectors != first.vectors || m.reduce != first.reduce)
+          return false;
+        sends[m.src] = receives[m.dst] = static_cast<int>(s);
+        const RouteInfo& r = routeOf(m);
+        if (r.route.size() != 1 || r.flight != first.out->flight || r.spacing != first.out->spacing) return false;
+        inPortOf[m.dst] = r.dstPort;
+        if (m.src == rep) steps[s] = {&r, 0, m.vectors, m.reduce};
+      }
+      steps[s].inPort = inPortOf[rep];
+      for (const auto& m : messages) {
+        const RouteInfo& r = routeOf(m);
+        if (!correspond(m.src, steps[s].out->srcPort, r.srcPort) || !correspond(m.dst, steps[s].inPort, r.dstPort))
+          return false;
+      }
+    }
+    ChipChains& chains0 = chains(rep);
+    Cycle ready0 = start[rep];
+    for (const Step& st : steps) {
+      if (!st.out) continue;
+      const RouteInfo& r = *st.out;
+      Cycle next0 = ready0, earliest = ready0;
+      for (std::int64_t done = 0; done < st.vectors;) {
+        const std::int64_t v = std::min(kMaxBurstVectors, st.vectors - done);
+        const Cycle length = topology::serializationCycles(v, r.spacing);
+        // As scheduleCollective's rounds: the receiver's port (the first chip's in-port) hands
+        // bursts in arrival order.
+        auto arrivalsFree = [&](Cycle issue) { return std::max(issue, chains0.lastArrival(st.inPort) + 1 - r.flight); };
+        Cycle from = earliest;
+        Cycle issue = chains0.send(r.srcPort, v, r.spacing, from, false);
+        for (Cycle fit = calendar.firstFit(r.hops, arrivalsFree(issue), length); fit != issue;
+             fit = calendar.firstFit(r.hops, arrivalsFree(issue), length)) {
+          from += fit - issue;
+          issue = chains0.send(r.srcPort, v, r.spacing, from, false);
+        }
+        chains0.send(r.srcPort, v, r.spacing, from, true);
+        calendar.reserve(r.hops, issue, length);
+        const Cycle arrive = issue + r.flight;
+        chains0.admit(st.inPort, arrive);
+        next0 = std::max(next0, chains0.receive(st.inPort, v, r.spacing, arrive, st.reduce, wholeBursts));
+        out.transferCount += static_cast<std::int64_t>(group.size());
+        done += v;
+        earliest = from;
+      }
+      ready0 = next0;
+      for (int c : group) ready[c] = ready0;
+      flushChains(static_cast<size_t>(&st - steps.data()) + 1);
+    }
+    out.chainsScheduled = 1;
+    out.cluster.programs.resize(cluster.chipCount());
+    out.linksDrained.assign(cluster.chipCount(), 0);
+    for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
+    const Cycle drained = chains0.linksDrained();
+    isa::Program program = chains0.finish();
+    if (!plan.origin.op.empty()) program.origins = {plan.origin};
+    out.cycles = program.predictedCycles;
+    // A chip whose ports are renamed runs the program with its C2C instructions on its own ports
+    // (each body renamed once per renaming; re-sorted, since units change).
+    std::map<std::pair<const isa::InstructionBody*, std::vector<int>>, std::shared_ptr<const isa::InstructionBody>> renamed;
+    for (int c : group) {
+      out.linksDrained[c] = drained;
+      std::vector<int> map = rename[c];
+      bool identity = true;
+      for (int p = 0; p < static_cast<int>(map.size()); ++p) identity = identity && (map[p] < 0 || map[p] == p);
+      out.cluster.programs[c] = program;
+      if (identity) continue;
+      for (auto& piece : out.cluster.programs[c].pieces) {
+        auto& body = renamed[{piece.body.get(), map}];
+        if (!body) {
+          std::vector<Instruction> list = piece.body->instructions;
+          for (Instruction& i : list) {
+            if (units[i.unit].kind != UnitKind::kC2c) continue;
+            i.unit = c2cFirst + map[i.unit - c2cFirst];
+            if (i.op == Opcode::kC2cSend || i.op == Opcode::kC2cReceive) i.port = map[i.port];
+          }
+          std::vector<std::int32_t> origins = piece.body->originOf;
+          std::vector<size_t> order(list.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+            return list[a].issue != list[b].issue ? list[a].issue < list[b].issue : list[a].unit < list[b].unit;
+          });
+          std::vector<Instruction> sorted;
+          std::vector<std::int32_t> sortedOrigins;
+          for (size_t k : order) {
+            sorted.push_back(list[k]);
+            if (!origins.empty()) sortedOrigins.push_back(origins[k]);
+          }
+          body = isa::makeBody(std::move(sorted), std::move(sortedOrigins));
+        }
+        piece.body = body;
+      }
+    }
+    return true;
+  };
+  if (scheduleSymmetric()) return;
+
   const bool exchange = plan.algorithm == CollectiveAlgorithm::kDirect || plan.algorithm == CollectiveAlgorithm::kOneShot;
   for (const auto& stepMessages : plan.steps) {
     auto messages = stepMessages;
@@ -1144,7 +1416,9 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
       placeReceives(-1, 0);
     }
     ready = next;
+    if (pool) flushChains(static_cast<size_t>(&stepMessages - plan.steps.data()) + 1);
   }
+  out.chainsScheduled = chainCount;
   out.cluster.programs.resize(cluster.chipCount());
   out.linksDrained.assign(cluster.chipCount(), 0);
   for (auto& p : out.cluster.programs) p.chipSpecHash = specHash;
@@ -1153,8 +1427,19 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
     out.linksDrained[c] = chainOf[c]->linksDrained();
     out.cluster.programs[c] = chainOf[c]->finish();
     chainOf[c].reset();
+    if (pool && !plan.origin.op.empty()) out.cluster.programs[c].origins = {plan.origin};
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }
+}
+
+}  // namespace
+
+Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
+                                                const std::vector<Cycle>& start, LinkCalendar& calendar,
+                                                bool wholeBursts, bool recordTransfers, bool shareBodies) {
+  CollectiveSchedule out;
+  out.plan = plan;
+  schedulePlan(plan, cluster, start, calendar, wholeBursts, recordTransfers, shareBodies, out);
   return out;
 }
 
@@ -1179,10 +1464,13 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();
-  auto scheduled = scheduleCollective(*plan, cluster, false);
-  if (scheduled)
-    for (auto& program : scheduled->cluster.programs)
-      if (!program.instructions.empty()) isa::attributeAll(program, {op.name, collectiveOpName(*kind), op.layer, ""});
+  plan->origin = {op.name, collectiveOpName(*kind), op.layer, ""};
+  // The programs as pieces of shared bodies (a ring's chips hold one copy of their instructions);
+  // the plan moved into the result, not copied (on 2,048 chips its messages take 200 MB).
+  CollectiveSchedule scheduled;
+  LinkCalendar calendar(cluster.links().size());
+  schedulePlan(*plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, false, true, scheduled);
+  scheduled.plan = std::move(*plan);
   return scheduled;
 }
 

@@ -105,6 +105,9 @@ struct CollectiveSchedule {
   CollectivePlan plan;
   std::vector<RoutedTransfer> transfers;  ///< empty when the schedule was made without recording them
   std::int64_t transferCount = 0;         ///< bursts scheduled
+  /// Chips whose chains were placed burst by burst: 1 when every chip does the same (a ring), whose
+  /// first chip's program is then every chip's, ports renamed.
+  int chainsScheduled = 0;
   ClusterSchedule cluster;       ///< programs (transit chips forward multi-hop messages) and the C2C transfers
   Cycle cycles = 0;              ///< predicted completion of the last chip (ripple included)
   /// Per chip, the cycle its outgoing links have carried every vector it sent or forwarded: its
@@ -139,10 +142,13 @@ class LinkCalendar {
 /// issue cycles and only the chips the messages touch have instructions. With `wholeBursts` (a
 /// collective alone) a receive takes its burst one vector a cycle once the last vector is in, at the
 /// link's exact rate; without (a sharded plan, whose other work books bursts on the same ports),
-/// it reads each vector as it arrives, one every ceil(t_vec) cycles.
+/// it reads each vector as it arrives, one every ceil(t_vec) cycles. With `shareBodies` the programs
+/// are pieces (isa::ProgramPiece) of instruction bodies held once for every chip that places the same
+/// instructions in the same span (a ring's members), attributed to plan.origin; without, plain lists.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 const std::vector<Cycle>& start, LinkCalendar& calendar,
-                                                bool wholeBursts = false, bool recordTransfers = true);
+                                                bool wholeBursts = false, bool recordTransfers = true,
+                                                bool shareBodies = false);
 
 /// The alpha-beta time of REFERENCES.md for op on p chips of n bytes with per-message alpha and
 /// per-byte beta (cycles): ring all-reduce 2(p-1)alpha + 2((p-1)/p) n beta, all-gather and
