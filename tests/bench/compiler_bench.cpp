@@ -69,6 +69,8 @@ void report(benchmark::State& state, const schedule::CompileReport& r) {
   state.counters["tasks"] = static_cast<double>(r.tasks);
   state.counters["anneal_accepted"] = static_cast<double>(r.annealAccepted);
   state.counters["spills"] = static_cast<double>(r.spills);
+  state.counters["segments"] = static_cast<double>(r.segments);
+  state.counters["distinct_segments"] = static_cast<double>(r.distinctSegments);
 }
 
 // List scheduling alone on a BERT-base-sized FFN stack: the speed target (>= 1 M instructions/s).

@@ -105,7 +105,9 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
         result.transfers.push_back(t);
       }
     }
-    ++result.compiledShards;
+    // A stage searched layer by layer counts its distinct layers as compiled, the repeats as shared.
+    result.compiledShards += compiled->report.distinctSegments;
+    result.sharedShards += compiled->report.segments - compiled->report.distinctSegments;
     result.programs[stage.chip] = std::move(compiled->program);
     result.reports[stage.chip] = compiled->report;
     if (options.progress) options.progress(static_cast<std::int64_t>(s) + 1, static_cast<std::int64_t>(stages.size()));

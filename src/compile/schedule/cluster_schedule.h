@@ -34,8 +34,11 @@ struct ClusterSchedule {
   std::vector<isa::Program> programs;
   std::vector<CompileReport> reports;  ///< per chip (zeros for idle chips)
   std::vector<C2CTransfer> transfers;
-  int compiledShards = 0;  ///< compute segments compiled by compileShard (sharded plans)
-  int sharedShards = 0;    ///< compute segments that reused an identical segment's program
+  /// Compute segments compiled by compileShard (sharded plans), or a pipeline's stages, each counting
+  /// its distinct layers when it was searched layer by layer (CompileReport::distinctSegments).
+  int compiledShards = 0;
+  /// Compute segments that reused an identical segment's program, or a stage's repeated layers.
+  int sharedShards = 0;
   int collectives = 0;     ///< collectives scheduled on routes (sharded plans)
 };
 

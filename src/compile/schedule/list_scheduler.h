@@ -53,6 +53,10 @@ struct Options {
   int boundRounds = 4;
   /// Told after each shard a cluster scheduler compiles: (done, total), total 0 when not known ahead.
   support::ProgressFn progress;
+  /// A shard whose layers repeat (a transformer's blocks, a ResNet stage's bottlenecks) runs the
+  /// search (plane order, priority weightings, annealing) once per distinct layer, its work caps
+  /// shared among them, and every repeat takes its layer's order (compileShard).
+  bool shareRepeatedLayers = true;
   /// Keeps the priority portfolio in each of a plan's many shards too (asShardOfMany).
   bool shardPortfolio = false;
   /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves,

@@ -81,6 +81,12 @@ std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem, co
   return groups;
 }
 
+void setPlaneOrder(lower::LoweredShard& shard, std::vector<std::vector<lower::PlaneRun>> planes) {
+  removeDependences(shard.problem, planeChains(shard.problem, shard.planeRuns));
+  addDependences(shard.problem, planeChains(shard.problem, planes));
+  shard.planeRuns = std::move(planes);
+}
+
 bool nearBusiestPlane(const lower::LoweredShard& shard, Cycle makespan) {
   return static_cast<double>(makespan) <= 1.02 * static_cast<double>(shard.matmulLowerBound);
 }

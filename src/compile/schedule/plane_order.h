@@ -20,6 +20,9 @@ std::vector<Dependence> planeChains(const Problem& problem, const std::vector<st
 std::vector<std::vector<SerialSegment>> planeSegments(const Problem& problem,
                                                       const std::vector<std::vector<lower::PlaneRun>>& planes);
 
+/// Chains every plane's runs in the order `planes` gives (the same runs as shard.planeRuns, each
+/// plane's in any order) instead of the shard's: its chain dependences are replaced.
+void setPlaneOrder(lower::LoweredShard& shard, std::vector<std::vector<lower::PlaneRun>> planes);
 /// Is `makespan` within 2 % of the shard's busiest plane's computes (LoweredShard::matmulLowerBound)?
 /// No plane order or priority weighting can then gain more than that, so neither is searched.
 bool nearBusiestPlane(const lower::LoweredShard& shard, Cycle makespan);

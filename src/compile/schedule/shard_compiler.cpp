@@ -2,6 +2,7 @@
 #include "compile/schedule/shard_compiler.h"
 
 #include <algorithm>
+#include <optional>
 #include <cstring>
 #include <set>
 #include <type_traits>
@@ -12,6 +13,7 @@
 #include "compile/alloc/stream_colouring.h"
 #include "compile/schedule/annealer.h"
 #include "compile/schedule/plane_order.h"
+#include "compile/schedule/repeated_segments.h"
 #include "support/cancel.h"
 
 namespace tsp::schedule {
@@ -47,7 +49,8 @@ std::string reportJson(const CompileReport& r) {
                       {"instructions", r.instructions},
                       {"anneal_moves", r.annealMoves},
                       {"anneal_accepted", r.annealAccepted},
-                      {"priority_weightings", r.priorityWeightings}};
+                      {"priority_weightings", r.priorityWeightings},
+                      {"segments", {{"compiled", r.distinctSegments}, {"total", r.segments}}}};
   return j.dump(2);
 }
 
@@ -208,6 +211,136 @@ void fillReport(const Problem& problem, const Schedule& schedule, const lower::L
   r.instructions = problem.instructionCount();
 }
 
+// The first round's list schedule of a lowered shard: the planes' run order searched from it, and with
+// the priority portfolio the other weightings tried from the problem as lowered; `chosen` takes the
+// weights of the shortest (the earlier on ties).
+Expected<Schedule> firstListSchedule(lower::LoweredShard& shard, const Options& options, Options& chosen,
+                                     CompileReport& report) {
+  Problem& problem = shard.problem;
+  const std::vector<Dependence> loweredDependences = problem.dependences();
+  const auto loweredRuns = shard.planeRuns;
+  auto listAndOrder = [&](const Options& with) -> Expected<Schedule> {
+    auto list = scheduleList(problem, with);
+    if (!list) return list.error();
+    if (with.reorderPlanes) {
+      auto reordered = orderPlaneRuns(shard, *list, with);
+      if (!reordered) return reordered.error();
+      if (*reordered) list = scheduleList(problem, with);
+    }
+    return list;
+  };
+  auto list = listAndOrder(chosen);
+  if (!list) return list.error();
+  if (!options.priorityPortfolio || nearBusiestPlane(shard, list->makespan)) return list;
+  // The seed's priority with other weights (r/R_avg at each of portfolioBetas, no fanout), each
+  // from the same lowered problem; the shortest list schedule goes on (the earlier on ties).
+  for (const double beta : options.portfolioBetas) {
+    const std::vector<Dependence> asBest = problem.dependences();
+    const auto bestRuns = shard.planeRuns;
+    problem.mutableDependences() = loweredDependences;
+    shard.planeRuns = loweredRuns;
+    if (auto s = problem.check(); !s) return s.error();
+    ++report.priorityWeightings;
+    Options other = chosen;
+    other.beta = beta;
+    other.gamma = 0.0;
+    auto tried = listAndOrder(other);
+    if (!tried) return tried.error();
+    if (tried->makespan < list->makespan) {
+      list = std::move(tried);
+      chosen = other;
+    } else {
+      problem.mutableDependences() = asBest;
+      shard.planeRuns = bestRuns;
+      if (auto s = problem.check(); !s) return s.error();
+    }
+  }
+  return list;
+}
+
+// A shard whose layers repeat: the search (first round and annealing) runs on each distinct layer
+// alone (segmentShard), each with an equal share of the work caps and a seed of its own; every
+// repeat takes its layer's planes' run order, and the whole shard is placed by one pass of the
+// list scheduler's decoder over the layers in order, each layer's tasks ranked by their start in
+// its layer's schedule. Placement, SRAM and every constraint stay those of the whole shard.
+// Nothing when few layers repeat, when there is no search to share, or in a shard with C2C.
+Expected<std::optional<Schedule>> scheduleRepeatedLayers(lower::LoweredShard& shard, const Options& options,
+                                                         CompileReport& report) {
+  if (!options.shareRepeatedLayers || (options.annealMoves == 0 && !options.reorderPlanes && !options.priorityPortfolio))
+    return std::optional<Schedule>{};
+  Problem& problem = shard.problem;
+  for (const auto& task : problem.tasks())
+    for (const auto& step : task.steps)
+      if (step.inst.op == Opcode::kC2cSend || step.inst.op == Opcode::kC2cReceive) return std::optional<Schedule>{};
+  // Searched layer by layer when at least as many layers repeat an earlier one as are distinct: the
+  // search's work then shrinks with the repeats. With fewer, the whole shard's search, which sees
+  // across the layers, is kept (ResNet-50: 12 distinct layers of 18 give a makespan 3 % longer).
+  const ShardSegments segments = shardSegments(shard);
+  if (segments.count() - segments.distinct() < segments.distinct()) return std::optional<Schedule>{};
+  report.segments = segments.count();
+  report.distinctSegments = segments.distinct();
+  Options each = options;
+  each.annealWork = options.annealWork / segments.distinct();
+  each.planeOrderWork = options.planeOrderWork / segments.distinct();
+  std::vector<std::vector<Cycle>> startOf(static_cast<size_t>(segments.count()));
+  int weightings = 1;
+  for (int s = 0; s < segments.count(); ++s) {
+    if (segments.representative[s] != s) continue;
+    if (support::cancelRequested()) return support::interrupted();
+    auto segment = segmentShard(shard, segments.begin[s], segments.begin[s + 1]);
+    if (auto c = segment->problem.check(); !c) return c.error();
+    Options own = each;
+    own.seed = options.seed * 1000003ULL + static_cast<std::uint64_t>(s);
+    Options chosen = own;
+    CompileReport part;
+    auto list = firstListSchedule(*segment, own, chosen, part);
+    if (!list) return list.error();
+    weightings = std::max(weightings, part.priorityWeightings);
+    auto annealed = anneal(segment->problem, *list, chosen);
+    if (!annealed) return annealed.error();
+    report.annealMoves += annealed->moves;
+    report.annealAccepted += annealed->accepted;
+    startOf[s] = std::move(annealed->schedule.start);
+  }
+  report.priorityWeightings = weightings;
+  // The whole shard's list schedule (the lowering's plane order, the seed's priority), kept when the
+  // layers' searched orders do not beat it.
+  auto whole = scheduleList(problem, options);
+  if (!whole) return whole.error();
+  const std::vector<Dependence> asLowered = problem.dependences();
+  const auto loweredRuns = shard.planeRuns;
+  // Per task: its layer, and its start in its layer's representative's schedule.
+  std::vector<std::pair<int, Cycle>> at(problem.tasks().size());
+  for (int s = 0; s < segments.count(); ++s)
+    for (int t = segments.begin[s]; t < segments.begin[s + 1]; ++t)
+      at[t] = {s, startOf[segments.representative[s]][t - segments.begin[s]]};
+  // Every plane's runs, layer after layer; a repeat's runs on a plane go in the order their
+  // counterparts' first computes start in its representative's schedule.
+  std::vector<std::vector<lower::PlaneRun>> planes = shard.planeRuns;
+  for (auto& runs : planes)
+    std::stable_sort(runs.begin(), runs.end(), [&](const lower::PlaneRun& a, const lower::PlaneRun& b) {
+      return at[a.firstCompute] < at[b.firstCompute];
+    });
+  setPlaneOrder(shard, std::move(planes));
+  if (auto c = problem.check(); !c) return c.error();
+  // The decoder places the layers one after another, each layer's tasks in that order.
+  std::vector<int> order(problem.tasks().size());
+  for (size_t t = 0; t < order.size(); ++t) order[t] = static_cast<int>(t);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return at[a] < at[b]; });
+  std::vector<std::int64_t> rank(order.size());
+  for (size_t k = 0; k < order.size(); ++k) rank[order[k]] = static_cast<std::int64_t>(k);
+  auto best = scheduleInOrder(problem, rank, options);
+  if (!best) return best.error();
+  if (whole->makespan < best->makespan) {
+    problem.mutableDependences() = asLowered;
+    shard.planeRuns = loweredRuns;
+    if (auto c = problem.check(); !c) return c.error();
+    best = std::move(*whole);
+  }
+  report.listCycles = best->makespan;
+  return std::optional<Schedule>(std::move(*best));
+}
+
 }  // namespace
 
 Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
@@ -220,57 +353,34 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   Problem& problem = shard.problem;
   CompiledShard result;
   CompileReport& report = result.report;
-  const std::vector<Dependence> loweredDependences = problem.dependences();
-  const auto loweredRuns = shard.planeRuns;
 
   constexpr int kSpillRounds = 4;
   Schedule schedule;
-  // The list schedule, and in the first round the planes' run order searched from it.
-  auto listAndOrder = [&](const Options& with, bool order) -> Expected<Schedule> {
-    auto list = scheduleList(problem, with);
-    if (!list) return list.error();
-    if (order && with.reorderPlanes) {
-      auto reordered = orderPlaneRuns(shard, *list, with);
-      if (!reordered) return reordered.error();
-      if (*reordered) list = scheduleList(problem, with);
+  auto shared = scheduleRepeatedLayers(shard, options, report);
+  if (!shared) return shared.error();
+  if (*shared) {
+    schedule = std::move(**shared);
+    const alloc::StreamColouring colouring = alloc::colourStreams(problem, schedule);
+    if (!colouring.spilled.empty()) {
+      // A spill would change the problem the layers were searched on: the shard is compiled whole.
+      Options whole = options;
+      whole.shareRepeatedLayers = false;
+      return compileShard(chip, graph, ops, interface, whole);
     }
-    return list;
-  };
+    schedule.streamId = colouring.streamId;
+    report.streamRegisters[0] = colouring.registersUsed[0];
+    report.streamRegisters[1] = colouring.registersUsed[1];
+  }
   Options chosen = options;  // the priority weights the first round found better
-  for (int round = 0;; ++round) {
+  for (int round = 0; !*shared; ++round) {
     if (auto s = problem.check(); !s) return s.error();
     // The last round keeps stream pressure within the registers, so a colouring always exists.
     Options roundOptions = chosen;
     if (round == kSpillRounds) roundOptions.limitStreamPressure = true;
-    auto list = listAndOrder(roundOptions, round == 0);
+    Expected<Schedule> list = round == 0 ? firstListSchedule(shard, roundOptions, chosen, report)
+                                         : scheduleList(problem, roundOptions);
     if (!list) return list.error();
-    if (round == 0 && options.priorityPortfolio && !nearBusiestPlane(shard, list->makespan)) {
-      // The seed's priority with other weights (r/R_avg at each of portfolioBetas, no fanout), each
-      // from the same lowered problem; the shortest list schedule goes on (the earlier on ties).
-      for (const double beta : options.portfolioBetas) {
-        const std::vector<Dependence> asBest = problem.dependences();
-        const auto bestRuns = shard.planeRuns;
-        problem.mutableDependences() = loweredDependences;
-        shard.planeRuns = loweredRuns;
-        if (auto s = problem.check(); !s) return s.error();
-        ++report.priorityWeightings;
-        Options other = roundOptions;
-        other.beta = beta;
-        other.gamma = 0.0;
-        auto tried = listAndOrder(other, true);
-        if (!tried) return tried.error();
-        if (tried->makespan < list->makespan) {
-          list = std::move(tried);
-          chosen.beta = other.beta;
-          chosen.gamma = other.gamma;
-          roundOptions = other;
-        } else {
-          problem.mutableDependences() = asBest;
-          shard.planeRuns = bestRuns;
-          if (auto s = problem.check(); !s) return s.error();
-        }
-      }
-    }
+    if (round == 0) roundOptions = chosen;
     report.listCycles = list->makespan;
     auto annealed = anneal(problem, *list, roundOptions);
     if (!annealed) return annealed.error();

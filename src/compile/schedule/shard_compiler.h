@@ -51,6 +51,10 @@ struct CompileReport {
   /// Priority weightings the first round list-scheduled: 2 when the pair was tried (a shard compiled
   /// alone whose first schedule is more than 2 % over its busiest plane's computes), else 1.
   int priorityWeightings = 1;
+  /// Layers the shard was cut into for the search, and the distinct ones searched (Options::
+  /// shareRepeatedLayers); 1 and 1 when the shard was searched whole.
+  int segments = 1;
+  int distinctSegments = 1;
 };
 
 /// The report as JSON text (the `report_*.json` next to emitted programs).

@@ -144,6 +144,43 @@ TEST(ShardCompiler, LayerEstimatesOfRepeatedLayersEqualTheirOwnCompiles) {
   }
 }
 
+// A shard whose layers repeat is searched once per distinct layer and placed whole: the program
+// simulates in exactly its predicted cycles, one seed gives one program, the report counts the
+// layers, and the SRAM placement is the one of the shard searched whole.
+TEST(ShardCompiler, RepeatedLayersAreSearchedOnceAndSimulateExactly) {
+  topology::ChipSpec chip;
+  const ir::Graph g = testing::mlp(6, 640, 48, "int8");
+  Options o = effortOptions(Effort::kDefault);
+  o.seed = 3;
+  const auto a = compileShard(chip, g, allOps(g), {}, o);
+  const auto b = compileShard(chip, g, allOps(g), {}, o);
+  ASSERT_TRUE(a.ok()) << a.error().format();
+  ASSERT_TRUE(b.ok()) << b.error().format();
+  EXPECT_EQ(a->program, b->program);
+  EXPECT_EQ(a->report.segments, g.layerCount());
+  EXPECT_GE(a->report.distinctSegments, 1);
+  EXPECT_LT(a->report.distinctSegments, a->report.segments);
+  EXPECT_GT(a->report.annealMoves, 0);
+  auto cycles = simulate(chip, a->program);
+  ASSERT_TRUE(cycles.ok()) << cycles.error().format();
+  EXPECT_EQ(*cycles, a->program.predictedCycles);
+  EXPECT_GE(a->program.predictedCycles, a->report.lowerBound);
+  EXPECT_NE(reportJson(a->report).find("\"segments\""), std::string::npos);
+
+  o.shareRepeatedLayers = false;
+  const auto whole = compileShard(chip, g, allOps(g), {}, o);
+  ASSERT_TRUE(whole.ok()) << whole.error().format();
+  EXPECT_EQ(whole->report.segments, 1);
+  EXPECT_EQ(whole->report.distinctSegments, 1);
+  EXPECT_EQ(whole->program.tensors, a->program.tensors);
+  EXPECT_EQ(whole->report.lowerBound, a->report.lowerBound);
+
+  // List scheduling alone has no search to share.
+  const auto fast = compileShard(chip, g, allOps(g), {}, effortOptions(Effort::kFast));
+  ASSERT_TRUE(fast.ok()) << fast.error().format();
+  EXPECT_EQ(fast->report.segments, 1);
+}
+
 TEST(ShardCompiler, PlacementTableNamesEveryTensor) {
   topology::ChipSpec chip;
   const ir::Graph g = testing::mlp(2, 320, 8);
