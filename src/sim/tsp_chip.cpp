@@ -217,6 +217,7 @@ class TspChip final : public Chip {
     const size_t count = list.size();
     Event moved;
     while (next_ < count) {
+      if (following_ && !options_.observer && skipFollowed(end) && next_ == count) break;
       const size_t index = reordered_ ? order_[next_] : next_;
       // The event in place when its piece has no offset and no stall moves it; else a moved copy.
       const Event* inst;
@@ -463,6 +464,21 @@ class TspChip final : public Chip {
     ++stats_.instructions;
     if (options_.observer) options_.observer->instructionExecuted(id_, index, inst.issue, inst.unitFreeAt());
     return true;
+  }
+
+  // A follower with no observer passes over the events before `end` that a leader passed and that
+  // have no C2C part, a piece at a time: it only counts them. Returns whether it moved.
+  bool skipFollowed(Cycle end) {
+    const size_t passed = shared_->passed.load(std::memory_order_acquire);
+    const size_t from = next_;
+    while (next_ < passed) {
+      const size_t n = events_->plainBefore(cursor_, end, passed - next_, c2cMark_);
+      if (n == 0) break;
+      events_->skip(cursor_, n);
+      next_ += n;
+    }
+    stats_.instructions += static_cast<std::int64_t>(next_ - from);
+    return next_ > from;
   }
 
   // A follower does the program-only part of the events it followed, [replayed_, next_): its state
@@ -977,6 +993,7 @@ class TspChip final : public Chip {
   bool c2cFailure_ = false;  // a follower's run ended in the C2C part of event next_
   size_t replayed_ = 0;     // follower: the program-only part of events [0, replayed_) is done
   EventProgram::Cursor replayCursor_;  // follower: the event replayed_
+  EventProgram::C2cMark c2cMark_;      // follower: the next C2C event of the cursor's piece
   std::unique_ptr<FunctionalState> values_;  // functional mode only
   VectorRun pendingPayload_;                 // the vectors of the send or forward being executed
   // Functional mode: the vectors of each live stream run, by the program index of its producer (an
