@@ -91,6 +91,10 @@ void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::
 EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec& spec)
     : units_(spec.units()) {
   const OpcodeTable table(spec);
+  if (spec.banksPerSlice <= 256) {
+    banks_.resize(static_cast<size_t>(std::max(0, spec.addressesPerSlice)));
+    for (size_t a = 0; a < banks_.size(); ++a) banks_[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
+  }
   auto decodeAll = [&](const std::vector<Instruction>& list) {
     std::vector<Event> events(list.size());
     std::vector<std::uint32_t> c2c;

@@ -140,6 +140,8 @@ class EventProgram {
   }
   /// True when the events are in (issue, unit) order, the order they run in.
   bool canonical() const { return canonical_; }
+  /// ChipSpec::bankOf of each address of a slice (empty when the spec has more than 256 banks).
+  const std::vector<std::uint8_t>& banks() const { return banks_; }
   /// The chip spec's unit table (ChipSpec::units()).
   const std::vector<topology::UnitInfo>& units() const { return units_; }
   /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
@@ -154,6 +156,7 @@ class EventProgram {
     const std::vector<std::uint32_t>* c2c = nullptr;  // places of its body's C2C events, ascending
   };
   std::vector<topology::UnitInfo> units_;
+  std::vector<std::uint8_t> banks_;  // the bank of each address of a slice (empty: more than 256 banks)
   std::vector<std::vector<Event>> bodies_;  // one per distinct instruction list
   std::vector<std::vector<std::uint32_t>> c2c_;  // per body: the places of its C2C events
   std::vector<Segment> segments_;

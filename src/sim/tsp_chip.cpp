@@ -543,9 +543,10 @@ class TspChip final : public Chip {
     return false;
   }
 
-  StreamQueue& runsOf(isa::StreamRef ref) {
-    return streams_[static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id];
+  size_t streamIndex(isa::StreamRef ref) const {
+    return static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id;
   }
+  StreamQueue& runsOf(isa::StreamRef ref) { return streams_[streamIndex(ref)]; }
 
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
@@ -594,8 +595,12 @@ class TspChip final : public Chip {
       }
       if (i0 >= run.count) continue;
       if (inst.repeat > 1) {
-        if (inst.interval % run.interval != 0) continue;
-        const std::int64_t last = i0 + std::int64_t{inst.repeat - 1} * (inst.interval / run.interval);
+        std::int64_t step = inst.interval;  // values of the run per read (no division for most runs)
+        if (run.interval != 1) {
+          if (inst.interval % run.interval != 0) continue;
+          step /= run.interval;
+        }
+        const std::int64_t last = i0 + std::int64_t{inst.repeat - 1} * step;
         if (last >= run.count) continue;
       }
       if (match)
@@ -646,6 +651,13 @@ class TspChip final : public Chip {
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
   }
 
+  // ChipSpec::bankOf, from the decoded program's table.
+  int bankOf(std::int64_t address) const {
+    const auto& banks = events_->banks();
+    return address >= 0 && address < static_cast<std::int64_t>(banks.size()) ? banks[static_cast<size_t>(address)]
+                                                                            : spec_.bankOf(static_cast<int>(address));
+  }
+
   // Cycles in which a read run and a write run of one slice hit the same bank (the two ports
   // share a bank's single array). Stops at the first unless every one is to be counted.
   std::int64_t bankConflicts(const PortRun& a, const PortRun& b, bool all, Cycle& firstCycle) const {
@@ -655,11 +667,14 @@ class TspChip final : public Chip {
     const Cycle period = std::lcm(da, db);
     const Cycle hi = std::min(a.last(), b.last());
     std::int64_t found = 0;
-    for (Cycle x = *common; x <= hi; x += period) {
-      const std::int64_t i = (x - a.first) / a.interval, j = (x - b.first) / b.interval;
-      if (spec_.bankOf(static_cast<int>(a.address + i * a.stride)) !=
-          spec_.bankOf(static_cast<int>(b.address + j * b.stride)))
-        continue;
+    // From one common cycle to the next, each run's address moves by a fixed step (a run of one
+    // access has no next common cycle).
+    std::int64_t addressA = a.address + (*common - a.first) / a.interval * a.stride;
+    std::int64_t addressB = b.address + (*common - b.first) / b.interval * b.stride;
+    const std::int64_t stepA = a.count > 1 ? period / a.interval * a.stride : 0;
+    const std::int64_t stepB = b.count > 1 ? period / b.interval * b.stride : 0;
+    for (Cycle x = *common; x <= hi; x += period, addressA += stepA, addressB += stepB) {
+      if (bankOf(addressA) != bankOf(addressB)) continue;
       if (found++ == 0) firstCycle = x;
       if (!all) break;
     }
