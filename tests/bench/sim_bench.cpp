@@ -109,6 +109,7 @@ void simulate(benchmark::State& state, const isa::Program& compiled, bool follow
   state.counters["x_chip_speed"] =
       benchmark::Counter(static_cast<double>(cycles) / (chip.clockMhz * 1e6), benchmark::Counter::kIsRate);
   state.counters["entries"] = static_cast<double>(compiled.instructions.size());
+  state.counters["cycles"] = static_cast<double>(cycles / std::max<std::int64_t>(1, state.iterations()));
 }
 
 void BM_SimulateMlp(benchmark::State& state) {
