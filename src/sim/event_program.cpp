@@ -91,23 +91,34 @@ void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::
 EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec& spec)
     : units_(spec.units()) {
   const OpcodeTable table(spec);
+  if (spec.banksPerSlice <= 256) {
+    banks_.resize(static_cast<size_t>(std::max(0, spec.addressesPerSlice)));
+    for (size_t a = 0; a < banks_.size(); ++a) banks_[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
+  }
   auto decodeAll = [&](const std::vector<Instruction>& list) {
     std::vector<Event> events(list.size());
-    for (size_t i = 0; i < list.size(); ++i) decode(list[i], spec, units_, table, events[i]);
-    return events;
+    std::vector<std::uint32_t> c2c;
+    for (size_t i = 0; i < list.size(); ++i) {
+      decode(list[i], spec, units_, table, events[i]);
+      const Opcode op = list[i].op;
+      if (op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward)
+        c2c.push_back(static_cast<std::uint32_t>(i));
+    }
+    bodies_.push_back(std::move(events));
+    c2c_.push_back(std::move(c2c));
   };
   const isa::Program& p = program;
   if (p.pieces.empty()) {
-    bodies_.push_back(decodeAll(p.instructions));
-    segments_.push_back({bodies_.back().data(), bodies_.back().size(), 0, 0});
+    decodeAll(p.instructions);
+    segments_.push_back({bodies_.back().data(), bodies_.back().size(), 0, 0, &c2c_.back()});
   } else {
     std::map<const isa::InstructionBody*, size_t> bodyIndex;
     for (const auto& piece : p.pieces)
-      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) bodies_.push_back(decodeAll(piece.body->instructions));
+      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) decodeAll(piece.body->instructions);
     for (const auto& piece : p.pieces) {
-      const auto& body = bodies_[bodyIndex.at(piece.body.get())];
-      segments_.push_back({body.data(), body.size(), piece.offset, size_});
-      size_ += body.size();
+      const size_t b = bodyIndex.at(piece.body.get());
+      segments_.push_back({bodies_[b].data(), bodies_[b].size(), piece.offset, size_, &c2c_[b]});
+      size_ += bodies_[b].size();
     }
   }
   if (p.pieces.empty()) size_ = segments_.front().count;

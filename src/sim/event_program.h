@@ -1,6 +1,7 @@
 // A program as the chip's event loop reads it: decoded once per (program, chip spec) and shared by every chip running it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -103,8 +104,44 @@ class EventProgram {
   }
   /// A cursor at the first event.
   Cursor begin() const;
+  /// The place of the first C2C event at or after a cursor in its piece (the piece's count if none),
+  /// kept by the caller between calls of plainBefore.
+  struct C2cMark {
+    size_t segment = static_cast<size_t>(-1), at = 0;
+  };
+  /// How many events from the cursor on, at most `limit`, are not C2C and issue before `end`: the
+  /// events a follower may pass over at once (the program must be canonical). Costs the log of the
+  /// count (a galloping search), plus a search of the piece's C2C events when `mark` is not of the cursor.
+  size_t plainBefore(const Cursor& c, Cycle end, size_t limit, C2cMark& mark) const {
+    const Segment& s = segments_[c.segment];
+    if (mark.segment != c.segment || mark.at < c.at) {
+      const auto next = std::lower_bound(s.c2c->begin(), s.c2c->end(), static_cast<std::uint32_t>(c.at));
+      mark = {c.segment, next == s.c2c->end() ? s.count : *next};
+    }
+    const size_t stop = std::min({s.count, c.at + limit, mark.at});
+    const Cycle before = end - s.offset;  // issues ascend in a canonical program
+    if (c.at >= stop || s.events[c.at].issue >= before) return 0;
+    size_t good = c.at, step = 1;  // events[good] issues before `end`
+    while (good + step < stop && s.events[good + step].issue < before) {
+      good += step;
+      step *= 2;
+    }
+    size_t bad = std::min(good + step, stop);  // the first at or after `end` is in (good, bad]
+    while (bad - good > 1) {
+      const size_t mid = good + (bad - good) / 2;
+      (s.events[mid].issue < before ? good : bad) = mid;
+    }
+    return bad - c.at;
+  }
+  /// Moves the cursor `n` events on, within its piece (n <= the events left in the piece).
+  void skip(Cursor& c, size_t n) const {
+    c.at += n - 1;
+    step(c);
+  }
   /// True when the events are in (issue, unit) order, the order they run in.
   bool canonical() const { return canonical_; }
+  /// ChipSpec::bankOf of each address of a slice (empty when the spec has more than 256 banks).
+  const std::vector<std::uint8_t>& banks() const { return banks_; }
   /// The chip spec's unit table (ChipSpec::units()).
   const std::vector<topology::UnitInfo>& units() const { return units_; }
   /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
@@ -116,9 +153,12 @@ class EventProgram {
     size_t count = 0;
     Cycle offset = 0;
     size_t first = 0;  // program index of its first event
+    const std::vector<std::uint32_t>* c2c = nullptr;  // places of its body's C2C events, ascending
   };
   std::vector<topology::UnitInfo> units_;
+  std::vector<std::uint8_t> banks_;  // the bank of each address of a slice (empty: more than 256 banks)
   std::vector<std::vector<Event>> bodies_;  // one per distinct instruction list
+  std::vector<std::vector<std::uint32_t>> c2c_;  // per body: the places of its C2C events
   std::vector<Segment> segments_;
   size_t size_ = 0;
   bool canonical_ = true;

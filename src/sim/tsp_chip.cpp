@@ -217,6 +217,7 @@ class TspChip final : public Chip {
     const size_t count = list.size();
     Event moved;
     while (next_ < count) {
+      if (following_ && !options_.observer && skipFollowed(end) && next_ == count) break;
       const size_t index = reordered_ ? order_[next_] : next_;
       // The event in place when its piece has no offset and no stall moves it; else a moved copy.
       const Event* inst;
@@ -465,6 +466,21 @@ class TspChip final : public Chip {
     return true;
   }
 
+  // A follower with no observer passes over the events before `end` that a leader passed and that
+  // have no C2C part, a piece at a time: it only counts them. Returns whether it moved.
+  bool skipFollowed(Cycle end) {
+    const size_t passed = shared_->passed.load(std::memory_order_acquire);
+    const size_t from = next_;
+    while (next_ < passed) {
+      const size_t n = events_->plainBefore(cursor_, end, passed - next_, c2cMark_);
+      if (n == 0) break;
+      events_->skip(cursor_, n);
+      next_ += n;
+    }
+    stats_.instructions += static_cast<std::int64_t>(next_ - from);
+    return next_ > from;
+  }
+
   // A follower does the program-only part of the events it followed, [replayed_, next_): its state
   // is then a full chip's. They pass (a leader passed them). A run that ended in the C2C part of
   // event next_ gets the part of that event a full chip did before it (its stream reads).
@@ -527,9 +543,10 @@ class TspChip final : public Chip {
     return false;
   }
 
-  StreamQueue& runsOf(isa::StreamRef ref) {
-    return streams_[static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id];
+  size_t streamIndex(isa::StreamRef ref) const {
+    return static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id;
   }
+  StreamQueue& runsOf(isa::StreamRef ref) { return streams_[streamIndex(ref)]; }
 
   // Two runs on one stream collide when a value of each occupies the same (slice, cycle).
   std::optional<Cycle> collision(const StreamRun& a, const StreamRun& b, Direction dir) const {
@@ -578,8 +595,12 @@ class TspChip final : public Chip {
       }
       if (i0 >= run.count) continue;
       if (inst.repeat > 1) {
-        if (inst.interval % run.interval != 0) continue;
-        const std::int64_t last = i0 + std::int64_t{inst.repeat - 1} * (inst.interval / run.interval);
+        std::int64_t step = inst.interval;  // values of the run per read (no division for most runs)
+        if (run.interval != 1) {
+          if (inst.interval % run.interval != 0) continue;
+          step /= run.interval;
+        }
+        const std::int64_t last = i0 + std::int64_t{inst.repeat - 1} * step;
         if (last >= run.count) continue;
       }
       if (match)
@@ -630,6 +651,13 @@ class TspChip final : public Chip {
     return checkCollisions(runs, runs.size() - 1, ref.dir, inst, index, ref);
   }
 
+  // ChipSpec::bankOf, from the decoded program's table.
+  int bankOf(std::int64_t address) const {
+    const auto& banks = events_->banks();
+    return address >= 0 && address < static_cast<std::int64_t>(banks.size()) ? banks[static_cast<size_t>(address)]
+                                                                            : spec_.bankOf(static_cast<int>(address));
+  }
+
   // Cycles in which a read run and a write run of one slice hit the same bank (the two ports
   // share a bank's single array). Stops at the first unless every one is to be counted.
   std::int64_t bankConflicts(const PortRun& a, const PortRun& b, bool all, Cycle& firstCycle) const {
@@ -639,11 +667,14 @@ class TspChip final : public Chip {
     const Cycle period = std::lcm(da, db);
     const Cycle hi = std::min(a.last(), b.last());
     std::int64_t found = 0;
-    for (Cycle x = *common; x <= hi; x += period) {
-      const std::int64_t i = (x - a.first) / a.interval, j = (x - b.first) / b.interval;
-      if (spec_.bankOf(static_cast<int>(a.address + i * a.stride)) !=
-          spec_.bankOf(static_cast<int>(b.address + j * b.stride)))
-        continue;
+    // From one common cycle to the next, each run's address moves by a fixed step (a run of one
+    // access has no next common cycle).
+    std::int64_t addressA = a.address + (*common - a.first) / a.interval * a.stride;
+    std::int64_t addressB = b.address + (*common - b.first) / b.interval * b.stride;
+    const std::int64_t stepA = a.count > 1 ? period / a.interval * a.stride : 0;
+    const std::int64_t stepB = b.count > 1 ? period / b.interval * b.stride : 0;
+    for (Cycle x = *common; x <= hi; x += period, addressA += stepA, addressB += stepB) {
+      if (bankOf(addressA) != bankOf(addressB)) continue;
       if (found++ == 0) firstCycle = x;
       if (!all) break;
     }
@@ -977,6 +1008,7 @@ class TspChip final : public Chip {
   bool c2cFailure_ = false;  // a follower's run ended in the C2C part of event next_
   size_t replayed_ = 0;     // follower: the program-only part of events [0, replayed_) is done
   EventProgram::Cursor replayCursor_;  // follower: the event replayed_
+  EventProgram::C2cMark c2cMark_;      // follower: the next C2C event of the cursor's piece
   std::unique_ptr<FunctionalState> values_;  // functional mode only
   VectorRun pendingPayload_;                 // the vectors of the send or forward being executed
   // Functional mode: the vectors of each live stream run, by the program index of its producer (an

@@ -4,8 +4,12 @@
 
 #include <malloc.h>
 
+#include <map>
+
 #include "compile/frontend/builtin_models.h"
 #include "compile/schedule/cluster_schedule.h"
+#include "compile/schedule/list_scheduler.h"
+#include "compile/schedule/shard_compiler.h"
 #include "runtime/functional_run.h"
 #include "sim/chip.h"
 
@@ -105,6 +109,7 @@ void simulate(benchmark::State& state, const isa::Program& compiled, bool follow
   state.counters["x_chip_speed"] =
       benchmark::Counter(static_cast<double>(cycles) / (chip.clockMhz * 1e6), benchmark::Counter::kIsRate);
   state.counters["entries"] = static_cast<double>(compiled.instructions.size());
+  state.counters["cycles"] = static_cast<double>(cycles / std::max<std::int64_t>(1, state.iterations()));
 }
 
 void BM_SimulateMlp(benchmark::State& state) {
@@ -146,6 +151,32 @@ void BM_SimulateBertShard(benchmark::State& state) {
   simulate(state, compile(chip, bertShard(static_cast<int>(state.range(0)))));
 }
 BENCHMARK(BM_SimulateBertShard)->Arg(1)->Arg(3)->Unit(benchmark::kMillisecond);
+
+// Whole models compiled for one chip (all ops in one shard, effort fast: the program differs from
+// the default effort's, not its kind), every check run: 0 the built-in ResNet-50 at batch 1, 1 the
+// built-in BERT-base at batch 8 (both INT8). Compiled once per process.
+void BM_SimulateWholeModel(benchmark::State& state) {
+  static std::map<std::int64_t, isa::Program> compiled;
+  topology::ChipSpec chip;
+  if (!compiled.count(state.range(0))) {
+    frontend::ModelSpec spec;
+    spec.builtin = state.range(0) == 0 ? "resnet50" : "bert";
+    spec.params = {{"batch", state.range(0) == 0 ? "1" : "8"}};
+    spec.precision.weights = spec.precision.activations = ir::DType::kI8;
+    spec.precision.accumulate = ir::DType::kI32;
+    const ir::Graph g = *frontend::buildBuiltinModel(spec);
+    std::vector<ir::OpId> ops;
+    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+    auto c = schedule::compileShard(chip, g, ops, {}, schedule::effortOptions(schedule::Effort::kFast));
+    if (!c) {
+      state.SkipWithError(c.error().message.c_str());
+      return;
+    }
+    compiled.emplace(state.range(0), std::move(c->program));
+  }
+  simulate(state, compiled.at(state.range(0)));
+}
+BENCHMARK(BM_SimulateWholeModel)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // Another chip running the BERT-base shard after a first one did (a data-parallel replica).
 void BM_SimulateFollowerBertShard(benchmark::State& state) {

@@ -923,14 +923,21 @@ TEST_F(SharedChecksTest, FollowersGiveWhatEveryCheckGives) {
   auto l = make(0, program, true, &leader, bin);
   auto p = make(0, program, true, &polled, bin);
   auto q = make(0, program, true, &quiet, bin);
+  // With no observer, followers pass over whole stretches of events at once.
+  auto silentPolled = make(0, program, true, nullptr, bin);
+  auto silent = make(0, program, true, nullptr, bin);
+  const std::vector<Chip*> chips = {a.get(), l.get(), p.get(), q.get(), silentPolled.get(), silent.get()};
   for (Cycle end = 0; end < program->predictedCycles + 100; end += 250) {
-    for (Chip* chip : {a.get(), l.get(), p.get(), q.get()}) ASSERT_TRUE(chip->advanceTo(end).ok());
+    for (Chip* chip : chips) ASSERT_TRUE(chip->advanceTo(end).ok());
     expectSameStats(p->stats(), a->stats());
+    expectSameStats(silentPolled->stats(), a->stats());
     EXPECT_EQ(q->instructionsExecuted(), a->stats().instructions);
+    EXPECT_EQ(silent->instructionsExecuted(), a->stats().instructions);
+    EXPECT_EQ(silent->nextEventCycle(), a->nextEventCycle());
   }
-  for (Chip* chip : {a.get(), l.get(), p.get(), q.get()}) ASSERT_TRUE(chip->advanceTo(kNever).ok());
+  for (Chip* chip : chips) ASSERT_TRUE(chip->advanceTo(kNever).ok());
   EXPECT_EQ(a->stats().cycles, program->predictedCycles);
-  for (Chip* chip : {l.get(), p.get(), q.get()}) expectSameStats(chip->stats(), a->stats());
+  for (Chip* chip : chips) expectSameStats(chip->stats(), a->stats());
   EXPECT_EQ(leader.calls, alone.calls);
   EXPECT_EQ(polled.calls, alone.calls);
   EXPECT_EQ(quiet.calls, alone.calls);
@@ -940,6 +947,16 @@ TEST_F(SharedChecksTest, FollowersGiveWhatEveryCheckGives) {
   ASSERT_TRUE(f->advanceTo(kNever).ok());
   expectSameStats(f->stats(), a->stats());
   EXPECT_EQ(later.calls, alone.calls);
+  // A follower with no observer after the leader finished, window by window beside a full chip.
+  auto laterSilent = make(0, program, true, nullptr, bin);
+  auto full = make(0, program, false, nullptr, bin);
+  for (Cycle end = 0; end < program->predictedCycles + 100; end += 97) {
+    ASSERT_TRUE(laterSilent->advanceTo(end).ok());
+    ASSERT_TRUE(full->advanceTo(end).ok());
+    EXPECT_EQ(laterSilent->nextEventCycle(), full->nextEventCycle());
+    EXPECT_EQ(laterSilent->instructionsExecuted(), full->stats().instructions);
+  }
+  expectSameStats(laterSilent->stats(), a->stats());
 }
 
 // The C2C part is each chip's own: bursts sent on its links, receives checked against what it got.

@@ -72,6 +72,47 @@ TEST(EventProgramTest, PiecesReadInProgramOrderWithTheirOffsets) {
   EXPECT_FALSE(EventProgram(p, spec).canonical());
 }
 
+// What a follower passes over at once: the events of a piece before its next C2C event, before a
+// cycle, and within a limit.
+TEST(EventProgramTest, PlainEventsStopAtC2cAtTheEndCycleAndAtTheLimit) {
+  topology::ChipSpec spec;
+  isa::Program p;
+  auto body = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop),
+                             inst(spec, UnitKind::kC2c, 0, 3, Opcode::kC2cSend), inst(spec, UnitKind::kVxm, 0, 4, Opcode::kNop)});
+  p.pieces = {{body, 0, {}}, {body, 10, {}}};
+  const EventProgram events(p, spec);
+  EventProgram::Cursor c = events.begin();
+  EventProgram::C2cMark mark;
+  EXPECT_EQ(events.plainBefore(c, kNever, 100, mark), 2u);  // stops at the send
+  EXPECT_EQ(events.plainBefore(c, 2, 100, mark), 1u);       // the second issues at cycle 2
+  EXPECT_EQ(events.plainBefore(c, 0, 100, mark), 0u);
+  EXPECT_EQ(events.plainBefore(c, kNever, 1, mark), 1u);
+  events.skip(c, 2);
+  EXPECT_EQ(events.at(c).op, Opcode::kC2cSend);
+  EXPECT_EQ(events.plainBefore(c, kNever, 100, mark), 0u);
+  events.step(c);
+  EXPECT_EQ(events.plainBefore(c, kNever, 100, mark), 1u);  // the rest of the piece
+  events.skip(c, 1);                                   // into the next piece
+  EXPECT_EQ(c.segment, 1u);
+  EXPECT_EQ(events.at(c).issue, 10);
+  EXPECT_EQ(events.plainBefore(c, 13, 100, mark), 2u);  // the piece's offset counts
+  EXPECT_EQ(events.plainBefore(c, 12, 100, mark), 1u);
+  // A long piece: the count before every cycle, from every place.
+  std::vector<Instruction> many;
+  for (int i = 0; i < 100; ++i) many.push_back(inst(spec, UnitKind::kVxm, i % 4, 3 * i, Opcode::kNop));
+  isa::Program q;
+  q.instructions = many;
+  const EventProgram long_(q, spec);
+  for (size_t from = 0; from < 100; from += 7)
+    for (Cycle end = 0; end < 310; ++end) {
+      EventProgram::Cursor at{0, from};
+      EventProgram::C2cMark m;
+      const size_t before = static_cast<size_t>(std::clamp<Cycle>((end + 2) / 3, 0, 100));
+      EXPECT_EQ(long_.plainBefore(at, end, 1000, m), before > from ? before - from : 0) << from << " " << end;
+      EXPECT_EQ(long_.plainBefore(at, end, 5, m), std::min<size_t>(5, before > from ? before - from : 0));
+    }
+}
+
 TEST(EventProgramTest, StaticProblemsAreFlaggedAndNamedByMalformation) {
   topology::ChipSpec spec;
   const auto units = spec.units();
