@@ -1,4 +1,5 @@
 // Tests of the IR: shape inference of every op kind, errors naming the op, and the text form.
+#include <cmath>
 #include <limits>
 
 #include <gtest/gtest.h>
@@ -136,6 +137,42 @@ TEST(ShapeInference, RangeNeedsConstants) {
   const auto x = g.addInput("x", {}, DType::kI64);
   EXPECT_EQ(g.addOp(OpKind::kRange, "dyn", {x, x, x}, {}, 0).error().format(),
             "node 'dyn': Range needs constant scalar start, limit and delta");
+}
+
+// Sizes from attributes are checked before they are multiplied or added: each overflow or oversized
+// result is a model error naming the op (found by the ONNX fuzzer as signed overflows).
+TEST(ShapeInference, SizesNeverOverflow) {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t big = std::int64_t{1} << 40;
+  EXPECT_EQ(OneOp({{4, 6}}).error(OpKind::kSplit, {{"axis", std::int64_t{1}}, {"split", Shape{kMax, kMax, 8}}}),
+            "node 'op': Split sizes [9223372036854775807,9223372036854775807,8] do not add up to dimension 6");
+  EXPECT_EQ(OneOp({{4, 6}}).error(OpKind::kSplit, {{"axis", std::int64_t{1}}, {"split", Shape{-2, 8}}}),
+            "node 'op': Split sizes [-2,8] do not add up to dimension 6");
+  EXPECT_EQ(OneOp({{1, 1, 5, 5}}).error(OpKind::kMaxPool, {{"kernel_shape", Shape{1, 1}}, {"pads", Shape{kMax, 0, kMax, 0}}}),
+            "node 'op': MaxPool pads make spatial axis 0 longer than 2^63 elements");
+  // A dilated kernel longer than the input leaves no window, however large the dilation.
+  EXPECT_EQ(OneOp({{1, 1, 5, 5}, {1, 1, 3, 3}}).shape(OpKind::kConv, {{"dilations", Shape{kMax, 1}}}),
+            (Shape{1, 1, 0, 3}));
+  EXPECT_EQ(OneOp({{1, 0, 5, 5}, {0, big, 1, 1}}).error(OpKind::kConv, {{"group", big}}),
+            "node 'op': Conv weight has 1099511627776 input channels per group, the input 0 in 1099511627776 groups");
+  {
+    // The same 2^48-element tensor concatenated 2^15 + 1 times.
+    Graph concat;
+    const auto x = concat.addInput("x", {std::int64_t{1} << 48}, DType::kI8);
+    EXPECT_EQ(concat.addOp(OpKind::kConcat, "cat", std::vector<TensorId>((1 << 15) + 1, x), {}, 0).error().format(),
+              "node 'cat': Concat along axis 0 is longer than 2^63 elements");
+  }
+  Graph g;
+  auto c = [&](const char* n, double v) {
+    return g.addConstant(n, {}, DType::kF32, std::make_shared<const std::vector<double>>(1, v));
+  };
+  EXPECT_EQ(g.addOp(OpKind::kRange, "range", {c("a", 0), c("b", 1e30), c("d", 1)}, {}, 0).error().format(),
+            "node 'range': Range from 0 to 1e+30 by 1 has more than 2^48 elements");
+  EXPECT_EQ(g.addOp(OpKind::kRange, "nan", {c("a2", 0), c("b2", std::nan("")), c("d2", 1)}, {}, 0).error().format(),
+            "node 'nan': Range from 0 to nan by 1 has more than 2^48 elements");
+  // A float attribute where an integer is expected saturates instead of an undefined cast.
+  EXPECT_EQ(OneOp({{2, 3}}).error(OpKind::kSoftmax, {{"axis", 1e300}}),
+            "node 'op': Softmax axis 9223372036854775807 is out of range for rank 2");
 }
 
 TEST(ShapeInference, Communication) {

@@ -204,6 +204,18 @@ def resize(out):
         w = (src - lo).reshape([-1 if d == axis else 1 for d in range(v.ndim)])
         return np.take(v, lo, axis=axis) * (1 - w) + np.take(v, hi, axis=axis) * w
 
+    # Refused: a scale that is no size factor, an empty axis resized to a non-empty one, a result past 2^48 bytes.
+    case(out, "resize_nan_scale", [const("scales", np.array([1, 1, np.nan, 2], dtype=np.float32)),
+                                   helper.make_node("Resize", ["x", "", "scales"], ["y"], name="nan_scale")],
+         {"x": x}, {"y": x})
+    empty = np.zeros((1, 2, 0, 4), dtype=np.float32)
+    case(out, "resize_empty_axis", [const("sizes", np.array([1, 2, 5, 4], dtype=np.int64)),
+                                    helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="empty_axis")],
+         {"x": empty}, {"y": empty})
+    case(out, "resize_too_large", [const("sizes", np.array([1, 2, 2**40, 2**10], dtype=np.int64)),
+                                   helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="too_large")],
+         {"x": x}, {"y": x})
+
     lin = linear_axis(linear_axis(x, 2, 5), 3, 7)
     case(out, "resize_linear", [const("sizes", np.array([1, 2, 5, 7], dtype=np.int64)),
                                 helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="bilinear", mode="linear")],

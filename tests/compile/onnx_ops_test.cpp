@@ -94,6 +94,18 @@ TEST_F(OnnxOps, InstanceNormalizationAndResize) {
   for (const char* name : {"instancenorm", "resize_nearest", "resize_linear"}) expectCaseMatches(dir_, name);
 }
 
+// Sizes from a Resize's scales or sizes are checked before any index list is built.
+TEST_F(OnnxOps, ResizeRefusesSizesItCannotHold) {
+  auto error = [&](const std::string& name) {
+    auto g = importOnnx(dir_ + "/" + name + "/model.onnx");
+    return g.ok() ? std::string("no error") : g.error().format();
+  };
+  EXPECT_EQ(error("resize_nan_scale"), "node 'nan_scale': Resize scale nan of axis 2 (size 3) is not a positive size factor");
+  EXPECT_EQ(error("resize_empty_axis"), "node 'empty_axis': Resize of the empty axis 2 to size 5");
+  EXPECT_EQ(error("resize_too_large"), "node 'too_large': Resize result [1, 2, 1099511627776, 1024] has a negative "
+                                       "dimension or holds more than 2^48 bytes");
+}
+
 TEST_F(OnnxOps, ReductionsLogSoftmaxMeanAndGlobalMaxPool) { expectCaseMatches(dir_, "reductions"); }
 
 TEST_F(OnnxOps, OneErrorListsEveryUnsupportedOpKind) {

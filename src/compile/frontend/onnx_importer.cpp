@@ -1397,10 +1397,18 @@ class Importer {
     std::vector<std::int64_t> axes;
     Shape outShape(shape);
     for (std::int64_t a = 0; a < rank; ++a) {
+      if (sizes.empty() && !(scales[a] > 0 && scales[a] * static_cast<double>(shape[a]) < 0x1p62))
+        return modelError(nodeId, fmt::format("Resize scale {} of axis {} (size {}) is not a positive size factor",
+                                              scales[a], a, shape[a]));
       outShape[a] = sizes.empty() ? static_cast<std::int64_t>(std::floor(shape[a] * scales[a])) : sizes[a];
+      if (outShape[a] > 0 && shape[a] == 0)
+        return modelError(nodeId, fmt::format("Resize of the empty axis {} to size {}", a, outShape[a]));
       const double scale = sizes.empty() ? scales[a] : static_cast<double>(outShape[a]) / shape[a];
       if (outShape[a] != shape[a] || scale != 1.0) axes.push_back(a);
     }
+    if (!ir::boundedElements(outShape, ir::dtypeBytes(graph_.tensor(*x).dtype)))
+      return modelError(nodeId, fmt::format("Resize result [{}] has a negative dimension or holds more than 2^48 bytes",
+                                            fmt::join(outShape, ", ")));
     if (axes.empty()) return alias(node, *x);
     TensorId cur = *x;
     for (size_t k = 0; k < axes.size(); ++k) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <cassert>
+#include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -76,7 +78,13 @@ std::int64_t Op::intAttr(const std::string& key, std::int64_t fallback) const {
   auto found = attrs.find(key);
   if (found == attrs.end()) return fallback;
   if (auto* i = std::get_if<std::int64_t>(&found->second)) return *i;
-  if (auto* f = std::get_if<double>(&found->second)) return static_cast<std::int64_t>(*f);
+  if (auto* f = std::get_if<double>(&found->second)) {
+    // Saturated: the cast of a NaN or of a double past int64's range is undefined.
+    if (std::isnan(*f)) return fallback;
+    if (*f >= 0x1p63) return std::numeric_limits<std::int64_t>::max();
+    if (*f <= -0x1p63) return std::numeric_limits<std::int64_t>::min();
+    return static_cast<std::int64_t>(*f);
+  }
   return fallback;
 }
 

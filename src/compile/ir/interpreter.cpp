@@ -349,11 +349,9 @@ double toStorage(double v, DType dtype) {
     case DType::kBF16: return toBf16(v);
     case DType::kF32: return static_cast<double>(static_cast<float>(v));
     case DType::kBool: return v != 0.0 ? 1.0 : 0.0;
-    case DType::kI8:
-      return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(static_cast<std::int64_t>(v) & 0xff)));
+    case DType::kI8: return static_cast<double>(static_cast<std::int8_t>(static_cast<std::uint8_t>(asInt(v) & 0xff)));
     case DType::kI32:
-      return static_cast<double>(
-          static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::int64_t>(v) & 0xffffffffLL)));
+      return static_cast<double>(static_cast<std::int32_t>(static_cast<std::uint32_t>(asInt(v) & 0xffffffffLL)));
     case DType::kI64: return std::trunc(v);
   }
   return v;

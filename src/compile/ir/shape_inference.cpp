@@ -41,15 +41,20 @@ std::optional<std::int64_t> normAxis(std::int64_t axis, std::int64_t rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-// Output spatial extent of a sliding window; pads are all begins then all ends.
-std::int64_t windowOut(std::int64_t in, std::int64_t kernel, std::int64_t stride, std::int64_t dilation,
-                       std::int64_t padBegin, std::int64_t padEnd, bool ceilMode) {
-  const std::int64_t span = in + padBegin + padEnd - dilation * (kernel - 1) - 1;
+__extension__ typedef __int128 Wide;  // exact sums and products of two int64 attributes
+
+// Output spatial extent of a sliding window (stride and dilation >= 1); pads are all begins then all
+// ends. Computed exactly: nullopt when the attributes make it larger than an int64.
+std::optional<std::int64_t> windowOut(std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                                      std::int64_t dilation, std::int64_t padBegin, std::int64_t padEnd,
+                                      bool ceilMode) {
+  const Wide span = Wide{in} + padBegin + padEnd - Wide{dilation} * (Wide{kernel} - 1) - 1;
   if (span < 0) return 0;
-  std::int64_t out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
+  Wide out = (ceilMode ? (span + stride - 1) / stride : span / stride) + 1;
   // With ceil_mode the last window must start inside the input or its begin padding.
-  if (ceilMode && (out - 1) * stride >= in + padBegin) --out;
-  return out;
+  if (ceilMode && (out - 1) * stride >= Wide{in} + padBegin) --out;
+  if (out > std::numeric_limits<std::int64_t>::max()) return std::nullopt;
+  return static_cast<std::int64_t>(out);
 }
 
 }  // namespace
@@ -78,6 +83,9 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
   auto one = [](Shape s, DType t) { return std::vector<TensorType>{TensorType{std::move(s), t}}; };
   auto axisError = [&](std::int64_t axis, size_t rank) {
     return modelError(name, fmt::format("{} axis {} is out of range for rank {}", opName, axis, rank));
+  };
+  auto windowError = [&](size_t axis) {
+    return modelError(name, fmt::format("{} pads make spatial axis {} longer than 2^63 elements", opName, axis));
   };
 
   // The op table's elementwise kinds: one rule per group.
@@ -144,7 +152,7 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       if (group < 1 || x[1] % group != 0 || w[0] % group != 0)
         return modelError(name, fmt::format("Conv group {} does not divide channels {} and filters {}", group, x[1],
                                             w[0]));
-      if (w[1] * group != x[1])
+      if (std::int64_t channels = 0; __builtin_mul_overflow(w[1], group, &channels) || channels != x[1])
         return modelError(name, fmt::format("Conv weight has {} input channels per group, the input {} in {} groups",
                                             w[1], x[1], group));
       if (inputs.size() == 3 && (shapeOf(2).size() != 1 || shapeOf(2)[0] != w[0]))
@@ -155,8 +163,10 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       Shape out = {x[0], w[0]};
       for (size_t i = 0; i < spatial; ++i) {
         if (win.strides[i] < 1 || win.dilations[i] < 1) return modelError(name, "Conv strides and dilations must be >= 1");
-        out.push_back(windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
-                                win.padEnd(i), false));
+        auto extent = windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
+                                win.padEnd(i), false);
+        if (!extent) return windowError(i);
+        out.push_back(*extent);
       }
       return one(out, typeOf(0));
     }
@@ -305,7 +315,8 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
           if (static_cast<std::int64_t>(d) != *axis && s[d] != out[d])
             return modelError(name, fmt::format("Concat inputs differ outside axis {}: {} and {}", *axis,
                                                 shapeText(shapeOf(0)), shapeText(s)));
-        out[*axis] += s[*axis];
+        if (__builtin_add_overflow(out[*axis], s[*axis], &out[*axis]))
+          return modelError(name, fmt::format("Concat along axis {} is longer than 2^63 elements", *axis));
       }
       return one(out, typeOf(0));
     }
@@ -315,7 +326,10 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       auto axis = normAxis(at.integer("axis", 0), static_cast<std::int64_t>(x.size()));
       if (!axis) return axisError(at.integer("axis", 0), x.size());
       const Shape split = at.ints("split");
-      if (std::accumulate(split.begin(), split.end(), std::int64_t{0}) != x[*axis] || split.empty())
+      std::int64_t sum = 0;
+      bool valid = !split.empty();
+      for (auto part : split) valid = valid && part >= 0 && !__builtin_add_overflow(sum, part, &sum);
+      if (!valid || sum != x[*axis])
         return modelError(name, fmt::format("Split sizes {} do not add up to dimension {}", shapeText(split), x[*axis]));
       std::vector<TensorType> outs;
       for (auto part : split) {
@@ -424,8 +438,10 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       const bool ceilMode = at.integer("ceil_mode", 0) != 0;
       for (size_t i = 0; i < spatial; ++i) {
         if (win.strides[i] < 1 || win.dilations[i] < 1) return modelError(name, "pool strides and dilations must be >= 1");
-        out.push_back(windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
-                                win.padEnd(i), ceilMode));
+        auto extent = windowOut(x[2 + i], win.kernel[i], win.strides[i], win.dilations[i], win.padBegin(i),
+                                win.padEnd(i), ceilMode);
+        if (!extent) return windowError(i);
+        out.push_back(*extent);
       }
       return one(out, typeOf(0));
     }
@@ -460,8 +476,11 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       const double start = graph.tensor(inputs[0]).data->at(0), limit = graph.tensor(inputs[1]).data->at(0),
                    delta = graph.tensor(inputs[2]).data->at(0);
       if (delta == 0) return modelError(name, "Range delta is 0");
-      const auto n = static_cast<std::int64_t>(std::max(0.0, std::ceil((limit - start) / delta)));
-      return one({n}, typeOf(0));
+      const double count = std::ceil((limit - start) / delta);
+      // Past 2^48 no dtype fits the result (and a cast of a larger double or a NaN is undefined).
+      if (!(count <= static_cast<double>(kMaxTensorBytes)))
+        return modelError(name, fmt::format("Range from {} to {} by {} has more than 2^48 elements", start, limit, delta));
+      return one({static_cast<std::int64_t>(std::max(0.0, count))}, typeOf(0));
     }
     case OpKind::kAllReduce: case OpKind::kAllGather: case OpKind::kReduceScatter: {
       if (auto s = need(1, 1); !s) return s.error();
