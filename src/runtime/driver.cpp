@@ -865,13 +865,24 @@ Status writeUnsimulatedTrace(RunState& s, const std::string& path, bool& reportH
   return w;
 }
 
-// Every rank agreed to stop after `stage`, before simulating: exit 7, with a partial trace when the
-// run writes one.
-RunResult stopBeforeSimulation(RunState& s, const char* stage) {
+// Every rank agreed to stop after `stage` (the plan search when inSearch), before simulating: exit 7,
+// with a partial trace when the run writes one.
+RunResult stopBeforeSimulation(RunState& s, const char* stage, bool inSearch) {
   const bool writesTrace = s.configured && !s.options.describe && !s.options.compileOnly && !s.options.dumpIrAfter;
   if (!writesTrace)
     return *failure(makeError(ExitCode::kInterrupted, fmt::format("interrupted during {}; no trace written", stage)),
                     s.root);
+  // The trace's writes are collective: it holds only what every rank knows alike. A search stopped
+  // early holds each rank's own candidates (its ranking and best plan differ between ranks, and it may
+  // have failed on some); a compile stopped early may have ended on some ranks only.
+  if (inSearch) s.planChosen = false;
+  int known[2] = {s.planChosen ? 1 : 0, s.reports.empty() ? 0 : 1};
+  MPI_Allreduce(MPI_IN_PLACE, known, 2, MPI_INT, MPI_MIN, s.comm);
+  if (!known[0]) {
+    s.planChosen = false;
+    s.choice.search.reset();
+  }
+  if (!known[1]) s.reports.clear();
   s.tracePath = partialPath(s.config.output.trace);
   bool reportHere = s.root;
   if (auto w = writeUnsimulatedTrace(s, s.tracePath, reportHere); !w) return *failure(w.error(), reportHere);
@@ -953,7 +964,7 @@ RunResult runTspSim(const RunOptions& options, MPI_Comm comm, const volatile std
       StageEnd end = stage.run(state);
       if (stage.phase) state.phases.add(*stage.phase, secondsSince(start));
       // A stage stopped early by the signal may have failed for that reason alone: the signal wins.
-      if (stage.beforeSimulation && cancel.agree()) return stopBeforeSimulation(state, stage.name);
+      if (stage.beforeSimulation && cancel.agree()) return stopBeforeSimulation(state, stage.name, stage.phase == Phase::kSearch);
       if (end) return *end;
     }
     return {};

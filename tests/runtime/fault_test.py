@@ -68,6 +68,24 @@ def watch_ranks(pids, since):
     return thread, ended
 
 
+def finish(proc, name, timeout=120):
+    """The rest of the job's stderr and its exit code, or None when it has not ended within timeout
+    seconds (a hang: the job is killed and the check fails)."""
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    try:
+        code = proc.wait(timeout=1 if reader.is_alive() else timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        check(False, f"{name}: the job ends (it hung)")
+        return None
+    reader.join()
+    return code, rest[0] if rest else ""
+
+
 def leftovers(directory, keep):
     return sorted(n for n in os.listdir(directory) if n not in keep)
 
@@ -89,9 +107,10 @@ def run_and_signal(exe, ranks, args, phase, sig, target, name):
             break
     if not seen:
         # The phase ended within its first 2 s on this machine: nothing to signal; the run must succeed.
-        code = proc.wait(timeout=120)
+        ended = finish(proc, name)
         print(f"skipped: {name}: phase '{phase}' ended before its first progress line", flush=True)
-        check(code == 0, f"{name}: the run without a signal succeeds (exit {code})")
+        if ended:
+            check(ended[0] == 0, f"{name}: the run without a signal succeeds (exit {ended[0]})")
         return None
     pids = rank_pids(proc.pid, ranks)
     sent = time.time()
@@ -101,15 +120,11 @@ def run_and_signal(exe, ranks, args, phase, sig, target, name):
         else:
             os.kill(pids[target], sig)
     thread, ended = watch_ranks(list(pids.values()), sent)
-    rest = proc.stderr.read()
-    try:
-        code = proc.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        check(False, f"{name}: the job ends")
+    result = finish(proc, name)
+    if result is None:
         return None
     thread.join()
-    return code, rest, ended["after"]
+    return result[0], result[1], ended["after"]
 
 
 def valid_partial(name, out, stderr, after, compiled=False):
@@ -210,13 +225,12 @@ def main():
             except ProcessLookupError:
                 pass
             break
-    err = proc.stderr.read()
-    code = proc.wait(timeout=120)
-    if code == 0:
+    ended = finish(proc, name)
+    if ended and ended[0] == 0:
         check(leftovers(os.path.dirname(out), set()) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
-    else:
-        check(code == 7, f"{name}: exit code 7 (got {code})")
-        valid_partial(name, out, err, "simulate")
+    elif ended:
+        check(ended[0] == 7, f"{name}: exit code 7 (got {ended[0]})")
+        valid_partial(name, out, ended[1], "simulate")
 
     # SIGKILL of one rank: mpirun ends the others (its exit code is 128 + 9, Open MPI's).
     name = "kill-rank"
