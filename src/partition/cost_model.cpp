@@ -86,7 +86,7 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // At the candidate's width as the sharding splits it (figuresAt); without those figures the
       // matmuls, attention heads and the elementwise work between them split, convolutions do not.
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = splitCycles(layer, scaled, at ? at->computeShare(t) : conv + (1 - conv) / t);
+      share.compute = splitCycles(layer, scaled, at ? at->computeShare : conv + (1 - conv) / t);
       const int allReduces = at ? at->allReduces : layer.allReduces;
       const int allGathers = at ? at->allGathers : layer.allGathers;
       const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
@@ -102,7 +102,7 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // axis.
       const double q = std::round(std::sqrt(t));
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = splitCycles(layer, scaled, at ? at->computeShare(q) : conv + (1 - conv) / t);
+      share.compute = splitCycles(layer, scaled, at ? at->computeShare : conv + (1 - conv) / t);
       const auto& g = at ? at->grid : layer.grid;
       if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
         share.comm = layer.weightMatmuls *
@@ -169,9 +169,17 @@ Bytes allocatableSramBytes(const topology::ChipSpec& chip) {
   return static_cast<Bytes>(static_cast<double>(chip.sramBytes()) * kAllocatableSramShare);
 }
 
+LayerMemory rankMemory(const LayerProfile& layer, const Candidate& c) {
+  if (const auto* at = layer.figuresAt(c.split, c.tp)) return at->rank;
+  // Without the sharding's figures (tp = 1, a spatial split): convolution weights whole on every
+  // chip of the group (a spatial split cuts the image), the rest split tp ways.
+  const Bytes replicated = c.tp > 1 ? layer.convWeightBytes : 0;
+  return LayerMemory{replicated + (layer.weightBytes - replicated) / c.tp, layer.stateBytes / c.tp,
+                     layer.peakBytes / c.tp};
+}
+
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
-  const double axis = meshAxisSize(c);  // the sharding figures' mesh axis: tp, or q on a 2D grid
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
   std::vector<Bytes> inbound(stages.chunks, 0);
   for (const auto& e : profile.edges)
@@ -180,22 +188,17 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerProfile& layer = profile.layers[l];
     const int chip = stages.layerChunk[l] % c.pp;
-    // Convolution weights are whole on every chip of a TP group (a spatial split cuts the image;
-    // Megatron and 2D splits leave convolutions replicated); the other weights are split tp ways.
-    // At the candidate's width: what the sharding leaves on one rank.
-    const double replicated = c.tp > 1 ? static_cast<double>(layer.convWeightBytes) : 0.0;
-    const auto* at = layer.figuresAt(c.split, c.tp);
-    weights[chip] += at ? at->rankWeightBytes(axis) : replicated + (static_cast<double>(layer.weightBytes) - replicated) / c.tp;
-    state[chip] += static_cast<double>(layer.stateBytes) / (static_cast<double>(c.tp) * c.dp);
-    peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+    const LayerMemory rank = rankMemory(layer, c);
+    weights[chip] += static_cast<double>(rank.weightBytes);
+    state[chip] += static_cast<double>(rank.stateBytes) / c.dp;
+    peak[chip] = std::max(peak[chip], static_cast<double>(rank.peakBytes) * frac);
   }
   // A weight or constant read by several layers of one chip is held there once.
   for (const SharedLeaf& leaf : profile.sharedLeaves) {
     std::map<int, int> readersOnChip;
     for (int l : leaf.layers) ++readersOnChip[stages.layerChunk[l] % c.pp];
-    const auto axes = leaf.axesAt.find({static_cast<int>(c.split), c.tp});
-    const double held = axes == leaf.axesAt.end() ? static_cast<double>(leaf.bytes) / c.tp
-                                                  : static_cast<double>(leaf.bytes) / std::pow(axis, axes->second);
+    const auto at = leaf.rankBytesAt.find({static_cast<int>(c.split), c.tp});
+    const double held = static_cast<double>(at == leaf.rankBytesAt.end() ? leaf.bytes / c.tp : at->second);
     for (const auto& [chip, n] : readersOnChip) weights[chip] -= (n - 1) * held;
   }
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving

@@ -172,6 +172,10 @@ constexpr double kAllocatableSramShare = 0.93;
 /// What the memory check lets a plan use of one chip: kAllocatableSramShare of its SRAM.
 Bytes allocatableSramBytes(const topology::ChipSpec& chip);
 
+/// What one rank of the candidate's TP group holds of a layer, for the whole batch: the
+/// sharding's own figures at the candidate's split and width (LayerProfile::WidthFigures::rank).
+LayerMemory rankMemory(const LayerProfile& layer, const Candidate& candidate);
+
 /// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
 Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);
 

@@ -318,26 +318,44 @@ bool isWeightOrConstant(const ir::Tensor& tensor) {
          tensor.role != ir::TensorRole::kActivation && tensor.role != ir::TensorRole::kState;
 }
 
-// The distinct mesh axes a split (mesh axis or -1 per dim) divides over, at most two.
-int splitAxes(const std::vector<int>& dimAxis) {
-  std::set<int> axes;
-  for (int a : dimAxis)
-    if (a >= 0) axes.insert(a);
-  return std::min<int>(2, static_cast<int>(axes.size()));
+// Each layer's compute by the FLOP-based rates, collectives and transfers left out; a matmul on a
+// resident operand (weights, a KV cache) takes at least that operand's installs.
+std::vector<double> layerComputeCycles(const ir::Graph& graph, const topology::ChipSpec& chip, int layerCount) {
+  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  std::vector<double> cycles(layerCount, 0);
+  for (const ir::Op& op : graph.ops()) {
+    if (op.kind == ir::OpKind::kAllReduce || op.kind == ir::OpKind::kAllGather ||
+        op.kind == ir::OpKind::kReduceScatter || op.kind == ir::OpKind::kAllToAll || op.kind == ir::OpKind::kSend ||
+        op.kind == ir::OpKind::kRecv)
+      continue;
+    double c = opEstimateCycles(graph, op, chip);
+    if (ir::isMacOp(op.kind)) {
+      Bytes resident = 0;
+      for (ir::TensorId t : op.inputs)
+        if (graph.tensor(t).producer < 0 && (graph.tensor(t).role == ir::TensorRole::kWeight ||
+                                             graph.tensor(t).role == ir::TensorRole::kState))
+          resident += graph.tensor(t).bytes();
+      c = std::max(c, static_cast<double>(ceilDiv(resident, installBytes) * chip.mxmWeightInstallCycles));
+    }
+    cycles[std::clamp(op.layer, 0, layerCount - 1)] += c;
+  }
+  return cycles;
 }
 
 // The figures of one propagated sharding for every layer: each reshard step counted in the layer of
 // the op it feeds (an all-reduce as one, an all-gather, reduce-scatter or all-to-all as the
 // (t-1)/t form), with the bytes of the whole tensor as the links carry them, on a one-axis mesh
 // (Megatron) as such and on a two-axis mesh (2D) per axis, split or whole on the other; a layer's
-// output leaves split when a later layer receives it split; the compute share one rank does, each
-// op by the FLOP-based rates over the devices its iteration is split across.
-std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, const topology::ChipSpec& chip,
-                                                        const ShardingPlan& sharding, int layerCount,
-                                                        const std::vector<ir::TensorId>& shared,
-                                                        std::vector<int>& sharedAxes) {
-  sharedAxes.clear();
-  for (ir::TensorId t : shared) sharedAxes.push_back(splitAxes(sharding.tensors[t].dimAxis));
+// output leaves split when a later layer receives it split; the compute one rank does and what it
+// holds, from rank 0's materialised graph; the bytes a rank holds of each shared leaf.
+Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Graph& graph,
+                                                                  const topology::ChipSpec& chip,
+                                                                  const ShardingPlan& sharding, int layerCount,
+                                                                  const std::vector<ir::TensorId>& shared,
+                                                                  std::vector<Bytes>& sharedRankBytes) {
+  sharedRankBytes.clear();
+  for (ir::TensorId t : shared)
+    sharedRankBytes.push_back(localBytes(graph.tensor(t), sharding.tensors[t], sharding.mesh));
   std::vector<LayerProfile::WidthFigures> figures(layerCount);
   const int last = layerCount - 1;
   const bool grid = sharding.mesh.axisSizes.size() == 2;
@@ -362,94 +380,58 @@ std::vector<LayerProfile::WidthFigures> shardingFigures(const ir::Graph& graph, 
       }
     }
   }
-  const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
-  std::vector<double> whole(layerCount, 0);
-  std::vector<std::array<double, 3>> over(layerCount, {0, 0, 0});
-  std::vector<std::set<ir::TensorId>> weights(layerCount);
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
-    const int l = std::clamp(op.layer, 0, last);
     for (ir::TensorId t : op.inputs) {
-      const ir::Tensor& tensor = graph.tensor(t);
-      const ir::OpId producer = tensor.producer;
-      if (isWeightOrConstant(tensor) && weights[l].insert(t).second)
-        figures[l].weightBytesOverAxes[splitAxes(sharding.tensors[t].dimAxis)] += static_cast<double>(tensor.bytes());
+      const ir::OpId producer = graph.tensor(t).producer;
       if (producer < 0 || graph.op(producer).layer == op.layer) continue;
       const auto& spec = sharding.tensors[t];
       if (std::any_of(spec.dimAxis.begin(), spec.dimAxis.end(), [](int a) { return a >= 0; }))
         figures[layerOf(producer)].outputSplit = true;
     }
-    // A matmul on a resident operand (weights, a KV cache) takes at least that operand's installs.
-    double cycles = opEstimateCycles(graph, op, chip);
-    if (ir::isMacOp(op.kind)) {
-      Bytes resident = 0;
-      for (ir::TensorId t : op.inputs)
-        if (graph.tensor(t).producer < 0 && (graph.tensor(t).role == ir::TensorRole::kWeight ||
-                                             graph.tensor(t).role == ir::TensorRole::kState))
-          resident += graph.tensor(t).bytes();
-      cycles = std::max(cycles, static_cast<double>(ceilDiv(resident, installBytes) * chip.mxmWeightInstallCycles));
-    }
-    whole[l] += cycles;
-    over[l][splitAxes(sharding.opDimAxis[i])] += cycles;
   }
-  // A layer without compute splits as the mesh does.
-  for (int l = 0; l < layerCount; ++l)
-    for (int k = 0; k < 3; ++k)
-      figures[l].computeOverAxes[k] = whole[l] > 0 ? over[l][k] / whole[l] : k + 1 == static_cast<int>(sharding.mesh.axisSizes.size());
+  // Compute and memory: what rank 0's graph does and holds, as the runtime materialises it (every
+  // rank's blocks have its shapes; a block the width does not divide is padded, and its padding
+  // computed). A layer without compute splits as the mesh does.
+  auto rank = shardDevice(graph, sharding, 0, false);
+  if (!rank) return rank.error();
+  const auto memory = layerMemory(*rank, layerCount);
+  const auto whole = layerComputeCycles(graph, chip, layerCount), ranks = layerComputeCycles(*rank, chip, layerCount);
+  for (int l = 0; l < layerCount; ++l) {
+    figures[l].rank = memory[l];
+    figures[l].computeShare = whole[l] > 0 ? ranks[l] / whole[l] : 1.0 / sharding.mesh.devices();
+  }
   return figures;
-}
-
-// How `size` splits each of the graph's tensor dims: evenly (2), in ceil-sized blocks with every
-// device holding some (1), or not at all (0). Two widths with the same answer shard the graph alike
-// (a padded block's share differs from 1/size by under one element in the dim).
-std::vector<int> dividedDims(const std::vector<std::int64_t>& dims, int size) {
-  std::vector<int> divided;
-  for (std::int64_t d : dims) divided.push_back(d % size == 0 ? 2 : blockOf(d, 1, size) * (size - 1) < d ? 1 : 0);
-  return divided;
 }
 
 // Megatron's and the 2D split's figures at every width the search tries (powers of two up to
 // kWidestSplit; 2D on q x q grids), each from the runtime's sharding at that width: the plan
-// annotations on the whole graph, propagated. A width that divides the same dims as the previous
-// one reuses its figures. The fields without a width (the tp = 2 and 2 x 2 figures) come along.
-// False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
+// annotations on the whole graph, propagated, and rank 0's graph materialised. The fields without
+// a width (the tp = 2 and 2 x 2 figures) come along. False when Megatron's sharding fails at tp = 2
+// (the layers then keep the graph-order pairing).
 constexpr int kWidestSplit = 4096;
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
                            const std::vector<ir::TensorId>& shared) {
-  // A dim in parts (a fused weight's q, k and v) splits when the width divides each part.
-  std::set<std::int64_t> dimSet;
-  const auto parts = consumerParts(graph);
-  for (size_t t = 0; t < graph.tensors().size(); ++t)
-    for (size_t d = 0; d < graph.tensor(t).shape.size(); ++d) {
-      dimSet.insert(graph.tensor(t).shape[d]);
-      dimSet.insert(graph.tensor(t).shape[d] / parts[t][d]);
-    }
-  const std::vector<std::int64_t> dims(dimSet.begin(), dimSet.end());
   const int layerCount = static_cast<int>(profile.layers.size());
   bool megatron = false;
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
-    std::vector<int> previous;
-    std::optional<std::vector<LayerProfile::WidthFigures>> figures;
-    std::vector<int> sharedAxes;
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
       const int tp = split == TensorSplit::k2d ? axis * axis : axis;
-      auto divided = dividedDims(dims, axis);
-      if (axis == 2 || divided != previous) {
-        Plan plan;
-        plan.tp = tp;
-        plan.split = split;
-        const Mesh mesh = tensorMesh(plan);
-        auto annotations = planAnnotations(graph, plan, mesh);
-        auto propagated = annotations ? propagateShardings(graph, mesh, *annotations) : Expected<ShardingPlan>(annotations.error());
-        figures.reset();
-        if (propagated) figures = shardingFigures(graph, chip, *propagated, layerCount, shared, sharedAxes);
-        previous = std::move(divided);
-      }
+      Plan plan;
+      plan.tp = tp;
+      plan.split = split;
+      const Mesh mesh = tensorMesh(plan);
+      auto annotations = planAnnotations(graph, plan, mesh);
+      auto propagated = annotations ? propagateShardings(graph, mesh, *annotations)
+                                    : Expected<ShardingPlan>(annotations.error());
+      std::vector<Bytes> sharedRankBytes;
+      auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes)
+                                : Expected<std::vector<LayerProfile::WidthFigures>>(propagated.error());
       if (!figures) continue;
       for (int l = 0; l < layerCount; ++l)
         (split == TensorSplit::k2d ? profile.layers[l].gridAt : profile.layers[l].megatronAt)[tp] = (*figures)[l];
       for (size_t k = 0; k < shared.size(); ++k)
-        profile.sharedLeaves[k].axesAt[{static_cast<int>(split), tp}] = sharedAxes[k];
+        profile.sharedLeaves[k].rankBytesAt[{static_cast<int>(split), tp}] = sharedRankBytes[k];
       if (axis != 2) continue;
       for (int l = 0; l < layerCount; ++l) {
         LayerProfile& layer = profile.layers[l];
@@ -472,6 +454,29 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
 }
 
 }  // namespace
+
+std::vector<LayerMemory> layerMemory(const ir::Graph& graph, int layerCount) {
+  std::vector<LayerMemory> memory(std::max(1, layerCount));
+  const int last = static_cast<int>(memory.size()) - 1;
+  std::vector<std::set<ir::TensorId>> leaves(memory.size());
+  for (const ir::Op& op : graph.ops()) {
+    const int l = std::clamp(op.layer, 0, last);
+    LayerMemory& layer = memory[l];
+    Bytes live = 0;
+    for (ir::TensorId t : op.inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation) {
+        if (!leaves[l].insert(t).second) continue;
+        (tensor.role == ir::TensorRole::kState ? layer.stateBytes : layer.weightBytes) += tensor.bytes();
+      } else {
+        live += tensor.bytes();
+      }
+    }
+    for (ir::TensorId t : op.outputs) live += graph.tensor(t).bytes();
+    layer.peakBytes = std::max(layer.peakBytes, live);
+  }
+  return memory;
+}
 
 const LayerProfile::WidthFigures* LayerProfile::figuresAt(TensorSplit split, int tp) const {
   if (split != TensorSplit::kMegatron && split != TensorSplit::k2d) return nullptr;
@@ -529,29 +534,19 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   Bytes lastColumnOutput = 0;
   int lastColumnLayer = -1;
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
+  const auto memory = layerMemory(graph, layerCount);
   std::map<std::string, LayerEstimate> estimated;  // by layer signature
   std::set<std::string> distinct;  // progress counts the distinct layers: the compiler's work
   if (progress)
     for (int l = 0; l < layerCount; ++l) distinct.insert(layerSignature(graph, ops[l]));
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
-    std::set<ir::TensorId> leaves;
     double convFlops = 0, allFlops = 0;
+    layer.weightBytes = memory[l].weightBytes;
+    layer.stateBytes = memory[l].stateBytes;
+    layer.peakBytes = memory[l].peakBytes;
     for (ir::OpId id : ops[l]) {
       const ir::Op& op = graph.op(id);
-      Bytes live = 0;
-      for (ir::TensorId t : op.inputs) {
-        const ir::Tensor& tensor = graph.tensor(t);
-        if (tensor.producer < 0 && tensor.role != ir::TensorRole::kInput && tensor.role != ir::TensorRole::kActivation) {
-          if (!leaves.insert(t).second) continue;
-          if (tensor.role == ir::TensorRole::kState) layer.stateBytes += tensor.bytes();
-          else layer.weightBytes += tensor.bytes();
-        } else {
-          live += tensor.bytes();
-        }
-      }
-      for (ir::TensorId t : op.outputs) live += graph.tensor(t).bytes();
-      layer.peakBytes = std::max(layer.peakBytes, live);
       const double flops = static_cast<double>(ir::opFlops(graph, op));
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {

@@ -28,6 +28,18 @@ const char* tensorSplitName(TensorSplit split);
 /// The split named by text, or an error message in `error`.
 bool parseTensorSplit(const std::string& text, TensorSplit& split);
 
+/// What a layer's ops hold on a chip, for the whole batch: their weights and constants and their
+/// KV cache (each tensor once per layer), and the largest live set of one op (its activation
+/// inputs and outputs).
+struct LayerMemory {
+  Bytes weightBytes = 0;  ///< weights and constants
+  Bytes stateBytes = 0;   ///< KV cache, proportional to the batch
+  Bytes peakBytes = 0;    ///< the largest live activation set of one op of the layer (inputs + outputs)
+};
+/// The memory of each of a graph's layers (ops of a layer past the last counted in the last):
+/// the one count of the whole graph's layers and of every sharded rank's graph.
+std::vector<LayerMemory> layerMemory(const ir::Graph& graph, int layerCount);
+
 /// What the cost model knows of one layer, for the whole batch on one chip.
 struct LayerProfile {
   Cycle cycles = 0;          ///< compute cycles of the layer alone on one chip (compiler estimate)
@@ -71,18 +83,12 @@ struct LayerProfile {
     Bytes allReduceBytes = 0, allGatherBytes = 0;
     GridCollectives grid[2];
     bool outputSplit = false;
-    /// The layer's compute (FLOP-based, as a share of the whole) and its weights' and constants'
-    /// bytes that the sharding splits over no, one and two mesh axes.
-    double computeOverAxes[3] = {1, 0, 0};
-    double weightBytesOverAxes[3] = {0, 0, 0};
-    /// The share of the layer's compute one rank does on mesh axes of `axis` devices each.
-    double computeShare(double axis) const {
-      return computeOverAxes[0] + computeOverAxes[1] / axis + computeOverAxes[2] / (axis * axis);
-    }
-    /// The bytes of the layer's weights and constants one rank holds.
-    double rankWeightBytes(double axis) const {
-      return weightBytesOverAxes[0] + weightBytesOverAxes[1] / axis + weightBytesOverAxes[2] / (axis * axis);
-    }
+    /// The share of the layer's compute one rank does: its graph's ops (padded blocks included)
+    /// against the whole layer's, both by the FLOP-based rates.
+    double computeShare = 1;
+    /// What one rank's graph holds for the layer (layerMemory of the sharded graph at this width,
+    /// padded blocks included), for the whole batch.
+    LayerMemory rank;
   };
   std::map<int, WidthFigures> megatronAt;  ///< by tp; a width missing: the fields above (tp = 2)
   std::map<int, WidthFigures> gridAt;      ///< 2D, by tp = q x q; a width missing: the fields above (2 x 2)
@@ -128,8 +134,9 @@ struct SharedWeight {
 struct SharedLeaf {
   Bytes bytes = 0;
   std::vector<int> layers;  ///< ascending
-  /// The mesh axes (0 to 2) the sharding splits it over, by (split, tp); missing: split tp ways.
-  std::map<std::pair<int, int>, int> axesAt;
+  /// The bytes one rank holds of it (its block, padded where the width does not divide it), by
+  /// (split, tp); missing: bytes / tp.
+  std::map<std::pair<int, int>, Bytes> rankBytesAt;
 };
 
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).

@@ -392,6 +392,11 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
                        fmt::format("the model does not fit in SRAM ({} MiB per chip) on any plan: one layer's share "
                                    "is too large even split {} ways",
                                    sram >> 20, std::max(options.maxTp, 1 << 12)));
+    if (smallest.chips() <= chips && smallest.tp > options.maxTp)
+      return makeError(ExitCode::kDoesNotFit,
+                       fmt::format("the model does not fit in SRAM ({} MiB per chip) on any plan with tp up to {} "
+                                   "(parallelism.max_tp): the smallest plan that fits, {} on {} chips, needs tp {}",
+                                   sram >> 20, options.maxTp, smallest.canonical(), smallest.chips(), smallest.tp));
     return makeError(ExitCode::kDoesNotFit,
                      fmt::format("the model does not fit in SRAM ({} MiB per chip) on any plan of the cluster's {} "
                                  "chips: the smallest chip count that would fit is {} ({})",

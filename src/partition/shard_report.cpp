@@ -51,12 +51,6 @@ TensorSharding after(TensorSharding s, const ReshardStep& step) {
   return s;
 }
 
-std::int64_t localBytes(const ir::Tensor& t, const TensorSharding& s, const Mesh& mesh) {
-  std::int64_t n = ir::dtypeBytes(t.dtype);
-  for (auto d : localShape(t.shape, s, mesh)) n *= d;
-  return n;
-}
-
 std::string why(const ReshardStep& step, const Mesh& mesh, const std::string& reader) {
   const std::string& axis = mesh.axisNames[step.axis];
   switch (step.kind) {

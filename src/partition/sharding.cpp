@@ -116,6 +116,12 @@ std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, con
   return local;
 }
 
+std::int64_t localBytes(const ir::Tensor& tensor, const TensorSharding& sharding, const Mesh& mesh) {
+  std::int64_t n = ir::dtypeBytes(tensor.dtype);
+  for (auto d : localShape(tensor.shape, sharding, mesh)) n *= d;
+  return n;
+}
+
 std::int64_t blockOf(std::int64_t extent, std::int64_t parts, int size, std::int64_t granule) {
   const std::int64_t units = extent / parts / granule;
   return (units + size - 1) / size * granule;
@@ -450,14 +456,15 @@ Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& me
     if (auto st = checkSharding(graph, mesh, id, s); !st) return st.error();
     if (!s.partialAxes.empty()) return modelError(graph.tensor(id).name, "an annotation cannot hold partial sums");
   }
-  // Graph inputs and states are fed as given: replicated unless annotated.
-  for (const auto& list : {graph.inputs(), graph.states()})
-    for (ir::TensorId id : list) {
-      auto found = annotations.find(id);
-      if (found != annotations.end()) plan.tensors[id] = found->second;
-      known[id] = true;
-    }
-  for (const auto& list : {graph.weights(), graph.constants()})
+  // Graph inputs are fed as given: replicated unless annotated. States (a KV cache, optimizer
+  // moments), weights and constants are resident: unannotated, they take the layout their first
+  // consumer wants (a KV cache its attention's heads).
+  for (ir::TensorId id : graph.inputs()) {
+    auto found = annotations.find(id);
+    if (found != annotations.end()) plan.tensors[id] = found->second;
+    known[id] = true;
+  }
+  for (const auto& list : {graph.states(), graph.weights(), graph.constants()})
     for (ir::TensorId id : list) {
       auto found = annotations.find(id);
       if (found == annotations.end()) continue;

@@ -112,7 +112,7 @@ struct ShardingPlan {
 };
 
 /// Propagates annotations (tensor -> sharding; unannotated graph inputs are replicated, unannotated
-/// weights and constants take the layout their first consumer wants) through the graph in
+/// states, weights and constants take the layout their first consumer wants) through the graph in
 /// topological order, GSPMD style, and records a reshard wherever an op's operand spec disagrees.
 /// Graph outputs end without partial sums. Errors name the tensor or op.
 Expected<ShardingPlan> propagateShardings(const ir::Graph& graph, const Mesh& mesh,
@@ -163,5 +163,8 @@ std::int64_t globalIndex(std::int64_t local, std::int64_t extent, std::int64_t p
 /// ceil-sized block of each part (padded where the axis does not divide it).
 std::vector<std::int64_t> localShape(const std::vector<std::int64_t>& shape, const TensorSharding& sharding,
                                      const Mesh& mesh);
+
+/// The bytes of a tensor's local block under sharding on mesh (localShape).
+std::int64_t localBytes(const ir::Tensor& tensor, const TensorSharding& sharding, const Mesh& mesh);
 
 }  // namespace tsp::partition

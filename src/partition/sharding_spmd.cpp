@@ -80,8 +80,9 @@ std::shared_ptr<const std::vector<double>> sliceData(const std::vector<double>& 
 // Builds one device's graph.
 class DeviceBuilder {
  public:
-  DeviceBuilder(const ir::Graph& global, const ShardingPlan& plan, int device)
-      : global_(global), plan_(plan), mesh_(plan.mesh), device_(device), coords_(mesh_.coords(device)),
+  DeviceBuilder(const ir::Graph& global, const ShardingPlan& plan, int device, bool weightValues)
+      : global_(global), plan_(plan), mesh_(plan.mesh), device_(device), weightValues_(weightValues),
+        coords_(mesh_.coords(device)),
         local_(global.tensors().size(), -1) {}
 
   Expected<ir::Graph> build(int& tag, std::int64_t& haloBytes, std::int64_t& collectiveBytes) {
@@ -95,6 +96,7 @@ class DeviceBuilder {
     }
     for (size_t i = 0; i < global_.ops().size(); ++i) {
       const ir::Op& op = global_.op(i);
+      layer_ = op.layer;  // the reshards of its operands run in its layer, on its stage's chips
       std::vector<ir::TensorId> inputs;
       std::vector<int> haloDims;
       for (size_t k = 0; k < op.inputs.size(); ++k) {
@@ -147,7 +149,8 @@ class DeviceBuilder {
     const ir::Tensor& t = global_.tensor(id);
     if (t.producer >= 0) return modelError(t.name, "used before it is computed");
     std::shared_ptr<const std::vector<double>> data;
-    if (t.data) data = sliceData(*t.data, t.shape, plan_.tensors[id], mesh_, device_);
+    if (t.data && (weightValues_ || t.role != ir::TensorRole::kWeight))
+      data = sliceData(*t.data, t.shape, plan_.tensors[id], mesh_, device_);
     if (t.role == ir::TensorRole::kConstant) local_[id] = g_.addConstant(t.name, shapeOf(id), t.dtype, data);
     else local_[id] = g_.addWeight(t.name, shapeOf(id), t.dtype, data);
     return local_[id];
@@ -176,14 +179,18 @@ class DeviceBuilder {
     if (shape[axis] == n) return v;
     if (shape[axis] > n)
       return op(ir::OpKind::kSlice, name, {v}, {{"starts", Shape{0}}, {"ends", Shape{n}}, {"axes", Shape{axis}}});
-    Shape zeros = shape;
-    zeros[axis] = n - shape[axis];
-    // One zero expanded to the padding's shape: a padded KV cache or weight block would otherwise be
-    // held as a constant of its full size on every device of the plan (gigabytes at tp 64).
-    const ir::TensorId zero = constant(name + ".zero", Shape(shape.size(), 1), g_.tensor(v).dtype, {0.0});
-    auto pad = op(ir::OpKind::kExpand, name + ".zeros", {zero}, {{"shape", zeros}});
+    Shape padding = shape;
+    padding[axis] = n - shape[axis];
+    auto pad = zeros(padding, g_.tensor(v).dtype, name);
     if (!pad) return pad.error();
     return op(ir::OpKind::kConcat, name, {v, *pad}, {{"axis", axis}});
+  }
+
+  // Zeros of `shape`: one zero expanded, since a padded KV cache or weight block would otherwise be
+  // held as a constant of its full size on every device of the plan (gigabytes at tp 64).
+  Expected<ir::TensorId> zeros(const Shape& shape, ir::DType dtype, const std::string& name) {
+    const ir::TensorId zero = constant(name + ".zero", Shape(shape.size(), 1), dtype, {0.0});
+    return op(ir::OpKind::kExpand, name + ".zeros", {zero}, {{"shape", shape}});
   }
 
   // One reshard: its steps in order on the local value.
@@ -227,8 +234,9 @@ class DeviceBuilder {
         if (!r) return r.error();
         v = *r;
       }
-      if (scatterDim >= 0) {  // pad each part to size x its block
-        const std::int64_t padded = size * blockOf(global[scatterDim], s.parts, size, s.granule);
+      const std::int64_t block = scatterDim >= 0 ? blockOf(global[scatterDim], s.parts, size, s.granule) : 0;
+      if (scatterDim >= 0 && s.kind != ReshardKind::kSlice) {  // pad each part to size x its block
+        const std::int64_t padded = size * block;
         auto p = resize(v, inner[scatterDim], padded, name + ".pad");
         if (!p) return p.error();
         v = *p;
@@ -257,9 +265,19 @@ class DeviceBuilder {
           out = op(ir::OpKind::kAllToAll, name, {v}, attrs);
           break;
         case ReshardKind::kSlice: {
-          const std::int64_t part = g_.tensor(v).shape[dim] / size;
-          out = op(ir::OpKind::kSlice, name, {v},
-                   {{"starts", Shape{pos * part}}, {"ends", Shape{(pos + 1) * part}}, {"axes", Shape{dim}}});
+          // The device's own block of each part; past the part's end, zeros: only this block is
+          // padded (a block wholly past the end is one zero expanded).
+          const std::int64_t length = g_.tensor(v).shape[dim], start = std::min(pos * block, length);
+          const std::int64_t end = std::min(start + block, length);
+          if (end > start) {
+            out = op(ir::OpKind::kSlice, name, {v},
+                     {{"starts", Shape{start}}, {"ends", Shape{end}}, {"axes", Shape{dim}}});
+            if (out) out = resize(*out, dim, block, name + ".pad");
+          } else {
+            Shape padding = g_.tensor(v).shape;
+            padding[dim] = block;
+            out = zeros(padding, g_.tensor(v).dtype, name);
+          }
           break;
         }
         case ReshardKind::kHalo:
@@ -324,7 +342,6 @@ class DeviceBuilder {
   // The op on local operands, with attributes that name shapes made local.
   Expected<std::vector<ir::TensorId>> addOp(ir::OpId id, std::vector<ir::TensorId> inputs, const std::vector<int>& haloDims) {
     const ir::Op& op = global_.op(id);
-    layer_ = op.layer;
     ir::Attrs attrs = op.attrs;
     const auto& dimAxis = plan_.opDimAxis[id];
     if (!op.outputs.empty() &&
@@ -415,6 +432,7 @@ class DeviceBuilder {
   const ShardingPlan& plan_;
   const Mesh& mesh_;
   int device_;
+  bool weightValues_;
   std::vector<int> coords_;
   std::vector<ir::TensorId> local_;
   std::map<const Reshard*, ir::TensorId> moved_;  // reshards applied, by the reshard
@@ -440,13 +458,19 @@ Expected<DeviceGraphs> shardGraph(const ir::Graph& graph, const ShardingPlan& pl
   for (int d = 0; d < plan.mesh.devices(); ++d) {
     int tag = 0;  // every device numbers its collectives in the same order
     std::int64_t halo = 0, collective = 0;
-    auto g = DeviceBuilder(graph, plan, d).build(tag, halo, collective);
+    auto g = DeviceBuilder(graph, plan, d, true).build(tag, halo, collective);
     if (!g) return g.error();
     out.graphs.push_back(std::move(*g));
     out.haloBytes.push_back(halo);
     out.collectiveBytes.push_back(collective);
   }
   return out;
+}
+
+Expected<ir::Graph> shardDevice(const ir::Graph& graph, const ShardingPlan& plan, int device, bool weightValues) {
+  int tag = 0;
+  std::int64_t halo = 0, collective = 0;
+  return DeviceBuilder(graph, plan, device, weightValues).build(tag, halo, collective);
 }
 
 ir::Value sliceValue(const ir::Value& global, const TensorSharding& sharding, const Mesh& mesh, int device) {

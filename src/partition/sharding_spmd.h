@@ -27,6 +27,10 @@ struct DeviceGraphs {
 /// reshard as its collective (attrs group, devices, tag, axis), Slice, or Send/Recv halo exchange.
 Expected<DeviceGraphs> shardGraph(const ir::Graph& graph, const ShardingPlan& plan);
 
+/// Device `device`'s graph alone, as shardGraph builds it; without the weights' values when
+/// weightValues is false (shapes, ops and constants: what a figure of the shard needs).
+Expected<ir::Graph> shardDevice(const ir::Graph& graph, const ShardingPlan& plan, int device, bool weightValues);
+
 /// Device `device`'s block of a global value under sharding.
 ir::Value sliceValue(const ir::Value& global, const TensorSharding& sharding, const Mesh& mesh, int device);
 

@@ -191,7 +191,7 @@ std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Cand
                    optimizerBytesPerParameter(training.optimizer, bytesPerParameter(layer)) / shard;
     chunkStash[chunk] += static_cast<double>(layer.stashBytes) * frac / c.tp;
     // The backward pass of an op holds the gradients of its inputs beside the forward working set.
-    peak[chip] = std::max(peak[chip], static_cast<double>(layer.peakBytes) * frac / c.tp);
+    peak[chip] = std::max(peak[chip], static_cast<double>(rankMemory(layer, c).peakBytes) * frac);
   }
   for (int s = 0; s < c.pp; ++s) {
     double largest = 0;

@@ -1,10 +1,12 @@
 // Tests of the cost model, stage partition, placement and hybrid search on real models and clusters.
 #include "partition/search.h"
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <cstdio>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "compile/frontend/builtin_models.h"
+#include "partition/plan_shards.h"
 #include "partition/stage_partition.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
@@ -189,13 +192,15 @@ TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
   ASSERT_TRUE(two && four);
   EXPECT_EQ(two->allGathers, 0);
   EXPECT_EQ(four->allGathers, 0);
-  EXPECT_LT(two->computeShare(2), 0.6);
-  EXPECT_GT(four->computeShare(4), 0.25 + 0.02);
-  EXPECT_LT(four->rankWeightBytes(4), two->rankWeightBytes(2));
+  // One rank's compute share, from its graph: the norms stay whole on every rank, so above 1/tp.
+  EXPECT_GT(two->computeShare, 0.5);
+  EXPECT_LT(two->computeShare, 1.0);
+  EXPECT_GT(four->computeShare, two->computeShare / 2);  // the padding heads compute too
+  EXPECT_LT(four->rank.weightBytes, two->rank.weightBytes);
   // The tp = 2 figures are also the fields the other splits' code reads.
   EXPECT_EQ(block.allReduces, two->allReduces);
   EXPECT_EQ(block.allGathers, two->allGathers);
-  // A width that divides the same dims as the one before reuses its collectives.
+  // Over 8 as over 4: the KV heads in whole-head blocks, nothing gathered.
   const auto* eight = block.figuresAt(TensorSplit::kMegatron, 8);
   ASSERT_TRUE(eight);
   EXPECT_EQ(eight->allGathers, four->allGathers);
@@ -205,6 +210,66 @@ TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
   CandidateLinks links;
   const auto share = [&](int tp) { return layerShare(block, {TensorSplit::kMegatron, 1, tp, 1, 1, 1}, links).compute; };
   EXPECT_GT(share(4), 0.5 * share(2) * 1.04);
+}
+
+// The memory check counts what one rank's graph holds. A Llama decode step with 2 KV heads over 8
+// ranks: the sharding keeps whole heads, so 2 ranks hold a KV head each (its group of query heads,
+// its KV cache) and the other 6 hold zero padding of the same shape. The check at tp 8 is at least
+// the materialised rank graph's bytes, well above the model's bytes / 8; on a chip whose SRAM holds
+// the latter but not the former, tp 8 on one stage does not fit, and each stage of the smallest plan
+// that fits holds its materialised shards.
+TEST(CostModel, MemoryCheckCountsThePaddingOfUnevenSplits) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "2"}, {"hidden", "512"}, {"heads", "8"}, {"kv_heads", "2"},
+                                 {"ffn", "512"}, {"vocab", "256"}, {"seq", "1"}, {"phase", "decode"},
+                                 {"context", "2048"}});
+  const auto profile = profileOf(g, c, 1);
+  // The weights, constants and KV cache that rank 0's graph of a candidate (every rank's has its
+  // shapes) holds on its fullest stage, counted on the materialised graph.
+  const auto held = [&](const Candidate& cand) {
+    Plan plan;
+    plan.tp = cand.tp;
+    plan.split = cand.split;
+    auto ranks = tensorParallelGraphs(g, plan);
+    EXPECT_TRUE(ranks.ok()) << (ranks.ok() ? "" : ranks.error().format());
+    auto stages = assignStages(profile, cand.pp);
+    EXPECT_TRUE(stages.ok());
+    const ir::Graph& rank = ranks->graphs[0];
+    std::vector<std::set<ir::TensorId>> leaves(cand.pp);
+    std::vector<Bytes> bytes(cand.pp, 0);
+    for (const auto& op : rank.ops()) {
+      const int stage = stages->layerChunk[std::clamp(op.layer, 0, static_cast<int>(profile.layers.size()) - 1)];
+      for (ir::TensorId t : op.inputs)
+        if (rank.tensor(t).producer < 0 && rank.tensor(t).role != ir::TensorRole::kInput &&
+            leaves[stage].insert(t).second)
+          bytes[stage] += rank.tensor(t).bytes();
+    }
+    return *std::max_element(bytes.begin(), bytes.end());
+  };
+  auto one = assignStages(profile, 1);
+  ASSERT_TRUE(one.ok());
+  const Candidate tp8{TensorSplit::kMegatron, 1, 8, 1, 1, 1};
+  const Bytes checked = memoryPerChip(profile, tp8, *one);
+  const Bytes whole = g.weightBytes() + g.stateBytes();
+  EXPECT_GE(checked, held(tp8));
+  EXPECT_GT(held(tp8), whole / 8 * 3 / 2);  // the padding is a large part of a rank's share
+  // A chip whose allocatable SRAM holds the share of bytes / 8 (weights, KV cache, the largest
+  // op's activations), with a margin, but not the padded blocks.
+  Bytes peak = 0;
+  for (const auto& layer : profile.layers) peak = std::max(peak, layer.peakBytes);
+  const Bytes unpadded = (whole + peak) / 8;
+  topology::ChipSpec small = c.chip();
+  small.addressesPerSlice = 1;
+  const Bytes row = allocatableSramBytes(small);
+  small.addressesPerSlice = static_cast<int>((unpadded + checked) / 2 / row);
+  const Bytes sram = allocatableSramBytes(small);
+  ASSERT_LT(unpadded * 5 / 4, sram);
+  ASSERT_GT(checked, sram);
+  EXPECT_FALSE(evaluateCandidate(profile, tp8, *one, CandidateLinks{}, small, 64).fits);
+  const Candidate smallest = smallestFittingPlan(profile, small, 16);
+  ASSERT_GT(smallest.dp, 0);
+  EXPECT_NE(smallest.canonical(), tp8.canonical());
+  EXPECT_LE(held(smallest), sram) << smallest.canonical();
 }
 
 // The causal mask every block reads and the tied embedding table are held once by a chip that
