@@ -1,4 +1,6 @@
 // Benchmarks of the hybrid parallelism search: GPT-3 175B on the 10,440-TSP dragonfly, on one core.
+#include <algorithm>
+
 #include <benchmark/benchmark.h>
 #include <yaml-cpp/yaml.h>
 
@@ -94,7 +96,11 @@ void BM_TrainingSearchMegatronTable1(benchmark::State& state) {
       state.SkipWithError(s.error().format().c_str());
       break;
     }
-    auto result = tsp::partition::searchPlans(cluster, *profile, {});
+    // TP groups up to the width of the smallest plan that fits (256 for the 18.4B).
+    tsp::partition::SearchOptions options;
+    options.maxTp =
+        std::max(options.maxTp, tsp::partition::smallestFittingPlan(*profile, cluster.chip(), 1 << 12).tp);
+    auto result = tsp::partition::searchPlans(cluster, *profile, options);
     if (!result) {
       state.SkipWithError(result.error().format().c_str());
       break;
