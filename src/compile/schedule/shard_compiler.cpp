@@ -276,7 +276,8 @@ Expected<std::optional<Schedule>> scheduleRepeatedLayers(lower::LoweredShard& sh
   // search's work then shrinks with the repeats. With fewer, the whole shard's search, which sees
   // across the layers, is kept (ResNet-50: 12 distinct layers of 18 give a makespan 3 % longer).
   const ShardSegments segments = shardSegments(shard);
-  if (segments.count() - segments.distinct() < segments.distinct()) return std::optional<Schedule>{};
+  if (segments.distinct() == 0 || segments.count() - segments.distinct() < segments.distinct())
+    return std::optional<Schedule>{};  // no layer (a graph folded to constants), or too few repeats
   report.segments = segments.count();
   report.distinctSegments = segments.distinct();
   Options each = options;
