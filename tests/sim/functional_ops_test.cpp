@@ -455,6 +455,39 @@ TEST(FunctionalOps, TransposeAcrossTilesIsAnSxmPermute) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
+TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
+  // GPT-2's shape on a chip of 8 MEM slices: attention installs activations as MXM weights (the
+  // keys transposed, V); once they are dead, the tied head's transposed embedding (a Transpose of a
+  // resident table of 1,001 rows) takes their space. The schedule runs that Transpose early (it
+  // reads only the table) while the keys come late (four matmuls deep): its writes must wait for
+  // the keys' installs, or the scores read the table (the full-size GPT-2 export's wrong logits).
+  topology::ChipSpec chip;
+  chip.icuQueues += 8 - chip.memSlices;
+  chip.memSlices = 8;
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const std::int64_t t = 64, d = 160, vocab = 1001;
+  const auto table = g.addWeight("wte", {vocab, d}, dt);
+  const auto x = *g.addOp(OpKind::kGather, "embed", {table, g.addInput("ids", {t}, ir::DType::kI32)},
+                          {{"axis", std::int64_t{0}}}, 0);
+  const auto q = *g.addOp(OpKind::kMatMul, "q", {x, g.addWeight("wq", {d, d}, dt)}, 0);
+  auto k = x;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = std::string("k").append(std::to_string(i));
+    k = *g.addOp(OpKind::kMatMul, name, {k, g.addWeight("w" + name, {d, d}, dt)}, 0);
+  }
+  const auto v = *g.addOp(OpKind::kMatMul, "v", {x, g.addWeight("wv", {d, d}, dt)}, 0);
+  const auto kt = *g.addOp(OpKind::kTranspose, "k_t", {k}, {{"perm", Ints{1, 0}}}, 0);
+  const auto scores = *g.addOp(OpKind::kMatMul, "qk", {q, kt}, 0);
+  const auto probs = *g.addOp(OpKind::kSoftmax, "softmax", {scores}, {{"axis", std::int64_t{-1}}}, 0);
+  const auto ctx = *g.addOp(OpKind::kMatMul, "pv", {probs, v}, 0);
+  const auto h = *g.addOp(OpKind::kAdd, "residual", {x, ctx}, 0);
+  const auto head = *g.addOp(OpKind::kTranspose, "head_t", {table}, {{"perm", Ints{1, 0}}}, 0);
+  g.markOutput(*g.addOp(OpKind::kMatMul, "logits", {h, head}, 0));
+  const Status s = runOnOneChip(g, 3, chip);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
 TEST(FunctionalOps, AttentionHeadsReshapeTransposeSliceAndMiddleConcat) {
   // Attention's reshape-to-heads [2, 16, 256] -> [2, 16, 4, 64] -> [2, 4, 16, 64] and back, a
   // Concat along a middle axis, a strided Slice of a middle axis and an Expand.

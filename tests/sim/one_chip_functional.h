@@ -15,8 +15,7 @@ namespace tsp::sim {
 
 /// Compiles the whole graph for one chip, simulates it in functional mode on seeded values and
 /// checks its outputs against the reference interpreter (and the cycles against the prediction).
-inline Status runOnOneChip(const ir::Graph& g, std::uint64_t seed = 3) {
-  const topology::ChipSpec spec;
+inline Status runOnOneChip(const ir::Graph& g, std::uint64_t seed = 3, const topology::ChipSpec& spec = {}) {
   const topology::Cluster cluster = oneChipCluster(spec);
   schedule::PipelineStage stage;
   for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));

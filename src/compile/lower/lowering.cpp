@@ -910,6 +910,11 @@ Status Lowering::lowerMxm(const MxmJob& job) {
           install.steps = {ins};
           const int it = problem_.addTask(std::move(install));
           for (const auto& [wt, wst] : ws.writers[wPiece]) problem_.addDataDependence(wt, wst, it, 0);
+          // A reader of the weights' rows: space reused once they are freed (attention's V, a tied
+          // head's transposed embedding) is written only after the install.
+          noteReader({job.weights, wTile, wRow,
+                      std::clamp<std::int64_t>(ins.inst.weightRows, 1, ws.placement.rows - wRow), 0},
+                     it);
           // The plane's sequence: install j -> computes j -> install j+1 (issued after the last
           // compute j, so the simulator sees every compute j use the weights installed before it)
           // -> computes j+1.

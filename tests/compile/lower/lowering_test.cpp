@@ -126,6 +126,31 @@ TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
   EXPECT_TRUE(war);  // a write into reused space waits for the old tensor's last read
 }
 
+TEST(Lowering, WeightsMadeOnChipAreOverwrittenOnlyAfterTheirInstalls) {
+  // v (made on chip) is installed as an MXM's weights and is dead after that matmul; the transposed
+  // table lowered next takes its space on a chip of 4 short slices. The Transpose reads only a
+  // resident table: only a dependence on v's installs keeps its writes after them.
+  const topology::ChipSpec chip = withSlices(4, 256);
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto v = *g.addOp(ir::OpKind::kRelu, "v", {g.addInput("b", {160, 160}, dt)}, 0);
+  const auto y = *g.addOp(ir::OpKind::kMatMul, "pv", {g.addInput("a", {16, 160}, dt), v}, 0);
+  const auto head = *g.addOp(ir::OpKind::kTranspose, "head", {g.addWeight("table", {160, 160}, dt)},
+                             {{"perm", std::vector<std::int64_t>{1, 0}}}, 0);
+  g.markOutput(*g.addOp(ir::OpKind::kMatMul, "logits", {y, head}, 0));
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& p = (*lowered)->problem;
+  int waits = 0;
+  for (const auto& d : p.dependences()) {
+    const isa::Instruction& from = p.tasks()[d.from].steps[d.fromStep].inst;
+    const isa::Instruction& to = p.tasks()[d.to].steps[d.toStep].inst;
+    waits += from.op == isa::Opcode::kMxmInstall && to.op == isa::Opcode::kMemWrite && to.unit == from.weightUnit &&
+             to.address < from.address + from.weightRows && from.address < to.address + to.repeat;
+  }
+  EXPECT_GT(waits, 0);  // a write into v's space waits for an install that read it
+}
+
 TEST(Lowering, AShardTooLargeIsAnErrorWithBytes) {
   const topology::ChipSpec chip = withSlices(4);
   const ir::Graph g = testing::mlp(1, 1024, 8);  // 1024x1024 fp16 = 2 MiB of weights; 4 slices hold 10 MiB
