@@ -70,10 +70,13 @@ void forDeviceBlock(const Shape& global, const TensorSharding& s, const Mesh& me
   }
 }
 
-std::shared_ptr<const std::vector<double>> sliceData(const std::vector<double>& data, const Shape& shape,
-                                                     const TensorSharding& s, const Mesh& mesh, int device) {
-  auto out = std::make_shared<std::vector<double>>(elementsOf(localShape(shape, s, mesh)));
-  forDeviceBlock(shape, s, mesh, device, [&](std::int64_t i, std::int64_t at) { (*out)[i] = at < 0 ? 0.0 : data[at]; });
+// One device's block of the values (a std::vector<double> or an ir::TensorData), padding as zeros.
+template <typename Values>
+std::vector<double> sliceData(const Values& data, const Shape& shape, const TensorSharding& s, const Mesh& mesh, int device) {
+  std::vector<double> out(static_cast<size_t>(elementsOf(localShape(shape, s, mesh))));
+  forDeviceBlock(shape, s, mesh, device, [&](std::int64_t i, std::int64_t at) {
+    out[static_cast<size_t>(i)] = at < 0 ? 0.0 : data[static_cast<size_t>(at)];
+  });
   return out;
 }
 
@@ -148,9 +151,9 @@ class DeviceBuilder {
     if (local_[id] >= 0) return local_[id];
     const ir::Tensor& t = global_.tensor(id);
     if (t.producer >= 0) return modelError(t.name, "used before it is computed");
-    std::shared_ptr<const std::vector<double>> data;
+    ir::Data data;
     if (t.data && (weightValues_ || t.role != ir::TensorRole::kWeight))
-      data = sliceData(*t.data, t.shape, plan_.tensors[id], mesh_, device_);
+      data = ir::makeData(sliceData(*t.data, t.shape, plan_.tensors[id], mesh_, device_));
     if (t.role == ir::TensorRole::kConstant) local_[id] = g_.addConstant(t.name, shapeOf(id), t.dtype, data);
     else local_[id] = g_.addWeight(t.name, shapeOf(id), t.dtype, data);
     return local_[id];
@@ -161,7 +164,7 @@ class DeviceBuilder {
   }
 
   ir::TensorId constant(const std::string& name, Shape shape, ir::DType dtype, std::vector<double> values) {
-    return g_.addConstant(name, std::move(shape), dtype, std::make_shared<const std::vector<double>>(std::move(values)));
+    return g_.addConstant(name, std::move(shape), dtype, std::move(values));
   }
 
   // A reshard's result, made by its first operand and read by the others it feeds.
@@ -477,7 +480,7 @@ ir::Value sliceValue(const ir::Value& global, const TensorSharding& sharding, co
   ir::Value v;
   v.dtype = global.dtype;
   v.shape = localShape(global.shape, sharding, mesh);
-  v.data = *sliceData(global.data, global.shape, sharding, mesh, device);
+  v.data = sliceData(global.data, global.shape, sharding, mesh, device);
   return v;
 }
 

@@ -241,14 +241,14 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
 // gamma / sqrt(var + eps) and shift = beta - mean * scale, integers rounded ties to even for INT8
 // (the interpreter's INT8 BatchNormalization) and wrapped; Conv weights [Cout, ...] times scale[co].
 Expected<std::vector<double>> foldedValues(
-    const isa::WeightFold& fold, const std::map<std::string, std::shared_ptr<const std::vector<double>>>& leaves,
+    const isa::WeightFold& fold, const std::map<std::string, ir::Data>& leaves,
     sim::ElementType element) {
-  auto find = [&](const std::string& name) -> const std::vector<double>* {
+  auto find = [&](const std::string& name) -> const ir::TensorData* {
     auto it = leaves.find(name);
     return it == leaves.end() ? nullptr : it->second.get();
   };
   const auto *gamma = find(fold.gamma), *beta = find(fold.beta), *mean = find(fold.mean), *var = find(fold.var);
-  const std::vector<double>* source = fold.kind == isa::WeightFold::Kind::kWeights ? find(fold.source) : gamma;
+  const ir::TensorData* source = fold.kind == isa::WeightFold::Kind::kWeights ? find(fold.source) : gamma;
   if (!gamma || !beta || !mean || !var || !source || gamma->empty() || beta->size() != gamma->size() ||
       mean->size() != gamma->size() || var->size() != gamma->size() || source->size() % gamma->size() != 0)
     return makeError(ExitCode::kInternal, fmt::format("functional mode: the fold of '{}' names tensors without matching "
@@ -326,8 +326,8 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
 
   // Every leaf's values as the chip stores them; the reference graph gets the same values.
   ir::Graph reference = graph;
-  std::map<std::string, std::shared_ptr<const std::vector<double>>> leaves;  // one copy, shared
-  std::map<std::string, std::shared_ptr<const std::vector<double>>> folded;
+  std::map<std::string, ir::Data> leaves;  // one copy, shared
+  std::map<std::string, ir::Data> folded;
   std::vector<ir::Value> inputs;
   auto stateAndInputs = graph.inputs();
   stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
@@ -344,24 +344,24 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     if (!indexTensor(graph, t.name))
       for (double& v : data) v = ir::toStorage(v, t.dtype);
     inputs.push_back({t.dtype, t.shape, data});
-    leaves[t.name] = std::make_shared<const std::vector<double>>(std::move(data));
+    leaves[t.name] = ir::makeData(data);
   }
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id) {
     const ir::Tensor& t = graph.tensor(id);
     if (t.role != ir::TensorRole::kWeight && t.role != ir::TensorRole::kConstant) continue;
     // Values already as stored (the importer rounds weights to their storage type) are shared, not copied.
     const bool index = indexTensor(graph, t.name);
-    std::shared_ptr<const std::vector<double>> shared;
+    ir::Data shared;
     if (t.data && (index || std::all_of(t.data->begin(), t.data->end(), [&](double v) {
                      const double s = ir::toStorage(v, t.dtype);
                      return s == v || (std::isnan(s) && std::isnan(v));
                    }))) {
       shared = t.data;
     } else {
-      std::vector<double> data = t.data ? *t.data : seededValues(sources.seed, t, indexRange(graph, id));
+      std::vector<double> data = t.data ? t.data->values() : seededValues(sources.seed, t, indexRange(graph, id));
       if (!index)
         for (double& v : data) v = ir::toStorage(v, t.dtype);
-      shared = std::make_shared<const std::vector<double>>(std::move(data));
+      shared = ir::makeData(data);
     }
     reference.setData(id, shared);
     leaves[t.name] = std::move(shared);
@@ -374,7 +374,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (folded.count(fold.tensor)) continue;
       auto values = foldedValues(fold, leaves, element);
       if (!values) return values.error();
-      folded[fold.tensor] = std::make_shared<const std::vector<double>>(std::move(*values));
+      folded[fold.tensor] = ir::makeData(*values);
     }
   auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();
   for (const auto& p : programs)

@@ -122,23 +122,22 @@ int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
 
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
   const std::int64_t cols = values.cols;
-  static const std::vector<double> kNone;
   std::vector<double> made;
   if (!values.data && values.make) made = values.make();
-  const std::vector<double>& data = values.data ? *values.data : values.make ? made : kNone;
+  const std::size_t count = values.data ? values.data->size() : made.size();
+  const auto value = [&](std::size_t i) { return values.data ? (*values.data)[i] : made[i]; };
   const int eb = bytesOf(tensor);
   const int lanes = vectorBytes_ / eb;
-  if (cols <= 0 || static_cast<std::int64_t>(data.size()) != tensor.rows * cols ||
-      (cols + lanes - 1) / lanes > tensor.tiles)
+  if (cols <= 0 || static_cast<std::int64_t>(count) != tensor.rows * cols || (cols + lanes - 1) / lanes > tensor.tiles)
     return makeError(ExitCode::kInternal,
                      fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
-                                 data.size(), tensor.name, tensor.rows, tensor.tiles));
+                                 count, tensor.name, tensor.rows, tensor.tiles));
   for (int copy = 0; copy < std::max(1, tensor.replicas); ++copy)
   for (std::int64_t r = 0; r < tensor.rows; ++r)
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes), r);
       std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
-      encodeElement(data[static_cast<std::size_t>(r * cols + c)], static_cast<ir::DType>(tensor.dtype), v);
+      encodeElement(value(static_cast<std::size_t>(r * cols + c)), static_cast<ir::DType>(tensor.dtype), v);
     }
   return {};
 }

@@ -11,8 +11,8 @@ namespace {
 TEST(Interpreter, MatMulBiasRelu) {
   Graph g;
   const auto x = g.addInput("x", {1, 2}, DType::kF32);
-  const auto w = g.addWeight("w", {2, 2}, DType::kF32, std::make_shared<const std::vector<double>>(std::vector<double>{1, 2, 3, 4}));
-  const auto b = g.addWeight("b", {2}, DType::kF32, std::make_shared<const std::vector<double>>(std::vector<double>{-10, 0}));
+  const auto w = g.addWeight("w", {2, 2}, DType::kF32, makeData({1, 2, 3, 4}));
+  const auto b = g.addWeight("b", {2}, DType::kF32, makeData({-10, 0}));
   auto y = g.addOp(OpKind::kRelu, "r", {*g.addOp(OpKind::kAdd, "a", {*g.addOp(OpKind::kMatMul, "m", {x, w}, 0), b}, 0)}, 0);
   g.markOutput(*y);
   auto out = interpret(g, {Value{DType::kF32, {1, 2}, {1, 1}}});
@@ -41,7 +41,7 @@ TEST(Interpreter, ConvWithPaddingAndGroups) {
   Graph g;
   const auto x = g.addInput("x", {1, 2, 3, 3}, DType::kF32);
   // Group 2: each output channel sums its own input channel's 3x3 neighbourhood.
-  const auto w = g.addWeight("w", {2, 1, 3, 3}, DType::kF32, std::make_shared<const std::vector<double>>(18, 1.0));
+  const auto w = g.addWeight("w", {2, 1, 3, 3}, DType::kF32, makeData(std::vector<double>(18, 1.0)));
   auto y = g.addOp(OpKind::kConv, "c", {x, w}, {{"group", std::int64_t{2}}, {"pads", std::vector<std::int64_t>{1, 1, 1, 1}}}, 0);
   ASSERT_TRUE(y.ok());
   g.markOutput(*y);
@@ -58,7 +58,7 @@ TEST(Interpreter, SoftmaxAndLayerNorm) {
   Graph g;
   const auto x = g.addInput("x", {1, 3}, DType::kF32);
   auto s = g.addOp(OpKind::kSoftmax, "s", {x}, {{"axis", std::int64_t{-1}}}, 0);
-  const auto one = g.addWeight("g", {3}, DType::kF32, std::make_shared<const std::vector<double>>(3, 1.0));
+  const auto one = g.addWeight("g", {3}, DType::kF32, makeData(std::vector<double>(3, 1.0)));
   auto n = g.addOp(OpKind::kLayerNormalization, "n", {x, one}, {{"epsilon", 0.0}}, 0);
   g.markOutput(*s);
   g.markOutput(*n);

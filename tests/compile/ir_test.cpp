@@ -129,7 +129,7 @@ TEST(ShapeInference, Pooling) {
 TEST(ShapeInference, RangeNeedsConstants) {
   Graph g;
   auto c = [&](const char* n, double v) {
-    return g.addConstant(n, {}, DType::kI64, std::make_shared<const std::vector<double>>(1, v));
+    return g.addConstant(n, {}, DType::kI64, makeData(std::vector<double>(1, v)));
   };
   auto r = g.addOp(OpKind::kRange, "range", {c("a", 2), c("b", 11), c("d", 3)}, {}, 0);
   ASSERT_TRUE(r.ok());
@@ -227,10 +227,9 @@ TEST(TextForm, RoundTrips) {
   Graph g;
   const auto x = g.addInput("x", {2, 8}, DType::kF16);
   const auto w = g.addWeight("odd name/w", {8, 4}, DType::kF16);
-  const auto shape = g.addConstant("shape", {2}, DType::kI64, std::make_shared<const std::vector<double>>(
-                                                                    std::vector<double>{4, 2}));
+  const auto shape = g.addConstant("shape", {2}, DType::kI64, makeData({4, 2}));
   (void)shape;
-  const auto eps = g.addConstant("eps", {}, DType::kF32, std::make_shared<const std::vector<double>>(1, 1e-5));
+  const auto eps = g.addConstant("eps", {}, DType::kF32, makeData(std::vector<double>(1, 1e-5)));
   auto y = g.addOp(OpKind::kMatMul, "fc", {x, w}, 0);
   auto z = g.addOp(OpKind::kAdd, "add", {*y, eps}, 1);
   auto parts = g.addMultiOp(OpKind::kSplit, "split", {*z}, {{"axis", std::int64_t{1}}, {"split", Shape{1, 3}}}, 1);
@@ -256,6 +255,37 @@ TEST(TextForm, ErrorsPointAtLineAndColumn) {
   EXPECT_EQ(parseGraph("input %x: fp32[2]\n%y: fp32[3] = Relu %r(%x) @0\n", "t.ir").error().format(),
             "t.ir:2:15: node 'r': output '%y' is declared fp32[3] but inferred fp32[2]");
   EXPECT_EQ(parseGraph("input %x: fq32[2]\n", "t.ir").error().format(), "t.ir:1:11: unknown dtype 'fq32'");
+}
+
+}  // namespace
+}  // namespace tsp::ir
+
+namespace tsp::ir {
+namespace {
+
+TEST(TensorData, HoldsEachTensorAtTheNarrowestExactEncoding) {
+  const std::vector<std::vector<double>> cases = {
+      {1, -128, 127, 0},                       // INT8
+      {0.5, -65504, 6.103515625e-05, -0.0},    // FP16 (a normal, the largest, the smallest normal, -0)
+      {5.960464477539063e-08, HUGE_VAL, 1000}, // FP16 (the smallest subnormal, infinity)
+      {70000, -3, 1},                          // INT32
+      {0.1f, 1e30f},                           // FP32
+      {0.1, 1.0},                              // FP64
+  };
+  const TensorData::Encoding expected[] = {TensorData::Encoding::kI8, TensorData::Encoding::kF16,
+                                           TensorData::Encoding::kF16, TensorData::Encoding::kI32,
+                                           TensorData::Encoding::kF32, TensorData::Encoding::kF64};
+  const std::size_t width[] = {1, 2, 2, 4, 4, 8};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const TensorData d(cases[i]);
+    EXPECT_EQ(d.encoding(), expected[i]) << i;
+    EXPECT_EQ(d.bytes(), cases[i].size() * width[i]) << i;
+    EXPECT_EQ(d.values(), cases[i]) << i;
+    EXPECT_EQ(std::signbit(d[3 % d.size()]), std::signbit(cases[i][3 % d.size()])) << i;
+  }
+  const TensorData nan(std::vector<double>{std::nan(""), 2});
+  EXPECT_EQ(nan.encoding(), TensorData::Encoding::kF16);
+  EXPECT_TRUE(std::isnan(nan[0]));
 }
 
 }  // namespace

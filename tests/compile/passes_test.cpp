@@ -29,9 +29,9 @@ ir::Graph withWeights(const ir::Graph& source) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> dist(-0.5, 0.5);
   for (auto w : g.weights()) {
-    auto data = std::make_shared<std::vector<double>>(g.tensor(w).elements());
-    for (double& v : *data) v = static_cast<float>(dist(rng));
-    g.setData(w, data);
+    std::vector<double> data(static_cast<size_t>(g.tensor(w).elements()));
+    for (double& v : data) v = static_cast<float>(dist(rng));
+    g.setData(w, ir::makeData(data));
   }
   return g;
 }

@@ -536,7 +536,7 @@ ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
       const auto t = add(OpKind::kTranspose, "qkv.t", {r}, {{"perm", Shape{2, 0, 3, 1, 4}}});  // [3, b, heads, s, hd]
       for (int i = 0; i < 3; ++i) {
         const auto index = g.addConstant(fmt::format("index{}", i), {}, DType::kI64,
-                                         std::make_shared<const std::vector<double>>(std::vector<double>{double(i)}));
+                                         ir::makeData({double(i)}));
         qkv.push_back(add(OpKind::kGather, fmt::format("pick{}", i), {t, index}, {{"axis", std::int64_t{0}}}));
       }
     }

@@ -96,7 +96,7 @@ class ChipTest : public ::testing::Test {
   }
 
   static TensorValues valuesOf(std::int64_t cols, std::vector<double> data) {
-    return {cols, std::make_shared<const std::vector<double>>(std::move(data)), {}};
+    return {cols, ir::makeData(data), {}};
   }
 
   isa::TensorPlacement placement(const std::string& name, std::int64_t rows, std::vector<int> memUnits,

@@ -340,9 +340,9 @@ ir::TensorId convBn(ir::Graph& g, const std::string& p, ir::TensorId x, std::int
                            {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}},
                           0);
   const auto mean = g.addConstant(p + ".mean", {cout}, dt,
-                                  std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 1.0));
+                                  ir::makeData(std::vector<double>(static_cast<size_t>(cout), 1.0)));
   const auto var = g.addConstant(p + ".var", {cout}, dt,
-                                 std::make_shared<const std::vector<double>>(static_cast<size_t>(cout), 3.0));
+                                 ir::makeData(std::vector<double>(static_cast<size_t>(cout), 3.0)));
   const auto bn = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
                            {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
                            {{"epsilon", 1e-5}}, 0);
@@ -388,8 +388,8 @@ TEST(FunctionalOps, Int8BottleneckStagesMatchTheInterpreterExactly) {
     const auto y = *g.addOp(OpKind::kConv, p + ".conv", {in, g.addWeight(p + ".w", {cout, cin, k, k}, dt)},
                             {{"kernel_shape", Ints{k, k}}, {"strides", Ints{stride, stride}},
                              {"pads", Ints{k / 2, k / 2, k / 2, k / 2}}}, 0);
-    const auto mean = g.addConstant(p + ".mean", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 0.0));
-    const auto var = g.addConstant(p + ".var", {cout}, dt, std::make_shared<const std::vector<double>>(cout, 1.0));
+    const auto mean = g.addConstant(p + ".mean", {cout}, dt, ir::makeData(std::vector<double>(cout, 0.0)));
+    const auto var = g.addConstant(p + ".var", {cout}, dt, ir::makeData(std::vector<double>(cout, 1.0)));
     const auto b = *g.addOp(OpKind::kBatchNormalization, p + ".bn",
                             {y, g.addWeight(p + ".gamma", {cout}, dt), g.addWeight(p + ".beta", {cout}, dt), mean, var},
                             {{"epsilon", 1e-5}}, 0);

@@ -81,7 +81,7 @@ TEST(FunctionalTypes, BatchNormalizationWithoutConvolutionsPermutesItsChannelsTo
   ir::Graph g;
   const auto f16 = ir::DType::kF16;
   const auto var = g.addWeight("var", {3}, f16);
-  g.setData(var, std::make_shared<const std::vector<double>>(std::vector<double>{0.5, 2.0, 1.25}));
+  g.setData(var, ir::makeData({0.5, 2.0, 1.25}));
   g.markOutput(*g.addOp(OpKind::kBatchNormalization, "bn",
                         {g.addInput("x", {2, 3, 4, 30}, f16), g.addWeight("gamma", {3}, f16), g.addWeight("beta", {3}, f16),
                          g.addWeight("mean", {3}, f16), var},
@@ -144,7 +144,7 @@ using Ints = std::vector<std::int64_t>;
 ir::TensorId halfTrue(ir::Graph& g, const std::string& name, std::vector<std::int64_t> shape, ir::DType type) {
   const auto u = *g.addOp(OpKind::kRelu, name + "_relu", {g.addInput(name + "_u", std::move(shape), type)}, 0);
   const auto zero = g.addWeight(name + "_zero", {}, type);
-  g.setData(zero, std::make_shared<const std::vector<double>>(std::vector<double>{0.0}));
+  g.setData(zero, ir::makeData({0.0}));
   return *g.addOp(OpKind::kEqual, name, {u, zero}, 0);
 }
 
@@ -156,7 +156,7 @@ TEST(FunctionalTypes, WhereSelectsExactlyInFp16WithBroadcastConditions) {
   const auto f16 = ir::DType::kF16;
   const auto x = g.addInput("x", {6, 50}, f16), y = g.addInput("y", {6, 50}, f16);
   const auto fill = g.addWeight("fill", {}, f16);
-  g.setData(fill, std::make_shared<const std::vector<double>>(std::vector<double>{-INFINITY}));
+  g.setData(fill, ir::makeData({-INFINITY}));
   g.markOutput(*g.addOp(OpKind::kWhere, "full", {halfTrue(g, "c", {6, 50}, f16), x, y}, 0));
   g.markOutput(*g.addOp(OpKind::kWhere, "row", {halfTrue(g, "r", {1, 50}, f16), x, y}, 0));
   g.markOutput(*g.addOp(OpKind::kWhere, "splat", {halfTrue(g, "s", {6, 1}, f16), x, y}, 0));

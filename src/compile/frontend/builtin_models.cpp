@@ -90,10 +90,10 @@ class Builder {
   }
   TensorId weight(const std::string& name, Shape shape) { return g_.addWeight(name, std::move(shape), weightType); }
   TensorId scalar(const std::string& name, double value) {
-    return g_.addConstant(name, {}, activationType, std::make_shared<const std::vector<double>>(1, value));
+    return g_.addConstant(name, {}, activationType, std::vector<double>{value});
   }
   TensorId constant(const std::string& name, Shape shape, std::vector<double> values, ir::DType dtype) {
-    return g_.addConstant(name, std::move(shape), dtype, std::make_shared<const std::vector<double>>(std::move(values)));
+    return g_.addConstant(name, std::move(shape), dtype, std::move(values));
   }
   Status status() const { return failed_ ? Status(error_) : Status(); }
 

@@ -34,7 +34,7 @@ using ir::DType;
 using ir::OpKind;
 using ir::TensorId;
 using Shape = std::vector<std::int64_t>;
-using Data = std::shared_ptr<const std::vector<double>>;
+using ir::Data;
 
 // Models below kMinOpset are upgraded to it by ONNX's version converter first.
 constexpr int kMinOpset = 11;
@@ -77,28 +77,34 @@ double bf16ToDouble(std::uint16_t b) {
   return f;
 }
 
-// Decodes little-endian raw bytes of an ONNX tensor into doubles.
-Expected<std::vector<double>> decodeRaw(std::string_view raw, int onnxType, std::int64_t elements,
-                                        const std::string& what) {
+// Element i of little-endian raw bytes of an ONNX tensor of type `dtype`.
+double rawElement(const char* p, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: { float f; std::memcpy(&f, p, 4); return f; }
+    case DType::kF16: { std::uint16_t h; std::memcpy(&h, p, 2); return halfToDouble(h); }
+    case DType::kBF16: { std::uint16_t h; std::memcpy(&h, p, 2); return bf16ToDouble(h); }
+    case DType::kI8: return static_cast<std::int8_t>(*p);
+    case DType::kI32: { std::int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::kI64: { std::int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::kBool: return *p != 0;
+  }
+  return 0.0;
+}
+
+// The values of little-endian raw bytes, rounded to `storeAs` when given, decoded straight into the
+// graph's compact form (never all held as doubles).
+Expected<Data> decodeRaw(std::string_view raw, int onnxType, std::int64_t elements, const std::string& what,
+                         std::optional<DType> storeAs) {
   auto dtype = dtypeOf(onnxType);
   if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(onnxType)));
   const int width = ir::dtypeBytes(*dtype);
   if (static_cast<std::int64_t>(raw.size()) != elements * width)
     return modelError(what, fmt::format("tensor data has {} bytes, its shape needs {}", raw.size(), elements * width));
-  std::vector<double> out(static_cast<size_t>(elements));
-  const char* p = raw.data();
-  for (std::int64_t i = 0; i < elements; ++i, p += width) {
-    switch (*dtype) {
-      case DType::kF32: { float f; std::memcpy(&f, p, 4); out[i] = f; break; }
-      case DType::kF16: { std::uint16_t h; std::memcpy(&h, p, 2); out[i] = halfToDouble(h); break; }
-      case DType::kBF16: { std::uint16_t h; std::memcpy(&h, p, 2); out[i] = bf16ToDouble(h); break; }
-      case DType::kI8: out[i] = static_cast<std::int8_t>(*p); break;
-      case DType::kI32: { std::int32_t v; std::memcpy(&v, p, 4); out[i] = v; break; }
-      case DType::kI64: { std::int64_t v; std::memcpy(&v, p, 8); out[i] = static_cast<double>(v); break; }
-      case DType::kBool: out[i] = *p != 0; break;
-    }
-  }
-  return out;
+  return std::make_shared<const ir::TensorData>(
+      ir::TensorData::generate(static_cast<std::size_t>(elements), [&, dtype = *dtype](std::size_t i) {
+        const double v = rawElement(raw.data() + i * static_cast<std::size_t>(width), dtype);
+        return storeAs ? ir::toStorage(v, *storeAs) : v;
+      }));
 }
 
 // The elements of a tensor's shape: an error when a dimension is negative or the tensor would hold
@@ -149,10 +155,9 @@ Status checkInlineSize(const onnx::TensorProto& t, std::int64_t n, const std::st
 Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
                             const std::string& what, std::optional<std::string_view> mapped = std::nullopt,
                             std::optional<DType> storeAs = std::nullopt) {
-  auto stored = [&](std::vector<double> values) {
-    if (storeAs)
-      for (double& v : values) v = ir::toStorage(v, *storeAs);
-    return std::make_shared<const std::vector<double>>(std::move(values));
+  auto stored = [&](const std::vector<double>& values) -> Data {
+    return std::make_shared<const ir::TensorData>(ir::TensorData::generate(
+        values.size(), [&](std::size_t i) { return storeAs ? ir::toStorage(values[i], *storeAs) : values[i]; }));
   };
   const auto elements = elementsOf(t, what);
   if (!elements) return elements.error();
@@ -198,16 +203,10 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
     in.read(raw.data(), length);
     if (!in) return modelError(what, fmt::format("external data {} is shorter than offset {} + length {}", file.string(),
                                                  offset, length));
-    auto values = decodeRaw(raw, t.data_type(), n, what);
-    if (!values) return values.error();
-    std::string().swap(raw);  // the file's bytes are not held beside the values
-    return stored(std::move(*values));
+    return decodeRaw(raw, t.data_type(), n, what, storeAs);
   }
-  if (mapped || !t.raw_data().empty()) {
-    auto values = decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what);
-    if (!values) return values.error();
-    return stored(std::move(*values));
-  }
+  if (mapped || !t.raw_data().empty())
+    return decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what, storeAs);
   std::vector<double> values;
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: values.assign(t.float_data().begin(), t.float_data().end()); break;
@@ -226,7 +225,7 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
   }
   if (static_cast<std::int64_t>(values.size()) != n)
     return modelError(what, fmt::format("tensor has {} values, its shape needs {}", values.size(), n));
-  return stored(std::move(values));
+  return stored(values);
 }
 
 // The layer of a node from a block index in its name ("/model/layers.3/...", "h.11", "blocks_2").
@@ -400,7 +399,7 @@ class Importer {
     auto known = options_.constantInputs.find(name);
     if (known != options_.constantInputs.end()) {
       return bindName(name, graph_.addConstant(name, known->second.shape, *dtype,
-                                               std::make_shared<const std::vector<double>>(known->second.data)));
+                                               known->second.data));
     }
     Shape shape;
     for (int i = 0; i < tt.shape().dim_size(); ++i) {
@@ -578,7 +577,7 @@ class Importer {
 
   Status addConstantTensor(const std::string& name, const ir::Value& value) {
     return bindName(name, graph_.addConstant(name, value.shape, value.dtype,
-                                             std::make_shared<const std::vector<double>>(value.data)));
+                                             value.data));
   }
 
   // The values of an op whose inputs are all known (Shape needs only its input's shape) and whose
@@ -812,7 +811,7 @@ class Importer {
     if (*folded) {
       const ir::Value& v = (**folded)[0];
       id = graph_.addConstant(outName.empty() ? name + ".out" : outName, v.shape, v.dtype,
-                              std::make_shared<const std::vector<double>>(v.data));
+                              v.data);
     } else {
       auto outs = graph_.addMultiOp(kind, name, std::move(inputs), std::move(attrs), layer, {outName});
       if (!outs) return withOp(outs.error(), node);
@@ -825,7 +824,7 @@ class Importer {
   static Status statusOf(const Expected<TensorId>& e) { return e ? Status{} : Status{e.error()}; }
 
   TensorId constant(const std::string& name, Shape shape, DType dtype, std::vector<double> values) {
-    return graph_.addConstant(name, std::move(shape), dtype, std::make_shared<const std::vector<double>>(std::move(values)));
+    return graph_.addConstant(name, std::move(shape), dtype, std::move(values));
   }
 
   Expected<TensorId> inputOf(const onnx::NodeProto& node, const std::string& nodeId, int i) {
@@ -1553,7 +1552,7 @@ class Importer {
     if (!pooled) return withOp(pooled.error(), node);
     const DType type = graph_.tensor(pooled->front()).dtype;
     const TensorId divisors = graph_.addConstant(nodeId + "/divisors", scale.shape, type,
-                                                 std::make_shared<const std::vector<double>>(std::move(scale.data)));
+                                                 std::move(scale.data));
     auto out = graph_.addMultiOp(OpKind::kMul, nodeId + "/by_position", {pooled->front(), divisors}, {}, layer,
                                  {node.output(0)});
     if (!out) return withOp(out.error(), node);
@@ -1629,8 +1628,8 @@ class Importer {
     auto var = step(OpKind::kReduceMean, "/var", {*squared}, {{"axes", axes}, {"keepdims", std::int64_t{1}}});
     if (!var) return var.error();
     const TensorId eps = graph_.addConstant(nodeId + "/epsilon", {}, statType,
-                                            std::make_shared<const std::vector<double>>(1, op.floatAttr("epsilon", 1e-5)));
-    const TensorId one = graph_.addConstant(nodeId + "/one", {}, statType, std::make_shared<const std::vector<double>>(1, 1.0));
+                                            std::vector<double>{op.floatAttr("epsilon", 1e-5)});
+    const TensorId one = graph_.addConstant(nodeId + "/one", {}, statType, std::vector<double>{1.0});
     auto sum = step(OpKind::kAdd, "/var_eps", {*var, eps}, {});
     if (!sum) return sum.error();
     auto root = step(OpKind::kSqrt, "/std", {*sum}, {});

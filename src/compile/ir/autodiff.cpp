@@ -145,7 +145,7 @@ class BackwardBuilder {
   }
   TensorId scalar(double value, DType dtype) {
     return g_.addConstant(fmt::format("autodiff.const{}", counter_++), {}, dtype,
-                          std::make_shared<const std::vector<double>>(1, value));
+                          std::vector<double>{value});
   }
   Shape shape(TensorId t) const { return g_.tensor(t).shape; }  // a copy: adding tensors moves the list
   DType dtype(TensorId t) const { return g_.tensor(t).dtype; }

@@ -144,16 +144,14 @@ TensorId Graph::addInput(const std::string& name, std::vector<std::int64_t> shap
   return id;
 }
 
-TensorId Graph::addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
-                          std::shared_ptr<const std::vector<double>> data) {
+TensorId Graph::addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype, Data data) {
   const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kWeight);
   tensors_[id].data = std::move(data);
   weights_.push_back(id);
   return id;
 }
 
-TensorId Graph::addConstant(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
-                            std::shared_ptr<const std::vector<double>> data) {
+TensorId Graph::addConstant(const std::string& name, std::vector<std::int64_t> shape, DType dtype, Data data) {
   const TensorId id = addTensor(name, std::move(shape), dtype, -1, TensorRole::kConstant);
   assert(data && static_cast<std::int64_t>(data->size()) == tensors_[id].elements() && "one value per element");
   tensors_[id].data = std::move(data);

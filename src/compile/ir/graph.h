@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compile/ir/dtype.h"
+#include "compile/ir/tensor_data.h"
 #include "support/expected.h"
 
 namespace tsp::ir {
@@ -94,8 +95,9 @@ struct Tensor {
   std::vector<OpId> users;
   TensorRole role = TensorRole::kActivation;
   /// Element values in row-major order (exact for every dtype used here), when known: constants
-  /// always, weights when their data was loaded. Shared, because passes copy graphs.
-  std::shared_ptr<const std::vector<double>> data;
+  /// always, weights when their data was loaded. Held compactly (TensorData) and shared, because
+  /// passes copy graphs.
+  Data data;
 
   std::int64_t elements() const;
   std::int64_t bytes() const { return elements() * dtypeBytes(dtype); }
@@ -152,11 +154,14 @@ class Graph {
   /// Adds a graph input (activation) tensor.
   TensorId addInput(const std::string& name, std::vector<std::int64_t> shape, DType dtype);
   /// Adds a weight (parameter) tensor, with its values when they are known.
-  TensorId addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
-                     std::shared_ptr<const std::vector<double>> data = nullptr);
+  TensorId addWeight(const std::string& name, std::vector<std::int64_t> shape, DType dtype, Data data = nullptr);
   /// Adds a constant tensor with its values (data must hold one value per element).
+  TensorId addConstant(const std::string& name, std::vector<std::int64_t> shape, DType dtype, Data data);
+  /// The same, with its values given as doubles.
   TensorId addConstant(const std::string& name, std::vector<std::int64_t> shape, DType dtype,
-                       std::shared_ptr<const std::vector<double>> data);
+                       const std::vector<double>& values) {
+    return addConstant(name, std::move(shape), dtype, makeData(values));
+  }
   /// Adds a state tensor kept on chip across iterations (a KV cache).
   TensorId addState(const std::string& name, std::vector<std::int64_t> shape, DType dtype);
   /// Adds an op on existing tensors; infers its output shape. Errors name the op.
@@ -185,7 +190,7 @@ class Graph {
   /// convolution's weight its 2-D form).
   void setLeafShape(TensorId tensor, std::vector<std::int64_t> shape) { tensors_[tensor].shape = std::move(shape); }
   /// Attaches values to a weight whose data was not loaded when it was added.
-  void setData(TensorId tensor, std::shared_ptr<const std::vector<double>> data) { tensors_[tensor].data = std::move(data); }
+  void setData(TensorId tensor, Data data) { tensors_[tensor].data = std::move(data); }
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<Op>& ops() const { return ops_; }

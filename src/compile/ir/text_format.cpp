@@ -271,7 +271,7 @@ class Parser {
         for (auto d : t->shape) elements *= d;
         if (static_cast<std::int64_t>(values->size()) != elements)
           return error(fmt::format("constant '%{}' has {} values for {} elements", *n, values->size(), elements));
-        graph_.addConstant(*n, t->shape, t->dtype, values);
+        graph_.addConstant(*n, t->shape, t->dtype, *values);
       }
       return endOfLine();
     }

@@ -288,8 +288,7 @@ Expected<ir::Graph> foldConstants(const ir::Graph& g) {
       if (!results) return results.error();
       for (size_t k = 0; k < op.outputs.size(); ++k) {
         const auto& t = g.tensor(op.outputs[k]);
-        rw.alias(op.outputs[k], out.addConstant(t.name, t.shape, t.dtype,
-                                                std::make_shared<const std::vector<double>>((*results)[k].data)));
+        rw.alias(op.outputs[k], out.addConstant(t.name, t.shape, t.dtype, (*results)[k].data));
       }
       continue;
     }
@@ -421,12 +420,12 @@ Expected<ir::Graph> normalizeLayout(const ir::Graph& g) {
   auto permuted = [](const ir::Tensor& t, const Shape& perm, const std::string& name) {
     Shape shape;
     for (auto p : perm) shape.push_back(t.shape[p]);
-    std::shared_ptr<const std::vector<double>> data;
+    ir::Data data;
     if (t.data) {
       ir::Op transpose{OpKind::kTranspose, name, {}, {}, {{"perm", perm}}, 0};
       ir::Value v{t.dtype, t.shape, *t.data};
       auto result = ir::evaluateOp(OpKind::kTranspose, name, transpose.attrs, {&v}, {{shape, t.dtype}});
-      data = std::make_shared<const std::vector<double>>(std::move((*result)[0].data));
+      data = ir::makeData((*result)[0].data);
     }
     return std::pair{shape, data};
   };
@@ -460,7 +459,7 @@ Expected<ir::Graph> normalizeLayout(const ir::Graph& g) {
       if (!y) return y.error();
       TensorId v = (*y)[0];
       auto scalar = [&](const std::string& n, double value) {
-        return out.addConstant(n, {}, result.dtype, std::make_shared<const std::vector<double>>(1, value));
+        return out.addConstant(n, {}, result.dtype, std::vector<double>{value});
       };
       if (alpha != 1.0) {
         auto s = out.addMultiOp(OpKind::kMul, op.name + ".alpha", {v, scalar(op.name + ".alpha_value", alpha)}, {},

@@ -44,8 +44,9 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
     const auto& t = graph.tensor(id);
     std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
     if (t.role == ir::TensorRole::kConstant && t.data)
-      text += fmt::format("#{:x}", std::hash<std::string>{}(std::string(reinterpret_cast<const char*>(t.data->data()),
-                                                                           t.data->size() * sizeof(double))));
+      text += fmt::format("#{}:{:x}", static_cast<int>(t.data->encoding()),
+                          std::hash<std::string_view>{}(
+                              std::string_view(reinterpret_cast<const char*>(t.data->raw()), t.data->bytes())));
     return text;
   };
   for (ir::OpId id : ops) {

@@ -16,7 +16,6 @@ namespace tsp::ir {
 namespace {
 
 using Shape = std::vector<std::int64_t>;
-using Data = std::shared_ptr<const std::vector<double>>;
 
 // Values in [lo, hi] with |v| >= gap (keeps Relu and Sqrt away from their kinks), seeded by the tensor.
 Data randomData(std::int64_t n, unsigned seed, double lo = -1.0, double hi = 1.0, double gap = 0.0) {
@@ -27,7 +26,7 @@ Data randomData(std::int64_t n, unsigned seed, double lo = -1.0, double hi = 1.0
     x = dist(rng);
     if (std::abs(x) < gap) x = x < 0 ? x - gap : x + gap;
   }
-  return std::make_shared<const std::vector<double>>(std::move(v));
+  return makeData(v);
 }
 
 std::int64_t count(const Shape& s) {
@@ -83,15 +82,15 @@ void expectGradientsMatch(const Graph& forward, const std::vector<Value>& inputs
     if (trained->tensors.gradients[wi] < 0) continue;
     const std::vector<double>& grad = (*out)[next++].data;
     const TensorId w = forward.weights()[wi];
-    const auto base = *forward.tensor(w).data;
+    const std::vector<double> base = *forward.tensor(w).data;
     ASSERT_EQ(grad.size(), base.size()) << forward.tensor(w).name;
     for (size_t i = 0; i < base.size(); ++i) {
       Graph plus = forward, minus = forward;
       auto up = base, down = base;
       up[i] += h;
       down[i] -= h;
-      plus.setData(w, std::make_shared<const std::vector<double>>(up));
-      minus.setData(w, std::make_shared<const std::vector<double>>(down));
+      plus.setData(w, makeData(up));
+      minus.setData(w, makeData(down));
       const double fd = (lossOf(plus, inputs) - lossOf(minus, inputs)) / (2 * h);
       EXPECT_NEAR(grad[i], fd, atol + rtol * std::abs(fd)) << forward.tensor(w).name << "[" << i << "]";
       ++checked;
@@ -151,7 +150,7 @@ TEST(Autodiff, ElementwiseBroadcasting) {
 TEST(Autodiff, PowWithConstantExponent) {
   GradCase c;
   const TensorId a = c.weight("a", {5}, 0.5, 2.0);
-  const TensorId e = c.graph.addConstant("e", {}, DType::kF32, std::make_shared<const std::vector<double>>(1, 3.0));
+  const TensorId e = c.graph.addConstant("e", {}, DType::kF32, makeData(std::vector<double>(1, 3.0)));
   c.finish(c.op(OpKind::kPow, "pow", {a, e}));
   expectGradientsMatch(c.graph);
 }
@@ -161,7 +160,7 @@ TEST(Autodiff, Where) {
   const TensorId a = c.weight("a", {2, 3});
   const TensorId b = c.weight("b", {3});
   const TensorId cond = c.graph.addConstant("cond", {2, 3}, DType::kBool,
-                                            std::make_shared<const std::vector<double>>(std::vector<double>{1, 0, 1, 0, 0, 1}));
+                                            makeData({1, 0, 1, 0, 0, 1}));
   c.finish(c.op(OpKind::kWhere, "where", {cond, a, b}));
   expectGradientsMatch(c.graph);
 }
@@ -239,7 +238,7 @@ TEST(Autodiff, EmbeddingGather) {
   const TensorId table = c.weight("table", {5, 3});
   // Index 1 is read twice: its gradient is the sum of both rows.
   const TensorId idx = c.graph.addConstant("idx", {2, 2}, DType::kI32,
-                                           std::make_shared<const std::vector<double>>(std::vector<double>{1, 4, 1, 0}));
+                                           makeData({1, 4, 1, 0}));
   c.finish(c.op(OpKind::kGather, "embed", {table, idx}, {{"axis", std::int64_t{0}}}));
   expectGradientsMatch(c.graph);
 }
@@ -392,7 +391,7 @@ TEST(Autodiff, SgdStepUpdatesEveryWeight) {
   // One step downhill lowers the loss.
   Graph stepped = mlp();
   for (size_t w = 0; w < 3; ++w)
-    stepped.setData(stepped.weights()[w], std::make_shared<const std::vector<double>>((*s)[1 + w].data));
+    stepped.setData(stepped.weights()[w], makeData((*s)[1 + w].data));
   auto steppedTraining = buildTrainingGraph(stepped, options);
   ASSERT_TRUE(steppedTraining.ok());
   auto after = interpret(steppedTraining->graph, kMlpInputs);
@@ -476,13 +475,13 @@ TEST(Autodiff, TinyGptGradients) {
     if (trained->tensors.gradients[wi] < 0) continue;
     const auto& grad = (*out)[next++].data;
     const TensorId w = model->weights()[wi];
-    const auto base = *model->tensor(w).data;
+    const std::vector<double> base = *model->tensor(w).data;
     for (size_t i = 0; i < base.size(); i += 7) {
       auto lossWith = [&](double delta) {
         Graph g = *model;
         auto d = base;
         d[i] += delta;
-        g.setData(w, std::make_shared<const std::vector<double>>(d));
+        g.setData(w, makeData(d));
         auto t = buildTrainingGraph(g, options);
         return (*interpret(t->graph, in))[0].data[0];
       };
