@@ -164,7 +164,7 @@ TEST(ShapeInference, SizesNeverOverflow) {
   }
   Graph g;
   auto c = [&](const char* n, double v) {
-    return g.addConstant(n, {}, DType::kF32, std::make_shared<const std::vector<double>>(1, v));
+    return g.addConstant(n, {}, DType::kF32, std::vector<double>{v});
   };
   EXPECT_EQ(g.addOp(OpKind::kRange, "range", {c("a", 0), c("b", 1e30), c("d", 1)}, {}, 0).error().format(),
             "node 'range': Range from 0 to 1e+30 by 1 has more than 2^48 elements");
