@@ -21,8 +21,9 @@ def const(name, array):
     return helper.make_node("Constant", [], [name], name=name + "_const", value=numpy_helper.from_array(np.asarray(array), name))
 
 
-def case(out, name, nodes, inputs, outputs, opset=17):
-    """Saves the graph of `nodes` with inputs/outputs given as {name: array} (in order)."""
+def case(out, name, nodes, inputs, outputs, opset=17, refused=False):
+    """Saves the graph of `nodes` with inputs/outputs given as {name: array} (in order); a case the
+    importer must refuse gets a file named `refused` beside its model."""
     graph = helper.make_graph(
         nodes, name,
         [helper.make_tensor_value_info(k, ONNX_TYPE[v.dtype], v.shape) for k, v in inputs.items()],
@@ -34,6 +35,8 @@ def case(out, name, nodes, inputs, outputs, opset=17):
     # Every file is written beside its place and renamed into it: tests run in parallel regenerate
     # the same (seeded) files while others read them.
     write(os.path.join(out, name, "model.onnx"), model.SerializeToString())
+    if refused:
+        write(os.path.join(out, name, "refused"), b"")
     for i, v in enumerate(inputs.values()):
         write(os.path.join(data, f"input_{i}.pb"), numpy_helper.from_array(v).SerializeToString())
     for i, v in enumerate(outputs.values()):
@@ -207,14 +210,14 @@ def resize(out):
     # Refused: a scale that is no size factor, an empty axis resized to a non-empty one, a result past 2^48 bytes.
     case(out, "resize_nan_scale", [const("scales", np.array([1, 1, np.nan, 2], dtype=np.float32)),
                                    helper.make_node("Resize", ["x", "", "scales"], ["y"], name="nan_scale")],
-         {"x": x}, {"y": x})
+         {"x": x}, {"y": x}, refused=True)
     empty = np.zeros((1, 2, 0, 4), dtype=np.float32)
     case(out, "resize_empty_axis", [const("sizes", np.array([1, 2, 5, 4], dtype=np.int64)),
                                     helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="empty_axis")],
-         {"x": empty}, {"y": empty})
+         {"x": empty}, {"y": empty}, refused=True)
     case(out, "resize_too_large", [const("sizes", np.array([1, 2, 2**40, 2**10], dtype=np.int64)),
                                    helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="too_large")],
-         {"x": x}, {"y": x})
+         {"x": x}, {"y": x}, refused=True)
 
     lin = linear_axis(linear_axis(x, 2, 5), 3, 7)
     case(out, "resize_linear", [const("sizes", np.array([1, 2, 5, 7], dtype=np.int64)),
@@ -254,7 +257,7 @@ def unsupported(out):
              helper.make_node("Det", ["c"], ["d"], name="det"),
              helper.make_node("Round", ["c"], ["y"], name="round")]
     x = f32(3, 3)
-    case(out, "unsupported_many", nodes, {"x": x}, {"y": x})
+    case(out, "unsupported_many", nodes, {"x": x}, {"y": x}, refused=True)
 
 
 def main():
