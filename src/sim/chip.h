@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "compile/ir/tensor_data.h"
 #include "compile/isa/program.h"
 #include "support/expected.h"
+#include "support/tensor_data.h"
 #include "topology/chip_spec.h"
 #include "topology/cluster.h"
 
@@ -156,7 +156,7 @@ int elementBytes(ElementType type);
 /// the chips that hold the tensor and the reference).
 struct TensorValues {
   std::int64_t cols = 0;
-  ir::Data data;  ///< the values as the graph holds them (compact, shared)
+  SharedTensorData data;  ///< the values as the graph holds them (compact, shared)
   /// When data is null: makes the values when a chip places the tensor (a reordered copy, such as a
   /// Conv's tap-major weights, then exists for one tensor at a time instead of for all of them).
   std::function<std::vector<double>()> make;

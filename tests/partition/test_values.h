@@ -5,19 +5,19 @@
 #include <memory>
 #include <vector>
 
-#include "compile/ir/tensor_data.h"
+#include "support/tensor_data.h"
 
 namespace tsp::partition::testing {
 
 /// n values in [-1, 1) from a linear congruential stream seeded by seed.
-inline ir::Data values(std::int64_t n, std::uint64_t seed) {
+inline SharedTensorData values(std::int64_t n, std::uint64_t seed) {
   std::vector<double> v(static_cast<size_t>(n));
   std::uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
   for (auto& x : v) {
     s = s * 6364136223846793005ULL + 1442695040888963407ULL;
     x = static_cast<double>((s >> 33) % 2048) / 1024.0 - 1.0;
   }
-  return ir::makeData(v);
+  return shareTensorData(v);
 }
 
 }  // namespace tsp::partition::testing

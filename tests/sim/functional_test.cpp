@@ -309,8 +309,8 @@ TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {
   program.tensors = {placementAt(spec, "table", ir::DType::kF16, 4, 0), placementAt(spec, "ids", ir::DType::kI32, 1, 10)};
   std::vector<double> table(32);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<double>(i);
-  ASSERT_TRUE(state.place(program.tensors[0], {8, ir::makeData(table), {}}).ok());
-  ASSERT_TRUE(state.place(program.tensors[1], {2, ir::makeData({1, -1}), {}}).ok());
+  ASSERT_TRUE(state.place(program.tensors[0], {8, shareTensorData(table), {}}).ok());
+  ASSERT_TRUE(state.place(program.tensors[1], {2, shareTensorData({1, -1}), {}}).ok());
   EXPECT_EQ(state.read(program.tensors[1], 2), (std::vector<double>{1, -1}));
   isa::ElementMap gather;
   gather.sources = {"table"};
@@ -336,7 +336,7 @@ TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {
     EXPECT_EQ(halfToFloat(halves[lanes + c]), 24.0f + static_cast<float>(c));
   }
   EXPECT_EQ(halves[8], 0);  // lanes past the values stay zero
-  ASSERT_TRUE(state.place(program.tensors[1], {2, ir::makeData({1, 9}), {}}).ok());
+  ASSERT_TRUE(state.place(program.tensors[1], {2, shareTensorData({1, 9}), {}}).ok());
   auto bad = state.permute(program, operand, 2);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().code, ExitCode::kModel);

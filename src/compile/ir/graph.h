@@ -11,10 +11,15 @@
 #include <vector>
 
 #include "compile/ir/dtype.h"
-#include "compile/ir/tensor_data.h"
 #include "support/expected.h"
+#include "support/tensor_data.h"
 
 namespace tsp::ir {
+
+/// A weight's or constant's values (support/tensor_data.h), shared.
+using TensorData = tsp::TensorData;
+using Data = SharedTensorData;
+inline Data makeData(const std::vector<double>& values) { return shareTensorData(values); }
 
 /// The dtype named by text, or an error.
 Expected<DType> parseDType(const std::string& text);

@@ -10,7 +10,7 @@
 #include <memory>
 #include <vector>
 
-namespace tsp::ir {
+namespace tsp {
 
 /// Element values in row-major order. The encoding is chosen from the values, not the tensor's
 /// type: INT8 when all are integers in [-128, 127], FP16 (bit patterns) when all are FP16 values,
@@ -90,9 +90,9 @@ class TensorData {
   Encoding encoding_ = Encoding::kF64;
 };
 
-/// Shared values, as a Tensor holds them.
-using Data = std::shared_ptr<const TensorData>;
+/// Shared values, as a graph tensor and a chip's weight image hold them.
+using SharedTensorData = std::shared_ptr<const TensorData>;
 /// Shared values made from doubles.
-Data makeData(const std::vector<double>& values);
+SharedTensorData shareTensorData(const std::vector<double>& values);
 
-}  // namespace tsp::ir
+}  // namespace tsp

@@ -1,10 +1,10 @@
-#include "compile/ir/tensor_data.h"
+#include "support/tensor_data.h"
 
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 
-namespace tsp::ir {
+namespace tsp {
 namespace {
 
 using Encoding = TensorData::Encoding;
@@ -134,6 +134,8 @@ bool operator==(const TensorData& a, const TensorData& b) {
   return true;
 }
 
-Data makeData(const std::vector<double>& values) { return std::make_shared<const TensorData>(values); }
+SharedTensorData shareTensorData(const std::vector<double>& values) {
+  return std::make_shared<const TensorData>(values);
+}
 
-}  // namespace tsp::ir
+}  // namespace tsp
