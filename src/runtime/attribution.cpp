@@ -11,19 +11,37 @@ std::int64_t WorkRow::busyTotal() const { return std::accumulate(busy.begin(), b
 
 namespace {
 
-// Cycles covered by the intervals [first, last) (sorted here), and the first and last cycle.
+// The intervals [first, last) as sorted disjoint intervals (empty ones dropped).
+std::vector<std::pair<Cycle, Cycle>> merged(std::vector<std::pair<Cycle, Cycle>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  std::vector<std::pair<Cycle, Cycle>> out;
+  for (const auto& [a, b] : intervals) {
+    if (b <= a) continue;
+    if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
+    else out.push_back({a, b});
+  }
+  return out;
+}
+
+// Cycles in sorted disjoint intervals.
+Cycle length(const std::vector<std::pair<Cycle, Cycle>>& disjoint) {
+  Cycle n = 0;
+  for (const auto& [a, b] : disjoint) n += b - a;
+  return n;
+}
+
+// Cycles covered by the (non-empty list of) intervals [first, last), and the first and last cycle.
 struct Cover {
   Cycle active = 0, first = 0, last = 0;
 };
-Cover cover(std::vector<std::pair<Cycle, Cycle>>& intervals) {
-  std::sort(intervals.begin(), intervals.end());
+Cover cover(const std::vector<std::pair<Cycle, Cycle>>& intervals) {
   Cover c{0, intervals.front().first, intervals.front().first};
-  Cycle end = intervals.front().first;
   for (const auto& [a, b] : intervals) {
-    c.active += std::max<Cycle>(0, b - std::max(a, end));
-    end = std::max(end, b);
+    c.first = std::min(c.first, a);
+    c.last = std::max(c.last, b);
   }
-  c.last = end;
+  c.last = std::max(c.last, c.first);
+  c.active = length(merged(intervals));
   return c;
 }
 
@@ -32,9 +50,10 @@ struct Span {
   Cover cover;
   double linkBusy = 0;
 };
-Span spanOf(std::vector<std::pair<Cycle, Cycle>>& intervals, std::map<int, std::vector<std::pair<Cycle, Cycle>>>& queues) {
+Span spanOf(const std::vector<std::pair<Cycle, Cycle>>& intervals,
+            const std::map<int, std::vector<std::pair<Cycle, Cycle>>>& queues) {
   Span s{cover(intervals), 0};
-  for (auto& [unit, used] : queues)
+  for (const auto& [unit, used] : queues)
     if (s.cover.active > 0)
       s.linkBusy = std::max(s.linkBusy, static_cast<double>(cover(used).active) / static_cast<double>(s.cover.active));
   return s;
@@ -187,25 +206,10 @@ TimeSplit timeSplit(const topology::ChipSpec& spec, const isa::Program& program,
     transfers.push_back({inst.issue, pipeline});
   }
   // The chip's cycles as disjoint pieces: compute first, then communication, then idle gaps.
-  auto merged = [](std::vector<std::pair<Cycle, Cycle>> intervals) {
-    std::sort(intervals.begin(), intervals.end());
-    std::vector<std::pair<Cycle, Cycle>> out;
-    for (const auto& [a, b] : intervals) {
-      if (b <= a) continue;
-      if (!out.empty() && a <= out.back().second) out.back().second = std::max(out.back().second, b);
-      else out.push_back({a, b});
-    }
-    return out;
-  };
   const auto computeCover = merged(compute);
   auto all = compute;
   all.insert(all.end(), communicate.begin(), communicate.end());
   const auto busyCover = merged(all);
-  auto length = [](const std::vector<std::pair<Cycle, Cycle>>& cover) {
-    Cycle n = 0;
-    for (const auto& [a, b] : cover) n += b - a;
-    return n;
-  };
   split.compute = length(computeCover);
   split.communication = length(busyCover) - split.compute;
   std::sort(transfers.begin(), transfers.end());
