@@ -330,40 +330,43 @@ StageEnd buildModel(RunState& s) {
   return std::nullopt;
 }
 
-// The plan: a collective benchmark is compiled without one; otherwise a plan file, a fixed plan or the search.
-StageEnd choosePlanStage(RunState& s) {
+// What every run checks before its plan: the model's inputs fit the cluster, and builtin:collective
+// (one collective over the chips, compiled here without a plan) is run in a mode that can run it.
+StageEnd checkModelAndCompileCollective(RunState& s) {
   const ir::Graph& graph = *s.graph;
   if (auto t = partition::checkInputsFitCluster(graph, *s.config.cluster); !t) return failure(t.error(), s.root);
-  // builtin:collective is one collective over the chips: no plan search, the collective scheduler compiles it.
-  if (s.options.searchOnly && schedule::isCollectiveBenchmark(graph))
+  if (!schedule::isCollectiveBenchmark(graph)) return std::nullopt;
+  if (s.options.searchOnly)
     return failure(makeError(ExitCode::kConfig, "--search-only: builtin:collective is one collective over every chip, "
                                                 "with no plan to search"),
                    s.root);
-  if (s.functional && schedule::isCollectiveBenchmark(graph))
+  if (s.functional)
     return failure(makeError(ExitCode::kConfig, "functional mode: builtin:collective moves bytes that stand for no "
                                                 "tensor values; functional mode runs compiled graphs"),
                    s.root);
-  if (schedule::isCollectiveBenchmark(graph)) {
-    auto c = schedule::compileCollectiveBenchmark(graph, *s.config.cluster);
-    if (!c) return failure(c.error(), s.root);
-    s.collective = std::move(*c);
-    s.planChosen = true;
-    return std::nullopt;
-  }
+  auto c = schedule::compileCollectiveBenchmark(graph, *s.config.cluster);
+  if (!c) return failure(c.error(), s.root);
+  s.collective = std::move(*c);
+  s.planChosen = true;
+  return std::nullopt;
+}
+
+// The plan: a collective benchmark is compiled without one; otherwise a plan file, a fixed plan or the search.
+StageEnd choosePlanStage(RunState& s) {
+  if (auto stop = checkModelAndCompileCollective(s)) return stop;
+  if (s.collective) return std::nullopt;
   PhaseProgress progress = phaseProgress(s, "search");
-  auto choice = choosePlan(s.config, s.options, graph, s.comm, *s.cancel, progress);
+  auto choice = choosePlan(s.config, s.options, *s.graph, s.comm, *s.cancel, progress);
   if (!choice) return failure(choice.error(), s.root);
   s.choice = std::move(*choice);
   s.planChosen = true;
   return std::nullopt;
 }
 
-// The plan's checks against the mode, then the programs: from the compiler (with the fallback to the
-// next ranked plan when a searched plan does not fit), or from a directory written by --emit-programs.
-StageEnd compile(RunState& s) {
+// The plan against the mode: what functional mode and training steps can run.
+StageEnd checkPlanForMode(const RunState& s) {
   const RunConfig& config = s.config;
-  const topology::Cluster& cluster = *config.cluster;
-  PlanChoice& choice = s.choice;
+  const PlanChoice& choice = s.choice;
   if (config.training.enabled && s.functional)
     return failure(makeError(ExitCode::kConfig, "training: functional mode runs inference steps, training steps "
                                                 "run in timing mode"),
@@ -371,26 +374,48 @@ StageEnd compile(RunState& s) {
   // A training step's passes are compiled one at a time, each placing only its own tensors: the
   // whole chip (weights, gradients, optimizer state and stash at once) is checked by the cost
   // model's memory figure for a given plan (the search prunes its candidates on the same figure).
-  if (config.training.enabled && choice.given && choice.given->cost.memoryPerChip > cluster.chip().sramBytes()) {
+  if (config.training.enabled && choice.given && choice.given->cost.memoryPerChip > config.cluster->chip().sramBytes()) {
     Diagnostic d = configError(planWhere(s),
                                fmt::format("plan {}: the training step needs {} MiB on its fullest chip (weights, "
                                            "gradients, optimizer state and stash), more than its {} MiB of SRAM",
                                            choice.plan.canonical(), choice.given->cost.memoryPerChip >> 20,
-                                           cluster.chip().sramBytes() >> 20));
+                                           config.cluster->chip().sramBytes() >> 20));
     d.code = ExitCode::kDoesNotFit;
     return failure(d, s.root);
   }
-  if (!choice.plan.purePipeline() && config.simulation.mode == "functional")
+  if (!s.collective && !choice.plan.purePipeline() && s.functional)
     return failure(configError(planWhere(s), fmt::format("plan {}: functional mode runs pure pipeline plans; sharded "
                                                          "plans (dp, tp, microbatches or interleave > 1) run in timing mode",
                                                          choice.plan.canonical())),
                    s.root);
-  if (s.options.programs) {
-    auto loaded = loadPrograms(*s.options.programs, cluster,
-                               programsRunRecord(config.model, *s.graph, cluster.chipCount()));
-    if (!loaded) return failure(loaded.error(), s.root);
-    s.compiled = std::move(*loaded);
-  } else if (s.collective) {
+  return std::nullopt;
+}
+
+// --emit-programs: the programs, their compile reports and the plan they were compiled for, written by rank 0.
+StageEnd emitProgramsIfAsked(RunState& s) {
+  if (!s.options.emitPrograms) return std::nullopt;
+  ProgramsPlan plan{s.choice.plan, "", std::nullopt, std::nullopt, s.choice.placement};
+  if (s.choice.runPrediction) {
+    plan.predictedIterationCycles = s.choice.runPrediction->cost.iterationCycles;
+    if (s.config.training.enabled) plan.predictedPipelineCycles = s.choice.runPrediction->cost.pipelineCycles;
+  }
+  const topology::Cluster& cluster = *s.config.cluster;
+  return writeOnRoot(s, [&] {
+    return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip(),
+                        programsRunRecord(s.config.model, *s.graph, cluster.chipCount()),
+                        s.compiledSegments > 0 ? s.compileRecord() : nlohmann::json::object(),
+                        s.collective ? nullptr : &plan);
+  });
+}
+
+// The programs from the compiler (with the fallback to the next ranked plan when a searched plan
+// does not fit).
+StageEnd compile(RunState& s) {
+  const RunConfig& config = s.config;
+  const topology::Cluster& cluster = *config.cluster;
+  PlanChoice& choice = s.choice;
+  if (auto stop = checkPlanForMode(s)) return stop;
+  if (s.collective) {
     s.compiled = std::move(s.collective->cluster.programs);  // the report needs the plan and counts only
   } else {
     schedule::Options compileOptions = schedule::effortOptions(*schedule::parseEffort(config.compile.effort));
@@ -434,13 +459,40 @@ StageEnd compile(RunState& s) {
   }
   // Compiling stops early on a signal here or on another rank: agree before writing anything.
   if (s.cancel->agree()) return failure(support::interrupted(), s.root);
-  if (s.options.emitPrograms)
-    return writeOnRoot(s, [&] {
-      return emitPrograms(*s.options.emitPrograms, s.compiled, s.reports, cluster.chip(),
-                          programsRunRecord(s.config.model, *s.graph, cluster.chipCount()),
-                          s.compiledSegments > 0 ? s.compileRecord() : nlohmann::json::object());
-    });
-  return std::nullopt;
+  return emitProgramsIfAsked(s);
+}
+
+// --programs DIR: the programs and the plan they were compiled for, read from the directory in place
+// of the plan stage and the compile stage: nothing is profiled, searched or compiled. A plan the run
+// asks for (a plan file, a fixed plan) must be the programs' plan.
+StageEnd loadProgramsStage(RunState& s) {
+  const RunConfig& config = s.config;
+  const topology::Cluster& cluster = *config.cluster;
+  const std::string& dir = *s.options.programs;
+  if (auto stop = checkModelAndCompileCollective(s)) return stop;
+  auto loaded = loadPrograms(dir, cluster, programsRunRecord(config.model, *s.graph, cluster.chipCount()),
+                             /*needPlan=*/!s.collective);
+  if (!loaded) return failure(loaded.error(), s.root);
+  if (loaded->plan) {
+    const ProgramsPlan& plan = *loaded->plan;
+    const int layers = std::max(1, s.graph->layerCount());
+    if (auto t = partition::checkPlan(plan.plan, layers, cluster, plan.file); !t) return failure(t.error(), s.root);
+    if (auto t = checkProgramsPlan(config, s.options, plan.plan, dir, layers); !t) return failure(t.error(), s.root);
+    s.choice.plan = plan.plan;
+    s.choice.planFile = plan.file;
+    s.choice.placement = plan.placement;
+    s.choice.training = config.training;
+    if (plan.predictedIterationCycles) {
+      partition::RankedPlan prediction{plan.plan.candidate(), {}, false};
+      prediction.cost.iterationCycles = *plan.predictedIterationCycles;
+      prediction.cost.pipelineCycles = plan.predictedPipelineCycles.value_or(0);
+      s.choice.runPrediction = prediction;
+    }
+    s.planChosen = true;
+  }
+  if (auto stop = checkPlanForMode(s)) return stop;
+  s.compiled = std::move(loaded->programs);
+  return emitProgramsIfAsked(s);
 }
 
 // Identical programs shared (a chip instance is a program reference and port bindings), then chips
@@ -907,6 +959,7 @@ constexpr Stage kConfigure{"configure", Phase::kLoad, configure, true};
 constexpr Stage kBuildModel{"build model", std::nullopt, buildModel, true};  // phases import and passes
 constexpr Stage kChoosePlan{"choose plan", Phase::kSearch, choosePlanStage, true};
 constexpr Stage kCompile{"compile", Phase::kCompile, compile, true};
+constexpr Stage kLoadPrograms{"load programs", Phase::kCompile, loadProgramsStage, true};
 constexpr Stage kMapRanks{"map ranks", Phase::kSimulate, mapRanks, true};
 constexpr Stage kSimulate{"simulate", Phase::kSimulate, simulate};
 constexpr Stage kGatherStatistics{"gather statistics", Phase::kSimulate, gatherStatistics};
@@ -927,7 +980,10 @@ std::vector<Stage> stagesFor(const RunOptions& o) {
   if (o.describe == "plan") return {kConfigure, kBuildModel, kChoosePlan, kDescribePlan};
   if (o.describe == "shards") return {kConfigure, kBuildModel, kChoosePlan, kDescribeShards};
   if (o.searchOnly) return {kConfigure, kBuildModel, kChoosePlan, kWriteSearch};
+  if (o.compileOnly && o.programs) return {kConfigure, kBuildModel, kLoadPrograms, kReportCompiled};
   if (o.compileOnly) return {kConfigure, kBuildModel, kChoosePlan, kCompile, kReportCompiled};
+  if (o.programs)
+    return {kConfigure, kBuildModel, kLoadPrograms, kMapRanks, kSimulate, kGatherStatistics, kWriteTrace, kReport};
   return {kConfigure, kBuildModel, kChoosePlan, kCompile, kMapRanks, kSimulate, kGatherStatistics, kWriteTrace, kReport};
 }
 

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <type_traits>
 
+#include <fmt/format.h>
+
 #include "compile/frontend/builtin_models.h"
 #include "partition/plan_shards.h"
 #include "partition/training_cost.h"
@@ -27,7 +29,73 @@ std::vector<partition::EvaluatedCandidate> gatherCandidates(MPI_Comm comm,
   return all;
 }
 
+// A plan's factors and split, as the search names candidates ("dp1-tp8-pp2-m4-v1, megatron split").
+std::string factorsName(const partition::Candidate& c) {
+  return c.tp > 1 ? fmt::format("{}, {} split", c.canonical(), partition::tensorSplitName(c.split)) : c.canonical();
+}
+
+// The first entry where two lists differ (a missing entry counts as a difference), or npos.
+size_t firstDifference(const std::vector<int>& a, const std::vector<int>& b) {
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if (i >= a.size() || i >= b.size() || a[i] != b[i]) return i;
+  return std::string::npos;
+}
+
+// The first way the programs' plan differs from the one asked for, as (what the programs have, what
+// was asked), or empty strings when they are the same plan.
+std::pair<std::string, std::string> planDifference(const partition::Plan& programs, const partition::Plan& asked,
+                                                   int layers) {
+  if (factorsName(programs.candidate()) != factorsName(asked.candidate()))
+    return {"plan " + factorsName(programs.candidate()), "plan " + factorsName(asked.candidate())};
+  auto entry = [](const std::vector<int>& v, size_t i) { return i < v.size() ? fmt::format("{}", v[i]) : "none"; };
+  if (size_t i = firstDifference(programs.stageFirstLayer, asked.stageFirstLayer); i != std::string::npos)
+    return {fmt::format("stage {} starting at layer {}", i, entry(programs.stageFirstLayer, i)),
+            fmt::format("stage {} starting at layer {}", i, entry(asked.stageFirstLayer, i))};
+  if (size_t i = firstDifference(programs.stageChip, asked.stageChip); i != std::string::npos)
+    return {fmt::format("stage {} on chip {}", i, entry(programs.stageChip, i)),
+            fmt::format("stage {} on chip {}", i, entry(asked.stageChip, i))};
+  const auto programsChunks = programs.layerChunks(layers), askedChunks = asked.layerChunks(layers);
+  if (size_t i = firstDifference(programsChunks, askedChunks); i != std::string::npos)
+    return {fmt::format("layer {} in chunk {}", i, entry(programsChunks, i)),
+            fmt::format("layer {} in chunk {}", i, entry(askedChunks, i))};
+  if (size_t i = firstDifference(programs.placement, asked.placement); i != std::string::npos)
+    return {fmt::format("rank {} on chip {}", i, entry(programs.placement, i)),
+            fmt::format("rank {} on chip {}", i, entry(asked.placement, i))};
+  return {};
+}
+
 }  // namespace
+
+std::string requestedPlanFile(const RunConfig& config, const RunOptions& options) {
+  std::string file = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
+  if (file.empty() && !options.planFile) file = config.parallelism.planFile;
+  return file;
+}
+
+Status checkProgramsPlan(const RunConfig& config, const RunOptions& options, const partition::Plan& plan,
+                         const std::string& dir, int layers) {
+  const auto& parallelism = config.parallelism;
+  if (const std::string file = requestedPlanFile(config, options); !file.empty()) {
+    auto asked = partition::loadPlanFile(file);
+    if (!asked) return asked.error();
+    if (auto [have, want] = planDifference(plan, *asked, layers); !have.empty())
+      return configError({file, 0, 0, ""}, fmt::format("the programs in {} were compiled for {}; this plan file has {}",
+                                                       dir, have, want));
+    return {};
+  }
+  if (parallelism.plan != "fixed" || options.planFile) return {};  // plan auto: the programs' plan is the search's
+  // A fixed plan gives the factors; its stages come from the pipeline planner (pp 0: one stage per chip).
+  const partition::Candidate asked{parallelism.split, parallelism.dp, parallelism.tp,
+                                   parallelism.pp > 0 ? parallelism.pp : plan.pp, parallelism.microbatches,
+                                   parallelism.interleave};
+  partition::Candidate have = plan.candidate();
+  if (asked.tp == 1) have.split = asked.split;  // a plan without tensor parallelism splits nothing
+  if (factorsName(have) != factorsName(asked))
+    return configError(parallelism.planWhere, fmt::format("the programs in {} were compiled for plan {}; the config's "
+                                                          "fixed plan is {}",
+                                                          dir, factorsName(plan.candidate()), factorsName(asked)));
+  return {};
+}
 
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress) {
@@ -44,8 +112,7 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   const support::ProgressFn layersEstimated = [&](std::int64_t done, std::int64_t total) {
     progress.update(done, total, "layers estimated");
   };
-  choice.planFile = options.planFile && *options.planFile != "auto" ? *options.planFile : "";
-  if (choice.planFile.empty() && !options.planFile) choice.planFile = parallelism.planFile;
+  choice.planFile = requestedPlanFile(config, options);
   if (!choice.planFile.empty()) {
     auto plan = partition::loadPlanFile(choice.planFile);
     if (!plan) return plan.error();

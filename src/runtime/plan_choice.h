@@ -44,6 +44,16 @@ struct PlanChoice {
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress);
 
+/// The plan file a run asks for: --plan FILE, else the config's `plan: FILE` (none with --plan auto).
+std::string requestedPlanFile(const RunConfig& config, const RunOptions& options);
+
+/// --programs: the plan the programs in `dir` were compiled for against what the run asks for: the
+/// same plan as a plan file (factors, stages, chunks of the model's `layers` layers, placement), the
+/// same factors as a fixed plan, anything under plan auto (the search's plan). Errors name the plan
+/// file or the config's `plan`, and the first difference.
+Status checkProgramsPlan(const RunConfig& config, const RunOptions& options, const partition::Plan& plan,
+                         const std::string& dir, int layers);
+
 /// A searched plan whose shards do not compile (the cost model's memory check passed, the SRAM
 /// allocator did not) is replaced by the next ranked plan that does, at most this many times.
 inline constexpr int kMaxPlanFallbacks = 16;

@@ -20,6 +20,23 @@ nlohmann::json programsRunRecord(const frontend::ModelSpec& spec, const ir::Grap
   return {{"model", model}, {"inputs", inputs}, {"chips", chips}};
 }
 
+nlohmann::json placementJson(const partition::PlacementReport& p) {
+  return {{"method", p.method},           {"tp_average_hops", p.tpAverageHops}, {"tp_max_hops", p.tpMaxHops},
+          {"pp_average_hops", p.ppAverageHops}, {"pp_max_hops", p.ppMaxHops},   {"busiest_link", p.busiestLink},
+          {"busiest_link_bytes", p.busiestLinkBytes}, {"links_used", p.linksUsed}, {"byte_hops", p.traffic}};
+}
+
+bool placementFromJson(const nlohmann::json& j, partition::PlacementReport& p) {
+  try {
+    p = {j.at("tp_average_hops").get<double>(), j.at("tp_max_hops").get<int>(), j.at("pp_average_hops").get<double>(),
+         j.at("pp_max_hops").get<int>(), j.at("busiest_link_bytes").get<Bytes>(), j.at("busiest_link").get<int>(),
+         j.at("links_used").get<int>(), j.at("byte_hops").get<double>(), j.at("method").get<std::string>()};
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // The first difference between the run a manifest records and this one, or "".
@@ -41,12 +58,22 @@ std::string runRecordDifference(const nlohmann::json& recorded, const nlohmann::
 
 Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& programs,
                     const std::vector<schedule::CompileReport>& reports, const topology::ChipSpec& spec,
-                    const nlohmann::json& run, const nlohmann::json& compile) {
+                    const nlohmann::json& run, const nlohmann::json& compile, const ProgramsPlan* plan) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return makeError(ExitCode::kConfig, fmt::format("{}: cannot create directory: {}", dir, ec.message()));
   nlohmann::json manifest = {{"format", "tsp-programs"}, {"version", isa::kProgramVersion}, {"run", run}};
   if (!compile.empty()) manifest["compile"] = compile;
+  if (plan) {
+    const std::string planFile = "plan.yaml";
+    std::ofstream out(std::filesystem::path(dir) / planFile);
+    out << plan->plan.toYaml() << "\n";
+    if (!out) return makeError(ExitCode::kConfig, fmt::format("{}: cannot write {}", dir, planFile));
+    nlohmann::json& record = manifest["plan"] = {{"file", planFile}};
+    if (plan->predictedIterationCycles) record["predicted_iteration_cycles"] = *plan->predictedIterationCycles;
+    if (plan->predictedPipelineCycles) record["predicted_pipeline_cycles"] = *plan->predictedPipelineCycles;
+    if (!plan->placement.method.empty()) record["placement"] = placementJson(plan->placement);
+  }
   auto& chips = manifest["chips"] = nlohmann::json::array();
   std::map<std::uint64_t, std::string> written;
   for (size_t chip = 0; chip < programs.size(); ++chip) {
@@ -78,8 +105,8 @@ Status emitPrograms(const std::string& dir, const std::vector<isa::Program>& pro
   return {};
 }
 
-Expected<std::vector<isa::Program>> loadPrograms(const std::string& dir, const topology::Cluster& cluster,
-                                                 const nlohmann::json& run) {
+Expected<LoadedPrograms> loadPrograms(const std::string& dir, const topology::Cluster& cluster,
+                                      const nlohmann::json& run, bool needPlan) {
   const std::string manifestPath = (std::filesystem::path(dir) / "manifest.json").string();
   if (existsButNotRegular(manifestPath))
     return makeError(ExitCode::kConfig, fmt::format("{}: the program manifest is not a regular file", manifestPath));
@@ -131,7 +158,37 @@ Expected<std::vector<isa::Program>> loadPrograms(const std::string& dir, const t
     }
     programs[chip] = found->second;
   }
-  return programs;
+  LoadedPrograms loaded{std::move(programs), std::nullopt};
+  if (!needPlan) return loaded;
+  // The plan: a file beside the manifest, and the cost model's figures for it when the search had them.
+  const nlohmann::json record = manifest.value("plan", nlohmann::json());
+  if (!record.is_object())
+    return makeError(ExitCode::kConfig, fmt::format("{}: it does not record the plan its programs were compiled for; "
+                                                    "compile them for this run with --emit-programs",
+                                                    manifestPath));
+  auto figure = [&](const char* key) -> Expected<std::optional<double>> {
+    if (!record.contains(key)) return std::optional<double>();
+    if (!record[key].is_number() || record[key].get<double>() < 0)
+      return makeError(ExitCode::kConfig, fmt::format("{}: plan.{} must be a number of cycles", manifestPath, key));
+    return std::optional<double>(record[key].get<double>());
+  };
+  if (!record.contains("file") || !record["file"].is_string() || record["file"].get<std::string>().empty())
+    return makeError(ExitCode::kConfig, fmt::format("{}: plan.file must name the plan file", manifestPath));
+  ProgramsPlan plan;
+  plan.file = (std::filesystem::path(dir) / record["file"].get<std::string>()).string();
+  auto planRead = partition::loadPlanFile(plan.file);
+  if (!planRead) return planRead.error();
+  plan.plan = std::move(*planRead);
+  auto iteration = figure("predicted_iteration_cycles");
+  if (!iteration) return iteration.error();
+  auto pipeline = figure("predicted_pipeline_cycles");
+  if (!pipeline) return pipeline.error();
+  plan.predictedIterationCycles = *iteration;
+  plan.predictedPipelineCycles = *pipeline;
+  if (record.contains("placement") && !placementFromJson(record["placement"], plan.placement))
+    return makeError(ExitCode::kConfig, fmt::format("{}: plan.placement is not a placement report", manifestPath));
+  loaded.plan = std::move(plan);
+  return loaded;
 }
 
 }  // namespace tsp::runtime

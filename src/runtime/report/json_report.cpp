@@ -7,18 +7,12 @@
 #include "compile/ir/autodiff.h"
 #include "compile/passes/passes.h"
 #include "partition/training_cost.h"
+#include "runtime/program_files.h"
 #include "runtime/report/report.h"
 
 namespace tsp::runtime::report {
 
 namespace {
-
-// The placement report: how ranks were placed, hops of TP ring and stage-to-stage routes, link load.
-nlohmann::json placementJson(const partition::PlacementReport& p) {
-  return {{"method", p.method},           {"tp_average_hops", p.tpAverageHops}, {"tp_max_hops", p.tpMaxHops},
-          {"pp_average_hops", p.ppAverageHops}, {"pp_max_hops", p.ppMaxHops},   {"busiest_link", p.busiestLink},
-          {"busiest_link_bytes", p.busiestLinkBytes}, {"links_used", p.linksUsed}, {"byte_hops", p.traffic}};
-}
 
 nlohmann::json rankedJson(const partition::RankedPlan& r) {
   return {{"plan", r.candidate.canonical()},
