@@ -28,16 +28,19 @@ __extension__ typedef __int128 Wide;  // exact products of cycle counts
 // and travels `reach` slices in the stream's direction. In the value's moving frame
 // (tau = cycle - slice eastward, cycle + slice westward) each value is a single point.
 struct StreamRun {
-  int slice = 0;
   Cycle first = 0;
-  Cycle interval = 1;
-  std::int64_t count = 1;
-  int reach = 0;
-  std::int64_t programIndex = 0;
   Cycle tauFirst = 0, tauEnd = 0;  // tau0 and tauLast on the run's stream, set by place()
+  // The largest tauEnd of this run and of every run put on the stream before it (retired ones
+  // included: a bound): a read or a run whose moving-frame points all come after it meets none of them.
+  Cycle tauEndSoFar = 0;
+  std::int64_t programIndex = 0;
+  std::int32_t interval = 1;
+  std::int32_t count = 1;
+  std::int32_t slice = 0;
+  std::int32_t reach = 0;
 
   Cycle tau0(Direction dir) const { return dir == Direction::kEast ? first - slice : first + slice; }
-  Cycle tauLast(Direction dir) const { return tau0(dir) + (count - 1) * interval; }
+  Cycle tauLast(Direction dir) const { return tau0(dir) + Cycle{count - 1} * interval; }
   // Keeps the moving-frame span on a stream of direction dir, which the collision checks read.
   void place(Direction dir) {
     tauFirst = tau0(dir);
@@ -45,6 +48,8 @@ struct StreamRun {
   }
   int lowSlice(Direction dir) const { return dir == Direction::kEast ? slice : slice - reach; }
   int highSlice(Direction dir) const { return dir == Direction::kEast ? slice + reach : slice; }
+  // Stream hops of its values: count x reach.
+  std::int64_t hops() const { return std::int64_t{count} * reach; }
 };
 
 // The live runs of one stream, oldest first. A vector with a moving head instead of a deque: an
@@ -56,12 +61,23 @@ class StreamQueue {
   StreamRun& operator[](size_t i) { return runs_[head_ + i]; }
   const StreamRun& operator[](size_t i) const { return runs_[head_ + i]; }
   StreamRun& front() { return runs_[head_]; }
-  void push_back(const StreamRun& run) { runs_.push_back(run); }
+  // Appends a placed run, setting its tauEndSoFar.
+  void push_back(StreamRun run) {
+    run.tauEndSoFar = runs_.empty() ? run.tauEnd : std::max(run.tauEnd, runs_.back().tauEndSoFar);
+    runs_.push_back(run);
+  }
   void pop_front() {
     if (++head_ * 2 >= runs_.size()) {  // compact once half the storage is dead
       runs_.erase(runs_.begin(), runs_.begin() + static_cast<std::ptrdiff_t>(head_));
       head_ = 0;
     }
+  }
+  // The first live run that may reach moving-frame point tau or later (tauEndSoFar >= tau): the
+  // runs before it end earlier. tauEndSoFar grows with the index: a search from the newest run.
+  size_t firstReaching(Cycle tau) const {
+    size_t i = size();
+    while (i > 0 && (*this)[i - 1].tauEndSoFar >= tau) --i;
+    return i;
   }
   auto begin() const { return runs_.begin() + static_cast<std::ptrdiff_t>(head_); }
   auto end() const { return runs_.end(); }
@@ -562,7 +578,8 @@ class TspChip final : public Chip {
   bool checkCollisions(StreamQueue& runs, size_t changed, Direction dir, const Event& inst,
                          std::int64_t index, isa::StreamRef ref) {
     const size_t live = runs.size();
-    for (size_t r = 0; r < live; ++r) {
+    // Runs that end in the moving frame before the changed one starts cannot meet it.
+    for (size_t r = runs.firstReaching(runs[changed].tauFirst); r < live; ++r) {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
         if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
@@ -582,8 +599,12 @@ class TspChip final : public Chip {
     const Cycle firstRead = inst.issue;
     std::optional<size_t> match;
     int matchDistance = 0;
+    // Value 0 of the read in the moving frame: a run whose values all come before it holds none of
+    // the read's values, nor do the runs before it when its tauEndSoFar does.
+    const Cycle tauRead = ref.dir == Direction::kEast ? firstRead - slice : firstRead + slice;
     for (size_t r = runs.size(); r-- > 0;) {
       const StreamRun& run = runs[r];
+      if (run.tauEndSoFar < tauRead) break;
       const int distance = ref.dir == Direction::kEast ? slice - run.slice : run.slice - slice;
       if (distance < 0) continue;
       const Cycle emitted = firstRead - distance;  // when value 0 of this read left the producer
@@ -635,7 +656,7 @@ class TspChip final : public Chip {
     // A later read or run has moving-frame point >= issue - sliceCount, so older runs are done.
     const Cycle horizon = inst.issue - horizonSlices_;
     while (!runs.empty() && runs.front().tauEnd < horizon) {
-      stats_.streamHops += runs.front().count * runs.front().reach;
+      stats_.streamHops += runs.front().hops();
       if (values_) streamValues_.erase(runs.front().programIndex);
       runs.pop_front();
     }
@@ -942,7 +963,7 @@ class TspChip final : public Chip {
     for (std::int64_t a : maxAddress_)
       if (a >= 0) stats_.sramPeakBytes += Bytes{a + 1} * spec_.vectorBytes;
     for (const auto& runs : streams_)
-      for (const auto& run : runs) stats_.streamHops += run.count * run.reach;
+      for (const auto& run : runs) stats_.streamHops += run.hops();
     int counts[topology::kUnitKindCount];
     for (int k = 0; k < topology::kUnitKindCount; ++k) counts[k] = spec_.unitCount(static_cast<UnitKind>(k));
     counts[static_cast<int>(UnitKind::kMem)] *= 2;  // a read and a write port per slice
