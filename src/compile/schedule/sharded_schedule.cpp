@@ -409,6 +409,8 @@ class ShardedScheduler {
     std::vector<ir::OpId> ops;
     lower::ShardInterface interface;
     std::string key;
+    std::string shape;  // the key without the receives' arrivals: the same at every offset
+    isa::Program program;  // the compiled program, its stream registers renamed for the chip (earliestOffset)
     std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
     std::set<ir::TensorId> received;
   };
@@ -434,14 +436,24 @@ class ShardedScheduler {
       if (batchChips.count(work_.opChip[d][j]))  // this chip's next free cycle waits for the batch
         if (auto s = place(batch); !s) return s;
       if (batch.empty()) batchChips.clear();
-      batch.push_back(segmentUse(d, j, k));
+      batch.push_back(firstTry(d, j, k));
       batchChips.insert(batch.back().chip);
     }
     return place(batch);
   }
 
-  // The segment of device d for ops [j, k), as the chip's state now has it.
-  SegmentUse segmentUse(int d, int j, int k) {
+  // The segment of device d for ops [j, k) at its first offset to try: where the last program of
+  // its shape could start, else (a shape not placed yet) once the chip has drained.
+  SegmentUse firstTry(int d, int j, int k) {
+    const int chip = work_.opChip[d][j];
+    SegmentUse use = segmentUse(d, j, k, timelines_.freeAt(chip));
+    if (const auto last = lastOfShape_.find(use.shape); last != lastOfShape_.end())
+      if (const Cycle at = earliestOffset(use, *last->second); at < use.offset) use = segmentUse(d, j, k, at);
+    return use;
+  }
+
+  // The segment of device d for ops [j, k) starting at `offset`, as the chip's state now has it.
+  SegmentUse segmentUse(int d, int j, int k, Cycle offset) {
     const topology::ChipSpec& spec = cluster_.chip();
     const ir::Graph& g = work_.graphs[d];
     SegmentUse use;
@@ -450,10 +462,11 @@ class ShardedScheduler {
     const int chip = use.chip;
     for (int s = j; s < k; ++s) use.ops.push_back(s);
     const auto& ops = use.ops;
-    const Cycle offset = use.offset = timelines_.freeAt(chip);
+    use.offset = offset;
     lower::ShardInterface& interface = use.interface;
     std::string& key = use.key;
     key = segmentKey(g, ops);
+    std::string sends;
     std::map<ir::TensorId, int> localOf;
     {
       int n = 0;
@@ -506,44 +519,87 @@ class ShardedScheduler {
             plan.port = cluster_.links()[link].portOn(chip);
             plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
             plan.linkBusy = plan.interval;
-            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            sends += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
             interface.sends.push_back(plan);
             use.sendTo.push_back({out, link});
           }
       }
+    use.shape = segmentKey(g, ops) + sends;
+    key += sends;
     return use;
   }
 
-  // Compiles the batch's new keys (once each, in order of first use), then places its segments in
-  // order; empties the batch.
-  Status place(std::vector<SegmentUse>& batch) {
-    std::vector<ShardJob> jobs;
-    std::vector<std::string> keys;
-    for (const SegmentUse& use : batch) {
-      if (compiled_.count(use.key) || std::find(keys.begin(), keys.end(), use.key) != keys.end()) continue;
-      ShardJob job{&work_.graphs[use.device], use.ops, use.interface, options_.asShardOfMany()};
-      job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(use.key);  // one stream per segment
-      job.options.progress = nullptr;
-      jobs.push_back(std::move(job));
-      keys.push_back(use.key);
+  // The earliest offset at which the segment's program (compiled for `use`'s receives) may start on
+  // its chip: its resources free of the chip's earlier programs (ChipTimelines::earliestStart) and
+  // every burst it sends finding its link free.
+  // With `program`, the compiled program with its stream registers renamed for the chip.
+  Cycle earliestOffset(const SegmentUse& use, const CompiledShard& shard, isa::Program* program = nullptr) {
+    auto footprint = footprints_.find(&shard);
+    if (footprint == footprints_.end())
+      footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
+    isa::Program renamed = shard.program;
+    renamed.instructions =
+        timelines_.renamed(shard.program.instructions, timelines_.streamRenaming(use.chip, footprint->second));
+    Cycle at = timelines_.earliestStart(use.chip, timelines_.footprint(renamed.instructions));
+    if (program) *program = std::move(renamed);
+    const topology::ChipSpec& spec = cluster_.chip();
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (size_t i = 0; i < use.sendTo.size(); ++i) {
+        const auto& link = cluster_.links()[use.sendTo[i].second];
+        const std::vector<std::pair<int, Cycle>> hops = {
+            {link.id * 2 + (use.chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+        const Cycle length =
+            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first *
+            Cycle{use.interface.sends[i].interval};
+        for (Cycle issue : shard.sendIssues.at(i))
+          if (const Cycle fit = calendar_.firstFit(hops, at + issue, length); fit != at + issue) {
+            at += fit - (at + issue);
+            moved = true;
+          }
+      }
     }
-    if (!jobs.empty()) {
-      auto shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
-      if (!shards) return shards.error();
-      for (size_t i = 0; i < keys.size(); ++i) {
-        compiled_.emplace(keys[i], std::move((*shards)[i]));
-        ++result_.compiledShards;
-        if (options_.progress) options_.progress(result_.compiledShards, 0);
+    return at;
+  }
+
+  // Compiles the batch's new keys (once each, in order of first use, every MPI rank the same jobs),
+  // settles each segment's offset, then places its segments in order; empties the batch.
+  // A segment starts as soon as its program fits after the chip's earlier programs (the previous
+  // microbatch's tail overlapping its head, software-pipelined): its receives' release times
+  // depend on its offset, so a program that needs a later start is compiled again for that start,
+  // up to kOffsetTries times, and then for the chip's drained cycle, where every program fits.
+  Status place(std::vector<SegmentUse>& batch) {
+    constexpr int kOffsetTries = 4;
+    std::vector<int> tries(batch.size(), 0);
+    std::vector<bool> settled(batch.size(), false);
+    while (std::find(settled.begin(), settled.end(), false) != settled.end()) {
+      if (auto s = compileNew(batch); !s) return s;
+      for (size_t i = 0; i < batch.size(); ++i) {
+        if (settled[i]) continue;
+        SegmentUse& use = batch[i];
+        const Cycle at = earliestOffset(use, compiled_.at(use.key), &use.program);
+        if (at <= use.offset) {
+          settled[i] = true;
+          continue;
+        }
+        const Cycle drained = timelines_.freeAt(use.chip);
+        if (tries[i] == kOffsetTries + 1 || use.offset >= drained)
+          return makeError(ExitCode::kInternal,
+                           fmt::format("segment of device {} on chip {} fits at no offset (cycle {} needs {})",
+                                       use.device, use.chip, use.offset, at));
+        const int first = use.ops.front(), end = use.ops.back() + 1;
+        use = segmentUse(use.device, first, end, ++tries[i] > kOffsetTries ? drained : std::min(at, drained));
       }
     }
     for (const SegmentUse& use : batch) {
       const int d = use.device, chip = use.chip;
       const ir::Graph& g = work_.graphs[d];
-      if (std::find(keys.begin(), keys.end(), use.key) == keys.end()) ++result_.sharedShards;
-      else keys.erase(std::find(keys.begin(), keys.end(), use.key));  // the first use of a key compiled it
+      if (placedKeys_.insert(use.key).second) ++result_.compiledShards;  // trial compiles not placed do not count
+      else ++result_.sharedShards;
       const CompiledShard& shard = compiled_.at(use.key);
+      lastOfShape_[use.shape] = &shard;
       const auto names = lower::originsOf(g, use.ops, use.interface);  // this segment's ops (the program may be another's)
-      timelines_.append(chip, shard.program, use.offset, &names);
+      timelines_.append(chip, use.program, use.offset, &names);
       if (auto s = bookSends(d, chip, use.offset, use.interface, use.sendTo, shard); !s) return s;
       detail::accumulateReport(reports_[chip], shard.report);
       for (ir::OpId op : use.ops)
@@ -554,6 +610,26 @@ class ShardedScheduler {
       }
     }
     batch.clear();
+    return {};
+  }
+
+  // Compiles the batch's keys not compiled yet, once each, in order of first use.
+  Status compileNew(const std::vector<SegmentUse>& batch) {
+    std::vector<ShardJob> jobs;
+    std::vector<std::string> keys;
+    for (const SegmentUse& use : batch) {
+      if (compiled_.count(use.key) || std::find(keys.begin(), keys.end(), use.key) != keys.end()) continue;
+      ShardJob job{&work_.graphs[use.device], use.ops, use.interface, options_.asShardOfMany()};
+      job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(use.key);  // one stream per segment
+      job.options.progress = nullptr;
+      jobs.push_back(std::move(job));
+      keys.push_back(use.key);
+    }
+    if (jobs.empty()) return {};
+    auto shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
+    if (!shards) return shards.error();
+    for (size_t i = 0; i < keys.size(); ++i) compiled_.emplace(keys[i], std::move((*shards)[i]));
+    if (options_.progress) options_.progress(static_cast<std::int64_t>(compiled_.size()), 0);
     return {};
   }
 
@@ -582,6 +658,9 @@ class ShardedScheduler {
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
   std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent
   std::map<std::string, CompiledShard> compiled_;
+  std::set<std::string> placedKeys_;                        ///< keys of compiled_ placed at least once
+  std::map<std::string, const CompiledShard*> lastOfShape_;  ///< per SegmentUse::shape, its last placed program
+  std::map<const CompiledShard*, ChipTimelines::Footprint> footprints_;
   std::map<int, CompileReport> reports_;
   ClusterSchedule result_;
 };
@@ -618,8 +697,9 @@ Status appendCollective(const CollectivePlan& plan, const topology::Cluster& clu
     isa::Program& program = scheduled->cluster.programs[c];
     if (!plan.origin.op.empty()) isa::attributeAll(program, plan.origin);  // the chains move the plan's tensor
     timelines.append(c, program, 0);
-    // A later segment's sends expect the chip's links free once the chip is.
+    // A later segment's sends expect the chip's links free once the chip is; it starts after the chains.
     timelines.holdUntil(c, scheduled->linksDrained[c]);
+    if (!program.instructions.empty() || !program.pieces.empty()) timelines.fence(c);
   }
   for (size_t i = 0; i < scheduled->transfers.size(); ++i) {
     C2CTransfer t = scheduled->cluster.transfers[i];

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,8 +50,8 @@ class ChipTimelines {
   /// each appended program becomes a piece of the chip's program (isa::ProgramPiece) instead of
   /// being copied into its instructions, so that a body appended many times is held once.
   ChipTimelines(const topology::ChipSpec& chip, int chips, bool pieces = false)
-      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), programs_(chips), originIds_(chips),
-        pieces_(pieces) {
+      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), floor_(chips, 0), busy_(chips), taken_(chips),
+        programs_(chips), originIds_(chips), pieces_(pieces) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
   /// The first cycle chip c has nothing to do.
@@ -84,7 +85,7 @@ class ChipTimelines {
       const std::int32_t local = k < program.originOf.size() ? program.originOf[k] : -1;
       programs_[c].originOf.push_back(local >= 0 && static_cast<size_t>(local) < map->size() ? (*map)[local] : -1);
     }
-    settle(c, program, offset, streamDrain(program.instructions));
+    settle(c, program, offset, streamDrain(program.instructions), footprint(program.instructions));
   }
   /// Appends `body` (the instructions of `program`, shared with other chips and passes) as a piece
   /// of chip c's program at `offset` (with `pieces`; without, its instructions are copied).
@@ -94,8 +95,9 @@ class ChipTimelines {
     if (!pieces_) return append(c, program, offset, names);
     programs_[c].pieces.push_back({body, offset, originMap(c, names ? *names : program.origins)});
     auto drain = drains_.find(body.get());
-    if (drain == drains_.end()) drain = drains_.emplace(body.get(), streamDrain(body->instructions)).first;
-    settle(c, program, offset, drain->second);
+    if (drain == drains_.end())
+      drain = drains_.emplace(body.get(), std::pair(streamDrain(body->instructions), footprint(body->instructions))).first;
+    settle(c, program, offset, drain->second.first, drain->second.second);
   }
   /// The cycle the instructions' last stream value has passed the chip's edge: a value keeps moving
   /// along its stream after its last reader, and the next program's values must not meet it.
@@ -110,10 +112,129 @@ class ChipTimelines {
       }
     return drain;
   }
-  /// Keeps chip c idle for `cycles` more cycles (its next work starts no earlier).
-  void idle(int c, Cycle cycles) { free_[c] += cycles; }
+  /// What a program occupies, cycles relative to its start. Ordered resources (MEM slices with
+  /// both ports and their addresses, MXM planes with their weights, C2C ports with their arrival
+  /// queues) are used by one program after the other: the first use and the cycle it is free
+  /// again. Shared resources (VXM ALUs, SXM units: busy cycles; each stream register of each
+  /// direction: its values' moving-frame points, the cycle a value is, or would be, at the
+  /// stream's upstream end) take the next program in their gaps: merged [from, to) intervals.
+  struct Footprint {
+    struct Span {
+      int resource = 0;
+      Cycle first = 0, end = 0;
+    };
+    std::vector<Span> ordered;                                        ///< by resource
+    std::vector<std::pair<int, std::vector<std::pair<Cycle, Cycle>>>> shared;  ///< (resource, sorted intervals)
+  };
+  Footprint footprint(const std::vector<isa::Instruction>& instructions) const {
+    const int unitCount = static_cast<int>(units_.size());
+    const size_t resources = unitCount + 2 * static_cast<size_t>(chip_.streamsPerDirection);
+    std::vector<Footprint::Span> spans(resources, {-1, 0, 0});
+    std::vector<std::vector<std::pair<Cycle, Cycle>>> intervals(resources);
+    for (const auto& inst : instructions) {
+      const auto& unit = units_[inst.unit];
+      if (unit.kind == topology::UnitKind::kVxm || unit.kind == topology::UnitKind::kSxm) {
+        intervals[inst.unit].push_back({inst.issue, isa::unitFreeAt(chip_, inst)});
+      } else {
+        const int resource = unit.kind == topology::UnitKind::kMxm ? inst.unit - unit.indexInKind % 2 : inst.unit;
+        auto& span = spans[resource];
+        if (span.resource < 0) span = {resource, inst.issue, inst.issue};
+        span.first = std::min(span.first, inst.issue);
+        span.end = std::max(span.end, isa::unitFreeAt(chip_, inst));
+      }
+      if (!inst.dst.valid()) continue;
+      // A value emitted at e from slice s is at the upstream end at e - s (east) or e + s (west).
+      const Cycle emitted = inst.issue + isa::resultLatency(chip_, inst);
+      const Cycle frame = inst.dst.dir == isa::Direction::kEast ? -unit.slice : unit.slice;
+      intervals[unitCount + static_cast<int>(inst.dst.dir) * chip_.streamsPerDirection + inst.dst.id].push_back(
+          {emitted + frame, emitted + Cycle{inst.repeat - 1} * inst.interval + frame + 1});
+    }
+    Footprint f;
+    for (const auto& span : spans)
+      if (span.resource >= 0) f.ordered.push_back(span);
+    for (size_t r = 0; r < resources; ++r) {
+      auto& list = intervals[r];
+      if (list.empty()) continue;
+      std::sort(list.begin(), list.end());
+      std::vector<std::pair<Cycle, Cycle>> merged;
+      for (const auto& iv : list)
+        if (!merged.empty() && iv.first <= merged.back().second) merged.back().second = std::max(merged.back().second, iv.second);
+        else merged.push_back(iv);
+      f.shared.emplace_back(static_cast<int>(r), std::move(merged));
+    }
+    return f;
+  }
+  /// The earliest offset at which chip c may start a program of footprint f: no earlier than the
+  /// chip's last program started or its fence, each ordered resource free of what the chip ran
+  /// before, and each shared one's intervals in gaps of the chip's (so that no unit is busy twice
+  /// and no two values on a stream ever meet). No stream needs to drain.
+  Cycle earliestStart(int c, const Footprint& f) const {
+    Cycle at = floor_[c];
+    if (busy_[c].empty()) return at;
+    for (const auto& span : f.ordered)
+      if (busy_[c][span.resource] > kUnused) at = std::max(at, busy_[c][span.resource] - span.first);
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const auto& [resource, list] : f.shared) {
+        const auto& taken = taken_[c][resource];
+        for (const auto& [from, to] : list) {
+          // The first interval of the chip's that ends after this one starts; past it while they overlap.
+          auto it = std::upper_bound(taken.begin(), taken.end(), from + at,
+                                     [](Cycle x, const std::pair<Cycle, Cycle>& iv) { return x < iv.second; });
+          while (it != taken.end() && it->first < to + at) {
+            at = it->second - from;
+            moved = true;
+            ++it;
+          }
+        }
+      }
+    }
+    return at;
+  }
+  /// A renaming of the stream registers of a program of footprint f for chip c, per direction
+  /// (old id -> new id): the registers the program fills first take the registers the chip's
+  /// earlier programs left first, so that it may start while their last values still pass.
+  std::vector<std::int16_t> streamRenaming(int c, const Footprint& f) const {
+    const int n = chip_.streamsPerDirection, unitCount = static_cast<int>(units_.size());
+    std::vector<std::int16_t> map(2 * static_cast<size_t>(n));
+    for (int dir = 0; dir < 2; ++dir) {
+      std::vector<std::pair<Cycle, int>> wanted, left;  // (first value, id), (chip's last value end, id)
+      std::vector<bool> used(n, false);
+      for (const auto& [resource, list] : f.shared)
+        if (resource >= unitCount + dir * n && resource < unitCount + (dir + 1) * n) {
+          wanted.push_back({list.front().first, resource - unitCount - dir * n});
+          used[wanted.back().second] = true;
+        }
+      for (int id = 0; id < n; ++id) {
+        const auto* taken = taken_[c].empty() ? nullptr : &taken_[c][unitCount + dir * n + id];
+        left.push_back({taken && !taken->empty() ? taken->back().second : kUnused, id});
+      }
+      std::sort(wanted.begin(), wanted.end());
+      std::stable_sort(left.begin(), left.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t k = 0; k < wanted.size(); ++k) map[dir * n + wanted[k].second] = static_cast<std::int16_t>(left[k].second);
+      size_t next = wanted.size();  // registers the program does not use keep distinct ids
+      for (int id = 0; id < n; ++id)
+        if (!used[id]) map[dir * n + id] = static_cast<std::int16_t>(left[next++].second);
+    }
+    return map;
+  }
+  /// The instructions with their stream registers renamed by `map` (streamRenaming).
+  std::vector<isa::Instruction> renamed(std::vector<isa::Instruction> instructions,
+                                        const std::vector<std::int16_t>& map) const {
+    const int n = chip_.streamsPerDirection;
+    for (auto& inst : instructions)
+      for (isa::StreamRef* ref : {&inst.src, &inst.src2, &inst.dst})
+        if (ref->valid()) ref->id = map[static_cast<int>(ref->dir) * n + ref->id];
+    return instructions;
+  }
+  /// Keeps chip c's next work from starting before everything appended so far is done and its
+  /// streams have drained (work that must not overlap what came before: a collective's chains).
+  void fence(int c) { floor_[c] = std::max(floor_[c], free_[c]); }
   /// Keeps chip c's next work from starting before `at` (its links still carry what it sent).
-  void holdUntil(int c, Cycle at) { free_[c] = std::max(free_[c], at); }
+  void holdUntil(int c, Cycle at) {
+    free_[c] = std::max(free_[c], at);
+    floor_[c] = std::max(floor_[c], at);
+  }
   /// The programs, canonical, with their predicted cycles and lower bounds. Pieces that are not
   /// in (issue, unit) order one after another are written out into the instructions and sorted.
   std::vector<isa::Program> finish() {
@@ -160,11 +281,39 @@ class ChipTimelines {
     }
     return map;
   }
-  // What an appended program leaves: the chip's SRAM peak, its end, and when it is free again.
-  void settle(int c, const isa::Program& program, Cycle offset, Cycle drain) {
+  // What an appended program leaves: the chip's SRAM peak, its end, when it is free again, and
+  // each resource's next free cycle; the chip's next program starts no earlier than this one.
+  void settle(int c, const isa::Program& program, Cycle offset, Cycle drain, const Footprint& f) {
     programs_[c].sramBytes = std::max(programs_[c].sramBytes, program.sramBytes);
     end_[c] = std::max(end_[c], offset + program.predictedCycles);
     free_[c] = std::max(free_[c], offset + std::max(program.predictedCycles, drain));
+    floor_[c] = std::max(floor_[c], offset);
+    auto& busy = busy_[c];
+    if (busy.empty()) {
+      busy.assign(units_.size() + 2 * static_cast<size_t>(chip_.streamsPerDirection), kUnused);
+      taken_[c].resize(busy.size());
+    }
+    for (const auto& span : f.ordered) busy[span.resource] = std::max(busy[span.resource], offset + span.end);
+    // Intervals before the floor less a chip's width can meet no later program's; they are dropped.
+    const Cycle stale = floor_[c] - 2 * chip_.sliceCount();
+    for (const auto& [resource, list] : f.shared) {
+      auto& taken = taken_[c][resource];
+      taken.erase(taken.begin(), std::lower_bound(taken.begin(), taken.end(), stale,
+                                                  [](const std::pair<Cycle, Cycle>& iv, Cycle x) { return iv.second < x; }));
+      for (const auto& [from, to] : list) {
+        auto it = taken.insert(std::lower_bound(taken.begin(), taken.end(), std::pair{from + offset, to + offset}),
+                               {from + offset, to + offset});
+        // Kept disjoint and sorted by both ends: merged with the neighbours it touches.
+        if (it != taken.begin() && std::prev(it)->second >= it->first) {
+          std::prev(it)->second = std::max(std::prev(it)->second, it->second);
+          it = std::prev(taken.erase(it));
+        }
+        while (std::next(it) != taken.end() && std::next(it)->first <= it->second) {
+          it->second = std::max(it->second, std::next(it)->second);
+          taken.erase(std::next(it));
+        }
+      }
+    }
   }
   // True when the pieces' instructions, one after another, are in (issue, unit) order.
   bool piecesInOrder(const isa::Program& p) {
@@ -190,10 +339,14 @@ class ChipTimelines {
   std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> free_;
   std::vector<Cycle> end_;
+  std::vector<Cycle> floor_;              // per chip: its next program starts no earlier (earliestStart)
+  static constexpr Cycle kUnused = std::numeric_limits<Cycle>::min();
+  std::vector<std::vector<Cycle>> busy_;  // per chip (empty until used): each ordered resource's next free cycle
+  std::vector<std::vector<std::vector<std::pair<Cycle, Cycle>>>> taken_;  // per chip, shared resource: sorted busy intervals
   std::vector<isa::Program> programs_;
   std::vector<std::map<isa::OpOrigin, std::int32_t>> originIds_;  // per chip: its origins table's ids
   bool pieces_ = false;
-  std::map<const isa::InstructionBody*, Cycle> drains_;  // per shared body: its streamDrain
+  std::map<const isa::InstructionBody*, std::pair<Cycle, Footprint>> drains_;  // per shared body: streamDrain, footprint
   std::map<std::uint64_t, std::vector<std::shared_ptr<const isa::InstructionBody>>> interned_;  // by instructionsHash
   std::set<const isa::InstructionBody*> checked_;         // bodies found in (issue, unit) order
 };
