@@ -59,6 +59,10 @@ struct Options {
   bool shareRepeatedLayers = true;
   /// Keeps the priority portfolio in each of a plan's many shards too (asShardOfMany).
   bool shardPortfolio = false;
+  /// (unit, cycle): no step on the unit issues before the cycle, relative to the program's start,
+  /// because the chip's earlier programs still use it (compileShard raises the tasks' release
+  /// times). An MXM plane is named by its first unit; a MEM or C2C unit stands for its slice or port.
+  std::vector<std::pair<int, Cycle>> unitRelease;
   /// These options for one of a plan's many shards: at most planeOrderShardMoves plane-order moves,
   /// one priority (unless shardPortfolio).
   Options asShardOfMany() const {

@@ -344,6 +344,25 @@ Expected<std::optional<Schedule>> scheduleRepeatedLayers(lower::LoweredShard& sh
 
 }  // namespace
 
+namespace {
+
+// Raises each task's release so that none of its steps issues on a unit before options.unitRelease has it free.
+void releaseUnits(Problem& problem, const std::vector<std::pair<int, Cycle>>& unitRelease) {
+  const auto& units = problem.units();
+  std::vector<Cycle> freeAt(units.size(), 0);
+  for (const auto& [unit, at] : unitRelease)
+    if (unit >= 0 && unit < static_cast<int>(units.size())) freeAt[unit] = std::max(freeAt[unit], at);
+  for (auto& task : problem.mutableTasks())
+    for (const auto& step : task.steps) {
+      const int unit = step.inst.unit;
+      if (unit < 0 || unit >= static_cast<int>(units.size())) continue;
+      const int resource = units[unit].kind == topology::UnitKind::kMxm ? unit - units[unit].indexInKind % 2 : unit;
+      task.release = std::max(task.release, freeAt[resource] - step.offset);
+    }
+}
+
+}  // namespace
+
 Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                      const std::vector<ir::OpId>& ops, const lower::ShardInterface& interface,
                                      const Options& options) {
@@ -352,6 +371,7 @@ Expected<CompiledShard> compileShard(const topology::ChipSpec& chip, const ir::G
   if (!lowered) return lowered.error();
   lower::LoweredShard& shard = **lowered;
   Problem& problem = shard.problem;
+  if (!options.unitRelease.empty()) releaseUnits(problem, options.unitRelease);
   CompiledShard result;
   CompileReport& report = result.report;
 

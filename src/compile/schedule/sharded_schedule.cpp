@@ -3,6 +3,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -409,7 +410,8 @@ class ShardedScheduler {
     std::vector<ir::OpId> ops;
     lower::ShardInterface interface;
     std::string key;
-    std::string shape;  // the key without the receives' arrivals: the same at every offset
+    std::vector<std::pair<int, Cycle>> release;  // units the chip's earlier programs still use (Options::unitRelease)
+    std::string shape;  // the key without release and arrival times: programs of one shape may stand in for each other
     isa::Program program;  // the compiled program, its stream registers renamed for the chip (earliestOffset)
     std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
     std::set<ir::TensorId> received;
@@ -442,15 +444,12 @@ class ShardedScheduler {
     return place(batch);
   }
 
-  // The segment of device d for ops [j, k) at its first offset to try: where the last program of
-  // its shape could start, else (a shape not placed yet) once the chip has drained.
-  SegmentUse firstTry(int d, int j, int k) {
-    const int chip = work_.opChip[d][j];
-    SegmentUse use = segmentUse(d, j, k, timelines_.freeAt(chip));
-    if (const auto last = lastOfShape_.find(use.shape); last != lastOfShape_.end())
-      if (const Cycle at = earliestOffset(use, *last->second); at < use.offset) use = segmentUse(d, j, k, at);
-    return use;
-  }
+  // The segment of device d for ops [j, k) at its first offset to try: once the chip's previous
+  // program left its first unit, the others released as it leaves them.
+  SegmentUse firstTry(int d, int j, int k) { return segmentUse(d, j, k, timelines_.firstFreeAt(work_.opChip[d][j])); }
+
+  static constexpr Cycle kReleaseGranule = 256;
+  static Cycle roundUp(Cycle at) { return at <= 0 ? 0 : (at + kReleaseGranule - 1) / kReleaseGranule * kReleaseGranule; }
 
   // The segment of device d for ops [j, k) starting at `offset`, as the chip's state now has it.
   SegmentUse segmentUse(int d, int j, int k, Cycle offset) {
@@ -466,7 +465,10 @@ class ShardedScheduler {
     lower::ShardInterface& interface = use.interface;
     std::string& key = use.key;
     key = segmentKey(g, ops);
-    std::string sends;
+    use.shape = key;
+    use.release = timelines_.releases(chip, offset);
+    for (auto& [unit, at] : use.release) at = roundUp(at);
+    for (const auto& [unit, at] : use.release) key += fmt::format(" free {}@{}", unit, at);
     std::map<ir::TensorId, int> localOf;
     {
       int n = 0;
@@ -496,9 +498,13 @@ class ShardedScheduler {
         (void)tiles;
         const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
         if (lastVector < offset) plan.interval = 1;
-        for (Cycle a : flight->second.arrivals) plan.arrivals.push_back(std::max<Cycle>(0, a - offset));
+        // Past the chip's fence, release times are rounded up to kReleaseGranule (later is safe) so
+        // that microbatches in a steady state share their program.
+        for (Cycle a : flight->second.arrivals)
+          plan.arrivals.push_back(use.release.empty() ? std::max<Cycle>(0, a - offset) : roundUp(a - offset));
         key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
                            plan.interval, fmt::join(plan.arrivals, ","));
+        use.shape += fmt::format(" recv {}:{}", static_cast<int>(interface.receives.size()), plan.port);
         interface.receives.push_back(std::move(plan));
       }
     for (ir::TensorId in : received) resident.erase(in);
@@ -519,13 +525,12 @@ class ShardedScheduler {
             plan.port = cluster_.links()[link].portOn(chip);
             plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
             plan.linkBusy = plan.interval;
-            sends += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            use.shape += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
             interface.sends.push_back(plan);
             use.sendTo.push_back({out, link});
           }
       }
-    use.shape = segmentKey(g, ops) + sends;
-    key += sends;
     return use;
   }
 
@@ -533,14 +538,15 @@ class ShardedScheduler {
   // its chip: its resources free of the chip's earlier programs (ChipTimelines::earliestStart) and
   // every burst it sends finding its link free.
   // With `program`, the compiled program with its stream registers renamed for the chip.
-  Cycle earliestOffset(const SegmentUse& use, const CompiledShard& shard, isa::Program* program = nullptr) {
+  Cycle earliestOffset(const SegmentUse& use, const CompiledShard& shard, isa::Program* program = nullptr,
+                       Cycle from = 0) {
     auto footprint = footprints_.find(&shard);
     if (footprint == footprints_.end())
       footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
     isa::Program renamed = shard.program;
     renamed.instructions =
         timelines_.renamed(shard.program.instructions, timelines_.streamRenaming(use.chip, footprint->second));
-    Cycle at = timelines_.earliestStart(use.chip, timelines_.footprint(renamed.instructions));
+    Cycle at = timelines_.earliestStart(use.chip, timelines_.footprint(renamed.instructions), from);
     if (program) *program = std::move(renamed);
     const topology::ChipSpec& spec = cluster_.chip();
     for (bool moved = true; moved;) {
@@ -572,6 +578,7 @@ class ShardedScheduler {
     constexpr int kOffsetTries = 4;
     std::vector<int> tries(batch.size(), 0);
     std::vector<bool> settled(batch.size(), false);
+    for (size_t i = 0; i < batch.size(); ++i) settled[i] = reuse(batch[i]);
     while (std::find(settled.begin(), settled.end(), false) != settled.end()) {
       if (auto s = compileNew(batch); !s) return s;
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -597,7 +604,9 @@ class ShardedScheduler {
       if (placedKeys_.insert(use.key).second) ++result_.compiledShards;  // trial compiles not placed do not count
       else ++result_.sharedShards;
       const CompiledShard& shard = compiled_.at(use.key);
-      lastOfShape_[use.shape] = &shard;
+      auto& ofShape = byShape_[use.shape];
+      if (std::none_of(ofShape.begin(), ofShape.end(), [&](const Candidate& c) { return c.key == use.key; }))
+        ofShape.push_back({use.key, use.interface.receives});
       const auto names = lower::originsOf(g, use.ops, use.interface);  // this segment's ops (the program may be another's)
       timelines_.append(chip, use.program, use.offset, &names);
       if (auto s = bookSends(d, chip, use.offset, use.interface, use.sendTo, shard); !s) return s;
@@ -613,6 +622,37 @@ class ShardedScheduler {
     return {};
   }
 
+  // Once kProgramsPerShape programs of the segment's shape were placed, the segment takes the one
+  // of them that starts first instead of a new compile for its own release times: a program fits
+  // where its resources are free and each receive reads no vector before it arrives (it was
+  // compiled for arrivals no earlier than these at that offset). Returns whether it did.
+  bool reuse(SegmentUse& use) {
+    constexpr size_t kProgramsPerShape = 4;
+    const auto candidates = byShape_.find(use.shape);
+    if (use.release.empty() || candidates == byShape_.end() || candidates->second.size() < kProgramsPerShape)
+      return false;
+    const ir::Graph& g = work_.graphs[use.device];
+    std::optional<Cycle> best;
+    const Candidate* chosen = nullptr;
+    for (const Candidate& c : candidates->second) {
+      Cycle from = 0;
+      for (size_t r = 0; r < c.receives.size() && r < use.interface.receives.size(); ++r) {
+        const lower::ReceivePlan& plan = c.receives[r];
+        const ir::TensorId tensor = use.interface.receives[r].tensor;
+        const InFlight& flight = inFlight_[use.device].at({tensor, use.chip});
+        const Cycle rows = lower::vectorShape(cluster_.chip(), g.tensor(tensor)).first;
+        for (size_t t = 0; t < plan.arrivals.size() && t < flight.arrivals.size(); ++t)
+          from = std::max({from, flight.arrivals[t] - plan.arrivals[t],
+                           flight.arrivals[t] + (rows - 1) * (flight.interval - plan.interval) - plan.arrivals[t]});
+      }
+      const Cycle at = earliestOffset(use, compiled_.at(c.key), nullptr, from);
+      if (!best || at < *best) best = at, chosen = &c;
+    }
+    use.key = chosen->key;
+    use.offset = earliestOffset(use, compiled_.at(use.key), &use.program, *best);
+    return true;
+  }
+
   // Compiles the batch's keys not compiled yet, once each, in order of first use.
   Status compileNew(const std::vector<SegmentUse>& batch) {
     std::vector<ShardJob> jobs;
@@ -622,6 +662,7 @@ class ShardedScheduler {
       ShardJob job{&work_.graphs[use.device], use.ops, use.interface, options_.asShardOfMany()};
       job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(use.key);  // one stream per segment
       job.options.progress = nullptr;
+      job.options.unitRelease = use.release;
       jobs.push_back(std::move(job));
       keys.push_back(use.key);
     }
@@ -658,8 +699,12 @@ class ShardedScheduler {
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
   std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent
   std::map<std::string, CompiledShard> compiled_;
+  struct Candidate {
+    std::string key;                             // in compiled_
+    std::vector<lower::ReceivePlan> receives;    // what it was compiled for
+  };
+  std::map<std::string, std::vector<Candidate>> byShape_;  ///< per SegmentUse::shape, the programs placed
   std::set<std::string> placedKeys_;                        ///< keys of compiled_ placed at least once
-  std::map<std::string, const CompiledShard*> lastOfShape_;  ///< per SegmentUse::shape, its last placed program
   std::map<const CompiledShard*, ChipTimelines::Footprint> footprints_;
   std::map<int, CompileReport> reports_;
   ClusterSchedule result_;

@@ -50,7 +50,7 @@ class ChipTimelines {
   /// each appended program becomes a piece of the chip's program (isa::ProgramPiece) instead of
   /// being copied into its instructions, so that a body appended many times is held once.
   ChipTimelines(const topology::ChipSpec& chip, int chips, bool pieces = false)
-      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), floor_(chips, 0), busy_(chips), taken_(chips),
+      : chip_(chip), units_(chip.units()), free_(chips, 0), end_(chips, 0), firstFree_(chips, 0), floor_(chips, 0), busy_(chips), taken_(chips),
         programs_(chips), originIds_(chips), pieces_(pieces) {
     for (auto& p : programs_) p.chipSpecHash = chip.hash();
   }
@@ -164,12 +164,12 @@ class ChipTimelines {
     }
     return f;
   }
-  /// The earliest offset at which chip c may start a program of footprint f: no earlier than the
+  /// The earliest offset from `from` on at which chip c may start a program of footprint f: no earlier than the
   /// chip's last program started or its fence, each ordered resource free of what the chip ran
   /// before, and each shared one's intervals in gaps of the chip's (so that no unit is busy twice
   /// and no two values on a stream ever meet). No stream needs to drain.
-  Cycle earliestStart(int c, const Footprint& f) const {
-    Cycle at = floor_[c];
+  Cycle earliestStart(int c, const Footprint& f, Cycle from = 0) const {
+    Cycle at = std::max(floor_[c], from);
     if (busy_[c].empty()) return at;
     for (const auto& span : f.ordered)
       if (busy_[c][span.resource] > kUnused) at = std::max(at, busy_[c][span.resource] - span.first);
@@ -190,6 +190,17 @@ class ChipTimelines {
       }
     }
     return at;
+  }
+  /// The cycle chip c's last program first left one of its units, MEM slices, MXM planes or ports
+  /// (or its fence, when later): where a program that waits for the rest (Options::unitRelease) starts.
+  Cycle firstFreeAt(int c) const { return std::max(floor_[c], firstFree_[c]); }
+  /// The ordered resources chip c's earlier programs still use at `offset`: (resource, cycles from
+  /// `offset` until it is free), for Options::unitRelease.
+  std::vector<std::pair<int, Cycle>> releases(int c, Cycle offset) const {
+    std::vector<std::pair<int, Cycle>> out;
+    for (size_t r = 0; r < busy_[c].size(); ++r)
+      if (busy_[c][r] > offset) out.push_back({static_cast<int>(r), busy_[c][r] - offset});
+    return out;
   }
   /// A renaming of the stream registers of a program of footprint f for chip c, per direction
   /// (old id -> new id): the registers the program fills first take the registers the chip's
@@ -293,7 +304,12 @@ class ChipTimelines {
       busy.assign(units_.size() + 2 * static_cast<size_t>(chip_.streamsPerDirection), kUnused);
       taken_[c].resize(busy.size());
     }
-    for (const auto& span : f.ordered) busy[span.resource] = std::max(busy[span.resource], offset + span.end);
+    Cycle first = std::numeric_limits<Cycle>::max();
+    for (const auto& span : f.ordered) {
+      busy[span.resource] = std::max(busy[span.resource], offset + span.end);
+      first = std::min(first, offset + span.end);
+    }
+    if (!f.ordered.empty()) firstFree_[c] = first;
     // Intervals before the floor less a chip's width can meet no later program's; they are dropped.
     const Cycle stale = floor_[c] - 2 * chip_.sliceCount();
     for (const auto& [resource, list] : f.shared) {
@@ -339,6 +355,7 @@ class ChipTimelines {
   std::vector<topology::UnitInfo> units_;
   std::vector<Cycle> free_;
   std::vector<Cycle> end_;
+  std::vector<Cycle> firstFree_;          // per chip: the first ordered resource its last program left
   std::vector<Cycle> floor_;              // per chip: its next program starts no earlier (earliestStart)
   static constexpr Cycle kUnused = std::numeric_limits<Cycle>::min();
   std::vector<std::vector<Cycle>> busy_;  // per chip (empty until used): each ordered resource's next free cycle
