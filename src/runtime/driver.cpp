@@ -560,6 +560,8 @@ StageEnd simulate(RunState& s) {
     s.simOptions.functional = s.functionalSetup->options;
   }
   s.simulation = std::make_unique<ParallelSimulation>(s.comm, cluster, s.programs, std::move(*s.mapping), s.simOptions);
+  // The chips placed their resident tensors when made: from here SRAM alone holds the weights.
+  if (s.functionalSetup) releasePlacedValues(*s.graph, *s.functionalSetup, s.simOptions);
   ParallelSimulation& simulation = *s.simulation;
   PhaseProgress progress = phaseProgress(s, "simulate");
   std::int64_t instructions = 0;  // what the chips execute in all: the simulation's done/total

@@ -11,6 +11,7 @@
 
 #include "compile/frontend/onnx_importer.h"
 #include "compile/ir/interpreter.h"
+#include "compile/ir/op_table.h"
 #include "compile/lower/lowering.h"
 
 namespace tsp::runtime {
@@ -280,6 +281,18 @@ Expected<std::vector<double>> foldedValues(
 
 }  // namespace
 
+std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
+  if (auto it = memo.find(id); it != memo.end()) return it->second;
+  std::int64_t depth = 0;
+  const ir::Tensor& t = graph.tensor(id);
+  if (t.producer >= 0) {
+    const ir::Op& op = graph.op(t.producer);
+    for (ir::TensorId in : op.inputs) depth = std::max(depth, roundingDepth(graph, in, memo));
+    if (ir::isFloat(t.dtype) && ir::roundsItsResult(op.kind)) ++depth;
+  }
+  return memo[id] = depth;
+}
+
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                             const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                             const FunctionalSources& sources) {
@@ -405,33 +418,45 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     if (!outputs) return outputs.error();
     expected = std::move(*outputs);
   }
-  std::map<ir::TensorId, std::int64_t> memo;
+  std::map<ir::TensorId, std::int64_t> memo, depthMemo;
   for (size_t i = 0; i < graph.outputs().size(); ++i) {
     const ir::Tensor& t = graph.tensor(graph.outputs()[i]);
     OutputCheck check;
     check.name = t.name;
+    std::vector<double> reference;
     if (sources.expectDir) {
       auto value = readPb(*sources.expectDir, "output", i, t);
       if (!value) return value.error();
-      check.reference = std::move(value->data);
+      reference = std::move(value->data);
       check.against = (std::filesystem::path(*sources.expectDir) / fmt::format("output_{}.pb", i)).string();
     } else {
-      check.reference = std::move(expected[i].data);
+      reference = std::move(expected[i].data);
       check.against = "the reference interpreter";
     }
     // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
-    check.reference = storageOrder(chip, graph, channelsLast, graph.outputs()[i], check.reference, check.cols);
+    const std::vector<double> ordered =
+        storageOrder(chip, graph, channelsLast, graph.outputs()[i], reference, check.cols);
+    reference = {};
+    check.reference.assign(ordered.begin(), ordered.end());
     double largest = 0.0;
-    for (double v : check.reference)
-      if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+    for (float v : check.reference)
+      if (std::isfinite(v)) largest = std::max(largest, static_cast<double>(std::fabs(v)));
     // Integers and bool are exact; floats derive from FP16 storage (a BF16 result within one of its units).
     const std::int64_t k = reductionLength(graph, graph.outputs()[i], memo);
+    const std::int64_t depth = roundingDepth(graph, graph.outputs()[i], depthMemo);
     check.tolerance = !ir::isFloat(t.dtype)     ? sim::integerTolerance()
-                      : t.dtype == ir::DType::kBF16 ? sim::bf16TensorTolerance(k, largest)
-                                                    : sim::fp16TensorTolerance(k, largest);
+                      : t.dtype == ir::DType::kBF16 ? sim::bf16TensorTolerance(k, largest, depth)
+                                                    : sim::fp16TensorTolerance(k, largest, depth);
     setup.outputs.push_back(std::move(check));
   }
   return setup;
+}
+
+void releasePlacedValues(ir::Graph& graph, FunctionalSetup& setup, sim::SimOptions& options) {
+  setup.options.resident.reset();
+  options.functional.resident.reset();
+  for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id)
+    if (graph.tensor(id).role == ir::TensorRole::kWeight) graph.setData(id, nullptr);
 }
 
 int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs, const std::string& name) {
@@ -461,13 +486,17 @@ Status checkFunctionalOutputs(const FunctionalSetup& setup,
     if (placement == tensors.end())
       placement = std::find_if(tensors.begin(), tensors.end(),
                                [&](const isa::TensorPlacement& t) { return t.name == check.name; });
-    const std::vector<double> values = owner->readTensor(*placement, check.cols);
-    if (values.size() != check.reference.size())
+    std::vector<float> simulated;
+    {
+      const std::vector<double> values = owner->readTensor(*placement, check.cols);
+      simulated.assign(values.begin(), values.end());
+    }
+    if (simulated.size() != check.reference.size())
       return makeError(ExitCode::kFunctionalMismatch,
                        fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
-                                   values.size(), chip, check.against, check.reference.size()));
-    const std::vector<float> simulated(values.begin(), values.end()), reference(check.reference.begin(), check.reference.end());
-    if (auto s = sim::compareWithReference(check.name, simulated.data(), reference.data(), simulated.size(), check.tolerance);
+                                   simulated.size(), chip, check.against, check.reference.size()));
+    if (auto s = sim::compareWithReference(check.name, simulated.data(), check.reference.data(), simulated.size(),
+                                           check.tolerance);
         !s) {
       Diagnostic d = s.error();
       d.message += fmt::format(" (chip {}, against {})", chip, check.against);

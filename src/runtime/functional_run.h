@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,7 +22,7 @@ namespace tsp::runtime {
 struct OutputCheck {
   std::string name;
   std::int64_t cols = 1;            ///< last dimension (rows x cols as the placement stores it)
-  std::vector<double> reference;    ///< row-major
+  std::vector<float> reference;     ///< row-major (compared in FP32, as the chip's results are read)
   sim::Tolerance tolerance;
   std::string against;              ///< "the reference interpreter" or the output_N.pb path
 };
@@ -55,6 +56,15 @@ struct FunctionalSources {
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
                                             const std::vector<std::shared_ptr<const isa::Program>>& programs,
                                             const FunctionalSources& sources);
+
+/// The rounding depth of a tensor: the most ops on one path into it whose float result rounds a
+/// computed value (ir::roundsItsResult; data movement and selections do not count), 0 for a leaf.
+/// The FP16 and BF16 tolerances grow with its square root (sim::fp16TensorTolerance).
+std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo);
+
+/// Once every local chip has placed its resident tensors, SRAM holds the weights: drops the graph's
+/// weight values and the setup's and options' resident map, so that a run holds each weight once.
+void releasePlacedValues(ir::Graph& graph, FunctionalSetup& setup, sim::SimOptions& options);
 
 /// The chip that holds a graph output at the end: the last chip whose program writes it, else the last
 /// that holds it as an input or weight (-1: none).

@@ -260,19 +260,24 @@ Status vxmInt32(isa::VxmFunc func, const std::int32_t* a, const std::int32_t* b,
   return {};
 }
 
+namespace {
+// sqrt(n) for a count of at least 1.
+double rootOf(std::int64_t n) { return std::sqrt(static_cast<double>(std::max<std::int64_t>(1, n))); }
+}  // namespace
+
 Tolerance fp16Tolerance(std::int64_t reductionLength) {
-  return {std::ldexp(1.0, -14), std::ldexp(1.0, -10) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
+  return {std::ldexp(1.0, -14), std::ldexp(1.0, -10) * rootOf(reductionLength)};
 }
 
-Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude) {
+Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude, std::int64_t roundingDepth) {
   Tolerance t = fp16Tolerance(reductionLength);
-  t.atol += std::ldexp(std::fabs(largestMagnitude), -10);
+  t.atol += std::ldexp(std::fabs(largestMagnitude), -10) * rootOf(roundingDepth);
   return t;
 }
 
-Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude) {
-  return {std::ldexp(1.0, -14) + std::ldexp(std::fabs(largestMagnitude), -7),
-          std::ldexp(1.0, -7) * std::sqrt(static_cast<double>(std::max<std::int64_t>(1, reductionLength)))};
+Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude, std::int64_t roundingDepth) {
+  return {std::ldexp(1.0, -14) + std::ldexp(std::fabs(largestMagnitude), -7) * rootOf(roundingDepth),
+          std::ldexp(1.0, -7) * rootOf(reductionLength)};
 }
 
 Tolerance integerTolerance() { return {0.0, 0.0}; }

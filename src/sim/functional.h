@@ -51,14 +51,16 @@ struct Tolerance {
 /// FP16 storage: rtol = 2^-10 * sqrt(K), K the reduction length (1 for elementwise results), and
 /// atol = 2^-14 (the smallest normal FP16: sums that cancel to near zero keep an absolute error).
 Tolerance fp16Tolerance(std::int64_t reductionLength);
-/// FP16 outputs of a graph: fp16Tolerance(K) with one FP16 unit in the last place of the tensor's
-/// largest magnitude added to atol (2^-10 x largest). A rounding that differs by one unit in an
-/// earlier tensor, or an input the chip stores rounded, moves a later sum by an amount set by its
-/// operands, which a sum that cancels to near zero does not shrink.
-Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude);
+/// FP16 outputs of a graph: fp16Tolerance(K) with sqrt(D) FP16 units in the last place of the
+/// tensor's largest magnitude added to atol (2^-10 sqrt(D) x largest), D the rounding depth: the most
+/// rounded results (ops that round, not data movement) on a path into the output, 1 for one op. A
+/// rounding that differs by one unit in an earlier tensor, or an input the chip stores rounded, moves
+/// a later sum by an amount set by its operands, which a sum that cancels to near zero does not
+/// shrink; D such roundings, independent, add up as a random walk (root sum of squares).
+Tolerance fp16TensorTolerance(std::int64_t reductionLength, double largestMagnitude, std::int64_t roundingDepth = 1);
 /// A BF16 output (7 stored mantissa bits): the FP16 rule with one BF16 unit, 2^-7, in place of 2^-10
-/// (rtol = 2^-7 sqrt(K), atol = 2^-14 + 2^-7 x largest).
-Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude);
+/// (rtol = 2^-7 sqrt(K), atol = 2^-14 + 2^-7 sqrt(D) x largest).
+Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnitude, std::int64_t roundingDepth = 1);
 /// Integers are exact.
 Tolerance integerTolerance();
 

@@ -116,6 +116,22 @@ const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) c
   return mem.size() < end ? zeros_.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
+void FunctionalState::reserve(const isa::Program& program) {
+  std::vector<std::int64_t> ends(sram_.size(), 0);  // vectors per slice
+  for (const auto& tensor : program.tensors) {
+    const std::int64_t segRows = tensor.segmentRows > 0 ? tensor.segmentRows : std::max<std::int64_t>(1, tensor.rows);
+    for (size_t piece = 0; piece < tensor.memUnit.size() && piece < tensor.address.size(); ++piece) {
+      const int slice = sliceOf(tensor.memUnit[piece]);
+      if (slice >= 0 && slice < static_cast<int>(ends.size()))
+        ends[static_cast<size_t>(slice)] = std::max(ends[static_cast<size_t>(slice)], tensor.address[piece] + segRows);
+    }
+  }
+  for (size_t slice = 0; slice < sram_.size(); ++slice) {
+    const auto bytes = static_cast<std::size_t>(ends[slice]) * static_cast<std::size_t>(vectorBytes_);
+    if (sram_[slice].size() < bytes) sram_[slice].resize(bytes, 0);
+  }
+}
+
 int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
   return ir::dtypeBytes(static_cast<ir::DType>(tensor.dtype));
 }

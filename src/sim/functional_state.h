@@ -38,6 +38,9 @@ class FunctionalState {
   /// Elements per vector (160 FP16, 320 INT8).
   int lanes() const { return lanes_; }
 
+  /// Sizes each MEM slice's image to the highest address the program's tensors use, once, so that
+  /// the image is not grown (and copied) as writes reach higher addresses.
+  void reserve(const isa::Program& program);
   /// Writes a tensor's values (rows x cols) into its tiles, rounded to the element type.
   Status place(const isa::TensorPlacement& tensor, const TensorValues& values);
   /// Reads a tensor back (rows x cols, row-major).

@@ -305,6 +305,7 @@ class TspChip final : public Chip {
   void startFunctional() {
     values_ = std::make_unique<FunctionalState>(spec_, options_.functional.element);
     sequence_ = std::make_unique<isa::InstructionSequence>(*program_);
+    values_->reserve(*program_);
     for (const auto& tensor : program_->tensors) {
       if (!tensor.resident) continue;
       const auto* known = options_.functional.resident.get();
@@ -320,6 +321,7 @@ class TspChip final : public Chip {
         return;
       }
     }
+    options_.functional.resident.reset();  // SRAM holds them now; the run's map can be let go
   }
 
   // An instruction functional mode cannot compute: the run ends (exit 2), naming it.

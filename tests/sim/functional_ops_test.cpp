@@ -4,8 +4,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <random>
 #include <tuple>
 
+#include "compile/ir/interpreter.h"
 #include "compile/schedule/cluster_schedule.h"
 #include "runtime/functional_run.h"
 #include "sim/accumulators.h"
@@ -453,6 +456,87 @@ TEST(FunctionalOps, TransposeAcrossTilesIsAnSxmPermute) {
   g.markOutput(*g.addOp(OpKind::kTranspose, "t", {x}, {{"perm", Ints{1, 0}}}, 0));
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+// Residual blocks x + tanh(x W + b) behind a ReLU and two Reshapes (which do not round), weights from
+// a fixed generator with a gain below 1: the skip path carries each block's roundings to the output
+// unamplified, so that they add up. `swapped` exchanges two columns of the last weight (a wrong result).
+ir::Graph residualChain(int blocks, bool swapped) {
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const std::int64_t rows = 16, d = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal(0.0, 0.9 / std::sqrt(static_cast<double>(d)));
+  std::vector<double> input(static_cast<size_t>(rows * d));
+  for (double& v : input) v = ir::toStorage(normal(rng) * 8, dt);
+  auto x = *g.addOp(OpKind::kRelu, "relu", {g.addWeight("x", {rows, d}, dt, ir::makeData(input))}, 0);
+  x = *g.addOp(OpKind::kReshape, "flat", {x}, {{"shape", Ints{rows * d}}}, 0);
+  x = *g.addOp(OpKind::kReshape, "rows", {x}, {{"shape", Ints{rows, d}}}, 0);
+  for (int l = 0; l < blocks; ++l) {
+    std::vector<double> w(static_cast<size_t>(d * d)), b(static_cast<size_t>(d));
+    for (double& v : w) v = ir::toStorage(normal(rng), dt);
+    for (double& v : b) v = ir::toStorage(normal(rng), dt);
+    if (swapped && l == blocks - 1)
+      for (std::int64_t k = 0; k < d; ++k) std::swap(w[static_cast<size_t>(k * d)], w[static_cast<size_t>(k * d + 1)]);
+    const std::string n = std::to_string(l);
+    auto y = *g.addOp(OpKind::kMatMul, "mm" + n, {x, g.addWeight("w" + n, {d, d}, dt, ir::makeData(w))}, 0);
+    y = *g.addOp(OpKind::kAdd, "bias" + n, {y, g.addWeight("b" + n, {d}, dt, ir::makeData(b))}, 0);
+    y = *g.addOp(OpKind::kTanh, "tanh" + n, {y}, 0);
+    x = *g.addOp(OpKind::kAdd, "residual" + n, {x, y}, 0);
+  }
+  g.markOutput(x);
+  return g;
+}
+
+TEST(FunctionalOps, ToleranceGrowsWithDepthAndStillFailsAWrongResult) {
+  // 24 blocks: 96 rounding ops deep (the ReLU and the Reshapes do not round), so atol holds sqrt(96)
+  // FP16 units of the largest output. Against the graph computed in FP32 (as PyTorch's outputs are,
+  // with no FP16 rounding between ops) the chip's roundings add up beyond one unit near zero, within
+  // sqrt(96); a result with two columns of the last weight exchanged is outside both.
+  const int blocks = 24, depth = 4 * blocks;
+  const ir::Graph g = residualChain(blocks, false), wrong = residualChain(blocks, true);
+  std::map<ir::TensorId, std::int64_t> memo;
+  EXPECT_EQ(runtime::roundingDepth(g, g.outputs().front(), memo), depth);
+  const topology::ChipSpec spec;
+  schedule::PipelineStage stage;
+  for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+  auto schedule = schedule::scheduleCluster(g, {stage}, oneChipCluster(spec));
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  const auto program = std::make_shared<const isa::Program>(schedule->programs.front());
+  auto setup = runtime::prepareFunctional(g, {program}, {3, std::nullopt, std::nullopt});
+  ASSERT_TRUE(setup.ok());
+  double largest = 0.0;
+  for (float v : setup->outputs.front().reference) largest = std::max(largest, static_cast<double>(std::fabs(v)));
+  EXPECT_DOUBLE_EQ(setup->outputs.front().tolerance.atol, fp16TensorTolerance(64, largest, depth).atol);
+  SimOptions options;
+  options.functional = setup->options;
+  auto chip = makeTspChip(0, spec, program, std::vector<PortBinding>(spec.c2cPorts), options);
+  ASSERT_TRUE(chip->advanceTo(kNever).ok());
+  auto chipOf = [&](int) { return chip.get(); };
+  const Status interpreted = runtime::checkFunctionalOutputs(*setup, {program}, chipOf);
+  EXPECT_TRUE(interpreted.ok()) << interpreted.error().format();
+
+  // The FP32 references, each with the depth's tolerance and with one op's.
+  auto against = [&](const ir::Graph& graph, std::int64_t roundings) {
+    auto values = ir::interpret(graph, {});
+    EXPECT_TRUE(values.ok());
+    runtime::FunctionalSetup fp32 = *setup;
+    auto& check = fp32.outputs.front();
+    check.reference.assign(values->front().data.begin(), values->front().data.end());
+    double top = 0.0;
+    for (float v : check.reference) top = std::max(top, static_cast<double>(std::fabs(v)));
+    check.tolerance = fp16TensorTolerance(64, top, roundings);
+    return runtime::checkFunctionalOutputs(fp32, {program}, chipOf);
+  };
+  const Status fp32 = against(g, depth);
+  EXPECT_TRUE(fp32.ok()) << fp32.error().format();
+  EXPECT_FALSE(against(g, 1).ok());
+  for (std::int64_t roundings : {std::int64_t{1}, std::int64_t{depth}}) {
+    const Status s = against(wrong, roundings);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code, ExitCode::kFunctionalMismatch);
+    EXPECT_NE(s.error().message.find("outside the tolerance"), std::string::npos) << s.error().message;
+  }
 }
 
 TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {

@@ -250,6 +250,22 @@ TEST(Tolerance, TensorScaleAddsOneUnitOfTheLargestElement) {
   EXPECT_FALSE(compareWithReference("y", sim.data(), ref.data(), 2, t).ok());
 }
 
+TEST(Tolerance, AtolGrowsWithTheSquareRootOfTheRoundingDepth) {
+  // D roundings, each up to a unit of the largest element, add up as sqrt(D) units; rtol keeps K.
+  EXPECT_DOUBLE_EQ(fp16TensorTolerance(16, 8.0, 1).atol, fp16TensorTolerance(16, 8.0).atol);
+  const Tolerance deep = fp16TensorTolerance(16, 8.0, 64);
+  EXPECT_DOUBLE_EQ(deep.rtol, 4.0 / 1024);
+  EXPECT_DOUBLE_EQ(deep.atol, std::ldexp(1.0, -14) + 8 * 8.0 / 1024);
+  EXPECT_DOUBLE_EQ(bf16TensorTolerance(16, 8.0, 64).atol, std::ldexp(1.0, -14) + 8 * 8.0 / 128);
+  // Two units off near zero: outside at depth 1, inside at depth 64; a tenth of the largest is outside both.
+  const std::vector<float> ref = {8.0f, 0.001f};
+  std::vector<float> sim = {8.0f, 0.001f + 2 * 8.0f / 1024};
+  EXPECT_FALSE(compareWithReference("y", sim.data(), ref.data(), 2, fp16TensorTolerance(16, 8.0, 1)).ok());
+  EXPECT_TRUE(compareWithReference("y", sim.data(), ref.data(), 2, deep).ok());
+  sim[1] = 0.8f;
+  EXPECT_FALSE(compareWithReference("y", sim.data(), ref.data(), 2, deep).ok());
+}
+
 TEST(Tolerance, MismatchNamesTheWorstElement) {
   const std::vector<float> ref = {1.0f, 2.0f, 3.0f, 4.0f};
   const std::vector<float> sim = {1.1f, 2.0f, 3.9f, 4.2f};

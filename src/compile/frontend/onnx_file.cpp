@@ -2,6 +2,7 @@
 #include "compile/frontend/onnx_file.h"
 
 #include <climits>
+#include <cstdint>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -78,6 +79,17 @@ Expected<std::shared_ptr<const MappedFile>> MappedFile::open(const std::string& 
   ::close(fd);
   if (data == MAP_FAILED) return modelError(path, "cannot map the ONNX file into memory");
   return std::shared_ptr<const MappedFile>(new MappedFile(static_cast<const char*>(data), size));
+}
+
+void MappedFile::release(std::string_view range) const {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<std::uintptr_t>(range.data()), end = begin + range.size();
+  const std::uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (range.empty() || begin < reinterpret_cast<std::uintptr_t>(data_) ||
+      end > reinterpret_cast<std::uintptr_t>(data_) + size_ || first >= last)
+    return;
+  // Advice only: a kernel that declines keeps the pages, which changes memory, not values.
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

@@ -23,6 +23,9 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile();
   std::string_view bytes() const { return {data_, size_}; }
+  /// Lets the kernel drop the resident pages wholly inside `range` (a view into bytes()) once its
+  /// values were decoded: reading them again reads the file again. The mapping's contents do not change.
+  void release(std::string_view range) const;
 
  private:
   MappedFile(const char* data, size_t size) : data_(data), size_(size) {}

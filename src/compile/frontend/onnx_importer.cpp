@@ -275,8 +275,8 @@ Shape resolveAutoPad(const std::string& mode, const Shape& in, const Shape& kern
 class Importer {
  public:
   Importer(const OnnxFile& onnxFile, std::filesystem::path dir, std::string file, const ImportOptions& options)
-      : model_(onnxFile.model), raw_(onnxFile.initializerRaw), dir_(std::move(dir)), file_(std::move(file)),
-        options_(options) {}
+      : model_(onnxFile.model), raw_(onnxFile.initializerRaw), mapping_(onnxFile.mapping), dir_(std::move(dir)),
+        file_(std::move(file)), options_(options) {}
 
   Expected<ir::Graph> run() {
     if (auto s = checkOpset(); !s) return s.error();
@@ -379,6 +379,8 @@ class Importer {
     auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name(), raw,
                              storedAs != *dtype ? std::optional<DType>(storedAs) : std::nullopt);
     if (!data) return data.error();
+    // The graph holds the decoded values: the file's pages that held them are not needed again.
+    if (raw && *data) mapping_->release(*raw);
     if (parameter) {
       initializers_.insert(t.name());
       if (auto s = checkValuesStorable(*dtype, storage(*dtype, true), t.name()); !s) return s.error();
@@ -1707,6 +1709,7 @@ class Importer {
 
   const onnx::ModelProto& model_;
   const std::vector<std::optional<std::string_view>>& raw_;
+  std::shared_ptr<const MappedFile> mapping_;
   std::filesystem::path dir_;
   std::string file_;
   const ImportOptions& options_;

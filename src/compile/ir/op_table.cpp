@@ -228,6 +228,23 @@ const OpDefinition& opDefinition(OpKind kind) {
   return table[index];
 }
 
+bool roundsItsResult(OpKind kind) {
+  switch (opDefinition(kind).lowering) {
+    case LoweringFamily::kDataMovement: case LoweringFamily::kCopy: case LoweringFamily::kCommunication:
+      return false;
+    default: break;
+  }
+  switch (kind) {
+    case OpKind::kInput: case OpKind::kWeight: case OpKind::kShape: case OpKind::kConstantOfShape: case OpKind::kRange:
+    case OpKind::kRelu: case OpKind::kNeg: case OpKind::kAbs: case OpKind::kFloor: case OpKind::kCeil:
+    case OpKind::kMin: case OpKind::kMax: case OpKind::kWhere: case OpKind::kReduceMax: case OpKind::kMaxPool:
+    case OpKind::kEqual: case OpKind::kLess: case OpKind::kGreater: case OpKind::kLessOrEqual:
+    case OpKind::kGreaterOrEqual: case OpKind::kNot: case OpKind::kAnd: case OpKind::kOr:
+      return false;
+    default: return true;
+  }
+}
+
 const std::vector<OnnxComposition>& onnxCompositions() {
   static const std::vector<OnnxComposition> list = {
       {"Clip", "Max and Min with constant (or input) bounds; an absent bound is left out"},

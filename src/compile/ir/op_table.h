@@ -48,6 +48,11 @@ const OpDefinition& opDefinition(OpKind kind);
 /// Every row, in OpKind order.
 const std::vector<OpDefinition>& opDefinitions();
 
+/// Whether the kind's result is a rounding of a computed value: false for data movement, copies,
+/// communication and selections (Relu, Max, Where, MaxPool, ...), whose results are operand values.
+/// Functional mode's tolerance counts the rounding ops on the path into an output.
+bool roundsItsResult(OpKind kind);
+
 /// ONNX ops the importer builds from several IR ops (Einsum, Pad, Resize, ...), with the form it builds.
 struct OnnxComposition {
   const char* onnx;
