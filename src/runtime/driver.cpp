@@ -344,7 +344,9 @@ StageEnd checkModelAndCompileCollective(RunState& s) {
     return failure(makeError(ExitCode::kConfig, "functional mode: builtin:collective moves bytes that stand for no "
                                                 "tensor values; functional mode runs compiled graphs"),
                    s.root);
-  auto c = schedule::compileCollectiveBenchmark(graph, *s.config.cluster);
+  PhaseProgress progress = phaseProgress(s, "search");
+  auto c = schedule::compileCollectiveBenchmark(
+      graph, *s.config.cluster, [&](std::int64_t done, std::int64_t total) { progress.update(done, total, "steps"); });
   if (!c) return failure(c.error(), s.root);
   s.collective = std::move(*c);
   s.planChosen = true;

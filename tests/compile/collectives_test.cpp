@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "support/cancel.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
@@ -157,6 +158,33 @@ TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {
       EXPECT_LT(held * 20, placed);                             // 96 chips, at most a few distinct
     } else {
       EXPECT_EQ(shared->chainsScheduled, c.chipCount());
+    }
+  }
+}
+
+// A cancelled schedule stops and says so, on the symmetric path (a ring) and burst by burst (a
+// rack's hierarchical levels); with the poll saying no, both finish.
+TEST(Collectives, SchedulingStopsWhenCancelled) {
+  struct Case { std::string yaml; CollectiveAlgorithm algorithm; };
+  for (const auto& k : {Case{"{topology: {kind: ring, chips: 16}}", CollectiveAlgorithm::kRing},
+                        Case{"{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}",
+                             CollectiveAlgorithm::kHierarchical}}) {
+    SCOPED_TRACE(k.yaml);
+    const auto c = clusterOf(k.yaml);
+    auto plan = planCollective(CollectiveOp::kAllReduce, k.algorithm, allChips(c), 1 << 20, c);
+    ASSERT_TRUE(plan.ok());
+    for (bool shared : {false, true}) {
+      int polls = 0;
+      support::setCancelPoll([&polls] { return ++polls > 0; });
+      LinkCalendar links(c.links().size());
+      auto stopped = scheduleCollective(*plan, c, std::vector<Cycle>(c.chipCount(), 0), links, true, false, shared);
+      ASSERT_FALSE(stopped.ok());
+      EXPECT_EQ(stopped.error().code, ExitCode::kInterrupted);
+      EXPECT_GE(polls, 1);
+      support::setCancelPoll([] { return false; });
+      LinkCalendar again(c.links().size());
+      EXPECT_TRUE(scheduleCollective(*plan, c, std::vector<Cycle>(c.chipCount(), 0), again, true, false, shared).ok());
+      support::setCancelPoll(nullptr);
     }
   }
 }

@@ -14,6 +14,8 @@
 
 #include <fmt/format.h>
 
+#include "support/cancel.h"
+
 namespace tsp::schedule {
 
 using isa::Direction;
@@ -1101,10 +1103,12 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
 namespace {
 
 // scheduleCollective without copying the plan into `out`; with shareBodies the programs are pieces
-// of bodies shared among the chips (every instruction attributed to plan.origin, if any).
-void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, const std::vector<Cycle>& start,
+// of bodies shared among the chips (every instruction attributed to plan.origin, if any). False when
+// support::cancelRequested() stopped it (polled every step and every few thousand bursts); `progress`
+// (if any) hears the steps done after each step.
+bool schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, const std::vector<Cycle>& start,
                   LinkCalendar& calendar, bool wholeBursts, bool recordTransfers, bool shareBodies,
-                  CollectiveSchedule& out) {
+                  CollectiveSchedule& out, const CollectiveProgress& progress = {}) {
   const auto& chip = cluster.chip();
   const std::uint64_t specHash = chip.hash();
   // Chains only for the chips the messages touch (senders, receivers, transit chips).
@@ -1202,6 +1206,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
   // step's placements do not depend on each other, and every chip's chains stay the first chip's
   // with its ports renamed: the first chip's chain is scheduled alone and its program is every
   // chip's, ports renamed (a ring's all-reduce places 1 burst per step instead of p).
+  bool cancelled = false;
   auto scheduleSymmetric = [&]() -> bool {
     const auto& group = plan.group;
     if (!shareBodies || !wholeBursts || recordTransfers || group.size() < 2) return false;
@@ -1231,6 +1236,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
       const auto& messages = plan.steps[s];
       if (messages.empty()) continue;
       if (messages.size() != group.size()) return false;
+      if (support::cancelRequested()) return cancelled = true;
       const Step first{&routeOf(messages.front()), 0, messages.front().vectors, messages.front().reduce};
       for (const auto& m : messages) {
         if (!inGroup[m.src] || !inGroup[m.dst] || sends[m.src] == static_cast<int>(s) ||
@@ -1253,6 +1259,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     Cycle ready0 = start[rep];
     for (const Step& st : steps) {
       if (!st.out) continue;
+      if (support::cancelRequested()) return cancelled = true;
       const RouteInfo& r = *st.out;
       Cycle next0 = ready0, earliest = ready0;
       for (std::int64_t done = 0; done < st.vectors;) {
@@ -1280,6 +1287,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
       ready0 = next0;
       for (int c : group) ready[c] = ready0;
       flushChains(static_cast<size_t>(&st - steps.data()) + 1);
+      if (progress) progress(&st - steps.data() + 1, static_cast<std::int64_t>(steps.size()));
     }
     out.chainsScheduled = 1;
     out.cluster.programs.resize(cluster.chipCount());
@@ -1327,10 +1335,17 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     }
     return true;
   };
-  if (scheduleSymmetric()) return;
+  if (scheduleSymmetric()) return !cancelled;
 
   const bool exchange = plan.algorithm == CollectiveAlgorithm::kDirect || plan.algorithm == CollectiveAlgorithm::kOneShot;
+  // Receives not yet placed, per chip (and the chips that have some): a chip's receives are placed
+  // in (arrival, push) order, the order its units see them in whatever the other chips do.
+  struct PendingReceive { int port; std::int64_t vectors; double spacing; Cycle arrive; bool reduce; };
+  std::vector<std::vector<PendingReceive>> pending(cluster.chipCount());
+  std::vector<int> pendingChips;
+  constexpr std::int64_t kPollBursts = 4096;
   for (const auto& stepMessages : plan.steps) {
+    if (support::cancelRequested()) return false;
     auto messages = stepMessages;
     // Chip order, except that an exchange keeps its shift-major order (every chip's message to the
     // chip k places on, for k = 1, 2, ...), which packs the multi-hop routes' windows densely, and
@@ -1353,20 +1368,19 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     // A port hands its bursts to its receives and forwards in arrival order: every burst arrives at
     // each port it reaches after the bursts admitted there before it, a round's receives are placed
     // in arrival order, and a forward's queue first places the receives still pending on it.
-    struct PendingReceive { int chip, port; std::int64_t vectors; double spacing; Cycle arrive; bool reduce; };
-    std::vector<PendingReceive> receives;
-    auto placeReceives = [&](int onChip, int onPort) {  // onChip < 0: every pending receive
+    auto placeReceives = [&](int onChip, int onPort) {  // onPort < 0: every pending receive of the chip
+      auto& receives = pending[onChip];
       std::stable_sort(receives.begin(), receives.end(),
                        [](const PendingReceive& a, const PendingReceive& b) { return a.arrive < b.arrive; });
-      std::vector<PendingReceive> kept;
+      size_t kept = 0;
       for (const auto& rc : receives) {
-        if (onChip >= 0 && (rc.chip != onChip || rc.port != onPort)) {
-          kept.push_back(rc);
+        if (onPort >= 0 && rc.port != onPort) {
+          receives[kept++] = rc;
           continue;
         }
-        next[rc.chip] = std::max(next[rc.chip], chains(rc.chip).receive(rc.port, rc.vectors, rc.spacing, rc.arrive, rc.reduce, wholeBursts));
+        next[onChip] = std::max(next[onChip], chains(onChip).receive(rc.port, rc.vectors, rc.spacing, rc.arrive, rc.reduce, wholeBursts));
       }
-      receives = std::move(kept);
+      receives.resize(kept);
     };
     for (bool more = true; more;) {
       more = false;
@@ -1374,7 +1388,8 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
         const auto& m = rm.message;
         const RouteInfo& r = *rm.at;
         if (rm.done >= m.vectors) continue;
-        for (const auto& t : r.transits) placeReceives(t.chip, t.inPort);
+        for (const auto& t : r.transits)
+          if (!pending[t.chip].empty()) placeReceives(t.chip, t.inPort);
         auto transitsFree = [&](Cycle issue) {
           for (const auto& t : r.transits) {
             const auto& at = chains(t.chip);
@@ -1400,8 +1415,9 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
         }
         const Cycle arrive = issue + r.flight;
         chains(m.dst).admit(r.dstPort, arrive);
-        receives.push_back({m.dst, r.dstPort, v, r.spacing, arrive, m.reduce});
-        ++out.transferCount;
+        if (pending[m.dst].empty()) pendingChips.push_back(m.dst);
+        pending[m.dst].push_back({r.dstPort, v, r.spacing, arrive, m.reduce});
+        if (++out.transferCount % kPollBursts == 0 && support::cancelRequested()) return false;
         if (recordTransfers) {
           RoutedTransfer t{m.src, m.dst, {}, issue, arrive, v, r.spacing};
           for (const auto& hop : r.route) t.links.push_back(hop.link);
@@ -1413,10 +1429,12 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
         rm.earliest = from;
         more = more || rm.done < m.vectors;
       }
-      placeReceives(-1, 0);
+      for (int c : pendingChips) placeReceives(c, -1);
+      pendingChips.clear();
     }
     ready = next;
     if (pool) flushChains(static_cast<size_t>(&stepMessages - plan.steps.data()) + 1);
+    if (progress) progress(&stepMessages - plan.steps.data() + 1, static_cast<std::int64_t>(plan.steps.size()));
   }
   out.chainsScheduled = chainCount;
   out.cluster.programs.resize(cluster.chipCount());
@@ -1430,6 +1448,7 @@ void schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     if (pool && !plan.origin.op.empty()) out.cluster.programs[c].origins = {plan.origin};
     out.cycles = std::max(out.cycles, out.cluster.programs[c].predictedCycles);
   }
+  return true;
 }
 
 }  // namespace
@@ -1439,7 +1458,8 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
                                                 bool wholeBursts, bool recordTransfers, bool shareBodies) {
   CollectiveSchedule out;
   out.plan = plan;
-  schedulePlan(plan, cluster, start, calendar, wholeBursts, recordTransfers, shareBodies, out);
+  if (!schedulePlan(plan, cluster, start, calendar, wholeBursts, recordTransfers, shareBodies, out))
+    return support::interrupted();
   return out;
 }
 
@@ -1447,7 +1467,8 @@ bool isCollectiveBenchmark(const ir::Graph& graph) {
   return graph.ops().size() == 1 && graph.op(0).hasAttr("collective");
 }
 
-Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, const topology::Cluster& cluster) {
+Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, const topology::Cluster& cluster,
+                                                        const CollectiveProgress& progress) {
   if (!isCollectiveBenchmark(graph)) return makeError(ExitCode::kInternal, "not a collective benchmark graph");
   const ir::Op& op = graph.op(0);
   auto kind = parseCollectiveOp(op.stringAttr("collective", ""));
@@ -1469,7 +1490,9 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
   // the plan moved into the result, not copied (on 2,048 chips its messages take 200 MB).
   CollectiveSchedule scheduled;
   LinkCalendar calendar(cluster.links().size());
-  schedulePlan(*plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, false, true, scheduled);
+  if (!schedulePlan(*plan, cluster, std::vector<Cycle>(cluster.chipCount(), 0), calendar, true, false, true, scheduled,
+                    progress))
+    return support::interrupted();
   scheduled.plan = std::move(*plan);
   return scheduled;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -119,7 +120,8 @@ struct CollectiveSchedule {
 /// sender's data, units, streams and every link of the route allow; a transit chip adds
 /// c2c.forward_cycles and uses no streams. No link ever carries two vectors at once. Without
 /// recordTransfers, `transfers` and `cluster.transfers` stay empty (a benchmark run needs the programs
-/// alone; on 1,024 chips the two lists would hold 2 million bursts each).
+/// alone; on 1,024 chips the two lists would hold 2 million bursts each). Stops with
+/// support::interrupted() when support::cancelRequested() says so.
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 bool recordTransfers = true);
 
@@ -161,9 +163,14 @@ Cycle ringTurnaroundCycles(const topology::ChipSpec& chip, bool reduce);
 /// True for the graph of builtin:collective: a single op carrying a `collective` attribute.
 bool isCollectiveBenchmark(const ir::Graph& graph);
 
+/// Steps of a collective's plan scheduled so far, of all its steps.
+using CollectiveProgress = std::function<void(std::int64_t done, std::int64_t total)>;
+
 /// Plans and schedules the collective of a builtin:collective graph over the cluster (all chips, or
-/// chips 0..K-1 with chips=K); errors name the parameter.
-Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, const topology::Cluster& cluster);
+/// chips 0..K-1 with chips=K); errors name the parameter. `progress` hears each step scheduled. Stops
+/// with support::interrupted() when support::cancelRequested() says so.
+Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, const topology::Cluster& cluster,
+                                                        const CollectiveProgress& progress = {});
 
 /// nccl-tests' bus-bandwidth factor: 2(n-1)/n all-reduce, (n-1)/n all-gather, reduce-scatter and all-to-all, 1 broadcast.
 double busBandwidthFactor(CollectiveOp op, int n);
