@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A signal from a batch scheduler stops a run at a window boundary: exit 7, a valid NAME.partial.h5
 and nothing under the final name. The signal is sent once the first progress line shows that the
-simulation runs (no sleeps)."""
+simulation runs (no sleeps). A signal while the collective scheduler places a 10,440-chip all-reduce
+stops it within seconds, before the simulation."""
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import h5py
 import numpy as np
@@ -19,14 +21,16 @@ def check(cond, what):
     print(("ok: " if cond else "FAIL: ") + what)
 
 
-def interrupt(launcher, exe, config, sig, tmp, name, extra=()):
+def interrupt(launcher, exe, config, sig, tmp, name, extra=(), phase="simulate"):
+    """Sends sig at the phase's first progress line; returns (exit code, stderr after it, trace path)."""
     out = os.path.join(tmp, f"{name}.h5")
     cmd = launcher + [exe, "--config", config, "--out", out, *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seen = False
     for line in proc.stderr:
-        if line.startswith("tsp-sim: simulate:"):
+        if line.startswith(f"tsp-sim: {phase}:"):
             seen = True
+            sent = time.time()
             proc.send_signal(sig)
             break
     rest = proc.stderr.read()
@@ -36,7 +40,10 @@ def interrupt(launcher, exe, config, sig, tmp, name, extra=()):
         proc.kill()
         check(False, f"{name}: the run ends after {sig.name}")
         return None, "", out
-    check(seen, f"{name}: a progress line appears while simulating")
+    check(seen, f"{name}: a progress line appears in phase {phase}")
+    if seen:
+        took = time.time() - sent
+        check(took < 10, f"{name}: the run ends within 10 s of the signal ({took:.1f} s)")
     return code, rest, out
 
 
@@ -79,6 +86,20 @@ def main():
         code, err, out = interrupt([], exe, config, signal.SIGTERM, tmp, "direct-term")
         check(code == 7, f"direct-term: exit code 7 (got {code})")
         valid_partial("direct-term", out, err)
+        # SIGTERM while the collective scheduler places the 10,440-chip system's 64 MiB all-reduce
+        # (tens of seconds of the search phase): it stops at its next poll, before the simulation.
+        system = os.path.join(tmp, "system.yaml")
+        with open(system, "w") as f:
+            f.write("cluster:\n  chip: {preset: groq-tsp-v1}\n"
+                    "  topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}\n"
+                    "model: {builtin: collective, params: {op: allreduce, bytes: 67108864}}\n"
+                    "simulation: {mode: timing}\n")
+        code, err, out = interrupt([], exe, system, signal.SIGTERM, tmp, "collective-term", phase="search")
+        check(code == 7, f"collective-term: exit code 7 (got {code})")
+        partial = out[:-3] + ".partial.h5"
+        check("before the simulation" in err and partial in err,
+              f"collective-term: stopped before the simulation, partial trace named ({err.strip()[-200:]})")
+        check(not os.path.exists(out) and os.path.exists(partial), "collective-term: only the partial trace is written")
     failed = [w for ok, w in checks if not ok]
     print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
