@@ -1,4 +1,5 @@
-// Collective bus bandwidth (nccl-tests' busbw) on the shipped GroqNode, torus and GroqRack configs.
+// Collective bus bandwidth (nccl-tests' busbw) on the shipped GroqNode, torus and GroqRack configs,
+// and the scheduling time of the 10,440-chip system's all-reduce.
 #include <benchmark/benchmark.h>
 #include <yaml-cpp/yaml.h>
 
@@ -64,5 +65,36 @@ BENCHMARK(BM_AllReduceBusBandwidth)
     ->ArgsProduct({{0, 1, 2, 3}, {1 << 10, 64 << 20}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
+
+// Scheduling alone (no simulation) of the all-reduce of range(0) bytes per chip over all 10,440
+// chips of configs/dragonfly-10440.yaml, as builtin:collective schedules it (programs of shared
+// bodies, no transfer list): the compiler's share of a full-system run.
+void BM_ScheduleAllReduce10440(benchmark::State& state) {
+  const auto cluster = shippedCluster("dragonfly-10440");
+  std::vector<int> group(cluster.chipCount());
+  std::iota(group.begin(), group.end(), 0);
+  std::int64_t bursts = 0, instructions = 0;
+  for (auto _ : state) {
+    auto plan = tsp::schedule::planCollective(tsp::schedule::CollectiveOp::kAllReduce,
+                                              tsp::schedule::CollectiveAlgorithm::kAuto, group, state.range(0), cluster);
+    if (!plan) {
+      state.SkipWithError(plan.error().format().c_str());
+      return;
+    }
+    tsp::schedule::LinkCalendar calendar(cluster.links().size());
+    auto s = tsp::schedule::scheduleCollective(*plan, cluster, std::vector<tsp::Cycle>(cluster.chipCount(), 0), calendar,
+                                               true, false, true);
+    if (!s) {
+      state.SkipWithError(s.error().format().c_str());
+      return;
+    }
+    bursts = s->transferCount;
+    instructions = 0;
+    for (const auto& program : s->cluster.programs) instructions += program.instructionCount();
+  }
+  state.counters["bursts"] = static_cast<double>(bursts);
+  state.counters["instructions"] = static_cast<double>(instructions);
+}
+BENCHMARK(BM_ScheduleAllReduce10440)->Arg(1 << 20)->Arg(64 << 20)->Iterations(1)->Unit(benchmark::kSecond)->MeasureProcessCPUTime();
 
 }  // namespace
