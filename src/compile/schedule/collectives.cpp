@@ -976,6 +976,7 @@ class ChipChains {
   isa::Program finish() {
     if (pool_) {
       flush(std::numeric_limits<Cycle>::max());
+      program_.instructions.shrink_to_fit();  // all in pieces: the list's buffer would outlive the schedule
     } else {
       isa::canonicalize(program_);
       for (const auto& inst : program_.instructions) account(inst);
