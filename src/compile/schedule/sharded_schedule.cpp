@@ -261,7 +261,12 @@ class ShardedScheduler {
 
   // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
   // every touched chip's chains to its timeline.
-  Status schedule(CollectivePlan plan) { return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_); }
+  Status schedule(CollectivePlan plan) {
+    std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*> flights;
+    for (const auto& device : inFlight_) flights.push_back(&device);
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_,
+                                    detail::wholeBurstsSafe(plan, cluster_, flights));
+  }
 
   // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
   // whole message log2(p) times up and down, which loses to a ring once the bytes term dominates.
@@ -734,9 +739,28 @@ void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.annealAccepted += part.annealAccepted;
 }
 
+std::vector<bool> chipsTouched(const CollectivePlan& plan, const topology::Cluster& cluster) {
+  std::vector<bool> touched(cluster.chipCount(), false);
+  for (const auto& step : plan.steps)
+    for (const auto& m : step) {
+      touched[m.src] = touched[m.dst] = true;
+      for (const auto& hop : messageRoute(cluster, m)) touched[cluster.links()[hop.link].other(hop.chip)] = true;
+    }
+  return touched;
+}
+
+bool wholeBurstsSafe(const CollectivePlan& plan, const topology::Cluster& cluster,
+                     const std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*>& inFlight) {
+  const auto touched = chipsTouched(plan, cluster);
+  for (const auto* flights : inFlight)
+    for (const auto& entry : *flights)
+      if (touched[entry.first.second]) return false;
+  return true;
+}
+
 Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
-                        LinkCalendar& calendar, ClusterSchedule& result) {
-  auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar);
+                        LinkCalendar& calendar, ClusterSchedule& result, bool wholeBursts) {
+  auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar, wholeBursts);
   if (!scheduled) return scheduled.error();
   for (int c = 0; c < cluster.chipCount(); ++c) {
     isa::Program& program = scheduled->cluster.programs[c];

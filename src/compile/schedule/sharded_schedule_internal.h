@@ -382,9 +382,21 @@ struct InFlight {
 void accumulateReport(CompileReport& report, const CompileReport& part);
 
 /// Schedules a collective (or one step of messages) at the earliest cycles the chips and links
-/// allow, appends every touched chip's chain to its timeline and records the transfers.
+/// allow, appends every touched chip's chain to its timeline and records the transfers. With
+/// `wholeBursts` its receives take each burst whole once its last vector is in (scheduleCollective);
+/// callers pass it only when no burst a segment sent is still waiting at a chip the collective
+/// touches (wholeBurstsSafe), since a port hands bursts over in arrival order.
 Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
-                        LinkCalendar& calendar, ClusterSchedule& result);
+                        LinkCalendar& calendar, ClusterSchedule& result, bool wholeBursts);
+
+/// The chips a collective's messages reach: senders, receivers and the chips their routes pass through.
+std::vector<bool> chipsTouched(const CollectivePlan& plan, const topology::Cluster& cluster);
+
+/// True when none of `inFlight` (segment bursts not yet taken by their receivers, keyed by (tensor,
+/// receiving chip)) waits at a chip the collective touches: its receives and forwards then see only
+/// its own bursts on their ports and may take them whole.
+bool wholeBurstsSafe(const CollectivePlan& plan, const topology::Cluster& cluster,
+                     const std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*>& inFlight);
 
 /// Books the bursts of a segment placed on `chip` at `offset`: send i (interface.sends[i], `rows[i]`
 /// vectors per tile) on the direct link links[i]. Records the transfers; returns each send's arrivals.

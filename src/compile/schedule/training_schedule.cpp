@@ -481,7 +481,12 @@ class TrainingScheduler {
   // A collective (or a step of messages) appended; each chip it touched is free again once the
   // streams of its part have drained (ChipTimelines::append).
   Status appendSettled(const CollectivePlan& plan) {
-    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster);
+    std::vector<const std::map<std::pair<ir::TensorId, int>, detail::InFlight>*> flights;
+    for (const auto& replica : data_)
+      for (const auto& rank : replica)
+        for (const auto& microbatch : rank) flights.push_back(&microbatch.inFlight);
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster,
+                                    detail::wholeBurstsSafe(plan, cluster_, flights));
   }
 
   // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank
