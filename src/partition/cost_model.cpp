@@ -28,7 +28,13 @@ double allReduceCycles(double chips, double bytes, const LinkFigures& links) {
   const double alpha = static_cast<double>(links.alpha), beta = links.cyclesPerByte * links.contention;
   const double ring = 2 * (chips - 1) * alpha + 2 * (chips - 1) / chips * bytes * beta;
   const double tree = 2 * std::ceil(std::log2(chips)) * (alpha + bytes * beta);
-  if (links.fitCyclesPerByte > 0) return std::min(tree, links.fitAlpha + bytes * links.fitCyclesPerByte);
+  if (const auto& points = links.fitPoints; points.size() >= 2) {
+    size_t i = 1;
+    while (i + 1 < points.size() && points[i].first < bytes) ++i;
+    const auto [b0, c0] = points[i - 1];
+    const auto [b1, c1] = points[i];
+    return std::max(c0 * std::min(1.0, bytes / b0), c0 + (c1 - c0) * (bytes - b0) / (b1 - b0));
+  }
   if (links.direct) {
     const double twoShot = 2 * (alpha + bytes / chips * links.cyclesPerByte), oneShot = alpha + bytes * links.cyclesPerByte;
     return std::min({ring, tree, twoShot, oneShot});
@@ -71,9 +77,18 @@ double splitCycles(const LayerProfile& layer, double scaled, double share) {
   return latency + (scaled - latency) * share;
 }
 
+// One rank's compute at a tensor split: its compiled layer (scaled with the batch as the whole
+// layer is) when the layer was too large for one chip, else the split of the layer's cycles.
+double rankCompute(const LayerProfile& layer, double scaled, const LayerProfile::WidthFigures* at,
+                   double defaultShare) {
+  if (at && at->rankCycles > 0 && layer.cycles > 0)
+    return static_cast<double>(at->rankCycles) * scaled / static_cast<double>(layer.cycles);
+  return splitCycles(layer, scaled, at ? at->computeShare : defaultShare);
+}
+
 }  // namespace
 
-LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links) {
+LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const CandidateLinks& links, int stage) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
   const double scaled = layerCyclesAt(layer, frac);
   LayerShare share;
@@ -86,14 +101,15 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // At the candidate's width as the sharding splits it (figuresAt); without those figures the
       // matmuls, attention heads and the elementwise work between them split, convolutions do not.
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = splitCycles(layer, scaled, at ? at->computeShare : conv + (1 - conv) / t);
+      share.compute = rankCompute(layer, scaled, at, conv + (1 - conv) / t);
       const int allReduces = at ? at->allReduces : layer.allReduces;
       const int allGathers = at ? at->allGathers : layer.allGathers;
       const double reduced = static_cast<double>(at ? at->allReduceBytes : layer.allReduceBytes);
       const double gathered = static_cast<double>(at ? at->allGatherBytes : layer.allGatherBytes);
       // All-reduce and all-gather as the scheduler runs them (allReduceCycles, allGatherCycles).
-      share.comm = allReduces * allReduceCycles(t, reduced * frac / std::max(1, allReduces), links.tp) +
-                   allGathers * allGatherCycles(t, gathered * frac / std::max(1, allGathers), links.tp);
+      const LinkFigures& ring = links.tpOf(stage);
+      share.comm = allReduces * allReduceCycles(t, reduced * frac / std::max(1, allReduces), ring) +
+                   allGathers * allGatherCycles(t, gathered * frac / std::max(1, allGathers), ring);
       break;
     }
     case TensorSplit::k2d: {
@@ -102,7 +118,7 @@ LayerShare layerShare(const LayerProfile& layer, const Candidate& c, const Candi
       // axis.
       const double q = std::round(std::sqrt(t));
       const auto* at = layer.figuresAt(c.split, c.tp);
-      share.compute = splitCycles(layer, scaled, at ? at->computeShare : conv + (1 - conv) / t);
+      share.compute = rankCompute(layer, scaled, at, conv + (1 - conv) / t);
       const auto& g = at ? at->grid : layer.grid;
       if (g[0].allReduces + g[0].allGathers + g[1].allReduces + g[1].allGathers == 0) {
         share.comm = layer.weightMatmuls *
@@ -301,7 +317,7 @@ PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, cons
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerProfile& layer = profile.layers[l];
-    const LayerShare share = layerShare(layer, c, links);
+    const LayerShare share = layerShare(layer, c, links, stages.layerChunk[l] % c.pp);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
     // Unsharded consecutive layers of one chunk are one program: the layer overlaps the one before
     // it as the compiler measured for the pair, in proportion at a share of the batch.

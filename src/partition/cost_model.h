@@ -25,9 +25,10 @@ struct LinkFigures {
   /// over all of them at once (a tensor-parallel group inside a node).
   bool direct = false;
   /// When the scheduler runs the group's all-reduce hierarchically (whole dragonfly nodes): its
-  /// estimate (schedule::estimateCollectiveCycles) as fitAlpha + bytes x fitCyclesPerByte, fitted
-  /// at 1 and 16 MiB per chip; 0: none.
-  double fitAlpha = 0, fitCyclesPerByte = 0;
+  /// estimate (schedule::estimateCollectiveCycles) of the algorithm it picks at each of a few sizes
+  /// per chip (bytes, cycles; ascending), the cost between them linear, beyond the last along the
+  /// last segment; empty: none.
+  std::vector<std::pair<double, double>> fitPoints;
   /// Cycles to move `bytes` once: alpha + bytes * beta * contention.
   double transfer(double bytes) const { return static_cast<double>(alpha) + bytes * cyclesPerByte * contention; }
 };
@@ -92,6 +93,12 @@ struct SharedLinks {
 /// Communication figures the cost model needs for one candidate on its placement.
 struct CandidateLinks {
   LinkFigures tp;  ///< ring of a tensor-parallel group
+  /// Per pipeline stage (all groups measured): `tp` with the hierarchical fit of that stage's own
+  /// group, which differs from the first group's where a group spans racks; empty: `tp` for all.
+  std::vector<LinkFigures> tpStage;
+  const LinkFigures& tpOf(int stage) const {
+    return stage >= 0 && stage < static_cast<int>(tpStage.size()) ? tpStage[stage] : tp;
+  }
   LinkFigures grid[2];  ///< 2D: the rings along grid axis r (columns) and along axis c (rows)
   LinkFigures pp;  ///< stage-to-stage sends
   LinkFigures dp;  ///< ring of the data-parallel replicas of one chip (training: gradient all-reduce)
@@ -139,8 +146,10 @@ double allGatherCycles(double chips, double bytes, const LinkFigures& links);
 /// Compute cycles of a layer on `share` of the batch, one chip: interpolated between the compiler's
 /// measured shares, extrapolated below the smallest along the line through the two smallest.
 double layerCyclesAt(const LayerProfile& layer, double share);
-/// The forward share of a layer for one microbatch on one chip of the candidate.
-LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links);
+/// The forward share of a layer for one microbatch on one chip of the candidate, its tensor-parallel
+/// collectives on the group of pipeline stage `stage` (CandidateLinks::tpOf; -1: the first group's).
+LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links,
+                      int stage = -1);
 
 /// Predicts the cost of a candidate with the given stages and link figures on chips of `chip`
 /// (clusterChips bounds the copies for the throughput figure).

@@ -301,6 +301,12 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
 
+// Collectives and point-to-point transfers: no compute of a layer's own.
+bool isCollectiveOrTransfer(ir::OpKind kind) {
+  return kind == ir::OpKind::kAllReduce || kind == ir::OpKind::kAllGather || kind == ir::OpKind::kReduceScatter ||
+         kind == ir::OpKind::kAllToAll || kind == ir::OpKind::kSend || kind == ir::OpKind::kRecv;
+}
+
 // An op's compute on one chip by the FLOP-based rates: MACs at the MXM peak (INT8; 2-byte types
 // at 1/mxmFp16RateDivisor of it), other FLOPs one element per lane byte-group per ALU group a cycle.
 double opEstimateCycles(const ir::Graph& graph, const ir::Op& op, const topology::ChipSpec& chip) {
@@ -324,10 +330,7 @@ std::vector<double> layerComputeCycles(const ir::Graph& graph, const topology::C
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
   std::vector<double> cycles(layerCount, 0);
   for (const ir::Op& op : graph.ops()) {
-    if (op.kind == ir::OpKind::kAllReduce || op.kind == ir::OpKind::kAllGather ||
-        op.kind == ir::OpKind::kReduceScatter || op.kind == ir::OpKind::kAllToAll || op.kind == ir::OpKind::kSend ||
-        op.kind == ir::OpKind::kRecv)
-      continue;
+    if (isCollectiveOrTransfer(op.kind)) continue;
     double c = opEstimateCycles(graph, op, chip);
     if (ir::isMacOp(op.kind)) {
       Bytes resident = 0;
@@ -352,7 +355,9 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
                                                                   const topology::ChipSpec& chip,
                                                                   const ShardingPlan& sharding, int layerCount,
                                                                   const std::vector<ir::TensorId>& shared,
-                                                                  std::vector<Bytes>& sharedRankBytes) {
+                                                                  std::vector<Bytes>& sharedRankBytes,
+                                                                  const std::vector<bool>& piecewise,
+                                                                  std::map<std::string, Cycle>& rankLayerCycles) {
   sharedRankBytes.clear();
   for (ir::TensorId t : shared)
     sharedRankBytes.push_back(localBytes(graph.tensor(t), sharding.tensors[t], sharding.mesh));
@@ -401,6 +406,44 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
     figures[l].rank = memory[l];
     figures[l].computeShare = whole[l] > 0 ? ranks[l] / whole[l] : 1.0 / sharding.mesh.devices();
   }
+  // A layer estimated piecewise has no fixed part to keep whole (splitCycles): a FLOP share of it
+  // would divide the latencies of its chain of small ops (norms, softmax, reshapes) by the width
+  // too. Its rank's compute is rank 0's layer as the plan compiles it once that fits one chip: the
+  // runs of ops between its collectives, each compiled alone (once per distinct run), summed.
+  std::vector<std::vector<std::vector<ir::OpId>>> runs(layerCount);
+  for (size_t i = 0; i < rank->ops().size(); ++i) {
+    const ir::Op& op = rank->op(i);
+    auto& layer = runs[std::clamp(op.layer, 0, last)];
+    if (isCollectiveOrTransfer(op.kind)) {
+      if (!layer.empty() && !layer.back().empty()) layer.emplace_back();
+      continue;
+    }
+    if (layer.empty()) layer.emplace_back();
+    layer.back().push_back(static_cast<ir::OpId>(i));
+  }
+  for (int l = 0; l < layerCount; ++l) {
+    if (l >= static_cast<int>(piecewise.size()) || !piecewise[l] ||
+        memory[l].weightBytes + memory[l].stateBytes > chip.sramBytes() / 2)
+      continue;
+    Cycle total = 0;
+    for (const auto& run : runs[l]) {
+      if (run.empty()) continue;
+      const std::string signature = layerSignature(*rank, run);
+      auto found = rankLayerCycles.find(signature);
+      if (found == rankLayerCycles.end()) {
+        Cycle cycles = 0;
+        if (auto sub = layerGraph(*rank, run))
+          if (auto compiled = compileLayerAlone(*sub, chip, 0)) cycles = *compiled;
+        found = rankLayerCycles.emplace(signature, cycles).first;
+      }
+      if (found->second <= 0) {  // a run the compiler cannot take alone: the FLOP share stands
+        total = 0;
+        break;
+      }
+      total += found->second;
+    }
+    figures[l].rankCycles = total;
+  }
   return figures;
 }
 
@@ -413,6 +456,11 @@ constexpr int kWidestSplit = 4096;
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
                            const std::vector<ir::TensorId>& shared) {
   const int layerCount = static_cast<int>(profile.layers.size());
+  std::vector<bool> piecewise(layerCount);
+  for (int l = 0; l < layerCount; ++l)
+    piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.empty() &&
+                   profile.layers[l].weightBytes > chip.sramBytes() / 2;
+  std::map<std::string, Cycle> rankLayerCycles;
   bool megatron = false;
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
@@ -425,7 +473,8 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
       auto propagated = annotations ? propagateShardings(graph, mesh, *annotations)
                                     : Expected<ShardingPlan>(annotations.error());
       std::vector<Bytes> sharedRankBytes;
-      auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes)
+      auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes,
+                                                            piecewise, rankLayerCycles)
                                 : Expected<std::vector<LayerProfile::WidthFigures>>(propagated.error());
       if (!figures) continue;
       for (int l = 0; l < layerCount; ++l)

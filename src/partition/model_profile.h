@@ -86,6 +86,9 @@ struct LayerProfile {
     /// The share of the layer's compute one rank does: its graph's ops (padded blocks included)
     /// against the whole layer's, both by the FLOP-based rates.
     double computeShare = 1;
+    /// For a layer too large for one chip (estimated piecewise, no batch curve to split): rank 0's
+    /// layer at this width compiled alone, for the whole batch, once it fits one chip; 0 otherwise.
+    Cycle rankCycles = 0;
     /// What one rank's graph holds for the layer (layerMemory of the sharded graph at this width,
     /// padded blocks included), for the whole batch.
     LayerMemory rank;

@@ -157,7 +157,7 @@ std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid) {
 }
 
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups, bool grid, bool sharedLinks) {
+                           int pp, int interleave, bool allGroups, bool grid, bool sharedLinks, GroupFits* fits) {
   CandidateLinks figures;
   figures.shared.stages = pp;
   // Per link direction and transit chip: the per-microbatch messages of every kind (SharedLinks).
@@ -232,21 +232,55 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
   figures.tp = measure(ring, ringKinds);
   figures.tp.direct = tpDirect && !isGrid;
   if (tp > 1 && !isGrid) {
-    // A group the scheduler all-reduces hierarchically: the fit of its own estimate (one group
-    // stands for all: the groups of a placement are alike).
-    std::vector<int> chips;
-    for (int t = 0; t < tp; ++t) chips.push_back(placement[rankOf(0, 0, t, tp, pp)]);
-    constexpr std::int64_t kSmall = std::int64_t{1} << 20, kLarge = std::int64_t{16} << 20;
+    // A group the scheduler all-reduces hierarchically: the fit of its own estimate. Screening
+    // lets the first group stand for all; with every group measured, each stage gets its own
+    // group's fit (replica 0's), and `tp` the first stage's.
+    // The sizes: 1, 2, 4, ... 256 vectors (latency-bound: the tree or the hierarchy, whichever the
+    // scheduler's estimate prefers; the cost rises in steps as the pieces per chip grow), then two
+    // bandwidth-bound sizes. Up to 1 MiB they are scheduled (cheap at those sizes, and exact: the
+    // estimate leaves out the chains' on-chip turnarounds that dominate there), the others estimated.
+    const std::int64_t vector = cluster.chip().vectorBytes;
+    std::vector<std::int64_t> sizes;
+    for (std::int64_t v = 1; v <= 256; v *= 2) sizes.push_back(v * vector);
+    sizes.push_back(std::int64_t{1} << 20);
+    sizes.push_back(std::int64_t{16} << 20);
     const auto op = schedule::CollectiveOp::kAllReduce;
-    if (schedule::chooseAlgorithm(op, chips, kLarge, cluster) == schedule::CollectiveAlgorithm::kHierarchical) {
-      auto small = schedule::planCollective(op, schedule::CollectiveAlgorithm::kHierarchical, chips, kSmall, cluster);
-      auto large = schedule::planCollective(op, schedule::CollectiveAlgorithm::kHierarchical, chips, kLarge, cluster);
-      if (small && large) {
-        const double a = schedule::estimateCollectiveCycles(*small, cluster);
-        const double b = schedule::estimateCollectiveCycles(*large, cluster);
-        figures.tp.fitCyclesPerByte = (b - a) / static_cast<double>(kLarge - kSmall);
-        figures.tp.fitAlpha = std::max(0.0, a - figures.tp.fitCyclesPerByte * static_cast<double>(kSmall));
+    auto fit = [&](int stage, LinkFigures& f) {
+      std::vector<int> chips;
+      for (int t = 0; t < tp; ++t) chips.push_back(placement[rankOf(0, stage, t, tp, pp)]);
+      if (fits)
+        if (auto found = fits->find(chips); found != fits->end()) {
+          f.fitPoints = found->second;
+          return;
+        }
+      if (schedule::chooseAlgorithm(op, chips, sizes.back(), cluster) != schedule::CollectiveAlgorithm::kHierarchical) {
+        if (fits) (*fits)[chips] = {};
+        return;
       }
+      std::vector<std::pair<double, double>> points;
+      for (std::int64_t bytes : sizes) {
+        const auto algorithm = schedule::chooseAlgorithm(op, chips, bytes, cluster);
+        auto plan = schedule::planCollective(
+            op, algorithm, algorithm == schedule::CollectiveAlgorithm::kRing ? schedule::groupRing(cluster, chips) : chips,
+            bytes, cluster);
+        if (!plan) return;
+        double cycles = 0;
+        if (bytes < sizes.back()) {
+          auto scheduled = schedule::scheduleCollective(*plan, cluster, false);
+          if (!scheduled) return;
+          cycles = static_cast<double>(scheduled->cycles);
+        } else {
+          cycles = schedule::estimateCollectiveCycles(*plan, cluster);
+        }
+        points.push_back({static_cast<double>(bytes), cycles});
+      }
+      if (fits) (*fits)[chips] = points;
+      f.fitPoints = std::move(points);
+    };
+    fit(0, figures.tp);
+    if (allGroups && pp > 1 && !figures.tp.fitPoints.empty()) {
+      figures.tpStage.assign(pp, figures.tp);
+      for (int s = 1; s < pp; ++s) fit(s, figures.tpStage[s]);
     }
   }
   if (isGrid)

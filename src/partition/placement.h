@@ -27,8 +27,12 @@ Expected<std::vector<int>> placePlan(const topology::Cluster& cluster, const std
 /// TP group and the first pipeline only (cheap screening of large clusters).
 /// With grid, a TP group of q x q ranks communicates along the rows and columns of its grid (2D split).
 /// With sharedLinks (a training step), CandidateLinks::shared routes every kind of message at once.
+/// `fits`, when given, keeps each TP group's all-reduce fit (LinkFigures::fitPoints) by its chips
+/// across calls on the same cluster (the stages of many candidates share their groups).
+using GroupFits = std::map<std::vector<int>, std::vector<std::pair<double, double>>>;
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
-                           int pp, int interleave, bool allGroups, bool grid = false, bool sharedLinks = false);
+                           int pp, int interleave, bool allGroups, bool grid = false, bool sharedLinks = false,
+                           GroupFits* fits = nullptr);
 
 /// The (rank, rank) pairs of one TP group that exchange messages: its ring (t, t + 1 mod tp), or
 /// with grid (tp = q x q) the rings of every row and column of the grid; a ring of two lists both directions.

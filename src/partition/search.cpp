@@ -87,7 +87,7 @@ class Evaluator {
     if (found == links_.end()) {
       const int dp = replicas ? c.dp : 1;
       found = links_.emplace(key, linkFigures(cluster_, placement(dp, c.tp, c.pp), dp, c.tp, c.pp, c.interleave, exact,
-                                              grid, profile_.training.enabled))
+                                              grid, profile_.training.enabled, &fits_))
                   .first;
     }
     return found->second;
@@ -106,6 +106,7 @@ class Evaluator {
   std::map<int, StageAssignment> stages_;
   std::map<std::tuple<int, int, int>, std::vector<int>> placements_;
   std::map<std::tuple<int, int, int, bool, bool, int>, CandidateLinks> links_;
+  GroupFits fits_;
 };
 
 // Evaluates a list of candidates, spread over ranks; every rank gets every result.
