@@ -8,6 +8,8 @@
 - SIGKILL of one rank during the simulation: every process ends within 10 s.
 - A full filesystem (a small tmpfs, when this machine lets the test mount one): exit 5, no hang,
   nothing left behind.
+The search and compile cases run fault_ring.yaml's 2048-chip pipeline; the simulation cases a ring
+all-reduce generated here, compiled in about a second, whose simulation lasts long on 2 and 4 ranks.
 Each signal is sent when the phase's first progress line appears (after 2 s of the phase)."""
 import os
 import signal
@@ -17,16 +19,15 @@ import tempfile
 import threading
 import time
 
-import h5py
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from partial_trace import Checks, check_partial, leftovers  # noqa: E402
 
-checks = []
+check = Checks()
 BOUND = 10.0  # seconds: what the issue asks between the signal and the end of every rank
-
-
-def check(cond, what):
-    checks.append((bool(cond), what))
-    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+# The simulation cases' all-reduce: 2 (SIM_CHIPS - 1) ring steps, each a window of C2C traffic on
+# every rank (docs/runtime.md gives its time), so that the phase's first progress line, 2 s in, comes
+# well before its end on 2 and 4 ranks.
+SIM_CHIPS, SIM_BYTES = 768, 65536
 
 
 def rank_pids(mpirun_pid, ranks):
@@ -86,10 +87,6 @@ def finish(proc, name, timeout=120):
     return code, rest[0] if rest else ""
 
 
-def leftovers(directory, keep):
-    return sorted(n for n in os.listdir(directory) if n not in keep)
-
-
 def run_and_signal(exe, ranks, args, phase, sig, target, name):
     """Starts the job, sends sig to target ("mpirun" or a rank) at the phase's first progress line.
     Returns (exit code, stderr after the signal, seconds from the signal to the end) or None."""
@@ -127,44 +124,7 @@ def run_and_signal(exe, ranks, args, phase, sig, target, name):
     return result[0], result[1], ended["after"]
 
 
-def valid_partial(name, out, stderr, after, compiled=False):
-    """The partial trace of a run stopped after `after` (search, compile or simulate) is valid."""
-    partial = out[:-3] + ".partial.h5"
-    directory = os.path.dirname(out)
-    check("partial trace written to " + partial in stderr, f"{name}: says where the partial trace is")
-    check(leftovers(directory, set()) == [os.path.basename(partial)],
-          f"{name}: only {os.path.basename(partial)} is left (found {leftovers(directory, set())})")
-    if not os.path.exists(partial):
-        return
-    with h5py.File(partial, "r") as f:
-        meta = f["meta"].attrs
-        check(meta["format_version"] == 1 and meta["partial"] == 1, f"{name}: a version-1 trace marked partial")
-        reached = int(meta["reached_cycle"])
-        chips = f["summary/chips"][:]
-        run = f["summary/run"][0]
-        check(len(chips) == meta["chip_count"], f"{name}: one /summary/chips row per chip")
-        # Consistent figures: a makespan that covers every chip's cycles, none beside counters.
-        busy = chips["instructions"].sum() + chips["bytes_sent"].sum()
-        check(run["makespan_cycles"] == chips["cycles"].max(), f"{name}: the makespan is the longest chip's cycles")
-        check((busy > 0) == (run["makespan_cycles"] > 0),
-              f"{name}: a zero makespan goes with zero counters (makespan {run['makespan_cycles']}, counters {busy})")
-        check(run["samples"] == 0 and run["throughput_per_second"] == 0, f"{name}: a partial run claims no samples")
-        if after == "search":
-            check(reached == 0 and busy == 0, f"{name}: stopped before simulating: reached_cycle 0, no counters")
-        if after in ("compile", "simulate"):
-            check(len(meta["plan_yaml"]) > 0, f"{name}: the plan is recorded")
-        if after == "simulate":
-            check(reached > 0 and busy > 0, f"{name}: the cycle reached ({reached}) and what ran are recorded")
-            if compiled:
-                check("compile/reports" in f and len(f["compile/reports"]) == meta["chip_count"],
-                      f"{name}: the compile reports are recorded")
-            if "events/c2c" in f:
-                c2c = f["events/c2c"][:]
-                written = c2c[c2c["src_chip"] >= 0]
-                check(np.all(written["send_cycle"] < reached), f"{name}: every C2C row written was sent before reached_cycle")
-
-
-def signal_case(exe, ranks, work, name, args, phase, sig, target, after, compiled=False):
+def signal_case(exe, ranks, work, name, args, phase, sig, target, after):
     out = os.path.join(work, name, "t.h5")
     os.makedirs(os.path.dirname(out))
     result = run_and_signal(exe, ranks, ["--out", out, *args], phase, sig, target, name)
@@ -177,10 +137,10 @@ def signal_case(exe, ranks, work, name, args, phase, sig, target, after, compile
     if target == "mpirun" and os.path.exists(out) and "interrupted" not in err:
         # mpirun forwards a signal about a second after it gets it: the run may have renamed its
         # whole trace by then.
-        check(leftovers(os.path.dirname(out), set()) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
+        check(leftovers(os.path.dirname(out)) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
         return
-    check(f"interrupted" in err, f"{name}: says it was interrupted")
-    valid_partial(name, out, err, after, compiled)
+    check("interrupted" in err, f"{name}: says it was interrupted")
+    check_partial(check, name, out, err, after, mid_run=after == "simulate")
 
 
 def main():
@@ -191,10 +151,15 @@ def main():
     with open(plan, "w") as f:
         f.write("dp: 1\ntp: 1\npp: 2048\nmicrobatches: 1\ninterleave: 1\nstages:\n")
         f.writelines(f"  - {{first_layer: {i}, chip: {i}}}\n" for i in range(2048))
+    long_sim = os.path.join(work, "allreduce_ring.yaml")
+    with open(long_sim, "w") as f:
+        f.write(f"cluster:\n  topology: {{kind: ring, chips: {SIM_CHIPS}}}\n"
+                f"model:\n  builtin: collective\n  params: {{op: allreduce, bytes: {SIM_BYTES}}}\n"
+                "output:\n  trace: out/allreduce_ring.h5\n  level: links\n")
     programs = os.path.join(work, "programs")
-    emitted = subprocess.run([exe, "--config", ring, "--plan", plan, "--emit-programs", programs, "--compile-only",
-                              "--quiet"], capture_output=True, text=True)
-    check(emitted.returncode == 0, f"the ring's programs are compiled once ({emitted.stderr.strip()[-200:]})")
+    emitted = subprocess.run([exe, "--config", long_sim, "--emit-programs", programs, "--compile-only", "--quiet"],
+                             capture_output=True, text=True)
+    check(emitted.returncode == 0, f"the all-reduce's programs are compiled once ({emitted.stderr.strip()[-200:]})")
     base = ["--config", ring]
     other = 1 if ranks == 2 else 3
     # Search, compile and simulation: to a rank and to mpirun.
@@ -204,11 +169,11 @@ def main():
     signal_case(exe, ranks, work, "compile-rank", [*base, "--plan", plan], "compile", signal.SIGUSR1, 0, "compile")
     signal_case(exe, ranks, work, "compile-mpirun", [*base, "--plan", plan], "compile", signal.SIGTERM, "mpirun",
                 "compile")
-    sim = [*base, "--plan", plan, "--programs", programs]
+    sim = ["--config", long_sim, "--programs", programs]
     signal_case(exe, ranks, work, "simulate-rank", sim, "simulate", signal.SIGINT, other, "simulate")
-    # Compiled in this run: its compile reports are in the partial trace.
-    signal_case(exe, ranks, work, "simulate-mpirun", [*base, "--plan", plan], "simulate", signal.SIGUSR1, "mpirun",
-                "simulate", compiled=True)
+    # Compiled in this run (a collective's programs have no compile reports).
+    signal_case(exe, ranks, work, "simulate-mpirun", ["--config", long_sim], "simulate", signal.SIGUSR1, "mpirun",
+                "simulate")
     # The end of the run: the signal comes with the simulation's last progress lines, while or after
     # the last windows run and the trace is written. Either way the job stops with a valid partial
     # trace, or (the signal came after the trace was renamed) the whole trace.
@@ -227,10 +192,10 @@ def main():
             break
     ended = finish(proc, name)
     if ended and ended[0] == 0:
-        check(leftovers(os.path.dirname(out), set()) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
+        check(leftovers(os.path.dirname(out)) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
     elif ended:
         check(ended[0] == 7, f"{name}: exit code 7 (got {ended[0]})")
-        valid_partial(name, out, ended[1], "simulate")
+        check_partial(check, name, out, ended[1], "simulate")
 
     # SIGKILL of one rank: mpirun ends the others (its exit code is 128 + 9, Open MPI's).
     name = "kill-rank"
@@ -244,10 +209,8 @@ def main():
         check(not os.path.exists(out), f"{name}: nothing under the final name")
 
     full_disk(exe, quickstart, ranks, work)
-    failed = [w for ok, w in checks if not ok]
-    print(f"{len(checks) - len(failed)} passed, {len(failed)} failed")
     subprocess.run(["rm", "-rf", work])
-    sys.exit(1 if failed else 0)
+    check.exit()
 
 
 def full_disk(exe, quickstart, ranks, work):
