@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up tsp-sim, then runs the whole test suite with ctest. Usage: scripts/test.sh [--sanitize]
+# Sets up tsp-sim, then runs the whole test suite with ctest (with --sanitize: in build-sanitize/, all but the
+# tests labelled long and zoo). Usage: scripts/test.sh [--sanitize]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TSP_TEST_PACKAGES=1 "$root/scripts/setup.sh" "$@"
