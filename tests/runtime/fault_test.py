@@ -9,7 +9,7 @@
 - A full filesystem (a small tmpfs, when this machine lets the test mount one): exit 5, no hang,
   nothing left behind.
 The search and compile cases run fault_ring.yaml's 2048-chip pipeline; the simulation cases a ring
-all-reduce generated here, compiled in about a second, whose simulation lasts long on 2 and 4 ranks.
+all-reduce generated here, compiled in seconds, whose simulation lasts long on 2 and 4 ranks.
 Each signal is sent when the phase's first progress line appears (after 2 s of the phase)."""
 import os
 import signal
