@@ -281,12 +281,51 @@ TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   EXPECT_EQ(hd.plan.steps[2][0].vectors, 8);
 }
 
+// A 4x4 mesh's corner chips have two links, so no all-reduce on it passes two links' payload rate
+// (every chip sends 2(p-1)/p of the data). Its multi-ring is the ring through all chips over single
+// links, both ways at once with half the data each: within 2 % of the alpha-beta ring formula on
+// half the bytes, and at least 95 % of the corners' two links. A 3x3 mesh has no such ring (an odd
+// number of chips on a bipartite grid) and keeps the per-dimension rings.
+TEST(Collectives, MeshMultiRingRunsItsEmbeddedRingBothWays) {
+  const auto mesh = clusterOf("{topology: {kind: mesh, dims: [4, 4]}}");
+  const std::int64_t bytes = std::int64_t{64} << 20;
+  EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(mesh), bytes, mesh), CollectiveAlgorithm::kMultiRing);
+  const double twoLinks = 2 * mesh.links()[0].bytesPerCycle * mesh.chip().clockMhz * 1e6;
+  for (auto op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+    const auto s = run(mesh, op, CollectiveAlgorithm::kMultiRing, bytes);
+    std::set<std::pair<int, int>> directed;
+    for (const auto& step : s.plan.steps)
+      for (const auto& m : step) {
+        EXPECT_EQ(mesh.hops(m.src, m.dst), 1) << m.src << " -> " << m.dst;
+        directed.insert({m.src, m.dst});
+      }
+    EXPECT_EQ(directed.size(), 32u);  // the ring's 16 links, both ways
+    const double want = formula(mesh, op, bytes / 2);
+    EXPECT_NEAR(static_cast<double>(s.cycles), want, 0.02 * want) << collectiveOpName(op);
+    const double busbw = busBandwidthFactor(op, mesh.chipCount()) * static_cast<double>(bytes) /
+                         (static_cast<double>(s.cycles) / (mesh.chip().clockMhz * 1e6));
+    EXPECT_GT(busbw, 0.95 * twoLinks) << collectiveOpName(op);
+  }
+  // With the rows odd and the columns even, the ring goes along the first row instead.
+  const auto wide = clusterOf("{topology: {kind: mesh, dims: [3, 4]}}");
+  const auto w = run(wide, CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, std::int64_t{1} << 20);
+  for (const auto& step : w.plan.steps)
+    for (const auto& m : step) EXPECT_EQ(wide.hops(m.src, m.dst), 1) << m.src << " -> " << m.dst;
+  const auto odd = clusterOf("{topology: {kind: mesh, dims: [3, 3]}}");
+  const auto s = run(odd, CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, std::int64_t{1} << 20);
+  int longest = 0;
+  for (const auto& step : s.plan.steps)
+    for (const auto& m : step) longest = std::max(longest, odd.hops(m.src, m.dst));
+  EXPECT_EQ(longest, 2);  // a line's last ring step goes back along it
+}
+
 // The chosen algorithm's schedule is within 10 % of the fastest schedule of every algorithm the
 // group allows, from latency-bound to bandwidth-bound sizes; and on direct links the estimate the
 // choice rests on is within 10 % of the schedule from 1 MiB (below, the stream distances of the
 // chains weigh; a pipelined broadcast's steps overlap, which the per-step estimate does not see).
 TEST(Collectives, ChosenAlgorithmIsTheFastestScheduled) {
   for (const char* yaml : {"{topology: {kind: ring, chips: 8}}", "{topology: {kind: torus, dims: [4, 4]}}",
+                           "{topology: {kind: mesh, dims: [4, 4]}}",
                            "{topology: {kind: fully-connected, chips: 8}}"}) {
     const auto c = clusterOf(yaml);
     for (std::int64_t bytes : {std::int64_t{1024}, std::int64_t{64} << 10, std::int64_t{1} << 20, std::int64_t{16} << 20})
@@ -366,7 +405,7 @@ TEST(Collectives, Errors) {
 // Each schedule against its algorithm's alpha-beta estimate with contention (estimateCollectiveCycles).
 TEST(Collectives, ValidationTable) {
   for (const char* yaml : {"{topology: {kind: ring, chips: 16}}", "{topology: {kind: torus, dims: [4, 4]}}",
-                           "{topology: {kind: fully-connected, chips: 8}}",
+                           "{topology: {kind: mesh, dims: [4, 4]}}", "{topology: {kind: fully-connected, chips: 8}}",
                            "{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 1}}"}) {
     const auto c = clusterOf(yaml);
     for (auto op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {

@@ -177,6 +177,16 @@ bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) 
   return true;
 }
 
+// On a whole mesh, a ring through every chip whose steps (the last back to the first included) are
+// single links, in ringOrder's order; empty when ringOrder finds none (no even side, 3-D meshes).
+std::vector<int> embeddedRing(const topology::Cluster& cluster, const std::vector<int>& group) {
+  if (cluster.description().kind != "mesh" || group.size() < 3) return {};
+  std::vector<int> ring = ringOrder(cluster, group);
+  for (size_t i = 0; i < ring.size(); ++i)
+    if (cluster.hops(ring[i], ring[(i + 1) % ring.size()]) != 1) return {};
+  return ring;
+}
+
 // Binomial tree on every group at once: reduce `vectors` to group[0] (when `reduce`), then broadcast them.
 void addTreeSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<std::vector<int>>& groups,
                   std::int64_t vectors, bool reduce) {
@@ -290,19 +300,25 @@ constexpr size_t kRingOrderExactChips = 12;
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips) {
   std::sort(chips.begin(), chips.end());
   const auto& d = cluster.description();
-  if ((d.kind == "torus" || d.kind == "mesh") && d.dims.size() == 2 &&
-      static_cast<int>(chips.size()) == cluster.chipCount() && d.dims[0] % 2 == 0) {
+  const bool whole = d.dims.size() == 2 && static_cast<int>(chips.size()) == cluster.chipCount();
+  if (whole && d.kind == "torus" && d.dims[0] % 2 == 0) {
     // Snake order: rows alternate direction, so consecutive chips are neighbours and the last row ends beside the first.
     std::vector<int> order;
     const int rows = d.dims[0], cols = d.dims[1];
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) order.push_back(r * cols + (r % 2 == 0 ? c : cols - 1 - c));
-    if (d.kind == "torus" || cols == 1) return order;
-    // On a mesh the snake's end is not beside its start: go down column 0 instead.
-    order.clear();
-    for (int r = 0; r < rows; ++r) order.push_back(r * cols);
-    for (int r = rows; r-- > 0;)
-      for (int c = 1; c < cols; ++c) order.push_back(r * cols + ((rows - 1 - r) % 2 == 0 ? c : cols - c));
+    return order;
+  }
+  if (whole && d.kind == "mesh" && d.dims[0] > 1 && d.dims[1] > 1 && (d.dims[0] % 2 == 0 || d.dims[1] % 2 == 0)) {
+    // A mesh has no wrap-around: down the first column (or along the first row when the rows are
+    // odd), then back snaking over the others, so that the ring closes on a link.
+    const bool byRows = d.dims[0] % 2 == 0;
+    const int n = byRows ? d.dims[0] : d.dims[1], m = byRows ? d.dims[1] : d.dims[0];
+    auto id = [&](int i, int j) { return byRows ? i * d.dims[1] + j : j * d.dims[1] + i; };
+    std::vector<int> order;
+    for (int i = 0; i < n; ++i) order.push_back(id(i, 0));
+    for (int i = n; i-- > 0;)
+      for (int j = 1; j < m; ++j) order.push_back(id(i, (n - 1 - i) % 2 == 0 ? j : m - j));
     return order;
   }
   // Elsewhere (a group inside a larger cluster, a dragonfly's nodes): chip order, then 2-opt moves
@@ -560,6 +576,17 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       addExchangeStep(steps, {g}, all, op == CollectiveOp::kAllReduce, op == CollectiveOp::kBroadcast);
       break;
     case CollectiveAlgorithm::kMultiRing: {
+      // A mesh with a ring of one-hop steps through all its chips (a 2-D mesh with an even side) runs
+      // that ring both ways, half the data each: its corner chips have two links, which bound any
+      // all-reduce on it to two links' rate, and the two rings keep both busy. Lines of a mesh have
+      // no wrap-around, so per-dimension rings would send every ring's last step back along its line.
+      if (const auto cycle = embeddedRing(cluster, g); !cycle.empty()) {
+        const std::int64_t half = ceilDiv(ceilDiv(all, 2), p);
+        const std::vector<RingShare> rings = {{cycle, half}, {{cycle.rbegin(), cycle.rend()}, half}};
+        if (op != CollectiveOp::kAllGather) addRingSteps(steps, rings, true);
+        if (op != CollectiveOp::kReduceScatter) addRingSteps(steps, rings, false);
+        break;
+      }
       // 2D shares (dimension order rotated by r, each direction): share (r, dir) reduce-scatters along
       // dimension r, r+1, ... over the lines of the grid, then all-gathers back in reverse order.
       // At every phase the 2D shares use every dimension in both directions at once.

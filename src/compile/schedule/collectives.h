@@ -21,7 +21,8 @@ enum class CollectiveOp : std::uint8_t { kAllReduce, kAllGather, kReduceScatter,
 /// all-reduce: two-shot; all-to-all; broadcast as scatter + all-gather); kOneShot: every chip sends
 /// its whole data to every other (all-reduce, broadcast); kMultiRing: on a whole torus or mesh, 2D
 /// shares of the data each reduce-scatter and all-gather dimension by dimension, every dimension in
-/// both directions at once.
+/// both directions at once; on a whole mesh with a ring of single links through all its chips (a
+/// 2-D mesh with an even number of rows), that ring in both directions, half the data each.
 enum class CollectiveAlgorithm : std::uint8_t {
   kAuto, kRing, kTree, kHalvingDoubling, kHierarchical, kDirect, kOneShot, kMultiRing
 };
@@ -77,8 +78,9 @@ inline constexpr size_t kChooseByEstimateDragonflyChips = 1152;
 /// message of the step that crosses it, in turn). The figures the scheduler books links with.
 double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Cluster& cluster);
 
-/// A ring order of the chips: consecutive chips adjacent where the topology allows (snake order on
-/// whole 2-D meshes and tori; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
+/// A ring order of the chips: consecutive chips adjacent where the topology allows (on whole 2-D
+/// tori with an even number of rows and whole 2-D meshes with an even side, every step one link, the
+/// last back to the first included; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
 
 /// The ring a group of placed chips runs: in the group's order (the order the placement laid it
