@@ -863,11 +863,12 @@ class ChipChains {
     // The two least busy MEM slices for the write and the operand read; on ties the nearest to the
     // VXM (a reduce) or to the port, lowest index then: the vectors' path across the chip is short.
     const int near = reduce ? vxm : c2c;
-    const auto [write, operand] = twoLeastBusyMem(near);
+    const Cycle lastLag = topology::serializationCycles(vectors - 1, spacing) - Cycle{vectors - 1} * interval;
+    // No slice is needed before the receive can take its first vector: the ones free by then count as free.
+    const auto [write, operand] = twoLeastBusyMem(near, arrive + std::max<Cycle>(0, lastLag));
     const int target = reduce ? vxm : write;
     const Cycle toTarget = chip_.c2cReceiveCycles + distance(c2c, target);
     const auto [s1, f1] = freeStream(direction(c2c, target));
-    const Cycle lastLag = topology::serializationCycles(vectors - 1, spacing) - Cycle{vectors - 1} * interval;
     Cycle start = std::max({arrive + std::max<Cycle>(0, lastLag), unitFree_[c2c], f1 - chip_.c2cReceiveCycles});
     if (!reduce) {
       start = std::max(start, unitFree_[write] - toTarget);
@@ -919,21 +920,22 @@ class ChipChains {
     return isa::completion(chip_, wr);
   }
 
-  /// The two MEM slices free first, by (free cycle, distance to `near`, index): passes over the
-  /// slices with few branches (the smallest free cycle, its nearest two slices, and the next free
-  /// cycle's nearest if only one slice has the smallest).
-  std::pair<int, int> twoLeastBusyMem(int near) const {
-    const Cycle* free = unitFree_.data() + chip_.firstUnit(UnitKind::kMem);
+  /// The two MEM slices free first, a slice free by `by` counting as free at `by`, by (free cycle,
+  /// distance to `near`, index): passes over the slices with few branches (the smallest free cycle,
+  /// its nearest two slices, and the next free cycle's nearest if only one slice has the smallest).
+  std::pair<int, int> twoLeastBusyMem(int near, Cycle by) const {
+    const Cycle* busy = unitFree_.data() + chip_.firstUnit(UnitKind::kMem);
     const int n = chip_.memSlices;
     const int nearSlice = units_[near].slice;
     const int* slice = memSlice_.data();
-    Cycle f1 = free[0];
-    for (int m = 1; m < n; ++m) f1 = std::min(f1, free[m]);
+    auto freeAt = [&](int m) { return std::max(busy[m], by); };
+    Cycle f1 = freeAt(0);
+    for (int m = 1; m < n; ++m) f1 = std::min(f1, freeAt(m));
     // The slice free at f nearest to `near` (lowest index on ties), other than `skip`; -1: none.
     auto nearestFreeAt = [&](Cycle f, int skip) {
       int best = -1, bestDistance = 0;
       for (int m = 0; m < n; ++m) {
-        if (free[m] != f || m == skip) continue;
+        if (freeAt(m) != f || m == skip) continue;
         const int d = std::abs(slice[m] - nearSlice);
         if (best < 0 || d < bestDistance) {
           best = m;
@@ -946,7 +948,7 @@ class ChipChains {
     int second = nearestFreeAt(f1, first);
     if (second < 0 && n > 1) {
       Cycle f2 = std::numeric_limits<Cycle>::max();
-      for (int m = 0; m < n; ++m) f2 = std::min(f2, free[m] > f1 ? free[m] : std::numeric_limits<Cycle>::max());
+      for (int m = 0; m < n; ++m) f2 = std::min(f2, freeAt(m) > f1 ? freeAt(m) : std::numeric_limits<Cycle>::max());
       second = nearestFreeAt(f2, -1);
     }
     const int memFirst = chip_.firstUnit(UnitKind::kMem);
