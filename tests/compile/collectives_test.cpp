@@ -268,7 +268,8 @@ TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(fc), 1 << 20, fc), CollectiveAlgorithm::kDirect);
   EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllToAll, allChips(fc), 1 << 20, fc), CollectiveAlgorithm::kDirect);
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(torus), 1 << 20, torus), CollectiveAlgorithm::kMultiRing);
-  EXPECT_EQ(chooseAlgorithm(allReduce, allChips(ring), 1 << 20, ring), CollectiveAlgorithm::kRing);
+  // A whole ring is a torus of one dimension: a ring each way, half the data each.
+  EXPECT_EQ(chooseAlgorithm(allReduce, allChips(ring), 1 << 20, ring), CollectiveAlgorithm::kMultiRing);
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 1 << 20, df), CollectiveAlgorithm::kHierarchical);
   // 4 KiB on a rack: the hierarchical levels' 4 steps (estimate) beat the tree's 2 log2(72).
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 4096, df), CollectiveAlgorithm::kHierarchical);
@@ -317,6 +318,27 @@ TEST(Collectives, MeshMultiRingRunsItsEmbeddedRingBothWays) {
   for (const auto& step : s.plan.steps)
     for (const auto& m : step) longest = std::max(longest, odd.hops(m.src, m.dst));
   EXPECT_EQ(longest, 2);  // a line's last ring step goes back along it
+}
+
+// A whole ring is a torus of one dimension: its multi-ring is a ring each way with half the data,
+// within 2 % of the ring formula on half the bytes, at busbw above 95 % of a chip's two links.
+TEST(Collectives, WholeRingMultiRingRunsBothDirections) {
+  const auto ring = clusterOf("{topology: {kind: ring, chips: 16}}");
+  const std::int64_t bytes = std::int64_t{64} << 20;
+  const double twoLinks = 2 * ring.links()[0].bytesPerCycle * ring.chip().clockMhz * 1e6;
+  for (auto op : {CollectiveOp::kAllReduce, CollectiveOp::kAllGather, CollectiveOp::kReduceScatter}) {
+    EXPECT_EQ(chooseAlgorithm(op, allChips(ring), bytes, ring), CollectiveAlgorithm::kMultiRing);
+    const auto s = run(ring, op, CollectiveAlgorithm::kMultiRing, bytes);
+    std::set<std::pair<int, int>> directed;
+    for (const auto& step : s.plan.steps)
+      for (const auto& m : step) directed.insert({m.src, m.dst});
+    EXPECT_EQ(directed.size(), 32u);
+    const double want = formula(ring, op, bytes / 2);
+    EXPECT_NEAR(static_cast<double>(s.cycles), want, 0.02 * want) << collectiveOpName(op);
+    const double busbw = busBandwidthFactor(op, ring.chipCount()) * static_cast<double>(bytes) /
+                         (static_cast<double>(s.cycles) / (ring.chip().clockMhz * 1e6));
+    EXPECT_GT(busbw, 0.95 * twoLinks) << collectiveOpName(op);
+  }
 }
 
 // The chosen algorithm's schedule is within 10 % of the fastest schedule of every algorithm the

@@ -168,10 +168,16 @@ bool singleHop(const CollectivePlan& plan, const topology::Cluster& cluster) {
   return true;
 }
 
-// True when the group is a whole torus or mesh in chip order (what the multi-ring runs on).
-bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) {
+// The dimensions of a ring, mesh or torus (a ring is a torus of one dimension); empty otherwise.
+std::vector<int> gridDims(const topology::Cluster& cluster) {
   const auto& d = cluster.description();
-  if ((d.kind != "torus" && d.kind != "mesh") || static_cast<int>(group.size()) != cluster.chipCount()) return false;
+  if (d.kind == "ring") return {cluster.chipCount()};
+  return d.kind == "torus" || d.kind == "mesh" ? d.dims : std::vector<int>{};
+}
+
+// True when the group is a whole ring, torus or mesh in chip order (what the multi-ring runs on).
+bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) {
+  if (gridDims(cluster).empty() || static_cast<int>(group.size()) != cluster.chipCount()) return false;
   for (size_t i = 0; i < group.size(); ++i)
     if (group[i] != static_cast<int>(i)) return false;
   return true;
@@ -495,7 +501,7 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       (cluster.description().kind != "dragonfly" || p % cluster.description().chipsPerNode != 0))
     return makeError(ExitCode::kConfig, "the hierarchical algorithm needs whole dragonfly nodes");
   if (plan.algorithm == CollectiveAlgorithm::kMultiRing && !wholeGrid(cluster, group))
-    return makeError(ExitCode::kConfig, "the multi-ring algorithm needs every chip of a torus or mesh, in chip order");
+    return makeError(ExitCode::kConfig, "the multi-ring algorithm needs every chip of a ring, torus or mesh, in chip order");
   if (plan.algorithm == CollectiveAlgorithm::kMultiRing && op != CollectiveOp::kAllReduce &&
       op != CollectiveOp::kReduceScatter && op != CollectiveOp::kAllGather)
     return makeError(ExitCode::kConfig, "multi-ring runs all-reduce, reduce-scatter and all-gather");
@@ -590,7 +596,7 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       // 2D shares (dimension order rotated by r, each direction): share (r, dir) reduce-scatters along
       // dimension r, r+1, ... over the lines of the grid, then all-gathers back in reverse order.
       // At every phase the 2D shares use every dimension in both directions at once.
-      const auto& dims = cluster.description().dims;
+      const auto dims = gridDims(cluster);
       const size_t D = dims.size();
       const std::int64_t share = ceilDiv(all, static_cast<std::int64_t>(2 * D));
       struct Share { size_t rotation; bool reversed; std::vector<std::int64_t> chunks; };

@@ -19,7 +19,8 @@ enum class CollectiveOp : std::uint8_t { kAllReduce, kAllGather, kReduceScatter,
 /// Algorithms; kAuto chooses by message size and topology (chooseAlgorithm). kDirect: every chip
 /// exchanges its n/p chunks with every other at once (reduce-scatter, all-gather, both for an
 /// all-reduce: two-shot; all-to-all; broadcast as scatter + all-gather); kOneShot: every chip sends
-/// its whole data to every other (all-reduce, broadcast); kMultiRing: on a whole torus or mesh, 2D
+/// its whole data to every other (all-reduce, broadcast); kMultiRing: on a whole ring (a torus of
+/// one dimension: a ring each way, half the data each), torus or mesh, 2D
 /// shares of the data each reduce-scatter and all-gather dimension by dimension, every dimension in
 /// both directions at once; on a whole mesh with a ring of single links through all its chips (a
 /// 2-D mesh with an even number of rows), that ring in both directions, half the data each.
