@@ -307,11 +307,22 @@ TEST(Collectives, MeshMultiRingRunsItsEmbeddedRingBothWays) {
                          (static_cast<double>(s.cycles) / (mesh.chip().clockMhz * 1e6));
     EXPECT_GT(busbw, 0.95 * twoLinks) << collectiveOpName(op);
   }
-  // With the rows odd and the columns even, the ring goes along the first row instead.
-  const auto wide = clusterOf("{topology: {kind: mesh, dims: [3, 4]}}");
-  const auto w = run(wide, CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, std::int64_t{1} << 20);
-  for (const auto& step : w.plan.steps)
-    for (const auto& m : step) EXPECT_EQ(wide.hops(m.src, m.dst), 1) << m.src << " -> " << m.dst;
+  // With the rows odd and the columns even the ring goes along the first row; in three dimensions
+  // along the first even one, snaking over the others. Chosen on its own (every step one link).
+  for (const char* yaml : {"{topology: {kind: mesh, dims: [3, 4]}}", "{topology: {kind: mesh, dims: [4, 4, 4]}}",
+                           "{topology: {kind: mesh, dims: [3, 5, 2]}}"}) {
+    const auto other = clusterOf(yaml);
+    EXPECT_EQ(chooseAlgorithm(CollectiveOp::kAllReduce, allChips(other), bytes, other), CollectiveAlgorithm::kMultiRing)
+        << yaml;
+    const auto w = run(other, CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, std::int64_t{1} << 20);
+    std::set<std::pair<int, int>> directed;
+    for (const auto& step : w.plan.steps)
+      for (const auto& m : step) {
+        EXPECT_EQ(other.hops(m.src, m.dst), 1) << yaml << " " << m.src << " -> " << m.dst;
+        directed.insert({m.src, m.dst});
+      }
+    EXPECT_EQ(directed.size(), 2u * static_cast<size_t>(other.chipCount())) << yaml;
+  }
   const auto odd = clusterOf("{topology: {kind: mesh, dims: [3, 3]}}");
   const auto s = run(odd, CollectiveOp::kAllReduce, CollectiveAlgorithm::kMultiRing, std::int64_t{1} << 20);
   int longest = 0;

@@ -184,7 +184,7 @@ bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) 
 }
 
 // On a whole mesh, a ring through every chip whose steps (the last back to the first included) are
-// single links, in ringOrder's order; empty when ringOrder finds none (no even side, 3-D meshes).
+// single links, in ringOrder's order; empty when ringOrder finds none (no even side).
 std::vector<int> embeddedRing(const topology::Cluster& cluster, const std::vector<int>& group) {
   if (cluster.description().kind != "mesh" || group.size() < 3) return {};
   std::vector<int> ring = ringOrder(cluster, group);
@@ -298,6 +298,47 @@ bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
 
 }  // namespace
 
+namespace {
+
+// A ring through every chip of a mesh whose steps, the last back to the first included, are single
+// links; empty when the mesh has no even side or only one side longer than 1. With k the first even
+// dimension and the others walked as a snake (each next position one link away): down the positions
+// of dimension k at snake position 0, then back over the other positions, snaking along the path.
+std::vector<int> meshRing(const std::vector<int>& dims) {
+  const size_t D = dims.size();
+  size_t k = D;
+  for (size_t j = 0; j < D && k == D; ++j)
+    if (dims[j] % 2 == 0) k = j;
+  std::int64_t rest = 1;
+  for (size_t j = 0; j < D; ++j)
+    if (j != k) rest *= dims[j];
+  if (k == D || rest < 2) return {};
+  std::vector<std::int64_t> stride(D, 1);
+  for (size_t j = D - 1; j-- > 0;) stride[j] = stride[j + 1] * dims[j + 1];
+  // Chip at position i of dimension k and position p of the snake over the other dimensions
+  // (outermost first; a digit's inner positions run backwards when the digit is odd).
+  auto id = [&](int i, std::int64_t p) {
+    std::int64_t chip = i * stride[k], inner = rest;
+    for (size_t j = 0; j < D; ++j) {
+      if (j == k) continue;
+      inner /= dims[j];
+      const std::int64_t digit = p / inner;
+      p %= inner;
+      if (digit % 2 == 1) p = inner - 1 - p;
+      chip += digit * stride[j];
+    }
+    return static_cast<int>(chip);
+  };
+  const int n = dims[k];
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i) order.push_back(id(i, 0));
+  for (int i = n; i-- > 0;)
+    for (std::int64_t q = 1; q < rest; ++q) order.push_back(id(i, (n - 1 - i) % 2 == 0 ? q : rest - q));
+  return order;
+}
+
+}  // namespace
+
 // Groups up to this size get their ring shortened by 2-opt moves (n^3 hop sums per pass).
 constexpr size_t kRingOrderMaxChips = 64;
 // Groups up to this size get the shortest ring (2^n n^2 steps).
@@ -315,18 +356,8 @@ std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> ch
       for (int c = 0; c < cols; ++c) order.push_back(r * cols + (r % 2 == 0 ? c : cols - 1 - c));
     return order;
   }
-  if (whole && d.kind == "mesh" && d.dims[0] > 1 && d.dims[1] > 1 && (d.dims[0] % 2 == 0 || d.dims[1] % 2 == 0)) {
-    // A mesh has no wrap-around: down the first column (or along the first row when the rows are
-    // odd), then back snaking over the others, so that the ring closes on a link.
-    const bool byRows = d.dims[0] % 2 == 0;
-    const int n = byRows ? d.dims[0] : d.dims[1], m = byRows ? d.dims[1] : d.dims[0];
-    auto id = [&](int i, int j) { return byRows ? i * d.dims[1] + j : j * d.dims[1] + i; };
-    std::vector<int> order;
-    for (int i = 0; i < n; ++i) order.push_back(id(i, 0));
-    for (int i = n; i-- > 0;)
-      for (int j = 1; j < m; ++j) order.push_back(id(i, (n - 1 - i) % 2 == 0 ? j : m - j));
-    return order;
-  }
+  if (d.kind == "mesh" && static_cast<int>(chips.size()) == cluster.chipCount())
+    if (auto order = meshRing(d.dims); !order.empty()) return order;
   // Elsewhere (a group inside a larger cluster, a dragonfly's nodes): chip order, then 2-opt moves
   // while one shortens the ring's hops, so that a ring over two nodes crosses on direct links.
   const size_t n = chips.size();
@@ -582,7 +613,7 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       addExchangeStep(steps, {g}, all, op == CollectiveOp::kAllReduce, op == CollectiveOp::kBroadcast);
       break;
     case CollectiveAlgorithm::kMultiRing: {
-      // A mesh with a ring of one-hop steps through all its chips (a 2-D mesh with an even side) runs
+      // A mesh with a ring of one-hop steps through all its chips (a mesh with an even side) runs
       // that ring both ways, half the data each: its corner chips have two links, which bound any
       // all-reduce on it to two links' rate, and the two rings keep both busy. Lines of a mesh have
       // no wrap-around, so per-dimension rings would send every ring's last step back along its line.

@@ -23,7 +23,7 @@ enum class CollectiveOp : std::uint8_t { kAllReduce, kAllGather, kReduceScatter,
 /// one dimension: a ring each way, half the data each), torus or mesh, 2D
 /// shares of the data each reduce-scatter and all-gather dimension by dimension, every dimension in
 /// both directions at once; on a whole mesh with a ring of single links through all its chips (a
-/// 2-D mesh with an even number of rows), that ring in both directions, half the data each.
+/// mesh with an even side), that ring in both directions, half the data each.
 enum class CollectiveAlgorithm : std::uint8_t {
   kAuto, kRing, kTree, kHalvingDoubling, kHierarchical, kDirect, kOneShot, kMultiRing
 };
@@ -80,7 +80,7 @@ inline constexpr size_t kChooseByEstimateDragonflyChips = 1152;
 double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Cluster& cluster);
 
 /// A ring order of the chips: consecutive chips adjacent where the topology allows (on whole 2-D
-/// tori with an even number of rows and whole 2-D meshes with an even side, every step one link, the
+/// tori with an even number of rows and whole meshes with an even side, every step one link, the
 /// last back to the first included; elsewhere chip order shortened by 2-opt moves, up to 64 chips).
 std::vector<int> ringOrder(const topology::Cluster& cluster, std::vector<int> chips);
 
