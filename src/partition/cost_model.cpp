@@ -11,10 +11,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "partition/training_cost.h"
 
 
 namespace tsp::partition {
+
+std::string Candidate::canonical() const {
+  std::string text = fmt::format("dp{}-tp{}-pp{}-m{}-v{}", dp, tp, pp, microbatches, interleave);
+  if (split == TensorSplit::k2d || split == TensorSplit::kSpatial) text += std::string("-") + tensorSplitName(split);
+  return text;
+}
 
 namespace {
 
@@ -194,7 +199,7 @@ LayerMemory rankMemory(const LayerProfile& layer, const Candidate& c) {
                      layer.peakBytes / c.tp};
 }
 
-Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+std::vector<double> inferenceBytesPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
   std::vector<Bytes> inbound(stages.chunks, 0);
@@ -220,11 +225,8 @@ Bytes memoryPerChip(const ModelProfile& profile, const Candidate& c, const Stage
   // Pipeline stash: each chunk double-buffers its inbound activations (one microbatch arriving
   // while the previous one is computed).
   for (int k = 0; k < stages.chunks; ++k) stash[k % c.pp] += 2.0 * static_cast<double>(inbound[k]) * frac / c.tp;
-  const std::vector<double> training =
-      profile.training.enabled ? trainingBytesPerChip(profile, c, stages) : std::vector<double>(c.pp, 0.0);
-  double worst = 0;
-  for (int s = 0; s < c.pp; ++s) worst = std::max(worst, weights[s] + state[s] + peak[s] + stash[s] + training[s]);
-  return static_cast<Bytes>(std::ceil(worst));
+  for (int s = 0; s < c.pp; ++s) weights[s] += state[s] + peak[s] + stash[s];
+  return weights;
 }
 
 std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
@@ -288,10 +290,12 @@ PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<do
   const int chunks = static_cast<int>(chunk.size());
   double passSum = 0;
   std::vector<double> chipLongest(c.pp, 0);
+  time.chipBusy.assign(c.pp, 0);
   for (int k = 0; k < chunks; ++k) {
     time.chunkMax = std::max(time.chunkMax, chunk[k]);
     chipLongest[k % c.pp] = std::max(chipLongest[k % c.pp], chunk[k]);
     time.busy += chunk[k] * c.microbatches;
+    time.chipBusy[k % c.pp] += chunk[k] * c.microbatches;
     time.comm += chunkComm[k] * c.microbatches;
   }
   for (int s = 0; s < c.pp; ++s) passSum += chipLongest[s] * (chunks / c.pp);
@@ -305,53 +309,6 @@ PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<do
   for (double t : chunk) pass += t;
   time.iteration = std::max(time.iteration, pass + (static_cast<double>(c.microbatches) - 1) * time.chunkMax);
   return time;
-}
-
-PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
-                           const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
-  if (profile.training.enabled) return evaluateTrainingCandidate(profile, c, stages, links, chip, clusterChips);
-  PlanCost cost;
-  cost.memoryPerChip = memoryPerChip(profile, c, stages);
-  cost.fits = cost.memoryPerChip <= allocatableSramBytes(chip) && c.chips() <= clusterChips;
-  std::vector<double> chunk(stages.chunks, 0), chunkComm(stages.chunks, 0), lastCompute(stages.chunks, 0);
-  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
-  for (size_t l = 0; l < profile.layers.size(); ++l) {
-    const LayerProfile& layer = profile.layers[l];
-    const LayerShare share = layerShare(layer, c, links, stages.layerChunk[l] % c.pp);
-    chunk[stages.layerChunk[l]] += share.compute + share.comm;
-    // Unsharded consecutive layers of one chunk are one program: the layer overlaps the one before
-    // it as the compiler measured for the pair, in proportion at a share of the batch.
-    if (c.tp == 1 && l > 0 && stages.layerChunk[l] == stages.layerChunk[l - 1] && layer.overlapWithPrevious > 0)
-      chunk[stages.layerChunk[l]] -=
-          static_cast<double>(layer.overlapWithPrevious) * layerCyclesAt(layer, frac) / static_cast<double>(layer.cycles);
-    chunkComm[stages.layerChunk[l]] += share.comm;
-    // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
-    // ending in a row-wise normalisation makes its output at the end), else all of its compute.
-    const double splitShare = share.compute / std::max(1.0, layerCyclesAt(layer, frac));
-    lastCompute[stages.layerChunk[l]] =
-        layer.sendHiddenPerShare >= 0 ? std::min(share.compute, layer.sendHiddenPerShare * frac * splitShare)
-                                      : share.compute;
-  }
-  // The compiler sends tiles as they are computed: a chunk's sends overlap the part of its last
-  // layer's compute that follows the first outbound tile, so the chunk takes the rest of its time,
-  // the longer of that part and the serialisation, and one route latency.
-  const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
-  for (int k = 0; k < stages.chunks; ++k)
-    if (sends[k] > 0) {
-      const double serialise = sends[k] - static_cast<double>(links.pp.alpha);
-      chunk[k] += std::max(0.0, serialise - lastCompute[k]) + static_cast<double>(links.pp.alpha);
-      chunkComm[k] += sends[k];
-    }
-  const PipelineTime time = pipelineTime(chunk, chunkComm, c);
-  cost.chunkCycles = time.chunkMax;
-  cost.iterationCycles = time.iteration;
-  cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
-  cost.commShare = time.busy > 0 ? time.comm / time.busy : 0;
-  cost.copies = std::max(1, clusterChips / std::max(1, c.chips()));
-  const double seconds = cost.iterationCycles / (chip.clockMhz * 1e6);
-  cost.latencySeconds = seconds;
-  cost.throughput = seconds > 0 ? static_cast<double>(profile.samples) * cost.copies / seconds : 0;
-  return cost;
 }
 
 }  // namespace tsp::partition

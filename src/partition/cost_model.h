@@ -1,4 +1,5 @@
-// The cost of a plan: alpha-beta figures of its communication on its placement, pipeline time, memory.
+// The cost model's parts: alpha-beta figures of communication on a placement, a layer's share of a
+// candidate, stage sends, the pipeline formula and memory by stage (plan_cost.h puts them together).
 #pragma once
 
 #include <cstdint>
@@ -151,11 +152,6 @@ double layerCyclesAt(const LayerProfile& layer, double share);
 LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links,
                       int stage = -1);
 
-/// Predicts the cost of a candidate with the given stages and link figures on chips of `chip`
-/// (clusterChips bounds the copies for the throughput figure).
-PlanCost evaluateCandidate(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
-                           const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips);
-
 /// Per-microbatch bytes each TP rank of a chunk sends to the next stage (its 1/tp share of a split activation).
 std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& candidate,
                                    const StageAssignment& stages);
@@ -169,6 +165,7 @@ struct PipelineTime {
   double iteration = 0;  ///< (m v - 1) t_max + the sum over chips of their longest chunk
   double busy = 0;       ///< busy cycles summed over the chips
   double comm = 0;       ///< the communication part of busy
+  std::vector<double> chipBusy;  ///< per pipeline chip: its chunks' cycles over the iteration's microbatches
 };
 /// The pipeline formula of docs/partitioning.md over chunk times and their communication parts.
 PipelineTime pipelineTime(const std::vector<double>& chunk, const std::vector<double>& chunkComm,
@@ -185,7 +182,10 @@ Bytes allocatableSramBytes(const topology::ChipSpec& chip);
 /// sharding's own figures at the candidate's split and width (LayerProfile::WidthFigures::rank).
 LayerMemory rankMemory(const LayerProfile& layer, const Candidate& candidate);
 
-/// Bytes the fullest chip needs for a candidate (weights, KV cache, activations, pipeline stash).
-Bytes memoryPerChip(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages);
+/// What each pipeline chip of a candidate holds for an inference pass, in bytes per pipeline
+/// stage: its layers' weights (a weight several of them read once), KV cache, the largest working
+/// set of one op and the double-buffered activations it receives (plan_cost.h adds training's).
+std::vector<double> inferenceBytesPerChip(const ModelProfile& profile, const Candidate& candidate,
+                                          const StageAssignment& stages);
 
 }  // namespace tsp::partition

@@ -1,10 +1,10 @@
 // k-way graph partitioning through METIS (the only place METIS is called).
+#include "partition/metis_partition.h"
+
 #include <mutex>
 
 #include <fmt/format.h>
 #include <metis.h>
-
-#include "partition/plan.h"
 
 namespace tsp::partition {
 

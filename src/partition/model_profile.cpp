@@ -13,36 +13,11 @@
 
 #include "compile/lower/lowering.h"
 #include "compile/schedule/cluster_schedule.h"
-#include "partition/plan_shards.h"
 #include "partition/sharding.h"
 #include "partition/sharding_spmd.h"
+#include "partition/tensor_split.h"
 
 namespace tsp::partition {
-
-const char* tensorSplitName(TensorSplit split) {
-  switch (split) {
-    case TensorSplit::kNone: return "none";
-    case TensorSplit::kMegatron: return "megatron";
-    case TensorSplit::k2d: return "2d";
-    case TensorSplit::kSpatial: return "spatial";
-  }
-  return "none";
-}
-
-bool parseTensorSplit(const std::string& text, TensorSplit& split) {
-  for (TensorSplit s : {TensorSplit::kNone, TensorSplit::kMegatron, TensorSplit::k2d, TensorSplit::kSpatial})
-    if (text == tensorSplitName(s)) {
-      split = s;
-      return true;
-    }
-  return false;
-}
-
-std::string Candidate::canonical() const {
-  std::string text = fmt::format("dp{}-tp{}-pp{}-m{}-v{}", dp, tp, pp, microbatches, interleave);
-  if (split == TensorSplit::k2d || split == TensorSplit::kSpatial) text += std::string("-") + tensorSplitName(split);
-  return text;
-}
 
 // A text that is equal for layers the compiler would lower identically (op kinds, shapes, dtypes,
 // roles), so that the 96 identical blocks of a GPT are estimated once.
@@ -465,11 +440,8 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
       const int tp = split == TensorSplit::k2d ? axis * axis : axis;
-      Plan plan;
-      plan.tp = tp;
-      plan.split = split;
-      const Mesh mesh = tensorMesh(plan);
-      auto annotations = planAnnotations(graph, plan, mesh);
+      const Mesh mesh = tensorMesh(split, tp);
+      auto annotations = planAnnotations(graph, split, mesh);
       auto propagated = annotations ? propagateShardings(graph, mesh, *annotations)
                                     : Expected<ShardingPlan>(annotations.error());
       std::vector<Bytes> sharedRankBytes;

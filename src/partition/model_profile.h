@@ -8,25 +8,13 @@
 #include <vector>
 
 #include "compile/ir/graph.h"
+#include "partition/tensor_split.h"
 #include "partition/training.h"
 #include "support/expected.h"
 #include "support/progress.h"
 #include "topology/chip_spec.h"
 
 namespace tsp::partition {
-
-/// How a tensor-parallel group of tp chips splits each layer (the splits the sharding mechanism offers).
-enum class TensorSplit : std::uint8_t {
-  kNone,      ///< tp = 1
-  kMegatron,  ///< column- then row-parallel matmuls, attention heads split: all-reduces
-  k2d,        ///< 2D matmul decomposition on a q x q grid (tp = q^2): all-gather + reduce-scatter over q
-  kSpatial,   ///< convolutions split along the image height: halo exchange with two neighbours
-};
-
-/// "none", "megatron", "2d" or "spatial".
-const char* tensorSplitName(TensorSplit split);
-/// The split named by text, or an error message in `error`.
-bool parseTensorSplit(const std::string& text, TensorSplit& split);
 
 /// What a layer's ops hold on a chip, for the whole batch: their weights and constants and their
 /// KV cache (each tensor once per layer), and the largest live set of one op (its activation

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "compile/schedule/collectives.h"
+#include "partition/metis_partition.h"
 #include "partition/plan.h"
 
 namespace tsp::partition {

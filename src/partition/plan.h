@@ -38,7 +38,10 @@ struct Plan {
   TensorSplit split = TensorSplit::kNone;  ///< how a TP group splits each layer
   std::vector<int> stageFirstLayer;  ///< first layer of each stage; stage s ends before stage s+1's
   std::vector<int> stageChip;        ///< chip of each stage (replica 0, TP rank 0)
-  std::vector<Cycle> stageCycles;    ///< estimated cycles of each stage
+  /// What each stage's chip is busy with in one iteration as the cost model prices the plan (its
+  /// chunks' compute, tensor-parallel collectives and sends over the microbatches; evaluatePlan);
+  /// informational in a plan file.
+  std::vector<Cycle> stageCycles;
   std::vector<int> layerChunk;       ///< chunk of each layer (chip = chunk % pp) for DAG or interleaved plans; else empty
   std::vector<int> placement;        ///< chip of every rank (d pp + s) tp + t; empty for a pure pipeline
 
@@ -88,11 +91,5 @@ Expected<Plan> planPipeline(const ir::Graph& graph, const topology::Cluster& clu
 
 /// The stages of a plan as op lists for the cluster scheduler.
 std::vector<schedule::PipelineStage> stagesOf(const ir::Graph& graph, const Plan& plan);
-
-/// k-way partition of a weighted graph with METIS (CSR adjacency); returns the part of each vertex.
-/// Deterministic for a given input (METIS is seeded).
-Expected<std::vector<int>> partitionGraphKway(const std::vector<int>& xadj, const std::vector<int>& adjncy,
-                                              const std::vector<int>& vertexWeights,
-                                              const std::vector<int>& edgeWeights, int parts);
 
 }  // namespace tsp::partition

@@ -183,11 +183,9 @@ Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& p
   plan.split = c.split;
   const int layers = static_cast<int>(profile.layers.size());
   plan.stageFirstLayer.assign(c.pp, -1);
-  plan.stageCycles.assign(c.pp, 0);
   for (int l = 0; l < layers; ++l) {
     const int s = stages->layerChunk[l] % c.pp;
     if (plan.stageFirstLayer[s] < 0) plan.stageFirstLayer[s] = l;
-    plan.stageCycles[s] += ceilDiv(profile.layers[l].cycles, c.tp);
   }
   for (int s = 0; s < c.pp; ++s) {
     if (plan.stageFirstLayer[s] < 0) plan.stageFirstLayer[s] = s > 0 ? plan.stageFirstLayer[s - 1] : 0;
@@ -195,10 +193,14 @@ Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& p
   }
   if (!profile.chain || c.interleave > 1) plan.layerChunk = stages->layerChunk;
   if (c.dp > 1 || c.tp > 1) plan.placement = *placed;
+  std::vector<Cycle> stageCycles;
+  if (auto costed = evaluatePlan(cluster, profile, plan, &stageCycles); !costed) return costed.error();
+  plan.stageCycles = std::move(stageCycles);
   return plan;
 }
 
-Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan) {
+Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan,
+                                  std::vector<Cycle>* stageCycles) {
   const int layers = static_cast<int>(profile.layers.size());
   const Candidate c = plan.candidate();
   if (c.pp * c.interleave > layers)
@@ -235,7 +237,13 @@ Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelP
                                                         c.chips(), cluster.chipCount()));
   const auto links = linkFigures(cluster, placement, c.dp, c.tp, c.pp, c.interleave, true, c.split == TensorSplit::k2d,
                                  profile.training.enabled);
-  RankedPlan ranked{c, evaluateCandidate(profile, c, stages, links, cluster.chip(), cluster.chipCount()), true};
+  std::vector<double> stageTimes;
+  RankedPlan ranked{c, evaluateCandidate(profile, c, stages, links, cluster.chip(), cluster.chipCount(), &stageTimes),
+                    true};
+  if (stageCycles) {
+    stageCycles->clear();
+    for (double t : stageTimes) stageCycles->push_back(static_cast<Cycle>(std::llround(t)));
+  }
   return ranked;
 }
 

@@ -8,6 +8,7 @@
 
 #include "compile/ir/graph.h"
 #include "partition/cost_model.h"
+#include "partition/plan_cost.h"
 #include "partition/placement.h"
 #include "partition/plan.h"
 #include "support/expected.h"
@@ -69,12 +70,16 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
                                    const SearchOptions& options,
                                    const SearchParallel& parallel = {});
 
-/// Turns a candidate into a plan: stages (DP or METIS), placement, per-stage cycles.
+/// Turns a candidate into a plan: stages (DP or METIS), placement, and each stage's cycles as the
+/// cost model prices the plan (evaluatePlan's stageCycles).
 Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& profile, const Candidate& candidate,
                          const std::vector<int>& order);
 
 /// Predicts the cost of a given plan (a plan file or a fixed plan) on its own stages and placement.
-Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan);
+/// With `stageCycles`, also what each stage's chip is busy with in one iteration as costed (a plan's
+/// Plan::stageCycles; evaluateCandidate).
+Expected<RankedPlan> evaluatePlan(const topology::Cluster& cluster, const ModelProfile& profile, const Plan& plan,
+                                  std::vector<Cycle>* stageCycles = nullptr);
 
 /// Bytes per iteration on each TP ring edge and on each stage-to-stage route of one TP rank.
 struct PlanTraffic {

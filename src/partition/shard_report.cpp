@@ -73,8 +73,8 @@ std::string why(const ReshardStep& step, const Mesh& mesh, const std::string& re
 Expected<std::vector<ChipShards>> describeShards(const ir::Graph& graph, const Plan& plan) {
   auto block = batchBlockGraph(graph, plan.dp * plan.microbatches);
   if (!block) return block.error();
-  const Mesh mesh = tensorMesh(plan);
-  auto annotations = planAnnotations(*block, plan, mesh);
+  const Mesh mesh = tensorMesh(plan.split, plan.tp);
+  auto annotations = planAnnotations(*block, plan.split, mesh);
   if (!annotations) return annotations.error();
   auto sharding = propagateShardings(*block, mesh, *annotations);
   if (!sharding) return sharding.error();

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "partition/plan.h"
+#include "partition/metis_partition.h"
 
 namespace tsp::partition {
 

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "partition/plan_shards.h"
+#include "partition/tensor_split.h"
 
 namespace tsp::partition {
 
@@ -319,11 +319,11 @@ PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidat
 }
 
 PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
-                                   const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips) {
+                                   const CandidateLinks& links, const topology::ChipSpec& chip, int clusterChips,
+                                   std::vector<double>* stageCycles) {
   const TrainingConfig& training = profile.training;
   PlanCost cost;
-  cost.memoryPerChip = memoryPerChip(profile, c, stages);
-  cost.fits = cost.memoryPerChip <= allocatableSramBytes(chip) && c.chips() <= clusterChips && scheduleRuns(training, c) &&
+  cost.fits = c.chips() <= clusterChips && scheduleRuns(training, c) &&
               (training.microbatches == 0 || training.microbatches == c.microbatches);
   const TrainingChunks chunks = trainingChunks(profile, c, stages, links);
   const std::vector<double>& backward = chunks.backward;
@@ -380,6 +380,7 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   }
   cost.chunkCycles = time.chunkMax;
   cost.pipelineCycles = time.iteration;
+  if (stageCycles) *stageCycles = time.chipBusy;
   cost.iterationCycles = time.iteration + tail;
   cost.bubbleFraction = cost.iterationCycles > 0 ? std::max(0.0, 1.0 - time.busy / c.pp / cost.iterationCycles) : 0;
   cost.commShare = time.busy > 0 ? (time.comm + exposedComm * c.pp) / (time.busy + exposedComm * c.pp) : 0;

@@ -56,9 +56,10 @@ double sharedLinkPeriod(const ModelProfile& profile, const Candidate& candidate,
 /// Those chunk times as the event simulation's costs ([stage][chunk]; sends already in the times).
 PipelineCosts trainingPipelineCosts(const TrainingChunks& chunks, const Candidate& candidate);
 
-/// evaluateCandidate for a training profile.
+/// evaluateCandidate's figures for a training profile but the memory (plan_cost.h adds it and its check).
 PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate& candidate,
                                    const StageAssignment& stages, const CandidateLinks& links,
-                                   const topology::ChipSpec& chip, int clusterChips);
+                                   const topology::ChipSpec& chip, int clusterChips,
+                                   std::vector<double>* stageCycles = nullptr);
 
 }  // namespace tsp::partition

@@ -166,13 +166,17 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   }
   if (choice.search) choice.placement = choice.search->placement;
   else if (choice.placement.method.empty()) choice.placement = partition::reportPlanPlacement(cluster, *profile, choice.plan);
+  // The plan carries the cost model's stage times, whichever way it was made.
+  std::vector<Cycle> stageCycles;
   if (!choice.search) {
-    auto given = partition::evaluatePlan(cluster, *profile, choice.plan);
+    auto given = partition::evaluatePlan(cluster, *profile, choice.plan, &stageCycles);
     if (!given) return given.error();
     choice.given = *given;
     choice.runPrediction = *given;
-  } else if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan); predicted) {
+    choice.plan.stageCycles = stageCycles;
+  } else if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan, &stageCycles); predicted) {
     choice.runPrediction = *predicted;
+    choice.plan.stageCycles = stageCycles;
   }
   choice.profile = std::make_shared<const partition::ModelProfile>(std::move(*profile));
   return choice;

@@ -69,9 +69,9 @@ TEST(PlanShards, MegatronAnnotationsMatchTheUnshardedGraph) {
   auto block = batchBlockGraph(g, p.dp * p.microbatches);
   ASSERT_TRUE(block.ok()) << block.error().format();
   EXPECT_EQ(block->tensor(block->inputs().front()).shape, (Shape{2, 8}));  // 8 rows in 4 blocks
-  const Mesh mesh = tensorMesh(p);
+  const Mesh mesh = tensorMesh(p.split, p.tp);
   EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2}));
-  auto annotations = planAnnotations(*block, p, mesh);
+  auto annotations = planAnnotations(*block, p.split, mesh);
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
   auto propagated = propagateShardings(*block, mesh, *annotations);
   ASSERT_TRUE(propagated.ok());
@@ -267,9 +267,9 @@ TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
   const ir::Graph g = mlp(4, 8, 8, DType::kF32);
   Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
   p.split = TensorSplit::k2d;
-  const Mesh mesh = tensorMesh(p);
+  const Mesh mesh = tensorMesh(p.split, p.tp);
   EXPECT_EQ(mesh.axisSizes, (std::vector<int>{2, 2}));
-  auto annotations = planAnnotations(g, p, mesh);
+  auto annotations = planAnnotations(g, p.split, mesh);
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
   auto propagated = propagateShardings(g, mesh, *annotations);
   ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -365,8 +365,8 @@ TEST(PlanShards, WeightsChosenInOnePropagationFollowTheLiteralRule) {
     for (const TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
       Plan p = plan(1, 4, 1, 1, {0, 1, 2, 3});
       p.split = split;
-      const Mesh mesh = tensorMesh(p);
-      auto annotations = planAnnotations(g, p, mesh);
+      const Mesh mesh = tensorMesh(p.split, p.tp);
+      auto annotations = planAnnotations(g, p.split, mesh);
       ASSERT_TRUE(annotations.ok()) << annotations.error().format();
       const auto want = literalWeightRule(g, p, mesh);
       EXPECT_EQ(annotations->size(), want.size());
@@ -442,8 +442,8 @@ TEST(PlanShards, GptAttentionSplitsByHeads) {
     auto g = gptWithWeights({{"layers", "2"}, {"hidden", "32"}, {"heads", c.heads}, {"kv_heads", c.kvHeads},
                              {"seq", "8"}, {"batch", "2"}, {"vocab", "16"}});
     Plan p = plan(1, c.tp, 1, 1, {});
-    const Mesh mesh = tensorMesh(p);
-    auto annotations = planAnnotations(g, p, mesh);
+    const Mesh mesh = tensorMesh(p.split, p.tp);
+    auto annotations = planAnnotations(g, p.split, mesh);
     ASSERT_TRUE(annotations.ok()) << annotations.error().format();
     auto propagated = propagateShardings(g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -464,8 +464,8 @@ TEST(PlanShards, GptAttentionSplitsByHeads) {
 TEST(PlanShards, OddVocabularySplitsTheTableRowsInCeilSizedBlocks) {
   auto g = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "15"}});
   Plan p = plan(1, 2, 1, 1, {});
-  const Mesh mesh = tensorMesh(p);
-  auto annotations = planAnnotations(g, p, mesh);
+  const Mesh mesh = tensorMesh(p.split, p.tp);
+  auto annotations = planAnnotations(g, p.split, mesh);
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
   auto propagated = propagateShardings(g, mesh, *annotations);
   ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -561,9 +561,9 @@ ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
 TEST(PlanShards, FusedQkvSplitsEachPartOverTp) {
   for (int tp : {2, 4}) {
     Plan p = plan(1, tp, 1, 1, {});
-    const Mesh mesh = tensorMesh(p);
+    const Mesh mesh = tensorMesh(p.split, p.tp);
     auto bytes = [&](const ir::Graph& g) {
-      auto annotations = planAnnotations(g, p, mesh);
+      auto annotations = planAnnotations(g, p.split, mesh);
       EXPECT_TRUE(annotations.ok()) << annotations.error().format();
       auto propagated = propagateShardings(g, mesh, *annotations);
       EXPECT_TRUE(propagated.ok()) << propagated.error().format();
@@ -574,7 +574,7 @@ TEST(PlanShards, FusedQkvSplitsEachPartOverTp) {
     const std::int64_t separate = bytes(fusedAttention(Fused::kSeparate, 4, 2));
     {
       const auto g = fusedAttention(Fused::kSeparate, 4, 2);
-      auto annotations = planAnnotations(g, p, mesh);
+      auto annotations = planAnnotations(g, p.split, mesh);
       ASSERT_TRUE(annotations.ok()) << annotations.error().format();
       auto propagated = propagateShardings(g, mesh, *annotations);
       ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -583,7 +583,7 @@ TEST(PlanShards, FusedQkvSplitsEachPartOverTp) {
     for (Fused form : {Fused::kSplit, Fused::kSlice, Fused::kReshape}) {
       SCOPED_TRACE(fmt::format("tp {}, form {}", tp, static_cast<int>(form)));
       const auto g = fusedAttention(form, 4, 2);
-      auto annotations = planAnnotations(g, p, mesh);
+      auto annotations = planAnnotations(g, p.split, mesh);
       ASSERT_TRUE(annotations.ok()) << annotations.error().format();
       auto propagated = propagateShardings(g, mesh, *annotations);
       ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -617,8 +617,8 @@ TEST(PlanShards, UnevenSplitsPadTheLastBlock) {
   for (int tp : {2, 3, 4}) {
     SCOPED_TRACE(tp);
     Plan p = plan(1, tp, 1, 1, {});
-    const Mesh mesh = tensorMesh(p);
-    auto annotations = planAnnotations(g, p, mesh);
+    const Mesh mesh = tensorMesh(p.split, p.tp);
+    auto annotations = planAnnotations(g, p.split, mesh);
     ASSERT_TRUE(annotations.ok()) << annotations.error().format();
     auto propagated = propagateShardings(g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -640,8 +640,8 @@ TEST(PlanShards, UnevenGptMatchesTheUnshardedGraph) {
   for (int tp : {3, 4}) {
     SCOPED_TRACE(tp);
     Plan p = plan(1, tp, 1, 1, {});
-    const Mesh mesh = tensorMesh(p);
-    auto annotations = planAnnotations(g, p, mesh);
+    const Mesh mesh = tensorMesh(p.split, p.tp);
+    auto annotations = planAnnotations(g, p.split, mesh);
     ASSERT_TRUE(annotations.ok()) << annotations.error().format();
     auto propagated = propagateShardings(g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -658,8 +658,8 @@ TEST(PlanShards, UnevenGptMatchesTheUnshardedGraph) {
 TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
   auto gpt = gptWithWeights({{"layers", "1"}, {"hidden", "48"}, {"heads", "6"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "16"}});
   Plan p = plan(1, 4, 1, 1, {});
-  Mesh mesh = tensorMesh(p);
-  auto annotations = planAnnotations(gpt, p, mesh);
+  Mesh mesh = tensorMesh(p.split, p.tp);
+  auto annotations = planAnnotations(gpt, p.split, mesh);
   ASSERT_TRUE(annotations.ok()) << annotations.error().format();
   auto propagated = propagateShardings(gpt, mesh, *annotations);
   ASSERT_TRUE(propagated.ok()) << propagated.error().format();
@@ -673,7 +673,7 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
   // gathered, and the TP group computes what the unsharded graph does.
   auto gqa = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"kv_heads", "2"}, {"seq", "8"},
                              {"batch", "2"}, {"vocab", "16"}});
-  auto gqaAnnotations = planAnnotations(gqa, p, mesh);
+  auto gqaAnnotations = planAnnotations(gqa, p.split, mesh);
   ASSERT_TRUE(gqaAnnotations.ok()) << gqaAnnotations.error().format();
   auto gqaPropagated = propagateShardings(gqa, mesh, *gqaAnnotations);
   ASSERT_TRUE(gqaPropagated.ok()) << gqaPropagated.error().format();
@@ -683,11 +683,11 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
   expectShardsMatch(gqa, *gqaPropagated, tokensOf(16), 1e-5);
 
   p = plan(1, 2, 1, 1, {});
-  mesh = tensorMesh(p);
+  mesh = tensorMesh(p.split, p.tp);
   for (Fused form : {Fused::kSplit, Fused::kSlice, Fused::kReshape}) {
     SCOPED_TRACE(static_cast<int>(form));
     const auto g = fusedAttention(form, 3, 2);
-    auto fusedAnnotations = planAnnotations(g, p, mesh);
+    auto fusedAnnotations = planAnnotations(g, p.split, mesh);
     ASSERT_TRUE(fusedAnnotations.ok()) << fusedAnnotations.error().format();
     auto fused = propagateShardings(g, mesh, *fusedAnnotations);
     ASSERT_TRUE(fused.ok()) << fused.error().format();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "partition/metis_partition.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 

@@ -592,6 +592,38 @@ TEST(PlanFile, RoundTripsThroughYaml) {
   }
 }
 
+// A plan's stage cycles are the cost model's stage times: over one iteration they make up its
+// predicted time by the pipeline formula ((m - 1) t_max + one pass through the stages, t_max the
+// longest stage per microbatch), TP collectives and sends included, not the layers' one-chip
+// cycles over tp.
+TEST(PlanFile, StageCyclesAreTheCostModelsStageTimes) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("gpt", {{"layers", "4"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"batch", "8"}});
+  const auto profile = profileOf(g, c, 8);
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  for (const Candidate cand : {Candidate{TensorSplit::kMegatron, 1, 4, 2, 1, 1}, Candidate{TensorSplit::kMegatron, 1, 2, 2, 4, 1},
+                               Candidate{TensorSplit::kNone, 1, 1, 4, 2, 1}}) {
+    SCOPED_TRACE(cand.canonical());
+    auto plan = buildPlan(c, profile, cand, *order);
+    ASSERT_TRUE(plan.ok()) << plan.error().format();
+    auto ranked = evaluatePlan(c, profile, *plan);
+    ASSERT_TRUE(ranked.ok());
+    ASSERT_EQ(plan->stageCycles.size(), static_cast<size_t>(cand.pp));
+    double sum = 0, longest = 0, oneChip = 0;
+    for (Cycle s : plan->stageCycles) {
+      sum += static_cast<double>(s);
+      longest = std::max(longest, static_cast<double>(s));
+    }
+    for (const auto& layer : profile.layers) oneChip += static_cast<double>(layer.cycles) / cand.tp;
+    const double m = cand.microbatches;
+    EXPECT_NEAR((m - 1) * longest / m + sum / m, ranked->cost.iterationCycles, cand.pp);
+    if (cand.tp > 1) {
+      EXPECT_GT(sum, 1.1 * oneChip);  // the all-reduces are in the stages' times
+    }
+  }
+}
+
 // One case per plan-file error message.
 struct PlanFileError {
   const char* text;

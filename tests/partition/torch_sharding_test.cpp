@@ -39,8 +39,8 @@ TEST_F(TorchSharding, EncoderFusedInProjectionSplitsByHeads) {
     Plan p;
     p.tp = tp;
     p.split = TensorSplit::kMegatron;
-    const Mesh mesh = tensorMesh(p);
-    auto annotations = planAnnotations(*g, p, mesh);
+    const Mesh mesh = tensorMesh(p.split, p.tp);
+    auto annotations = planAnnotations(*g, p.split, mesh);
     ASSERT_TRUE(annotations.ok()) << annotations.error().format();
     auto propagated = propagateShardings(*g, mesh, *annotations);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();

@@ -1,0 +1,61 @@
+# Include cycles inside one source folder. A component is a file's name without its extension (x.h
+# with x.cpp); component x uses y when x.h or x.cpp includes "PREFIX/y.h". tsp_check_include_cycles
+# stops the configuration at the first cycle of uses, naming it, so that every part of the folder
+# can be read and tested with only the parts below it.
+#
+# Included: defines the function. As a script, it checks one folder:
+#   cmake -DDIR=src/partition -DPREFIX=partition -P cmake/IncludeCycles.cmake
+
+function(tsp_include_cycles_visit name path)
+  get_property(state GLOBAL PROPERTY tsp_include_cycles_state_${name})
+  if(state STREQUAL "done")
+    return()
+  endif()
+  if(state STREQUAL "open")
+    list(FIND path ${name} first)
+    list(SUBLIST path ${first} -1 cycle)
+    list(APPEND cycle ${name})
+    list(JOIN cycle " -> " text)
+    message(FATAL_ERROR "${TSP_INCLUDE_CYCLES_DIR}: include cycle ${text} (a component is NAME.h with NAME.cpp; "
+                        "move what the lower one needs into a header below both)")
+  endif()
+  set_property(GLOBAL PROPERTY tsp_include_cycles_state_${name} open)
+  list(APPEND path ${name})
+  foreach(used IN LISTS tsp_include_cycles_uses_${name})
+    tsp_include_cycles_visit(${used} "${path}")
+  endforeach()
+  set_property(GLOBAL PROPERTY tsp_include_cycles_state_${name} done)
+endfunction()
+
+function(tsp_check_include_cycles dir prefix)
+  set(TSP_INCLUDE_CYCLES_DIR ${dir})
+  file(GLOB sources ${dir}/*.h ${dir}/*.cpp)
+  set(components)
+  foreach(source IN LISTS sources)
+    get_filename_component(name ${source} NAME_WE)
+    list(APPEND components ${name})
+    file(STRINGS ${source} includes REGEX "^#include \"${prefix}/[A-Za-z0-9_]+\\.h\"")
+    foreach(line IN LISTS includes)
+      string(REGEX REPLACE "^#include \"${prefix}/([A-Za-z0-9_]+)\\.h\".*" "\\1" used "${line}")
+      if(NOT used STREQUAL name)
+        list(APPEND tsp_include_cycles_uses_${name} ${used})
+      endif()
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES components)
+  list(SORT components)
+  foreach(name IN LISTS components)
+    set_property(GLOBAL PROPERTY tsp_include_cycles_state_${name} "")
+  endforeach()
+  foreach(name IN LISTS components)
+    tsp_include_cycles_visit(${name} "")
+  endforeach()
+endfunction()
+
+if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
+  if(NOT DEFINED DIR OR NOT DEFINED PREFIX)
+    message(FATAL_ERROR "usage: cmake -DDIR=FOLDER -DPREFIX=INCLUDE_PREFIX -P IncludeCycles.cmake")
+  endif()
+  tsp_check_include_cycles(${DIR} ${PREFIX})
+  message(STATUS "${DIR}: no include cycle")
+endif()
