@@ -424,12 +424,11 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
 
 // Megatron's and the 2D split's figures at every width the search tries (powers of two up to
 // kWidestSplit; 2D on q x q grids), each from the runtime's sharding at that width: the plan
-// annotations on the whole graph, propagated, and rank 0's graph materialised. The fields without
-// a width (the tp = 2 and 2 x 2 figures) come along. False when Megatron's sharding fails at tp = 2
-// (the layers then keep the graph-order pairing).
-constexpr int kWidestSplit = 4096;
+// annotations on the whole graph, propagated, and rank 0's graph materialised; rank layers compiled
+// at the widths up to costedTp only. The fields without a width (the tp = 2 and 2 x 2 figures) come
+// along. False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
-                           const std::vector<ir::TensorId>& shared) {
+                           const std::vector<ir::TensorId>& shared, int costedTp) {
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
@@ -445,8 +444,9 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
       auto propagated = annotations ? propagateShardings(graph, mesh, *annotations)
                                     : Expected<ShardingPlan>(annotations.error());
       std::vector<Bytes> sharedRankBytes;
+      const std::vector<bool> none;
       auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes,
-                                                            piecewise, rankLayerCycles)
+                                                  tp <= costedTp ? piecewise : none, rankLayerCycles)
                                 : Expected<std::vector<LayerProfile::WidthFigures>>(propagated.error());
       if (!figures) continue;
       for (int l = 0; l < layerCount; ++l)
@@ -517,7 +517,7 @@ Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& op
 }
 
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress) {
+                                    const support::ProgressFn& progress, int costedTp) {
   ModelProfile profile;
   profile.samples = std::max<std::int64_t>(1, samples);
   const int layerCount = std::max(1, graph.layerCount());
@@ -676,7 +676,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       shared.push_back(t);
       profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
     }
-  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared)) return profile;
+  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared, costedTp)) return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();

@@ -147,11 +147,17 @@ struct ModelProfile {
   std::vector<SharedLeaf> sharedLeaves;     ///< weights and constants several layers read
 };
 
+/// The widest tensor split the profile carries figures for (powers of two; 2D on q x q grids).
+constexpr int kWidestSplit = 4096;
+
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
 /// progress is told after each distinct layer is estimated (distinct layers done, distinct layers).
+/// costedTp: the widest TP group a plan of the run is costed at. A layer too large for one chip
+/// has its rank's layer compiled (WidthFigures::rankCycles) at the widths up to it only; wider
+/// widths keep their collectives and memory (what the smallest fit reports) and the FLOP share.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress = {});
+                                    const support::ProgressFn& progress = {}, int costedTp = kWidestSplit);
 
 /// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);

@@ -169,7 +169,7 @@ Candidate smallestFittingPlan(const ModelProfile& profile, const topology::ChipS
 }
 
 Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& profile, const Candidate& c,
-                         const std::vector<int>& order) {
+                         const std::vector<int>& order, RankedPlan* costed) {
   auto stages = assignStages(profile, c.pp * c.interleave);
   if (!stages) return stages.error();
   auto placed = placePlan(cluster, order, c.dp, c.tp, c.pp);
@@ -194,8 +194,10 @@ Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& p
   if (!profile.chain || c.interleave > 1) plan.layerChunk = stages->layerChunk;
   if (c.dp > 1 || c.tp > 1) plan.placement = *placed;
   std::vector<Cycle> stageCycles;
-  if (auto costed = evaluatePlan(cluster, profile, plan, &stageCycles); !costed) return costed.error();
+  auto ranked = evaluatePlan(cluster, profile, plan, &stageCycles);
+  if (!ranked) return ranked.error();
   plan.stageCycles = std::move(stageCycles);
+  if (costed) *costed = *ranked;
   return plan;
 }
 
@@ -440,7 +442,7 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
   result.ranked = screened;
 
   const Candidate& bestCandidate = screened.front().candidate;
-  auto best = buildPlan(cluster, profile, bestCandidate, *order);
+  auto best = buildPlan(cluster, profile, bestCandidate, *order, &result.bestCost);
   if (!best) return best.error();
   result.best = *best;
   auto placement = refinePlacement(cluster, profile, result.best, *order);

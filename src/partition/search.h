@@ -52,6 +52,7 @@ struct RankedPlan {
 struct SearchResult {
   std::vector<RankedPlan> ranked;  ///< best first (objective, then canonical string)
   Plan best;                        ///< the first ranked plan with stages and placement
+  RankedPlan bestCost;              ///< evaluatePlan of best
   PlacementReport placement;        ///< hops and link load of best
   std::int64_t spaceSize = 0;       ///< candidates in the space
   std::int64_t pruned = 0;          ///< left out by the early memory check
@@ -72,8 +73,9 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
 
 /// Turns a candidate into a plan: stages (DP or METIS), placement, and each stage's cycles as the
 /// cost model prices the plan (evaluatePlan's stageCycles).
+/// With `costed`, also that evaluatePlan of the plan.
 Expected<Plan> buildPlan(const topology::Cluster& cluster, const ModelProfile& profile, const Candidate& candidate,
-                         const std::vector<int>& order);
+                         const std::vector<int>& order, RankedPlan* costed = nullptr);
 
 /// Predicts the cost of a given plan (a plan file or a fixed plan) on its own stages and placement.
 /// With `stageCycles`, also what each stage's chip is busy with in one iteration as costed (a plan's

@@ -1,7 +1,9 @@
 // The plan a run simulates: a plan file, the config's fixed plan or the search over the ranks.
 #include "runtime/plan_choice.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -102,23 +104,32 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
   const topology::Cluster& cluster = *config.cluster;
   const auto& parallelism = config.parallelism;
   PlanChoice choice;
+  choice.planFile = requestedPlanFile(config, options);
+  std::optional<partition::Plan> filePlan;
+  if (!choice.planFile.empty()) {
+    auto plan = partition::loadPlanFile(choice.planFile);
+    if (!plan) return plan.error();
+    filePlan = std::move(*plan);
+  }
+  // The widest TP group any plan of this run is costed at: the search's, a fixed plan's or the file's.
+  const int costedTp = std::max({std::min(parallelism.maxTp, cluster.chipCount()), parallelism.tp,
+                                 filePlan ? filePlan->tp : 1});
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph),
                                          [&](std::int64_t done, std::int64_t total) {
                                            progress.update(done, total, "distinct layers profiled");
-                                         });
+                                         },
+                                         costedTp);
   if (!profile) return profile.error();
   if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;
   const support::ProgressFn layersEstimated = [&](std::int64_t done, std::int64_t total) {
     progress.update(done, total, "layers estimated");
   };
-  choice.planFile = requestedPlanFile(config, options);
-  if (!choice.planFile.empty()) {
-    auto plan = partition::loadPlanFile(choice.planFile);
-    if (!plan) return plan.error();
-    if (auto s = partition::checkPlan(*plan, static_cast<int>(profile->layers.size()), cluster, choice.planFile); !s)
+  if (filePlan) {
+    if (auto s = partition::checkPlan(*filePlan, static_cast<int>(profile->layers.size()), cluster, choice.planFile);
+        !s)
       return s.error();
-    choice.plan = *plan;
+    choice.plan = *filePlan;
   } else if (parallelism.plan != "fixed" && !options.planFile && config.simulation.mode == "functional" &&
              !options.searchOnly && !graph.ops().empty()) {
     // Functional mode executes pure pipelines only: plan auto is the pipeline over the chips.
@@ -174,9 +185,8 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     choice.given = *given;
     choice.runPrediction = *given;
     choice.plan.stageCycles = stageCycles;
-  } else if (auto predicted = partition::evaluatePlan(cluster, *profile, choice.plan, &stageCycles); predicted) {
-    choice.runPrediction = *predicted;
-    choice.plan.stageCycles = stageCycles;
+  } else {
+    choice.runPrediction = choice.search->bestCost;  // buildPlan's evaluatePlan, stage cycles in the plan
   }
   choice.profile = std::make_shared<const partition::ModelProfile>(std::move(*profile));
   return choice;
