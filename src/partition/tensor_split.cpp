@@ -130,31 +130,52 @@ Expected<std::map<ir::TensorId, TensorSharding>> gridAnnotations(const ir::Graph
                               });
 }
 
-// The 2-D weight of a weight matmul (MatMul, Gemm) and the weight dim that indexes the op's
-// output: the weight may be either operand, transposed by Gemm's transA/transB or by a Transpose
-// between the initializer and the op.
+// The weight of a weight matmul (MatMul, Gemm) and the weight dim that indexes the op's output:
+// the weight may be either operand, transposed by Gemm's transA/transB or by a Transpose between
+// the initializer and the op, and a weight of more dims may be reshaped into the op's matrix (an
+// Einsum contraction such as "bsh,hnd->bsnd" imports as a Reshape of its [h, n, d] weight into
+// [h, n d]): the output dim is then the first weight dim of the run the matrix dim merges, and so
+// is the contracted dim.
 struct WeightOperand {
   int operand;
   ir::TensorId weight;
-  int outDim;
+  int outDim, contractedDim;
+  bool direct;  ///< the op reads the weight itself (no Transpose or Reshape between)
 };
 std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op& op) {
   if ((op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm) || op.inputs.size() < 2) return std::nullopt;
   for (int operand : {1, 0}) {
     ir::TensorId w = op.inputs[operand];
     bool transposed = op.kind == ir::OpKind::kGemm && op.intAttr(operand == 1 ? "transB" : "transA", 0) != 0;
+    if (graph.tensor(w).shape.size() != 2) continue;
+    const bool direct = graph.tensor(w).producer < 0;
     if (graph.tensor(w).producer >= 0) {
       const ir::Op& producer = graph.op(graph.tensor(w).producer);
       const auto perm = producer.intsAttr("perm", {1, 0});
-      if (producer.kind != ir::OpKind::kTranspose || graph.tensor(w).shape.size() != 2 || perm != std::vector<std::int64_t>{1, 0})
-        continue;
-      w = producer.inputs[0];
-      transposed = !transposed;
+      if (producer.kind == ir::OpKind::kTranspose && perm == std::vector<std::int64_t>{1, 0}) {
+        w = producer.inputs[0];
+        transposed = !transposed;
+      }
     }
-    const auto& t = graph.tensor(w);
-    if (t.role != ir::TensorRole::kWeight || t.shape.size() != 2) continue;
     // [K, N] as the right operand, [M, K] as the left: the output dim is N or M.
-    return WeightOperand{operand, w, (operand == 1) != transposed ? 1 : 0};
+    const int matrixDim = (operand == 1) != transposed ? 1 : 0;
+    int outDim = matrixDim, contractedDim = 1 - matrixDim;
+    if (graph.tensor(w).producer >= 0) {
+      const ir::Op& producer = graph.op(graph.tensor(w).producer);
+      if (producer.kind != ir::OpKind::kReshape) continue;
+      // [s0 .. sk-1] into [s0 .. sj-1 merged, sj .. sk-1 merged]: matrix dim 1 starts at weight dim j.
+      const auto& matrix = graph.tensor(w).shape;
+      const auto& shape = graph.tensor(producer.inputs[0]).shape;
+      std::int64_t rows = 1;
+      size_t j = 0;
+      while (j < shape.size() && rows < matrix[0]) rows *= shape[j++];
+      if (rows != matrix[0] || j == 0 || j == shape.size()) continue;
+      w = producer.inputs[0];
+      outDim = matrixDim == 0 ? 0 : static_cast<int>(j);
+      contractedDim = matrixDim == 0 ? static_cast<int>(j) : 0;
+    }
+    if (graph.tensor(w).role != ir::TensorRole::kWeight) continue;
+    return WeightOperand{operand, w, outDim, contractedDim, direct};
   }
   return std::nullopt;
 }
@@ -240,12 +261,21 @@ Expected<std::map<ir::TensorId, TensorSharding>> planAnnotations(const ir::Graph
                                   const std::map<ir::TensorId, TensorSharding>&) -> WeightChoice {
                                 const auto found = weightOperand(graph, op);
                                 if (!found) return std::nullopt;
-                                const auto [operand, w, outDim] = *found;
+                                const auto [operand, w, outDim, contractedDim, direct] = *found;
                                 const ir::TensorId x = op.inputs[1 - operand];
-                                if (usesAxis(sofar.tensors[x], tp) || usesAxis(sofar.tensors[w], tp))
-                                  return std::nullopt;
                                 const auto& weight = graph.tensor(w);
-                                auto spec = TensorSharding::replicated(2);
+                                if (usesAxis(sofar.tensors[w], tp)) return std::nullopt;
+                                if (usesAxis(sofar.tensors[x], tp)) {
+                                  // Row-parallel: propagation splits a weight its matmul reads
+                                  // directly; one behind a Transpose or Reshape is split here on its
+                                  // contracted dim, in even blocks (else it stays whole).
+                                  if (direct) return std::nullopt;
+                                  if (weight.shape[contractedDim] % size != 0) return WeightChoice{{w, std::nullopt}};
+                                  auto rows = TensorSharding::replicated(weight.shape.size());
+                                  rows.dimAxis[contractedDim] = tp;
+                                  return WeightChoice{{w, rows}};
+                                }
+                                auto spec = TensorSharding::replicated(weight.shape.size());
                                 spec.dimAxis[outDim] = tp;
                                 spec.setParts(outDim, parts[w][outDim]);
                                 // A dim tp does not divide splits in ceil-sized blocks of the unit later

@@ -1,14 +1,33 @@
 #!/usr/bin/env python3
-"""Exports torch's nn.TransformerEncoder (fused in_proj [3d, d]) to ONNX for the sharding tests.
+"""Exports torch models to ONNX for the sharding tests.
 
-Usage: make_torch_encoder.py OUT_DIR. Writes OUT_DIR/encoder.onnx: 2 layers, d 32, 4 heads, FFN 64,
-batch 2, sequence 8, batch-first, exported with gradients enabled (eval mode under no_grad takes
-the fused fast path, which has no ONNX export).
+Usage: make_torch_encoder.py OUT_DIR. Writes OUT_DIR/encoder.onnx: nn.TransformerEncoder (fused
+in_proj [3d, d]), 2 layers, d 32, 4 heads, FFN 64, batch 2, sequence 8, batch-first, exported with
+gradients enabled (eval mode under no_grad takes the fused fast path, which has no ONNX export); and
+OUT_DIR/einsum.onnx: projections written as torch.einsum on weights (Einsum nodes), d 32, 4 heads of 8.
 """
 import os
 import sys
 
 import torch
+
+
+class EinsumBlock(torch.nn.Module):
+    """Heads projected by 3-D weights ([d, heads, hd] in, [heads, hd, d] out), then an FFN whose
+    weights are read transposed ([ffn, d] and [d, ffn], as nn.Linear stores them)."""
+
+    def __init__(self, d=32, heads=4, ffn=64):
+        super().__init__()
+        self.w_in = torch.nn.Parameter(0.2 * torch.randn(d, heads, d // heads))
+        self.w_out = torch.nn.Parameter(0.2 * torch.randn(heads, d // heads, d))
+        self.w_up = torch.nn.Parameter(0.2 * torch.randn(ffn, d))
+        self.w_down = torch.nn.Parameter(0.2 * torch.randn(d, ffn))
+
+    def forward(self, x):
+        h = torch.relu(torch.einsum("bsd,dnk->bsnk", x, self.w_in))
+        x = x + torch.einsum("bsnk,nkd->bsd", h, self.w_out)
+        f = torch.relu(torch.einsum("bsd,fd->bsf", x, self.w_up))
+        return x + torch.einsum("bsf,df->bsd", f, self.w_down)
 
 
 def main():
@@ -23,6 +42,8 @@ def main():
     x = torch.randn(2, 8, 32)
     torch.onnx.export(model, (x,), os.path.join(out, "encoder.onnx"), opset_version=17, input_names=["x"],
                       output_names=["y"])
+    torch.onnx.export(EinsumBlock().eval(), (x,), os.path.join(out, "einsum.onnx"), opset_version=17,
+                      input_names=["x"], output_names=["y"])
 
 
 if __name__ == "__main__":

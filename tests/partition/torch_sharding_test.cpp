@@ -1,4 +1,5 @@
 // Sharding a real torch export: nn.TransformerEncoder's fused in_proj split per part over tp.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -25,6 +26,16 @@ class TorchSharding : public ::testing::Test {
   static std::string dir_;
 };
 std::string TorchSharding::dir_;
+
+// The TP group's device graphs compute what the unsharded graph does on x.
+void expectSameAsUnsharded(const ir::Graph& g, const DeviceGraphs& devices, const ir::Value& x) {
+  auto want = ir::interpret(g, {x});
+  auto got = interpretSharded(devices, {x});
+  ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
+  ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+  for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+    EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+}
 
 // torch's encoder projects q, k and v with one [3d, d] weight, takes it apart with Slices and views
 // the heads as [s, b * heads, hd]. Megatron splits each of q, k and v over tp: every rank holds
@@ -57,12 +68,53 @@ TEST_F(TorchSharding, EncoderFusedInProjectionSplitsByHeads) {
     EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 4);
     auto devices = shardGraph(*g, *propagated);
     ASSERT_TRUE(devices.ok()) << devices.error().format();
-    auto want = ir::interpret(*g, {x});
-    auto got = interpretSharded(*devices, {x});
-    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
-    ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
-    for (size_t e = 0; e < (*want)[0].data.size(); ++e)
-      EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+    expectSameAsUnsharded(*g, *devices, x);
+  }
+}
+
+// torch.einsum on weights imports as MatMuls reading each weight through a Reshape ([d, heads, hd]
+// into [d, heads hd]) or a Transpose (nn.Linear's [out, in]), as a timing run sees the model (a
+// functional import folds those into constants). Megatron splits every weight as it splits the
+// equivalent MatMul's: the column-parallel ones on their output dim (the heads of the 3-D one),
+// their partners on the contracted dim, each rank holding 1/tp of every weight; one all-reduce per
+// pair, nothing gathered, and the TP group computes what the unsharded graph does (the weights'
+// values taken from the functional import).
+TEST_F(TorchSharding, EinsumWeightsSplitLikeMatMuls) {
+  frontend::ImportOptions timing;
+  timing.loadWeights = false;
+  auto g = frontend::importOnnx(dir_ + "/einsum.onnx", timing);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  auto withValues = frontend::importOnnx(dir_ + "/einsum.onnx");
+  ASSERT_TRUE(withValues.ok()) << withValues.error().format();
+  Bytes whole = 0;
+  for (ir::TensorId w : g->weights()) {
+    whole += g->tensor(w).bytes();
+    const auto found = withValues->findTensor(g->tensor(w).name);
+    ASSERT_TRUE(found.has_value()) << g->tensor(w).name;
+    g->setData(w, withValues->tensor(*found).data);
+  }
+  EXPECT_EQ(g->weights().size(), 4u);
+  ir::Value x{ir::DType::kF32, {2, 8, 32}, *testing::values(2 * 8 * 32, 5)};
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(tp);
+    const Mesh mesh = tensorMesh(TensorSplit::kMegatron, tp);
+    auto annotations = planAnnotations(*g, TensorSplit::kMegatron, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(*g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    for (ir::TensorId w : g->weights()) {
+      const auto& s = propagated->tensors[w];
+      EXPECT_TRUE(std::any_of(s.dimAxis.begin(), s.dimAxis.end(), [](int a) { return a >= 0; })) << g->tensor(w).name;
+    }
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2);
+    auto devices = shardGraph(*g, *propagated);
+    ASSERT_TRUE(devices.ok()) << devices.error().format();
+    Bytes held = 0;
+    for (ir::TensorId w : devices->graphs[0].weights()) held += devices->graphs[0].tensor(w).bytes();
+    EXPECT_EQ(held, whole / tp);
+    expectSameAsUnsharded(*g, *devices, x);
   }
 }
 
