@@ -259,12 +259,13 @@ struct WireBurst {
   Cycle sendCycle, firstArrive;
   double spacing;
   Bytes bytes;
+  std::uint64_t tensor;
   std::int64_t payloadBytes;
 };
 
 void packBurst(const sim::C2CBurst& b, std::vector<char>& out) {
   const WireBurst w{b.srcChip, b.srcPort,   b.dstChip, b.dstPort, b.link, b.vectors, b.interval,
-                    b.sendCycle, b.firstArrive, b.spacing, b.bytes,
+                    b.sendCycle, b.firstArrive, b.spacing, b.bytes, b.tensor,
                     b.payload ? static_cast<std::int64_t>(b.payload->size()) : std::int64_t{-1}};
   const char* head = reinterpret_cast<const char*>(&w);
   out.insert(out.end(), head, head + sizeof w);
@@ -290,6 +291,7 @@ void unpackBursts(const char* data, size_t size, std::vector<sim::C2CBurst>& out
     b.firstArrive = w.firstArrive;
     b.spacing = w.spacing;
     b.bytes = w.bytes;
+    b.tensor = w.tensor;
     if (w.payloadBytes >= 0) {
       b.payload = std::make_shared<const std::vector<std::uint8_t>>(data + at, data + at + w.payloadBytes);
       at += static_cast<size_t>(w.payloadBytes);

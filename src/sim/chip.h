@@ -38,6 +38,9 @@ struct C2CBurst {
   Bytes bytes = 0;
   /// Functional mode: the vectors' bytes (vectors x vector_bytes); null in timing mode.
   std::shared_ptr<const std::vector<std::uint8_t>> payload;
+  /// The tensor the vectors belong to: burstTensor of the name the sending instruction's origin
+  /// gives (isa::OpOrigin::tensor; a forward without one passes on the one it took); 0: not known.
+  std::uint64_t tensor = 0;
 
   /// Arrival of vector j at the destination.
   Cycle arrival(std::int64_t j) const {
@@ -51,6 +54,9 @@ struct C2CBurst {
     return a.sendCycle < b.sendCycle;
   }
 };
+
+/// C2CBurst::tensor of a tensor name (isa::OpOrigin::tensor): never 0 (0 is "not known").
+std::uint64_t burstTensor(const std::string& name);
 
 /// What a C2C port of a chip instance is wired to.
 struct PortBinding {
@@ -80,8 +86,9 @@ enum class HazardKind : std::uint8_t {
   kReceiveEarly,     ///< a C2C receive before the vector arrived
   kSramRange,        ///< an SRAM address out of range
   kWeightsMissing,   ///< an MXM compute before its plane's weights are installed
+  kReceiveMismatch,  ///< a C2C receive or forward taking vectors of another tensor than its origin names
 };
-inline constexpr int kHazardKindCount = 8;
+inline constexpr int kHazardKindCount = 9;
 
 /// Short name of a hazard kind ("unit_busy", ...), as reported in statistics.
 const char* hazardKindName(HazardKind kind);

@@ -157,12 +157,14 @@ class TspChip final : public Chip {
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
-        program_(std::move(program)), ports_(std::move(ports)), options_(options),
+        program_(std::move(program)), originSequence_(*program_), ports_(std::move(ports)), options_(options),
         countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
     stats_.unitStall.assign(units_.size(), 0);
     linkFree_.assign(ports_.size(), 0);
+    for (const auto& origin : program_->origins)
+      originTensor_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
     inbound_.resize(ports_.size());
     consumed_.assign(ports_.size(), 0);
     planeReady_.assign(spec_.mxmPlanes, -1);
@@ -833,16 +835,25 @@ class TspChip final : public Chip {
     const int inPort = inst.indexInKind;
     if (inst.op == Opcode::kC2cForward && (inPort >= static_cast<int>(ports_.size()) || ports_[inPort].link < 0))
       return malformed(inst, index, fmt::format("C2C forward from port {}, which is not connected", inPort));
-    if (inst.op == Opcode::kC2cSend) return send(inst, index, inst.issue + spec_.c2cSendCycles, 0);
+    const std::uint64_t tensor = tensorOf(index);
+    if (inst.op == Opcode::kC2cSend) return send(inst, index, inst.issue + spec_.c2cSendCycles, 0, tensor);
+    std::uint64_t took = 0;
     if (inst.op == Opcode::kC2cReceive)
-      return receive(inst, index, inst.port, inst.interval, functional ? &result_ : nullptr);
+      return receive(inst, index, inst.port, inst.interval, tensor, took, functional ? &result_ : nullptr);
     // A forward passes vectors on as they arrive: at the pace of the arriving burst, the
     // outgoing link's or its own interval, whichever is slowest.
     const auto& in = inbound_[inPort];
     const double spacing = std::max({in.empty() ? 0.0 : in.front().spacing, vectorCycles(inst.port),
                                      static_cast<double>(inst.interval)});
-    if (!receive(inst, index, inPort, spacing, functional ? &pendingPayload_ : nullptr)) return false;
-    return send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing);
+    if (!receive(inst, index, inPort, spacing, tensor, took, functional ? &pendingPayload_ : nullptr)) return false;
+    return send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing, tensor ? tensor : took);
+  }
+
+  // C2CBurst::tensor of what instruction `index` moves: its origin's tensor; 0: not known.
+  std::uint64_t tensorOf(std::int64_t index) const {
+    if (originTensor_.empty()) return 0;
+    const std::int32_t origin = originSequence_.originOf(static_cast<size_t>(index));
+    return origin >= 0 && static_cast<size_t>(origin) < originTensor_.size() ? originTensor_[origin] : 0;
   }
 
   // Cycles one vector takes on the link of port at its exact rate.
@@ -852,7 +863,7 @@ class TspChip final : public Chip {
   // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles). The link carries
   // them at its exact rate (or the instruction's interval, or `pace`, when slower): vectors handed
   // over faster wait in the port's serdes buffer, and the fractions of a cycle accumulate.
-  bool send(const Event& inst, std::int64_t index, Cycle onLink, double pace) {
+  bool send(const Event& inst, std::int64_t index, Cycle onLink, double pace, std::uint64_t tensor) {
     const PortBinding& port = ports_[inst.port];
     const double spacing = std::max({vectorCycles(inst.port), static_cast<double>(inst.interval), pace});
     const Cycle serialization = topology::serializationCycles(inst.repeat, spacing);
@@ -880,6 +891,7 @@ class TspChip final : public Chip {
     burst.spacing = spacing;
     burst.bytes = Bytes{inst.repeat} * spec_.vectorBytes;
     burst.payload = std::move(pendingPayload_);
+    burst.tensor = tensor;
     outgoing_.push_back(std::move(burst));
     stats_.bytesSent += burst.bytes;
     for (auto& use : stats_.links)
@@ -891,9 +903,14 @@ class TspChip final : public Chip {
   }
 
   // Takes inst.repeat vectors from port `from`, in arrival order; vector j is read at issue +
-  // serializationCycles(j, pace) (j x interval for a receive). In functional mode their bytes go to *values.
+  // serializationCycles(j, pace) (j x interval for a receive). A burst of another tensor than
+  // `tensor` (both known) is taken all the same, as the port hands it over, and is a hazard: the
+  // vectors are not the ones the instruction was placed for. `took` gets the first burst's tensor.
+  // In functional mode their bytes go to *values.
   template <typename Run>
-  bool receive(const Event& inst, std::int64_t index, int from, double pace, Run* values) {
+  bool receive(const Event& inst, std::int64_t index, int from, double pace, std::uint64_t tensor,
+               std::uint64_t& took, Run* values) {
+    bool mismatched = false;
     auto& queue = inbound_[from];
     std::int64_t needed = inst.repeat, j = 0;
     const std::size_t vb = static_cast<std::size_t>(spec_.vectorBytes);
@@ -907,6 +924,17 @@ class TspChip final : public Chip {
       C2CBurst& burst = queue.front();
       std::int64_t& consumed = consumed_[from];
       const std::int64_t take = std::min<std::int64_t>(needed, burst.vectors - consumed);
+      if (j == 0) took = burst.tensor;
+      if (tensor && burst.tensor && burst.tensor != tensor && !mismatched) {
+        mismatched = true;
+        const std::int32_t origin = originSequence_.originOf(static_cast<size_t>(index));
+        if (!hazard(HazardKind::kReceiveMismatch, inst, index, inst.issue + topology::serializationCycles(j, pace),
+                    fmt::format("C2C {} on port {} takes vectors of another tensor than '{}' (the burst chip {} "
+                                "sent at cycle {})",
+                                inst.op == Opcode::kC2cForward ? "forward" : "receive", from,
+                                program_->origins[origin].tensor, burst.srcChip, burst.sendCycle)))
+          return false;
+      }
       // Arrivals are a ceil(j x spacing) sequence; reads are arithmetic (a receive) or at the burst's
       // pace or slower (a forward): the first and last vector of the segment are the tightest.
       for (std::int64_t k : {std::int64_t{0}, take - 1}) {
@@ -1001,6 +1029,8 @@ class TspChip final : public Chip {
   std::shared_ptr<const EventProgram> events_;  // the program decoded, shared by the chips running it
   const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
   std::shared_ptr<const isa::Program> program_;
+  isa::InstructionSequence originSequence_;  // the program's instructions, for their origins
+  std::vector<std::uint64_t> originTensor_;  // per entry of the program's origins: C2CBurst::tensor of its tensor
   EventProgram::Cursor cursor_;  // the event next_ in program order
   std::unique_ptr<isa::InstructionSequence> sequence_;  // functional mode: the instructions, read in place
   std::vector<PortBinding> ports_;
@@ -1048,6 +1078,8 @@ class TspChip final : public Chip {
 
 }  // namespace
 
+std::uint64_t burstTensor(const std::string& name) { return std::hash<std::string>{}(name) | 1; }
+
 const char* hazardKindName(HazardKind kind) {
   switch (kind) {
     case HazardKind::kUnitBusy: return "unit_busy";
@@ -1058,6 +1090,7 @@ const char* hazardKindName(HazardKind kind) {
     case HazardKind::kReceiveEarly: return "receive_early";
     case HazardKind::kSramRange: return "sram_range";
     case HazardKind::kWeightsMissing: return "weights_missing";
+    case HazardKind::kReceiveMismatch: return "receive_mismatch";
   }
   return "?";
 }

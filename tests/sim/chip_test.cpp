@@ -391,6 +391,81 @@ TEST_F(C2cTest, ReceiveBeforeArrival) {
   EXPECT_NE(s.error().message.find("reads a vector before it arrives (cycle 301)"), std::string::npos);
 }
 
+// A port hands bursts over in arrival order: a receive placed for tensor b that finds a burst of
+// tensor a in front of b's takes a's vectors, which is a hazard (its data would be wrong).
+TEST_F(C2cTest, ReceiveTakingAnotherTensorsBurst) {
+  Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
+  receive.port = 0;
+  const auto chipTaking = [&](const std::string& named, std::uint64_t first, const SimOptions& options) {
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = {receive};
+    if (!named.empty()) {
+      program->origins = {{"b_op", "Receive", 0, named}};
+      program->originOf = {0};
+    }
+    auto chip = makeTspChip(1, spec_, program, ports(), options);
+    for (const auto& [arrive, tensor] : {std::pair{Cycle{100}, first}, std::pair{Cycle{200}, burstTensor("b")}}) {
+      C2CBurst burst;
+      burst.dstPort = 0;
+      burst.firstArrive = arrive;
+      burst.vectors = 4;
+      burst.tensor = tensor;
+      burst.srcChip = 3;
+      burst.sendCycle = arrive - 10;
+      chip->deliver(burst);
+    }
+    return chip;
+  };
+  chip_ = chipTaking("b", burstTensor("a"), SimOptions{});
+  auto s = chip_->advanceTo(kNever);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("C2C receive on port 0 takes vectors of another tensor than 'b' (the burst chip 3 "
+                                   "sent at cycle 90)"),
+            std::string::npos)
+      << s.error().message;
+  // Counted once per instruction with faults on.
+  SimOptions faults;
+  faults.faults.linkJitterCycles = 1;
+  chip_ = chipTaking("b", burstTensor("a"), faults);
+  ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+  EXPECT_EQ(chip_->stats().hazards[static_cast<int>(HazardKind::kReceiveMismatch)], 1);
+  // Its own tensor, a burst of no known tensor, or a receive of no known tensor: no hazard.
+  for (const auto& [named, first] : {std::pair{std::string("b"), burstTensor("b")}, std::pair{std::string("b"), std::uint64_t{0}},
+                                     std::pair{std::string(), burstTensor("a")}}) {
+    chip_ = chipTaking(named, first, SimOptions{});
+    auto ok = chip_->advanceTo(kNever);
+    EXPECT_TRUE(ok.ok()) << ok.error().message;
+  }
+}
+
+// A forward checks the bursts it takes against its origin's tensor and passes that tensor on; one
+// without an origin passes on the tensor of the burst it took.
+TEST_F(C2cTest, ForwardPassesTheBurstsTensorOn) {
+  auto bound = ports();
+  bound[1] = {8, 2, 5, true, 225, 16.25};
+  Instruction forward = inst(c2c(0), 300, Opcode::kC2cForward, 4);
+  forward.port = 1;
+  for (const std::string named : {"a", ""}) {
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = {forward};
+    if (!named.empty()) {
+      program->origins = {{"a_op", "Collective", 0, named}};
+      program->originOf = {0};
+    }
+    chip_ = makeTspChip(1, spec_, program, bound, SimOptions{});
+    C2CBurst burst;
+    burst.dstPort = 0;
+    burst.firstArrive = 250;
+    burst.vectors = 4;
+    burst.tensor = burstTensor("a");
+    chip_->deliver(burst);
+    ASSERT_TRUE(chip_->advanceTo(kNever).ok());
+    auto out = chip_->takeOutgoing();
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[0].tensor, burstTensor("a"));
+  }
+}
+
 TEST_F(C2cTest, ReceiveWithNothingInFlight) {
   Instruction receive = inst(c2c(0), 300, Opcode::kC2cReceive, 4);
   receive.port = 0;

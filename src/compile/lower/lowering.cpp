@@ -1736,15 +1736,15 @@ std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<i
     origins.push_back({op.name, ir::opKindName(op.kind), op.layer,
                        op.outputs.empty() ? std::string() : graph.tensor(op.outputs[0]).name});
   }
-  // A moved tensor is named by the op that produced it (a graph input by itself).
-  const auto moved = [&](ir::TensorId tensor, const char* kind) {
-    const ir::Tensor& t = graph.tensor(tensor);
-    const ir::Op* producer = t.producer >= 0 ? &graph.op(t.producer) : nullptr;
-    origins.push_back({producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name});
-  };
-  for (const auto& plan : interface.sends) moved(plan.tensor, "Send");
-  for (const auto& plan : interface.receives) moved(plan.tensor, "Receive");
+  for (const auto& plan : interface.sends) origins.push_back(movedOrigin(graph, plan.tensor, "Send"));
+  for (const auto& plan : interface.receives) origins.push_back(movedOrigin(graph, plan.tensor, "Receive"));
   return origins;
+}
+
+isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind) {
+  const ir::Tensor& t = graph.tensor(tensor);
+  const ir::Op* producer = t.producer >= 0 ? &graph.op(t.producer) : nullptr;
+  return {producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name};
 }
 
 }  // namespace tsp::lower

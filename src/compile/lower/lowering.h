@@ -120,6 +120,10 @@ struct LoweredShard {
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
                                      const ShardInterface& interface);
 
+/// The origin of a tensor a shard moves (`kind` "Send" or "Receive"): named by the op that produced it
+/// (a graph input by itself).
+isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind);
+
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available.
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,

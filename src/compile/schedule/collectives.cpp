@@ -1129,7 +1129,7 @@ class ChipChains {
 
 }  // namespace
 
-LinkCalendar::LinkCalendar(size_t links) : busy_(links * 2) {}
+LinkCalendar::LinkCalendar(size_t links, bool inOrder) : busy_(links * 2), inOrder_(inOrder) {}
 
 Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const {
   // Each link direction's windows are disjoint and sorted (reserve() books only windows firstFit
@@ -1141,6 +1141,11 @@ Cycle LinkCalendar::firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cyc
     for (const auto& [key, offset] : hops) {
       const auto& windows = busy_[key];
       if (windows.empty() || windows.back().second <= start + offset) continue;  // after every window: free
+      if (inOrder_) {
+        start = windows.back().second - offset;
+        moved = true;
+        continue;
+      }
       auto it = std::upper_bound(windows.begin(), windows.end(), start + offset,
                                  [](Cycle at, const std::pair<Cycle, Cycle>& w) { return at < w.second; });
       for (; it != windows.end() && it->first < start + offset + length; ++it) {

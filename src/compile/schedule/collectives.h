@@ -133,13 +133,17 @@ Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, cons
 /// disjoint (every reservation is a first fit) and kept sorted, so a fit is a binary search.
 class LinkCalendar {
  public:
-  explicit LinkCalendar(size_t links);
+  /// With `inOrder` a window never goes before one booked earlier on its link direction: a port hands
+  /// bursts over in arrival order, so a schedule built call after call (a sharded plan, a training
+  /// step) keeps each port's arrivals in the order their receives are placed.
+  explicit LinkCalendar(size_t links, bool inOrder = false);
   /// The first start >= start at which every hop's window (start + offset, length long) is free.
   Cycle firstFit(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length) const;
   void reserve(const std::vector<std::pair<int, Cycle>>& hops, Cycle start, Cycle length);
 
  private:
   std::vector<std::vector<std::pair<Cycle, Cycle>>> busy_;
+  bool inOrder_ = false;
 };
 
 /// scheduleCollective inside a larger schedule: chip c's units, streams and ports are free from

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -105,7 +106,7 @@ class ShardedScheduler {
                    ShardBatchCompiler batchCompiler)
       : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
         timelines_(cluster.chip(), cluster.chipCount()),
-        calendar_(cluster.links().size()), placedOn_(work.graphs.size()),
+        calendar_(cluster.links().size(), true), placedOn_(work.graphs.size()),
         inFlight_(work.graphs.size()) {}
 
   Expected<ClusterSchedule> run() {
@@ -261,11 +262,39 @@ class ShardedScheduler {
 
   // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
   // every touched chip's chains to its timeline.
+  // Segment bursts waiting on the ports its messages arrive on are received first (receiveWaiting).
   Status schedule(CollectivePlan plan) {
-    std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*> flights;
-    for (const auto& device : inFlight_) flights.push_back(&device);
-    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_,
-                                    detail::wholeBurstsSafe(plan, cluster_, flights));
+    std::vector<detail::InFlightMap*> flights;
+    for (auto& device : inFlight_) flights.push_back(&device);
+    receiveWaiting(detail::messagePorts(plan, cluster_));
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_);
+  }
+
+  // Receives the segment bursts waiting on the ports (chip, port) before their cycles (receiveWaiting).
+  void receiveWaiting(const std::map<std::pair<int, int>, Cycle>& ports) {
+    if (ports.empty()) return;
+    std::vector<detail::InFlightMap*> flights;
+    for (auto& device : inFlight_) flights.push_back(&device);
+    const auto origin = [&](size_t d, ir::TensorId tensor) { return lower::movedOrigin(work_.graphs[d], tensor, "Receive"); };
+    for (const auto& taken : detail::receiveWaiting(ports, cluster_, timelines_, flights, origin))
+      placedOn_[taken.map][taken.tensor].insert(taken.chip);
+  }
+
+  // Bursts that arrived on a port before the first of those the segments of ops [j, k) receive
+  // there would be handed to them first: they are received before (receiveWaiting).
+  void receiveEarlier(const std::vector<int>& wave, int j, int k) {
+    std::map<std::pair<int, int>, Cycle> ports;
+    for (int d : wave) {
+      const int chip = work_.opChip[d][j];
+      for (int s = j; s < k; ++s)
+        for (ir::TensorId in : work_.graphs[d].op(s).inputs) {
+          const auto flight = inFlight_[d].find({in, chip});
+          if (flight == inFlight_[d].end() || placedOn_[d][in].count(chip)) continue;
+          auto [it, added] = ports.try_emplace({chip, flight->second.port}, flight->second.arrivals.front());
+          if (!added) it->second = std::min(it->second, flight->second.arrivals.front());
+        }
+    }
+    receiveWaiting(ports);
   }
 
   // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
@@ -436,6 +465,7 @@ class ShardedScheduler {
           if (producer >= 0 && producer < j) needed.push_back({d, in, work_.opChip[d][j]});
         }
     if (auto s = bring(needed); !s) return s;
+    receiveEarlier(wave, j, k);
 
     std::vector<SegmentUse> batch;
     std::set<int> batchChips;
@@ -483,6 +513,7 @@ class ShardedScheduler {
     // Receives: tensors in flight to this chip; release times relative to the segment's start.
     std::set<ir::TensorId> resident;
     std::set<ir::TensorId>& received = use.received;
+    std::vector<std::vector<Cycle>> absolute;  // per receive: its bursts' arrivals
     for (ir::OpId op : ops)
       for (ir::TensorId in : g.op(op).inputs) {
         const ir::OpId producer = g.tensor(in).producer;
@@ -507,11 +538,15 @@ class ShardedScheduler {
         // that microbatches in a steady state share their program.
         for (Cycle a : flight->second.arrivals)
           plan.arrivals.push_back(use.release.empty() ? std::max<Cycle>(0, a - offset) : roundUp(a - offset));
-        key += fmt::format(" recv {}:{}/{}@{}", static_cast<int>(interface.receives.size()), plan.port,
-                           plan.interval, fmt::join(plan.arrivals, ","));
         use.shape += fmt::format(" recv {}:{}", static_cast<int>(interface.receives.size()), plan.port);
         interface.receives.push_back(std::move(plan));
+        absolute.push_back(flight->second.arrivals);
       }
+    detail::orderArrivals(interface.receives, absolute);
+    for (size_t r = 0; r < interface.receives.size(); ++r) {
+      const auto& plan = interface.receives[r];
+      key += fmt::format(" recv {}:{}/{}@{}", r, plan.port, plan.interval, fmt::join(plan.arrivals, ","));
+    }
     for (ir::TensorId in : received) resident.erase(in);
     interface.resident.assign(resident.begin(), resident.end());
     // Sends: outputs that compute ops on directly linked chips read later.
@@ -739,28 +774,9 @@ void accumulateReport(CompileReport& report, const CompileReport& part) {
   report.annealAccepted += part.annealAccepted;
 }
 
-std::vector<bool> chipsTouched(const CollectivePlan& plan, const topology::Cluster& cluster) {
-  std::vector<bool> touched(cluster.chipCount(), false);
-  for (const auto& step : plan.steps)
-    for (const auto& m : step) {
-      touched[m.src] = touched[m.dst] = true;
-      for (const auto& hop : messageRoute(cluster, m)) touched[cluster.links()[hop.link].other(hop.chip)] = true;
-    }
-  return touched;
-}
-
-bool wholeBurstsSafe(const CollectivePlan& plan, const topology::Cluster& cluster,
-                     const std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*>& inFlight) {
-  const auto touched = chipsTouched(plan, cluster);
-  for (const auto* flights : inFlight)
-    for (const auto& entry : *flights)
-      if (touched[entry.first.second]) return false;
-  return true;
-}
-
 Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
-                        LinkCalendar& calendar, ClusterSchedule& result, bool wholeBursts) {
-  auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar, wholeBursts);
+                        LinkCalendar& calendar, ClusterSchedule& result) {
+  auto scheduled = scheduleCollective(plan, cluster, timelines.free(), calendar, true);
   if (!scheduled) return scheduled.error();
   for (int c = 0; c < cluster.chipCount(); ++c) {
     isa::Program& program = scheduled->cluster.programs[c];
@@ -778,6 +794,112 @@ Status appendCollective(const CollectivePlan& plan, const topology::Cluster& clu
   return {};
 }
 
+void orderArrivals(std::vector<lower::ReceivePlan>& receives, const std::vector<std::vector<Cycle>>& absolute) {
+  std::vector<std::tuple<int, Cycle, size_t, size_t>> bursts;  // (port, absolute arrival, receive, tile)
+  for (size_t r = 0; r < receives.size(); ++r)
+    for (size_t t = 0; t < receives[r].arrivals.size() && t < absolute[r].size(); ++t)
+      bursts.emplace_back(receives[r].port, absolute[r][t], r, t);
+  std::sort(bursts.begin(), bursts.end());
+  for (size_t k = 1; k < bursts.size(); ++k) {
+    const auto& [port, at, r, t] = bursts[k];
+    const auto& [prevPort, prevAt, pr, pt] = bursts[k - 1];
+    (void)at, (void)prevAt;
+    if (port == prevPort) receives[r].arrivals[t] = std::max(receives[r].arrivals[t], receives[pr].arrivals[pt] + 1);
+  }
+}
+
+namespace {
+
+// Receives the bursts of `flight` waiting on its port of `chip` into SRAM, one vector a cycle once
+// each burst is in, after everything the chip ran before; the instructions are named by `origin`.
+void receiveFlight(const topology::Cluster& cluster, ChipTimelines& timelines, int chip, const InFlight& flight,
+                   const isa::OpOrigin& origin) {
+  const topology::ChipSpec& spec = cluster.chip();
+  const auto units = spec.units();
+  const int c2c = spec.firstUnit(topology::UnitKind::kC2c) + flight.port;
+  const int memFirst = spec.firstUnit(topology::UnitKind::kMem);
+  int mem = memFirst;  // the MEM slice nearest the port
+  for (int m = memFirst; m < memFirst + spec.memSlices; ++m)
+    if (std::abs(units[m].slice - units[c2c].slice) < std::abs(units[mem].slice - units[c2c].slice)) mem = m;
+  const auto dir = units[mem].slice >= units[c2c].slice ? isa::Direction::kEast : isa::Direction::kWest;
+  const Cycle toMem = spec.c2cReceiveCycles + std::abs(units[mem].slice - units[c2c].slice);
+  const std::int64_t depth = std::max(1, spec.addressesPerSlice);
+  // Cycles relative to the first burst's arrival; vector j of a burst arrives j x interval after its first.
+  const Cycle base = flight.arrivals.front();
+  isa::Program program;
+  program.chipSpecHash = spec.hash();
+  program.origins = {origin};
+  Cycle next = 0;
+  for (Cycle arrive : flight.arrivals) {
+    next = std::max(next, arrive - base + Cycle{flight.rows - 1} * (flight.interval - 1));
+    for (std::int64_t r0 = 0; r0 < flight.rows; r0 += depth) {
+      const auto n = static_cast<std::int32_t>(std::min(depth, flight.rows - r0));
+      isa::Instruction rx;
+      rx.unit = c2c;
+      rx.op = isa::Opcode::kC2cReceive;
+      rx.issue = next;
+      rx.port = flight.port;
+      rx.repeat = n;
+      rx.dst = {0, dir};
+      isa::Instruction wr;
+      wr.unit = mem;
+      wr.op = isa::Opcode::kMemWrite;
+      wr.issue = next + toMem;
+      wr.repeat = n;
+      wr.address = 0;
+      wr.bank = spec.bankOf(0);
+      wr.stride = 1;
+      wr.src = rx.dst;
+      for (const auto& inst : {rx, wr}) program.instructions.push_back(inst);
+      next += n;
+    }
+  }
+  program.originOf.assign(program.instructions.size(), 0);
+  isa::canonicalize(program);
+  for (const auto& inst : program.instructions)
+    program.predictedCycles = std::max(program.predictedCycles, isa::completion(spec, inst));
+  const Cycle at = timelines.earliestStart(chip, timelines.footprint(program.instructions),
+                                           std::max({base, timelines.freeAt(chip), flight.released}));
+  timelines.append(chip, program, at);
+}
+
+}  // namespace
+
+std::map<std::pair<int, int>, Cycle> messagePorts(const CollectivePlan& plan, const topology::Cluster& cluster) {
+  std::map<std::pair<int, int>, Cycle> ports;
+  for (const auto& step : plan.steps)
+    for (const auto& m : step)
+      for (const auto& hop : messageRoute(cluster, m)) {
+        const auto& link = cluster.links()[hop.link];
+        const int to = link.other(hop.chip);
+        ports[{to, link.portOn(to)}] = std::numeric_limits<Cycle>::max();
+      }
+  return ports;
+}
+
+std::vector<TakenFlight> receiveWaiting(const std::map<std::pair<int, int>, Cycle>& ports,
+                                        const topology::Cluster& cluster, ChipTimelines& timelines,
+                                        const std::vector<InFlightMap*>& flights,
+                                        const std::function<isa::OpOrigin(size_t, ir::TensorId)>& originOf) {
+  // (first arrival, map, key) of the bursts waiting there, in arrival order.
+  std::vector<std::tuple<Cycle, size_t, std::pair<ir::TensorId, int>>> waiting;
+  for (size_t i = 0; i < flights.size(); ++i)
+    for (const auto& [key, flight] : *flights[i])
+      if (const auto port = ports.find({key.second, flight.port});
+          port != ports.end() && flight.arrivals.front() < port->second)
+        waiting.push_back({flight.arrivals.front(), i, key});
+  std::sort(waiting.begin(), waiting.end());
+  std::vector<TakenFlight> taken;
+  for (const auto& [first, i, key] : waiting) {
+    (void)first;
+    auto it = flights[i]->find(key);
+    receiveFlight(cluster, timelines, key.second, it->second, originOf(i, key.first));
+    flights[i]->erase(it);
+    taken.push_back({i, key.first, key.second});
+  }
+  return taken;
+}
+
 Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluster, LinkCalendar& calendar, int chip,
                                                  Cycle offset, const lower::ShardInterface& interface,
                                                  const std::vector<int>& links, const std::vector<std::int64_t>& rows,
@@ -790,6 +912,7 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
     InFlight flight;
     flight.port = link.portOn(to);
     flight.interval = interface.sends[i].interval;
+    flight.rows = rows[i];
     const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
     for (Cycle issue : shard.sendIssues.at(i)) {
       const Cycle at = offset + issue, length = Cycle{rows[i]} * flight.interval;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -373,30 +374,53 @@ class ChipTimelines {
 struct InFlight {
   int port = 0;                 ///< the receiver's port
   int interval = 1;             ///< cycles between vectors
+  std::int64_t rows = 0;        ///< vectors per burst (one burst per tile)
   std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
   Cycle lastVector = 0;         ///< arrival of the last vector of the last burst
   Cycle released = 0;           ///< the consumer starts no earlier (a training pass released at its end)
 };
 
+/// Per device (or replica, TP rank and microbatch): the tensors sent to a chip, keyed by (tensor, chip).
+using InFlightMap = std::map<std::pair<ir::TensorId, int>, InFlight>;
+
 /// Adds the compile report of one segment to its chip's report (sums, and the SRAM peak).
 void accumulateReport(CompileReport& report, const CompileReport& part);
 
 /// Schedules a collective (or one step of messages) at the earliest cycles the chips and links
-/// allow, appends every touched chip's chain to its timeline and records the transfers. With
-/// `wholeBursts` its receives take each burst whole once its last vector is in (scheduleCollective);
-/// callers pass it only when no burst a segment sent is still waiting at a chip the collective
-/// touches (wholeBurstsSafe), since a port hands bursts over in arrival order.
+/// allow, appends every touched chip's chain to its timeline and records the transfers. Its
+/// receives take each burst whole once its last vector is in (scheduleCollective): a port hands
+/// bursts over in arrival order, and receiveWaiting has taken the segments' bursts that waited on
+/// its ports; the calendar keeps later bursts behind its own (LinkCalendar's inOrder).
 Status appendCollective(const CollectivePlan& plan, const topology::Cluster& cluster, ChipTimelines& timelines,
-                        LinkCalendar& calendar, ClusterSchedule& result, bool wholeBursts);
+                        LinkCalendar& calendar, ClusterSchedule& result);
 
-/// The chips a collective's messages reach: senders, receivers and the chips their routes pass through.
-std::vector<bool> chipsTouched(const CollectivePlan& plan, const topology::Cluster& cluster);
+/// A tensor receiveWaiting took off its port: entry `map` of the maps it was given, the tensor, the chip.
+struct TakenFlight {
+  size_t map = 0;
+  ir::TensorId tensor = -1;
+  int chip = 0;
+};
 
-/// True when none of `inFlight` (segment bursts not yet taken by their receivers, keyed by (tensor,
-/// receiving chip)) waits at a chip the collective touches: its receives and forwards then see only
-/// its own bursts on their ports and may take them whole.
-bool wholeBurstsSafe(const CollectivePlan& plan, const topology::Cluster& cluster,
-                     const std::vector<const std::map<std::pair<ir::TensorId, int>, InFlight>*>& inFlight);
+/// The (chip, port) pairs where the plan's messages arrive (its receivers' and transit chips'
+/// ports), each with the cycle std::numeric_limits<Cycle>::max() for receiveWaiting.
+std::map<std::pair<int, int>, Cycle> messagePorts(const CollectivePlan& plan, const topology::Cluster& cluster);
+
+/// A port hands bursts over in arrival order. Before receives or forwards are placed on the
+/// (chip, port) pairs of `ports`, the bursts that segments sent and that still wait there for their
+/// receiver, having arrived before the pair's cycle, would be handed to them first: each is
+/// received now instead, into SRAM, in arrival order, after what its chip ran before (its
+/// receiver then finds the tensor on the chip); named by `originOf(map, tensor)`. Returns the
+/// tensors taken; their entries are erased from `flights`.
+std::vector<TakenFlight> receiveWaiting(const std::map<std::pair<int, int>, Cycle>& ports,
+                                        const topology::Cluster& cluster, ChipTimelines& timelines,
+                                        const std::vector<InFlightMap*>& flights,
+                                        const std::function<isa::OpOrigin(size_t, ir::TensorId)>& originOf);
+
+/// Keeps the release times of the receives' bursts (ReceivePlan::arrivals, relative) on each port
+/// in the order the bursts arrive (`absolute`: per receive, per tile): a burst released no later
+/// than one that arrived before it on its port is released a cycle after that one. The lowering
+/// chains each port's receives in release order, and the port hands the bursts over in arrival order.
+void orderArrivals(std::vector<lower::ReceivePlan>& receives, const std::vector<std::vector<Cycle>>& absolute);
 
 /// Books the bursts of a segment placed on `chip` at `offset`: send i (interface.sends[i], `rows[i]`
 /// vectors per tile) on the direct link links[i]. Records the transfers; returns each send's arrivals.

@@ -49,7 +49,7 @@ class TrainingScheduler {
                     ShardBatchCompiler batchCompiler)
       : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
         timelines_(cluster.chip(), cluster.chipCount(), true),
-        calendar_(cluster.links().size()) {}
+        calendar_(cluster.links().size(), true) {}
 
   Expected<TrainingStepSchedule> run() {
     if (auto s = check(); !s) return s.error();
@@ -319,6 +319,7 @@ class TrainingScheduler {
       const auto [vectorRows, tiles] = lower::vectorShape(cluster_.chip(), graph(t).tensor(tensor));
       plan.steps.front().push_back({chip, dst, vectorRows * tiles, false});
       data.on[tensor].insert(dst);
+      if (plan.origin.op.empty()) plan.origin = lower::movedOrigin(graph(t), tensor, "Send");  // named by its first
     }
     return appendSettled(plan);
   }
@@ -340,6 +341,7 @@ class TrainingScheduler {
   // ranks), then each run is placed in rank order.
   Status runComputes(int r, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
     if (ops.empty()) return {};
+    receiveEarlier(r, microbatch, seg, ops);
     std::vector<ComputeRun> runs;
     Status planned;
     for (int t = 0; t < ranks() && planned; ++t) {
@@ -390,6 +392,7 @@ class TrainingScheduler {
     std::vector<ir::TensorId>& received = run.received;
     if (microbatch >= 0) {
       MicrobatchData& data = data_[r][t][microbatch];
+      std::vector<std::vector<Cycle>> absolute;  // per receive: its bursts' arrivals
       for (ir::TensorId in : outsideInputs(t, ops)) {
         auto on = data.on.find(in);
         if (on != data.on.end() && on->second.count(chip)) {
@@ -406,10 +409,13 @@ class TrainingScheduler {
         plan.port = flight->second.port;
         plan.interval = 1;
         plan.arrivals.assign(flight->second.arrivals.size(), 0);
-        key += fmt::format(" recv {}:{}", interface.receives.size(), plan.port);
         interface.receives.push_back(std::move(plan));
+        absolute.push_back(flight->second.arrivals);
         received.push_back(in);
       }
+      detail::orderArrivals(interface.receives, absolute);
+      for (size_t i = 0; i < interface.receives.size(); ++i)
+        key += fmt::format(" recv {}:{}@{}", i, interface.receives[i].port, fmt::join(interface.receives[i].arrivals, ","));
     } else {
       // The update reads the accumulated gradients and the weights: all on the chip.
       interface.resident = outsideInputs(t, ops);
@@ -480,13 +486,47 @@ class TrainingScheduler {
 
   // A collective (or a step of messages) appended; each chip it touched is free again once the
   // streams of its part have drained (ChipTimelines::append).
+  // Segment bursts waiting on the ports its messages arrive on are received first (receiveWaiting).
   Status appendSettled(const CollectivePlan& plan) {
-    std::vector<const std::map<std::pair<ir::TensorId, int>, detail::InFlight>*> flights;
-    for (const auto& replica : data_)
-      for (const auto& rank : replica)
-        for (const auto& microbatch : rank) flights.push_back(&microbatch.inFlight);
-    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster,
-                                    detail::wholeBurstsSafe(plan, cluster_, flights));
+    receiveWaiting(detail::messagePorts(plan, cluster_));
+    return detail::appendCollective(plan, cluster_, timelines_, calendar_, result_.cluster);
+  }
+
+  // Receives the segment bursts waiting on the ports (chip, port) before their cycles (receiveWaiting).
+  void receiveWaiting(const std::map<std::pair<int, int>, Cycle>& ports) {
+    if (ports.empty()) return;
+    std::vector<detail::InFlightMap*> flights;
+    std::vector<std::pair<MicrobatchData*, int>> of;  // per map: its microbatch's data, its TP rank
+    for (auto& replica : data_)
+      for (size_t t = 0; t < replica.size(); ++t)
+        for (auto& microbatch : replica[t]) {
+          flights.push_back(&microbatch.inFlight);
+          of.push_back({&microbatch, static_cast<int>(t)});
+        }
+    const auto origin = [&](size_t i, ir::TensorId tensor) {
+      return lower::movedOrigin(graph(of[i].second), tensor, "Receive");
+    };
+    for (const auto& taken : detail::receiveWaiting(ports, cluster_, timelines_, flights, origin))
+      of[taken.map].first->on[taken.tensor].insert(taken.chip);
+  }
+
+  // Bursts that arrived on a port before the first of those the compute run [ops] of replica r
+  // receives there (on any TP rank) would be handed to it first: they are received before.
+  void receiveEarlier(int r, int microbatch, const SegmentId& seg, const std::vector<ir::OpId>& ops) {
+    if (microbatch < 0) return;
+    std::map<std::pair<int, int>, Cycle> ports;
+    for (int t = 0; t < ranks(); ++t) {
+      const int chip = chipOf(r, t, seg);
+      const MicrobatchData& data = data_[r][t][microbatch];
+      for (ir::TensorId in : outsideInputs(t, ops)) {
+        const auto flight = data.inFlight.find({in, chip});
+        if (flight == data.inFlight.end()) continue;
+        if (const auto on = data.on.find(in); on != data.on.end() && on->second.count(chip)) continue;
+        auto [it, added] = ports.try_emplace({chip, flight->second.port}, flight->second.arrivals.front());
+        if (!added) it->second = std::min(it->second, flight->second.arrivals.front());
+      }
+    }
+    receiveWaiting(ports);
   }
 
   // The gradients of model stage `stage` summed over the replicas of pipeline stage s (each TP rank
@@ -507,7 +547,10 @@ class TrainingScheduler {
         const Bytes size = std::min(bucket, bytes - b * bucket);
         auto plan = planCollective(op, chooseAlgorithm(op, group, size, cluster_), group, size, cluster_);
         if (!plan) return plan.error();
-        plan->origin = {fmt::format("gradients of stage {}", stage), collectiveOpName(op), -1, ""};
+        // The buckets move the stage's gradients (the tensor named, so that a port handing a
+        // receive another tensor's vectors is a hazard the simulator reports).
+        const std::string name = fmt::format("gradients of stage {}", stage);
+        plan->origin = {name, collectiveOpName(op), -1, name};
         if (auto st = appendSettled(*plan); !st) return st;
         ++result_.cluster.collectives;
         if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;
