@@ -6,9 +6,11 @@ pipeline with 4 and 16 microbatches. Each runs through tsp-sim (which stops on a
 chip's simulated cycles must equal the predicted ones. The steady-state period of a stage is the
 growth of its chip's cycles per added microbatch, (cycles(16) - cycles(4)) / 12, and the busiest
 unit's share likewise from the lower bounds. Checked:
-  - the first stage's period is within 2 % of its busiest unit per microbatch (a stage that waits
-    for its previous microbatch's streams to drain is 4.6 % above it);
-  - the bubble, 1 - m x (busiest unit per microbatch) / makespan, is within 0.045 of
+  - every stage's period but the last's is within 2 % of its busiest unit per microbatch (a stage
+    that waits for its previous microbatch's streams to drain is 4.6 % above it; a middle stage whose
+    received tiles share MEM slices with its previous microbatch's tail, 5 %); the last stage's
+    period is printed, not checked (5.5 % above);
+  - the bubble, 1 - m x (busiest unit per microbatch) / makespan, is within 0.04 of
     (p-1)/(m+p-1) for m = 4 and m = 16.
 """
 import json
@@ -18,7 +20,7 @@ import sys
 import tempfile
 
 PERIOD_TOLERANCE = 0.02
-BUBBLE_TOLERANCE = 0.045
+BUBBLE_TOLERANCE = 0.04
 
 
 def run(exe, config, tmp):
@@ -50,8 +52,10 @@ def main():
         busiest = (c16["lower_bound_cycles"] - c4["lower_bound_cycles"]) / 12
         print(f"stage {c4['chip']}: period {period:.0f} cycles per microbatch, busiest unit {busiest:.0f} "
               f"({period / busiest - 1:+.2%})")
-        if c4["chip"] == 0 and period > (1 + PERIOD_TOLERANCE) * busiest:
-            failed.append(f"first stage's period {period:.0f} is more than {PERIOD_TOLERANCE:.0%} above {busiest:.0f}")
+        last = c4["chip"] == max(c["chip"] for c in runs[4]["chips"] if c["simulated_cycles"] > 0)
+        if not last and period > (1 + PERIOD_TOLERANCE) * busiest:
+            failed.append(f"stage {c4['chip']}'s period {period:.0f} is more than {PERIOD_TOLERANCE:.0%} above "
+                          f"{busiest:.0f}")
     for f in failed:
         print("FAIL:", f)
     print(f"pipeline overlap: {len(failed)} failed")

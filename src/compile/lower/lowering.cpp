@@ -544,7 +544,11 @@ const ir::Op* Lowering::soleUser(ir::TensorId t, const std::vector<ir::OpId>& op
 }
 
 Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
-  if (auto s = place(plan.tensor, false); !s) return s;
+  alloc::SliceSet late;  // slices an earlier program still uses when the first tile arrives
+  const Cycle first = plan.mirrorsSend >= 0 || plan.arrivals.empty() ? 0 : plan.arrivals.front();
+  for (size_t slice = 0; slice < sliceFree_.size(); ++slice)
+    if (sliceFree_[slice] > first) late.insert(static_cast<int>(slice));
+  if (auto s = place(plan.tensor, false, late); !s) return s;
   TensorState& st = tensors_.at(plan.tensor);
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
@@ -1635,6 +1639,7 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   detail::Lowering lowering(chip, graph, *out);
   for (const auto& send : interface.sends) lowering.markC2c(send.tensor);
   for (const auto& receive : interface.receives) lowering.markC2c(receive.tensor);
+  lowering.setSliceFree(interface.sliceFree);
   for (ir::OpId op : ops)
     for (ir::TensorId out : graph.op(op).outputs)
       if (const ir::TensorId leaf = graph.overwrites(out); leaf >= 0) lowering.markOverwritten(leaf);

@@ -81,6 +81,10 @@ struct ShardInterface {
   std::vector<SendPlan> sends;
   /// Tensors made elsewhere that are already in SRAM when the program starts.
   std::vector<ir::TensorId> resident;
+  /// Per MEM slice, cycles from the program's start until the chip's earlier programs leave it
+  /// (empty: every slice free): a received tensor goes on slices free by its first arrival when
+  /// there are such, so that its receives are not held back.
+  std::vector<Cycle> sliceFree;
 };
 
 /// A lowered shard: the problem, where every tensor sits, and the tasks that send.

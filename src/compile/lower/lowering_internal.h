@@ -80,6 +80,8 @@ class Lowering {
   bool copiesOnOneSide(const TensorState& st) const;
   /// Marks a tensor that crosses a C2C link: it is stored unspread (see c2cTensors_).
   void markC2c(ir::TensorId tensor) { c2cTensors_.insert(tensor); }
+  /// ShardInterface::sliceFree: received tiles go on slices free by their arrival when some are.
+  void setSliceFree(std::vector<Cycle> sliceFree) { sliceFree_ = std::move(sliceFree); }
   /// Marks a resident leaf that a value this shard computes replaces (ir::Graph::markOverwrites):
   /// its space is freed once its last reader here has been lowered, as an in-place update's.
   void markOverwritten(ir::TensorId leaf) { overwritten_.insert(leaf); }
@@ -343,6 +345,7 @@ class Lowering {
   // Tensors sent or received over C2C are not spread: a tile crosses as one burst, back to back,
   // which the receiver's release times assume (a tile longer than a slice still goes in segments).
   std::set<ir::TensorId> c2cTensors_;
+  std::vector<Cycle> sliceFree_;  // per MEM slice: when an earlier program leaves it (ShardInterface::sliceFree)
   std::set<ir::TensorId> overwritten_;  // resident leaves whose new values this shard computes
   std::int64_t minSegmentRows_ = 128;
   std::set<ir::TensorId> poolRelu_;  // feature maps stored before their ReLU, which their max-pool applies

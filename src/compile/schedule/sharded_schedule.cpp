@@ -504,6 +504,12 @@ class ShardedScheduler {
     use.release = timelines_.releases(chip, offset);
     for (auto& [unit, at] : use.release) at = roundUp(at);
     for (const auto& [unit, at] : use.release) key += fmt::format(" free {}@{}", unit, at);
+    const int memFirst = spec.firstUnit(topology::UnitKind::kMem);
+    for (const auto& [unit, at] : use.release)
+      if (unit >= memFirst && unit < memFirst + spec.memSlices) {
+        interface.sliceFree.resize(spec.memSlices, 0);
+        interface.sliceFree[unit - memFirst] = at;
+      }
     std::map<ir::TensorId, int> localOf;
     {
       int n = 0;
@@ -663,16 +669,17 @@ class ShardedScheduler {
   }
 
   // Once kProgramsPerShape programs of the segment's shape were placed, the segment takes the one
-  // of them that starts first instead of a new compile for its own release times: a program fits
+  // of them that ends first instead of a new compile for its own release times: a program fits
   // where its resources are free and each receive reads no vector before it arrives (it was
   // compiled for arrivals no earlier than these at that offset). Returns whether it did.
   bool reuse(SegmentUse& use) {
-    constexpr size_t kProgramsPerShape = 4;
+    constexpr size_t kProgramsPerShape = 8;
     const auto candidates = byShape_.find(use.shape);
     if (use.release.empty() || candidates == byShape_.end() || candidates->second.size() < kProgramsPerShape)
       return false;
     const ir::Graph& g = work_.graphs[use.device];
     std::optional<Cycle> best;
+    Cycle bestEnd = 0;
     const Candidate* chosen = nullptr;
     for (const Candidate& c : candidates->second) {
       Cycle from = 0;
@@ -685,8 +692,10 @@ class ShardedScheduler {
           from = std::max({from, flight.arrivals[t] - plan.arrivals[t],
                            flight.arrivals[t] + (rows - 1) * (flight.interval - plan.interval) - plan.arrivals[t]});
       }
-      const Cycle at = earliestOffset(use, compiled_.at(c.key), nullptr, from);
-      if (!best || at < *best) best = at, chosen = &c;
+      const CompiledShard& shard = compiled_.at(c.key);
+      const Cycle at = earliestOffset(use, shard, nullptr, from);
+      if (!best || at + shard.program.predictedCycles < bestEnd)
+        best = at, bestEnd = at + shard.program.predictedCycles, chosen = &c;
     }
     use.key = chosen->key;
     use.offset = earliestOffset(use, compiled_.at(use.key), &use.program, *best);
