@@ -620,6 +620,32 @@ TEST(FunctionalOps, ChannelsLastTransposeAndFlattenArePermutes) {
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
+TEST(FunctionalOps, ChannelScaleOnAMapWithAsManyPositionsAsChannelsMatchesTheInterpreter) {
+  // A scale [C, 1, 1] on a channels-last [1, 16, 4, 4] map has as many rows as the map (H x W = C),
+  // yet one value per channel (a column), not one per row.
+  ir::Graph g;
+  const auto p = pooledMap(g);
+  g.markOutput(*g.addOp(OpKind::kMul, "scale", {p, g.addWeight("gamma", {16, 1, 1}, ir::DType::kF16)}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, GroupNormOfAChannelsLastMapMatchesTheInterpreter) {
+  // GroupNormalization as imported: the map reshaped to [N, groups, C / groups x H x W] (row-major),
+  // LayerNormalization over the rows, reshaped back into a channels-last map (an element map that
+  // reads the rows in row-major order), the per-channel scale and bias.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto rows = *g.addOp(OpKind::kReshape, "rows", {pooledMap(g)}, {{"shape", Ints{1, 4, 64}}}, 0);
+  const auto ones = g.addConstant("ones", {64}, dt, std::vector<double>(64, 1.0));
+  const auto normed = *g.addOp(OpKind::kLayerNormalization, "norm", {rows, ones}, {{"axis", std::int64_t{-1}}}, 0);
+  const auto map = *g.addOp(OpKind::kReshape, "map", {normed}, {{"shape", Ints{1, 16, 4, 4}}}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scaled", {map, g.addWeight("gamma", {16, 1, 1}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kAdd, "shifted", {scaled, g.addWeight("beta", {16, 1, 1}, dt)}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
 TEST(FunctionalOps, ChannelsLastReshapeIsRefusedNamingItsTensor) {
   // A reshape of a channels-last map into another 4-D map has no element map: functional mode
   // refuses it (exit 2) naming the tensor its SXM reads.

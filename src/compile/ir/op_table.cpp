@@ -256,6 +256,9 @@ const std::vector<OnnxComposition>& onnxCompositions() {
       {"CumSum", "MatMul by a constant triangular matrix over the axis (Transposes around it)"},
       {"InstanceNormalization", "Reshape to [N, C, spatial], LayerNormalization over the last axis, Mul and Add of the "
                                 "per-channel scale and bias, Reshape back"},
+      {"GroupNormalization", "Reshape to [N, groups, channels per group x spatial], LayerNormalization over the last "
+                             "axis, Mul and Add of the scale and bias (per group before opset 21, per channel from "
+                             "21, after a Reshape to [N, C, spatial]), Reshape back"},
       {"Resize", "Gather of constant indices per resized axis (nearest), and two Gathers weighted by constant factors "
                  "and added (linear)"},
       {"Sum", "a chain of Add (Identity for one input); Min and Max of more than two inputs likewise"},
