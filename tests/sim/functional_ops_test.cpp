@@ -1,5 +1,6 @@
 // Functional mode on the VXM functions beyond add/mul: division, transcendental functions, splatted
 // operands, Softmax and LayerNorm statistics and reductions through named accumulators.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -537,6 +538,20 @@ TEST(FunctionalOps, ToleranceGrowsWithDepthAndStillFailsAWrongResult) {
     EXPECT_EQ(s.error().code, ExitCode::kFunctionalMismatch);
     EXPECT_NE(s.error().message.find("outside the tolerance"), std::string::npos) << s.error().message;
   }
+}
+
+TEST(FunctionalOps, RoundingDepthOfAVeryLongChainDoesNotExhaustTheStack) {
+  // 200,000 elementwise ops in one chain: the walks over an output's producers keep their own stack.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  ir::TensorId x = g.addInput("x", {1, 4}, dt);
+  constexpr std::int64_t kOps = 200'000;
+  for (std::int64_t i = 0; i < kOps; ++i) x = *g.addOp(i % 2 ? OpKind::kSigmoid : OpKind::kRelu, fmt::format("op{}", i), {x}, 0);
+  x = *g.addOp(OpKind::kMatMul, "mm", {x, g.addWeight("w", {4, 3}, dt)}, 0);
+  g.markOutput(x);
+  std::map<ir::TensorId, std::int64_t> depths, lengths;
+  EXPECT_EQ(runtime::roundingDepth(g, x, depths), kOps / 2 + 1);  // the Sigmoids and the MatMul
+  EXPECT_EQ(runtime::reductionLength(g, x, lengths), 4);
 }
 
 TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
