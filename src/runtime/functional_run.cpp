@@ -15,6 +15,7 @@
 #include "compile/ir/interpreter.h"
 #include "compile/ir/op_table.h"
 #include "compile/lower/lowering.h"
+#include "sim/functional_state.h"
 
 namespace tsp::runtime {
 
@@ -495,6 +496,9 @@ int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs,
   return written >= 0 ? written : held;
 }
 
+// Elements of an output read from its chip at a time by the final check.
+constexpr std::int64_t kCheckBlockElements = std::int64_t{1} << 16;
+
 Status checkFunctionalOutputs(const FunctionalSetup& setup,
                               const std::vector<std::shared_ptr<const isa::Program>>& programs,
                               const std::function<const sim::Chip*(int)>& chipOf) {
@@ -514,18 +518,28 @@ Status checkFunctionalOutputs(const FunctionalSetup& setup,
     if (placement == tensors.end())
       placement = std::find_if(tensors.begin(), tensors.end(),
                                [&](const isa::TensorPlacement& t) { return t.name == check.name; });
-    std::vector<float> simulated;
-    {
-      const std::vector<double> values = owner->readTensor(*placement, check.cols);
-      simulated.assign(values.begin(), values.end());
-    }
-    if (simulated.size() != check.reference.size())
+    const std::int64_t elements = placement->rows * check.cols;
+    if (elements != static_cast<std::int64_t>(check.reference.size()))
       return makeError(ExitCode::kFunctionalMismatch,
                        fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
-                                   simulated.size(), chip, check.against, check.reference.size()));
-    if (auto s = sim::compareWithReference(check.name, simulated.data(), check.reference.data(), simulated.size(),
-                                           check.tolerance);
-        !s) {
+                                   elements, chip, check.against, check.reference.size()));
+    // Read and compared a block of rows at a time (within one segment), so that the check holds one
+    // block of the chip's values beside the reference, not a second copy of the tensor.
+    const std::int64_t segment = placement->segmentRows > 0 ? placement->segmentRows : placement->rows;
+    const std::int64_t blockRows = std::max<std::int64_t>(1, kCheckBlockElements / std::max<std::int64_t>(1, check.cols));
+    sim::ReferenceComparison comparison(check.tolerance);
+    for (std::int64_t row0 = 0; row0 < placement->rows;) {
+      const std::int64_t rows = std::min({blockRows, placement->rows - row0, segment - row0 % segment});
+      const std::vector<double> values = owner->readTensor(sim::rowBlock(*placement, row0, rows), check.cols);
+      const std::vector<float> simulated(values.begin(), values.end());
+      if (static_cast<std::int64_t>(simulated.size()) != rows * check.cols)
+        return makeError(ExitCode::kInternal, fmt::format("functional output '{}': chip {} returned {} values for "
+                                                          "{} rows of {}", check.name, chip, simulated.size(), rows,
+                                                          check.cols));
+      comparison.add(simulated.data(), check.reference.data() + row0 * check.cols, simulated.size());
+      row0 += rows;
+    }
+    if (auto s = comparison.result(check.name); !s) {
       Diagnostic d = s.error();
       d.message += fmt::format(" (chip {}, against {})", chip, check.against);
       return d;

@@ -102,6 +102,21 @@ std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int re
   return {tensor.memUnit.at(piece), tensor.address.at(piece) + row % segRows};
 }
 
+isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t row0, std::int64_t rows) {
+  isa::TensorPlacement block = tensor;
+  block.rows = rows;
+  block.segmentRows = 0;
+  block.replicas = 1;
+  block.memUnit.clear();
+  block.address.clear();
+  for (int t = 0; t < tensor.tiles; ++t) {
+    const auto [unit, address] = vectorOf(tensor, 0, t, row0);
+    block.memUnit.push_back(unit);
+    block.address.push_back(static_cast<std::int32_t>(address));
+  }
+  return block;
+}
+
 std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
   auto& mem = sram_.at(slice);
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;

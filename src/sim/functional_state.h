@@ -23,6 +23,10 @@ using VectorRun = std::shared_ptr<const std::vector<std::uint8_t>>;
 /// entries copy x tile x segment).
 std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row);
 
+/// Rows [row0, row0 + rows) of a placement's first copy as a placement of their own (every tile),
+/// for reading a large tensor a block at a time; the rows must lie in one segment (segmentRows).
+isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t row0, std::int64_t rows);
+
 /// An element of `type` at p as a double (FP16, BF16, FP32 bits; INT8, INT32, INT64 two's complement; bool 0/1).
 double decodeElement(const std::uint8_t* p, ir::DType type);
 /// Stores value at p in `type`: floats rounded to nearest even, integers wrapped, bool nonzero as 1.
