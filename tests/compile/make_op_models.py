@@ -248,6 +248,39 @@ def resize(out):
                                 helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="bilinear", mode="linear")],
          {"x": x}, {"y": lin.astype(np.float32)})
 
+    def cubic_axis(v, axis, size, align_corners=False, a=-0.75, exclude_outside=False):
+        """ONNX's cubic mode on one axis: Keys' kernel over 4 taps, edge-clamped indices."""
+        n = v.shape[axis]
+        parts = []
+        for i in range(size):
+            s = i * (n - 1) / (size - 1) if align_corners else (i + 0.5) * n / size - 0.5
+            f = np.floor(s)
+            taps = [f - 1 + t for t in range(4)]
+            w = np.array([cubic_kernel(s - j, a) for j in taps])
+            if exclude_outside:
+                w = np.where([0 <= j < n for j in taps], w, 0.0)
+                w = w / w.sum()
+            parts.append(sum(w[t] * np.take(v, int(np.clip(taps[t], 0, n - 1)), axis=axis) for t in range(4)))
+        return np.stack(parts, axis=axis)
+
+    def cubic_kernel(d, a):
+        d = abs(d)
+        if d <= 1:
+            return (a + 2) * d ** 3 - (a + 3) * d ** 2 + 1
+        if d < 2:
+            return a * d ** 3 - 5 * a * d ** 2 + 8 * a * d - 4 * a
+        return 0.0
+
+    up = cubic_axis(cubic_axis(x.astype(np.float64), 2, 6), 3, 8)
+    down = cubic_axis(cubic_axis(x.astype(np.float64), 2, 2, True, -0.5, True), 3, 3, True, -0.5, True)
+    case(out, "resize_cubic", [const("scales", np.array([1, 1, 2, 2], dtype=np.float32)),
+                               const("sizes", np.array([1, 2, 2, 3], dtype=np.int64)),
+                               helper.make_node("Resize", ["x", "", "scales"], ["up"], name="bicubic", mode="cubic"),
+                               helper.make_node("Resize", ["x", "", "", "sizes"], ["down"], name="bicubic_down",
+                                                mode="cubic", coordinate_transformation_mode="align_corners",
+                                                cubic_coeff_a=-0.5, exclude_outside=1)],
+         {"x": x}, {"up": up.astype(np.float32), "down": down.astype(np.float32)})
+
 
 def reductions(out):
     """ReduceMin, ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, LogSoftmax, Mean, GlobalMaxPool."""

@@ -91,7 +91,8 @@ TEST_F(OnnxOps, EinsumContractionsBecomeOneMatMul) {
 }
 
 TEST_F(OnnxOps, InstanceNormalizationAndResize) {
-  for (const char* name : {"instancenorm", "resize_nearest", "resize_linear"}) expectCaseMatches(dir_, name);
+  for (const char* name : {"instancenorm", "resize_nearest", "resize_linear", "resize_cubic"})
+    expectCaseMatches(dir_, name);
 }
 
 // GroupNormalization's scale and bias: per group at opset 18, per channel from 21.

@@ -1408,8 +1408,10 @@ class Importer {
     const std::string mode = view.stringAttr("mode", "nearest");
     const std::string transform = view.stringAttr("coordinate_transformation_mode", "half_pixel");
     const std::string nearestMode = view.stringAttr("nearest_mode", "round_prefer_floor");
-    if (mode != "nearest" && mode != "linear")
-      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (nearest, linear)", mode));
+    if (mode != "nearest" && mode != "linear" && mode != "cubic")
+      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (nearest, linear, cubic)", mode));
+    const double cubicA = view.floatAttr("cubic_coeff_a", -0.75);
+    const bool excludeOutside = view.intAttr("exclude_outside", 0) != 0;
     if (transform != "half_pixel" && transform != "pytorch_half_pixel" && transform != "align_corners" &&
         transform != "asymmetric" && transform != "tf_half_pixel_for_nn")
       return unsupported(node, nodeId, fmt::format("coordinate_transformation_mode '{}' is not supported", transform));
@@ -1464,7 +1466,10 @@ class Importer {
         if (transform == "pytorch_half_pixel" && out == 1) return 0.0;
         return (i + 0.5) / scale - 0.5;  // half_pixel, pytorch_half_pixel
       };
-      std::vector<double> low, high, lowWeight, highWeight;
+      // Per tap: the source index of every output index and its weight (linear 2 taps, cubic 4).
+      const size_t taps = mode == "cubic" ? 4 : 2;
+      std::vector<std::vector<double>> index(taps), weight(taps);
+      std::vector<double>& low = index[0];
       for (std::int64_t i = 0; i < out; ++i) {
         const double s = source(i);
         if (mode == "nearest") {
@@ -1476,12 +1481,32 @@ class Importer {
           low.push_back(static_cast<double>(std::clamp<std::int64_t>(static_cast<std::int64_t>(r), 0, in - 1)));
           continue;
         }
+        if (mode == "cubic") {
+          // Keys' cubic convolution over taps floor(s) - 1 .. floor(s) + 2, the indices clamped to the
+          // edge; exclude_outside drops the taps outside the input and renormalises the rest.
+          const double f = std::floor(s), r = s - f, A = cubicA;
+          const double w[4] = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+                               ((A + 2) * r - (A + 3)) * r * r + 1,
+                               ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+                               ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A};
+          double total = 0.0;
+          for (size_t t = 0; t < 4; ++t) {
+            const auto j = static_cast<std::int64_t>(f) - 1 + static_cast<std::int64_t>(t);
+            const bool outside = j < 0 || j >= in;
+            index[t].push_back(static_cast<double>(std::clamp<std::int64_t>(j, 0, in - 1)));
+            weight[t].push_back(excludeOutside && outside ? 0.0 : w[t]);
+            total += weight[t].back();
+          }
+          if (excludeOutside && total != 0.0)
+            for (size_t t = 0; t < 4; ++t) weight[t].back() /= total;
+          continue;
+        }
         const double c = std::clamp(s, 0.0, static_cast<double>(in - 1));
         const auto i0 = static_cast<std::int64_t>(std::floor(c));
-        low.push_back(static_cast<double>(i0));
-        high.push_back(static_cast<double>(std::min(i0 + 1, in - 1)));
-        highWeight.push_back(c - static_cast<double>(i0));
-        lowWeight.push_back(1.0 - highWeight.back());
+        index[0].push_back(static_cast<double>(i0));
+        index[1].push_back(static_cast<double>(std::min(i0 + 1, in - 1)));
+        weight[1].push_back(c - static_cast<double>(i0));
+        weight[0].push_back(1.0 - weight[1].back());
       }
       auto gather = [&](std::vector<double> index, const char* what, const std::string& name) {
         const TensorId indices = constant(fmt::format("{}/{}{}", nodeId, what, a), {out}, DType::kI32, std::move(index));
@@ -1502,11 +1527,15 @@ class Importer {
         const TensorId w = constant(fmt::format("{}/{}_weight{}", nodeId, what, a), weightShape, type, std::move(weights));
         return emit(node, OpKind::kMul, fmt::format("{}/{}_weighted{}", nodeId, what, a), {*taken, w}, {}, layer);
       };
-      auto lo = weighted(low, lowWeight, "low");
-      if (!lo) return lo.error();
-      auto hi = weighted(high, highWeight, "high");
-      if (!hi) return hi.error();
-      auto sum = emit(node, OpKind::kAdd, fmt::format("{}/linear{}", nodeId, a), {*lo, *hi}, {}, layer, outName);
+      static const char* const kTapNames[2][4] = {{"low", "high"}, {"tap0", "tap1", "tap2", "tap3"}};
+      const bool cubic = mode == "cubic";
+      auto sum = weighted(index[0], weight[0], kTapNames[cubic][0]);
+      for (size_t t = 1; t < taps && sum; ++t) {
+        auto next = weighted(index[t], weight[t], kTapNames[cubic][t]);
+        if (!next) return next.error();
+        sum = emit(node, OpKind::kAdd, fmt::format("{}/{}{}{}", nodeId, mode, a, t + 1 == taps ? "" : fmt::format("_{}", t)),
+                   {*sum, *next}, {}, layer, t + 1 == taps ? outName : "");
+      }
       if (!sum) return sum.error();
       cur = *sum;
     }

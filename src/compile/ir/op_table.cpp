@@ -259,8 +259,8 @@ const std::vector<OnnxComposition>& onnxCompositions() {
       {"GroupNormalization", "Reshape to [N, groups, channels per group x spatial], LayerNormalization over the last "
                              "axis, Mul and Add of the scale and bias (per group before opset 21, per channel from "
                              "21, after a Reshape to [N, C, spatial]), Reshape back"},
-      {"Resize", "Gather of constant indices per resized axis (nearest), and two Gathers weighted by constant factors "
-                 "and added (linear)"},
+      {"Resize", "Gather of constant indices per resized axis (nearest), and two (linear) or four (cubic) Gathers "
+                 "weighted by constant factors and added"},
       {"Sum", "a chain of Add (Identity for one input); Min and Max of more than two inputs likewise"},
       {"Dropout", "Identity (inference; training_mode must be a constant false)"},
       {"Mean", "a chain of Add times a constant 1 / n"},
