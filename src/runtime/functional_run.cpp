@@ -6,6 +6,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -13,6 +15,7 @@
 #include "compile/ir/interpreter.h"
 #include "compile/ir/op_table.h"
 #include "compile/lower/lowering.h"
+#include "sim/functional_state.h"
 
 namespace tsp::runtime {
 
@@ -154,24 +157,6 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
   return out;
 }
 
-// The longest reduction behind a tensor: K of the last MAC op on any path into it, or the taps of
-// an average pool (its sum of taps rounds once per tap), 1 for none.
-std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
-  if (auto it = memo.find(id); it != memo.end()) return it->second;
-  std::int64_t k = 1;
-  const ir::Tensor& t = graph.tensor(id);
-  if (t.producer >= 0) {
-    const ir::Op& op = graph.op(t.producer);
-    if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
-    if (op.kind == ir::OpKind::kAveragePool) {
-      k = 1;
-      for (std::int64_t n : op.intsAttr("kernel_shape")) k *= n;
-    }
-    for (ir::TensorId in : op.inputs) k = std::max(k, reductionLength(graph, in, memo));
-  }
-  return memo[id] = k;
-}
-
 Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t index, const ir::Tensor& tensor) {
   const std::string path = (std::filesystem::path(dir) / fmt::format("{}_{}.pb", kind, index)).string();
   if (!std::filesystem::exists(path))
@@ -281,16 +266,60 @@ Expected<std::vector<double>> foldedValues(
 
 }  // namespace
 
-std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
-  if (auto it = memo.find(id); it != memo.end()) return it->second;
-  std::int64_t depth = 0;
-  const ir::Tensor& t = graph.tensor(id);
-  if (t.producer >= 0) {
-    const ir::Op& op = graph.op(t.producer);
-    for (ir::TensorId in : op.inputs) depth = std::max(depth, roundingDepth(graph, in, memo));
-    if (ir::isFloat(t.dtype) && ir::roundsItsResult(op.kind)) ++depth;
+namespace {
+
+// A memoised fold over the producers of a tensor: a tensor no op produces has `leaf`; one that an
+// op produces has step(op, its tensor, the largest value of the op's inputs, `leaf` for none).
+// The walk keeps its own stack, so a chain of any length does not exhaust the thread's.
+template <typename Step>
+std::int64_t foldProducers(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo,
+                           std::int64_t leaf, const Step& step) {
+  std::vector<std::pair<ir::TensorId, bool>> stack{{id, false}};  // tensor, its inputs pushed
+  while (!stack.empty()) {
+    auto [t, expanded] = stack.back();
+    if (memo.count(t)) {
+      stack.pop_back();
+      continue;
+    }
+    const ir::Tensor& tensor = graph.tensor(t);
+    if (tensor.producer < 0) {
+      memo[t] = leaf;
+      stack.pop_back();
+      continue;
+    }
+    const ir::Op& op = graph.op(tensor.producer);
+    if (!expanded) {
+      stack.back().second = true;
+      for (ir::TensorId in : op.inputs)
+        if (!memo.count(in)) stack.emplace_back(in, false);
+      continue;
+    }
+    std::int64_t inputs = leaf;
+    for (ir::TensorId in : op.inputs) inputs = std::max(inputs, memo.at(in));
+    memo[t] = step(op, tensor, inputs);
+    stack.pop_back();
   }
-  return memo[id] = depth;
+  return memo.at(id);
+}
+
+}  // namespace
+
+std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
+  return foldProducers(graph, id, memo, 1, [&](const ir::Op& op, const ir::Tensor&, std::int64_t inputs) {
+    std::int64_t k = 1;
+    if (ir::isMacOp(op.kind) && !op.inputs.empty()) k = lastDim(graph.tensor(op.inputs[0]));
+    if (op.kind == ir::OpKind::kAveragePool) {
+      k = 1;
+      for (std::int64_t n : op.intsAttr("kernel_shape")) k *= n;
+    }
+    return std::max(k, inputs);
+  });
+}
+
+std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo) {
+  return foldProducers(graph, id, memo, 0, [](const ir::Op& op, const ir::Tensor& t, std::int64_t inputs) {
+    return inputs + (ir::isFloat(t.dtype) && ir::roundsItsResult(op.kind) ? 1 : 0);
+  });
 }
 
 Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
@@ -467,6 +496,9 @@ int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs,
   return written >= 0 ? written : held;
 }
 
+// Elements of an output read from its chip at a time by the final check.
+constexpr std::int64_t kCheckBlockElements = std::int64_t{1} << 16;
+
 Status checkFunctionalOutputs(const FunctionalSetup& setup,
                               const std::vector<std::shared_ptr<const isa::Program>>& programs,
                               const std::function<const sim::Chip*(int)>& chipOf) {
@@ -486,18 +518,28 @@ Status checkFunctionalOutputs(const FunctionalSetup& setup,
     if (placement == tensors.end())
       placement = std::find_if(tensors.begin(), tensors.end(),
                                [&](const isa::TensorPlacement& t) { return t.name == check.name; });
-    std::vector<float> simulated;
-    {
-      const std::vector<double> values = owner->readTensor(*placement, check.cols);
-      simulated.assign(values.begin(), values.end());
-    }
-    if (simulated.size() != check.reference.size())
+    const std::int64_t elements = placement->rows * check.cols;
+    if (elements != static_cast<std::int64_t>(check.reference.size()))
       return makeError(ExitCode::kFunctionalMismatch,
                        fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
-                                   simulated.size(), chip, check.against, check.reference.size()));
-    if (auto s = sim::compareWithReference(check.name, simulated.data(), check.reference.data(), simulated.size(),
-                                           check.tolerance);
-        !s) {
+                                   elements, chip, check.against, check.reference.size()));
+    // Read and compared a block of rows at a time (within one segment), so that the check holds one
+    // block of the chip's values beside the reference, not a second copy of the tensor.
+    const std::int64_t segment = placement->segmentRows > 0 ? placement->segmentRows : placement->rows;
+    const std::int64_t blockRows = std::max<std::int64_t>(1, kCheckBlockElements / std::max<std::int64_t>(1, check.cols));
+    sim::ReferenceComparison comparison(check.tolerance);
+    for (std::int64_t row0 = 0; row0 < placement->rows;) {
+      const std::int64_t rows = std::min({blockRows, placement->rows - row0, segment - row0 % segment});
+      const std::vector<double> values = owner->readTensor(sim::rowBlock(*placement, row0, rows), check.cols);
+      const std::vector<float> simulated(values.begin(), values.end());
+      if (static_cast<std::int64_t>(simulated.size()) != rows * check.cols)
+        return makeError(ExitCode::kInternal, fmt::format("functional output '{}': chip {} returned {} values for "
+                                                          "{} rows of {}", check.name, chip, simulated.size(), rows,
+                                                          check.cols));
+      comparison.add(simulated.data(), check.reference.data() + row0 * check.cols, simulated.size());
+      row0 += rows;
+    }
+    if (auto s = comparison.result(check.name); !s) {
       Diagnostic d = s.error();
       d.message += fmt::format(" (chip {}, against {})", chip, check.against);
       return d;

@@ -62,6 +62,10 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
 /// The FP16 and BF16 tolerances grow with its square root (sim::fp16TensorTolerance).
 std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo);
 
+/// The longest reduction behind a tensor: K of the last MAC op on any path into it, or the taps of
+/// an average pool (its sum of taps rounds once per tap), 1 for none (sim::fp16TensorTolerance's K).
+std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo);
+
 /// Once every local chip has placed its resident tensors, SRAM holds the weights: drops the graph's
 /// weight values and the setup's and options' resident map, so that a run holds each weight once.
 void releasePlacedValues(ir::Graph& graph, FunctionalSetup& setup, sim::SimOptions& options);

@@ -282,12 +282,9 @@ Tolerance bf16TensorTolerance(std::int64_t reductionLength, double largestMagnit
 
 Tolerance integerTolerance() { return {0.0, 0.0}; }
 
-Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
-                            std::size_t count, const Tolerance& tolerance) {
+void ReferenceComparison::add(const float* simulated, const float* reference, std::size_t count) {
   // Every element is checked; the message names the worst one (the largest excess over its allowance,
   // a NaN or infinity that does not match counting as the worst).
-  std::size_t outside = 0, worst = 0;
-  double worstExcess = -1.0;
   for (std::size_t i = 0; i < count; ++i) {
     const double s = simulated[i], r = reference[i];
     double excess = 0.0;
@@ -295,24 +292,37 @@ Status compareWithReference(const std::string& tensor, const float* simulated, c
     if (std::isnan(r) || std::isnan(s)) ok = std::isnan(r) && std::isnan(s);
     else if (std::isinf(r) || std::isinf(s)) ok = s == r;
     else {
-      const double allowed = tolerance.atol + tolerance.rtol * std::fabs(r);
+      const double allowed = tolerance_.atol + tolerance_.rtol * std::fabs(r);
       ok = std::fabs(s - r) <= allowed;
       excess = allowed > 0 ? std::fabs(s - r) / allowed : std::fabs(s - r);
     }
     if (ok) continue;
     if (!std::isfinite(excess) || excess == 0.0) excess = HUGE_VAL;
-    if (outside++ == 0 || excess > worstExcess) {
-      worst = i;
-      worstExcess = excess;
+    if (outside_++ == 0 || excess > worstExcess_) {
+      worst_ = count_ + i;
+      worstExcess_ = excess;
+      worstSimulated_ = simulated[i];
+      worstReference_ = reference[i];
     }
   }
-  if (outside == 0) return {};
+  count_ += count;
+}
+
+Status ReferenceComparison::result(const std::string& tensor) const {
+  if (outside_ == 0) return {};
   return makeError(ExitCode::kFunctionalMismatch,
                    fmt::format("functional output '{}' differs from the reference at element {} (the worst of {} of "
                                "{} elements outside the tolerance): simulated {}, reference {}, allowed |difference| "
                                "<= {} + {} * |reference|",
-                               tensor, worst, outside, count, simulated[worst], reference[worst], tolerance.atol,
-                               tolerance.rtol));
+                               tensor, worst_, outside_, count_, worstSimulated_, worstReference_, tolerance_.atol,
+                               tolerance_.rtol));
+}
+
+Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
+                            std::size_t count, const Tolerance& tolerance) {
+  ReferenceComparison comparison(tolerance);
+  comparison.add(simulated, reference, count);
+  return comparison.result(tensor);
 }
 
 }  // namespace tsp::sim

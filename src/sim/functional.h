@@ -69,4 +69,21 @@ Tolerance integerTolerance();
 Status compareWithReference(const std::string& tensor, const float* simulated, const float* reference,
                             std::size_t count, const Tolerance& tolerance);
 
+/// compareWithReference over a tensor given in consecutive blocks (read from a chip a block at a
+/// time): the same verdict and message as one call on the whole tensor.
+class ReferenceComparison {
+ public:
+  explicit ReferenceComparison(Tolerance tolerance) : tolerance_(tolerance) {}
+  /// The next `count` elements.
+  void add(const float* simulated, const float* reference, std::size_t count);
+  /// The verdict over every element added.
+  Status result(const std::string& tensor) const;
+
+ private:
+  Tolerance tolerance_;
+  std::size_t count_ = 0, outside_ = 0, worst_ = 0;
+  double worstExcess_ = -1.0;
+  float worstSimulated_ = 0.0f, worstReference_ = 0.0f;
+};
+
 }  // namespace tsp::sim

@@ -1,8 +1,12 @@
 // Functional-mode values of one chip: SRAM per MEM slice, MXM plane weights and accumulators, instruction semantics.
 #include "sim/functional_state.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include <Kokkos_Core.hpp>
 
@@ -102,10 +106,55 @@ std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int re
   return {tensor.memUnit.at(piece), tensor.address.at(piece) + row % segRows};
 }
 
+SliceImage::SliceImage(SliceImage&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+SliceImage& SliceImage::operator=(SliceImage&& other) noexcept {
+  if (this != &other) {
+    this->~SliceImage();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+SliceImage::~SliceImage() {
+  if (data_) munmap(data_, size_);
+}
+
+void SliceImage::grow(std::size_t bytes) {
+  if (bytes <= size_) return;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  bytes = (bytes + page - 1) / page * page;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (data_) {
+    std::memcpy(p, data_, size_);
+    munmap(data_, size_);
+  }
+  data_ = static_cast<std::uint8_t*>(p);
+  size_ = bytes;
+}
+
+isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t row0, std::int64_t rows) {
+  isa::TensorPlacement block = tensor;
+  block.rows = rows;
+  block.segmentRows = 0;
+  block.replicas = 1;
+  block.memUnit.clear();
+  block.address.clear();
+  for (int t = 0; t < tensor.tiles; ++t) {
+    const auto [unit, address] = vectorOf(tensor, 0, t, row0);
+    block.memUnit.push_back(unit);
+    block.address.push_back(static_cast<std::int32_t>(address));
+  }
+  return block;
+}
+
 std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
   auto& mem = sram_.at(slice);
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
-  if (mem.size() < end) mem.resize(std::max(end, mem.size() * 2), 0);
+  if (mem.size() < end) mem.grow(std::max(end, mem.size() * 2));
   return mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
@@ -128,7 +177,7 @@ void FunctionalState::reserve(const isa::Program& program) {
   }
   for (size_t slice = 0; slice < sram_.size(); ++slice) {
     const auto bytes = static_cast<std::size_t>(ends[slice]) * static_cast<std::size_t>(vectorBytes_);
-    if (sram_[slice].size() < bytes) sram_[slice].resize(bytes, 0);
+    if (sram_[slice].size() < bytes) sram_[slice].grow(bytes);
   }
 }
 

@@ -23,10 +23,35 @@ using VectorRun = std::shared_ptr<const std::vector<std::uint8_t>>;
 /// entries copy x tile x segment).
 std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int replica, int tile, std::int64_t row);
 
+/// Rows [row0, row0 + rows) of a placement's first copy as a placement of their own (every tile),
+/// for reading a large tensor a block at a time; the rows must lie in one segment (segmentRows).
+isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t row0, std::int64_t rows);
+
 /// An element of `type` at p as a double (FP16, BF16, FP32 bits; INT8, INT32, INT64 two's complement; bool 0/1).
 double decodeElement(const std::uint8_t* p, ir::DType type);
 /// Stores value at p in `type`: floats rounded to nearest even, integers wrapped, bool nonzero as 1.
 void encodeElement(double value, ir::DType type, std::uint8_t* p);
+
+/// One MEM slice's bytes: anonymous memory the kernel hands out zeroed at the first touch of each
+/// page, so that SRAM starts cleared and rows never written take no resident memory.
+class SliceImage {
+ public:
+  SliceImage() = default;
+  SliceImage(const SliceImage&) = delete;
+  SliceImage& operator=(const SliceImage&) = delete;
+  SliceImage(SliceImage&& other) noexcept;
+  SliceImage& operator=(SliceImage&& other) noexcept;
+  ~SliceImage();
+  std::size_t size() const { return size_; }
+  std::uint8_t* data() { return data_; }
+  const std::uint8_t* data() const { return data_; }
+  /// Holds at least `bytes` (the bytes held keep their values, the new ones are zero).
+  void grow(std::size_t bytes);
+
+ private:
+  std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
 
 /// One chip's values in functional mode. Every function computes what one instruction does to its
 /// operands with the Kokkos kernels of functional.h; errors name the instruction and are exit 2
@@ -96,7 +121,7 @@ class FunctionalState {
   ElementType element_;
   int vectorBytes_ = 0, lanes_ = 0;
   int memFirst_ = 0;
-  std::vector<std::vector<std::uint8_t>> sram_;  // per MEM slice, grown to the highest address touched
+  std::vector<SliceImage> sram_;                 // per MEM slice, grown to the highest address touched
   std::vector<std::uint8_t> zeros_;              // one vector of zeros: what an address never written holds
   struct Accumulator {
     std::vector<float> fp32;  // rows x lanes

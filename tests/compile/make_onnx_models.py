@@ -249,7 +249,7 @@ def main():
     shape_subgraph(out)
     single_op(out, "unsupported_op", "Hardmax")
     single_op(out, "old_opset", "Relu", opset=9)
-    single_op(out, "new_opset", "Relu", opset=18)
+    single_op(out, "new_opset", "Relu", opset=22)
     unnamed_dynamic(out)
     bad_initializer_shape(out, "negative_dim", [-1, 2])
     bad_initializer_shape(out, "huge_dims", [2**32, 2**32])

@@ -173,7 +173,7 @@ TEST_F(OnnxImport, ErrorsNameTheNodeTheOpAndTheOpset) {
             "node '" + path("unsupported_op.onnx") + "': opset 13: 1 unsupported op kind: Hardmax x 1 (first node "
             "'unsupported_op')");
   EXPECT_EQ(importOnnx(path("new_opset.onnx")).error().format(),
-            "node '" + path("new_opset.onnx") + "': opset 18 is not supported (supported: 11 to 17; older ones are "
+            "node '" + path("new_opset.onnx") + "': opset 22 is not supported (supported: 11 to 21; older ones are "
             "upgraded to 11)");
   EXPECT_TRUE(importOnnx(path("old_opset.onnx")).ok());  // opset 9, upgraded by ONNX's version converter
   EXPECT_EQ(importOnnx(path("corrupt.onnx")).error().format(),

@@ -91,8 +91,16 @@ TEST_F(OnnxOps, EinsumContractionsBecomeOneMatMul) {
 }
 
 TEST_F(OnnxOps, InstanceNormalizationAndResize) {
-  for (const char* name : {"instancenorm", "resize_nearest", "resize_linear"}) expectCaseMatches(dir_, name);
+  for (const char* name : {"instancenorm", "resize_nearest", "resize_linear", "resize_cubic"})
+    expectCaseMatches(dir_, name);
 }
+
+// GroupNormalization's scale and bias: per group at opset 18, per channel from 21.
+TEST_F(OnnxOps, GroupNormalizationAtOpsets18And21) {
+  for (const char* name : {"groupnorm18", "groupnorm21"}) expectCaseMatches(dir_, name);
+}
+
+TEST_F(OnnxOps, Opset18ReduceAxesInputAndSplitNumOutputs) { expectCaseMatches(dir_, "opset18_forms"); }
 
 // Sizes from a Resize's scales or sizes are checked before any index list is built.
 TEST_F(OnnxOps, ResizeRefusesSizesItCannotHold) {

@@ -1,5 +1,6 @@
 // Functional mode on the VXM functions beyond add/mul: division, transcendental functions, splatted
 // operands, Softmax and LayerNorm statistics and reductions through named accumulators.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -539,6 +540,20 @@ TEST(FunctionalOps, ToleranceGrowsWithDepthAndStillFailsAWrongResult) {
   }
 }
 
+TEST(FunctionalOps, RoundingDepthOfAVeryLongChainDoesNotExhaustTheStack) {
+  // 200,000 elementwise ops in one chain: the walks over an output's producers keep their own stack.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  ir::TensorId x = g.addInput("x", {1, 4}, dt);
+  constexpr std::int64_t kOps = 200'000;
+  for (std::int64_t i = 0; i < kOps; ++i) x = *g.addOp(i % 2 ? OpKind::kSigmoid : OpKind::kRelu, fmt::format("op{}", i), {x}, 0);
+  x = *g.addOp(OpKind::kMatMul, "mm", {x, g.addWeight("w", {4, 3}, dt)}, 0);
+  g.markOutput(x);
+  std::map<ir::TensorId, std::int64_t> depths, lengths;
+  EXPECT_EQ(runtime::roundingDepth(g, x, depths), kOps / 2 + 1);  // the Sigmoids and the MatMul
+  EXPECT_EQ(runtime::reductionLength(g, x, lengths), 4);
+}
+
 TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
   // GPT-2's shape on a chip of 8 MEM slices: attention installs activations as MXM weights (the
   // keys transposed, V); once they are dead, the tied head's transposed embedding (a Transpose of a
@@ -616,6 +631,32 @@ TEST(FunctionalOps, ChannelsLastTransposeAndFlattenArePermutes) {
   const auto p = pooledMap(g);
   g.markOutput(*g.addOp(OpKind::kTranspose, "t", {p}, {{"perm", Ints{0, 2, 3, 1}}}, 0));
   g.markOutput(*g.addOp(OpKind::kFlatten, "flat", {p}, {{"axis", std::int64_t{1}}}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, ChannelScaleOnAMapWithAsManyPositionsAsChannelsMatchesTheInterpreter) {
+  // A scale [C, 1, 1] on a channels-last [1, 16, 4, 4] map has as many rows as the map (H x W = C),
+  // yet one value per channel (a column), not one per row.
+  ir::Graph g;
+  const auto p = pooledMap(g);
+  g.markOutput(*g.addOp(OpKind::kMul, "scale", {p, g.addWeight("gamma", {16, 1, 1}, ir::DType::kF16)}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, GroupNormOfAChannelsLastMapMatchesTheInterpreter) {
+  // GroupNormalization as imported: the map reshaped to [N, groups, C / groups x H x W] (row-major),
+  // LayerNormalization over the rows, reshaped back into a channels-last map (an element map that
+  // reads the rows in row-major order), the per-channel scale and bias.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const auto rows = *g.addOp(OpKind::kReshape, "rows", {pooledMap(g)}, {{"shape", Ints{1, 4, 64}}}, 0);
+  const auto ones = g.addConstant("ones", {64}, dt, std::vector<double>(64, 1.0));
+  const auto normed = *g.addOp(OpKind::kLayerNormalization, "norm", {rows, ones}, {{"axis", std::int64_t{-1}}}, 0);
+  const auto map = *g.addOp(OpKind::kReshape, "map", {normed}, {{"shape", Ints{1, 16, 4, 4}}}, 0);
+  const auto scaled = *g.addOp(OpKind::kMul, "scaled", {map, g.addWeight("gamma", {16, 1, 1}, dt)}, 0);
+  g.markOutput(*g.addOp(OpKind::kAdd, "shifted", {scaled, g.addWeight("beta", {16, 1, 1}, dt)}, 0));
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
 }

@@ -276,6 +276,26 @@ TEST(Tolerance, MismatchNamesTheWorstElement) {
       << s.error().message;
 }
 
+TEST(Tolerance, ComparisonInBlocksGivesTheWholeTensorsVerdict) {
+  // The output check reads a large output a block of rows at a time: the worst element's index,
+  // the count outside and the total are the whole tensor's.
+  const std::vector<float> ref = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+  const std::vector<float> sim = {1.1f, 2.0f, 3.0f, 4.0f, 5.9f, 6.0f};
+  const Status whole = compareWithReference("z", sim.data(), ref.data(), 6, fp16Tolerance(1));
+  ASSERT_FALSE(whole.ok());
+  ReferenceComparison blocks(fp16Tolerance(1));
+  for (size_t at = 0; at < 6; at += 2) blocks.add(sim.data() + at, ref.data() + at, 2);
+  const Status inBlocks = blocks.result("z");
+  ASSERT_FALSE(inBlocks.ok());
+  EXPECT_EQ(inBlocks.error().format(), whole.error().format());
+  EXPECT_NE(whole.error().message.find("at element 4 (the worst of 2 of 6 elements"), std::string::npos)
+      << whole.error().message;
+  ReferenceComparison same(fp16Tolerance(1));
+  same.add(ref.data(), ref.data(), 3);
+  same.add(ref.data() + 3, ref.data() + 3, 3);
+  EXPECT_TRUE(same.result("z").ok());
+}
+
 TEST(Tolerance, MismatchIsExitCodeSix) {
   const std::vector<float> ref = {1.0f, -100.0f, 0.0f};
   std::vector<float> sim = {1.0f + 1.0f / 1024, -100.0f * (1 + 1.0f / 1100), 0.00006f};
@@ -314,6 +334,29 @@ isa::TensorPlacement placementAt(const topology::ChipSpec& spec, const std::stri
   t.address = {address};
   t.resident = true;
   return t;
+}
+
+TEST(FunctionalState, RowBlocksOfASegmentedPlacementReadItsRows) {
+  // Two tiles, each in segments of 3 rows on two MEM slices: every block of rows within a segment
+  // reads the rows the whole placement holds there.
+  const topology::ChipSpec spec;
+  FunctionalState state(spec, ElementType::kFp16);
+  const int lanes = state.lanes(), mem = spec.firstUnit(topology::UnitKind::kMem);
+  const std::int64_t rows = 7, cols = lanes + 5;
+  isa::TensorPlacement t = placementAt(spec, "y", ir::DType::kF16, rows, 0);
+  t.tiles = 2;
+  t.segmentRows = 3;
+  t.memUnit = {mem, mem + 1, mem + 2, mem + 3, mem + 4, mem + 5};  // tile-major: 2 tiles x 3 segments
+  t.address = {0, 10, 20, 30, 40, 50};
+  std::vector<double> values(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 1000);
+  ASSERT_TRUE(state.place(t, {cols, shareTensorData(values), {}}).ok());
+  ASSERT_EQ(state.read(t, cols), values);
+  for (const auto& [row0, n] : {std::pair{0, 3}, std::pair{3, 2}, std::pair{5, 1}, std::pair{6, 1}}) {
+    const std::vector<double> block = state.read(rowBlock(t, row0, n), cols);
+    EXPECT_EQ(block, std::vector<double>(values.begin() + row0 * cols, values.begin() + (row0 + n) * cols))
+        << "rows " << row0 << " to " << row0 + n;
+  }
 }
 
 TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {

@@ -299,6 +299,10 @@ def _torchvision(name, small, small_side, full=None):
     return build
 
 
+def _group_norm(channels):
+    return nn.GroupNorm(32, channels)
+
+
 def _gpt2(size):
     cfg = dict(d=768, heads=12, layers=2, seq=128) if size == "full" else dict(d=64, heads=4, layers=2, seq=16)
     vocab = 50257 if size == "full" else 512
@@ -370,6 +374,10 @@ ZOO = {
                                        lambda tv: tv.mobilenet_v3_large(num_classes=10, width_mult=0.25), 32),
     "efficientnet_b0": _torchvision("efficientnet_b0", lambda tv: tv.efficientnet_b0(num_classes=10), 32),
     "regnet_y_400mf": _torchvision("regnet_y_400mf", lambda tv: tv.regnet_y_400mf(num_classes=10), 32),
+    # ResNet with GroupNorm (32 groups) in place of BatchNorm, as in Wu and He's Group Normalization.
+    "resnet18_groupnorm": _torchvision("resnet18", lambda tv: tv.resnet.ResNet(
+        tv.resnet.BasicBlock, [1, 1, 1, 1], num_classes=10, norm_layer=_group_norm), 32,
+        full=lambda tv: tv.resnet18(norm_layer=_group_norm)),
     "convnext_tiny": _torchvision("convnext_tiny", lambda tv: tv.convnext.ConvNeXt(
         [tv.convnext.CNBlockConfig(32, 64, 1), tv.convnext.CNBlockConfig(64, None, 1)], num_classes=10), 32),
     "densenet121": _torchvision("densenet121", lambda tv: tv.densenet.DenseNet(

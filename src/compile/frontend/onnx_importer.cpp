@@ -38,7 +38,7 @@ using ir::Data;
 
 // Models below kMinOpset are upgraded to it by ONNX's version converter first.
 constexpr int kMinOpset = 11;
-constexpr int kMaxOpset = 17;
+constexpr int kMaxOpset = 21;
 // Folded results larger than this stay ops: a constant of this size is a tensor, not a shape.
 constexpr std::int64_t kMaxFoldElements = std::int64_t{1} << 22;
 
@@ -678,6 +678,10 @@ class Importer {
         dataInputs = 1;
         break;
       case OpKind::kSplit: {
+        // num_outputs (opset 18) is the output count, split as below.
+        if (ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("num_outputs", node.output_size()) != node.output_size())
+          return unsupported(node, nodeId, "num_outputs differs from the node's output count");
+        attrs.erase("num_outputs");
         if (hasInput(node, 1)) {
           if (auto s = intsFrom(1, "split"); !s) return s;
         } else if (!attrs.count("split")) {
@@ -731,7 +735,9 @@ class Importer {
       case OpKind::kConv: case OpKind::kMaxPool: case OpKind::kAveragePool:
         if (auto s = normalizeWindow(node, nodeId, kind, attrs); !s) return s;
         break;
-      case OpKind::kReduceMean: case OpKind::kReduceMax:
+      case OpKind::kReduceMean: case OpKind::kReduceMax:  // axes an input from opset 18
+        if (auto s = intsFrom(1, "axes"); !s) return s;
+        dataInputs = 1;
         break;
       case OpKind::kBatchNormalization:
         if (ir::Op{kind, "", {}, {}, attrs, 0}.intAttr("training_mode", 0) != 0)
@@ -917,7 +923,8 @@ class Importer {
     if (type == "Tile") return tile(node, nodeId, layer);
     if (type == "Trilu") return trilu(node, nodeId, view, layer);
     if (type == "CumSum") return cumSum(node, nodeId, view, layer);
-    if (type == "InstanceNormalization") return instanceNorm(node, nodeId, view, layer);
+    if (type == "InstanceNormalization") return channelNorm(node, nodeId, view, false, layer);
+    if (type == "GroupNormalization") return channelNorm(node, nodeId, view, true, layer);
     if (type == "Resize") return resize(node, nodeId, view, layer);
     return std::nullopt;
   }
@@ -1327,9 +1334,44 @@ class Importer {
     return statusOf(permute(node, nodeId + "/back", *summed, perm, layer, node.output(0)));
   }
 
-  // InstanceNormalization: LayerNormalization over the spatial elements of each (n, c), then the
-  // per-channel scale and bias.
-  Status instanceNorm(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, int layer) {
+  // LayerNormalization over the last axis of [N, K, L], with no scale of its own.
+  Expected<TensorId> normalizeRows(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view,
+                                   TensorId rows, int layer) {
+    const std::int64_t length = graph_.tensor(rows).shape.back();
+    const TensorId ones = constant(nodeId + "/ones", {length}, graph_.tensor(rows).dtype,
+                                   std::vector<double>(static_cast<size_t>(length), 1.0));
+    return emit(node, OpKind::kLayerNormalization, nodeId, {rows, ones},
+                {{"axis", std::int64_t{-1}}, {"epsilon", view.floatAttr("epsilon", 1e-5)}}, layer);
+  }
+
+  // The K values of scale and of bias applied to the rows of [N, K, L]; the result reshaped to
+  // `shape`, the node's output.
+  Status scaleRows(const onnx::NodeProto& node, const std::string& nodeId, TensorId rows, TensorId scale, TensorId bias,
+                   const Shape& shape, int layer) {
+    const Shape rowShape = graph_.tensor(rows).shape;
+    const std::int64_t k = rowShape[1];
+    for (TensorId v : {scale, bias})
+      if (graph_.tensor(v).elements() != k)
+        return unsupported(node, nodeId, fmt::format("scale and bias need {} values each, '{}' has {}", k,
+                                                     graph_.tensor(v).name, graph_.tensor(v).elements()));
+    auto column = [&](TensorId v, const char* what) { return reshape(node, nodeId + "/" + what, v, {k, 1}, layer); };
+    auto scaleColumn = column(scale, "scale");
+    if (!scaleColumn) return scaleColumn.error();
+    auto biasColumn = column(bias, "bias");
+    if (!biasColumn) return biasColumn.error();
+    auto scaled = emit(node, OpKind::kMul, nodeId + "/scaled", {rows, *scaleColumn}, {}, layer);
+    if (!scaled) return scaled.error();
+    const bool same = shape == rowShape;
+    auto shifted = emit(node, OpKind::kAdd, nodeId + "/shifted", {*scaled, *biasColumn}, {}, layer, same ? node.output(0) : "");
+    if (!shifted || same) return statusOf(shifted);
+    return statusOf(reshape(node, nodeId + "/shape", *shifted, shape, layer, node.output(0)));
+  }
+
+  // InstanceNormalization and GroupNormalization: LayerNormalization over each (n, group)'s
+  // channels and spatial elements (a group is one channel for InstanceNormalization), then the
+  // scale and bias: one per channel, except GroupNormalization's before opset 21 (one per group).
+  Status channelNorm(const onnx::NodeProto& node, const std::string& nodeId, const ir::Op& view, bool grouped,
+                     int layer) {
     auto x = inputOf(node, nodeId, 0);
     auto scale = inputOf(node, nodeId, 1);
     auto bias = inputOf(node, nodeId, 2);
@@ -1338,26 +1380,21 @@ class Importer {
     if (!bias) return bias.error();
     const Shape shape = graph_.tensor(*x).shape;
     if (shape.size() < 3) return unsupported(node, nodeId, "needs an input [N, C, spatial...]");
+    const std::int64_t channels = shape[1], groups = grouped ? view.intAttr("num_groups", 0) : channels;
+    if (groups < 1 || channels % groups != 0)
+      return unsupported(node, nodeId, fmt::format("num_groups {} must be at least 1 and divide the {} channels", groups,
+                                                   channels));
     std::int64_t spatial = 1;
     for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
-    const DType type = graph_.tensor(*x).dtype;
-    auto rows = reshape(node, nodeId + "/rows", *x, {shape[0], shape[1], spatial}, layer);
+    auto rows = reshape(node, nodeId + "/rows", *x, {shape[0], groups, channels / groups * spatial}, layer);
     if (!rows) return rows.error();
-    const TensorId ones = constant(nodeId + "/ones", {spatial}, type, std::vector<double>(static_cast<size_t>(spatial), 1.0));
-    auto normed = emit(node, OpKind::kLayerNormalization, nodeId, {*rows, ones},
-                       {{"axis", std::int64_t{-1}}, {"epsilon", view.floatAttr("epsilon", 1e-5)}}, layer);
+    auto normed = normalizeRows(node, nodeId, view, *rows, layer);
     if (!normed) return normed.error();
-    auto column = [&](TensorId v, const char* what) { return reshape(node, nodeId + "/" + what, v, {shape[1], 1}, layer); };
-    auto scaleColumn = column(*scale, "scale");
-    if (!scaleColumn) return scaleColumn.error();
-    auto biasColumn = column(*bias, "bias");
-    if (!biasColumn) return biasColumn.error();
-    auto scaled = emit(node, OpKind::kMul, nodeId + "/scaled", {*normed, *scaleColumn}, {}, layer);
-    if (!scaled) return scaled.error();
-    auto shifted = emit(node, OpKind::kAdd, nodeId + "/shifted", {*scaled, *biasColumn}, {}, layer,
-                        shape.size() == 3 ? node.output(0) : "");
-    if (!shifted || shape.size() == 3) return statusOf(shifted);
-    return statusOf(reshape(node, nodeId + "/shape", *shifted, shape, layer, node.output(0)));
+    if (groups != channels && opset_ >= 21) {
+      normed = reshape(node, nodeId + "/channels", *normed, {shape[0], channels, spatial}, layer);
+      if (!normed) return normed.error();
+    }
+    return scaleRows(node, nodeId, *normed, *scale, *bias, shape, layer);
   }
 
   // Resize (nearest, linear), one axis after another: the source coordinate of every output index
@@ -1371,10 +1408,16 @@ class Importer {
     const std::string mode = view.stringAttr("mode", "nearest");
     const std::string transform = view.stringAttr("coordinate_transformation_mode", "half_pixel");
     const std::string nearestMode = view.stringAttr("nearest_mode", "round_prefer_floor");
-    if (mode != "nearest" && mode != "linear")
-      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (nearest, linear)", mode));
-    if (transform == "tf_crop_and_resize")
-      return unsupported(node, nodeId, "coordinate_transformation_mode 'tf_crop_and_resize' is not supported");
+    if (mode != "nearest" && mode != "linear" && mode != "cubic")
+      return unsupported(node, nodeId, fmt::format("mode '{}' is not supported (nearest, linear, cubic)", mode));
+    const double cubicA = view.floatAttr("cubic_coeff_a", -0.75);
+    const bool excludeOutside = view.intAttr("exclude_outside", 0) != 0;
+    if (transform != "half_pixel" && transform != "pytorch_half_pixel" && transform != "align_corners" &&
+        transform != "asymmetric" && transform != "tf_half_pixel_for_nn")
+      return unsupported(node, nodeId, fmt::format("coordinate_transformation_mode '{}' is not supported", transform));
+    if (view.intAttr("antialias", 0) != 0) return unsupported(node, nodeId, "antialias is not supported");
+    if (view.stringAttr("keep_aspect_ratio_policy", "stretch") != "stretch")
+      return unsupported(node, nodeId, "keep_aspect_ratio_policy other than 'stretch' is not supported");
     if (view.hasAttr("axes")) return unsupported(node, nodeId, "the axes attribute is not supported");
     std::vector<double> scales;
     Shape sizes;
@@ -1423,7 +1466,10 @@ class Importer {
         if (transform == "pytorch_half_pixel" && out == 1) return 0.0;
         return (i + 0.5) / scale - 0.5;  // half_pixel, pytorch_half_pixel
       };
-      std::vector<double> low, high, lowWeight, highWeight;
+      // Per tap: the source index of every output index and its weight (linear 2 taps, cubic 4).
+      const size_t taps = mode == "cubic" ? 4 : 2;
+      std::vector<std::vector<double>> index(taps), weight(taps);
+      std::vector<double>& low = index[0];
       for (std::int64_t i = 0; i < out; ++i) {
         const double s = source(i);
         if (mode == "nearest") {
@@ -1435,12 +1481,32 @@ class Importer {
           low.push_back(static_cast<double>(std::clamp<std::int64_t>(static_cast<std::int64_t>(r), 0, in - 1)));
           continue;
         }
+        if (mode == "cubic") {
+          // Keys' cubic convolution over taps floor(s) - 1 .. floor(s) + 2, the indices clamped to the
+          // edge; exclude_outside drops the taps outside the input and renormalises the rest.
+          const double f = std::floor(s), r = s - f, A = cubicA;
+          const double w[4] = {((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A,
+                               ((A + 2) * r - (A + 3)) * r * r + 1,
+                               ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1,
+                               ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A};
+          double total = 0.0;
+          for (size_t t = 0; t < 4; ++t) {
+            const auto j = static_cast<std::int64_t>(f) - 1 + static_cast<std::int64_t>(t);
+            const bool outside = j < 0 || j >= in;
+            index[t].push_back(static_cast<double>(std::clamp<std::int64_t>(j, 0, in - 1)));
+            weight[t].push_back(excludeOutside && outside ? 0.0 : w[t]);
+            total += weight[t].back();
+          }
+          if (excludeOutside && total != 0.0)
+            for (size_t t = 0; t < 4; ++t) weight[t].back() /= total;
+          continue;
+        }
         const double c = std::clamp(s, 0.0, static_cast<double>(in - 1));
         const auto i0 = static_cast<std::int64_t>(std::floor(c));
-        low.push_back(static_cast<double>(i0));
-        high.push_back(static_cast<double>(std::min(i0 + 1, in - 1)));
-        highWeight.push_back(c - static_cast<double>(i0));
-        lowWeight.push_back(1.0 - highWeight.back());
+        index[0].push_back(static_cast<double>(i0));
+        index[1].push_back(static_cast<double>(std::min(i0 + 1, in - 1)));
+        weight[1].push_back(c - static_cast<double>(i0));
+        weight[0].push_back(1.0 - weight[1].back());
       }
       auto gather = [&](std::vector<double> index, const char* what, const std::string& name) {
         const TensorId indices = constant(fmt::format("{}/{}{}", nodeId, what, a), {out}, DType::kI32, std::move(index));
@@ -1461,11 +1527,15 @@ class Importer {
         const TensorId w = constant(fmt::format("{}/{}_weight{}", nodeId, what, a), weightShape, type, std::move(weights));
         return emit(node, OpKind::kMul, fmt::format("{}/{}_weighted{}", nodeId, what, a), {*taken, w}, {}, layer);
       };
-      auto lo = weighted(low, lowWeight, "low");
-      if (!lo) return lo.error();
-      auto hi = weighted(high, highWeight, "high");
-      if (!hi) return hi.error();
-      auto sum = emit(node, OpKind::kAdd, fmt::format("{}/linear{}", nodeId, a), {*lo, *hi}, {}, layer, outName);
+      static const char* const kTapNames[2][4] = {{"low", "high"}, {"tap0", "tap1", "tap2", "tap3"}};
+      const bool cubic = mode == "cubic";
+      auto sum = weighted(index[0], weight[0], kTapNames[cubic][0]);
+      for (size_t t = 1; t < taps && sum; ++t) {
+        auto next = weighted(index[t], weight[t], kTapNames[cubic][t]);
+        if (!next) return next.error();
+        sum = emit(node, OpKind::kAdd, fmt::format("{}/{}{}{}", nodeId, mode, a, t + 1 == taps ? "" : fmt::format("_{}", t)),
+                   {*sum, *next}, {}, layer, t + 1 == taps ? outName : "");
+      }
       if (!sum) return sum.error();
       cur = *sum;
     }

@@ -373,6 +373,47 @@ class BackwardBuilder {
       case OpKind::kNeg:
         give(0, mulScalar(dy, -1.0));
         return {};
+      // dy where the condition on the input holds, else dy times `otherwise` (0 for none).
+      case OpKind::kAbs: case OpKind::kLeakyRelu: case OpKind::kElu: {
+        const TensorId x = in(0), zero = scalar(0.0, dtype(x));
+        const TensorId negative = op(OpKind::kLess, {x, zero});
+        TensorId other;
+        if (fwd.kind == OpKind::kAbs) other = mulScalar(dy, -1.0);
+        else if (fwd.kind == OpKind::kLeakyRelu) other = mulScalar(dy, fwd.floatAttr("alpha", 0.01));
+        else other = mul(dy, add(y, scalar(fwd.floatAttr("alpha", 1.0), dtype(y))));  // alpha e^x = y + alpha
+        give(0, op(OpKind::kWhere, {fwd.kind == OpKind::kElu ? op(OpKind::kLessOrEqual, {x, zero}) : negative, other, dy}));
+        return {};
+      }
+      case OpKind::kSin:
+        give(0, mul(dy, op(OpKind::kCos, {in(0)})));
+        return {};
+      case OpKind::kCos:
+        give(0, mulScalar(mul(dy, op(OpKind::kSin, {in(0)})), -1.0));
+        return {};
+      case OpKind::kSoftplus:
+        give(0, mul(dy, op(OpKind::kSigmoid, {in(0)})));
+        return {};
+      case OpKind::kHardSigmoid: case OpKind::kHardSwish: {
+        // HardSigmoid: alpha inside 0 < alpha x + beta < 1; HardSwish x h(x), h = HardSigmoid(1/6, 1/2):
+        // h(x) + x / 6 inside, 0 below, 1 above.
+        const bool swish = fwd.kind == OpKind::kHardSwish;
+        const double alpha = swish ? 1.0 / 6 : fwd.floatAttr("alpha", 0.2), beta = swish ? 0.5 : fwd.floatAttr("beta", 0.5);
+        const TensorId x = in(0), zero = scalar(0.0, dtype(x)), one = scalar(1.0, dtype(x));
+        const TensorId t = add(mulScalar(x, alpha), scalar(beta, dtype(x)));
+        const TensorId inside = op(OpKind::kAnd, {op(OpKind::kGreater, {t, zero}), op(OpKind::kLess, {t, one})});
+        const TensorId slope = swish ? add(t, mulScalar(x, alpha)) : scalar(alpha, dtype(x));
+        const TensorId outside = swish ? op(OpKind::kWhere, {op(OpKind::kLessOrEqual, {t, zero}), zero, one}) : zero;
+        give(0, mul(dy, op(OpKind::kWhere, {inside, slope, outside})));
+        return {};
+      }
+      case OpKind::kMin: case OpKind::kMax: {
+        // The gradient goes to the operand chosen (the first on a tie).
+        const TensorId first = op(fwd.kind == OpKind::kMax ? OpKind::kGreaterOrEqual : OpKind::kLessOrEqual, {in(0), in(1)});
+        const TensorId zero = scalar(0.0, dtype(dy));
+        if (needs(0)) give(0, op(OpKind::kWhere, {first, dy, zero}));
+        if (needs(1)) give(1, op(OpKind::kWhere, {first, zero, dy}));
+        return {};
+      }
       case OpKind::kReciprocal:  // d(1/x) = -dy / x^2 = -dy y^2
         give(0, mulScalar(mul(dy, mul(y, y)), -1.0));
         return {};

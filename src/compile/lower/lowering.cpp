@@ -1099,7 +1099,11 @@ Status Lowering::lowerVxmChain(const ir::Op& op, const std::vector<ir::TensorId>
   for (size_t i = 0; i < operands.size(); ++i) {
     const std::int64_t inRows = tensors_.at(operands[i]).placement.rows;
     const auto& inShape = graph_.tensor(operands[i]).shape;
-    splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1;
+    // A row-major operand with channels ([C, 1, 1]) has one value per channel, a column of a
+    // channels-last output, not one per row, even when it has as many rows as the output (H x W = C).
+    const bool perChannel = channelsLast(out) && !channelsLast(operands[i]) && inShape.size() >= 3 &&
+                            inShape[inShape.size() - 3] != 1;
+    splat[i] = storageCols(operands[i]) == 1 && storageCols(out) > 1 && !perChannel;
     // BatchNormalization's per-channel operand [C] in a graph without convolutions, whose channel
     // axis is a row axis ([N, C, ...] stored rows of the last axis): an SXM permute (an element map
     // [C] -> [N, C, ..., 1]) puts each row's channel value in lane 0, splatted over the lanes.

@@ -291,11 +291,17 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
         }
         break;
       }
-      // Otherwise a reshape re-forms a channels-last map only into a tensor stored row-major: the
-      // values in row-major order stay, the output's element f is the input's element f, counted
-      // over the input's shape.
-      if (channelsLast(out)) return -1;
+      // Otherwise the values in row-major order stay: the output's element f is the input's
+      // element f. Into a tensor stored row-major f is counted over the input's shape (which
+      // re-forms a channels-last input); from a row-major input into a channels-last output, over
+      // the output's shape, the input read as having it (its storage is its row-major order).
+      if (channelsLast(out) && channelsLast(in)) return -1;
       addSource(in);
+      if (channelsLast(out)) {
+        map.sourceDims = outShape;
+        identity(outShape.size());
+        break;
+      }
       map.outDims = inShape;
       identity(inShape.size());
       break;

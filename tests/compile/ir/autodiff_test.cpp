@@ -181,6 +181,31 @@ TEST(Autodiff, Sigmoid) { checkActivation(OpKind::kSigmoid); }
 TEST(Autodiff, Exp) { checkActivation(OpKind::kExp); }
 TEST(Autodiff, Sqrt) { checkActivation(OpKind::kSqrt, {}, 0.5, 3.0); }
 TEST(Autodiff, Erf) { checkActivation(OpKind::kErf); }
+TEST(Autodiff, Abs) { checkActivation(OpKind::kAbs); }
+TEST(Autodiff, SinAndCos) {
+  checkActivation(OpKind::kSin);
+  checkActivation(OpKind::kCos);
+}
+TEST(Autodiff, Softplus) { checkActivation(OpKind::kSoftplus); }
+TEST(Autodiff, LeakyReluAndElu) {
+  checkActivation(OpKind::kLeakyRelu, {{"alpha", 0.1}});
+  checkActivation(OpKind::kElu, {{"alpha", 0.7}});
+}
+// Inputs over -4 to 4 reach both flat parts (kinks at -3 and 3 for HardSwish, -2.5 and 2.5 here).
+TEST(Autodiff, HardSigmoidAndHardSwish) {
+  checkActivation(OpKind::kHardSigmoid, {}, -4.0, 4.0);
+  checkActivation(OpKind::kHardSwish, {}, -4.0, 4.0);
+}
+TEST(Autodiff, MinAndMax) {
+  for (const OpKind kind : {OpKind::kMin, OpKind::kMax}) {
+    // Operands at least 0.2 apart (no tie within a finite-difference step), each chosen somewhere.
+    GradCase c;
+    const TensorId a = c.graph.addWeight("a", {2, 3}, DType::kF32, makeData({-0.9, 0.2, 0.7, 0.4, -0.3, 0.95}));
+    const TensorId b = c.graph.addWeight("b", {3}, DType::kF32, makeData({0.1, -0.5, 0.5}));
+    c.finish(c.op(kind, "pick", {a, b}));
+    expectGradientsMatch(c.graph);
+  }
+}
 
 TEST(Autodiff, Softmax) {
   GradCase c;
