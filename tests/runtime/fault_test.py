@@ -5,12 +5,15 @@
   written), to mpirun or to one rank: every rank ends within 10 s, with exit 7 (mpirun returns 1 for
   SIGTERM and SIGINT sent to itself: Open MPI's code for a job it stops, docs/runtime.md), and a
   valid NAME.partial.h5 with what was known and consistent figures; nothing else is left.
-- SIGKILL of one rank during the simulation: every process ends within 10 s.
+- SIGKILL of one rank during the simulation: every process ends within 10 s; mpirun returns 137
+  (128 + 9, Open MPI's code for a rank killed by a signal, docs/runtime.md).
 - A full filesystem (a small tmpfs, when this machine lets the test mount one): exit 5, no hang,
   nothing left behind.
 The search and compile cases run fault_ring.yaml's 2048-chip pipeline; the simulation cases a ring
 all-reduce generated here, compiled in seconds, whose simulation lasts long on 2 and 4 ranks.
-Each signal is sent when the phase's first progress line appears (after 2 s of the phase)."""
+Each signal is sent when the phase's first progress line appears (after 2 s of the phase); in the
+simulation the ranks are stopped at that line until the signal has reached them
+(tests/scripts/job_signal.py), so that it always lands mid-run."""
 import os
 import signal
 import subprocess
@@ -20,6 +23,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from job_signal import rank_pids, running, signal_stopped  # noqa: E402
 from partial_trace import Checks, check_partial, leftovers  # noqa: E402
 
 check = Checks()
@@ -28,31 +32,6 @@ BOUND = 10.0  # seconds: what the issue asks between the signal and the end of e
 # every rank (docs/runtime.md gives its time), so that the phase's first progress line, 2 s in, comes
 # well before its end on 2 and 4 ranks.
 SIM_CHIPS, SIM_BYTES = 768, 65536
-
-
-def rank_pids(mpirun_pid, ranks):
-    """The tsp-sim processes of the job, by MPI rank."""
-    found = {}
-    deadline = time.time() + 30
-    while len(found) < ranks and time.time() < deadline:
-        for pid in subprocess.run(["pgrep", "-P", str(mpirun_pid)], capture_output=True, text=True).stdout.split():
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-            except OSError:
-                continue
-            if b"OMPI_COMM_WORLD_RANK" in env:
-                found[int(env[b"OMPI_COMM_WORLD_RANK"])] = int(pid)
-        time.sleep(0.05)
-    return found
-
-
-def running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def watch_ranks(pids, since):
@@ -110,12 +89,22 @@ def run_and_signal(exe, ranks, args, phase, sig, target, name):
             check(ended[0] == 0, f"{name}: the run without a signal succeeds (exit {ended[0]})")
         return None
     pids = rank_pids(proc.pid, ranks)
-    sent = time.time()
-    if seen:
+
+    def send():
         if target == "mpirun":
             proc.send_signal(sig)
         else:
             os.kill(pids[target], sig)
+
+    if phase == "simulate" and sig != signal.SIGKILL:
+        # Mid-simulation, wherever the line came: the ranks wait stopped until the signal (from mpirun
+        # about a second later) has reached them.
+        receivers = list(pids.values()) if target == "mpirun" else [pids[target]]
+        sent, arrived = signal_stopped(list(pids.values()), sig, send, receivers)
+        check(arrived, f"{name}: {sig.name} reaches the ranks it is meant for")
+    else:
+        sent = time.time()
+        send()
     thread, ended = watch_ranks(list(pids.values()), sent)
     result = finish(proc, name)
     if result is None:
@@ -134,7 +123,7 @@ def signal_case(exe, ranks, work, name, args, phase, sig, target, after):
     expected = 1 if target == "mpirun" and sig in (signal.SIGTERM, signal.SIGINT) else 7
     check(code == expected, f"{name}: exit code {expected} (got {code})")
     check(took < BOUND, f"{name}: every rank ended within {BOUND:.0f} s of the signal ({took:.1f} s)")
-    if target == "mpirun" and os.path.exists(out) and "interrupted" not in err:
+    if target == "mpirun" and after != "simulate" and os.path.exists(out) and "interrupted" not in err:
         # mpirun forwards a signal about a second after it gets it: the run may have renamed its
         # whole trace by then.
         check(leftovers(os.path.dirname(out)) == ["t.h5"], f"{name}: signal after the rename: the whole trace")
@@ -197,14 +186,14 @@ def main():
         check(ended[0] == 7, f"{name}: exit code 7 (got {ended[0]})")
         check_partial(check, name, out, ended[1], "simulate")
 
-    # SIGKILL of one rank: mpirun ends the others (its exit code is 128 + 9, Open MPI's).
+    # SIGKILL of one rank: mpirun ends the others and returns 128 + 9 (Open MPI's code; docs/runtime.md).
     name = "kill-rank"
     out = os.path.join(work, name, "t.h5")
     os.makedirs(os.path.dirname(out))
     result = run_and_signal(exe, ranks, ["--out", out, *sim], "simulate", signal.SIGKILL, other, name)
     if result:
         code, _, took = result
-        check(code != 0, f"{name}: the job fails (exit {code})")
+        check(code == 137, f"{name}: mpirun's exit code 137 (got {code})")
         check(took < BOUND, f"{name}: every rank ended within {BOUND:.0f} s of the kill ({took:.1f} s)")
         check(not os.path.exists(out), f"{name}: nothing under the final name")
 

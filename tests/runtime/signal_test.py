@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A signal from a batch scheduler stops a run at a window boundary: exit 7, a valid NAME.partial.h5
 and nothing under the final name. The signal is sent once the first progress line shows that the
-simulation runs (no sleeps). A signal while the collective scheduler places a 10,440-chip all-reduce
+simulation runs, with the run's processes stopped until it has reached them (no sleeps). A signal while the collective scheduler places a 10,440-chip all-reduce
 stops it within seconds, before the simulation."""
 import os
 import signal
@@ -11,6 +11,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from job_signal import rank_pids, signal_stopped  # noqa: E402
 from partial_trace import Checks, check_partial  # noqa: E402
 
 check = Checks()
@@ -26,8 +27,15 @@ def interrupt(launcher, exe, config, sig, tmp, name, extra=(), phase="simulate")
     for line in proc.stderr:
         if line.startswith(f"tsp-sim: {phase}:"):
             seen = True
-            sent = time.time()
-            proc.send_signal(sig)
+            if phase == "simulate":
+                # Mid-simulation, wherever the line came: the run's processes wait stopped until the
+                # signal (from mpirun about a second later) has reached them.
+                pids = list(rank_pids(proc.pid, 2).values()) if launcher else [proc.pid]
+                sent, arrived = signal_stopped(pids, sig, lambda: proc.send_signal(sig), pids)
+                check(arrived, f"{name}: {sig.name} reaches every process of the run")
+            else:
+                sent = time.time()
+                proc.send_signal(sig)
             break
     rest = proc.stderr.read()
     try:
