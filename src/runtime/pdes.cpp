@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include <sys/resource.h>
@@ -99,7 +100,7 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     localIndex_[chip] = static_cast<int>(chips_.size());
     chips_.push_back(sim::makeTspChip(chip, spec, programs[chip], std::move(ports), options));
   }
-  failed_.assign(chips_.size(), 0);
+  for (size_t i = 0; i < chips_.size(); ++i) schedule(static_cast<int>(i));
   crossSends_.resize(chips_.size());
 
   // A burst issued at cycle t arrives no earlier than t + send latency + link latency: that is
@@ -210,11 +211,13 @@ Cycle ParallelSimulation::windowEnd(Cycle start, Cycle deadline) const {
   return std::max(saturatingAdd(start, window_), std::min(deadline, saturatingAdd(start, kMaxWindowCycles)));
 }
 
-Cycle ParallelSimulation::nextLocalEvent() const {
-  Cycle next = sim::kNever;
-  for (size_t i = 0; i < chips_.size(); ++i)
-    if (!failed_[i]) next = std::min(next, chips_[i]->nextEventCycle());
-  return next;
+Cycle ParallelSimulation::nextLocalEvent() const { return calendar_.empty() ? sim::kNever : calendar_.front().first; }
+
+void ParallelSimulation::schedule(int i) {
+  const Cycle next = chips_[i]->nextEventCycle();
+  if (next == sim::kNever) return;
+  calendar_.emplace_back(next, i);
+  std::push_heap(calendar_.begin(), calendar_.end(), std::greater<>());
 }
 
 void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const WindowHooks& hooks,
@@ -223,17 +226,25 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
   Cycle start = std::max(windowStart, nextLocalEvent());
   while (start < windowEnd) {
     const Cycle end = std::min(windowEnd, saturatingAdd(start, inner_));
-    for (size_t i = 0; i < chips_.size(); ++i) {
-      if (failed_[i] || chips_[i]->nextEventCycle() >= end) continue;
+    // Only the chips with an event before `end` run, in chip order (the order hooks.sent sees).
+    due_.clear();
+    while (!calendar_.empty() && calendar_.front().first < end) {
+      std::pop_heap(calendar_.begin(), calendar_.end(), std::greater<>());
+      due_.push_back(calendar_.back().second);
+      calendar_.pop_back();
+    }
+    std::sort(due_.begin(), due_.end());
+    for (const int i : due_) {
       const std::int64_t before = chips_[i]->instructionsExecuted();
       if (auto s = chips_[i]->advanceTo(end); !s) {
         // Chips keep running to the window's end so that the first failure in (cycle, chip)
-        // order is found whatever the mapping; a failed chip stops where it failed.
-        failed_[i] = 1;
+        // order is found whatever the mapping; a failed chip stops where it failed (it leaves the calendar).
         const Cycle issue = chips_[i]->nextEventCycle();
         const int chip = mapping_.localChips[i];
         if (!failure_ || std::pair(issue, chip) < std::pair(failure_->issue, failure_->who))
           failure_ = Failure{issue, chip, s.error()};
+      } else {
+        schedule(i);  // a chip's next event moves only when it runs (a delivery does not move it)
       }
       events += chips_[i]->instructionsExecuted() - before;
       auto sent = chips_[i]->takeOutgoing();
