@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -88,37 +89,104 @@ void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::
 
 }  // namespace
 
+namespace {
+
+// A cache of values made from objects that may die: key -> (weak owner, value), the value held while
+// its owner lives (kHoldValue) or only while someone else holds it. Entries whose owner or value died
+// are dropped by a sweep once the cache has doubled since the last one: amortised O(1) per insert (a
+// sweep at every insert made decoding 10,440 programs quadratic), at most as many dead entries as live
+// ones plus 32.
+template <typename Owner, typename Value, bool kHoldValue>
+class WeakCache {
+ public:
+  using Key = std::pair<const void*, const void*>;
+  // The live value at `key`, or null. An unexpired weak pointer at this address is the same object
+  // (another one would have a new control block).
+  std::shared_ptr<Value> find(const Key& key) const {
+    auto it = map_.find(key);
+    if (it == map_.end() || it->second.owner.expired()) return nullptr;
+    return valueOf(it->second.value);
+  }
+  void insert(const Key& key, const std::shared_ptr<Owner>& owner, const std::shared_ptr<Value>& value) {
+    if (map_.size() >= 2 * std::max<size_t>(16, sweptSize_)) {
+      std::erase_if(map_, [](const auto& entry) { return entry.second.owner.expired() || expiredValue(entry.second.value); });
+      sweptSize_ = map_.size();
+    }
+    map_[key] = {owner, holder(value)};
+  }
+
+ private:
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
+    }
+  };
+  static constexpr bool kWeakValue = !kHoldValue;
+  using Held = std::conditional_t<kWeakValue, std::weak_ptr<Value>, std::shared_ptr<Value>>;
+  static Held holder(const std::shared_ptr<Value>& v) { return v; }
+  static std::shared_ptr<Value> valueOf(const Held& h) {
+    if constexpr (kWeakValue) return h.lock();
+    else return h;
+  }
+  static bool expiredValue(const Held& h) {
+    if constexpr (kWeakValue) return h.expired();
+    else return false;
+  }
+  struct Entry {
+    std::weak_ptr<Owner> owner;
+    Held value;
+  };
+  std::unordered_map<Key, Entry, KeyHash> map_;
+  size_t sweptSize_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const EventProgram::Body> EventProgram::decodeBody(const std::vector<Instruction>& list,
+                                                                  const topology::ChipSpec& spec) {
+  const OpcodeTable table(spec);
+  const auto units = spec.units();
+  auto body = std::make_shared<Body>();
+  body->events.resize(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    decode(list[i], spec, units, table, body->events[i]);
+    const Opcode op = list[i].op;
+    if (op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward)
+      body->c2c.push_back(static_cast<std::uint32_t>(i));
+  }
+  return body;
+}
+
+std::shared_ptr<const EventProgram::Body> EventProgram::bodyOf(const std::shared_ptr<const isa::InstructionBody>& body,
+                                                               const topology::ChipSpec& spec) {
+  static std::mutex mutex;
+  static WeakCache<const isa::InstructionBody, const Body, false> cache;  // while a decoded program uses it
+  const std::pair<const void*, const void*> key{body.get(), &spec};
+  std::lock_guard lock(mutex);
+  if (auto found = cache.find(key)) return found;
+  std::shared_ptr<const Body> made = decodeBody(body->instructions, spec);
+  cache.insert(key, body, made);
+  return made;
+}
+
 EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec& spec)
     : units_(spec.units()) {
-  const OpcodeTable table(spec);
   if (spec.banksPerSlice <= 256) {
     banks_.resize(static_cast<size_t>(std::max(0, spec.addressesPerSlice)));
     for (size_t a = 0; a < banks_.size(); ++a) banks_[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
   }
-  auto decodeAll = [&](const std::vector<Instruction>& list) {
-    std::vector<Event> events(list.size());
-    std::vector<std::uint32_t> c2c;
-    for (size_t i = 0; i < list.size(); ++i) {
-      decode(list[i], spec, units_, table, events[i]);
-      const Opcode op = list[i].op;
-      if (op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward)
-        c2c.push_back(static_cast<std::uint32_t>(i));
-    }
-    bodies_.push_back(std::move(events));
-    c2c_.push_back(std::move(c2c));
-  };
   const isa::Program& p = program;
   if (p.pieces.empty()) {
-    decodeAll(p.instructions);
-    segments_.push_back({bodies_.back().data(), bodies_.back().size(), 0, 0, &c2c_.back()});
+    bodies_.push_back(decodeBody(p.instructions, spec));
+    segments_.push_back({bodies_.back()->events.data(), bodies_.back()->events.size(), 0, 0, &bodies_.back()->c2c});
   } else {
     std::map<const isa::InstructionBody*, size_t> bodyIndex;
     for (const auto& piece : p.pieces)
-      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) decodeAll(piece.body->instructions);
+      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) bodies_.push_back(bodyOf(piece.body, spec));
     for (const auto& piece : p.pieces) {
-      const size_t b = bodyIndex.at(piece.body.get());
-      segments_.push_back({bodies_[b].data(), bodies_[b].size(), piece.offset, size_, &c2c_[b]});
-      size_ += bodies_[b].size();
+      const Body& b = *bodies_[bodyIndex.at(piece.body.get())];
+      segments_.push_back({b.events.data(), b.events.size(), piece.offset, size_, &b.c2c});
+      size_ += b.events.size();
     }
   }
   if (p.pieces.empty()) size_ = segments_.front().count;
@@ -162,25 +230,14 @@ std::shared_ptr<SharedChecks> EventProgram::sharedChecks(int bins, Cycle binCycl
 std::shared_ptr<const EventProgram> EventProgram::of(const std::shared_ptr<const isa::Program>& program,
                                                      const topology::ChipSpec& spec) {
   // Kept while the program lives: a program is decoded once however many chips run it, one after
-  // another or at once. An entry whose program died is dropped when the next program is decoded.
-  struct Entry {
-    std::weak_ptr<const isa::Program> program;
-    std::shared_ptr<const EventProgram> events;
-  };
-  struct KeyHash {
-    size_t operator()(const std::pair<const void*, const void*>& k) const {
-      return std::hash<const void*>()(k.first) * 31 + std::hash<const void*>()(k.second);
-    }
-  };
+  // another or at once.
   static std::mutex mutex;
-  static std::unordered_map<std::pair<const void*, const void*>, Entry, KeyHash> cache;
+  static WeakCache<const isa::Program, const EventProgram, true> cache;
   const std::pair<const void*, const void*> key{program.get(), &spec};
   std::lock_guard lock(mutex);
-  // An unexpired weak pointer at this address is this program (another would have a new control block).
-  if (auto it = cache.find(key); it != cache.end() && !it->second.program.expired()) return it->second.events;
-  std::erase_if(cache, [](const auto& entry) { return entry.second.program.expired(); });
+  if (auto found = cache.find(key)) return found;
   auto made = std::make_shared<const EventProgram>(*program, spec);
-  cache[key] = {program, made};
+  cache.insert(key, program, made);
   return made;
 }
 

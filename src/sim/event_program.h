@@ -73,7 +73,8 @@ class EventProgram {
   /// while the program lives and shared by every chip that runs it.
   static std::shared_ptr<const EventProgram> of(const std::shared_ptr<const isa::Program>& program,
                                                 const topology::ChipSpec& spec);
-  /// Decodes `program`, which must outlive the result.
+  /// Decodes `program`, which must outlive the result. A piece's body is decoded once for every
+  /// program that places it (the programs of a collective share a few bodies among thousands of chips).
   EventProgram(const isa::Program& program, const topology::ChipSpec& spec);
 
   /// A place in program order, read without a search.
@@ -155,10 +156,20 @@ class EventProgram {
     size_t first = 0;  // program index of its first event
     const std::vector<std::uint32_t>* c2c = nullptr;  // places of its body's C2C events, ascending
   };
+  // One instruction list decoded: its events and the places of its C2C events, ascending.
+  struct Body {
+    std::vector<Event> events;
+    std::vector<std::uint32_t> c2c;
+  };
+  // The decoded form of a shared instruction body for `spec`: decoded once while any program placing it lives.
+  static std::shared_ptr<const Body> bodyOf(const std::shared_ptr<const isa::InstructionBody>& body,
+                                            const topology::ChipSpec& spec);
+  static std::shared_ptr<const Body> decodeBody(const std::vector<isa::Instruction>& list,
+                                                const topology::ChipSpec& spec);
+
   std::vector<topology::UnitInfo> units_;
   std::vector<std::uint8_t> banks_;  // the bank of each address of a slice (empty: more than 256 banks)
-  std::vector<std::vector<Event>> bodies_;  // one per distinct instruction list
-  std::vector<std::vector<std::uint32_t>> c2c_;  // per body: the places of its C2C events
+  std::vector<std::shared_ptr<const Body>> bodies_;  // one per distinct instruction list
   std::vector<Segment> segments_;
   size_t size_ = 0;
   bool canonical_ = true;

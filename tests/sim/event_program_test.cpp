@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
+#include <vector>
+
 #include "sim/chip.h"
 
 namespace tsp::sim {
@@ -158,6 +162,41 @@ TEST(EventProgramTest, OneDecodingPerProgramSharedByItsChips) {
   if (next.get() == address) {
     EXPECT_NE(decoded.get(), old.lock().get());
   }
+}
+
+TEST(EventProgramTest, ProgramsPlacingOneBodyShareItsDecoding) {
+  topology::ChipSpec spec;
+  auto body = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop)});
+  auto other = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop)});
+  auto a = std::make_shared<isa::Program>(), b = std::make_shared<isa::Program>(), c = std::make_shared<isa::Program>();
+  a->pieces = {{body, 0, {}}, {body, 10, {}}};
+  b->pieces = {{body, 7, {}}};
+  c->pieces = {{other, 7, {}}};
+  const auto da = EventProgram::of(a, spec), db = EventProgram::of(b, spec), dc = EventProgram::of(c, spec);
+  // One body's events, wherever it is placed, are one decoding; an equal body of its own is another.
+  EXPECT_EQ(&da->body(da->begin()), &db->body(db->begin()));
+  EXPECT_NE(&db->body(db->begin()), &dc->body(dc->begin()));
+  // Each program still reads the body at its own offsets.
+  EXPECT_EQ(da->at(2).issue, 10);
+  EXPECT_EQ(db->at(1).issue, 9);
+  EXPECT_EQ(dc->at(0).issue, 7);
+}
+
+TEST(EventProgramTest, DecodingsOfDeadProgramsAreReleased) {
+  topology::ChipSpec spec;
+  auto body = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop)});
+  std::vector<std::weak_ptr<const EventProgram>> decoded;
+  for (int i = 0; i < 200; ++i) {
+    auto p = std::make_shared<isa::Program>();
+    p->pieces = {{body, i, {}}};
+    const auto events = EventProgram::of(p, spec);
+    ASSERT_EQ(events->at(0).issue, i);
+    decoded.push_back(events);
+  }
+  // Every program died; the cache keeps at most a bounded share of their decodings (a sweep whenever
+  // it doubles), not all of them.
+  const auto alive = std::count_if(decoded.begin(), decoded.end(), [](const auto& d) { return !d.expired(); });
+  EXPECT_LT(alive, 100);
 }
 
 }  // namespace
