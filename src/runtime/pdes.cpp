@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
-#include <functional>
 #include <optional>
 
 #include <sys/resource.h>
@@ -100,7 +99,8 @@ ParallelSimulation::ParallelSimulation(MPI_Comm comm, const topology::Cluster& c
     localIndex_[chip] = static_cast<int>(chips_.size());
     chips_.push_back(sim::makeTspChip(chip, spec, programs[chip], std::move(ports), options));
   }
-  for (size_t i = 0; i < chips_.size(); ++i) schedule(static_cast<int>(i));
+  next_.resize(chips_.size());
+  for (size_t i = 0; i < chips_.size(); ++i) nextLocal_ = std::min(nextLocal_, next_[i] = chips_[i]->nextEventCycle());
   crossSends_.resize(chips_.size());
 
   // A burst issued at cycle t arrives no earlier than t + send latency + link latency: that is
@@ -211,41 +211,34 @@ Cycle ParallelSimulation::windowEnd(Cycle start, Cycle deadline) const {
   return std::max(saturatingAdd(start, window_), std::min(deadline, saturatingAdd(start, kMaxWindowCycles)));
 }
 
-Cycle ParallelSimulation::nextLocalEvent() const { return calendar_.empty() ? sim::kNever : calendar_.front().first; }
-
-void ParallelSimulation::schedule(int i) {
-  const Cycle next = chips_[i]->nextEventCycle();
-  if (next == sim::kNever) return;
-  calendar_.emplace_back(next, i);
-  std::push_heap(calendar_.begin(), calendar_.end(), std::greater<>());
-}
+Cycle ParallelSimulation::nextLocalEvent() const { return nextLocal_; }
 
 void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const WindowHooks& hooks,
                                       std::int64_t& events) {
   std::vector<sim::C2CBurst> local;
-  Cycle start = std::max(windowStart, nextLocalEvent());
+  Cycle start = std::max(windowStart, nextLocal_);
   while (start < windowEnd) {
     const Cycle end = std::min(windowEnd, saturatingAdd(start, inner_));
-    // Only the chips with an event before `end` run, in chip order (the order hooks.sent sees).
-    due_.clear();
-    while (!calendar_.empty() && calendar_.front().first < end) {
-      std::pop_heap(calendar_.begin(), calendar_.end(), std::greater<>());
-      due_.push_back(calendar_.back().second);
-      calendar_.pop_back();
-    }
-    std::sort(due_.begin(), due_.end());
-    for (const int i : due_) {
+    // Only the chips with an event before `end` run, in chip order; the next events are cached.
+    Cycle earliest = sim::kNever;
+    for (size_t i = 0; i < chips_.size(); ++i) {
+      if (next_[i] >= end) {
+        earliest = std::min(earliest, next_[i]);
+        continue;
+      }
       const std::int64_t before = chips_[i]->instructionsExecuted();
       if (auto s = chips_[i]->advanceTo(end); !s) {
         // Chips keep running to the window's end so that the first failure in (cycle, chip)
-        // order is found whatever the mapping; a failed chip stops where it failed (it leaves the calendar).
+        // order is found whatever the mapping; a failed chip stops where it failed.
         const Cycle issue = chips_[i]->nextEventCycle();
         const int chip = mapping_.localChips[i];
         if (!failure_ || std::pair(issue, chip) < std::pair(failure_->issue, failure_->who))
           failure_ = Failure{issue, chip, s.error()};
+        next_[i] = sim::kNever;
       } else {
-        schedule(i);  // a chip's next event moves only when it runs (a delivery does not move it)
+        next_[i] = chips_[i]->nextEventCycle();  // it moves only when the chip runs, not on a delivery
       }
+      earliest = std::min(earliest, next_[i]);
       events += chips_[i]->instructionsExecuted() - before;
       auto sent = chips_[i]->takeOutgoing();
       if (sent.empty()) continue;
@@ -258,7 +251,8 @@ void ParallelSimulation::advanceLocal(Cycle windowStart, Cycle windowEnd, const 
     std::sort(local.begin(), local.end());  // (arrive, src chip, link, send cycle): rank-independent
     for (const auto& burst : local) chips_[localIndex_[burst.dstChip]]->deliver(burst);
     local.clear();
-    start = std::max(end, nextLocalEvent());
+    nextLocal_ = earliest;
+    start = std::max(end, earliest);
   }
 }
 

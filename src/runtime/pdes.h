@@ -5,7 +5,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <vector>
 
 #include <mpi.h>
@@ -118,8 +117,6 @@ class ParallelSimulation {
 
   /// The earliest next event of this rank's running chips (kNever: none).
   Cycle nextLocalEvent() const;
-  /// Puts local chip i in the calendar at its next event, unless it has none.
-  void schedule(int i);
   Cycle nextCrossSend(Cycle from) const;
   void buildInboundLinks(const topology::Cluster& cluster,
                          const std::vector<std::shared_ptr<const isa::Program>>& programs);
@@ -134,10 +131,10 @@ class ParallelSimulation {
   int rank_ = 0, ranks_ = 1, chipCount_ = 0;
   RankMapping mapping_;
   std::vector<std::unique_ptr<sim::Chip>> chips_;
-  // (next event, local index) of every chip that has one and has not failed, a min-heap: a window
-  // touches only the chips due in it.
-  std::vector<std::pair<Cycle, int>> calendar_;
-  std::vector<int> due_;
+  // Each local chip's next event (kNever once it failed), and their minimum: kept as the chips run,
+  // so a window reads one array rather than asking every chip.
+  std::vector<Cycle> next_;
+  Cycle nextLocal_ = sim::kNever;
   // A link into one of this rank's chips from another rank, as the static programs use it.
   struct InboundLink {
     std::vector<Cycle> sendIssue;  // the sender's sends and forwards on it, ascending
