@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All-reduce on the 10,440-TSP dragonfly: message sizes 1, 8 and 64 MiB over a node (8 chips), a rack
 # (72) and the whole system (10,440), each one tsp-sim run with --json; then results.csv and busbw.png.
-# Usage: examples/allreduce-10440/run.sh [RANKS]   (default 1; the 10,440-chip 64 MiB run needs about 5.3 GB on one rank)
+# Usage: examples/allreduce-10440/run.sh [RANKS]   (default 1; the 10,440-chip 64 MiB run needs about 4.9 GB on one rank)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
