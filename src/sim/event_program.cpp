@@ -109,7 +109,9 @@ class WeakCache {
   }
   void insert(const Key& key, const std::shared_ptr<Owner>& owner, const std::shared_ptr<Value>& value) {
     if (map_.size() >= 2 * std::max<size_t>(16, sweptSize_)) {
-      std::erase_if(map_, [](const auto& entry) { return entry.second.owner.expired() || expiredValue(entry.second.value); });
+      std::erase_if(map_, [](const auto& entry) {
+        return entry.second.owner.expired() || expiredValue(entry.second.value);
+      });
       sweptSize_ = map_.size();
     }
     map_[key] = {owner, holder(value)};
