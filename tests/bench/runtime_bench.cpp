@@ -43,7 +43,10 @@ Expected<RingWorkload> ringWorkload(const topology::Cluster& cluster, int steps,
   std::vector<std::vector<ir::OpId>> layerOps(steps);
   std::vector<ir::TensorId> outputs;
   for (int s = 0; s < steps; ++s) {
-    inputs.push_back(w.graph.addInput(fmt::format("x{}", s), {batch, hidden}, ir::DType::kI8));
+    // Step s's input is the left neighbour's step s - 1 output and carries its name: a receive checks
+    // that the burst it takes is of the tensor it expects.
+    const std::string inputName = s == 0 ? std::string("x0") : fmt::format("relu{}.out", s - 1);
+    inputs.push_back(w.graph.addInput(inputName, {batch, hidden}, ir::DType::kI8));
     const auto weight = w.graph.addWeight(fmt::format("w{}", s), {hidden, hidden}, ir::DType::kI8);
     const auto bias = w.graph.addWeight(fmt::format("b{}", s), {hidden}, ir::DType::kI8);
     auto y = w.graph.addOp(ir::OpKind::kMatMul, fmt::format("fc{}", s), {inputs.back(), weight}, s);

@@ -31,7 +31,7 @@ BOUND = 10.0  # seconds: what the issue asks between the signal and the end of e
 # The simulation cases' all-reduce: 2 (SIM_CHIPS - 1) ring steps, each a window of C2C traffic on
 # every rank (docs/runtime.md gives its time), so that the phase's first progress line, 2 s in, comes
 # well before its end on 2 and 4 ranks.
-SIM_CHIPS, SIM_BYTES = 768, 65536
+SIM_CHIPS, SIM_BYTES = 1024, 65536
 
 
 def watch_ranks(pids, since):

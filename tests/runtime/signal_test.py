@@ -60,11 +60,11 @@ def main():
     exe = sys.argv[1]
     mpirun = ["mpirun", "-np", "2", "--oversubscribe"]
     with tempfile.TemporaryDirectory() as tmp:
-        # A 768-chip ring all-reduce: scheduled in a fraction of a second, several seconds of
-        # simulation (1,535 ring steps) on one rank and on two, well past the first progress line.
+        # A 1,024-chip ring all-reduce: scheduled in a fraction of a second, several seconds of
+        # simulation (2,047 ring steps) on one rank and on two, well past the first progress line.
         ring = os.path.join(tmp, "allreduce_ring.yaml")
         with open(ring, "w") as f:
-            f.write("cluster:\n  topology: {kind: ring, chips: 768}\n"
+            f.write("cluster:\n  topology: {kind: ring, chips: 1024}\n"
                     "model:\n  builtin: collective\n  params: {op: allreduce, bytes: 65536}\n"
                     "output:\n  level: links\n")
         # SIGUSR1 is forwarded by mpirun to every rank: the job exits 7. A collective's programs

@@ -24,7 +24,15 @@ def check(cond, what):
 def check_partial_trace(exe, source, tool, tmp):
     """A run stopped by SIGTERM leaves -1 in the event rows it did not reach: every subcommand skips them."""
     out = os.path.join(tmp, "stopped.h5")
-    config = os.path.join(source, "tests", "runtime", "long_ring.yaml")
+    # tests/runtime/long_ring.yaml at twice its size: a 4,096-chip ring pipelining a 4,096-layer INT8 MLP,
+    # about 4.7 s of simulation on one rank (2-core machine, load 2), so that the first progress line
+    # (2 s in) comes well before the end.
+    config = os.path.join(tmp, "long_ring.yaml")
+    with open(os.path.join(source, "tests", "runtime", "long_ring.yaml")) as f:
+        text = f.read()
+    with open(config, "w") as f:
+        f.write(text.replace("chips: 2048", "chips: 4096").replace("layers: 2048", "layers: 4096")
+                .replace("pp: 2048", "pp: 4096"))
     proc = subprocess.Popen([exe, "--config", config, "--out", out, "--trace-level", "instructions"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
