@@ -178,6 +178,9 @@ EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec
     for (size_t a = 0; a < banks_.size(); ++a) banks_[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
   }
   const isa::Program& p = program;
+  originTensors_.reserve(p.origins.size());
+  for (const auto& origin : p.origins)
+    originTensors_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
   if (p.pieces.empty()) {
     bodies_.push_back(decodeBody(p.instructions, spec));
     segments_.push_back({bodies_.back()->events.data(), bodies_.back()->events.size(), 0, 0, &bodies_.back()->c2c});

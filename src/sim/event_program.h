@@ -145,6 +145,8 @@ class EventProgram {
   const std::vector<std::uint8_t>& banks() const { return banks_; }
   /// The chip spec's unit table (ChipSpec::units()).
   const std::vector<topology::UnitInfo>& units() const { return units_; }
+  /// Per entry of the program's origins: burstTensor of its tensor's name (0: no tensor named).
+  const std::vector<std::uint64_t>& originTensors() const { return originTensors_; }
   /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
   std::shared_ptr<SharedChecks> sharedChecks(int bins, Cycle binCycles) const;
 
@@ -169,6 +171,7 @@ class EventProgram {
 
   std::vector<topology::UnitInfo> units_;
   std::vector<std::uint8_t> banks_;  // the bank of each address of a slice (empty: more than 256 banks)
+  std::vector<std::uint64_t> originTensors_;  // per entry of the program's origins
   std::vector<std::shared_ptr<const Body>> bodies_;  // one per distinct instruction list
   std::vector<Segment> segments_;
   size_t size_ = 0;

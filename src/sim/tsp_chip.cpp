@@ -163,8 +163,6 @@ class TspChip final : public Chip {
     stats_.unitBusy.assign(units_.size(), 0);
     stats_.unitStall.assign(units_.size(), 0);
     linkFree_.assign(ports_.size(), 0);
-    for (const auto& origin : program_->origins)
-      originTensor_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
     inbound_.resize(ports_.size());
     consumed_.assign(ports_.size(), 0);
     planeReady_.assign(spec_.mxmPlanes, -1);
@@ -851,9 +849,10 @@ class TspChip final : public Chip {
 
   // C2CBurst::tensor of what instruction `index` moves: its origin's tensor; 0: not known.
   std::uint64_t tensorOf(std::int64_t index) const {
-    if (originTensor_.empty()) return 0;
+    const auto& tensors = events_->originTensors();
+    if (tensors.empty()) return 0;
     const std::int32_t origin = originSequence_.originOf(static_cast<size_t>(index));
-    return origin >= 0 && static_cast<size_t>(origin) < originTensor_.size() ? originTensor_[origin] : 0;
+    return origin >= 0 && static_cast<size_t>(origin) < tensors.size() ? tensors[origin] : 0;
   }
 
   // Cycles one vector takes on the link of port at its exact rate.
@@ -1030,7 +1029,6 @@ class TspChip final : public Chip {
   const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
   std::shared_ptr<const isa::Program> program_;
   isa::InstructionSequence originSequence_;  // the program's instructions, for their origins
-  std::vector<std::uint64_t> originTensor_;  // per entry of the program's origins: C2CBurst::tensor of its tensor
   EventProgram::Cursor cursor_;  // the event next_ in program order
   std::unique_ptr<isa::InstructionSequence> sequence_;  // functional mode: the instructions, read in place
   std::vector<PortBinding> ports_;
