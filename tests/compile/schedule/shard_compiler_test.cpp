@@ -333,8 +333,9 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
     // A second chip receives the burst at the arrival the cluster scheduler would derive from the
     // first send; both chips simulate in their predicted cycles, without a hazard.
     const Cycle latency = 200;
+    // Its input is the tensor sent, under the sender's name: a receive checks the burst's tensor.
     ir::Graph rg;
-    const auto x = rg.addInput("x", {10000, 320}, ir::DType::kI8);
+    const auto x = rg.addInput(g.tensor(y).name, {10000, 320}, ir::DType::kI8);
     rg.markOutput(*rg.addOp(ir::OpKind::kRelu, "r", {x}, 0));
     lower::ShardInterface in;
     lower::ReceivePlan receive;
