@@ -157,7 +157,7 @@ class TspChip final : public Chip {
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
-        program_(std::move(program)), originSequence_(*program_), ports_(std::move(ports)), options_(options),
+        program_(std::move(program)), sequence_(*program_), ports_(std::move(ports)), options_(options),
         countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
@@ -304,7 +304,6 @@ class TspChip final : public Chip {
   // SRAM gets the resident tensors' values (inputs, weights) before the first instruction.
   void startFunctional() {
     values_ = std::make_unique<FunctionalState>(spec_, options_.functional.element);
-    sequence_ = std::make_unique<isa::InstructionSequence>(*program_);
     values_->reserve(*program_);
     for (const auto& tensor : program_->tensors) {
       if (!tensor.resident) continue;
@@ -522,8 +521,7 @@ class TspChip final : public Chip {
 
   // Instruction `index` of the program as written (its issue not moved by a stall).
   Instruction instruction(std::int64_t index) const {
-    if (sequence_) return (*sequence_)[static_cast<size_t>(index)];
-    return isa::InstructionSequence(*program_)[static_cast<size_t>(index)];
+    return sequence_[static_cast<size_t>(index)];
   }
 
   Cycle stallDelay(const Event& inst) const {
@@ -851,7 +849,7 @@ class TspChip final : public Chip {
   std::uint64_t tensorOf(std::int64_t index) const {
     const auto& tensors = events_->originTensors();
     if (tensors.empty()) return 0;
-    const std::int32_t origin = originSequence_.originOf(static_cast<size_t>(index));
+    const std::int32_t origin = sequence_.originOf(static_cast<size_t>(index));
     return origin >= 0 && static_cast<size_t>(origin) < tensors.size() ? tensors[origin] : 0;
   }
 
@@ -926,7 +924,7 @@ class TspChip final : public Chip {
       if (j == 0) took = burst.tensor;
       if (tensor && burst.tensor && burst.tensor != tensor && !mismatched) {
         mismatched = true;
-        const std::int32_t origin = originSequence_.originOf(static_cast<size_t>(index));
+        const std::int32_t origin = sequence_.originOf(static_cast<size_t>(index));
         if (!hazard(HazardKind::kReceiveMismatch, inst, index, inst.issue + topology::serializationCycles(j, pace),
                     fmt::format("C2C {} on port {} takes vectors of another tensor than '{}' (the burst chip {} "
                                 "sent at cycle {})",
@@ -1028,9 +1026,8 @@ class TspChip final : public Chip {
   std::shared_ptr<const EventProgram> events_;  // the program decoded, shared by the chips running it
   const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
   std::shared_ptr<const isa::Program> program_;
-  isa::InstructionSequence originSequence_;  // the program's instructions, for their origins
+  isa::InstructionSequence sequence_;  // the program's instructions read in place, with their origins
   EventProgram::Cursor cursor_;  // the event next_ in program order
-  std::unique_ptr<isa::InstructionSequence> sequence_;  // functional mode: the instructions, read in place
   std::vector<PortBinding> ports_;
   SimOptions options_;
   bool countHazards_ = false;
