@@ -29,12 +29,12 @@ std::optional<std::string> malformation(const Instruction& inst, const topology:
 namespace {
 
 // What the chip spec says of each opcode, looked up once per program rather than per instruction.
-struct OpcodeTable {
+struct SpecTable {
   Cycle resultLatency[static_cast<int>(Opcode::kCount)];
   Cycle busyPerIssue[static_cast<int>(Opcode::kCount)];
   topology::UnitKind kind[static_cast<int>(Opcode::kCount)];
 
-  explicit OpcodeTable(const topology::ChipSpec& spec) {
+  explicit SpecTable(const topology::ChipSpec& spec) {
     for (int op = 0; op < static_cast<int>(Opcode::kCount); ++op) {
       Instruction probe;
       probe.op = static_cast<Opcode>(op);
@@ -46,7 +46,7 @@ struct OpcodeTable {
 };
 
 void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::vector<topology::UnitInfo>& units,
-            const OpcodeTable& table, Event& e) {
+            const SpecTable& table, Event& e) {
   e.issue = inst.issue;
   e.unit = inst.unit;
   e.repeat = inst.repeat;
@@ -88,6 +88,28 @@ void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::
 }
 
 }  // namespace
+
+// What the spec says of its units, opcodes and addresses, shared by every program decoded for an equal spec.
+struct EventProgram::SpecTables {
+  std::vector<topology::UnitInfo> units;
+  SpecTable opcodes;
+  std::vector<std::uint8_t> banks;  // the bank of each address of a slice (empty: more than 256 banks)
+
+  explicit SpecTables(const topology::ChipSpec& spec) : units(spec.units()), opcodes(spec) {
+    if (spec.banksPerSlice > 256) return;
+    banks.resize(static_cast<size_t>(std::max(0, spec.addressesPerSlice)));
+    for (size_t a = 0; a < banks.size(); ++a) banks[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
+  }
+  static std::shared_ptr<const SpecTables> of(const topology::ChipSpec& spec) {
+    static std::mutex mutex;
+    static std::map<std::string, std::weak_ptr<const SpecTables>> cache;  // by the spec's canonical form
+    std::lock_guard lock(mutex);
+    auto& held = cache[spec.canonical()];
+    auto tables = held.lock();
+    if (!tables) held = tables = std::make_shared<const SpecTables>(spec);
+    return tables;
+  }
+};
 
 namespace {
 
@@ -144,13 +166,13 @@ class WeakCache {
 
 }  // namespace
 
-std::shared_ptr<const EventProgram::Body> EventProgram::decodeBody(const std::vector<Instruction>& list,
-                                                                  const topology::ChipSpec& spec) {
-  const OpcodeTable table(spec);
-  const auto units = spec.units();
+std::shared_ptr<EventProgram::Body> EventProgram::decodeBody(const Instruction* list, size_t count) const {
+  const topology::ChipSpec& spec = *spec_;
+  const SpecTable& table = tables_->opcodes;
+  const auto& units = tables_->units;
   auto body = std::make_shared<Body>();
-  body->events.resize(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
+  body->events.resize(count);
+  for (size_t i = 0; i < count; ++i) {
     decode(list[i], spec, units, table, body->events[i]);
     const Opcode op = list[i].op;
     if (op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward)
@@ -160,65 +182,141 @@ std::shared_ptr<const EventProgram::Body> EventProgram::decodeBody(const std::ve
 }
 
 std::shared_ptr<const EventProgram::Body> EventProgram::bodyOf(const std::shared_ptr<const isa::InstructionBody>& body,
-                                                               const topology::ChipSpec& spec) {
+                                                               size_t start, size_t count) const {
   static std::mutex mutex;
-  static WeakCache<const isa::InstructionBody, const Body, false> cache;  // while a decoded program uses it
-  const std::pair<const void*, const void*> key{body.get(), &spec};
+  static WeakCache<const isa::InstructionBody, const Body, false> cache;  // while a cursor holds it
+  const Instruction* first = body->instructions.data() + start;
+  const std::pair<const void*, const void*> key{first, spec_};  // a chunk of a living body
   std::lock_guard lock(mutex);
   if (auto found = cache.find(key)) return found;
-  std::shared_ptr<const Body> made = decodeBody(body->instructions, spec);
+  std::shared_ptr<Body> made = decodeBody(first, count);
+  if (!body->originOf.empty()) {
+    made->origins.assign(count, -1);
+    for (size_t i = start; i < std::min(start + count, body->originOf.size()); ++i)
+      made->origins[i - start] = body->originOf[i];
+  }
   cache.insert(key, body, made);
   return made;
 }
 
 EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec& spec)
-    : units_(spec.units()) {
-  if (spec.banksPerSlice <= 256) {
-    banks_.resize(static_cast<size_t>(std::max(0, spec.addressesPerSlice)));
-    for (size_t a = 0; a < banks_.size(); ++a) banks_[a] = static_cast<std::uint8_t>(spec.bankOf(static_cast<int>(a)));
-  }
+    : program_(&program), spec_(&spec), tables_(SpecTables::of(spec)) {
   const isa::Program& p = program;
   originTensors_.reserve(p.origins.size());
   for (const auto& origin : p.origins)
     originTensors_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
-  if (p.pieces.empty()) {
-    bodies_.push_back(decodeBody(p.instructions, spec));
-    segments_.push_back({bodies_.back()->events.data(), bodies_.back()->events.size(), 0, 0, &bodies_.back()->c2c});
-  } else {
-    std::map<const isa::InstructionBody*, size_t> bodyIndex;
-    for (const auto& piece : p.pieces)
-      if (bodyIndex.emplace(piece.body.get(), bodies_.size()).second) bodies_.push_back(bodyOf(piece.body, spec));
-    for (const auto& piece : p.pieces) {
-      const Body& b = *bodies_[bodyIndex.at(piece.body.get())];
-      segments_.push_back({b.events.data(), b.events.size(), piece.offset, size_, &b.c2c});
-      size_ += b.events.size();
-    }
-  }
-  if (p.pieces.empty()) size_ = segments_.front().count;
   Cycle lastIssue = std::numeric_limits<Cycle>::min();
   std::int32_t lastUnit = std::numeric_limits<std::int32_t>::min();
-  for (const Segment& s : segments_)
-    for (size_t i = 0; i < s.count && canonical_; ++i) {
-      const Cycle issue = s.events[i].issue + s.offset;
-      const std::int32_t unit = s.events[i].unit;
+  const auto order = [&](const std::vector<Instruction>& list, Cycle offset) {
+    for (size_t i = 0; i < list.size() && canonical_; ++i) {
+      const Cycle issue = list[i].issue + offset;
+      const std::int32_t unit = list[i].unit;
       canonical_ = issue != lastIssue ? issue > lastIssue : unit >= lastUnit;
       lastIssue = issue;
       lastUnit = unit;
     }
+  };
+  if (p.pieces.empty()) {
+    whole_ = decodeBody(p.instructions.data(), p.instructions.size());
+    segments_.push_back({whole_.get(), nullptr, 0, whole_->events.size(), 0, 0});
+    size_ = whole_->events.size();
+    order(p.instructions, 0);
+    return;
+  }
+  segments_.reserve(p.pieces.size());
+  for (const auto& piece : p.pieces) {
+    const size_t count = piece.body->instructions.size();
+    for (size_t start = 0; start < count; start += kChunkEvents)
+      segments_.push_back({nullptr, &piece, start, std::min(kChunkEvents, count - start), piece.offset, size_ + start,
+                           piece.originMap.get()});
+    size_ += count;
+    order(piece.body->instructions, piece.offset);
+  }
+}
+
+EventProgram::~EventProgram() = default;
+
+const std::vector<std::uint8_t>& EventProgram::banks() const { return tables_->banks; }
+const std::vector<topology::UnitInfo>& EventProgram::units() const { return tables_->units; }
+
+void EventProgram::enter(Cursor& c) const {
+  if (c.segment >= segments_.size()) {
+    c = Cursor{};
+    c.segment = segments_.size();
+    return;
+  }
+  const Segment& s = segments_[c.segment];
+  c.count = s.count;
+  c.offset = s.offset;
+  if (s.decoded) {
+    c.hold.reset();
+    c.events = s.decoded->events.data();
+    c.c2c = &s.decoded->c2c;
+    return;
+  }
+  c.hold = bodyOf(s.piece->body, s.start, s.count);
+  c.events = c.hold->events.data();
+  c.c2c = &c.hold->c2c;
+  c.origins = c.hold->origins.empty() ? nullptr : c.hold->origins.data();
 }
 
 EventProgram::Cursor EventProgram::begin() const {
   Cursor c;
   while (c.segment < segments_.size() && segments_[c.segment].count == 0) ++c.segment;
+  enter(c);
   return c;
 }
 
-Event EventProgram::at(size_t index) const {
+const EventProgram::Segment& EventProgram::segmentOf(size_t index, size_t& hint) const {
+  const auto holds = [&](size_t k) {
+    return k < segments_.size() && index >= segments_[k].first && index - segments_[k].first < segments_[k].count;
+  };
+  if (holds(hint)) return segments_[hint];
+  if (holds(hint + 1)) return segments_[++hint];
   auto it = std::upper_bound(segments_.begin(), segments_.end(), index,
                              [](size_t i, const Segment& s) { return i < s.first; });
-  Cursor c{static_cast<size_t>(it - segments_.begin()) - 1, 0};
-  c.at = index - segments_[c.segment].first;
-  return at(c);
+  hint = static_cast<size_t>(it - segments_.begin()) - 1;
+  return segments_[hint];
+}
+
+Instruction EventProgram::instruction(size_t index, size_t& hint) const {
+  const Segment& s = segmentOf(index, hint);
+  if (!s.piece) return program_->instructions[index];
+  Instruction inst = s.piece->body->instructions[s.start + index - s.first];
+  inst.issue += s.offset;
+  return inst;
+}
+
+std::int32_t EventProgram::originOf(size_t index, size_t& hint) const {
+  const Segment& s = segmentOf(index, hint);
+  if (!s.piece) return index < program_->originOf.size() ? program_->originOf[index] : -1;
+  const isa::ProgramPiece& piece = *s.piece;
+  const size_t k = s.start + index - s.first;
+  if (!piece.originMap || k >= piece.body->originOf.size()) return -1;
+  const std::int32_t local = piece.body->originOf[k];
+  return local >= 0 && static_cast<size_t>(local) < piece.originMap->size() ? (*piece.originMap)[local] : -1;
+}
+
+std::int32_t EventProgram::originAt(const Cursor& c) const {
+  const Segment& s = segments_[c.segment];
+  if (!s.piece) return c.at < program_->originOf.size() ? program_->originOf[c.at] : -1;
+  if (!s.originMap || !c.origins) return -1;
+  const std::int32_t local = c.origins[c.at];
+  return local >= 0 && static_cast<size_t>(local) < s.originMap->size() ? (*s.originMap)[local] : -1;
+}
+
+Event EventProgram::at(size_t index) const {
+  size_t hint = 0;
+  const Segment& s = segmentOf(index, hint);
+  const size_t at = index - s.first;
+  Event e;
+  if (s.decoded) {
+    e = s.decoded->events[at];
+  } else {
+    decode(s.piece->body->instructions[s.start + at], *spec_, tables_->units, tables_->opcodes, e);
+  }
+  e.issue += s.offset;
+  return e;
 }
 
 std::shared_ptr<SharedChecks> EventProgram::sharedChecks(int bins, Cycle binCycles) const {

@@ -66,75 +66,101 @@ struct SharedChecks {
   std::int64_t vxmVectors = 0, mxmVectors = 0, sxmVectors = 0, installs = 0;
 };
 
-/// The events of one program for one chip spec, in program order: each piece's body decoded once.
+/// The events of one program for one chip spec, in program order. A program without pieces is decoded
+/// whole when it is made. The pieces' bodies are decoded a chunk of kChunkEvents at a time, when a
+/// cursor enters the chunk, and kept while a cursor (any program's) is in it: a chip holds the decoding
+/// of the chunk it is in, not of its whole program (a collective's thousands of programs are mostly
+/// bodies of their own).
 class EventProgram {
+  struct Body;
+
  public:
   /// The decoded form of `program` for `spec`: decoded once per program object and spec object, kept
   /// while the program lives and shared by every chip that runs it.
   static std::shared_ptr<const EventProgram> of(const std::shared_ptr<const isa::Program>& program,
                                                 const topology::ChipSpec& spec);
-  /// Decodes `program`, which must outlive the result. A piece's body is decoded once for every
-  /// program that places it (the programs of a collective share a few bodies among thousands of chips).
+  /// Decodes `program` for `spec`, which must both outlive the result. A piece's body is decoded once
+  /// for every cursor of every program that is in it at once (the programs of a collective share a
+  /// few bodies among thousands of chips).
   EventProgram(const isa::Program& program, const topology::ChipSpec& spec);
+  ~EventProgram();
+  /// Events in a chunk of a piece's body decoded at once.
+  static constexpr size_t kChunkEvents = 256;
 
-  /// A place in program order, read without a search.
+  /// A place in program order, read without a search; it holds the decoding of its chunk. A segment
+  /// is a program without pieces, or a chunk of a piece.
   struct Cursor {
     size_t segment = 0, at = 0;
+    size_t count = 0;  // events in the segment
+    Cycle offset = 0;  // the segment's offset
+    const Event* events = nullptr;  // the segment's events
+    const std::vector<std::uint32_t>* c2c = nullptr;  // places of the segment's C2C events, ascending
+    const std::int32_t* origins = nullptr;  // per event of a piece's segment, its origin id in the body; null: none
+    std::shared_ptr<const Body> hold;  // the segment's decoding, when the program does not hold it
   };
 
   /// Number of events.
   size_t size() const { return size_; }
-  /// Event `index` (a search over the pieces; use a Cursor in order).
+  /// Event `index` (a search over the pieces, and a decoding of that one instruction when its piece is
+  /// decoded on entry; use a Cursor in order).
   Event at(size_t index) const;
+  /// Instruction `index` as the program has it, its issue absolute. `hint` is the caller's segment of
+  /// its last look-up (start at 0): in order, a look-up costs no search.
+  isa::Instruction instruction(size_t index, size_t& hint) const;
+  /// Instruction `index`'s entry in the program's origins (Program::origins), or -1; `hint` as above.
+  std::int32_t originOf(size_t index, size_t& hint) const;
+  /// originOf the event at the cursor, without a search (its piece's origins decoded with its events).
+  std::int32_t originAt(const Cursor& c) const;
   /// The event at the cursor, which must be before the end.
   Event at(const Cursor& c) const {
     Event e = body(c);
-    e.issue += offset(c);
+    e.issue += c.offset;
     return e;
   }
   /// The event at the cursor as its piece's body has it: its issue is offset(c) cycles early.
-  const Event& body(const Cursor& c) const { return segments_[c.segment].events[c.at]; }
+  const Event& body(const Cursor& c) const { return c.events[c.at]; }
   /// The offset of the piece of the event at the cursor.
-  Cycle offset(const Cursor& c) const { return segments_[c.segment].offset; }
+  Cycle offset(const Cursor& c) const { return c.offset; }
   /// Moves the cursor to the next event.
   void step(Cursor& c) const {
-    if (++c.at < segments_[c.segment].count) return;
+    if (++c.at < c.count) return;
     c.at = 0;
     while (++c.segment < segments_.size() && segments_[c.segment].count == 0) {
     }
+    enter(c);
   }
   /// A cursor at the first event.
   Cursor begin() const;
-  /// The place of the first C2C event at or after a cursor in its piece (the piece's count if none),
-  /// kept by the caller between calls of plainBefore.
+  /// The place of the first C2C event at or after a cursor in its segment (the segment's count if
+  /// none), kept by the caller between calls of plainBefore.
   struct C2cMark {
     size_t segment = static_cast<size_t>(-1), at = 0;
   };
   /// How many events from the cursor on, at most `limit`, are not C2C and issue before `end`: the
   /// events a follower may pass over at once (the program must be canonical). Costs the log of the
-  /// count (a galloping search), plus a search of the piece's C2C events when `mark` is not of the cursor.
+  /// count (a galloping search), plus a search of the segment's C2C events when `mark` is not of the cursor.
   size_t plainBefore(const Cursor& c, Cycle end, size_t limit, C2cMark& mark) const {
-    const Segment& s = segments_[c.segment];
     if (mark.segment != c.segment || mark.at < c.at) {
-      const auto next = std::lower_bound(s.c2c->begin(), s.c2c->end(), static_cast<std::uint32_t>(c.at));
-      mark = {c.segment, next == s.c2c->end() ? s.count : *next};
+      const auto next = std::lower_bound(c.c2c->begin(), c.c2c->end(), static_cast<std::uint32_t>(c.at));
+      mark = {c.segment, next == c.c2c->end() ? c.count : *next};
     }
-    const size_t stop = std::min({s.count, c.at + limit, mark.at});
-    const Cycle before = end - s.offset;  // issues ascend in a canonical program
-    if (c.at >= stop || s.events[c.at].issue >= before) return 0;
+    const size_t stop = std::min({c.count, c.at + limit, mark.at});
+    const Cycle before = end - c.offset;  // issues ascend in a canonical program
+    const Event* events = c.events;
+    if (c.at >= stop || events[c.at].issue >= before) return 0;
     size_t good = c.at, step = 1;  // events[good] issues before `end`
-    while (good + step < stop && s.events[good + step].issue < before) {
+    while (good + step < stop && events[good + step].issue < before) {
       good += step;
       step *= 2;
     }
     size_t bad = std::min(good + step, stop);  // the first at or after `end` is in (good, bad]
     while (bad - good > 1) {
       const size_t mid = good + (bad - good) / 2;
-      (s.events[mid].issue < before ? good : bad) = mid;
+      (events[mid].issue < before ? good : bad) = mid;
     }
     return bad - c.at;
   }
-  /// Moves the cursor `n` events on, within its piece (n <= the events left in the piece).
+  /// Moves the cursor `n` events on, within its segment (n <= the events left in the segment).
   void skip(Cursor& c, size_t n) const {
     c.at += n - 1;
     step(c);
@@ -142,37 +168,46 @@ class EventProgram {
   /// True when the events are in (issue, unit) order, the order they run in.
   bool canonical() const { return canonical_; }
   /// ChipSpec::bankOf of each address of a slice (empty when the spec has more than 256 banks).
-  const std::vector<std::uint8_t>& banks() const { return banks_; }
+  const std::vector<std::uint8_t>& banks() const;
   /// The chip spec's unit table (ChipSpec::units()).
-  const std::vector<topology::UnitInfo>& units() const { return units_; }
+  const std::vector<topology::UnitInfo>& units() const;
   /// Per entry of the program's origins: burstTensor of its tensor's name (0: no tensor named).
   const std::vector<std::uint64_t>& originTensors() const { return originTensors_; }
   /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
   std::shared_ptr<SharedChecks> sharedChecks(int bins, Cycle binCycles) const;
 
  private:
+  struct SpecTables;
   struct Segment {
-    const Event* events = nullptr;
+    const Body* decoded = nullptr;  // held by the program (one without pieces); null: decoded on entry
+    const isa::ProgramPiece* piece = nullptr;  // the piece, when decoded on entry
+    size_t start = 0;  // the chunk's first place in the piece's body
     size_t count = 0;
     Cycle offset = 0;
     size_t first = 0;  // program index of its first event
-    const std::vector<std::uint32_t>* c2c = nullptr;  // places of its body's C2C events, ascending
+    const std::vector<std::int32_t>* originMap = nullptr;  // the piece's (ProgramPiece::originMap)
   };
   // One instruction list decoded: its events and the places of its C2C events, ascending.
   struct Body {
     std::vector<Event> events;
     std::vector<std::uint32_t> c2c;
+    std::vector<std::int32_t> origins;  // a piece's: each event's origin id in the body (-1: none); empty: none known
   };
-  // The decoded form of a shared instruction body for `spec`: decoded once while any program placing it lives.
-  static std::shared_ptr<const Body> bodyOf(const std::shared_ptr<const isa::InstructionBody>& body,
-                                            const topology::ChipSpec& spec);
-  static std::shared_ptr<const Body> decodeBody(const std::vector<isa::Instruction>& list,
-                                                const topology::ChipSpec& spec);
+  // The decoded form of `count` instructions of a shared body from `start` for `spec`: decoded once
+  // while a cursor holds it.
+  std::shared_ptr<const Body> bodyOf(const std::shared_ptr<const isa::InstructionBody>& body, size_t start,
+                                     size_t count) const;
+  std::shared_ptr<Body> decodeBody(const isa::Instruction* list, size_t count) const;
+  // The segment holding event `index`: `hint`, the one after it, or one found by a search (hint set to it).
+  const Segment& segmentOf(size_t index, size_t& hint) const;
+  // Points the cursor at its segment's events (decoding its piece if no one holds it), or at nothing past the end.
+  void enter(Cursor& c) const;
 
-  std::vector<topology::UnitInfo> units_;
-  std::vector<std::uint8_t> banks_;  // the bank of each address of a slice (empty: more than 256 banks)
+  const isa::Program* program_;
+  const topology::ChipSpec* spec_;
+  std::shared_ptr<const SpecTables> tables_;  // what the spec says of units, opcodes and banks: one per spec
   std::vector<std::uint64_t> originTensors_;  // per entry of the program's origins
-  std::vector<std::shared_ptr<const Body>> bodies_;  // one per distinct instruction list
+  std::shared_ptr<const Body> whole_;  // a program without pieces, decoded
   std::vector<Segment> segments_;
   size_t size_ = 0;
   bool canonical_ = true;

@@ -157,7 +157,7 @@ class TspChip final : public Chip {
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
-        program_(std::move(program)), sequence_(*program_), ports_(std::move(ports)), options_(options),
+        program_(std::move(program)), ports_(std::move(ports)), options_(options),
         countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
@@ -266,7 +266,7 @@ class TspChip final : public Chip {
       ++next_;
       if (!reordered_) {
         list.step(cursor_);
-        if (following_ && replayed_ == next_) replayCursor_ = cursor_;
+        if (following_ && replayed_ == next_) copyCursor(replayCursor_, cursor_);
       }
     }
     if (next_ == count && !finished_) finish();
@@ -469,6 +469,17 @@ class TspChip final : public Chip {
     return moved;
   }
 
+  // to = from, without touching the decoding's reference count while both are in one piece.
+  static void copyCursor(EventProgram::Cursor& to, const EventProgram::Cursor& from) {
+    if (to.hold != from.hold) to.hold = from.hold;
+    to.segment = from.segment;
+    to.at = from.at;
+    to.count = from.count;
+    to.offset = from.offset;
+    to.events = from.events;
+    to.c2c = from.c2c;
+  }
+
   static bool isC2c(Opcode op) { return op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward; }
 
   // A follower's event whose program-only checks a leader passed: its C2C part, its count and the
@@ -521,7 +532,7 @@ class TspChip final : public Chip {
 
   // Instruction `index` of the program as written (its issue not moved by a stall).
   Instruction instruction(std::int64_t index) const {
-    return sequence_[static_cast<size_t>(index)];
+    return events_->instruction(static_cast<size_t>(index), lookup_);
   }
 
   Cycle stallDelay(const Event& inst) const {
@@ -849,7 +860,13 @@ class TspChip final : public Chip {
   std::uint64_t tensorOf(std::int64_t index) const {
     const auto& tensors = events_->originTensors();
     if (tensors.empty()) return 0;
-    const std::int32_t origin = sequence_.originOf(static_cast<size_t>(index));
+    // The event at a cursor (the one running, or a follower's replay) without a search.
+    const auto i = static_cast<size_t>(index);
+    const EventProgram::Cursor* at = reordered_        ? nullptr
+                                     : i == next_      ? &cursor_
+                                     : following_ && i == replayed_ ? &replayCursor_
+                                                                     : nullptr;
+    const std::int32_t origin = at ? events_->originAt(*at) : events_->originOf(i, lookup_);
     return origin >= 0 && static_cast<size_t>(origin) < tensors.size() ? tensors[origin] : 0;
   }
 
@@ -924,7 +941,7 @@ class TspChip final : public Chip {
       if (j == 0) took = burst.tensor;
       if (tensor && burst.tensor && burst.tensor != tensor && !mismatched) {
         mismatched = true;
-        const std::int32_t origin = sequence_.originOf(static_cast<size_t>(index));
+        const std::int32_t origin = events_->originOf(static_cast<size_t>(index), lookup_);
         if (!hazard(HazardKind::kReceiveMismatch, inst, index, inst.issue + topology::serializationCycles(j, pace),
                     fmt::format("C2C {} on port {} takes vectors of another tensor than '{}' (the burst chip {} "
                                 "sent at cycle {})",
@@ -1026,8 +1043,8 @@ class TspChip final : public Chip {
   std::shared_ptr<const EventProgram> events_;  // the program decoded, shared by the chips running it
   const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
   std::shared_ptr<const isa::Program> program_;
-  isa::InstructionSequence sequence_;  // the program's instructions read in place, with their origins
   EventProgram::Cursor cursor_;  // the event next_ in program order
+  mutable size_t lookup_ = 0;     // the segment of the last instruction or origin looked up by index
   std::vector<PortBinding> ports_;
   SimOptions options_;
   bool countHazards_ = false;

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <set>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -237,6 +240,45 @@ TEST(Program, OriginsFollowTheirInstructions) {
   const Program flat = expanded(pieces);
   EXPECT_EQ(flat.originOf, (std::vector<std::int32_t>{1, 0}));
   expectBothFormsRoundTrip(flat);
+}
+
+TEST(Program, EveryInstructionFieldMovesTheInstructionsHash) {
+  const Instruction base = sample().instructions[0];
+  const std::vector<std::function<void(Instruction&)>> changes = {
+      [](Instruction& i) { i.unit = 4; },
+      [](Instruction& i) { i.operand = 0; },
+      [](Instruction& i) { i.issue = Cycle{1} << 40; },
+      [](Instruction& i) { i.op = Opcode::kMemWrite; },
+      [](Instruction& i) { i.func = VxmFunc::kAdd; },
+      [](Instruction& i) { i.sxm = SxmFunc::kPermute; },
+      [](Instruction& i) { i.timingOnly = true; },
+      [](Instruction& i) { i.src = {2, Direction::kEast}; },
+      [](Instruction& i) { i.src.dir = Direction::kWest; },
+      [](Instruction& i) { i.src2 = {2, Direction::kEast}; },
+      [](Instruction& i) { i.src2.dir = Direction::kWest; },
+      [](Instruction& i) { i.dst.id = 6; },
+      [](Instruction& i) { i.dst.dir = Direction::kEast; },
+      [](Instruction& i) { i.address = 101; },
+      [](Instruction& i) { i.bank = 0; },
+      [](Instruction& i) { i.stride = -1; },
+      [](Instruction& i) { i.port = 2; },
+      [](Instruction& i) { i.repeat = 65; },
+      [](Instruction& i) { i.interval = 2; },
+      [](Instruction& i) { i.weightUnit = 7; },
+      [](Instruction& i) { i.weightRows = 8; },
+  };
+  std::set<std::uint64_t> hashes = {instructionsHash({base})};
+  for (const auto& change : changes) {
+    Instruction changed = base;
+    change(changed);
+    ASSERT_NE(changed, base);
+    hashes.insert(instructionsHash({changed}));
+  }
+  EXPECT_EQ(hashes.size(), changes.size() + 1);
+  // Order counts: two instructions swapped are another list.
+  Instruction later = base;
+  later.issue = 11;
+  EXPECT_NE(instructionsHash({base, later}), instructionsHash({later, base}));
 }
 
 TEST(Program, RefusesOriginsOutOfRange) {

@@ -109,7 +109,8 @@ TEST(EventProgramTest, PlainEventsStopAtC2cAtTheEndCycleAndAtTheLimit) {
   const EventProgram long_(q, spec);
   for (size_t from = 0; from < 100; from += 7)
     for (Cycle end = 0; end < 310; ++end) {
-      EventProgram::Cursor at{0, from};
+      EventProgram::Cursor at = long_.begin();
+      if (from > 0) long_.skip(at, from);
       EventProgram::C2cMark m;
       const size_t before = static_cast<size_t>(std::clamp<Cycle>((end + 2) / 3, 0, 100));
       EXPECT_EQ(long_.plainBefore(at, end, 1000, m), before > from ? before - from : 0) << from << " " << end;
@@ -173,13 +174,117 @@ TEST(EventProgramTest, ProgramsPlacingOneBodyShareItsDecoding) {
   b->pieces = {{body, 7, {}}};
   c->pieces = {{other, 7, {}}};
   const auto da = EventProgram::of(a, spec), db = EventProgram::of(b, spec), dc = EventProgram::of(c, spec);
-  // One body's events, wherever it is placed, are one decoding; an equal body of its own is another.
-  EXPECT_EQ(&da->body(da->begin()), &db->body(db->begin()));
-  EXPECT_NE(&db->body(db->begin()), &dc->body(dc->begin()));
+  // One body's events, wherever it is placed, are one decoding while cursors are in it; an equal body
+  // of its own is another.
+  const EventProgram::Cursor ca = da->begin(), cb = db->begin(), cc = dc->begin();
+  EXPECT_EQ(&da->body(ca), &db->body(cb));
+  EXPECT_NE(&db->body(cb), &dc->body(cc));
   // Each program still reads the body at its own offsets.
   EXPECT_EQ(da->at(2).issue, 10);
   EXPECT_EQ(db->at(1).issue, 9);
   EXPECT_EQ(dc->at(0).issue, 7);
+}
+
+TEST(EventProgramTest, APieceIsDecodedWhileACursorIsInIt) {
+  topology::ChipSpec spec;
+  auto first = isa::makeBody({inst(spec, UnitKind::kVxm, 0, 0, Opcode::kNop), inst(spec, UnitKind::kVxm, 1, 2, Opcode::kNop)});
+  auto second = isa::makeBody({inst(spec, UnitKind::kVxm, 2, 1, Opcode::kNop)});
+  isa::Program p;
+  p.pieces = {{first, 0, {}}, {second, 5, {}}};
+  const EventProgram events(p, spec);
+  EventProgram::Cursor c = events.begin();
+  const std::weak_ptr<const void> held = c.hold;
+  ASSERT_FALSE(held.expired());
+  events.step(c);
+  EXPECT_EQ(events.at(c).issue, 2);
+  events.step(c);  // into the second piece: the first one's decoding is let go
+  EXPECT_TRUE(held.expired());
+  EXPECT_EQ(events.at(c).issue, 6);
+  EXPECT_EQ(events.at(c).unit, p.pieces[1].body->instructions[0].unit);
+  events.step(c);
+  EXPECT_EQ(c.hold, nullptr);  // past the end
+  // Read by index, an event of a piece no cursor is in is decoded on its own.
+  EXPECT_EQ(events.at(1).issue, 2);
+  EXPECT_EQ(events.at(2).issue, 6);
+  // Two cursors in one piece share its decoding.
+  const EventProgram::Cursor a = events.begin(), b = events.begin();
+  EXPECT_EQ(&events.body(a), &events.body(b));
+}
+
+TEST(EventProgramTest, ALongPieceIsReadAChunkAtATime) {
+  topology::ChipSpec spec;
+  std::vector<Instruction> list;
+  const size_t n = 2 * EventProgram::kChunkEvents + 40;
+  for (size_t i = 0; i < n; ++i)
+    list.push_back(inst(spec, UnitKind::kVxm, static_cast<int>(i % 4), static_cast<Cycle>(i), Opcode::kNop));
+  isa::Program p;
+  p.pieces = {{isa::makeBody(list), 3, {}}};
+  const EventProgram events(p, spec);
+  ASSERT_EQ(events.size(), n);
+  EventProgram::Cursor c = events.begin();
+  std::weak_ptr<const void> chunk = c.hold;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(events.at(c).issue, list[i].issue + 3) << i;
+    EXPECT_EQ(events.at(c).unit, list[i].unit) << i;
+    EXPECT_EQ(events.at(i).issue, list[i].issue + 3) << i;
+    if (i % EventProgram::kChunkEvents == 0) {
+      // A new chunk: the one before is let go (no other cursor is in it).
+      EXPECT_EQ(c.at, 0u) << i;
+      if (i > 0) {
+        EXPECT_TRUE(chunk.expired()) << i;
+      }
+      chunk = c.hold;
+    }
+    // A follower's skip stops at the chunk's end.
+    EventProgram::C2cMark mark;
+    EXPECT_EQ(events.plainBefore(c, kNever, n, mark), c.count - c.at) << i;
+    events.step(c);
+  }
+  EXPECT_EQ(c.segment, 3u);
+}
+
+TEST(EventProgramTest, InstructionsAndOriginsByIndexAreTheProgramsOwn) {
+  topology::ChipSpec spec;
+  std::vector<Instruction> list;
+  std::vector<std::int32_t> origins;
+  const size_t n = EventProgram::kChunkEvents + 10;
+  for (size_t i = 0; i < n; ++i) {
+    list.push_back(inst(spec, UnitKind::kVxm, static_cast<int>(i % 4), static_cast<Cycle>(i), Opcode::kNop));
+    origins.push_back(static_cast<std::int32_t>(i % 3) - 1);  // -1 (none), 0, 1
+  }
+  const auto body = isa::makeBody(list, origins);
+  isa::Program p;
+  p.origins = {{"a", "Add", 0, "x"}, {"b", "Mul", 0, "y"}, {"c", "Sub", 0, "z"}};
+  p.pieces = {{body, 0, std::make_shared<const std::vector<std::int32_t>>(std::vector<std::int32_t>{2, 0})},
+              {isa::makeBody({}), 5, {}},
+              {body, 1000, nullptr}};
+  const EventProgram events(p, spec);
+  const isa::InstructionSequence sequence(p);
+  ASSERT_EQ(events.size(), sequence.size());
+  size_t hint = 0;
+  for (size_t i = 0; i < sequence.size(); ++i) {
+    EXPECT_EQ(events.instruction(i, hint), sequence[i]) << i;
+    EXPECT_EQ(events.originOf(i, hint), sequence.originOf(i)) << i;
+  }
+  size_t i = 0;
+  for (EventProgram::Cursor c = events.begin(); i < events.size(); events.step(c), ++i)
+    EXPECT_EQ(events.originAt(c), sequence.originOf(i)) << i;
+  // Out of order, and with a hint of another segment.
+  for (size_t k = sequence.size(); k-- > 0;) {
+    EXPECT_EQ(events.instruction(k, hint), sequence[k]) << k;
+    EXPECT_EQ(events.originOf(k, hint), sequence.originOf(k)) << k;
+  }
+  EXPECT_EQ(events.originOf(1, hint), 2);
+  EXPECT_EQ(events.originOf(n + 1, hint), -1);  // the second placement has no origin map
+  isa::Program flat = isa::expanded(p);
+  const EventProgram whole(flat, spec);
+  hint = 0;
+  EventProgram::Cursor c = whole.begin();
+  for (size_t k = 0; k < sequence.size(); ++k, whole.step(c)) {
+    EXPECT_EQ(whole.instruction(k, hint), sequence[k]) << k;
+    EXPECT_EQ(whole.originOf(k, hint), sequence.originOf(k)) << k;
+    EXPECT_EQ(whole.originAt(c), sequence.originOf(k)) << k;
+  }
 }
 
 TEST(EventProgramTest, DecodingsOfDeadProgramsAreReleased) {
