@@ -9,8 +9,8 @@ unit's share likewise from the lower bounds. Checked:
   - every stage's period but the last's is within 2 % of its busiest unit per microbatch (a stage
     that waits for its previous microbatch's streams to drain is 4.6 % above it; a middle stage whose
     received tiles share MEM slices with its previous microbatch's tail, 5 %); the last stage's
-    period is printed, not checked (5.5 % above);
-  - the bubble, 1 - m x (busiest unit per microbatch) / makespan, is within 0.04 of
+    period within 5 % (3.9 % above; 5.5 % when consecutive programs were ordered per whole MEM slice);
+  - the bubble, 1 - m x (busiest unit per microbatch) / makespan, is within 0.035 of
     (p-1)/(m+p-1) for m = 4 and m = 16.
 """
 import json
@@ -20,7 +20,8 @@ import sys
 import tempfile
 
 PERIOD_TOLERANCE = 0.02
-BUBBLE_TOLERANCE = 0.04
+LAST_PERIOD_TOLERANCE = 0.05
+BUBBLE_TOLERANCE = 0.035
 
 
 def run(exe, config, tmp):
@@ -53,9 +54,9 @@ def main():
         print(f"stage {c4['chip']}: period {period:.0f} cycles per microbatch, busiest unit {busiest:.0f} "
               f"({period / busiest - 1:+.2%})")
         last = c4["chip"] == max(c["chip"] for c in runs[4]["chips"] if c["simulated_cycles"] > 0)
-        if not last and period > (1 + PERIOD_TOLERANCE) * busiest:
-            failed.append(f"stage {c4['chip']}'s period {period:.0f} is more than {PERIOD_TOLERANCE:.0%} above "
-                          f"{busiest:.0f}")
+        tolerance = LAST_PERIOD_TOLERANCE if last else PERIOD_TOLERANCE
+        if period > (1 + tolerance) * busiest:
+            failed.append(f"stage {c4['chip']}'s period {period:.0f} is more than {tolerance:.0%} above {busiest:.0f}")
     for f in failed:
         print("FAIL:", f)
     print(f"pipeline overlap: {len(failed)} failed")

@@ -113,35 +113,55 @@ class ChipTimelines {
       }
     return drain;
   }
-  /// What a program occupies, cycles relative to its start. Ordered resources (MEM slices with
-  /// both ports and their addresses, MXM planes with their weights, C2C ports with their arrival
-  /// queues) are used by one program after the other: the first use and the cycle it is free
-  /// again. Shared resources (VXM ALUs, SXM units: busy cycles; each stream register of each
-  /// direction: its values' moving-frame points, the cycle a value is, or would be, at the
-  /// stream's upstream end) take the next program in their gaps: merged [from, to) intervals.
+  /// What a program occupies, cycles relative to its start. Ordered resources (MXM planes with
+  /// their weights, C2C ports with their arrival queues, and each block of kAddressBlock SRAM
+  /// addresses of a MEM slice) are used by one program after the other: the first use and the
+  /// cycle it is free again. Shared resources (MEM slices', VXM ALUs' and SXM units' busy cycles;
+  /// each stream register of each direction: its values' moving-frame points, the cycle a value is,
+  /// or would be, at the stream's upstream end) take the next program in their gaps: merged
+  /// [from, to) intervals. A MEM slice's whole span (first to last use of any of its addresses) is
+  /// kept as a slice span: not a constraint, it is what the chip's next compile is released by
+  /// (releases) and when the chip first frees a unit (firstFreeAt).
   struct Footprint {
     struct Span {
       int resource = 0;
       Cycle first = 0, end = 0;
     };
     std::vector<Span> ordered;                                        ///< by resource
+    std::vector<Span> slices;                                         ///< MEM slices, by resource
     std::vector<std::pair<int, std::vector<std::pair<Cycle, Cycle>>>> shared;  ///< (resource, sorted intervals)
   };
+  /// SRAM addresses per ordered address block of a MEM slice.
+  static constexpr int kAddressBlock = 128;
   Footprint footprint(const std::vector<isa::Instruction>& instructions) const {
     const int unitCount = static_cast<int>(units_.size());
-    const size_t resources = unitCount + 2 * static_cast<size_t>(chip_.streamsPerDirection);
+    const size_t resources = resourceCount();
     std::vector<Footprint::Span> spans(resources, {-1, 0, 0});
     std::vector<std::vector<std::pair<Cycle, Cycle>>> intervals(resources);
+    const auto use = [&](int resource, Cycle first, Cycle end) {
+      auto& span = spans[resource];
+      if (span.resource < 0) span = {resource, first, end};
+      span.first = std::min(span.first, first);
+      span.end = std::max(span.end, end);
+    };
     for (const auto& inst : instructions) {
       const auto& unit = units_[inst.unit];
       if (unit.kind == topology::UnitKind::kVxm || unit.kind == topology::UnitKind::kSxm) {
         intervals[inst.unit].push_back({inst.issue, isa::unitFreeAt(chip_, inst)});
+      } else if (unit.kind == topology::UnitKind::kMem) {
+        const Cycle end = isa::unitFreeAt(chip_, inst);
+        intervals[inst.unit].push_back({inst.issue, end});
+        use(inst.unit, inst.issue, end);
+        if (inst.address >= 0) {
+          const std::int64_t last = inst.address + std::int64_t{inst.repeat - 1} * inst.stride;
+          const int lo = static_cast<int>(std::min<std::int64_t>(inst.address, last) / kAddressBlock);
+          const int hi = static_cast<int>(std::max<std::int64_t>(inst.address, last) / kAddressBlock);
+          for (int block = lo; block <= hi && block < blocksPerSlice(); ++block)
+            use(addressBlock(unit.indexInKind, block), inst.issue, end);
+        }
       } else {
         const int resource = unit.kind == topology::UnitKind::kMxm ? inst.unit - unit.indexInKind % 2 : inst.unit;
-        auto& span = spans[resource];
-        if (span.resource < 0) span = {resource, inst.issue, inst.issue};
-        span.first = std::min(span.first, inst.issue);
-        span.end = std::max(span.end, isa::unitFreeAt(chip_, inst));
+        use(resource, inst.issue, isa::unitFreeAt(chip_, inst));
       }
       if (!inst.dst.valid()) continue;
       // A value emitted at e from slice s is at the upstream end at e - s (east) or e + s (west).
@@ -152,7 +172,7 @@ class ChipTimelines {
     }
     Footprint f;
     for (const auto& span : spans)
-      if (span.resource >= 0) f.ordered.push_back(span);
+      if (span.resource >= 0) (isMem(span.resource) ? f.slices : f.ordered).push_back(span);
     for (size_t r = 0; r < resources; ++r) {
       auto& list = intervals[r];
       if (list.empty()) continue;
@@ -199,7 +219,7 @@ class ChipTimelines {
   /// `offset` until it is free), for Options::unitRelease.
   std::vector<std::pair<int, Cycle>> releases(int c, Cycle offset) const {
     std::vector<std::pair<int, Cycle>> out;
-    for (size_t r = 0; r < busy_[c].size(); ++r)
+    for (size_t r = 0; r < busy_[c].size() && r < units_.size(); ++r)
       if (busy_[c][r] > offset) out.push_back({static_cast<int>(r), busy_[c][r] - offset});
     return out;
   }
@@ -272,6 +292,18 @@ class ChipTimelines {
   }
 
  private:
+  // Units, then stream registers (2 directions), then MEM slices' address blocks.
+  int blocksPerSlice() const { return (chip_.addressesPerSlice + kAddressBlock - 1) / kAddressBlock; }
+  size_t resourceCount() const {
+    return units_.size() + 2 * static_cast<size_t>(chip_.streamsPerDirection) +
+           static_cast<size_t>(chip_.memSlices) * blocksPerSlice();
+  }
+  int addressBlock(int slice, int block) const {
+    return static_cast<int>(units_.size()) + 2 * chip_.streamsPerDirection + slice * blocksPerSlice() + block;
+  }
+  bool isMem(int resource) const {
+    return resource < static_cast<int>(units_.size()) && units_[resource].kind == topology::UnitKind::kMem;
+  }
   // The body of these instructions: one made before with the same instructions, else a new one.
   std::shared_ptr<const isa::InstructionBody> intern(std::vector<isa::Instruction> instructions,
                                                      std::vector<std::int32_t> originOf) {
@@ -302,15 +334,16 @@ class ChipTimelines {
     floor_[c] = std::max(floor_[c], offset);
     auto& busy = busy_[c];
     if (busy.empty()) {
-      busy.assign(units_.size() + 2 * static_cast<size_t>(chip_.streamsPerDirection), kUnused);
+      busy.assign(resourceCount(), kUnused);
       taken_[c].resize(busy.size());
     }
     Cycle first = std::numeric_limits<Cycle>::max();
-    for (const auto& span : f.ordered) {
-      busy[span.resource] = std::max(busy[span.resource], offset + span.end);
-      first = std::min(first, offset + span.end);
-    }
-    if (!f.ordered.empty()) firstFree_[c] = first;
+    for (const auto* spans : {&f.ordered, &f.slices})
+      for (const auto& span : *spans) {
+        busy[span.resource] = std::max(busy[span.resource], offset + span.end);
+        if (span.resource < static_cast<int>(units_.size())) first = std::min(first, offset + span.end);
+      }
+    if (first != std::numeric_limits<Cycle>::max()) firstFree_[c] = first;
     // Intervals before the floor less a chip's width can meet no later program's; they are dropped.
     const Cycle stale = floor_[c] - 2 * chip_.sliceCount();
     for (const auto& [resource, list] : f.shared) {

@@ -1,0 +1,48 @@
+#include <gtest/gtest.h>
+
+#include "compile/schedule/sharded_schedule_internal.h"
+
+namespace tsp::schedule::detail {
+namespace {
+
+// A program of MEM reads on slice 0 (unit 0): one per (issue, address), 100 vectors each.
+isa::Program reads(std::initializer_list<std::pair<Cycle, int>> at) {
+  isa::Program program;
+  for (const auto& [issue, address] : at) {
+    isa::Instruction inst;
+    inst.unit = 0;
+    inst.op = isa::Opcode::kMemRead;
+    inst.issue = issue;
+    inst.address = address;
+    inst.stride = 1;
+    inst.repeat = 100;
+    program.instructions.push_back(inst);
+  }
+  program.predictedCycles = program.instructions.back().issue + 200;
+  return program;
+}
+
+// A chip's next program may use a MEM slice in the gaps of the previous one's reads at other
+// addresses, not at the addresses the previous one still reads.
+TEST(ChipTimelines, ConsecutiveProgramsShareAMemSliceOrderedPerAddressBlock) {
+  topology::ChipSpec chip;
+  ChipTimelines timelines(chip, 1);
+  timelines.append(0, reads({{0, 0}, {5000, 0}}), 0);  // holds addresses 0-99 until about 5,100
+  const Cycle firstGapEnd = 100 + isa::busyPerIssue(chip, reads({{0, 0}}).instructions.front());
+
+  const Cycle elsewhere = timelines.earliestStart(0, timelines.footprint(reads({{0, 4096}}).instructions));
+  EXPECT_GE(elsewhere, 99);  // not while the slice reads addresses 0-99
+  EXPECT_LE(elsewhere, firstGapEnd);
+
+  const Cycle same = timelines.earliestStart(0, timelines.footprint(reads({{0, 50}}).instructions));
+  EXPECT_GE(same, isa::unitFreeAt(chip, reads({{5000, 0}}).instructions.front()));  // after the last read of 0-99
+
+  // The slice still counts as busy until its last read for the compile's release times.
+  bool released = false;
+  for (const auto& [unit, at] : timelines.releases(0, 0))
+    if (unit == 0) released = at >= 5000;
+  EXPECT_TRUE(released);
+}
+
+}  // namespace
+}  // namespace tsp::schedule::detail
