@@ -229,7 +229,8 @@ std::vector<double> inferenceBytesPerChip(const ModelProfile& profile, const Can
   return weights;
 }
 
-std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
+std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
+                                   SendDirection direction) {
   std::vector<double> outbound(stages.chunks, 0);
   if (stages.chunks == 1) return outbound;
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
@@ -240,14 +241,15 @@ std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate&
       // 2D: an activation is split over one grid axis and replicated over the other.
       const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
       const double holds = replicated ? 1 : meshAxisSize(c);
-      outbound[stages.layerChunk[e.from]] += static_cast<double>(e.bytes) / holds * frac;
+      const int sender = direction == SendDirection::kForward ? stages.layerChunk[e.from] : stages.layerChunk[e.to];
+      outbound[sender] += static_cast<double>(e.bytes) / holds * frac;
     }
   return outbound;
 }
 
 std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
-                                    const CandidateLinks& links) {
-  std::vector<double> sends = chunkSendBytes(profile, c, stages);
+                                    const CandidateLinks& links, SendDirection direction) {
+  std::vector<double> sends = chunkSendBytes(profile, c, stages, direction);
   for (double& bytes : sends)
     if (bytes > 0) bytes = links.pp.transfer(bytes);
   return sends;

@@ -152,12 +152,17 @@ double layerCyclesAt(const LayerProfile& layer, double share);
 LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links,
                       int stage = -1);
 
-/// Per-microbatch bytes each TP rank of a chunk sends to the next stage (its 1/tp share of a split activation).
+/// Which way the activations between chunks travel: forward, sent by the chunk that makes them,
+/// or backward, their gradients sent by the chunk that reads them.
+enum class SendDirection : std::uint8_t { kForward, kBackward };
+/// Per-microbatch bytes each TP rank of a chunk sends to other chunks (its 1/tp share of a split
+/// activation): the activations it makes, or backward the gradients of those it reads.
 std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate& candidate,
-                                   const StageAssignment& stages);
-/// Per-microbatch cycles of each chunk's send to the next stage (each TP rank sends its 1/tp share).
+                                   const StageAssignment& stages, SendDirection direction = SendDirection::kForward);
+/// Per-microbatch cycles of each chunk's sends (chunkSendBytes; each TP rank its 1/tp share).
 std::vector<double> chunkSendCycles(const ModelProfile& profile, const Candidate& candidate,
-                                    const StageAssignment& stages, const CandidateLinks& links);
+                                    const StageAssignment& stages, const CandidateLinks& links,
+                                    SendDirection direction = SendDirection::kForward);
 
 /// A pipeline's figures from per-microbatch chunk times (chunk k on chip k mod pp).
 struct PipelineTime {

@@ -422,13 +422,18 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
   return figures;
 }
 
-// Megatron's and the 2D split's figures at every width the search tries (powers of two up to
-// kWidestSplit; 2D on q x q grids), each from the runtime's sharding at that width: the plan
-// annotations on the whole graph, propagated, and rank 0's graph materialised; rank layers compiled
-// at the widths up to costedTp only. The fields without a width (the tp = 2 and 2 x 2 figures) come
-// along. False when Megatron's sharding fails at tp = 2 (the layers then keep the graph-order pairing).
+// The widths profileModel computes the sharding figures at: tp 2 and 2 x 2 (the fields without a
+// width) and every width up to `upTo`; widenProfile computes the others.
+bool figuredFirst(int axis, int tp, int upTo) { return axis == 2 || tp <= upTo; }
+
+// Megatron's and the 2D split's figures at the widths the search tries (powers of two up to
+// kWidestSplit; 2D on q x q grids): those up to costedTp (and tp 2, 2 x 2), or with `wider` the
+// rest. Each from the runtime's sharding at that width: the plan annotations on the whole graph,
+// propagated, and rank 0's graph materialised; rank layers compiled at the widths up to costedTp
+// only. The fields without a width (the tp = 2 and 2 x 2 figures) come along. False when Megatron's
+// sharding fails at tp = 2 (the layers then keep the graph-order pairing).
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
-                           const std::vector<ir::TensorId>& shared, int costedTp) {
+                           const std::vector<ir::TensorId>& shared, int costedTp, bool wider) {
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
@@ -439,6 +444,7 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
       const int tp = split == TensorSplit::k2d ? axis * axis : axis;
+      if (figuredFirst(axis, tp, costedTp) == wider) continue;
       const Mesh mesh = tensorMesh(split, tp);
       auto annotations = planAnnotations(graph, split, mesh);
       auto propagated = annotations ? propagateShardings(graph, mesh, *annotations)
@@ -514,6 +520,40 @@ Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& op
   double cycles = 0;
   for (ir::OpId id : ops) cycles += opEstimateCycles(graph, graph.op(id), chip);
   return static_cast<Cycle>(std::ceil(cycles)) + chip.rippleCycles;
+}
+
+namespace {
+
+// The weights and constants that several layers read, with those layers.
+std::vector<std::pair<ir::TensorId, std::set<int>>> sharedLeafReaders(const ir::Graph& graph, int layerCount) {
+  std::map<ir::TensorId, std::set<int>> readers;
+  for (size_t i = 0; i < graph.ops().size(); ++i)
+    for (ir::TensorId t : graph.op(i).inputs) {
+      const ir::Tensor& tensor = graph.tensor(t);
+      if (isWeightOrConstant(tensor)) readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
+    }
+  std::vector<std::pair<ir::TensorId, std::set<int>>> shared;
+  for (auto& [t, layers] : readers)
+    if (layers.size() > 1) shared.emplace_back(t, std::move(layers));
+  return shared;
+}
+
+std::vector<ir::TensorId> leafTensors(const std::vector<std::pair<ir::TensorId, std::set<int>>>& shared) {
+  std::vector<ir::TensorId> tensors;
+  for (const auto& entry : shared) tensors.push_back(entry.first);
+  return tensors;
+}
+
+}  // namespace
+
+void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
+  if (profile.figuresUpTo >= kWidestSplit) return;
+  if (profile.hasWeightMatmul) {
+    const int layerCount = static_cast<int>(profile.layers.size());
+    tensorParallelFigures(graph, chip, profile, leafTensors(sharedLeafReaders(graph, layerCount)),
+                          profile.figuresUpTo, true);
+  }
+  profile.figuresUpTo = kWidestSplit;
 }
 
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
@@ -664,19 +704,12 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.overlapWithPrevious = found->second;
   }
   // Weights and constants several layers read, each counted once per chip (memoryPerChip).
-  std::map<ir::TensorId, std::set<int>> readers;
-  for (size_t i = 0; i < graph.ops().size(); ++i)
-    for (ir::TensorId t : graph.op(i).inputs) {
-      const ir::Tensor& tensor = graph.tensor(t);
-      if (isWeightOrConstant(tensor)) readers[t].insert(std::clamp(graph.op(i).layer, 0, layerCount - 1));
-    }
-  std::vector<ir::TensorId> shared;
-  for (const auto& [t, layers] : readers)
-    if (layers.size() > 1) {
-      shared.push_back(t);
-      profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
-    }
-  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, shared, costedTp)) return profile;
+  const auto shared = sharedLeafReaders(graph, layerCount);
+  for (const auto& [t, layers] : shared)
+    profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
+  profile.figuresUpTo = costedTp;
+  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, leafTensors(shared), costedTp, false))
+    return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.
   bool outputsInLastLayer = !graph.outputs().empty();

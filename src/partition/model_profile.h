@@ -130,6 +130,9 @@ struct SharedLeaf {
   std::map<std::pair<int, int>, Bytes> rankBytesAt;
 };
 
+/// The widest tensor split the profile carries figures for (powers of two; 2D on q x q grids).
+constexpr int kWidestSplit = 4096;
+
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
 struct ModelProfile {
   std::vector<LayerProfile> layers;
@@ -145,19 +148,22 @@ struct ModelProfile {
   TrainingConfig training;       ///< enabled: the iteration is a training step (partition/training_cost.h)
   std::vector<SharedWeight> sharedWeights;  ///< training: weights several layers read
   std::vector<SharedLeaf> sharedLeaves;     ///< weights and constants several layers read
+  /// The sharding figures (LayerProfile::megatronAt, gridAt) are at tp 2, 2 x 2 and every width up
+  /// to this; widenProfile adds the wider ones.
+  int figuresUpTo = kWidestSplit;
 };
-
-/// The widest tensor split the profile carries figures for (powers of two; 2D on q x q grids).
-constexpr int kWidestSplit = 4096;
 
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
 /// progress is told after each distinct layer is estimated (distinct layers done, distinct layers).
-/// costedTp: the widest TP group a plan of the run is costed at. A layer too large for one chip
-/// has its rank's layer compiled (WidthFigures::rankCycles) at the widths up to it only; wider
-/// widths keep their collectives and memory (what the smallest fit reports) and the FLOP share.
+/// costedTp: the widest TP group a plan of the run is costed at. The sharding figures are computed
+/// at the widths up to it only (ModelProfile::figuresUpTo), and a layer too large for one chip has
+/// its rank's layer compiled (WidthFigures::rankCycles) at those widths.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
                                     const support::ProgressFn& progress = {}, int costedTp = kWidestSplit);
+/// Adds the sharding figures at the widths above ModelProfile::figuresUpTo, up to kWidestSplit:
+/// their collectives, memory and FLOP share, no rank layer compiled (what the smallest fit needs).
+void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile);
 
 /// A text equal for op lists the compiler lowers identically (kinds, shapes, dtypes, roles).
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);

@@ -397,12 +397,15 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
   }
 
   if (screened.empty()) {
-    const Candidate smallest = smallestFittingPlan(profile, cluster.chip(), std::max(options.maxTp, 1 << 12));
+    const int widest = std::max(options.maxTp, kWidestSplit);
+    const bool widen = options.widen && profile.figuresUpTo < widest;
+    const Candidate smallest =
+        smallestFittingPlan(widen ? options.widen(profile) : profile, cluster.chip(), widest);
     if (smallest.dp == 0)
       return makeError(ExitCode::kDoesNotFit,
                        fmt::format("the model does not fit in SRAM ({} MiB per chip) on any plan: one layer's share "
                                    "is too large even split {} ways",
-                                   sram >> 20, std::max(options.maxTp, 1 << 12)));
+                                   sram >> 20, widest));
     if (smallest.chips() <= chips && smallest.tp > options.maxTp)
       return makeError(ExitCode::kDoesNotFit,
                        fmt::format("the model does not fit in SRAM ({} MiB per chip) on any plan with tp up to {} "

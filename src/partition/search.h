@@ -24,6 +24,9 @@ struct SearchOptions {
   int maxTp = 64;                        ///< largest TP group tried (powers of two)
   int finalists = 16;                    ///< best screened candidates re-evaluated with every group's contention
   int keep = 100;                        ///< ranked plans returned
+  /// When nothing fits and the profile lacks the figures at the widths the smallest fit tries
+  /// (ModelProfile::figuresUpTo): the profile with them (widenProfile). Empty: the profile as it is.
+  std::function<ModelProfile(const ModelProfile&)> widen;
 };
 
 /// One evaluated candidate (trivially copyable, so that ranks can exchange them as bytes).

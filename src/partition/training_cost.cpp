@@ -202,7 +202,7 @@ std::vector<double> trainingBytesPerChip(const ModelProfile& profile, const Cand
 }
 
 TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages,
-                              const CandidateLinks& links) {
+                              const CandidateLinks& links, int vectorBytes) {
   const TrainingConfig& training = profile.training;
   TrainingChunks out;
   out.forward.assign(stages.chunks, 0);
@@ -212,6 +212,7 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
   out.parameters.assign(c.pp, 0);
   out.groupGradients.assign(c.pp, 0);
   const int last = static_cast<int>(profile.layers.size()) - 1;
+  std::vector<double> weightGradients(stages.chunks, 0);
   // Forward, then backward (dX and dW: twice the forward's compute, and the conjugate of every
   // forward TP collective), plus the forward again when the layer is recomputed.
   for (int l = 0; l <= last; ++l) {
@@ -225,6 +226,8 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     const double backwardCompute = layer.backwardRatio > 0 ? layer.backwardRatio : 2 + again;
     out.forward[k] += forwardCompute * share.compute + share.comm;
     out.backward[k] += backwardCompute * share.compute + (1 + again) * share.comm;
+    // The weight gradients: half the backward's matmul work, computed after the input gradients.
+    if (layer.trainableBytes > 0) weightGradients[k] += backwardCompute * share.compute / 2;
     out.comm[k] += (2 + again) * share.comm;
     out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
     out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
@@ -233,11 +236,26 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
       out.groupGradients[k % c.pp] += std::min(layer.convWeightBytes, layer.trainableBytes);
   }
   // Activations go forward and their gradients come back over the same stage-to-stage routes.
+  // Over a direct link a pass sends while it runs: the forward pass its output at its end, the
+  // backward pass the gradients of what it received while it computes its weight gradients (the
+  // compiler puts the input gradients first). The receiving pass reads a tensor that arrived from
+  // its port at one vector a cycle. A message of a multi-hop route goes when every chip of the
+  // route is between passes: both of a boundary's messages are counted once, on the sending chunk.
   const std::vector<double> sends = chunkSendCycles(profile, c, stages, links);
+  const std::vector<double> returns = chunkSendCycles(profile, c, stages, links, SendDirection::kBackward);
+  const std::vector<double> received = chunkSendBytes(profile, c, stages, SendDirection::kBackward);
+  const std::vector<double> receivedBack = chunkSendBytes(profile, c, stages, SendDirection::kForward);
+  const bool messages = links.pp.maxHops > 1;
   for (int k = 0; k < stages.chunks; ++k) {
-    out.forward[k] += sends[k];
-    out.backward[k] += sends[k];
-    out.comm[k] += 2 * sends[k];
+    double forward = sends[k];
+    double backward = messages ? sends[k] : std::max(0.0, returns[k] - weightGradients[k]);
+    if (vectorBytes > 0) {
+      forward += received[k] / vectorBytes;
+      backward += receivedBack[k] / vectorBytes;
+    }
+    out.forward[k] += forward;
+    out.backward[k] += backward;
+    out.comm[k] += forward + backward;
   }
   // A shared weight's partial gradient (the tied embedding's, from the head) goes back to the chunk
   // of its first reader in the backward pass that makes it: each TP rank its share.
@@ -325,7 +343,7 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
   PlanCost cost;
   cost.fits = c.chips() <= clusterChips && scheduleRuns(training, c) &&
               (training.microbatches == 0 || training.microbatches == c.microbatches);
-  const TrainingChunks chunks = trainingChunks(profile, c, stages, links);
+  const TrainingChunks chunks = trainingChunks(profile, c, stages, links, chip.vectorBytes);
   const std::vector<double>& backward = chunks.backward;
   const std::vector<Bytes>& gradients = chunks.gradients;
   const std::vector<double>& parameters = chunks.parameters;

@@ -39,9 +39,10 @@ struct TrainingChunks {
   std::vector<double> parameters;               ///< per pipeline chip
   std::vector<Bytes> groupGradients;            ///< per pipeline chip: spatial split's convolution gradients
 };
-/// The chunk figures evaluateTrainingCandidate prices.
+/// The chunk figures evaluateTrainingCandidate prices; with the chip's vectorBytes, each pass also
+/// reads what it received from its port at one vector a cycle (0: not counted).
 TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& candidate, const StageAssignment& stages,
-                              const CandidateLinks& links);
+                              const CandidateLinks& links, int vectorBytes = 0);
 /// Per-microbatch bytes of one message of each kind of SharedLinks (forward, backward and
 /// recomputed TP collectives per ring edge, stage sends both ways, shared weights' gradients to stage 0).
 std::vector<double> trainingMessageBytes(const ModelProfile& profile, const Candidate& candidate,

@@ -159,6 +159,11 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     search.objective = parallelism.objective;
     search.budget = parallelism.searchBudget;
     search.maxTp = parallelism.maxTp;
+    search.widen = [&](const partition::ModelProfile& costed) {
+      partition::ModelProfile wide = costed;
+      partition::widenProfile(graph, cluster.chip(), wide);
+      return wide;
+    };
     partition::SearchParallel parallel;
     MPI_Comm_rank(comm, &parallel.rank);
     MPI_Comm_size(comm, &parallel.size);

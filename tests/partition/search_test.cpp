@@ -272,6 +272,58 @@ TEST(CostModel, MemoryCheckCountsThePaddingOfUnevenSplits) {
   EXPECT_LE(held(smallest), sram) << smallest.canonical();
 }
 
+// A profile costed up to tp 8 holds the sharding figures at the widths up to 8 only; widened, it
+// holds what the profile of every width holds, and the smallest fit is the same.
+TEST(CostModel, WidenedProfileEqualsTheProfileOfEveryWidth) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
+  const auto every = profileOf(g, c, 1);
+  auto narrow = profileModel(g, c.chip(), 1, {}, 8);
+  ASSERT_TRUE(narrow.ok());
+  EXPECT_EQ(narrow->figuresUpTo, 8);
+  auto widths = [](const std::map<int, LayerProfile::WidthFigures>& at) {
+    std::vector<int> keys;
+    for (const auto& entry : at) keys.push_back(entry.first);
+    return keys;
+  };
+  ASSERT_EQ(narrow->layers.size(), every.layers.size());
+  for (const auto& layer : narrow->layers) {
+    EXPECT_EQ(widths(layer.megatronAt), (std::vector<int>{2, 4, 8}));
+    EXPECT_EQ(widths(layer.gridAt), (std::vector<int>{4}));
+  }
+  ModelProfile wide = *narrow;
+  widenProfile(g, c.chip(), wide);
+  EXPECT_EQ(wide.figuresUpTo, kWidestSplit);
+  for (size_t l = 0; l < every.layers.size(); ++l)
+    for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
+      const auto& want = split == TensorSplit::kMegatron ? every.layers[l].megatronAt : every.layers[l].gridAt;
+      ASSERT_EQ(widths(split == TensorSplit::kMegatron ? wide.layers[l].megatronAt : wide.layers[l].gridAt),
+                widths(want));
+      for (const auto& [tp, f] : want) {
+        const auto* got = wide.layers[l].figuresAt(split, tp);
+        ASSERT_NE(got, nullptr);
+        EXPECT_EQ(got->allReduceBytes, f.allReduceBytes) << l << " tp " << tp;
+        EXPECT_EQ(got->allGatherBytes, f.allGatherBytes) << l << " tp " << tp;
+        EXPECT_EQ(got->rank.weightBytes, f.rank.weightBytes) << l << " tp " << tp;
+        EXPECT_EQ(got->rank.peakBytes, f.rank.peakBytes) << l << " tp " << tp;
+        EXPECT_DOUBLE_EQ(got->computeShare, f.computeShare) << l << " tp " << tp;
+      }
+    }
+  for (size_t k = 0; k < every.sharedLeaves.size(); ++k)
+    EXPECT_EQ(wide.sharedLeaves[k].rankBytesAt, every.sharedLeaves[k].rankBytesAt);
+  // A chip so small that the smallest fit needs a width above 8.
+  topology::ChipSpec small = c.chip();
+  Candidate want;
+  for (int rows = 64; rows >= 1; --rows) {
+    small.addressesPerSlice = rows;
+    want = smallestFittingPlan(every, small, kWidestSplit);
+    if (want.dp == 0 || want.tp > 8) break;
+  }
+  ASSERT_GT(want.dp, 0) << small.addressesPerSlice;
+  EXPECT_GT(want.tp, 8) << want.canonical();
+  EXPECT_EQ(smallestFittingPlan(wide, small, kWidestSplit).canonical(), want.canonical());
+}
+
 // The causal mask every block reads and the tied embedding table are held once by a chip that
 // runs several of their readers, not once per layer.
 TEST(CostModel, ASharedConstantIsHeldOncePerChip) {

@@ -59,7 +59,7 @@ std::optional<ChunkCosts> chunkCosts(const ModelProfile& profile, const Candidat
   ChunkCosts c{*stages, linkFigures(cluster, *placed, cand.dp, cand.tp, cand.pp, cand.interleave, true,
                                                cand.split == TensorSplit::k2d, true),
                {}, {}};
-  c.chunks = trainingChunks(profile, cand, c.stages, c.links);
+  c.chunks = trainingChunks(profile, cand, c.stages, c.links, cluster.chip().vectorBytes);
   for (size_t k = 0; k < c.chunks.forward.size(); ++k) c.chunk.push_back(c.chunks.forward[k] + c.chunks.backward[k]);
   return c;
 }
@@ -180,6 +180,59 @@ TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
   const PlanCost hidden = cost(8, Bytes{1} << 20, 1e-3);
   const double computeOnly = one.iterationCycles / 8;
   EXPECT_LT(hidden.iterationCycles, 1.02 * computeOnly);
+}
+
+// A chunk's forward pass sends what it makes; its backward pass sends the gradients of what it
+// received (the first chunk none), hiding them behind its weight gradients where it can; a pass
+// reads what it received from the port at one vector a cycle.
+TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
+  const auto c = clusterFrom("{topology: {kind: ring, chips: 4}}");
+  frontend::ModelSpec spec;
+  spec.builtin = "mlp";
+  spec.params = {{"layers", "8"}, {"hidden", "640"}, {"batch", "512"}, {"dtype", "fp16"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  ASSERT_TRUE(g.ok());
+  auto profile = profileModel(*g, c.chip(), 512);
+  ASSERT_TRUE(profile.ok());
+  ASSERT_TRUE(applyTraining(*profile, *g, training(PipelineSchedule::kInterleaved, ir::Optimizer::kNone)).ok());
+  const Candidate cand{TensorSplit::kNone, 1, 1, 2, 4, 2};
+  auto stages = assignStages(*profile, 4);
+  ASSERT_TRUE(stages.ok());
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  auto placed = placePlan(c, *order, 1, 1, 2);
+  ASSERT_TRUE(placed.ok());
+  const CandidateLinks links = linkFigures(c, *placed, 1, 1, 2, 2, true, false, true);
+  ASSERT_EQ(links.pp.maxHops, 1);
+  CandidateLinks free = links;
+  free.pp.alpha = 0;
+  free.pp.cyclesPerByte = 0;
+  const TrainingChunks with = trainingChunks(*profile, cand, *stages, links);
+  const TrainingChunks without = trainingChunks(*profile, cand, *stages, free);
+  const auto sends = chunkSendCycles(*profile, cand, *stages, links);
+  const auto returns = chunkSendCycles(*profile, cand, *stages, links, SendDirection::kBackward);
+  ASSERT_GT(sends[0], 0);
+  EXPECT_EQ(sends[3], 0);
+  EXPECT_EQ(returns[0], 0);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(with.forward[k] - without.forward[k], sends[k], 1e-6) << k;
+    const double back = with.backward[k] - without.backward[k];
+    if (k == 0) EXPECT_EQ(back, 0);
+    else EXPECT_GT(back, 0) << k;
+    EXPECT_LE(back, returns[k]) << k;  // partly behind the weight gradients
+    EXPECT_GT(back, returns[k] - without.backward[k]) << k;
+  }
+  // Reading what arrived: the forward passes of the chunks that receive, the backward passes of
+  // the chunks whose outputs' gradients come back.
+  const TrainingChunks reading = trainingChunks(*profile, cand, *stages, free, c.chip().vectorBytes);
+  const auto in = chunkSendBytes(*profile, cand, *stages, SendDirection::kBackward);
+  const auto back = chunkSendBytes(*profile, cand, *stages);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_NEAR(reading.forward[k] - without.forward[k], in[k] / c.chip().vectorBytes, 1e-6) << k;
+    EXPECT_NEAR(reading.backward[k] - without.backward[k], back[k] / c.chip().vectorBytes, 1e-6) << k;
+  }
+  EXPECT_EQ(in[0], 0);
+  EXPECT_EQ(back[3], 0);
 }
 
 TEST(TrainingCost, TrainingKeysAreValidated) {
