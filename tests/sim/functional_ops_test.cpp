@@ -556,10 +556,11 @@ TEST(FunctionalOps, RoundingDepthOfAVeryLongChainDoesNotExhaustTheStack) {
 
 TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
   // GPT-2's shape on a chip of 8 MEM slices: attention installs activations as MXM weights (the
-  // keys transposed, V); once they are dead, the tied head's transposed embedding (a Transpose of a
-  // resident table of 1,001 rows) takes their space. The schedule runs that Transpose early (it
-  // reads only the table) while the keys come late (four matmuls deep): its writes must wait for
-  // the keys' installs, or the scores read the table (the full-size GPT-2 export's wrong logits).
+  // keys transposed, V); once they are dead, a transposed embedding made on chip (a Transpose of a
+  // resident table of 1,001 rows, also a graph output, so that the head does not read the table in
+  // place) takes their space. The schedule runs that Transpose early (it reads only the table) while
+  // the keys come late (four matmuls deep): its writes must wait for the keys' installs, or the
+  // scores read the table (the full-size GPT-2 export's wrong logits when its head made the copy).
   topology::ChipSpec chip;
   chip.icuQueues += 8 - chip.memSlices;
   chip.memSlices = 8;
@@ -583,7 +584,38 @@ TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
   const auto h = *g.addOp(OpKind::kAdd, "residual", {x, ctx}, 0);
   const auto head = *g.addOp(OpKind::kTranspose, "head_t", {table}, {{"perm", Ints{1, 0}}}, 0);
   g.markOutput(*g.addOp(OpKind::kMatMul, "logits", {h, head}, 0));
+  g.markOutput(head);
   const Status s = runOnOneChip(g, 3, chip);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, TiedHeadInstallsTheEmbeddingTransposedWithoutACopy) {
+  // A tied head, logits = h x Transpose(wte): the matmul installs the embedding's own rows as
+  // columns (Gemm transB's install), so no transposed copy of the table is made or held. A table of
+  // 9,000 rows takes two MEM segments, cut at a multiple of the plane's 160 lanes so that every
+  // install reads one slice.
+  ir::Graph g;
+  const auto dt = ir::DType::kF16;
+  const std::int64_t t = 32, d = 160, vocab = 9000;
+  const auto table = g.addWeight("wte", {vocab, d}, dt);
+  const auto x = *g.addOp(OpKind::kGather, "embed", {table, g.addInput("ids", {t}, ir::DType::kI32)},
+                          {{"axis", std::int64_t{0}}}, 0);
+  const auto h = *g.addOp(OpKind::kSigmoid, "h", {x}, 0);
+  const auto head = *g.addOp(OpKind::kTranspose, "head_t", {table}, {{"perm", Ints{1, 0}}}, 0);
+  g.markOutput(*g.addOp(OpKind::kMatMul, "logits", {h, head}, 0));
+  const topology::Cluster cluster = oneChipCluster({});
+  schedule::PipelineStage stage;
+  for (size_t i = 0; i < g.ops().size(); ++i) stage.ops.push_back(static_cast<ir::OpId>(i));
+  auto schedule = schedule::scheduleCluster(g, {stage}, cluster);
+  ASSERT_TRUE(schedule) << schedule.error().format();
+  const isa::Program& program = schedule->programs.front();
+  for (const auto& placement : program.tensors) EXPECT_NE(placement.name, g.tensor(head).name);
+  const auto wte = std::find_if(program.tensors.begin(), program.tensors.end(),
+                                [](const isa::TensorPlacement& p) { return p.name == "wte"; });
+  ASSERT_NE(wte, program.tensors.end());
+  EXPECT_GT(wte->segmentRows, 0);
+  EXPECT_EQ(wte->segmentRows % (topology::ChipSpec{}.vectorBytes / 2), 0);  // FP16 lanes per vector
+  const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
 }
 
@@ -641,6 +673,17 @@ TEST(FunctionalOps, ChannelScaleOnAMapWithAsManyPositionsAsChannelsMatchesTheInt
   ir::Graph g;
   const auto p = pooledMap(g);
   g.markOutput(*g.addOp(OpKind::kMul, "scale", {p, g.addWeight("gamma", {16, 1, 1}, ir::DType::kF16)}, 0));
+  const Status s = runOnOneChip(g);
+  EXPECT_TRUE(s.ok()) << s.error().format();
+}
+
+TEST(FunctionalOps, ChannelsLastMapReshapedToRowsWithAsManyPositionsAsChannelsMatchesTheInterpreter) {
+  // A channels-last [1, 16, 4, 4] map reshaped to a row-major [1, 16, 16] keeps its values per row
+  // (C = H x W) and its rows, but not their order: an SXM permute, not a copy (GroupNormalization's
+  // per-channel form at opset 21 after a Conv).
+  ir::Graph g;
+  const auto p = pooledMap(g);
+  g.markOutput(*g.addOp(OpKind::kReshape, "rows", {p}, {{"shape", Ints{1, 16, 16}}}, 0));
   const Status s = runOnOneChip(g);
   EXPECT_TRUE(s.ok()) << s.error().format();
 }

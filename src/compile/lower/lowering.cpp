@@ -194,6 +194,17 @@ std::int64_t Lowering::mxmWeightRows(ir::TensorId tensor) const {
   return 0;
 }
 
+bool Lowering::readTransposed(ir::TensorId tensor) const {
+  for (const auto& [view, weights] : transposedWeights_)
+    if (weights == tensor) return true;
+  const auto& users = graph_.tensor(tensor).users;
+  return std::any_of(users.begin(), users.end(), [&](ir::OpId u) {
+    const ir::Op& op = graph_.op(u);
+    return op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) != 0 && op.inputs.size() > 1 &&
+           op.inputs[1] == tensor && graph_.tensor(tensor).shape.size() == 2;
+  });
+}
+
 Status Lowering::place(ir::TensorId tensor, bool resident, const alloc::SliceSet& avoid, int copies) {
   if (placed(tensor)) return {};
   const ir::Tensor& t = graph_.tensor(tensor);
@@ -219,12 +230,15 @@ Status Lowering::place(ir::TensorId tensor, bool resident, const alloc::SliceSet
       segRows = std::max<std::int64_t>(1, segRows / w) * w;
     if (segRows < rows) st.placement.segmentRows = segRows;
   }
-  // A tensor made on chip that an MXM installs as weights (a tied output head's transposed
-  // embedding, attention's V) keeps each K tile on one slice: its segments are whole K tiles of
-  // one matrix, or whole matrices of a batch of them.
-  if (const std::int64_t k = mxmWeightRows(tensor); st.placement.segmentRows > 0 && t.producer >= 0 && k > 0) {
+  // A tensor made on chip that an MXM installs as weights (attention's V) keeps each K tile on one
+  // slice: its segments are whole K tiles of one matrix, or whole matrices of a batch of them.
+  // Weights installed transposed (Gemm's transB, a Transpose read in place) keep each tile's rows
+  // of one plane's lanes on one slice.
+  const bool installedTransposed = readTransposed(tensor);
+  if (const std::int64_t k = mxmWeightRows(tensor);
+      st.placement.segmentRows > 0 && ((t.producer >= 0 && k > 0) || installedTransposed)) {
     const std::int64_t kLanes = chip_.vectorBytes / std::max(1, ir::dtypeBytes(t.dtype));
-    const std::int64_t unit = rows > k ? k : kLanes;
+    const std::int64_t unit = !installedTransposed && rows > k ? k : kLanes;
     const std::int64_t aligned = ceilDiv(st.placement.segmentRows, unit) * unit;
     if (aligned <= chip_.addressesPerSlice) st.placement.segmentRows = aligned >= rows ? 0 : aligned;
   }
@@ -621,10 +635,36 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
   return {};
 }
 
+void Lowering::findTransposedWeights(const std::vector<ir::OpId>& ops, const std::set<ir::TensorId>& keep) {
+  const std::set<ir::OpId> inShard(ops.begin(), ops.end());
+  for (ir::OpId id : ops) {
+    const ir::Op& op = graph_.op(id);
+    if (op.kind != ir::OpKind::kTranspose || op.inputs.size() != 1 || op.outputs.size() != 1) continue;
+    const ir::Tensor& w = graph_.tensor(op.inputs[0]);
+    const ir::TensorId out = op.outputs[0];
+    const auto perm = op.intsAttr("perm");
+    if (w.producer >= 0 || w.shape.size() != 2 || !(perm.empty() || perm == std::vector<std::int64_t>{1, 0}) || keep.count(out) ||
+        c2cTensors_.count(out) || graph_.tensor(out).users.empty())
+      continue;
+    const auto& users = graph_.tensor(out).users;
+    if (std::all_of(users.begin(), users.end(), [&](ir::OpId u) {
+          const ir::Op& user = graph_.op(u);
+          return inShard.count(u) && (user.kind == ir::OpKind::kMatMul || user.kind == ir::OpKind::kFusedMatMul) &&
+                 user.inputs.size() >= 2 && user.inputs[1] == out &&
+                 std::count(user.inputs.begin(), user.inputs.end(), out) == 1;
+        }))
+      transposedWeights_[out] = op.inputs[0];
+  }
+}
+
 Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
   const ir::Op& op = graph_.op(opId);
-  for (ir::TensorId in : op.inputs)
-    if (!placed(in)) {
+  consumed = 1;
+  // Read in place by its matmuls (findTransposedWeights).
+  if (op.outputs.size() == 1 && transposedWeights_.count(op.outputs[0])) return {};
+  for (ir::TensorId read : op.inputs)
+    // A Transpose read in place: its matmul reads the weights it transposes.
+    if (const ir::TensorId in = transposedWeights_.count(read) ? transposedWeights_.at(read) : read; !placed(in)) {
       if (graph_.tensor(in).producer >= 0)
         return makeError(ExitCode::kInternal, fmt::format("op '{}' reads '{}', which is not on this chip", op.name,
                                                           graph_.tensor(in).name));
@@ -634,7 +674,6 @@ Status Lowering::lowerOp(ir::OpId opId, const std::vector<ir::OpId>& ops, size_t
         avoid.insert(slicesOf(other));
       if (auto s = place(in, true, avoid); !s) return s;
     }
-  consumed = 1;
   const size_t firstTask = problem_.tasks().size();
   timingReason_.clear();
   const Status lowered = lowerFamily(op, ops, position, consumed);
@@ -682,7 +721,10 @@ Status Lowering::lowerFamily(const ir::Op& op, const std::vector<ir::OpId>& ops,
 
 Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops, size_t position, int& consumed) {
   const ir::Tensor& x = graph_.tensor(op.inputs[0]);
-  const ir::Tensor& w = graph_.tensor(op.inputs[1]);
+  // The weights of a Transpose read in place are that Transpose's input, stored [N, K].
+  const auto transposed = transposedWeights_.find(op.inputs[1]);
+  const ir::TensorId weights = transposed != transposedWeights_.end() ? transposed->second : op.inputs[1];
+  const ir::Tensor& w = graph_.tensor(weights);
   if (ir::dtypeBytes(x.dtype) != ir::dtypeBytes(w.dtype))
     return modelError(op.name, "activations and weights must have the same storage width");
   // A channels-last map ([N, C, H, W] as N*H*W rows of C: one a window op also reads or writes, or
@@ -694,7 +736,7 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
                                              ir::opKindName(op.kind), graph_.tensor(t).name));
   MxmJob job;
   job.op = &op;
-  job.weights = op.inputs[1];
+  job.weights = weights;
   job.out = op.outputs[0];
   // Epilogue fusion: a bias Add of a 1-D weight and an activation that are the sole users.
   if (op.kind != ir::OpKind::kMatMul) {
@@ -733,8 +775,9 @@ Status Lowering::lowerMatMul(const ir::Op& op, const std::vector<ir::OpId>& ops,
   const int eb = ir::dtypeBytes(x.dtype);
   // Batched weights ([..., K, N], attention's activations x activations): batch b multiplies rows
   // [b*m, (b+1)*m) of X by weight rows [b*K, (b+1)*K).
-  // Gemm's transB stores the weights [N, K].
-  job.transposedWeights = op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) != 0 && w.shape.size() == 2;
+  // Gemm's transB and a Transpose read in place store the weights [N, K].
+  job.transposedWeights = transposed != transposedWeights_.end() ||
+                          (op.kind == ir::OpKind::kGemm && op.intAttr("transB", 0) != 0 && w.shape.size() == 2);
   const std::int64_t nDim = job.transposedWeights ? w.shape[0] : w.shape.back();
   const std::int64_t kDim = job.transposedWeights ? w.shape[1]
                                                   : w.shape.size() >= 2 ? w.shape[w.shape.size() - 2] : w.shape.back();
@@ -1435,11 +1478,17 @@ Status Lowering::lowerDataMovement(const ir::Op& op) {
   const ir::TensorId in = op.inputs[0], out = op.outputs[0];
   if (auto s = place(out, false, slicesOf(in)); !s) return s;
   // The output's vectors are the input's in order (a copy, functional mode) when the values per
-  // row, the type and the rows stay, or one row of one tile is repeated; a transpose must keep its
-  // axes, and a Gather's rows are the run-time indices' (timed as the table in order).
+  // row, the type, the rows and the storage order stay, or one row of one tile is repeated; a
+  // transpose must keep its axes, and a Gather's rows are the run-time indices' (timed as the table
+  // in order). A channels-last map [N, C, H, W] reshaped to a row-major [N, C, H x W] keeps its
+  // values per row and rows when C = H x W, but not their order.
   const TensorState& xs = tensors_.at(in);
   const TensorState& ys = tensors_.at(out);
-  bool copies = op.kind != ir::OpKind::kGather && storageCols(in) == storageCols(out) &&
+  const auto& inShape = graph_.tensor(in).shape;
+  const auto& outShape = graph_.tensor(out).shape;
+  const bool sameOrder = channelsLast(in) == channelsLast(out) &&
+                         (!channelsLast(in) || (inShape[0] == outShape[0] && inShape[1] == outShape[1]));
+  bool copies = op.kind != ir::OpKind::kGather && storageCols(in) == storageCols(out) && sameOrder &&
                 graph_.tensor(in).dtype == graph_.tensor(out).dtype &&
                 (xs.placement.rows == ys.placement.rows || (xs.placement.rows == 1 && xs.placement.tiles == 1));
   if (op.kind == ir::OpKind::kTranspose) {
@@ -1647,6 +1696,9 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   for (ir::OpId op : ops)
     for (ir::TensorId out : graph.op(op).outputs)
       if (const ir::TensorId leaf = graph.overwrites(out); leaf >= 0) lowering.markOverwritten(leaf);
+  std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
+  for (const auto& s : interface.sends) keep.insert(s.tensor);
+  lowering.findTransposedWeights(ops, keep);
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.
@@ -1706,8 +1758,6 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
     while (k + 1 < interface.receives.size() && interface.receives[k].tensor != receives[i].tensor) ++k;
     stamp(firstReceive + k);
   }
-  std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
-  for (const auto& s : interface.sends) keep.insert(s.tensor);
   for (size_t i = 0; i < ops.size();) {
     int consumed = 1;
     if (auto s = lowering.lowerOp(ops[i], ops, i, consumed); !s) return s.error();

@@ -85,6 +85,13 @@ class Lowering {
   /// Marks a resident leaf that a value this shard computes replaces (ir::Graph::markOverwrites):
   /// its space is freed once its last reader here has been lowered, as an in-place update's.
   void markOverwritten(ir::TensorId leaf) { overwritten_.insert(leaf); }
+  /// Finds the Transposes of 2-D resident weights whose every user among `ops` is a matmul reading
+  /// them as its weights (a tied head's Transpose of the embedding): they are not lowered, and their
+  /// matmuls install the weights' own rows as columns (the transB install), so that no transposed
+  /// copy is made or held. Not when the Transpose's output leaves the shard (`keep`).
+  void findTransposedWeights(const std::vector<ir::OpId>& ops, const std::set<ir::TensorId>& keep);
+  /// Whether an MXM installs `tensor` as weights stored [N, K] (transposedWeights).
+  bool readTransposed(ir::TensorId tensor) const;
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in
   /// arrival order per port.
   Status receive(const ReceivePlan& plan, int tile, int& task);
@@ -354,6 +361,7 @@ class Lowering {
   std::vector<bool> channelsLast_;  // per graph tensor: stored channels-last (channelsLastTensors)
   bool channelsLast(ir::TensorId t) const { return t >= 0 && static_cast<size_t>(t) < channelsLast_.size() && channelsLast_[static_cast<size_t>(t)]; }
   std::map<ir::TensorId, TensorState> tensors_;
+  std::map<ir::TensorId, ir::TensorId> transposedWeights_;  // a Transpose's output -> the weights it reads
   std::vector<std::vector<ir::TensorId>> mapReads_;  // per element map: the tensors it reads (sources, indices)
   int sideReads_ = 0;
   // The K rows of the matrix a MatMul (or a Gemm without transB) installs the tensor as (0: none).

@@ -128,8 +128,9 @@ TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
 
 TEST(Lowering, WeightsMadeOnChipAreOverwrittenOnlyAfterTheirInstalls) {
   // v (made on chip) is installed as an MXM's weights and is dead after that matmul; the transposed
-  // table lowered next takes its space on a chip of 4 short slices. The Transpose reads only a
-  // resident table: only a dependence on v's installs keeps its writes after them.
+  // table lowered next (made on chip: it is also a graph output, so the head does not read the table
+  // in place) takes its space on a chip of 4 short slices. The Transpose reads only a resident
+  // table: only a dependence on v's installs keeps its writes after them.
   const topology::ChipSpec chip = withSlices(4, 256);
   ir::Graph g;
   const auto dt = ir::DType::kF16;
@@ -138,6 +139,7 @@ TEST(Lowering, WeightsMadeOnChipAreOverwrittenOnlyAfterTheirInstalls) {
   const auto head = *g.addOp(ir::OpKind::kTranspose, "head", {g.addWeight("table", {160, 160}, dt)},
                              {{"perm", std::vector<std::int64_t>{1, 0}}}, 0);
   g.markOutput(*g.addOp(ir::OpKind::kMatMul, "logits", {y, head}, 0));
+  g.markOutput(head);
   auto lowered = lowerShard(chip, g, allOps(g), {});
   ASSERT_TRUE(lowered.ok()) << lowered.error().format();
   const auto& p = (*lowered)->problem;
