@@ -1683,10 +1683,12 @@ std::vector<ir::OpId> shortBranchesFirst(const ir::Graph& graph, std::vector<ir:
   return ops;
 }
 
-}  // namespace
-
-Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
-                                                   const std::vector<ir::OpId>& given, const ShardInterface& interface) {
+// lowerShard with the Transposes of weights read in place by their matmuls (findTransposedWeights)
+// when `inPlace`, else copied; `readInPlace` tells whether any was read in place.
+Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                                          const std::vector<ir::OpId>& given,
+                                                          const ShardInterface& interface, bool inPlace,
+                                                          bool& readInPlace) {
   const std::vector<ir::OpId> ops = shortBranchesFirst(graph, given);
   auto out = std::make_unique<LoweredShard>(chip);
   detail::Lowering lowering(chip, graph, *out);
@@ -1698,7 +1700,8 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
       if (const ir::TensorId leaf = graph.overwrites(out); leaf >= 0) lowering.markOverwritten(leaf);
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
-  lowering.findTransposedWeights(ops, keep);
+  if (inPlace) lowering.findTransposedWeights(ops, keep);
+  readInPlace = lowering.readsTransposedWeights();
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.
@@ -1784,6 +1787,33 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   lowering.finish();
   out->problem.finalize();
   return out;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                                   const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
+  bool readInPlace = false;
+  auto inPlace = lowerShardReading(chip, graph, ops, interface, true, readInPlace);
+  if (!readInPlace) return inPlace;
+  // Reading in place installs the same tiles in the same number of installs as the copy does, and
+  // saves the copy's SRAM and SXM passes; but the space the copies would have held is then handed to
+  // other tensors, and a reuse orders its writes after the last reads of the space's previous
+  // tensor: a recomputed layer's activations, placed where the next layer's backward freed, wait
+  // for that backward (GPT, 2 layers, recompute full: a critical path 2,000 cycles longer). Both
+  // are lowered and the copies kept when their order-free bound (data alone) is more than kCopyGain
+  // below the in-place one; a shard that fits only without them reads in place.
+  bool copied = false;
+  auto copies = lowerShardReading(chip, graph, ops, interface, false, copied);
+  if (!inPlace) return copies ? std::move(copies) : std::move(inPlace);
+  if (!copies) return inPlace;
+  constexpr double kCopyGain = 0.01;
+  // (checkDependences orders the tasks; a problem that fails it is reported by its compiler.)
+  if (!(*inPlace)->problem.checkDependences() || !(*copies)->problem.checkDependences()) return inPlace;
+  const Cycle readBound = schedule::lowerBound((*inPlace)->problem, {}, {}, 0).value();
+  const Cycle copyBound = schedule::lowerBound((*copies)->problem, {}, {}, 0).value();
+  return static_cast<double>(copyBound) < (1.0 - kCopyGain) * static_cast<double>(readBound) ? std::move(copies)
+                                                                                             : std::move(inPlace);
 }
 
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
