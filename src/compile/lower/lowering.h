@@ -130,7 +130,7 @@ isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const cha
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available. Transposes of weights that
-/// only matmuls read are read in place unless copying them lowers the order-free bound by over 1 %.
+/// only matmuls read are read in place unless copying them lowers the order-free bound by over 2 %.
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface);
 
