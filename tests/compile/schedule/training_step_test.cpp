@@ -32,13 +32,27 @@ ir::Graph mlp(std::int64_t batch, std::int64_t hidden, ir::DType dtype) {
   return g;
 }
 
-// Every op of g compiled as one shard for the chip, with `annealMoves` annealing moves.
-Expected<CompiledShard> compileWholeGraph(const topology::ChipSpec& chip, const ir::Graph& g, std::int64_t annealMoves) {
+// Every op of g, in order.
+std::vector<ir::OpId> allOps(const ir::Graph& g) {
   std::vector<ir::OpId> ops;
   for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
+  return ops;
+}
+
+// Every op of g compiled as one shard for the chip, with `annealMoves` annealing moves.
+Expected<CompiledShard> compileWholeGraph(const topology::ChipSpec& chip, const ir::Graph& g, std::int64_t annealMoves) {
   Options o;
   o.annealMoves = annealMoves;
-  return compileShard(chip, g, ops, {}, o);
+  return compileShard(chip, g, allOps(g), {}, o);
+}
+
+// The forward GPT of the one-chip steps: 2 layers, hidden 64, 2 heads, seq 16, batch 2, vocab 128.
+Expected<ir::Graph> smallGpt() {
+  frontend::ModelSpec spec;
+  spec.builtin = "gpt";
+  spec.params = {{"layers", "2"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "16"},
+                 {"batch", "2"},  {"vocab", "128"}, {"dtype", "fp16"}};
+  return frontend::buildBuiltinModel(spec);
 }
 
 TEST(TrainingStep, SimulatesInExactlyThePredictedCycles) {
@@ -69,11 +83,7 @@ TEST(TrainingStep, SimulatesInExactlyThePredictedCycles) {
 // attention, LayerNorm, GELU, the loss and its gradient, and the optimizer, every op lowered.
 TEST(TrainingStep, GptStepOfEveryOptimizerAndRecomputationSimulatesInThePredictedCycles) {
   topology::ChipSpec chip;
-  frontend::ModelSpec spec;
-  spec.builtin = "gpt";
-  spec.params = {{"layers", "2"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "16"},
-                 {"batch", "2"},  {"vocab", "128"}, {"dtype", "fp16"}};
-  auto forward = frontend::buildBuiltinModel(spec);
+  auto forward = smallGpt();
   ASSERT_TRUE(forward.ok()) << forward.error().format();
   for (ir::Optimizer optimizer : {ir::Optimizer::kSgd, ir::Optimizer::kAdam})
     for (ir::Recompute recompute : {ir::Recompute::kNone, ir::Recompute::kFull}) {
@@ -106,11 +116,7 @@ TEST(TrainingStep, GptStepOfEveryOptimizerAndRecomputationSimulatesInThePredicte
 // Without recomputation those that only matmuls read are read in place.
 TEST(TrainingStep, GptStepCopiesTransposedWeightsOnlyWhereTheBoundIsLower) {
   topology::ChipSpec chip;
-  frontend::ModelSpec spec;
-  spec.builtin = "gpt";
-  spec.params = {{"layers", "2"}, {"hidden", "64"}, {"heads", "2"}, {"seq", "16"},
-                 {"batch", "2"},  {"vocab", "128"}, {"dtype", "fp16"}};
-  auto forward = frontend::buildBuiltinModel(spec);
+  auto forward = smallGpt();
   ASSERT_TRUE(forward.ok()) << forward.error().format();
   for (ir::Recompute recompute : {ir::Recompute::kNone, ir::Recompute::kFull}) {
     ir::TrainingOptions options;
@@ -119,9 +125,7 @@ TEST(TrainingStep, GptStepCopiesTransposedWeightsOnlyWhereTheBoundIsLower) {
     auto step = ir::buildTrainingGraph(*forward, options);
     ASSERT_TRUE(step.ok()) << step.error().format();
     const ir::Graph& g = step->graph;
-    std::vector<ir::OpId> ops;
-    for (size_t i = 0; i < g.ops().size(); ++i) ops.push_back(static_cast<ir::OpId>(i));
-    auto lowered = lower::lowerShard(chip, g, ops, {});
+    auto lowered = lower::lowerShard(chip, g, allOps(g), {});
     ASSERT_TRUE(lowered.ok()) << lowered.error().format();
     // The Transposes of 2-D weights whose outputs were placed (copied).
     int transposes = 0, copied = 0;
