@@ -553,17 +553,20 @@ StageEnd simulate(RunState& s) {
   if (s.functional) {
     auto setup = prepareFunctional(*s.graph, s.programs,
                                    {static_cast<std::uint64_t>(config.simulation.seed), s.options.inputsDir,
-                                    s.options.expectDir, &cluster.chip()});
+                                    s.options.expectDir, &cluster.chip(), s.mapping->localChips});
     if (!setup) {
       trace.discard();
       return failure(setup.error(), s.root);
     }
     s.functionalSetup = std::move(*setup);
     s.simOptions.functional = s.functionalSetup->options;
+    s.functionalSetup->options.resident.reset();
+    // The setup holds the weights now, and each chip drops one once the process placed it for the last time.
+    releaseGraphWeights(*s.graph);
   }
   s.simulation = std::make_unique<ParallelSimulation>(s.comm, cluster, s.programs, std::move(*s.mapping), s.simOptions);
   // The chips placed their resident tensors when made: from here SRAM alone holds the weights.
-  if (s.functionalSetup) releasePlacedValues(*s.graph, *s.functionalSetup, s.simOptions);
+  s.simOptions.functional.resident.reset();
   ParallelSimulation& simulation = *s.simulation;
   PhaseProgress progress = phaseProgress(s, "simulate");
   std::int64_t instructions = 0;  // what the chips execute in all: the simulation's done/total

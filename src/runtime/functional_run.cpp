@@ -100,13 +100,21 @@ std::int64_t storedCols(const topology::ChipSpec& chip, const ir::Graph& graph, 
   return t.shape[1];
 }
 
+// Elements of an output read from its chip at a time by the final check.
+constexpr std::int64_t kCheckBlockElements = std::int64_t{1} << 16;
+
+// Whether storageOrder reorders a tensor's values (a channels-last 4-D tensor) or keeps them row-major in its shape.
+bool reorderedInStorage(const ir::Graph& graph, const std::vector<bool>& channelsLast, ir::TensorId id) {
+  return channelsLast[static_cast<size_t>(id)] && graph.tensor(id).shape.size() == 4;
+}
+
 // A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
 std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph,
                                  const std::vector<bool>& channelsLast, ir::TensorId id,
                                  const std::vector<double>& data, std::int64_t& cols) {
   const ir::Tensor& t = graph.tensor(id);
   cols = storedCols(chip, graph, channelsLast, id);
-  if (!channelsLast[static_cast<size_t>(id)] || t.shape.size() != 4 || static_cast<std::int64_t>(data.size()) != t.elements()) {
+  if (!reorderedInStorage(graph, channelsLast, id) || static_cast<std::int64_t>(data.size()) != t.elements()) {
     cols = lastDim(t);
     return data;
   }
@@ -157,17 +165,29 @@ std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph
   return out;
 }
 
-Expected<ir::Value> readPb(const std::string& dir, const char* kind, size_t index, const ir::Tensor& tensor) {
+// The values file of graph input or output `index` (input_N.pb, output_N.pb) read by `read` (exit 1
+// when it is missing or holds other than the tensor's elements).
+template <typename Read>
+auto readPbWith(const std::string& dir, const char* kind, size_t index, const ir::Tensor& tensor, const Read& read)
+    -> decltype(read(std::string())) {
   const std::string path = (std::filesystem::path(dir) / fmt::format("{}_{}.pb", kind, index)).string();
   if (!std::filesystem::exists(path))
     return makeError(ExitCode::kConfig, fmt::format("{}: missing: graph {} {} ('{}') has no values file", path,
                                                     kind, index, tensor.name));
-  auto value = frontend::readTensorProtoFile(path, tensor.dtype == ir::DType::kBF16);
+  auto value = read(path);
   if (!value) return value.error();
-  if (value->elements() != tensor.elements())
-    return makeError(ExitCode::kConfig, fmt::format("{}: holds {} elements, graph {} '{}' has {}", path,
-                                                    value->elements(), kind, tensor.name, tensor.elements()));
+  const std::int64_t elements = value->elements();
+  if (elements != tensor.elements())
+    return makeError(ExitCode::kConfig, fmt::format("{}: holds {} elements, graph {} '{}' has {}", path, elements,
+                                                    kind, tensor.name, tensor.elements()));
   return value;
+}
+
+Expected<frontend::TensorFileValues> readPb(const std::string& dir, const char* kind, size_t index,
+                                            const ir::Tensor& tensor) {
+  return readPbWith(dir, kind, index, tensor, [&](const std::string& path) {
+    return frontend::readTensorProtoValues(path, tensor.dtype == ir::DType::kBF16);
+  });
 }
 
 // The reference interpreter op by op, each result stored as the chip stores a tensor of its type
@@ -379,7 +399,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     if (sources.inputsDir && i < graph.inputs().size()) {
       auto value = readPb(*sources.inputsDir, "input", i, t);
       if (!value) return value.error();
-      data = std::move(value->data);
+      data = value->data->values();
     } else {
       data = seededValues(sources.seed, t, indexRange(graph, stateAndInputs[i]));
     }
@@ -418,26 +438,40 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (!values) return values.error();
       folded[fold.tensor] = ir::makeData(*values);
     }
+  // The placements the process's chips make of each resident tensor: a tensor only other processes'
+  // chips hold is not given, and the others are dropped after their last placement.
+  std::map<std::string, int> placements;
+  if (sources.localChips)
+    for (int c : *sources.localChips)
+      for (const auto& placement : programs.at(static_cast<size_t>(c))->tensors)
+        if (placement.resident) ++placements[placement.name];
   auto resident = std::make_shared<std::map<std::string, sim::TensorValues>>();
   for (const auto& p : programs)
     for (const auto& placement : p->tensors) {
       if (!placement.resident || resident->count(placement.name)) continue;
+      if (sources.localChips && !placements.count(placement.name)) continue;
       auto it = folded.count(placement.name) ? folded.find(placement.name) : leaves.find(placement.name);
       const auto id = graph.findTensor(placement.name);
       if (it == leaves.end() || !id)
         return makeError(ExitCode::kInternal,
                          fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
       const std::int64_t cols = storedCols(chip, graph, channelsLast, *id);
+      const int count = sources.localChips ? placements.at(placement.name) : 0;
       if (!channelsLast[static_cast<size_t>(*id)]) {  // row-major in its shape: the values as they are
-        (*resident)[placement.name] = {cols, it->second, {}};
+        (*resident)[placement.name] = {cols, it->second, {}, count};
         continue;
       }
       // Reordered when a chip places it (storageOrder's copy is made one tensor at a time).
-      (*resident)[placement.name] = {cols, nullptr, [chip, &graph, channelsLast, id = *id, values = it->second] {
+      (*resident)[placement.name] = {cols, nullptr,
+                                     [chip, &graph, channelsLast, id = *id, values = it->second] {
                                        std::int64_t ignored = 0;
                                        return storageOrder(chip, graph, channelsLast, id, *values, ignored);
-                                     }};
+                                     },
+                                     count};
     }
+  // What only the chips' placements need is not kept past them here.
+  leaves.clear();
+  folded.clear();
   setup.options.resident = resident;
 
   // The reference: the interpreter on the stored values, or the expected files.
@@ -452,24 +486,58 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     const ir::Tensor& t = graph.tensor(graph.outputs()[i]);
     OutputCheck check;
     check.name = t.name;
-    std::vector<double> reference;
-    if (sources.expectDir) {
-      auto value = readPb(*sources.expectDir, "output", i, t);
-      if (!value) return value.error();
-      reference = std::move(value->data);
-      check.against = (std::filesystem::path(*sources.expectDir) / fmt::format("output_{}.pb", i)).string();
-    } else {
-      reference = std::move(expected[i].data);
-      check.against = "the reference interpreter";
+    const bool reordered = reorderedInStorage(graph, channelsLast, graph.outputs()[i]);
+    if (sources.expectDir) check.against = (std::filesystem::path(*sources.expectDir) / fmt::format("output_{}.pb", i)).string();
+    else check.against = "the reference interpreter";
+    if (sources.expectDir && !reordered) {
+      // An output stored row-major in its shape is compared with its file a block at a time: the run
+      // holds none of the expected values (when they are the file's raw data).
+      auto blocks = readPbWith(*sources.expectDir, "output", i, t, [&](const std::string& path) {
+        return frontend::readTensorProtoBlocks(path, t.dtype == ir::DType::kBF16);
+      });
+      if (!blocks) return blocks.error();
+      if (blocks->read) {
+        check.blockElements = blocks->count;
+        check.referenceBlocks = [read = std::move(blocks->read)](std::int64_t first, std::int64_t count, float* out) {
+          std::vector<double> values(static_cast<size_t>(count));
+          read(first, count, values.data());
+          std::copy(values.begin(), values.end(), out);
+        };
+      }
     }
-    // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
-    const std::vector<double> ordered =
-        storageOrder(chip, graph, channelsLast, graph.outputs()[i], reference, check.cols);
-    reference = {};
-    check.reference.assign(ordered.begin(), ordered.end());
     double largest = 0.0;
-    for (float v : check.reference)
-      if (std::isfinite(v)) largest = std::max(largest, static_cast<double>(std::fabs(v)));
+    if (check.referenceBlocks) {
+      check.cols = lastDim(t);
+      std::vector<float> block;
+      for (std::int64_t first = 0; first < check.blockElements; first += kCheckBlockElements) {
+        block.resize(static_cast<size_t>(std::min(kCheckBlockElements, check.blockElements - first)));
+        check.referenceBlocks(first, static_cast<std::int64_t>(block.size()), block.data());
+        for (float v : block)
+          if (std::isfinite(v)) largest = std::max(largest, static_cast<double>(std::fabs(v)));
+      }
+    } else {
+      std::vector<double> reference;
+      ir::Data file;  // an expected file's values, compact
+      if (sources.expectDir) {
+        auto value = readPb(*sources.expectDir, "output", i, t);
+        if (!value) return value.error();
+        file = std::move(value->data);
+      } else {
+        reference = std::move(expected[i].data);
+      }
+      // Compared in the order the chip stores the output (channels-last for a conv graph's 4-D maps).
+      if (reordered) {
+        if (file) reference = file->values();
+        file.reset();
+        reference = storageOrder(chip, graph, channelsLast, graph.outputs()[i], reference, check.cols);
+      } else {
+        check.cols = lastDim(t);
+      }
+      if (file) check.reference.assign(file->begin(), file->end());
+      else check.reference.assign(reference.begin(), reference.end());
+      for (float v : check.reference)
+        if (std::isfinite(v)) largest = std::max(largest, static_cast<double>(std::fabs(v)));
+    }
     // Integers and bool are exact; floats derive from FP16 storage (a BF16 result within one of its units).
     const std::int64_t k = reductionLength(graph, graph.outputs()[i], memo);
     const std::int64_t depth = roundingDepth(graph, graph.outputs()[i], depthMemo);
@@ -481,9 +549,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   return setup;
 }
 
-void releasePlacedValues(ir::Graph& graph, FunctionalSetup& setup, sim::SimOptions& options) {
-  setup.options.resident.reset();
-  options.functional.resident.reset();
+void releaseGraphWeights(ir::Graph& graph) {
   for (ir::TensorId id = 0; id < static_cast<ir::TensorId>(graph.tensors().size()); ++id)
     if (graph.tensor(id).role == ir::TensorRole::kWeight) graph.setData(id, nullptr);
 }
@@ -496,8 +562,6 @@ int outputChip(const std::vector<std::shared_ptr<const isa::Program>>& programs,
   return written >= 0 ? written : held;
 }
 
-// Elements of an output read from its chip at a time by the final check.
-constexpr std::int64_t kCheckBlockElements = std::int64_t{1} << 16;
 
 Status checkFunctionalOutputs(const FunctionalSetup& setup,
                               const std::vector<std::shared_ptr<const isa::Program>>& programs,
@@ -519,10 +583,10 @@ Status checkFunctionalOutputs(const FunctionalSetup& setup,
       placement = std::find_if(tensors.begin(), tensors.end(),
                                [&](const isa::TensorPlacement& t) { return t.name == check.name; });
     const std::int64_t elements = placement->rows * check.cols;
-    if (elements != static_cast<std::int64_t>(check.reference.size()))
+    if (elements != check.elements())
       return makeError(ExitCode::kFunctionalMismatch,
                        fmt::format("functional output '{}' has {} elements on chip {}, {} has {}", check.name,
-                                   elements, chip, check.against, check.reference.size()));
+                                   elements, chip, check.against, check.elements()));
     // Read and compared a block of rows at a time (within one segment), so that the check holds one
     // block of the chip's values beside the reference, not a second copy of the tensor.
     const std::int64_t segment = placement->segmentRows > 0 ? placement->segmentRows : placement->rows;
@@ -536,7 +600,14 @@ Status checkFunctionalOutputs(const FunctionalSetup& setup,
         return makeError(ExitCode::kInternal, fmt::format("functional output '{}': chip {} returned {} values for "
                                                           "{} rows of {}", check.name, chip, simulated.size(), rows,
                                                           check.cols));
-      comparison.add(simulated.data(), check.reference.data() + row0 * check.cols, simulated.size());
+      std::vector<float> block;
+      const float* reference = check.reference.data() + row0 * check.cols;
+      if (check.referenceBlocks) {
+        block.resize(simulated.size());
+        check.referenceBlocks(row0 * check.cols, static_cast<std::int64_t>(block.size()), block.data());
+        reference = block.data();
+      }
+      comparison.add(simulated.data(), reference, simulated.size());
       row0 += rows;
     }
     if (auto s = comparison.result(check.name); !s) {

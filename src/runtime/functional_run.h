@@ -23,6 +23,14 @@ struct OutputCheck {
   std::string name;
   std::int64_t cols = 1;            ///< last dimension (rows x cols as the placement stores it)
   std::vector<float> reference;     ///< row-major (compared in FP32, as the chip's results are read)
+  /// An expected file's values read when compared, a block at a time from the mapped file, so that
+  /// no copy of them is held: `count` values from element `first`. Null: `reference` holds them.
+  std::function<void(std::int64_t first, std::int64_t count, float* out)> referenceBlocks;
+  std::int64_t blockElements = 0;   ///< the values referenceBlocks reads
+  /// The values compared.
+  std::int64_t elements() const {
+    return referenceBlocks ? blockElements : static_cast<std::int64_t>(reference.size());
+  }
   sim::Tolerance tolerance;
   std::string against;              ///< "the reference interpreter" or the output_N.pb path
 };
@@ -41,6 +49,10 @@ struct FunctionalSources {
   /// The chip the programs were compiled for (its vector width decides which Conv inputs arrive
   /// window-gathered); null: the default chip.
   const topology::ChipSpec* chip = nullptr;
+  /// The chips this process simulates: the resident values are those of their tensors, each dropped
+  /// by the chip that makes its last placement (sim::TensorValues::placements). nullopt: every
+  /// chip's, kept for the run.
+  std::optional<std::vector<int>> localChips;
 };
 
 /// Values are given to the chips, and outputs read back, in the lowering's storage order
@@ -66,9 +78,10 @@ std::int64_t roundingDepth(const ir::Graph& graph, ir::TensorId id, std::map<ir:
 /// an average pool (its sum of taps rounds once per tap), 1 for none (sim::fp16TensorTolerance's K).
 std::int64_t reductionLength(const ir::Graph& graph, ir::TensorId id, std::map<ir::TensorId, std::int64_t>& memo);
 
-/// Once every local chip has placed its resident tensors, SRAM holds the weights: drops the graph's
-/// weight values and the setup's and options' resident map, so that a run holds each weight once.
-void releasePlacedValues(ir::Graph& graph, FunctionalSetup& setup, sim::SimOptions& options);
+/// Drops the graph's weight values once the setup holds them (its resident values, which the chips
+/// drop as they place them), so that a run holds each weight once: in the graph until the setup is
+/// made, then in the setup until its chip places it, then in SRAM.
+void releaseGraphWeights(ir::Graph& graph);
 
 /// The chip that holds a graph output at the end: the last chip whose program writes it, else the last
 /// that holds it as an input or weight (-1: none).

@@ -167,6 +167,9 @@ struct TensorValues {
   /// When data is null: makes the values when a chip places the tensor (a reordered copy, such as a
   /// Conv's tap-major weights, then exists for one tensor at a time instead of for all of them).
   std::function<std::vector<double>()> make;
+  /// Placements of it the process's chips have yet to make: the chip that makes the last one drops
+  /// data and make, so that SRAM alone holds the values from then on (0: kept for the run).
+  int placements = 0;
 };
 
 /// Functional mode (`simulation.mode: functional`): values in SRAM and on the streams.
@@ -174,8 +177,9 @@ struct FunctionalOptions {
   bool enabled = false;
   ElementType element = ElementType::kFp16;
   /// Values of the tensors the programs hold in SRAM at start (inputs, weights), by name; every
-  /// resident tensor of a program must be here. Shared by all chips of the run.
-  std::shared_ptr<const std::map<std::string, TensorValues>> resident;
+  /// resident tensor of a program must be here. Shared by all chips of the run, which drop each
+  /// tensor's values once placed (TensorValues::placements).
+  std::shared_ptr<std::map<std::string, TensorValues>> resident;
 };
 
 /// Options of a simulation run.

@@ -185,7 +185,7 @@ int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
   return ir::dtypeBytes(static_cast<ir::DType>(tensor.dtype));
 }
 
-Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values) {
+Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values, bool consume) {
   const std::int64_t cols = values.cols;
   std::vector<double> made;
   if (!values.data && values.make) made = values.make();
@@ -197,12 +197,19 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
     return makeError(ExitCode::kInternal,
                      fmt::format("functional mode: {} values of '{}' do not fill its placement of {} rows x {} tiles",
                                  count, tensor.name, tensor.rows, tensor.tiles));
-  for (int copy = 0; copy < std::max(1, tensor.replicas); ++copy)
-  for (std::int64_t r = 0; r < tensor.rows; ++r)
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes), r);
-      std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
-      encodeElement(value(static_cast<std::size_t>(r * cols + c)), static_cast<ir::DType>(tensor.dtype), v);
+  const int copies = std::max(1, tensor.replicas);
+  // Rows written between two discards of the values' memory (about 1 MiB of values).
+  const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / std::max<std::int64_t>(1, cols * 2));
+  for (int copy = 0; copy < copies; ++copy)
+    for (std::int64_t r = 0; r < tensor.rows; ++r) {
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const auto [unit, address] = vectorOf(tensor, copy, static_cast<int>(c / lanes), r);
+        std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
+        encodeElement(value(static_cast<std::size_t>(r * cols + c)), static_cast<ir::DType>(tensor.dtype), v);
+      }
+      if (consume && values.data && copy + 1 == copies && ((r + 1) % block == 0 || r + 1 == tensor.rows))
+        values.data->discard(static_cast<std::size_t>((r - r % block) * cols),
+                             static_cast<std::size_t>((r + 1) * cols));
     }
   return {};
 }

@@ -66,8 +66,10 @@ class FunctionalState {
   /// Sizes each MEM slice's image to the highest address the program's tensors use, once, so that
   /// the image is not grown (and copied) as writes reach higher addresses.
   void reserve(const isa::Program& program);
-  /// Writes a tensor's values (rows x cols) into its tiles, rounded to the element type.
-  Status place(const isa::TensorPlacement& tensor, const TensorValues& values);
+  /// Writes a tensor's values (rows x cols) into its tiles, rounded to the element type. With
+  /// `consume` (the caller holds the only reference and reads them no more), the values' memory is
+  /// given back a block of rows at a time as they are written, so that they are not held twice.
+  Status place(const isa::TensorPlacement& tensor, const TensorValues& values, bool consume = false);
   /// Reads a tensor back (rows x cols, row-major).
   std::vector<double> read(const isa::TensorPlacement& tensor, std::int64_t cols) const;
 

@@ -307,7 +307,7 @@ class TspChip final : public Chip {
     values_->reserve(*program_);
     for (const auto& tensor : program_->tensors) {
       if (!tensor.resident) continue;
-      const auto* known = options_.functional.resident.get();
+      auto* known = options_.functional.resident.get();
       auto it = known ? known->find(tensor.name) : decltype(known->end()){};
       if (!known || it == known->end()) {
         failure_ = makeError(ExitCode::kInternal,
@@ -315,9 +315,16 @@ class TspChip final : public Chip {
                                          tensor.name));
         return;
       }
-      if (auto s = values_->place(tensor, it->second); !s) {
+      // The last placement the process makes of values nothing else holds: written as they are given back.
+      const bool last = it->second.placements == 1;
+      if (auto s = values_->place(tensor, it->second, last && it->second.data.use_count() == 1); !s) {
         failure_ = s.error();
         return;
+      }
+      // SRAM holds the values now.
+      if (it->second.placements > 0 && --it->second.placements == 0) {
+        it->second.data.reset();
+        it->second.make = nullptr;
       }
     }
     options_.functional.resident.reset();  // SRAM holds them now; the run's map can be let go

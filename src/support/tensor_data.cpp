@@ -1,6 +1,11 @@
 #include "support/tensor_data.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 
@@ -72,12 +77,17 @@ int widthOf(Encoding encoding) {
 
 }  // namespace
 
-TensorData TensorData::generate(std::size_t n, const std::function<double(std::size_t)>& value) {
+TensorData TensorData::generate(std::size_t n, const std::function<double(std::size_t)>& value,
+                                const std::function<void(std::size_t, std::size_t)>& read) {
+  const auto blockRead = [&](std::size_t i) {
+    if (read && ((i + 1) % kGenerateBlock == 0 || i + 1 == n)) read(i / kGenerateBlock * kGenerateBlock, i + 1);
+  };
   // The narrowest encoding every value fits: a value that does not fit one rules it out for good.
   bool possible[] = {true, true, true, true, true};
   for (std::size_t i = 0; i < n; ++i) {
     const double v = value(i);
     for (int k = 0; k < 4; ++k) possible[k] = possible[k] && fits(static_cast<Encoding>(k), v);
+    blockRead(i);
   }
   TensorData d;
   d.size_ = n;
@@ -96,6 +106,7 @@ TensorData TensorData::generate(std::size_t n, const std::function<double(std::s
       case Encoding::kF32: { const auto x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
       case Encoding::kF64: std::memcpy(p, &v, 8); break;
     }
+    blockRead(i);
   }
   return d;
 }
@@ -124,6 +135,18 @@ std::vector<double> TensorData::values() const {
   std::vector<double> out(size_);
   for (std::size_t i = 0; i < size_; ++i) out[i] = (*this)[i];
   return out;
+}
+
+void TensorData::discard(std::size_t first, std::size_t last) const {
+  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t width = static_cast<std::size_t>(widthOf(encoding_));
+  last = std::min(last, size_);
+  if (first >= last) return;
+  const auto begin = reinterpret_cast<std::uintptr_t>(bytes_.data() + first * width);
+  const auto end = reinterpret_cast<std::uintptr_t>(bytes_.data() + last * width);
+  const std::uintptr_t from = (begin + page - 1) / page * page, to = end / page * page;
+  // Advice only: pages the kernel keeps keep their values, which no one reads.
+  if (from < to) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
 }
 
 bool operator==(const TensorData& a, const TensorData& b) {

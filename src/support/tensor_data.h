@@ -23,8 +23,13 @@ class TensorData {
   TensorData() = default;
   explicit TensorData(const std::vector<double>& values);
   /// The values value(0), ..., value(n - 1), encoded without holding them all as doubles (value is
-  /// called twice per element: once to choose the encoding, once to store).
-  static TensorData generate(std::size_t n, const std::function<double(std::size_t)>& value);
+  /// called twice per element, in order: once to choose the encoding, once to store). After each
+  /// kGenerateBlock elements of a pass, read(begin, end) says value() is done with them for that pass
+  /// (so that a caller may drop what backs them, such as a mapped file's pages).
+  static TensorData generate(std::size_t n, const std::function<double(std::size_t)>& value,
+                             const std::function<void(std::size_t, std::size_t)>& read = {});
+  /// Elements generate() reads between two calls of its `read`.
+  static constexpr std::size_t kGenerateBlock = std::size_t{1} << 18;
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
@@ -38,6 +43,9 @@ class TensorData {
   const std::uint8_t* raw() const { return bytes_.data(); }
   /// Every value as a double (a copy).
   std::vector<double> values() const;
+  /// Gives the memory of elements [first, last) back to the kernel (the whole pages inside it), for
+  /// the one holder of the values once it has read them for the last time: they read as 0 after.
+  void discard(std::size_t first, std::size_t last) const;
   operator std::vector<double>() const { return values(); }  // NOLINT: reads as the vector it replaces
 
   /// Equal sizes and encoded elements (NaN equals NaN; -0 differs from 0).

@@ -1,6 +1,7 @@
 // Tests of the ONNX importer on models made by tests/compile/make_onnx_models.py at test time.
 #include "compile/frontend/onnx_importer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <regex>
@@ -60,6 +61,21 @@ TEST_F(OnnxImport, ExternalWeightsLoadAndComputeTheReference) {
   auto g = importOnnx(path("mlp_external.onnx"), options);
   ASSERT_TRUE(g.ok()) << g.error().format();
   expectComputes(*g, path("mlp_external_input.pb"), path("mlp_external_output.pb"), 1e-4);
+}
+
+// A tensor file read a block at a time gives the values read whole.
+TEST_F(OnnxImport, TensorFileBlocksReadTheFilesValues) {
+  const std::string file = path("mlp_external_output.pb");
+  auto whole = readTensorProtoFile(file);
+  auto blocks = readTensorProtoBlocks(file);
+  ASSERT_TRUE(whole.ok() && blocks.ok());
+  ASSERT_TRUE(blocks->read != nullptr);
+  EXPECT_EQ(blocks->shape, whole->shape);
+  ASSERT_EQ(blocks->count, static_cast<std::int64_t>(whole->data.size()));
+  std::vector<double> read(whole->data.size());
+  for (std::int64_t first = 0; first < blocks->count; first += 5)
+    blocks->read(first, std::min<std::int64_t>(5, blocks->count - first), read.data() + first);
+  EXPECT_EQ(read, whole->data);
 }
 
 // Opset 11's Softmax normalises the input coerced to a matrix at its axis: over the 12 values of

@@ -90,7 +90,7 @@ class ChipTest : public ::testing::Test {
     SimOptions options;
     options.functional.enabled = true;
     options.functional.element = element;
-    options.functional.resident = std::make_shared<const std::map<std::string, TensorValues>>(std::move(values));
+    options.functional.resident = std::make_shared<std::map<std::string, TensorValues>>(std::move(values));
     chip_ = makeTspChip(chipId, spec_, program, ports, options);
     return chip_->advanceTo(kNever);
   }
@@ -570,6 +570,33 @@ TEST_F(ChipTest, FunctionalChainAppliesTheAluToTheStoredValues) {
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_EQ(y[i], std::max(0.0, static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(x[i])))))) << i;
   EXPECT_EQ(chip_->stats().cycles, isa::completion(spec_, chain(0, 50, 10, 0, 4)[2]) + spec_.rippleCycles);
+}
+
+// The process's last placement of a resident tensor drops its values: SRAM alone holds them then.
+TEST_F(ChipTest, FunctionalValuesAreDroppedAfterTheirLastPlacement) {
+  const std::vector<double> x = {-1.5, 2.0, 0.25, 3.0, -0.0625, 1.0 / 3, 7.5, -8.0};  // 4 rows x 2
+  auto program = std::make_shared<isa::Program>();
+  program->instructions = chain(0, 50, 10, 0, 4);
+  program->tensors = {placement("x", 4, {mem(0)}, true), placement("y", 4, {mem(50)}, false)};
+  isa::canonicalize(*program);
+  auto resident = std::make_shared<std::map<std::string, TensorValues>>();
+  (*resident)["x"] = valuesOf(2, x);
+  (*resident)["x"].placements = 2;  // two chips of the process hold it
+  SimOptions options;
+  options.functional.enabled = true;
+  options.functional.resident = resident;
+  std::vector<std::unique_ptr<Chip>> chips;
+  for (int id = 0; id < 2; ++id) {
+    chips.push_back(makeTspChip(id, spec_, program, std::vector<PortBinding>(spec_.c2cPorts), options));
+    EXPECT_EQ(resident->at("x").data == nullptr, id == 1) << "after chip " << id;
+  }
+  for (auto& chip : chips) {
+    ASSERT_TRUE(chip->advanceTo(kNever).ok());
+    const auto held = chip->readTensor(placement("x", 4, {mem(0)}, true), 2);
+    ASSERT_EQ(held.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      EXPECT_EQ(held[i], static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(x[i]))))) << i;
+  }
 }
 
 // x (2 x 640, INT8, tiles on MEM 0 and 1) times W (640 x 3 on MEM 2) on MXM plane 0: two K tiles

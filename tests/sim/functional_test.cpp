@@ -359,6 +359,21 @@ TEST(FunctionalState, RowBlocksOfASegmentedPlacementReadItsRows) {
   }
 }
 
+TEST(FunctionalState, APlacementThatConsumesItsValuesGivesTheirMemoryBack) {
+  // 4,096 rows of 160 FP16 values (1.3 MB): placed exactly, and the values' pages are returned as
+  // their rows are written (they read as 0 after).
+  const topology::ChipSpec spec;
+  FunctionalState state(spec, ElementType::kFp16);
+  const std::int64_t rows = 4096, cols = state.lanes();
+  const isa::TensorPlacement t = placementAt(spec, "w", ir::DType::kF16, rows, 0);
+  std::vector<double> values(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 1000) + 1;
+  const auto data = shareTensorData(values);
+  ASSERT_TRUE(state.place(t, {cols, data, {}}, /*consume=*/true).ok());
+  EXPECT_EQ(state.read(t, cols), values);
+  EXPECT_EQ((*data)[values.size() / 2], 0.0);
+}
+
 TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {
   // A 4 x 8 FP16 table and INT32 ids [1, -1] (4-byte lanes): the permute's rows are table rows 1
   // and 3; an id of 9 is refused naming the indices, the element and the table.

@@ -59,6 +59,17 @@ bool walkFields(std::string_view bytes, Visit&& visit) {
   }
 }
 
+// A serialized TensorProto parsed from its fields minus raw_data, whose bytes `raw` views; false
+// when the bytes do not parse.
+bool parseTensor(std::string_view bytes, onnx::TensorProto& tensor, std::optional<std::string_view>& raw) {
+  std::string rest;
+  return walkFields(bytes, [&](const Field& f) {
+           if (f.number == kTensorRawData && f.delimited) raw = f.payload;
+           else rest.append(f.whole);
+         }) &&
+         tensor.ParseFromString(rest);
+}
+
 Diagnostic notOnnx(const std::string& path) {
   return modelError(path, "not a valid ONNX model (the protobuf does not parse or has no graph)");
 }
@@ -107,14 +118,9 @@ Expected<OnnxFile> readOnnxFile(const std::string& path) {
   bool hasGraph = false, ok = true;
   std::vector<onnx::TensorProto> initializers;
   auto tensor = [&](std::string_view bytes) {
-    std::string rest;
-    std::optional<std::string_view> raw;
-    ok = ok && walkFields(bytes, [&](const Field& f) {
-      if (f.number == kTensorRawData && f.delimited) raw = f.payload;
-      else rest.append(f.whole);
-    });
     onnx::TensorProto t;
-    ok = ok && t.ParseFromString(rest);
+    std::optional<std::string_view> raw;
+    ok = ok && parseTensor(bytes, t, raw);
     initializers.push_back(std::move(t));
     file.initializerRaw.push_back(raw);
   };
@@ -132,6 +138,15 @@ Expected<OnnxFile> readOnnxFile(const std::string& path) {
   if (!parsed || !ok || !hasGraph || !file.model.ParseFromString(modelRest) || !file.model.mutable_graph()->ParseFromString(graphRest))
     return notOnnx(path);
   for (auto& t : initializers) *file.model.mutable_graph()->add_initializer() = std::move(t);
+  return file;
+}
+
+Expected<TensorFile> readTensorFile(const std::string& path) {
+  auto mapping = MappedFile::open(path);
+  if (!mapping) return modelError(path, "cannot open the tensor file");
+  TensorFile file;
+  file.mapping = *mapping;
+  if (!parseTensor(file.mapping->bytes(), file.tensor, file.raw)) return modelError(path, "not a valid onnx.TensorProto");
   return file;
 }
 

@@ -45,4 +45,15 @@ struct OnnxFile {
 /// Reads the ONNX file at path (exit 2 naming it when it cannot be opened or does not parse).
 Expected<OnnxFile> readOnnxFile(const std::string& path);
 
+/// A serialized onnx.TensorProto read for its values: the tensor without its raw_data, whose bytes
+/// stay in the mapped file.
+struct TensorFile {
+  onnx::TensorProto tensor;
+  std::optional<std::string_view> raw;  ///< the tensor's raw_data in the mapping, or nullopt
+  std::shared_ptr<const MappedFile> mapping;
+};
+
+/// Reads the TensorProto file at path (exit 2 naming it when it cannot be opened or does not parse).
+Expected<TensorFile> readTensorFile(const std::string& path);
+
 }  // namespace tsp::frontend

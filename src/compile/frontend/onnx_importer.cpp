@@ -92,9 +92,10 @@ double rawElement(const char* p, DType dtype) {
 }
 
 // The values of little-endian raw bytes, rounded to `storeAs` when given, decoded straight into the
-// graph's compact form (never all held as doubles).
+// graph's compact form (never all held as doubles). Raw bytes in `mapping` have their pages dropped
+// a block at a time as they are read, so that decoding holds one block of the file, not the tensor.
 Expected<Data> decodeRaw(std::string_view raw, int onnxType, std::int64_t elements, const std::string& what,
-                         std::optional<DType> storeAs) {
+                         std::optional<DType> storeAs, const MappedFile* mapping = nullptr) {
   auto dtype = dtypeOf(onnxType);
   if (!dtype) return modelError(what, fmt::format("tensor type {} is not supported", onnxTypeName(onnxType)));
   const int width = ir::dtypeBytes(*dtype);
@@ -104,6 +105,8 @@ Expected<Data> decodeRaw(std::string_view raw, int onnxType, std::int64_t elemen
       ir::TensorData::generate(static_cast<std::size_t>(elements), [&, dtype = *dtype](std::size_t i) {
         const double v = rawElement(raw.data() + i * static_cast<std::size_t>(width), dtype);
         return storeAs ? ir::toStorage(v, *storeAs) : v;
+      }, [&](std::size_t begin, std::size_t end) {
+        if (mapping) mapping->release(raw.substr(begin * static_cast<std::size_t>(width), (end - begin) * static_cast<std::size_t>(width)));
       }));
 }
 
@@ -147,14 +150,14 @@ Status checkInlineSize(const onnx::TensorProto& t, std::int64_t n, const std::st
   return {};
 }
 
-// Values of a TensorProto: inline (raw or typed fields; `mapped` is its raw_data kept in the mapped
-// model file) or from its external file, rounded to `storeAs` when given (the type the chip stores
+// Values of a TensorProto: inline (raw or typed fields; `mapped` is its raw_data kept in `mapping`,
+// the mapped model file) or from its external file, rounded to `storeAs` when given (the type the chip stores
 // them in: the graph then holds them once, as stored). Returns nullptr when loading was not asked
 // for. A missing external file is an error naming the tensor and the file: there are no values to
 // stand in for it.
 Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::path& dir, bool load,
                             const std::string& what, std::optional<std::string_view> mapped = std::nullopt,
-                            std::optional<DType> storeAs = std::nullopt) {
+                            std::optional<DType> storeAs = std::nullopt, const MappedFile* mapping = nullptr) {
   auto stored = [&](const std::vector<double>& values) -> Data {
     return std::make_shared<const ir::TensorData>(ir::TensorData::generate(
         values.size(), [&](std::size_t i) { return storeAs ? ir::toStorage(values[i], *storeAs) : values[i]; }));
@@ -180,11 +183,11 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
     }
     if (location.empty()) return modelError(what, "external data names no file (its 'location' is empty)");
     const auto file = dir / location;
-    std::error_code ignored;
     if (existsButNotRegular(file.string()))
       return modelError(what, fmt::format("external data file '{}' is not a regular file", file.string()));
-    std::ifstream in(file, std::ios::binary);
-    if (!in)
+    // Mapped, and decoded a block of pages at a time: the tensor is never held at its file's type.
+    auto external = MappedFile::open(file.string());
+    if (!external)
       return modelError(what, fmt::format("external data file '{}' cannot be read; its values are needed to compute "
                                           "(timing runs do not read it)",
                                           file.string()));
@@ -194,19 +197,15 @@ Expected<Data> tensorValues(const onnx::TensorProto& t, const std::filesystem::p
     if (length != n * ir::dtypeBytes(*dtype))
       return modelError(what, fmt::format("external data length {} differs from the {} bytes of its shape", length,
                                           n * ir::dtypeBytes(*dtype)));
-    const auto size = static_cast<std::int64_t>(std::filesystem::file_size(file, ignored));
+    const auto size = static_cast<std::int64_t>((*external)->bytes().size());
     if (offset > size || length > size - offset)
       return modelError(what, fmt::format("external data {} is shorter than offset {} + length {}", file.string(),
                                           offset, length));
-    std::string raw(static_cast<size_t>(length), '\0');
-    in.seekg(offset);
-    in.read(raw.data(), length);
-    if (!in) return modelError(what, fmt::format("external data {} is shorter than offset {} + length {}", file.string(),
-                                                 offset, length));
-    return decodeRaw(raw, t.data_type(), n, what, storeAs);
+    const auto raw = (*external)->bytes().substr(static_cast<size_t>(offset), static_cast<size_t>(length));
+    return decodeRaw(raw, t.data_type(), n, what, storeAs, external->get());
   }
   if (mapped || !t.raw_data().empty())
-    return decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what, storeAs);
+    return decodeRaw(mapped ? *mapped : std::string_view(t.raw_data()), t.data_type(), n, what, storeAs, mapping);
   std::vector<double> values;
   switch (t.data_type()) {
     case onnx::TensorProto::FLOAT: values.assign(t.float_data().begin(), t.float_data().end()); break;
@@ -377,7 +376,7 @@ class Importer {
     const bool parameter = ir::isFloat(*dtype) || *dtype == DType::kI8;
     const DType storedAs = parameter ? storage(*dtype, true) : *dtype;
     auto data = tensorValues(t, dir_, !parameter || options_.loadWeights, t.name(), raw,
-                             storedAs != *dtype ? std::optional<DType>(storedAs) : std::nullopt);
+                             storedAs != *dtype ? std::optional<DType>(storedAs) : std::nullopt, mapping_.get());
     if (!data) return data.error();
     // The graph holds the decoded values: the file's pages that held them are not needed again.
     if (raw && *data) mapping_->release(*raw);
@@ -1862,22 +1861,59 @@ Expected<std::vector<std::string>> onnxInputNames(const std::string& path) {
   return names;
 }
 
-Expected<ir::Value> readTensorProtoFile(const std::string& path, bool bf16Bits) {
+namespace {
+
+// A tensor file mapped and parsed, with its element type (errors name the file).
+Expected<std::pair<TensorFile, DType>> openTensorFile(const std::string& path, bool bf16Bits) {
   if (existsButNotRegular(path)) return modelError(path, "the tensor file is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return modelError(path, "cannot open the tensor file");
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  onnx::TensorProto t;
-  if (!t.ParseFromString(bytes.str())) return modelError(path, "not a valid onnx.TensorProto");
+  auto file = readTensorFile(path);
+  if (!file) return file.error();
+  onnx::TensorProto& t = file->tensor;
   // The ONNX backend tests store bfloat16 values as their bits in a UINT16 tensor (numpy has no bfloat16).
   if (t.data_type() == onnx::TensorProto::UINT16 && bf16Bits) t.set_data_type(onnx::TensorProto::BFLOAT16);
   auto dtype = dtypeOf(t.data_type());
   if (!dtype) return modelError(path, fmt::format("tensor type {} is not supported", onnxTypeName(t.data_type())));
-  auto data = tensorValues(t, std::filesystem::path(path).parent_path(), true, path);
+  return std::make_pair(std::move(*file), *dtype);
+}
+
+}  // namespace
+
+Expected<TensorFileBlocks> readTensorProtoBlocks(const std::string& path, bool bf16Bits) {
+  auto opened = openTensorFile(path, bf16Bits);
+  if (!opened) return opened.error();
+  auto& [file, dtype] = *opened;
+  const onnx::TensorProto& t = file.tensor;
+  const auto n = elementsOf(t, path);
+  if (!n) return n.error();
+  if (auto s = checkInlineSize(t, *n, path, file.raw); !s) return s.error();
+  TensorFileBlocks blocks{dtype, Shape(t.dims().begin(), t.dims().end()), *n, nullptr};
+  if (!file.raw || t.data_location() == onnx::TensorProto::EXTERNAL) return blocks;
+  blocks.read = [mapping = file.mapping, raw = *file.raw, type = dtype](std::int64_t first, std::int64_t count,
+                                                                         double* out) {
+    const auto width = static_cast<std::size_t>(ir::dtypeBytes(type));
+    for (std::int64_t i = 0; i < count; ++i)
+      out[i] = rawElement(raw.data() + static_cast<std::size_t>(first + i) * width, type);
+    mapping->release(raw.substr(static_cast<std::size_t>(first) * width, static_cast<std::size_t>(count) * width));
+  };
+  return blocks;
+}
+
+Expected<TensorFileValues> readTensorProtoValues(const std::string& path, bool bf16Bits) {
+  auto opened = openTensorFile(path, bf16Bits);
+  if (!opened) return opened.error();
+  auto& [file, dtype] = *opened;
+  onnx::TensorProto& t = file.tensor;
+  auto data = tensorValues(t, std::filesystem::path(path).parent_path(), true, path, file.raw, std::nullopt,
+                           file.mapping.get());
   if (!data) return data.error();
   if (!*data) return modelError(path, "external tensor data is missing");
-  return ir::Value{*dtype, Shape(t.dims().begin(), t.dims().end()), **data};
+  return TensorFileValues{dtype, Shape(t.dims().begin(), t.dims().end()), std::move(*data)};
+}
+
+Expected<ir::Value> readTensorProtoFile(const std::string& path, bool bf16Bits) {
+  auto file = readTensorProtoValues(path, bf16Bits);
+  if (!file) return file.error();
+  return ir::Value{file->dtype, std::move(file->shape), file->data->values()};
 }
 
 }  // namespace tsp::frontend

@@ -64,7 +64,7 @@ nlohmann::json functionalJson(const FunctionalSetup& setup) {
   j["outputs"] = nlohmann::json::array();
   for (const auto& check : setup.outputs)
     j["outputs"].push_back({{"name", check.name},
-                            {"elements", check.reference.size()},
+                            {"elements", check.elements()},
                             {"against", check.against},
                             {"atol", check.tolerance.atol},
                             {"rtol", check.tolerance.rtol}});
