@@ -25,7 +25,7 @@ struct OutputCheck {
   std::vector<float> reference;     ///< row-major (compared in FP32, as the chip's results are read)
   /// An expected file's values read when compared, a block at a time from the mapped file, so that
   /// no copy of them is held: `count` values from element `first`. Null: `reference` holds them.
-  std::function<void(std::int64_t first, std::int64_t count, float* out)> referenceBlocks;
+  std::function<void(std::int64_t first, std::int64_t count, float* out)> referenceBlocks = nullptr;
   std::int64_t blockElements = 0;   ///< the values referenceBlocks reads
   /// The values compared.
   std::int64_t elements() const {
@@ -52,7 +52,7 @@ struct FunctionalSources {
   /// The chips this process simulates: the resident values are those of their tensors, each dropped
   /// by the chip that makes its last placement (sim::TensorValues::placements). nullopt: every
   /// chip's, kept for the run.
-  std::optional<std::vector<int>> localChips;
+  std::optional<std::vector<int>> localChips = std::nullopt;
 };
 
 /// Values are given to the chips, and outputs read back, in the lowering's storage order

@@ -55,7 +55,7 @@ struct TensorFileBlocks {
   ir::DType dtype = ir::DType::kF32;
   std::vector<std::int64_t> shape;
   std::int64_t count = 0;  ///< elements
-  std::function<void(std::int64_t first, std::int64_t count, double* out)> read;
+  std::function<void(std::int64_t first, std::int64_t count, double* out)> read = nullptr;
   std::int64_t elements() const { return count; }
 };
 
