@@ -41,6 +41,17 @@ ir::Graph gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std:
   return *g;
 }
 
+// The builtin MLP (MatMul + Relu layers, FP16).
+ir::Graph mlp(int layers, int hidden, int batch) {
+  frontend::ModelSpec spec;
+  spec.builtin = "mlp";
+  spec.params = {{"layers", std::to_string(layers)}, {"hidden", std::to_string(hidden)},
+                 {"batch", std::to_string(batch)}, {"dtype", "fp16"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().format());
+  return *g;
+}
+
 // A candidate's training chunk costs on the cluster: its stages, links, per-chunk forward/backward
 // costs and their sums per chunk (the closed-form pipeline's input); nullopt when it cannot be placed.
 struct ChunkCosts {
@@ -187,14 +198,10 @@ TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
 // reads what it received from the port at one vector a cycle.
 TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
   const auto c = clusterFrom("{topology: {kind: ring, chips: 4}}");
-  frontend::ModelSpec spec;
-  spec.builtin = "mlp";
-  spec.params = {{"layers", "8"}, {"hidden", "640"}, {"batch", "512"}, {"dtype", "fp16"}};
-  auto g = frontend::buildBuiltinModel(spec);
-  ASSERT_TRUE(g.ok());
-  auto profile = profileModel(*g, c.chip(), 512);
+  const ir::Graph g = mlp(8, 640, 512);
+  auto profile = profileModel(g, c.chip(), 512);
   ASSERT_TRUE(profile.ok());
-  ASSERT_TRUE(applyTraining(*profile, *g, training(PipelineSchedule::kInterleaved, ir::Optimizer::kNone)).ok());
+  ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::kInterleaved, ir::Optimizer::kNone)).ok());
   const Candidate cand{TensorSplit::kNone, 1, 1, 2, 4, 2};
   auto stages = assignStages(*profile, 4);
   ASSERT_TRUE(stages.ok());
@@ -241,14 +248,10 @@ TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
 // backward) keeps a GPT block's backward above the whole layer's ratio times the rank's forward.
 TEST(TrainingCost, TensorParallelPassesAreMeasuredOnTheRanksTrainingGraph) {
   const auto c = clusterFrom("{topology: {kind: torus, dims: [2, 4]}}");
-  frontend::ModelSpec spec;
-  spec.builtin = "mlp";
-  spec.params = {{"layers", "4"}, {"hidden", "640"}, {"batch", "256"}, {"dtype", "fp16"}};
-  auto mlp = frontend::buildBuiltinModel(spec);
-  ASSERT_TRUE(mlp.ok());
-  auto profile = profileModel(*mlp, c.chip(), 256, {}, 2);
+  const ir::Graph chain = mlp(4, 640, 256);
+  auto profile = profileModel(chain, c.chip(), 256, {}, 2);
   ASSERT_TRUE(profile.ok());
-  ASSERT_TRUE(applyTraining(*profile, *mlp, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd), &c.chip()).ok());
+  ASSERT_TRUE(applyTraining(*profile, chain, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd), &c.chip()).ok());
   const std::vector<int> mlpReduces = {0, 1, 0, 0};
   for (int l = 0; l < 4; ++l) {
     const auto& at = profile->layers[l].trainingAt;
