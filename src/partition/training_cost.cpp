@@ -385,11 +385,18 @@ std::vector<double> trainingMessageBytes(const ModelProfile& profile, const Cand
   std::vector<double> bytes(shared.kinds(), 0);
   if (shared.stages != c.pp) return bytes;
   const int last = static_cast<int>(profile.layers.size()) - 1;
-  // Each forward collective runs again as its backward conjugate, and a third time when recomputed.
+  // Each forward collective runs again as its backward conjugate, and a third time when recomputed;
+  // where the layer's training graph was measured at this width, its backward pass's own collectives.
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches), t = c.tp;
   for (int l = 0; l <= last; ++l) {
+    const LayerProfile& layer = profile.layers[l];
     const double again = profile.training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
-    bytes[shared.index(SharedLinks::kTpRing, stages.layerChunk[l] % c.pp)] +=
-        (2 + again) * tpEdgeBytes(profile.layers[l], c);
+    const double forward = tpEdgeBytes(layer, c);
+    double backward = (1 + again) * forward;
+    if (const auto at = layer.trainingAt.find(c.tp); c.split == TensorSplit::kMegatron && at != layer.trainingAt.end())
+      backward = (2 * (t - 1) / t * static_cast<double>(at->second.allReduceBytes) +
+                  (t - 1) / t * static_cast<double>(at->second.allGatherBytes)) * frac;
+    bytes[shared.index(SharedLinks::kTpRing, stages.layerChunk[l] % c.pp)] += forward + backward;
   }
   const std::vector<double> sends = chunkSendBytes(profile, c, stages);
   for (int k = 0; k < stages.chunks; ++k) {
