@@ -103,6 +103,17 @@ struct LayerProfile {
   /// backward pass's compute over the forward's (recomputation included; 2 or 3 by FLOPs), and the
   /// forward pass with the loss over the forward without it (the last layer).
   double backwardRatio = -1, forwardScale = -1;
+  /// Training at a Megatron width, from the compiler on TP rank 0's training graph of the same batch
+  /// block (the training step's: every partial input gradient all-reduced over the group): the
+  /// layer's forward and backward compute (the runs between its collectives, each compiled alone,
+  /// summed) over the whole layer's forward, and the collectives of its backward pass (recomputation
+  /// included), bytes for the whole batch.
+  struct TrainingWidth {
+    double forward = -1, backward = -1;
+    int allReduces = 0, allGathers = 0;
+    Bytes allReduceBytes = 0, allGatherBytes = 0;
+  };
+  std::map<int, TrainingWidth> trainingAt;  ///< by tp (Megatron); a width missing: the ratios above
   /// The layer's compute in a training step relative to `cycles` (forward + backward), 1 for inference.
   double trainingWeight() const { return backwardRatio > 0 ? std::max(forwardScale, 1.0) + backwardRatio : 1.0; }
 };

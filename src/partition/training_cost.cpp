@@ -3,12 +3,16 @@
 #include "partition/training_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <set>
 #include <string>
 
+#include "compile/lower/lowering.h"
+#include "partition/plan_shards.h"
 #include "partition/tensor_split.h"
+#include "partition/training_step.h"
 
 namespace tsp::partition {
 
@@ -16,6 +20,81 @@ namespace {
 
 // The batch is split into at most this many blocks for the compiled pass ratios.
 constexpr int kCalibrationBlocks = 8;
+// The Megatron widths whose training figures the compiler measures (LayerProfile::trainingAt):
+// powers of two up to this (and the profile's figuresUpTo); wider ones keep the whole layer's ratios.
+constexpr int kMeasuredTrainingWidth = 8;
+
+// TP rank 0's training graph of the batch block at width tp, as the training step builds it, with
+// each layer's forward and backward compute (runs between collectives compiled alone, summed) over
+// `whole` (the layer's forward on the whole block), and its backward collectives.
+void measureWidth(ModelProfile& profile, const ir::Graph& block, const TrainingConfig& training, int tp, int parts,
+                  const std::vector<double>& whole, const topology::ChipSpec& chip,
+                  std::map<std::string, double>& runCycles) {
+  Plan plan;
+  plan.tp = tp;
+  plan.split = TensorSplit::kMegatron;
+  auto group = tensorParallelGraphs(block, plan);
+  if (!group || group->graphs.empty()) return;
+  const ir::Graph& device = group->graphs.front();
+  ir::TrainingOptions options;
+  options.optimizer = ir::Optimizer::kNone;
+  options.recompute = training.recompute;
+  options.partialGradients = partialGradients(device, block, tp);
+  auto trained = ir::buildTrainingGraph(device, options);
+  if (!trained) return;
+  const ir::Graph& g = trained->graph;
+  const int layers = static_cast<int>(profile.layers.size());
+  const size_t lossOp = device.ops().size();
+  // Per layer and pass: its runs of compute ops between collectives.
+  std::vector<std::array<std::vector<std::vector<ir::OpId>>, 2>> runs(layers);
+  std::vector<LayerProfile::TrainingWidth> figures(layers);
+  for (size_t i = 0; i < g.ops().size(); ++i) {
+    if (i == lossOp) continue;  // the loss: the last layer's forwardScale
+    const ir::Op& op = g.op(static_cast<ir::OpId>(i));
+    const int layer = std::clamp(op.layer, 0, layers - 1);
+    auto& pass = runs[layer][i < lossOp ? 0 : 1];
+    const bool reduce = op.kind == ir::OpKind::kAllReduce;
+    if (reduce || op.kind == ir::OpKind::kAllGather || op.kind == ir::OpKind::kReduceScatter) {
+      if (i > lossOp) {
+        const ir::Tensor& t = g.tensor(op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front());
+        const auto [rows, tiles] = lower::vectorShape(chip, t);
+        const Bytes bytes = Bytes{rows} * tiles * chip.vectorBytes * parts;
+        (reduce ? figures[layer].allReduces : figures[layer].allGathers) += 1;
+        (reduce ? figures[layer].allReduceBytes : figures[layer].allGatherBytes) += bytes;
+      }
+      if (!pass.empty() && !pass.back().empty()) pass.emplace_back();
+      continue;
+    }
+    if (op.kind == ir::OpKind::kSend || op.kind == ir::OpKind::kRecv) continue;
+    if (pass.empty()) pass.emplace_back();
+    pass.back().push_back(static_cast<ir::OpId>(i));
+  }
+  auto passCycles = [&](const std::vector<std::vector<ir::OpId>>& pass) -> double {
+    double total = 0;
+    for (const auto& run : pass) {
+      if (run.empty()) continue;
+      const std::string key = layerSignature(g, run);
+      auto found = runCycles.find(key);
+      if (found == runCycles.end()) {
+        double c = -1;
+        if (auto sub = layerGraph(g, run))
+          if (auto compiled = compiledCycles(*sub, chip)) c = static_cast<double>(*compiled);
+        found = runCycles.emplace(key, c).first;
+      }
+      if (found->second <= 0) return -1;
+      total += found->second;
+    }
+    return total;
+  };
+  for (int l = 0; l < layers; ++l) {
+    if (whole[l] <= 0 || runs[l][0].empty() || runs[l][1].empty()) continue;
+    const double forward = passCycles(runs[l][0]), backward = passCycles(runs[l][1]);
+    if (forward <= 0 || backward <= 0) continue;
+    figures[l].forward = forward / whole[l];
+    figures[l].backward = backward / whole[l];
+    profile.layers[l].trainingAt[tp] = figures[l];
+  }
+}
 
 // The compiler's forward (without and with the loss) and backward cycles of each distinct layer of
 // the training graph of one batch block, as ratios to the forward. A layer the compiler cannot
@@ -42,7 +121,8 @@ void measurePassRatios(ModelProfile& profile, const ir::Graph& forward, const Tr
     if (i <= lossOp) withLoss[layer].push_back(id);
     else backward[layer].push_back(id);
   }
-  std::map<std::string, std::pair<double, double>> measured;  // by signature: (backward, forward scale)
+  std::map<std::string, std::array<double, 3>> measured;  // by signature: (backward, forward scale, forward)
+  std::vector<double> whole(layers, -1);                   // the layer's forward cycles on the block
   auto cycles = [&](const std::vector<ir::OpId>& ops) -> double {
     if (ops.empty()) return 0;
     auto sub = layerGraph(g, ops);
@@ -60,11 +140,15 @@ void measurePassRatios(ModelProfile& profile, const ir::Graph& forward, const Tr
       const double fl = withLoss[l].size() == plain[l].size() ? f : cycles(withLoss[l]);
       const double b = cycles(backward[l]);
       const bool ok = f > 0 && fl > 0 && b > 0;
-      found = measured.emplace(key, ok ? std::pair{b / f, fl / f} : std::pair{-1.0, -1.0}).first;
+      found = measured.emplace(key, ok ? std::array{b / f, fl / f, f} : std::array{-1.0, -1.0, -1.0}).first;
     }
-    profile.layers[l].backwardRatio = found->second.first;
-    profile.layers[l].forwardScale = found->second.second;
+    profile.layers[l].backwardRatio = found->second[0];
+    profile.layers[l].forwardScale = found->second[1];
+    whole[l] = found->second[2];
   }
+  std::map<std::string, double> runCycles;  // by signature: a run's compiled cycles (-1: not lowered)
+  for (int tp = 2; tp <= std::min(kMeasuredTrainingWidth, profile.figuresUpTo); tp *= 2)
+    measureWidth(profile, *block, training, tp, parts, whole, chip, runCycles);
 }
 
 }  // namespace
@@ -212,6 +296,7 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
   out.parameters.assign(c.pp, 0);
   out.groupGradients.assign(c.pp, 0);
   const int last = static_cast<int>(profile.layers.size()) - 1;
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);  // share of the batch per microbatch
   std::vector<double> weightGradients(stages.chunks, 0);
   // Forward, then backward (dX and dW: twice the forward's compute, and the conjugate of every
   // forward TP collective), plus the forward again when the layer is recomputed.
@@ -222,13 +307,30 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     const double again = training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
     // The compiled ratios where measured (a first layer computes no input gradient, the last adds
     // the loss and its gradient), else the FLOP ratios.
-    const double forwardCompute = layer.forwardScale > 0 ? layer.forwardScale : 1.0;
-    const double backwardCompute = layer.backwardRatio > 0 ? layer.backwardRatio : 2 + again;
-    out.forward[k] += forwardCompute * share.compute + share.comm;
-    out.backward[k] += backwardCompute * share.compute + (1 + again) * share.comm;
+    const double forwardScale = layer.forwardScale > 0 ? layer.forwardScale : 1.0;
+    double forwardCompute = forwardScale * share.compute;
+    double backwardCompute = (layer.backwardRatio > 0 ? layer.backwardRatio : 2 + again) * share.compute;
+    double backwardComm = (1 + again) * share.comm;
+    // Where the compiler measured TP rank 0's training graph at this width: its passes' compute
+    // (the replicated work, such as a LayerNorm's backward, does not shrink with the width) and the
+    // collectives its backward pass runs (the all-reduce of each partial input gradient).
+    const auto at = layer.trainingAt.find(c.tp);
+    if (c.split == TensorSplit::kMegatron && c.tp > 1 && at != layer.trainingAt.end()) {
+      const double scaled = layerCyclesAt(layer, frac);
+      const LayerProfile::TrainingWidth& w = at->second;
+      forwardCompute = forwardScale * w.forward * scaled;
+      backwardCompute = w.backward * scaled;
+      backwardComm =
+          w.allReduces * allReduceCycles(c.tp, static_cast<double>(w.allReduceBytes) * frac / std::max(1, w.allReduces),
+                                         links.tp) +
+          w.allGathers * allGatherCycles(c.tp, static_cast<double>(w.allGatherBytes) * frac / std::max(1, w.allGathers),
+                                         links.tp);
+    }
+    out.forward[k] += forwardCompute + share.comm;
+    out.backward[k] += backwardCompute + backwardComm;
     // The weight gradients: half the backward's matmul work, computed after the input gradients.
-    if (layer.trainableBytes > 0) weightGradients[k] += backwardCompute * share.compute / 2;
-    out.comm[k] += (2 + again) * share.comm;
+    if (layer.trainableBytes > 0) weightGradients[k] += backwardCompute / 2;
+    out.comm[k] += share.comm + backwardComm;
     out.gradients[k % c.pp] += static_cast<Bytes>(static_cast<double>(layer.trainableBytes) * weightShare(layer, c));
     out.parameters[k % c.pp] += static_cast<double>(layer.parameters) * weightShare(layer, c);
     // A spatial split computes each convolution's weight gradient in parts: summed over the group.
@@ -283,11 +385,18 @@ std::vector<double> trainingMessageBytes(const ModelProfile& profile, const Cand
   std::vector<double> bytes(shared.kinds(), 0);
   if (shared.stages != c.pp) return bytes;
   const int last = static_cast<int>(profile.layers.size()) - 1;
-  // Each forward collective runs again as its backward conjugate, and a third time when recomputed.
+  // Each forward collective runs again as its backward conjugate, and a third time when recomputed;
+  // where the layer's training graph was measured at this width, its backward pass's own collectives.
+  const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches), t = c.tp;
   for (int l = 0; l <= last; ++l) {
+    const LayerProfile& layer = profile.layers[l];
     const double again = profile.training.recompute == ir::Recompute::kFull && l < last ? 1.0 : 0.0;
-    bytes[shared.index(SharedLinks::kTpRing, stages.layerChunk[l] % c.pp)] +=
-        (2 + again) * tpEdgeBytes(profile.layers[l], c);
+    const double forward = tpEdgeBytes(layer, c);
+    double backward = (1 + again) * forward;
+    if (const auto at = layer.trainingAt.find(c.tp); c.split == TensorSplit::kMegatron && at != layer.trainingAt.end())
+      backward = (2 * (t - 1) / t * static_cast<double>(at->second.allReduceBytes) +
+                  (t - 1) / t * static_cast<double>(at->second.allGatherBytes)) * frac;
+    bytes[shared.index(SharedLinks::kTpRing, stages.layerChunk[l] % c.pp)] += forward + backward;
   }
   const std::vector<double> sends = chunkSendBytes(profile, c, stages);
   for (int k = 0; k < stages.chunks; ++k) {

@@ -10,11 +10,6 @@
 
 namespace tsp::partition {
 
-namespace {
-
-// Tensors of a TP rank's device graph whose gradient is a partial sum over the group: every user is
-// a MatMul reading it as its activation against a column-split weight (narrower than the batch
-// block's weight of the same name), so each rank's dX covers its columns only.
 std::map<ir::TensorId, ir::Attrs> partialGradients(const ir::Graph& device, const ir::Graph& block, int tp) {
   std::map<std::string, ir::TensorId> blockWeights;
   for (ir::TensorId w : block.weights()) blockWeights[block.tensor(w).name] = w;
@@ -43,7 +38,6 @@ std::map<ir::TensorId, ir::Attrs> partialGradients(const ir::Graph& device, cons
   return partial;
 }
 
-}  // namespace
 
 Expected<std::unique_ptr<TrainingStep>> buildTrainingStep(const ir::Graph& forward, const Plan& plan,
                                                           const TrainingConfig& config, bool withLoss) {

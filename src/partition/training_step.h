@@ -2,6 +2,7 @@
 // into model stages, the chips of every replica and each stage's order from pipeline_schedule.
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include "compile/ir/autodiff.h"
@@ -17,6 +18,12 @@ struct TrainingStep {
   std::vector<ir::TrainingGraph> training;  ///< one: TP rank 0's, which every TP rank runs
   schedule::TrainingWorkload workload;
 };
+
+/// Tensors of a TP rank's device graph whose gradient is a partial sum over the group of `tp`: every
+/// user is a MatMul reading it as its activation against a column-split weight (narrower than the
+/// batch block's weight of the same name), so each rank's dX covers its columns only. As
+/// ir::TrainingOptions::partialGradients: the attributes of the all-reduce of each such gradient.
+std::map<ir::TensorId, ir::Attrs> partialGradients(const ir::Graph& device, const ir::Graph& block, int tp);
 
 /// Builds the step of a dp x tp x pp (x m, x v) plan: the forward graph's batch block (dp x m
 /// blocks), with tp > 1 TP rank 0's device graph (Megatron's split, planAnnotations) for every

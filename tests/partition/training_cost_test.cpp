@@ -41,6 +41,17 @@ ir::Graph gpt(std::int64_t layers, std::int64_t hidden, std::int64_t heads, std:
   return *g;
 }
 
+// The builtin MLP (MatMul + Relu layers, FP16).
+ir::Graph mlp(int layers, int hidden, int batch) {
+  frontend::ModelSpec spec;
+  spec.builtin = "mlp";
+  spec.params = {{"layers", std::to_string(layers)}, {"hidden", std::to_string(hidden)},
+                 {"batch", std::to_string(batch)}, {"dtype", "fp16"}};
+  auto g = frontend::buildBuiltinModel(spec);
+  EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.error().format());
+  return *g;
+}
+
 // A candidate's training chunk costs on the cluster: its stages, links, per-chunk forward/backward
 // costs and their sums per chunk (the closed-form pipeline's input); nullopt when it cannot be placed.
 struct ChunkCosts {
@@ -187,14 +198,10 @@ TEST(TrainingCost, GradientAllReduceHidesBehindTheLastBackwardPass) {
 // reads what it received from the port at one vector a cycle.
 TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
   const auto c = clusterFrom("{topology: {kind: ring, chips: 4}}");
-  frontend::ModelSpec spec;
-  spec.builtin = "mlp";
-  spec.params = {{"layers", "8"}, {"hidden", "640"}, {"batch", "512"}, {"dtype", "fp16"}};
-  auto g = frontend::buildBuiltinModel(spec);
-  ASSERT_TRUE(g.ok());
-  auto profile = profileModel(*g, c.chip(), 512);
+  const ir::Graph g = mlp(8, 640, 512);
+  auto profile = profileModel(g, c.chip(), 512);
   ASSERT_TRUE(profile.ok());
-  ASSERT_TRUE(applyTraining(*profile, *g, training(PipelineSchedule::kInterleaved, ir::Optimizer::kNone)).ok());
+  ASSERT_TRUE(applyTraining(*profile, g, training(PipelineSchedule::kInterleaved, ir::Optimizer::kNone)).ok());
   const Candidate cand{TensorSplit::kNone, 1, 1, 2, 4, 2};
   auto stages = assignStages(*profile, 4);
   ASSERT_TRUE(stages.ok());
@@ -233,6 +240,62 @@ TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
   }
   EXPECT_EQ(in[0], 0);
   EXPECT_EQ(back[3], 0);
+}
+
+// Under Megatron's split the backward pass's all-reduces are those of the partial input gradients
+// (buildTrainingStep's): none for a first layer that computes no input gradient or for the layer
+// that feeds the loss, one per column-parallel region after it; the replicated work (a LayerNorm's
+// backward) keeps a GPT block's backward above the whole layer's ratio times the rank's forward.
+TEST(TrainingCost, TensorParallelPassesAreMeasuredOnTheRanksTrainingGraph) {
+  const auto c = clusterFrom("{topology: {kind: torus, dims: [2, 4]}}");
+  const ir::Graph chain = mlp(4, 640, 256);
+  auto profile = profileModel(chain, c.chip(), 256, {}, 2);
+  ASSERT_TRUE(profile.ok());
+  ASSERT_TRUE(applyTraining(*profile, chain, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd), &c.chip()).ok());
+  const std::vector<int> mlpReduces = {0, 1, 0, 0};
+  for (int l = 0; l < 4; ++l) {
+    const auto& at = profile->layers[l].trainingAt;
+    ASSERT_EQ(at.count(2), 1u) << l;
+    EXPECT_EQ(at.count(4), 0u) << l;  // the profile's figures go up to tp 2
+    EXPECT_EQ(at.at(2).allReduces, mlpReduces[l]) << l;
+    EXPECT_EQ(at.at(2).allGathers, 0) << l;
+    EXPECT_GT(at.at(2).forward, 0) << l;
+    EXPECT_GT(at.at(2).backward, at.at(2).forward) << l;
+  }
+  EXPECT_EQ(profile->layers[1].trainingAt.at(2).allReduceBytes, 256 * 640 * 2);  // relu1's output, whole batch
+  // Two pipeline stages: the second's backward pass runs no all-reduce, the first's one.
+  const Candidate cand{TensorSplit::kMegatron, 2, 2, 2, 2, 1};
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  auto costs = chunkCosts(*profile, cand, c, *order);
+  ASSERT_TRUE(costs.has_value());
+  ASSERT_EQ(costs->stages.layerChunk, (std::vector<int>{0, 0, 1, 1}));
+  CandidateLinks freeTp = costs->links;
+  freeTp.tp.alpha = 0;
+  freeTp.tp.cyclesPerByte = 0;
+  const TrainingChunks without = trainingChunks(*profile, cand, costs->stages, freeTp, c.chip().vectorBytes);
+  EXPECT_GT(costs->chunks.backward[0], without.backward[0]);
+  EXPECT_NEAR(costs->chunks.backward[1], without.backward[1], 1e-6);
+
+  const ir::Graph g = gpt(2, 256, 4, 64, 8, 512);
+  auto gptProfile = profileModel(g, c.chip(), 8, {}, 2);
+  ASSERT_TRUE(gptProfile.ok());
+  ASSERT_TRUE(applyTraining(*gptProfile, g, training(PipelineSchedule::k1F1B), &c.chip()).ok());
+  const int layers = static_cast<int>(gptProfile->layers.size());
+  ASSERT_EQ(layers, 4);  // the embeddings, two blocks, the head
+  for (int l = 0; l < layers; ++l) {
+    const LayerProfile& layer = gptProfile->layers[l];
+    ASSERT_EQ(layer.trainingAt.count(2), 1u) << l;
+    const bool block = l == 1 || l == 2;
+    EXPECT_EQ(layer.trainingAt.at(2).allReduces, block ? 2 : 0) << l;  // the gradients of norm1's and norm2's outputs
+    if (block) {
+      const LayerProfile::TrainingWidth& w = layer.trainingAt.at(2);
+      EXPECT_GT(w.backward / w.forward, layer.backwardRatio) << l;
+      std::printf("GPT block %d at tp 2: rank forward %.3f, backward %.3f of the whole layer's forward "
+                  "(backward / forward %.2f; the whole layer's r %.2f)\n",
+                  l, w.forward, w.backward, w.backward / w.forward, layer.backwardRatio);
+    }
+  }
 }
 
 TEST(TrainingCost, TrainingKeysAreValidated) {

@@ -272,6 +272,7 @@ class TrainingScheduler {
         return modelError(op.name, fmt::format("{} joins TP rank {} of {}", ir::opKindName(op.kind), rank, ranks()));
       chips.push_back(chipOf(r, static_cast<int>(rank), seg));
     }
+    if (microbatch >= 0) receiveInputs(r, microbatch, seg, op);
     const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
     const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph(0).tensor(full));
     const std::int64_t bytes = rows * tiles * cluster_.chip().vectorBytes;
@@ -296,6 +297,26 @@ class TrainingScheduler {
       if (auto s = sendMessages(r, t, microbatch, chip, messageTo); !s) return s;
     }
     return {};
+  }
+
+  // A collective reads its input from SRAM: one sent from another chip (the partial gradient the
+  // next stage's backward pass makes) is received on every TP rank's chip once it has arrived whole,
+  // and the collective starts after that.
+  void receiveInputs(int r, int microbatch, const SegmentId& seg, const ir::Op& op) {
+    std::map<std::pair<int, int>, Cycle> ports;
+    for (int t = 0; t < ranks(); ++t) {
+      const int chip = chipOf(r, t, seg);
+      const MicrobatchData& data = data_[r][t][microbatch];
+      for (ir::TensorId in : op.inputs) {
+        if (const auto on = data.on.find(in); on != data.on.end() && on->second.count(chip)) continue;
+        const auto flight = data.inFlight.find({in, chip});
+        if (flight == data.inFlight.end()) continue;
+        const Cycle whole = std::max(flight->second.lastVector + 1, flight->second.released);
+        auto [it, added] = ports.try_emplace({chip, flight->second.port}, whole);
+        if (!added) it->second = std::max(it->second, whole);
+      }
+    }
+    receiveWaiting(ports);
   }
 
   // The chips other than `chip` whose forward or backward passes read tensor `out` of rank t's graph.
