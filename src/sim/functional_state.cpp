@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include <Kokkos_Core.hpp>
 
@@ -89,9 +90,8 @@ int elementBytes(ElementType type) { return type == ElementType::kFp16 ? 2 : 1; 
 
 FunctionalState::FunctionalState(const topology::ChipSpec& spec, ElementType element)
     : spec_(spec), element_(element), vectorBytes_(spec.vectorBytes), lanes_(spec.vectorBytes / elementBytes(element)),
-      memFirst_(spec.firstUnit(topology::UnitKind::kMem)),
+      memFirst_(spec.firstUnit(topology::UnitKind::kMem)), sram_(spec.memSlices),
       accumulators_(element, spec.vectorBytes / elementBytes(element)) {
-  sram_.resize(spec.memSlices);
   zeros_.assign(static_cast<std::size_t>(vectorBytes_), 0);
   planes_.resize(spec.mxmPlanes);
   for (auto& p : planes_) p.weights.assign(static_cast<std::size_t>(lanes_) * lanes_ * elementBytes(element), 0);
@@ -106,34 +106,26 @@ std::pair<int, std::int64_t> vectorOf(const isa::TensorPlacement& tensor, int re
   return {tensor.memUnit.at(piece), tensor.address.at(piece) + row % segRows};
 }
 
-SliceImage::SliceImage(SliceImage&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-SliceImage& SliceImage::operator=(SliceImage&& other) noexcept {
-  if (this != &other) {
-    this->~SliceImage();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
+SramImage::~SramImage() {
+  if (data_) munmap(data_, sliceBytes_ * static_cast<std::size_t>(slices_));
 }
 
-SliceImage::~SliceImage() {
-  if (data_) munmap(data_, size_);
-}
-
-void SliceImage::grow(std::size_t bytes) {
-  if (bytes <= size_) return;
+void SramImage::grow(std::size_t bytes) {
+  if (bytes <= sliceBytes_) return;
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   bytes = (bytes + page - 1) / page * page;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // MAP_NORESERVE: the address space of the whole SRAM is not charged against the commit limit,
+  // only the pages written are.
+  void* p = mmap(nullptr, bytes * static_cast<std::size_t>(slices_), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
+  auto* fresh = static_cast<std::uint8_t*>(p);
   if (data_) {
-    std::memcpy(p, data_, size_);
-    munmap(data_, size_);
+    for (int s = 0; s < slices_; ++s) std::memcpy(fresh + static_cast<std::size_t>(s) * bytes, slice(s), sliceBytes_);
+    munmap(data_, sliceBytes_ * static_cast<std::size_t>(slices_));
   }
-  data_ = static_cast<std::uint8_t*>(p);
-  size_ = bytes;
+  data_ = fresh;
+  sliceBytes_ = bytes;
 }
 
 isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t row0, std::int64_t rows) {
@@ -152,33 +144,33 @@ isa::TensorPlacement rowBlock(const isa::TensorPlacement& tensor, std::int64_t r
 }
 
 std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) {
-  auto& mem = sram_.at(slice);
+  if (slice < 0 || slice >= spec_.memSlices) throw std::out_of_range(fmt::format("MEM slice {}", slice));
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
-  if (mem.size() < end) mem.grow(std::max(end, mem.size() * 2));
-  return mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
+  // The whole slice at once: the image is not grown (and copied) as writes reach higher addresses.
+  if (sram_.sliceBytes() < end)
+    sram_.grow(std::max(end, static_cast<std::size_t>(spec_.addressesPerSlice) * vectorBytes_));
+  return sram_.slice(slice) + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
 const std::uint8_t* FunctionalState::vectorAt(int slice, std::int64_t address) const {
-  const auto& mem = sram_.at(slice);
+  if (slice < 0 || slice >= spec_.memSlices) throw std::out_of_range(fmt::format("MEM slice {}", slice));
   const std::size_t end = static_cast<std::size_t>(address + 1) * vectorBytes_;
   // Never written: SRAM starts cleared.
-  return mem.size() < end ? zeros_.data() : mem.data() + static_cast<std::size_t>(address) * vectorBytes_;
+  return sram_.sliceBytes() < end ? zeros_.data() : sram_.slice(slice) + static_cast<std::size_t>(address) * vectorBytes_;
 }
 
 void FunctionalState::reserve(const isa::Program& program) {
-  std::vector<std::int64_t> ends(sram_.size(), 0);  // vectors per slice
+  std::int64_t end = 0;  // vectors: the highest address any tensor's piece reaches
   for (const auto& tensor : program.tensors) {
     const std::int64_t segRows = tensor.segmentRows > 0 ? tensor.segmentRows : std::max<std::int64_t>(1, tensor.rows);
     for (size_t piece = 0; piece < tensor.memUnit.size() && piece < tensor.address.size(); ++piece) {
       const int slice = sliceOf(tensor.memUnit[piece]);
-      if (slice >= 0 && slice < static_cast<int>(ends.size()))
-        ends[static_cast<size_t>(slice)] = std::max(ends[static_cast<size_t>(slice)], tensor.address[piece] + segRows);
+      if (slice >= 0 && slice < spec_.memSlices) end = std::max(end, tensor.address[piece] + segRows);
     }
   }
-  for (size_t slice = 0; slice < sram_.size(); ++slice) {
-    const auto bytes = static_cast<std::size_t>(ends[slice]) * static_cast<std::size_t>(vectorBytes_);
-    if (sram_[slice].size() < bytes) sram_[slice].grow(bytes);
-  }
+  if (end > 0)
+    sram_.grow(static_cast<std::size_t>(std::max<std::int64_t>(end, spec_.addressesPerSlice)) *
+               static_cast<std::size_t>(vectorBytes_));
 }
 
 int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {

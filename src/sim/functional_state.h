@@ -32,25 +32,27 @@ double decodeElement(const std::uint8_t* p, ir::DType type);
 /// Stores value at p in `type`: floats rounded to nearest even, integers wrapped, bool nonzero as 1.
 void encodeElement(double value, ir::DType type, std::uint8_t* p);
 
-/// One MEM slice's bytes: anonymous memory the kernel hands out zeroed at the first touch of each
-/// page, so that SRAM starts cleared and rows never written take no resident memory.
-class SliceImage {
+/// A chip's SRAM bytes: every MEM slice's image at a fixed stride in one anonymous mapping, which
+/// the kernel hands out zeroed at the first touch of each page, so that SRAM starts cleared, rows
+/// never written take no resident memory, and a chip holds one mapping however many slices it writes
+/// (one mapping per slice would reach vm.max_map_count at a few hundred chips per rank).
+class SramImage {
  public:
-  SliceImage() = default;
-  SliceImage(const SliceImage&) = delete;
-  SliceImage& operator=(const SliceImage&) = delete;
-  SliceImage(SliceImage&& other) noexcept;
-  SliceImage& operator=(SliceImage&& other) noexcept;
-  ~SliceImage();
-  std::size_t size() const { return size_; }
-  std::uint8_t* data() { return data_; }
-  const std::uint8_t* data() const { return data_; }
-  /// Holds at least `bytes` (the bytes held keep their values, the new ones are zero).
+  explicit SramImage(int slices) : slices_(slices) {}
+  SramImage(const SramImage&) = delete;
+  SramImage& operator=(const SramImage&) = delete;
+  ~SramImage();
+  /// Bytes each slice holds (0 until the first grow).
+  std::size_t sliceBytes() const { return sliceBytes_; }
+  std::uint8_t* slice(int s) { return data_ + static_cast<std::size_t>(s) * sliceBytes_; }
+  const std::uint8_t* slice(int s) const { return data_ + static_cast<std::size_t>(s) * sliceBytes_; }
+  /// Each slice holds at least `bytes` (the bytes held keep their values, the new ones are zero).
   void grow(std::size_t bytes);
 
  private:
+  int slices_ = 0;
   std::uint8_t* data_ = nullptr;
-  std::size_t size_ = 0;
+  std::size_t sliceBytes_ = 0;
 };
 
 /// One chip's values in functional mode. Every function computes what one instruction does to its
@@ -123,7 +125,7 @@ class FunctionalState {
   ElementType element_;
   int vectorBytes_ = 0, lanes_ = 0;
   int memFirst_ = 0;
-  std::vector<SliceImage> sram_;                 // per MEM slice, grown to the highest address touched
+  SramImage sram_;                               // every MEM slice, sized to the slice's addresses
   std::vector<std::uint8_t> zeros_;              // one vector of zeros: what an address never written holds
   struct Accumulator {
     std::vector<float> fp32;  // rows x lanes

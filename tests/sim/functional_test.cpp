@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "compile/ir/dtype.h"
@@ -372,6 +374,53 @@ TEST(FunctionalState, APlacementThatConsumesItsValuesGivesTheirMemoryBack) {
   ASSERT_TRUE(state.place(t, {cols, data, {}}, /*consume=*/true).ok());
   EXPECT_EQ(state.read(t, cols), values);
   EXPECT_EQ((*data)[values.size() / 2], 0.0);
+}
+
+// Lines of /proc/self/maps: the process's memory mappings, which vm.max_map_count bounds.
+int mappingCount() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int lines = 0;
+  while (std::getline(maps, line)) ++lines;
+  return lines;
+}
+
+TEST(FunctionalState, AChipWritingEveryMemSliceHoldsOneMapping) {
+  // 100 chips each write vectors of all their 88 MEM slices: at most one new mapping per chip
+  // (a mapping per slice would be 8,800, and 745 such chips would pass vm.max_map_count's 65,530),
+  // and every vector reads back as written, the rows never written as 0.
+  const topology::ChipSpec spec;
+  const int chips = 100, mem = spec.firstUnit(topology::UnitKind::kMem);
+  const int before = mappingCount();
+  std::vector<std::unique_ptr<FunctionalState>> states;
+  auto write = [&](FunctionalState& state, int slice, std::int32_t address, std::uint8_t value) {
+    isa::Instruction inst;
+    inst.unit = mem + slice;
+    inst.address = address;
+    inst.repeat = 1;
+    inst.stride = 1;
+    state.memWrite(inst, std::vector<std::uint8_t>(static_cast<size_t>(spec.vectorBytes), value));
+  };
+  for (int c = 0; c < chips; ++c) {
+    states.push_back(std::make_unique<FunctionalState>(spec, ElementType::kInt8));
+    // A low address of every slice, then a high one of every other slice: writes reaching past
+    // what a slice held, between slices that hold less.
+    for (int s = 0; s < spec.memSlices; ++s) write(*states.back(), s, s * 7, static_cast<std::uint8_t>(c + s));
+    for (int s = 0; s < spec.memSlices; s += 2) write(*states.back(), s, spec.addressesPerSlice - 1, 1);
+  }
+  EXPECT_LE(mappingCount() - before, chips);
+  for (int c = 0; c < chips; c += 33)
+    for (int s = 0; s < spec.memSlices; s += 29) {
+      isa::Instruction read;
+      read.unit = mem + s;
+      read.address = s * 7;
+      read.repeat = 2;
+      read.stride = 1;
+      const VectorRun run = states[static_cast<size_t>(c)]->memRead(read);
+      std::vector<std::uint8_t> expected(static_cast<size_t>(spec.vectorBytes), static_cast<std::uint8_t>(c + s));
+      expected.resize(2 * expected.size(), 0);
+      EXPECT_EQ(*run, expected) << "chip " << c << " slice " << s;
+    }
 }
 
 TEST(FunctionalState, GatherPermuteReadsInt32IdsAndRefusesOneOutOfRange) {
