@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -179,6 +180,47 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
   return compiled->program.predictedCycles;
 }
 
+// The profile's compile results by key (a layer's signature and what is compiled of it), filled
+// ahead of the walk over the layers by one batch of what the walk will ask for as far as it can be
+// told beforehand; anything else the walk asks is compiled where it is asked. Compiling is
+// deterministic, so the profile is the same whichever way a result came.
+class LayerCycles {
+ public:
+  explicit LayerCycles(const topology::ChipSpec& chip) : chip_(chip) {}
+
+  /// Asks for a compile in the batch; `graph` is kept until run().
+  void plan(const std::string& key, ir::Graph graph, int interval) {
+    if (!planned_.insert(key).second || known_.count(key)) return;
+    graphs_.push_back(std::move(graph));
+    keys_.push_back(key);
+    jobs_.push_back({&graphs_.back(), interval});
+  }
+
+  /// Compiles the batch asked for (by `compile`, or here).
+  void run(const LayerCompileBatch& compile, const support::ProgressFn& progress) {
+    auto results = compile ? compile(chip_, jobs_, progress) : compileLayers(chip_, jobs_, progress);
+    for (size_t i = 0; i < keys_.size() && i < results.size(); ++i) known_.emplace(keys_[i], std::move(results[i]));
+    graphs_.clear();
+    keys_.clear();
+    jobs_.clear();
+  }
+
+  /// The compile under `key`, compiled here from `graph` when the batch did not have it.
+  Expected<Cycle> get(const std::string& key, const ir::Graph& graph, int interval) {
+    auto found = known_.find(key);
+    if (found == known_.end()) found = known_.emplace(key, compileLayerAlone(graph, chip_, interval)).first;
+    return found->second;
+  }
+
+ private:
+  const topology::ChipSpec& chip_;
+  std::map<std::string, Expected<Cycle>> known_;
+  std::set<std::string> planned_;
+  std::deque<ir::Graph> graphs_;
+  std::vector<std::string> keys_;
+  std::vector<LayerCompile> jobs_;
+};
+
 // A layer whose weights do not fit one chip, estimated by the compiler op by op: each op alone,
 // and an op whose weights exceed a quarter of the SRAM split by the sharding mechanism into k
 // chip-sized pieces (a matmul's weight by columns, a lookup table by rows; k the smallest power of
@@ -241,17 +283,53 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
 // how many send cycles its compute hides at the smallest share (compiled again with the sends on
 // a link of the chip's default rate).
 constexpr int kBatchPoints = 6;
-void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::int64_t batch, bool sends,
-                  LayerEstimate& value) {
+
+// The link interval of a layer's sends as measureLayer compiles them: one vector per this many
+// cycles on a link of the chip's default rate.
+int sendInterval(const topology::ChipSpec& chip) {
+  const double bytesPerCycle =
+      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
+  return static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+}
+
+// Keys of LayerCycles: a layer alone, its batch split `parts` ways (1: whole), with sends; a pair.
+std::string aloneKey(const std::string& signature, int parts, int interval) {
+  return fmt::format("layer {}/{}/{}", parts, interval, signature);
+}
+std::string pairKey(const std::string& first, const std::string& second) {
+  return fmt::format("pair {}|{}", first, second);
+}
+
+// What measureLayer compiles of a layer that compiles alone, asked of the batch ahead: every batch
+// share it can split off and the sends at the smallest (as though every share compiled).
+void planMeasure(LayerCycles& cycles, const ir::Graph& layer, const std::string& signature,
+                 const topology::ChipSpec& chip, std::int64_t batch, bool sends) {
+  int smallest = 1;
+  std::optional<ir::Graph> probe;
+  for (int parts = 2, points = 1; batch % parts == 0 && points < kBatchPoints; parts *= 2, ++points) {
+    auto slice = batchSlice(layer, batch, parts);
+    if (!slice) break;
+    if (sends) probe = *slice;
+    cycles.plan(aloneKey(signature, parts, 0), std::move(*slice), 0);
+    smallest = parts;
+  }
+  if (sends) cycles.plan(aloneKey(signature, smallest, sendInterval(chip)), probe ? std::move(*probe) : layer,
+                         sendInterval(chip));
+}
+
+void measureLayer(const ir::Graph& layer, const std::string& signature, const topology::ChipSpec& chip,
+                  std::int64_t batch, bool sends, LayerCycles& compiled, LayerEstimate& value) {
   value.batchCycles = {{1.0, value.cycles}};
   std::optional<ir::Graph> smallest;
+  int smallestParts = 1;
   for (int parts = 2; batch % parts == 0 && static_cast<int>(value.batchCycles.size()) < kBatchPoints; parts *= 2) {
     auto slice = batchSlice(layer, batch, parts);
     if (!slice) break;
-    auto cycles = compileLayerAlone(*slice, chip, 0);
+    auto cycles = compiled.get(aloneKey(signature, parts, 0), *slice, 0);
     if (!cycles) break;
     value.batchCycles.insert(value.batchCycles.begin(), {1.0 / parts, *cycles});
     smallest = std::move(*slice);
+    smallestParts = parts;
   }
   if (value.batchCycles.size() >= 2) {
     const auto [f0, c0] = value.batchCycles[0];
@@ -263,10 +341,8 @@ void measureLayer(const ir::Graph& layer, const topology::ChipSpec& chip, std::i
   if (!sends) return;
   const ir::Graph& probe = smallest ? *smallest : layer;
   const double share = value.batchCycles.front().first;
-  const double bytesPerCycle =
-      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
-  const int interval = static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
-  auto withSends = compileLayerAlone(probe, chip, interval);
+  const int interval = sendInterval(chip);
+  auto withSends = compiled.get(aloneKey(signature, smallestParts, interval), probe, interval);
   if (!withSends) return;
   double serialise = 0;
   for (const auto& op : probe.ops())
@@ -512,8 +588,19 @@ const LayerProfile::WidthFigures* LayerProfile::figuresAt(TensorSplit split, int
   return found == byWidth.end() ? nullptr : &found->second;
 }
 
-Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip) {
-  return compileLayerAlone(layer, chip, 0);
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
+  return compileLayerAlone(layer, chip, interval);
+}
+
+std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
+                                           const support::ProgressFn& progress) {
+  std::vector<Expected<Cycle>> out;
+  out.reserve(jobs.size());
+  for (const auto& job : jobs) {
+    out.push_back(compileLayerAlone(*job.graph, chip, job.interval));
+    if (progress) progress(static_cast<std::int64_t>(out.size()), static_cast<std::int64_t>(jobs.size()));
+  }
+  return out;
 }
 
 Cycle flopEstimateCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops, const topology::ChipSpec& chip) {
@@ -557,7 +644,8 @@ void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelP
 }
 
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress, int costedTp) {
+                                    const support::ProgressFn& progress, int costedTp,
+                                    const LayerCompileBatch& compile) {
   ModelProfile profile;
   profile.samples = std::max<std::int64_t>(1, samples);
   const int layerCount = std::max(1, graph.layerCount());
@@ -597,9 +685,31 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   const Bytes installBytes = Bytes{chip.mxmPlanes} * chip.mxmPlaneDim * chip.mxmPlaneDim;
   const auto memory = layerMemory(graph, layerCount);
   std::map<std::string, LayerEstimate> estimated;  // by layer signature
-  std::set<std::string> distinct;  // progress counts the distinct layers: the compiler's work
-  if (progress)
-    for (int l = 0; l < layerCount; ++l) distinct.insert(layerSignature(graph, ops[l]));
+  std::vector<std::string> signatures;
+  for (int l = 0; l < layerCount; ++l) signatures.push_back(layerSignature(graph, ops[l]));
+  // The compiles the walk below makes, in one batch: each distinct layer alone, and for a layer
+  // that may fit one chip (half its SRAM, as the piecewise estimate tells) its batch shares, its
+  // sends and its pairs with its neighbours, in case it compiles; the rest is compiled on the way.
+  LayerCycles compiled(chip);
+  {
+    std::set<std::string> seen;
+    auto mayFit = [&](int l) { return memory[l].weightBytes <= chip.sramBytes() / 2; };
+    for (int l = 0; l < layerCount; ++l) {
+      if (!seen.insert(signatures[l]).second) continue;
+      auto sub = layerGraph(graph, ops[l]);
+      if (!sub) continue;
+      if (mayFit(l)) planMeasure(compiled, *sub, signatures[l], chip, profile.samples, profile.layers[l].outBytes > 0);
+      compiled.plan(aloneKey(signatures[l], 1, 0), std::move(*sub), 0);
+    }
+    for (int l = 1; l < layerCount; ++l) {
+      if (!mayFit(l - 1) || !mayFit(l) || !seen.insert(pairKey(signatures[l - 1], signatures[l])).second) continue;
+      std::vector<ir::OpId> both = ops[l - 1];
+      both.insert(both.end(), ops[l].begin(), ops[l].end());
+      std::sort(both.begin(), both.end());
+      if (auto sub = layerGraph(graph, both)) compiled.plan(pairKey(signatures[l - 1], signatures[l]), std::move(*sub), 0);
+    }
+    compiled.run(compile, progress);
+  }
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
     double convFlops = 0, allFlops = 0;
@@ -645,7 +755,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     layer.outputSplit = weightMatmulIndex % 2 == 1;
 
     // Compute: the compiler's estimate for the layer alone, once per distinct layer.
-    const std::string signature = layerSignature(graph, ops[l]);
+    const std::string& signature = signatures[l];
     auto found = estimated.find(signature);
     if (found == estimated.end()) {
       LayerEstimate value;
@@ -653,13 +763,13 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (!sub) {
         value.error = sub.error().format();
       } else {
-        auto cycles = compileLayerAlone(*sub, chip, 0);
+        auto cycles = compiled.get(aloneKey(signature, 1, 0), *sub, 0);
         if (cycles) value.cycles = *cycles;
         else value.error = cycles.error().format();
-        if (value.error.empty()) measureLayer(*sub, chip, profile.samples, layer.outBytes > 0, value);
+        if (value.error.empty())
+          measureLayer(*sub, signature, chip, profile.samples, layer.outBytes > 0, compiled, value);
       }
       found = estimated.emplace(signature, value).first;
-      if (progress) progress(static_cast<std::int64_t>(estimated.size()), static_cast<std::int64_t>(distinct.size()));
     }
     if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
       // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).
@@ -689,7 +799,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     LayerProfile& prev = profile.layers[l - 1];
     LayerProfile& layer = profile.layers[l];
     if (prev.fallback || layer.fallback || prev.batchCycles.empty() || layer.batchCycles.empty()) continue;
-    const std::string signature = layerSignature(graph, ops[l - 1]) + "|" + layerSignature(graph, ops[l]);
+    const std::string signature = pairKey(signatures[l - 1], signatures[l]);
     auto found = pairs.find(signature);
     if (found == pairs.end()) {
       std::vector<ir::OpId> both = ops[l - 1];
@@ -697,7 +807,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       std::sort(both.begin(), both.end());
       Cycle overlap = 0;
       if (auto sub = layerGraph(graph, both))
-        if (auto cycles = compileLayerAlone(*sub, chip, 0))
+        if (auto cycles = compiled.get(signature, *sub, 0))
           overlap = std::clamp<Cycle>(prev.cycles + layer.cycles - *cycles, 0, std::min(prev.cycles, layer.cycles));
       found = pairs.emplace(signature, overlap).first;
     }

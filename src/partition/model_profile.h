@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -164,14 +165,32 @@ struct ModelProfile {
   int figuresUpTo = kWidestSplit;
 };
 
+/// One compile the profile asks of the compiler: a layer's graph (a share of its batch, or two
+/// consecutive layers) alone on one chip; with interval > 0 its outbound tensors leave over a link
+/// at one vector per `interval` cycles (compiledCycles).
+struct LayerCompile {
+  const ir::Graph* graph = nullptr;
+  int interval = 0;
+};
+/// Compiles a batch of layer graphs: element i is compiledCycles of job i; progress is told
+/// (done, share) after each compile. profileModel hands the same batch to it on every MPI rank, so
+/// an implementation may deal the jobs over the ranks.
+using LayerCompileBatch = std::function<std::vector<Expected<Cycle>>(
+    const topology::ChipSpec&, const std::vector<LayerCompile>&, const support::ProgressFn&)>;
+/// The batch compiled here, job after job.
+std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
+                                           const support::ProgressFn& progress = {});
+
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
-/// progress is told after each distinct layer is estimated (distinct layers done, distinct layers).
+/// The compiles of distinct layers, their batch shares and consecutive pairs go to `compile` as one
+/// batch (compileLayers when empty); progress is told (compiles done, compiles) as it reports.
 /// costedTp: the widest TP group a plan of the run is costed at. The sharding figures are computed
 /// at the widths up to it only (ModelProfile::figuresUpTo), and a layer too large for one chip has
 /// its rank's layer compiled (WidthFigures::rankCycles) at those widths.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress = {}, int costedTp = kWidestSplit);
+                                    const support::ProgressFn& progress = {}, int costedTp = kWidestSplit,
+                                    const LayerCompileBatch& compile = {});
 /// Adds the sharding figures at the widths above ModelProfile::figuresUpTo, up to kWidestSplit:
 /// their collectives, memory and FLOP share, no rank layer compiled (what the smallest fit needs).
 void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile);
@@ -180,8 +199,9 @@ void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelP
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 /// The ops as a graph of their own (inputs from other ops become graph inputs).
 Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
-/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident, nothing sent).
-Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip);
+/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident; with interval > 0
+/// its outbound tensors sent at one vector per `interval` cycles, else nothing sent).
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, int interval = 0);
 
 /// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
 /// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.

@@ -11,6 +11,7 @@
 #include "compile/frontend/builtin_models.h"
 #include "partition/plan_shards.h"
 #include "partition/training_cost.h"
+#include "runtime/shared_compile.h"
 
 namespace tsp::runtime {
 
@@ -116,9 +117,9 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
                                  filePlan ? filePlan->tp : 1});
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph),
                                          [&](std::int64_t done, std::int64_t total) {
-                                           progress.update(done, total, "distinct layers profiled");
+                                           progress.update(done, total, "layer compiles profiled");
                                          },
-                                         costedTp);
+                                         costedTp, sharedLayerCompiler(comm));
   if (!profile) return profile.error();
   if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;

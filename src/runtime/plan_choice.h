@@ -39,7 +39,8 @@ struct PlanChoice {
 
 /// The plan: from --plan FILE or the config's plan file, a fixed plan, or the search (plan: auto).
 /// The search's candidates are dealt over the ranks of comm; every rank gets the same choice.
-/// progress shows the distinct layers profiled, then the candidates evaluated. The ranks agree on
+/// The profile's layer compiles are dealt over the ranks too (sharedLayerCompiler).
+/// progress shows this rank's layer compiles, then the candidates evaluated. The ranks agree on
 /// `cancel` before gathering candidates; once they agreed to stop, nothing more is gathered.
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress);

@@ -128,6 +128,45 @@ TEST(CostModel, ConsecutiveLayersOfOneChipOverlapAsTheirPairCompiles) {
   }
 }
 
+// The profile's compiles go to a LayerCompileBatch in one batch ahead of its walk over the layers:
+// a batch that compiles its jobs in another order (as ranks dealt them would) gives the same
+// profile, and holds each distinct layer, its batch shares, its sends and each distinct pair once.
+TEST(CostModel, ProfileIsTheSameWhateverRunsItsCompileBatch) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto here = profileOf(g, c, 16);
+  std::vector<int> batchSizes;
+  const LayerCompileBatch reversed = [&](const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
+                                         const support::ProgressFn&) {
+    batchSizes.push_back(static_cast<int>(jobs.size()));
+    std::vector<Expected<Cycle>> out(jobs.size(), makeError(ExitCode::kInternal, "not compiled"));
+    for (size_t i = jobs.size(); i-- > 0;) out[i] = compiledCycles(*jobs[i].graph, chip, jobs[i].interval);
+    return out;
+  };
+  auto dealt = profileModel(g, c.chip(), 16, {}, kWidestSplit, reversed);
+  ASSERT_TRUE(dealt.ok()) << dealt.error().format();
+  // 3 distinct layers (the first reads the model's input, the last has no ReLU), each alone and at
+  // 1/2, 1/4, 1/8 and 1/16 of the batch, the two that send on with their sends; 3 distinct pairs.
+  std::vector<std::vector<ir::OpId>> ops(4);
+  for (size_t i = 0; i < g.ops().size(); ++i) ops.at(g.op(i).layer).push_back(static_cast<ir::OpId>(i));
+  std::set<std::string> distinct, pairs;
+  for (int l = 0; l < 4; ++l) distinct.insert(layerSignature(g, ops[l]));
+  for (int l = 1; l < 4; ++l) pairs.insert(layerSignature(g, ops[l - 1]) + "|" + layerSignature(g, ops[l]));
+  ASSERT_EQ(distinct.size(), 3u);
+  ASSERT_EQ(pairs.size(), 3u);
+  ASSERT_EQ(batchSizes, std::vector<int>({3 * (1 + 4) + 2 + 3}));
+  ASSERT_EQ(dealt->layers.size(), here.layers.size());
+  for (size_t l = 0; l < here.layers.size(); ++l) {
+    EXPECT_EQ(dealt->layers[l].cycles, here.layers[l].cycles);
+    EXPECT_EQ(dealt->layers[l].batchCycles, here.layers[l].batchCycles);
+    EXPECT_EQ(dealt->layers[l].overlapWithPrevious, here.layers[l].overlapWithPrevious);
+    EXPECT_EQ(dealt->layers[l].sendHiddenPerShare, here.layers[l].sendHiddenPerShare);
+    EXPECT_EQ(dealt->layers[l].installCycles, here.layers[l].installCycles);
+  }
+  EXPECT_GT(here.layers[1].overlapWithPrevious, 0);
+  EXPECT_GE(here.layers[0].sendHiddenPerShare, 0);
+}
+
 // A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
 // tiles; what stays at zero rows beyond the weight tiles (op latencies, pipeline fill) stays whole
 // on every rank.
