@@ -320,11 +320,29 @@ class ShardedScheduler {
                : chosen;
   }
 
+  // A collective reads its input from SRAM: one still in flight to its chip (a segment burst that a
+  // compute op there reads too, so bring left it on its way) is received once it has arrived whole,
+  // whatever port it arrives on, and the collective follows.
+  void receiveInputs(const std::vector<int>& wave, int j) {
+    std::map<std::pair<int, int>, Cycle> ports;
+    for (int d : wave) {
+      const int chip = work_.opChip[d][j];
+      const ir::TensorId in = work_.graphs[d].op(j).inputs.front();
+      const auto flight = inFlight_[d].find({in, chip});
+      if (flight == inFlight_[d].end() || placedOn_[d][in].count(chip)) continue;
+      const Cycle whole = std::max(flight->second.lastVector + 1, flight->second.released);
+      auto [it, added] = ports.try_emplace({chip, flight->second.port}, whole);
+      if (!added) it->second = std::max(it->second, whole);
+    }
+    receiveWaiting(ports);
+  }
+
   Status collective(const std::vector<int>& wave, int j) {
     // A collective's input made on another chip (a stage boundary just before it) travels first.
     std::vector<Needed> needed;
     for (int d : wave) needed.push_back({d, work_.graphs[d].op(j).inputs.front(), work_.opChip[d][j]});
     if (auto s = bring(needed); !s) return s;
+    receiveInputs(wave, j);
     // One instance per distinct member list among the wave's devices.
     std::set<std::vector<std::int64_t>> done;
     for (int d : wave) {
