@@ -360,12 +360,18 @@ TrainingChunks trainingChunks(const ModelProfile& profile, const Candidate& c, c
     out.comm[k] += forward + backward;
   }
   // A shared weight's partial gradient (the tied embedding's, from the head) goes back to the chunk
-  // of its first reader in the backward pass that makes it: each TP rank its share.
+  // of its first reader in the backward pass that makes it: each TP rank its share. The first
+  // reader's backward pass receives it from its port into SRAM at one vector a cycle.
   for (const SharedWeight& w : profile.sharedWeights) {
     const int first = stages.layerChunk[w.layers.front()];
     std::set<int> senders;
     for (int l : w.layers)
       if (stages.layerChunk[l] != first) senders.insert(stages.layerChunk[l]);
+    if (vectorBytes > 0) {
+      const double receive = static_cast<double>(senders.size()) * static_cast<double>(w.bytes) / c.tp / vectorBytes;
+      out.backward[first] += receive;
+      out.comm[first] += receive;
+    }
     for (int k : senders) {
       // The most of these messages on one link direction (the stage sends' contention without the figure).
       LinkFigures route = links.pp;

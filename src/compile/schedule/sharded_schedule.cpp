@@ -851,8 +851,10 @@ void receiveFlight(const topology::Cluster& cluster, ChipTimelines& timelines, i
   const auto dir = units[mem].slice >= units[c2c].slice ? isa::Direction::kEast : isa::Direction::kWest;
   const Cycle toMem = spec.c2cReceiveCycles + std::abs(units[mem].slice - units[c2c].slice);
   const std::int64_t depth = std::max(1, spec.addressesPerSlice);
-  // Cycles relative to the first burst's arrival; vector j of a burst arrives j x interval after its first.
-  const Cycle base = flight.arrivals.front();
+  // Cycles relative to the first cycle the receive can start (the first burst's arrival, or later
+  // when the chip is busy): vector j of a burst arrives j x interval after its first, and what has
+  // arrived by then waits on the port, read at one vector a cycle.
+  const Cycle base = std::max({flight.arrivals.front(), timelines.freeAt(chip), flight.released});
   isa::Program program;
   program.chipSpecHash = spec.hash();
   program.origins = {origin};
@@ -885,8 +887,7 @@ void receiveFlight(const topology::Cluster& cluster, ChipTimelines& timelines, i
   isa::canonicalize(program);
   for (const auto& inst : program.instructions)
     program.predictedCycles = std::max(program.predictedCycles, isa::completion(spec, inst));
-  const Cycle at = timelines.earliestStart(chip, timelines.footprint(program.instructions),
-                                           std::max({base, timelines.freeAt(chip), flight.released}));
+  const Cycle at = timelines.earliestStart(chip, timelines.footprint(program.instructions), base);
   timelines.append(chip, program, at);
 }
 
