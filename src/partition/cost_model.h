@@ -25,7 +25,8 @@ struct LinkFigures {
   /// Every two chips of each group joined by a direct link: the scheduler's direct exchange runs
   /// over all of them at once (a tensor-parallel group inside a node).
   bool direct = false;
-  /// When the scheduler runs the group's all-reduce hierarchically (whole dragonfly nodes): its
+  /// When the scheduler runs the group's all-reduce hierarchically (whole dragonfly nodes) or as a
+  /// multi-ring (the group is a whole ring, torus or mesh): its
   /// estimate (schedule::estimateCollectiveCycles) of the algorithm it picks at each of a few sizes
   /// per chip (bytes, cycles; ascending), the cost between them linear, beyond the last along the
   /// last segment; empty: none.

@@ -233,7 +233,9 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
   figures.tp = measure(ring, ringKinds);
   figures.tp.direct = tpDirect && !isGrid;
   if (tp > 1 && !isGrid) {
-    // A group the scheduler all-reduces hierarchically: the fit of its own estimate. Screening
+    // A group the scheduler all-reduces hierarchically, or as a multi-ring (a whole ring, torus or
+    // mesh: both directions at once, half the data each, which the closed-form ring does not
+    // charge): the fit of its own estimate. Screening
     // lets the first group stand for all; with every group measured, each stage gets its own
     // group's fit (replica 0's), and `tp` the first stage's.
     // The sizes: 1, 2, 4, ... 256 vectors (latency-bound: the tree or the hierarchy, whichever the
@@ -254,7 +256,8 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           f.fitPoints = found->second;
           return;
         }
-      if (schedule::chooseAlgorithm(op, chips, sizes.back(), cluster) != schedule::CollectiveAlgorithm::kHierarchical) {
+      const auto large = schedule::chooseAlgorithm(op, chips, sizes.back(), cluster);
+      if (large != schedule::CollectiveAlgorithm::kHierarchical && large != schedule::CollectiveAlgorithm::kMultiRing) {
         if (fits) (*fits)[chips] = {};
         return;
       }
