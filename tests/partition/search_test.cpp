@@ -16,6 +16,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "compile/frontend/builtin_models.h"
+#include "compile/schedule/collectives.h"
 #include "partition/plan_shards.h"
 #include "partition/stage_partition.h"
 #include "topology/cluster_config.h"
@@ -484,6 +485,28 @@ TEST(Placement, TensorGroupsTakeTightBlocksOfAMesh) {
   ASSERT_TRUE(placed.ok());
   const auto links = linkFigures(c, *placed, 4, 4, 1, 1, true);
   EXPECT_LE(links.tp.maxHops, 3);
+}
+
+TEST(Placement, WholeRingGroupIsChargedTheMultiRingTheSchedulerRuns) {
+  // A TP group of every chip of a ring: the scheduler all-reduces it as a multi-ring (both
+  // directions, half the data each); the cost model charges that, not a one-direction ring.
+  const auto c = cluster("{topology: {kind: ring, chips: 4}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  const std::vector<int> chips = {0, 1, 2, 3};
+  const std::int64_t bytes = 71680;
+  const auto op = schedule::CollectiveOp::kAllReduce;
+  ASSERT_EQ(schedule::chooseAlgorithm(op, chips, bytes, c), schedule::CollectiveAlgorithm::kMultiRing);
+  auto plan = schedule::planCollective(op, schedule::CollectiveAlgorithm::kMultiRing, chips, bytes, c);
+  ASSERT_TRUE(plan.ok());
+  auto scheduled = schedule::scheduleCollective(*plan, c, false);
+  ASSERT_TRUE(scheduled.ok());
+  const auto links = linkFigures(c, chips, 1, 4, 1, 1, true);
+  EXPECT_FALSE(links.tp.fitPoints.empty());
+  const double charged = allReduceCycles(4, static_cast<double>(bytes), links.tp);
+  const double cycles = static_cast<double>(scheduled->cycles);
+  EXPECT_NEAR(charged, cycles, 0.05 * cycles);
+  LinkFigures oneWay = links.tp;
+  oneWay.fitPoints.clear();
+  EXPECT_GT(allReduceCycles(4, static_cast<double>(bytes), oneWay), 1.3 * cycles);
 }
 
 TEST(Placement, DragonflyKeepsIdOrderAndReportsHops) {
