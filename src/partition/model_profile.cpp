@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -189,15 +190,25 @@ class LayerCycles {
   explicit LayerCycles(const topology::ChipSpec& chip) : chip_(chip) {}
 
   /// Asks for a compile in the batch; `graph` is kept until run().
-  void plan(const std::string& key, ir::Graph graph, int interval) {
+  void plan(const std::string& key, ir::Graph graph, int interval, std::vector<ir::OpId> shardOps = {}) {
     if (!planned_.insert(key).second || known_.count(key)) return;
     graphs_.push_back(std::move(graph));
     keys_.push_back(key);
-    jobs_.push_back({&graphs_.back(), interval});
+    jobs_.push_back({&graphs_.back(), interval, std::move(shardOps)});
+  }
+
+  /// Whether `key` was asked for already (its graph need not be built again).
+  bool planned(const std::string& key) const { return planned_.count(key) || known_.count(key); }
+
+  /// The compile under `key` when a batch had it, else null.
+  const Expected<Cycle>* find(const std::string& key) const {
+    auto found = known_.find(key);
+    return found == known_.end() ? nullptr : &found->second;
   }
 
   /// Compiles the batch asked for (by `compile`, or here).
   void run(const LayerCompileBatch& compile, const support::ProgressFn& progress) {
+    if (jobs_.empty()) return;
     auto results = compile ? compile(chip_, jobs_, progress) : compileLayers(chip_, jobs_, progress);
     for (size_t i = 0; i < keys_.size() && i < results.size(); ++i) known_.emplace(keys_[i], std::move(results[i]));
     graphs_.clear();
@@ -206,9 +217,11 @@ class LayerCycles {
   }
 
   /// The compile under `key`, compiled here from `graph` when the batch did not have it.
-  Expected<Cycle> get(const std::string& key, const ir::Graph& graph, int interval) {
+  Expected<Cycle> get(const std::string& key, const ir::Graph& graph, int interval,
+                      std::vector<ir::OpId> shardOps = {}) {
     auto found = known_.find(key);
-    if (found == known_.end()) found = known_.emplace(key, compileLayerAlone(graph, chip_, interval)).first;
+    if (found == known_.end())
+      found = known_.emplace(key, compileLayer(chip_, LayerCompile{&graph, interval, std::move(shardOps)})).first;
     return found->second;
   }
 
@@ -224,23 +237,35 @@ class LayerCycles {
 // A layer whose weights do not fit one chip, estimated by the compiler op by op: each op alone,
 // and an op whose weights exceed a quarter of the SRAM split by the sharding mechanism into k
 // chip-sized pieces (a matmul's weight by columns, a lookup table by rows; k the smallest power of
-// two that fits), one piece compiled (weight installation included) and counted k times. Errors
-// when an op cannot be lowered or split.
+// two that fits), one piece compiled (weight installation included) and counted k times. Each
+// compile goes through `cycles`, asked for in a batch ahead (plan) and read back (get), by one
+// walk over the ops. Errors when an op cannot be lowered or split.
 Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
-                                     const topology::ChipSpec& chip) {
+                                     const topology::ChipSpec& chip, LayerCycles& cycles, bool plan) {
   Cycle total = 0;
   const Bytes fits = chip.sramBytes() / 4;
+  // One compile, `times` over: planned (0 cycles) or read back.
+  auto count = [&](const std::string& key, ir::Graph sub, std::vector<ir::OpId> shardOps, int times) -> Expected<Cycle> {
+    if (plan) {
+      cycles.plan(key, std::move(sub), 0, std::move(shardOps));
+      return Cycle{0};
+    }
+    auto c = cycles.get(key, sub, 0, std::move(shardOps));
+    if (!c) return c.error();
+    return *c * times;
+  };
   for (ir::OpId id : ops) {
     auto single = layerGraph(graph, {id});
     if (!single) return single.error();
     const ir::Op& op = single->op(0);
+    const std::string signature = layerSignature(*single, {0});
     Bytes weights = 0;
     for (ir::TensorId t : op.inputs)
       if (single->tensor(t).role == ir::TensorRole::kWeight) weights += single->tensor(t).bytes();
     if (weights <= fits) {
-      auto cycles = compileLayerAlone(*single, chip, 0);
-      if (!cycles) return cycles.error();
-      total += *cycles;
+      auto c = count(fmt::format("op {}", signature), std::move(*single), {}, 1);
+      if (!c) return c.error();
+      total += *c;
       continue;
     }
     const bool lookup = op.kind == ir::OpKind::kGather && op.intAttr("axis", 0) == 0;
@@ -255,14 +280,16 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
     if (along % pieces != 0)
       return modelError(op.name, fmt::format("its weight ({} along the split) does not divide into {} pieces", along,
                                              pieces));
+    const std::string key = fmt::format("piece {}/{}", pieces, signature);
+    if (plan && cycles.planned(key)) continue;
     const Mesh mesh{{"piece"}, {pieces}};
     auto spec = TensorSharding::replicated(2);
     spec.dimAxis[lookup ? 0 : 1] = 0;
-    auto plan = propagateShardings(*single, mesh, {{w, spec}});
-    if (!plan) return plan.error();
-    auto devices = shardGraph(*single, *plan);
+    auto sharding = propagateShardings(*single, mesh, {{w, spec}});
+    if (!sharding) return sharding.error();
+    auto devices = shardGraph(*single, *sharding);
     if (!devices) return devices.error();
-    const ir::Graph& piece = devices->graphs.front();
+    ir::Graph& piece = devices->graphs.front();
     std::vector<ir::OpId> compute;
     for (size_t i = 0; i < piece.ops().size(); ++i) {
       const ir::OpKind kind = piece.op(i).kind;
@@ -270,9 +297,9 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
           kind != ir::OpKind::kAllToAll)
         compute.push_back(static_cast<ir::OpId>(i));
     }
-    auto compiled = schedule::compileShard(chip, piece, compute, lower::ShardInterface{}, schedule::Options{}.asShardOfMany());
-    if (!compiled) return compiled.error();
-    total += compiled->program.predictedCycles * pieces;
+    auto c = count(key, std::move(piece), std::move(compute), pieces);
+    if (!c) return c.error();
+    total += *c;
   }
   return total;
 }
@@ -408,7 +435,8 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
                                                                   const std::vector<ir::TensorId>& shared,
                                                                   std::vector<Bytes>& sharedRankBytes,
                                                                   const std::vector<bool>& piecewise,
-                                                                  std::map<std::string, Cycle>& rankLayerCycles) {
+                                                                  LayerCycles& rankRuns,
+                                                                  std::vector<std::vector<std::string>>& rankRunKeys) {
   sharedRankBytes.clear();
   for (ir::TensorId t : shared)
     sharedRankBytes.push_back(localBytes(graph.tensor(t), sharding.tensors[t], sharding.mesh));
@@ -472,30 +500,34 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
     if (layer.empty()) layer.emplace_back();
     layer.back().push_back(static_cast<ir::OpId>(i));
   }
+  // The runs are asked of `rankRuns` (once per distinct run) and their keys kept per layer in
+  // rankRunKeys; rankCycles is summed from them once the batch has compiled (rankLayerCycles).
+  rankRunKeys.assign(layerCount, {});
   for (int l = 0; l < layerCount; ++l) {
     if (l >= static_cast<int>(piecewise.size()) || !piecewise[l] ||
         memory[l].weightBytes + memory[l].stateBytes > chip.sramBytes() / 2)
       continue;
-    Cycle total = 0;
     for (const auto& run : runs[l]) {
       if (run.empty()) continue;
-      const std::string signature = layerSignature(*rank, run);
-      auto found = rankLayerCycles.find(signature);
-      if (found == rankLayerCycles.end()) {
-        Cycle cycles = 0;
-        if (auto sub = layerGraph(*rank, run))
-          if (auto compiled = compileLayerAlone(*sub, chip, 0)) cycles = *compiled;
-        found = rankLayerCycles.emplace(signature, cycles).first;
-      }
-      if (found->second <= 0) {  // a run the compiler cannot take alone: the FLOP share stands
-        total = 0;
-        break;
-      }
-      total += found->second;
+      const std::string key = aloneKey(layerSignature(*rank, run), 1, 0);
+      if (!rankRuns.planned(key))
+        if (auto sub = layerGraph(*rank, run)) rankRuns.plan(key, std::move(*sub), 0);
+      rankRunKeys[l].push_back(key);
     }
-    figures[l].rankCycles = total;
   }
   return figures;
+}
+
+// A layer's rank cycles from its runs' compiles: their sum, 0 when a run did not compile (the FLOP
+// share then stands) or the layer has no runs.
+Cycle rankLayerCycles(const LayerCycles& rankRuns, const std::vector<std::string>& keys) {
+  Cycle total = 0;
+  for (const std::string& key : keys) {
+    const auto* cycles = rankRuns.find(key);
+    if (!cycles || !*cycles || **cycles <= 0) return 0;
+    total += **cycles;
+  }
+  return total;
 }
 
 // The widths profileModel computes the sharding figures at: tp 2 and 2 x 2 (the fields without a
@@ -509,13 +541,15 @@ bool figuredFirst(int axis, int tp, int upTo) { return axis == 2 || tp <= upTo; 
 // only. The fields without a width (the tp = 2 and 2 x 2 figures) come along. False when Megatron's
 // sharding fails at tp = 2 (the layers then keep the graph-order pairing).
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
-                           const std::vector<ir::TensorId>& shared, int costedTp, bool wider) {
+                           const std::vector<ir::TensorId>& shared, int costedTp, bool wider,
+                           const LayerCompileBatch& compile = {}, const support::ProgressFn& progress = {}) {
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
     piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.empty() &&
                    profile.layers[l].weightBytes > chip.sramBytes() / 2;
-  std::map<std::string, Cycle> rankLayerCycles;
+  LayerCycles rankRuns(chip);
+  std::vector<std::tuple<TensorSplit, int, std::vector<std::vector<std::string>>>> rankRunKeys;
   bool megatron = false;
   for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d}) {
     for (int axis = 2; axis <= (split == TensorSplit::k2d ? 64 : kWidestSplit); axis *= 2) {
@@ -527,10 +561,12 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
                                     : Expected<ShardingPlan>(annotations.error());
       std::vector<Bytes> sharedRankBytes;
       const std::vector<bool> none;
+      std::vector<std::vector<std::string>> keys;
       auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes,
-                                                  tp <= costedTp ? piecewise : none, rankLayerCycles)
+                                                  tp <= costedTp ? piecewise : none, rankRuns, keys)
                                 : Expected<std::vector<LayerProfile::WidthFigures>>(propagated.error());
       if (!figures) continue;
+      rankRunKeys.emplace_back(split, tp, std::move(keys));
       for (int l = 0; l < layerCount; ++l)
         (split == TensorSplit::k2d ? profile.layers[l].gridAt : profile.layers[l].megatronAt)[tp] = (*figures)[l];
       for (size_t k = 0; k < shared.size(); ++k)
@@ -551,6 +587,14 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
         }
       }
       megatron = megatron || split == TensorSplit::kMegatron;
+    }
+  }
+  // The rank layers of every width in one batch.
+  rankRuns.run(compile, progress);
+  for (const auto& [split, tp, keys] : rankRunKeys) {
+    for (int l = 0; l < layerCount && l < static_cast<int>(keys.size()); ++l) {
+      LayerProfile& layer = profile.layers[l];
+      (split == TensorSplit::k2d ? layer.gridAt : layer.megatronAt)[tp].rankCycles = rankLayerCycles(rankRuns, keys[l]);
     }
   }
   return megatron;
@@ -592,12 +636,20 @@ Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec&
   return compileLayerAlone(layer, chip, interval);
 }
 
+Expected<Cycle> compileLayer(const topology::ChipSpec& chip, const LayerCompile& job) {
+  if (job.shardOps.empty()) return compileLayerAlone(*job.graph, chip, job.interval);
+  auto compiled = schedule::compileShard(chip, *job.graph, job.shardOps, lower::ShardInterface{},
+                                         schedule::Options{}.asShardOfMany());
+  if (!compiled) return compiled.error();
+  return compiled->program.predictedCycles;
+}
+
 std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
                                            const support::ProgressFn& progress) {
   std::vector<Expected<Cycle>> out;
   out.reserve(jobs.size());
   for (const auto& job : jobs) {
-    out.push_back(compileLayerAlone(*job.graph, chip, job.interval));
+    out.push_back(compileLayer(chip, job));
     if (progress) progress(static_cast<std::int64_t>(out.size()), static_cast<std::int64_t>(jobs.size()));
   }
   return out;
@@ -709,6 +761,15 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (auto sub = layerGraph(graph, both)) compiled.plan(pairKey(signatures[l - 1], signatures[l]), std::move(*sub), 0);
     }
     compiled.run(compile, progress);
+    // Then the pieces of each distinct layer too large for one chip (its compile alone failed).
+    seen.clear();
+    for (int l = 0; l < layerCount; ++l) {
+      if (memory[l].weightBytes <= chip.sramBytes() / 2 || !seen.insert(signatures[l]).second) continue;
+      const auto* alone = compiled.find(aloneKey(signatures[l], 1, 0));
+      if (alone && *alone) continue;
+      (void)piecewiseLayerCycles(graph, ops[l], chip, compiled, true);
+    }
+    compiled.run(compile, progress);
   }
   for (int l = 0; l < layerCount; ++l) {
     LayerProfile& layer = profile.layers[l];
@@ -773,7 +834,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
     }
     if (!found->second.error.empty() && layer.weightBytes > chip.sramBytes() / 2 && found->second.cycles == 0) {
       // Too large for one chip: op by op, in chip-sized pieces (once per distinct layer).
-      auto pieces = piecewiseLayerCycles(graph, ops[l], chip);
+      auto pieces = piecewiseLayerCycles(graph, ops[l], chip, compiled, false);
       found->second.cycles = pieces ? *pieces : -1;
       if (pieces) found->second.error.clear();
     }
@@ -818,7 +879,8 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   for (const auto& [t, layers] : shared)
     profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
   profile.figuresUpTo = costedTp;
-  if (profile.hasWeightMatmul && tensorParallelFigures(graph, chip, profile, leafTensors(shared), costedTp, false))
+  if (profile.hasWeightMatmul &&
+      tensorParallelFigures(graph, chip, profile, leafTensors(shared), costedTp, false, compile, progress))
     return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.

@@ -171,12 +171,17 @@ struct ModelProfile {
 struct LayerCompile {
   const ir::Graph* graph = nullptr;
   int interval = 0;
+  /// Non-empty: these ops of graph compiled as one shard of a plan of many, nothing sent (a chip-sized
+  /// piece of an op split for a layer too large for one chip); interval is then unused.
+  std::vector<ir::OpId> shardOps;
 };
 /// Compiles a batch of layer graphs: element i is compiledCycles of job i; progress is told
 /// (done, share) after each compile. profileModel hands the same batch to it on every MPI rank, so
 /// an implementation may deal the jobs over the ranks.
 using LayerCompileBatch = std::function<std::vector<Expected<Cycle>>(
     const topology::ChipSpec&, const std::vector<LayerCompile>&, const support::ProgressFn&)>;
+/// One job of a batch compiled here: its cycles.
+Expected<Cycle> compileLayer(const topology::ChipSpec& chip, const LayerCompile& job);
 /// The batch compiled here, job after job.
 std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
                                            const support::ProgressFn& progress = {});
@@ -184,7 +189,8 @@ std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const
 /// Builds the profile: compute cycles from schedule::estimateLayerCycles on each distinct layer;
 /// where the compiler cannot lower a layer yet, the FLOP-based estimate of docs/partitioning.md.
 /// The compiles of distinct layers, their batch shares and consecutive pairs go to `compile` as one
-/// batch (compileLayers when empty); progress is told (compiles done, compiles) as it reports.
+/// batch (compileLayers when empty), then those of the layers too large for one chip (their pieces),
+/// then their rank layers at each width; progress is told (compiles done, compiles) as it reports.
 /// costedTp: the widest TP group a plan of the run is costed at. The sharding figures are computed
 /// at the widths up to it only (ModelProfile::figuresUpTo), and a layer too large for one chip has
 /// its rank's layer compiled (WidthFigures::rankCycles) at those widths.

@@ -182,7 +182,7 @@ partition::LayerCompileBatch sharedLayerCompiler(MPI_Comm comm) {
     std::vector<std::int64_t> weights;
     for (const auto& job : jobs) weights.push_back(static_cast<std::int64_t>(job.graph->ops().size()));
     const auto bytes = runShared(
-        comm, weights, [&](size_t i) { return encodeCycles(partition::compiledCycles(*jobs[i].graph, chip, jobs[i].interval)); },
+        comm, weights, [&](size_t i) { return encodeCycles(partition::compileLayer(chip, jobs[i])); },
         progress);
     std::vector<Expected<Cycle>> out;
     out.reserve(bytes.size());

@@ -49,6 +49,17 @@ ModelProfile profileOf(const ir::Graph& g, const topology::Cluster& c, std::int6
   return *p;
 }
 
+// A LayerCompileBatch that compiles its jobs last to first (as ranks dealt them would, in another
+// order) and notes each batch's size.
+LayerCompileBatch reversedBatch(std::vector<int>& batchSizes) {
+  return [&batchSizes](const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs, const support::ProgressFn&) {
+    batchSizes.push_back(static_cast<int>(jobs.size()));
+    std::vector<Expected<Cycle>> out(jobs.size(), makeError(ExitCode::kInternal, "not compiled"));
+    for (size_t i = jobs.size(); i-- > 0;) out[i] = compileLayer(chip, jobs[i]);
+    return out;
+  };
+}
+
 // Links that cost almost nothing: 64 lanes at 10 Tb/s each, ~1 ns.
 const char* kFreeRing = "{topology: {kind: ring, chips: 16}, link: {lanes: 64, gbps_per_lane: 10000, latency_ns: 1.2}}";
 
@@ -137,13 +148,7 @@ TEST(CostModel, ProfileIsTheSameWhateverRunsItsCompileBatch) {
   const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
   const auto here = profileOf(g, c, 16);
   std::vector<int> batchSizes;
-  const LayerCompileBatch reversed = [&](const topology::ChipSpec& chip, const std::vector<LayerCompile>& jobs,
-                                         const support::ProgressFn&) {
-    batchSizes.push_back(static_cast<int>(jobs.size()));
-    std::vector<Expected<Cycle>> out(jobs.size(), makeError(ExitCode::kInternal, "not compiled"));
-    for (size_t i = jobs.size(); i-- > 0;) out[i] = compiledCycles(*jobs[i].graph, chip, jobs[i].interval);
-    return out;
-  };
+  const LayerCompileBatch reversed = reversedBatch(batchSizes);
   auto dealt = profileModel(g, c.chip(), 16, {}, kWidestSplit, reversed);
   ASSERT_TRUE(dealt.ok()) << dealt.error().format();
   // 3 distinct layers (the first reads the model's input, the last has no ReLU), each alone and at
@@ -166,6 +171,43 @@ TEST(CostModel, ProfileIsTheSameWhateverRunsItsCompileBatch) {
   }
   EXPECT_GT(here.layers[1].overlapWithPrevious, 0);
   EXPECT_GE(here.layers[0].sendHiddenPerShare, 0);
+}
+
+// A layer too large for one chip is compiled op by op in pieces, and at each width its rank's layer
+// once that fits: those compiles go to the LayerCompileBatch too (a batch of the pieces after the
+// layers', then one of the rank layers of every width), and a batch compiled in another order
+// gives the same profile.
+TEST(CostModel, PiecewiseAndRankLayerCompilesGoToTheBatch) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "1"}, {"hidden", "4096"}, {"heads", "32"}, {"kv_heads", "8"},
+                                 {"ffn", "11008"}, {"seq", "1"}, {"phase", "decode"}, {"context", "128"},
+                                 {"vocab", "512"}});
+  const int costedTp = 8;
+  auto here = profileModel(g, c.chip(), 1, {}, costedTp);
+  ASSERT_TRUE(here.ok()) << here.error().format();
+  std::vector<int> batchSizes;
+  const LayerCompileBatch reversed = reversedBatch(batchSizes);
+  auto dealt = profileModel(g, c.chip(), 1, {}, costedTp, reversed);
+  ASSERT_TRUE(dealt.ok()) << dealt.error().format();
+  EXPECT_GE(here->piecewiseLayers, 1);
+  ASSERT_EQ(batchSizes.size(), 3u);
+  EXPECT_GT(batchSizes[1], 0);
+  EXPECT_GT(batchSizes[2], 0);
+  ASSERT_EQ(dealt->layers.size(), here->layers.size());
+  int ranked = 0;
+  for (size_t l = 0; l < here->layers.size(); ++l) {
+    EXPECT_EQ(dealt->layers[l].cycles, here->layers[l].cycles);
+    for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d})
+      for (int tp : {2, 4, 8}) {
+        const auto* a = here->layers[l].figuresAt(split, tp);
+        const auto* b = dealt->layers[l].figuresAt(split, tp);
+        ASSERT_EQ(a == nullptr, b == nullptr);
+        if (!a) continue;
+        EXPECT_EQ(a->rankCycles, b->rankCycles) << "layer " << l << " tp " << tp;
+        ranked += a->rankCycles > 0;
+      }
+  }
+  EXPECT_GT(ranked, 0);
 }
 
 // A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
