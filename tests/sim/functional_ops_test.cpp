@@ -554,6 +554,12 @@ TEST(FunctionalOps, RoundingDepthOfAVeryLongChainDoesNotExhaustTheStack) {
   EXPECT_EQ(runtime::reductionLength(g, x, lengths), 4);
 }
 
+// The rows of `table` for t token ids given at run time (Gather on axis 0).
+ir::TensorId embed(ir::Graph& g, ir::TensorId table, std::int64_t t) {
+  return *g.addOp(OpKind::kGather, "embed", {table, g.addInput("ids", {t}, ir::DType::kI32)},
+                  {{"axis", std::int64_t{0}}}, 0);
+}
+
 TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
   // GPT-2's shape on a chip of 8 MEM slices: attention installs activations as MXM weights (the
   // keys transposed, V); once they are dead, a transposed embedding made on chip (a Transpose of a
@@ -568,8 +574,7 @@ TEST(FunctionalOps, SpaceOfWeightsMadeOnChipIsReusedAfterTheirInstalls) {
   const auto dt = ir::DType::kF16;
   const std::int64_t t = 64, d = 160, vocab = 1001;
   const auto table = g.addWeight("wte", {vocab, d}, dt);
-  const auto x = *g.addOp(OpKind::kGather, "embed", {table, g.addInput("ids", {t}, ir::DType::kI32)},
-                          {{"axis", std::int64_t{0}}}, 0);
+  const auto x = embed(g, table, t);
   const auto q = *g.addOp(OpKind::kMatMul, "q", {x, g.addWeight("wq", {d, d}, dt)}, 0);
   auto k = x;
   for (int i = 0; i < 4; ++i) {
@@ -598,8 +603,7 @@ TEST(FunctionalOps, TiedHeadInstallsTheEmbeddingTransposedWithoutACopy) {
   const auto dt = ir::DType::kF16;
   const std::int64_t t = 32, d = 160, vocab = 9000;
   const auto table = g.addWeight("wte", {vocab, d}, dt);
-  const auto x = *g.addOp(OpKind::kGather, "embed", {table, g.addInput("ids", {t}, ir::DType::kI32)},
-                          {{"axis", std::int64_t{0}}}, 0);
+  const auto x = embed(g, table, t);
   const auto h = *g.addOp(OpKind::kSigmoid, "h", {x}, 0);
   const auto head = *g.addOp(OpKind::kTranspose, "head_t", {table}, {{"perm", Ints{1, 0}}}, 0);
   g.markOutput(*g.addOp(OpKind::kMatMul, "logits", {h, head}, 0));
