@@ -167,6 +167,34 @@ def shapes(out):
          {"v": v}, {"y": (np.broadcast_to(v, (2, 3, 4)) + np.arange(1, 5, dtype=np.float32)).astype(np.float32)})
 
 
+def scatter_nd(out):
+    """ScatterND with constant indices: without a reduction on computed data and updates (a repeated row: the
+    last update wins), with add and mul (repeated rows combine), and on constant inputs (folded)."""
+    def reference(data, indices, updates, combine=None):
+        y = data.copy()
+        for u in np.ndindex(indices.shape[:-1]):
+            at = tuple(indices[u])
+            y[at] = updates[u] if combine is None else combine(y[at], updates[u])
+        return y
+    data, rows = f32(4, 3, 2), np.array([[1], [3], [1]], dtype=np.int64)
+    updates, cells = f32(3, 3, 2), np.array([[[0, 2], [3, 1]], [[2, 0], [0, 2]]], dtype=np.int64)
+    cell_updates = f32(2, 2, 2)
+    zeros = np.zeros((3, 2), dtype=np.float32)
+    folded_indices, folded_updates = np.array([[0, 1], [2, 0]], dtype=np.int64), np.array([5, 7], dtype=np.float32)
+    nodes = [const("rows", rows), const("cells", cells), const("zeros", zeros), const("fi", folded_indices),
+             const("fu", folded_updates),
+             helper.make_node("ScatterND", ["data", "rows", "updates"], ["replaced"], name="scatter"),
+             helper.make_node("ScatterND", ["data", "rows", "updates"], ["added"], name="scatter_add", reduction="add"),
+             helper.make_node("ScatterND", ["data", "cells", "cell_updates"], ["multiplied"], name="scatter_mul",
+                              reduction="mul"),
+             helper.make_node("ScatterND", ["zeros", "fi", "fu"], ["mask"], name="scatter_folded"),
+             helper.make_node("Add", ["data", "mask"], ["masked"], name="add_mask")]
+    mask = reference(zeros, folded_indices, folded_updates)
+    case(out, "scatternd", nodes, {"data": data, "updates": updates, "cell_updates": cell_updates},
+         {"replaced": reference(data, rows, updates), "added": reference(data, rows, updates, np.add),
+          "multiplied": reference(data, cells, cell_updates, np.multiply), "masked": data + mask})
+
+
 def einsum(out):
     a, b = f32(2, 3, 4), f32(2, 4, 5)
     q, k = f32(1, 2, 3, 4), f32(1, 2, 5, 4)
@@ -325,6 +353,7 @@ def main():
     clip(out)
     pad(out)
     shapes(out)
+    scatter_nd(out)
     einsum(out)
     norms(out)
     resize(out)

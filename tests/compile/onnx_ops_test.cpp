@@ -81,6 +81,8 @@ TEST_F(OnnxOps, TileTriluCumSumExpandRange) {
   for (const char* name : {"tile", "trilu", "cumsum", "expand_range"}) expectCaseMatches(dir_, name);
 }
 
+TEST_F(OnnxOps, ScatterNDFoldedOrBuiltFromConcatAndGather) { expectCaseMatches(dir_, "scatternd"); }
+
 TEST_F(OnnxOps, EinsumContractionsBecomeOneMatMul) {
   expectCaseMatches(dir_, "einsum");
   auto g = importOnnx(dir_ + "/einsum/model.onnx");

@@ -618,7 +618,7 @@ class Importer {
     static const std::map<std::string, int> kRequiredInputs = {
         {"MatMul", 2}, {"Gemm", 2}, {"Conv", 2}, {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2}, {"Pow", 2},
         {"Equal", 2}, {"Where", 3}, {"LayerNormalization", 2}, {"BatchNormalization", 5}, {"Reshape", 2},
-        {"Expand", 2}, {"Slice", 3}, {"Gather", 2}, {"Range", 3}};
+        {"Expand", 2}, {"Slice", 3}, {"Gather", 2}, {"Range", 3}, {"ScatterND", 3}};
     auto found = kRequiredInputs.find(node.op_type());
     const int required = found == kRequiredInputs.end() ? 1 : found->second;
     if (node.input_size() < required || node.input(0).empty())
@@ -798,6 +798,7 @@ class Importer {
       if (kind == OpKind::kLayerNormalization) return layerNormStatistics(node, nodeId, inputs, attrs, layer);
       return {};
     }
+    if (kind == OpKind::kScatterND) return scatterByGather(node, nodeId, inputs, attrs, layer);
     auto outs = graph_.addMultiOp(kind, nodeId, inputs, attrs, layer, outNames);
     if (!outs) return withOp(outs.error(), node);
     for (size_t i = 0; i < outs->size(); ++i)
@@ -855,12 +856,20 @@ class Importer {
     if (type == "Dropout") {
       auto x = inputOf(node, nodeId, 0);
       if (!x) return x.error();
-      if (node.output_size() > 1 && !node.output(1).empty())
-        return unsupported(node, nodeId, "the mask output is a training output, not supported");
-      if (hasInput(node, 2)) {  // training_mode: inference only
-        auto training = lookup(node.input(2));
-        if (!training || !graph_.tensor(*training).data || graph_.tensor(*training).data->front() != 0)
-          return unsupported(node, nodeId, "training_mode is not supported (inference only)");
+      // training_mode: inference only, unless the ratio is a constant 0, which drops nothing in training either
+      // (torchvision's Swin applies F.dropout(p=0.0) in training form).
+      auto constantIs = [&](int input, double value) {
+        auto id = lookup(node.input(input));
+        return id && graph_.tensor(*id).data && graph_.tensor(*id).elements() == 1 &&
+               graph_.tensor(*id).data->front() == value;
+      };
+      if (hasInput(node, 2) && !constantIs(2, 0.0) && !(hasInput(node, 1) && constantIs(1, 0.0)))
+        return unsupported(node, nodeId, "training_mode is not supported (inference only)");
+      if (node.output_size() > 1 && !node.output(1).empty()) {  // the mask keeps every element in inference
+        auto mask = emit(node, OpKind::kConstantOfShape, nodeId + "/mask", {},
+                         {{"shape", graph_.tensor(*x).shape}, {"value", 1.0}, {"dtype", std::string("bool")}}, layer,
+                         node.output(1));
+        if (!mask) return mask.error();
       }
       return alias(node, *x);
     }
@@ -1583,6 +1592,82 @@ class Importer {
     const Shape pads = view.intsAttr("pads", {});
     const bool padded = std::any_of(pads.begin(), pads.end(), [](std::int64_t p) { return p != 0; });
     return view.intAttr("ceil_mode", 0) != 0 || (padded && view.intAttr("count_include_pad", 0) == 0);
+  }
+
+  // ScatterND with constant indices and computed data or updates, as data movement the chip has: data and
+  // updates as rows ([M, S] and [U, S], S the elements below the index depth), then per output row a Gather
+  // of the row that ends there. Without a reduction that is data's row or the last update to it, taken
+  // from Concat(data, updates); with one, layer j gathers each row's j-th update (or a row of the
+  // reduction's identity) and combines it into data.
+  Status scatterByGather(const onnx::NodeProto& node, const std::string& nodeId, const std::vector<TensorId>& inputs,
+                         const ir::Attrs& attrs, int layer) {
+    auto types = ir::inferTypes(graph_, OpKind::kScatterND, nodeId, inputs, attrs);
+    if (!types) return withOp(types.error(), node);
+    const auto& indices = graph_.tensor(inputs[1]);
+    if (!indices.data)
+      return unsupported(node, nodeId, "indices computed at run time are not supported (they must be constants)");
+    const Shape data = graph_.tensor(inputs[0]).shape;
+    const DType dtype = graph_.tensor(inputs[0]).dtype;
+    const auto depth = static_cast<size_t>(indices.shape.back());
+    std::int64_t rows = 1, row = 1;
+    for (size_t a = 0; a < data.size(); ++a) (a < depth ? rows : row) *= data[a];
+    const std::int64_t updates = depth == 0 ? 0 : indices.elements() / static_cast<std::int64_t>(depth);
+    // hits[m]: the updates that land on row m, in order.
+    std::vector<std::vector<std::int64_t>> hits(static_cast<size_t>(rows));
+    for (std::int64_t u = 0; u < updates; ++u) {
+      std::int64_t target = 0;
+      for (size_t a = 0; a < depth; ++a) {
+        auto k = static_cast<std::int64_t>((*indices.data)[u * static_cast<std::int64_t>(depth) + static_cast<std::int64_t>(a)]);
+        if (k < 0) k += data[a];
+        if (k < 0 || k >= data[a])
+          return unsupported(node, nodeId, fmt::format("index {} of axis {} is out of range [0, {})", k, a, data[a]));
+        target = target * data[a] + k;
+      }
+      hits[static_cast<size_t>(target)].push_back(u);
+    }
+    auto reshape = [&](const std::string& name, TensorId x, Shape shape, const std::string& outName = "") {
+      return emit(node, OpKind::kReshape, nodeId + name, {x}, {{"shape", std::move(shape)}}, layer, outName);
+    };
+    auto data2 = reshape("/data_rows", inputs[0], {rows, row});
+    if (!data2) return data2.error();
+    auto updates2 = reshape("/update_rows", inputs[2], {updates, row});
+    if (!updates2) return updates2.error();
+    const std::string reduction = ir::Op{OpKind::kScatterND, "", {}, {}, attrs, 0}.stringAttr("reduction", "none");
+    auto gatherRows = [&](const std::string& name, TensorId source, std::vector<double> index) {
+      const TensorId at = constant(nodeId + name + "_index", {rows}, DType::kI32, std::move(index));
+      return emit(node, OpKind::kGather, nodeId + name, {source, at}, {{"axis", std::int64_t{0}}}, layer);
+    };
+    Expected<TensorId> result = *data2;
+    if (reduction == "none") {
+      auto source = emit(node, OpKind::kConcat, nodeId + "/rows", {*data2, *updates2}, {{"axis", std::int64_t{0}}}, layer);
+      if (!source) return source.error();
+      std::vector<double> index(static_cast<size_t>(rows));
+      for (std::int64_t m = 0; m < rows; ++m)
+        index[m] = static_cast<double>(hits[m].empty() ? m : rows + hits[m].back());
+      result = gatherRows("/gather", *source, std::move(index));
+    } else {
+      const double identity = reduction == "add" ? 0.0 : reduction == "mul" ? 1.0
+                              : reduction == "max" ? -std::numeric_limits<double>::infinity()
+                                                   : std::numeric_limits<double>::infinity();
+      const OpKind combine = reduction == "add" ? OpKind::kAdd : reduction == "mul" ? OpKind::kMul
+                             : reduction == "max" ? OpKind::kMax : OpKind::kMin;
+      const TensorId pad = constant(nodeId + "/identity_row", {1, row}, dtype,
+                                    std::vector<double>(static_cast<size_t>(row), identity));
+      auto source = emit(node, OpKind::kConcat, nodeId + "/rows", {*updates2, pad}, {{"axis", std::int64_t{0}}}, layer);
+      if (!source) return source.error();
+      size_t layers = 0;
+      for (const auto& h : hits) layers = std::max(layers, h.size());
+      for (size_t j = 0; j < layers && result; ++j) {
+        std::vector<double> index(static_cast<size_t>(rows));
+        for (std::int64_t m = 0; m < rows; ++m)
+          index[m] = static_cast<double>(j < hits[m].size() ? hits[m][j] : updates);
+        auto gathered = gatherRows(fmt::format("/gather{}", j), *source, std::move(index));
+        if (!gathered) return gathered.error();
+        result = emit(node, combine, fmt::format("{}/combine{}", nodeId, j), {*result, *gathered}, {}, layer);
+      }
+    }
+    if (!result) return result.error();
+    return statusOf(reshape("", *result, data, node.output(0)));
   }
 
   // Such a pool as the pool over the kernel's size on zeros padded to ceil_mode's extent (which the

@@ -38,7 +38,8 @@ constexpr std::array<const char*, static_cast<size_t>(OpKind::kCount)> kOpNames 
     "MaxPoolGrad", "AveragePoolGrad",
     "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Log", "Sin", "Cos", "Not", "Softplus",
     "LeakyRelu", "Elu", "HardSigmoid", "HardSwish",
-    "Min", "Max", "Mod", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or"};
+    "Min", "Max", "Mod", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or",
+    "ScatterND"};
 
 }  // namespace
 

@@ -55,6 +55,8 @@ enum class OpKind : std::uint8_t {
   kNeg, kAbs, kReciprocal, kFloor, kCeil, kLog, kSin, kCos, kNot, kSoftplus,
   kLeakyRelu, kElu, kHardSigmoid, kHardSwish,
   kMin, kMax, kMod, kLess, kGreater, kLessOrEqual, kGreaterOrEqual, kAnd, kOr,
+  // Data movement of imported models: rows of data replaced (or combined) at constant indices.
+  kScatterND,
   kCount  ///< number of kinds, not a kind
 };
 

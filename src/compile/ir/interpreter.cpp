@@ -638,6 +638,36 @@ Expected<std::vector<Value>> evaluateOp(OpKind kind, const std::string& name, co
         }
       return finish();
     }
+    case OpKind::kScatterND: {
+      // Rows of data (its first k axes, k the index depth) replaced or combined with rows of updates, in order.
+      const Value& idx = *in[1];
+      const Value& updates = *in[2];
+      const auto depth = static_cast<size_t>(idx.shape.back());
+      const std::int64_t row = product(x.shape, static_cast<std::int64_t>(depth));
+      const std::string reduction = op.stringAttr("reduction", "none");
+      y->data = x.data;
+      const std::int64_t rows = product(idx.shape, 0, static_cast<std::int64_t>(idx.shape.size()) - 1);
+      for (std::int64_t u = 0; u < rows; ++u) {
+        std::int64_t target = 0;
+        for (size_t a = 0; a < depth; ++a) {
+          std::int64_t k = asInt(idx.data[u * static_cast<std::int64_t>(depth) + static_cast<std::int64_t>(a)]);
+          if (k < 0) k += x.shape[a];
+          if (k < 0 || k >= x.shape[a])
+            return modelError(name, fmt::format("ScatterND index {} of axis {} is out of range [0, {})", k, a,
+                                                x.shape[a]));
+          target = target * x.shape[a] + k;
+        }
+        for (std::int64_t i = 0; i < row; ++i) {
+          double& to = y->data[target * row + i];
+          const double v = updates.data[u * row + i];
+          to = reduction == "add" ? binaryOp(OpKind::kAdd, to, v, x.dtype)
+               : reduction == "mul" ? binaryOp(OpKind::kMul, to, v, x.dtype)
+               : reduction == "max" ? std::max(to, v)
+               : reduction == "min" ? std::min(to, v) : v;
+        }
+      }
+      return finish();
+    }
     case OpKind::kShape: {
       const auto rank = static_cast<std::int64_t>(x.shape.size());
       std::int64_t start = op.intAttr("start", 0);

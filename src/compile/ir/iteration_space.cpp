@@ -368,7 +368,7 @@ Expected<IterationSpace> iterationSpace(const Graph& graph, const Op& op) {
     }
     case OpKind::kShape: case OpKind::kConstantOfShape: case OpKind::kRange: case OpKind::kAllReduce:
     case OpKind::kAllGather: case OpKind::kReduceScatter: case OpKind::kAllToAll: case OpKind::kSend:
-    case OpKind::kRecv: {
+    case OpKind::kRecv: case OpKind::kScatterND: {
       // Shape computations and communication: per-chip loops over their result, never split again.
       if (!op.outputs.empty()) {
         const auto dims = outputDims(b, out);

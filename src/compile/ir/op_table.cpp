@@ -210,6 +210,9 @@ std::vector<OpDefinition> makeTable() {
       binary(K::kGreaterOrEqual, "GreaterOrEqual", greaterOrEqual, false, kNotDifferentiable, S::kCompare),
       binary(K::kAnd, "And", andOf, false, kNotDifferentiable, S::kCompare),
       binary(K::kOr, "Or", orOf, false, kNotDifferentiable, S::kCompare),
+      own(K::kScatterND, "ScatterND", "ScatterND", nullptr, false, kNoGradientYet, L::kNone,
+          "folded to a constant at import when its inputs are constants; with constant indices and computed data "
+          "or updates the importer builds Concat, Gather and Reshape (and Add, Mul, Max or Min for a reduction)"),
   };
   return t;
 }
@@ -262,7 +265,7 @@ const std::vector<OnnxComposition>& onnxCompositions() {
       {"Resize", "Gather of constant indices per resized axis (nearest), and two (linear) or four (cubic) Gathers "
                  "weighted by constant factors and added"},
       {"Sum", "a chain of Add (Identity for one input); Min and Max of more than two inputs likewise"},
-      {"Dropout", "Identity (inference; training_mode must be a constant false)"},
+      {"Dropout", "Identity (inference; training_mode must be a constant false), and a constant true mask"},
       {"Mean", "a chain of Add times a constant 1 / n"},
       {"Size", "a constant (the input's element count)"},
       {"CastLike", "Cast to the second input's type"},

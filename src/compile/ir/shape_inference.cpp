@@ -378,6 +378,24 @@ Expected<std::vector<TensorType>> inferOpTypes(const Graph& graph, OpKind kind, 
       out.insert(out.end(), data.begin() + *axis + 1, data.end());
       return one(out, typeOf(0));
     }
+    case OpKind::kScatterND: {
+      if (auto s = need(3, 3); !s) return s.error();
+      const Shape& data = shapeOf(0);
+      const Shape& idx = shapeOf(1);
+      if (isFloat(typeOf(1))) return modelError(name, "ScatterND indices must be integers");
+      const std::string reduction = at.text("reduction", "none");
+      if (reduction != "none" && reduction != "add" && reduction != "mul" && reduction != "max" && reduction != "min")
+        return modelError(name, fmt::format("ScatterND reduction '{}' is not none, add, mul, max or min", reduction));
+      if (data.empty() || idx.empty() || idx.back() > static_cast<std::int64_t>(data.size()))
+        return modelError(name, fmt::format("ScatterND indices {} do not index data {} (the last dimension is the "
+                                            "index depth, at most the data's rank)", shapeText(idx), shapeText(data)));
+      Shape updates(idx.begin(), idx.end() - 1);
+      updates.insert(updates.end(), data.begin() + idx.back(), data.end());
+      if (shapeOf(2) != updates || typeOf(2) != typeOf(0))
+        return modelError(name, fmt::format("ScatterND updates must have the data's dtype and shape {}, got {}",
+                                            shapeText(updates), shapeText(shapeOf(2))));
+      return one(data, typeOf(0));
+    }
     case OpKind::kUnsqueeze: {
       if (auto s = need(1, 1); !s) return s.error();
       const Shape axes = at.ints("axes");

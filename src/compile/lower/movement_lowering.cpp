@@ -390,12 +390,15 @@ int Lowering::elementMap(const ir::Op& op, ir::TensorId out) {
 }
 
 int Lowering::broadcastMap(ir::TensorId in, ir::TensorId out) {
-  // Numpy's right-aligned broadcast, as Expand's map: a source axis of one reads coordinate 0.
+  // Numpy's right-aligned broadcast, as Expand's map: a source axis of one reads coordinate 0. The map's
+  // vectors hold the source's elements: of another width than the output's, they line up with its lanes
+  // when a row of the output fits one vector at either width (an FP32 attention mask on FP16 scores).
   const auto& inShape = graph_.tensor(in).shape;
   const auto& outShape = graph_.tensor(out).shape;
   const auto shift = static_cast<std::int64_t>(outShape.size()) - static_cast<std::int64_t>(inShape.size());
+  const int inBytes = ir::dtypeBytes(graph_.tensor(in).dtype), outBytes = ir::dtypeBytes(graph_.tensor(out).dtype);
   if (shift < 0 || inShape.empty() || !tensors_.count(in) ||
-      ir::dtypeBytes(graph_.tensor(in).dtype) != ir::dtypeBytes(graph_.tensor(out).dtype))
+      (inBytes != outBytes && storageCols(out) * std::max(inBytes, outBytes) > chip_.vectorBytes))
     return -1;
   isa::ElementMap map;
   map.sources = {graph_.tensor(in).name};
