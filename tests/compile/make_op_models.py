@@ -193,6 +193,16 @@ def scatter_nd(out):
     case(out, "scatternd", nodes, {"data": data, "updates": updates, "cell_updates": cell_updates},
          {"replaced": reference(data, rows, updates), "added": reference(data, rows, updates, np.add),
           "multiplied": reference(data, cells, cell_updates, np.multiply), "masked": data + mask})
+    # Dropout in training form with ratio 0 (torchvision's Swin: F.dropout(p=0.0)) keeps every element.
+    x = f32(2, 5)
+    case(out, "dropout_zero_ratio", [const("ratio", np.float32(0)), const("training", np.array(True)),
+                                     helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "kept"], name="dropout"),
+                                     helper.make_node("Neg", ["x"], ["negated"], name="neg"),
+                                     helper.make_node("Where", ["kept", "y", "negated"], ["z"], name="where")],
+         {"x": x}, {"z": x})
+    # Refused: indices computed at run time (a graph input).
+    case(out, "scatternd_input_indices", [helper.make_node("ScatterND", ["data", "at", "updates"], ["y"], name="at_run_time")],
+         {"data": data, "at": rows, "updates": updates}, {"y": reference(data, rows, updates)}, refused=True)
 
 
 def einsum(out):

@@ -81,7 +81,15 @@ TEST_F(OnnxOps, TileTriluCumSumExpandRange) {
   for (const char* name : {"tile", "trilu", "cumsum", "expand_range"}) expectCaseMatches(dir_, name);
 }
 
-TEST_F(OnnxOps, ScatterNDFoldedOrBuiltFromConcatAndGather) { expectCaseMatches(dir_, "scatternd"); }
+TEST_F(OnnxOps, ScatterNDFoldedOrBuiltFromConcatAndGatherAndDropoutOfRatioZero) {
+  expectCaseMatches(dir_, "scatternd");
+  expectCaseMatches(dir_, "dropout_zero_ratio");
+  auto g = importOnnx(dir_ + "/scatternd_input_indices/model.onnx");
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code, ExitCode::kModel);
+  EXPECT_EQ(g.error().format(), "node 'at_run_time': ScatterND (opset 17): indices computed at run time are not "
+                                "supported (they must be constants)");
+}
 
 TEST_F(OnnxOps, EinsumContractionsBecomeOneMatMul) {
   expectCaseMatches(dir_, "einsum");
