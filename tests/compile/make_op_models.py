@@ -193,6 +193,14 @@ def scatter_nd(out):
     case(out, "scatternd", nodes, {"data": data, "updates": updates, "cell_updates": cell_updates},
          {"replaced": reference(data, rows, updates), "added": reference(data, rows, updates, np.add),
           "multiplied": reference(data, cells, cell_updates, np.multiply), "masked": data + mask})
+    # Swin-T's form: an FP32 mask folded from ScatterND, added to scores over a broadcast axis between kept ones
+    # (on the chip an SXM element map of another element width than the FP16 output's).
+    scores, window_mask = f32(2, 3, 4, 5), np.zeros((2, 1, 4, 5), dtype=np.float32)
+    mask_at, mask_rows = np.array([[0, 0, 1], [1, 0, 3]], dtype=np.int64), np.full((2, 5), -100, dtype=np.float32)
+    case(out, "scatternd_mask", [const("window_mask", window_mask), const("mask_at", mask_at), const("mask_rows", mask_rows),
+                                 helper.make_node("ScatterND", ["window_mask", "mask_at", "mask_rows"], ["mask"], name="mask"),
+                                 helper.make_node("Add", ["scores", "mask"], ["y"], name="add_mask")],
+         {"scores": scores}, {"y": scores + reference(window_mask, mask_at, mask_rows)})
     # Dropout in training form with ratio 0 (torchvision's Swin: F.dropout(p=0.0)) keeps every element.
     x = f32(2, 5)
     case(out, "dropout_zero_ratio", [const("ratio", np.float32(0)), const("training", np.array(True)),

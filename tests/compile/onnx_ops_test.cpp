@@ -83,6 +83,7 @@ TEST_F(OnnxOps, TileTriluCumSumExpandRange) {
 
 TEST_F(OnnxOps, ScatterNDFoldedOrBuiltFromConcatAndGatherAndDropoutOfRatioZero) {
   expectCaseMatches(dir_, "scatternd");
+  expectCaseMatches(dir_, "scatternd_mask");
   expectCaseMatches(dir_, "dropout_zero_ratio");
   auto g = importOnnx(dir_ + "/scatternd_input_indices/model.onnx");
   ASSERT_FALSE(g.ok());
