@@ -213,6 +213,34 @@ TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   EXPECT_EQ(large->steps.size(), 1u + 1u + 288u + 1u + 1u);
 }
 
+// Above the racks each rack position rings over the racks at its own stride, every step over one
+// of the links joining the two racks and no directed link in two rings: on the 145-rack system the
+// positions whose own system links reach the racks at a stride coprime to 145 ring one hop a step.
+TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
+  const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
+  auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(system), 64 << 20, system);
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ(plan->steps.size(), 1u + 1u + 288u + 1u + 1u);
+  const auto& top = plan->steps[2];
+  ASSERT_EQ(top.size(), 10440u);
+  std::map<std::pair<int, int>, int> rings;  // directed link -> messages of the step crossing it
+  int oneHop = 0;
+  for (const auto& m : top) {
+    ASSERT_GE(m.link, 0);
+    EXPECT_NE(m.src / 72, m.dst / 72);
+    EXPECT_EQ(m.src % 72, m.dst % 72);
+    const auto route = messageRoute(system, m);
+    for (const auto& hop : route)
+      if (hop.link == m.link) ++rings[{hop.link, hop.chip}];
+    oneHop += route.size() == 1;
+  }
+  for (const auto& [key, count] : rings) EXPECT_EQ(count, 1) << "link " << key.first;
+  // Position q's own links join racks q + 1 apart (docs/config.md's circulant); 145 = 5 x 29 leaves
+  // the 56 positions with q + 1 prime to both.
+  EXPECT_EQ(oneHop, 56 * 145);
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[3][i].link, top[i].link);  // the same links every step
+}
+
 // The rack level of a GroqRack crosses every one of the 4 links joining each pair of nodes, each
 // carrying the same share, and routes at most 2 hops (the link, then a node link to the owner).
 TEST(Collectives, HierarchicalRackLevelSpreadsOverEveryJoiningLink) {

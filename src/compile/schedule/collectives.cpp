@@ -292,6 +292,121 @@ std::optional<LinkedLevel> linkedLevel(const topology::Cluster& cluster, const s
   return level;
 }
 
+// A ring whose step from chips[i] to chips[i + 1] crosses links[i] (-1: the cluster's route).
+struct LinkedRing {
+  std::vector<int> chips;
+  std::vector<int> links;
+};
+
+// The links joining each pair of racks of a dragonfly, and the choice of one for a message between
+// two racks: the least used so far in the message's direction, then the fewest hops to and from it.
+class RackLinks {
+ public:
+  explicit RackLinks(const topology::Cluster& cluster)
+      : cluster_(cluster),
+        perRack_(cluster.description().chipsPerNode * cluster.description().nodesPerRack),
+        racks_(cluster.description().racks),
+        used_(cluster.links().size() * 2, 0) {
+    for (const auto& link : cluster.links()) {
+      const int ra = link.a / perRack_, rb = link.b / perRack_;
+      if (ra != rb) joining_[pairKey(ra, rb)].push_back(link.id);
+    }
+  }
+  struct Choice {
+    int link = -1, key = -1, load = 0, hops = 0;  ///< key: the directed link (link * 2 + direction)
+  };
+  /// The link a message from chip a to chip b should cross (link -1 when they share a rack or no link joins their racks).
+  Choice choose(int a, int b) const {
+    Choice best;
+    const int ra = a / perRack_, rb = b / perRack_;
+    if (ra == rb) return best;
+    const auto it = joining_.find(pairKey(ra, rb));
+    if (it == joining_.end()) return best;
+    for (int id : it->second) {
+      const auto& link = cluster_.links()[id];
+      const int near = link.a / perRack_ == ra ? link.a : link.b;
+      Choice c{id, id * 2 + (near == link.a ? 0 : 1), 0, 0};
+      c.load = used_[c.key];
+      c.hops = cluster_.hops(a, near) + cluster_.hops(link.other(near), b);
+      if (best.link < 0 || std::tie(c.load, c.hops) < std::tie(best.load, best.hops)) best = c;
+    }
+    return best;
+  }
+  void use(const Choice& c) {
+    if (c.key >= 0) ++used_[c.key];
+  }
+  /// Every message of a step between racks crosses its chosen link, each choice counted for the next.
+  void spread(std::vector<CollectiveMessage>& step) {
+    for (auto& m : step) {
+      const Choice c = choose(m.src, m.dst);
+      m.link = c.link;
+      use(c);
+    }
+  }
+  void clear() { std::fill(used_.begin(), used_.end(), 0); }
+
+ private:
+  std::int64_t pairKey(int ra, int rb) const { return std::int64_t{std::min(ra, rb)} * racks_ + std::max(ra, rb); }
+  const topology::Cluster& cluster_;
+  int perRack_, racks_;
+  std::unordered_map<std::int64_t, std::vector<int>> joining_;  // rack pair (lower, higher) -> links
+  std::vector<int> used_;  // directed link -> messages crossing it
+};
+
+// The top level of a hierarchical collective, one ring per group of chips in different racks (the
+// racks' chips at one rack position): the minimal routes between two racks all cross the few links
+// joining them, so every group's ring would queue on the same links. Instead each group visits its
+// racks at a stride coprime to their count, every step over one of the links joining the two racks:
+// per group the stride whose steps' links are the least used by the groups before it (then the fewest
+// hops to and from the link), a link being used once per direction. On a whole dragonfly system
+// (circulant rack links) each rack position has links of its own to the racks at some offset, so most
+// groups ring over their own links, one hop a step.
+std::vector<LinkedRing> spreadRackRings(const topology::Cluster& cluster, const std::vector<std::vector<int>>& groups) {
+  RackLinks rackLinks(cluster);
+  std::vector<LinkedRing> rings;
+  for (const auto& g : groups) {
+    const int p = static_cast<int>(g.size());
+    LinkedRing bestRing;
+    std::pair<int, std::int64_t> bestCost{0, 0};
+    std::vector<RackLinks::Choice> bestChoices;
+    for (int stride = 1; stride < std::max(p, 2); ++stride) {
+      if (std::gcd(stride, p) != 1) continue;
+      LinkedRing ring;
+      std::vector<RackLinks::Choice> choices;
+      std::pair<int, std::int64_t> cost{0, 0};
+      for (int i = 0; i < p; ++i) ring.chips.push_back(g[static_cast<size_t>(i) * stride % p]);
+      for (int i = 0; i < p && p > 1; ++i) {
+        choices.push_back(rackLinks.choose(ring.chips[i], ring.chips[(i + 1) % p]));
+        ring.links.push_back(choices.back().link);
+        cost = {std::max(cost.first, choices.back().load), cost.second + choices.back().hops};
+      }
+      if (bestRing.chips.empty() || cost < bestCost) {
+        bestRing = std::move(ring);
+        bestCost = cost;
+        bestChoices = std::move(choices);
+      }
+      if (bestCost == std::pair<int, std::int64_t>{0, 0}) break;  // unused links, one hop a step
+    }
+    for (const auto& c : bestChoices) rackLinks.use(c);
+    rings.push_back(std::move(bestRing));
+  }
+  return rings;
+}
+
+// Messages of p-1 ring steps on every linked ring at once, `vectors` per message.
+void addLinkedRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<LinkedRing>& rings,
+                        std::int64_t vectors, bool reduce) {
+  size_t longest = 0;
+  for (const auto& r : rings) longest = std::max(longest, r.chips.size());
+  for (size_t s = 1; s < longest; ++s) {
+    std::vector<CollectiveMessage> step;
+    for (const auto& [ring, links] : rings)
+      for (size_t i = 0; s < ring.size() && i < ring.size(); ++i)
+        step.push_back({ring[i], ring[(i + 1) % ring.size()], vectors, reduce, links[i]});
+    steps.push_back(std::move(step));
+  }
+}
+
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
   return groupSize >= 4 && ceilDiv(share, groupSize) < kTopRingMinChunkVectors;
 }
@@ -680,19 +795,35 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       // A level whose groups are fully connected (a node) exchanges over all its links at once; a
       // level of small groups over multi-hop routes (a rack) exchanges when the estimate says so
       // (its routes' contention included), and rings otherwise.
-      auto levelSteps = [&](const std::vector<std::vector<int>>& groups, std::int64_t c, bool reduce) {
+      // A level of groups over racks may also run the rings spread over the links joining the racks
+      // (`spread`), when the estimate says so: on a few racks of a larger system the cluster's routes,
+      // some through third racks, cross more links than join the racks directly.
+      auto levelSteps = [&](const std::vector<std::vector<int>>& groups, std::int64_t c, bool reduce,
+                            const std::vector<LinkedRing>* spread = nullptr) {
         bool adjacent = true;
         for (const auto& group : groups)
           for (size_t a = 0; adjacent && a < group.size(); ++a)
             for (size_t b = 0; adjacent && b < group.size(); ++b)
               adjacent = a == b || cluster.hops(group[a], group[b]) == 1;
-        CollectivePlan ring, exchange;
+        if (adjacent) {
+          addExchangeStep(steps, groups, c, reduce);
+          return;
+        }
+        CollectivePlan ring, exchange, spreadRing;
         addRingSteps(ring.steps, groups, c, reduce);
-        if (!adjacent && groups.front().size() <= kExchangeMaxGroup) addExchangeStep(exchange.steps, groups, c, reduce);
-        const bool exchanges = adjacent || (!exchange.steps.empty() && estimateCollectiveCycles(exchange, cluster) <
-                                                                           estimateCollectiveCycles(ring, cluster));
-        if (exchanges) addExchangeStep(steps, groups, c, reduce);
-        else steps.insert(steps.end(), ring.steps.begin(), ring.steps.end());
+        if (groups.front().size() <= kExchangeMaxGroup) addExchangeStep(exchange.steps, groups, c, reduce);
+        if (spread != nullptr) addLinkedRingSteps(spreadRing.steps, *spread, c, reduce);
+        CollectivePlan* best = &ring;
+        double bestCycles = estimateCollectiveCycles(ring, cluster);
+        for (CollectivePlan* other : {&exchange, &spreadRing}) {
+          if (other->steps.empty()) continue;
+          const double cycles = estimateCollectiveCycles(*other, cluster);
+          if (cycles < bestCycles) {
+            best = other;
+            bestCycles = cycles;
+          }
+        }
+        steps.insert(steps.end(), std::make_move_iterator(best->steps.begin()), std::make_move_iterator(best->steps.end()));
       };
       // Nodes pairwise linked at level 1 (a rack): the node level reduce-scatters to each chip the
       // sub-pieces its links carry, which then cross on every joining link at once; levels 0 and 1
@@ -756,10 +887,32 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         const auto topGroups = ringsOf(levels.size() - 1);
         if (op == CollectiveOp::kAllReduce && topLevelPrefersTree(levels.back(), share)) {
           // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
-          addTreeSteps(steps, topGroups, share, true);
+          // Above whole racks, each group's tree may run in its spread ring's order, every message over
+          // the least used link joining its racks (the estimate decides).
+          CollectivePlan plain, spread;
+          addTreeSteps(plain.steps, topGroups, share, true);
+          if (linked && cluster.description().racks > 1) {
+            std::vector<std::vector<int>> orders;
+            for (auto& ring : spreadRackRings(cluster, topGroups)) orders.push_back(std::move(ring.chips));
+            addTreeSteps(spread.steps, orders, share, true);
+            RackLinks rackLinks(cluster);
+            for (auto& step : spread.steps) {
+              rackLinks.clear();
+              rackLinks.spread(step);
+            }
+          }
+          auto& tree = !spread.steps.empty() && estimateCollectiveCycles(spread, cluster) <
+                                                    estimateCollectiveCycles(plain, cluster)
+                           ? spread
+                           : plain;
+          steps.insert(steps.end(), std::make_move_iterator(tree.steps.begin()), std::make_move_iterator(tree.steps.end()));
         } else {
-          if (reduces) levelSteps(topGroups, top, true);
-          if (gathers) levelSteps(topGroups, top, false);
+          // Above whole racks, the rings may spread over the links joining the racks (spreadRackRings).
+          std::vector<LinkedRing> spread;
+          if (linked && cluster.description().racks > 1) spread = spreadRackRings(cluster, topGroups);
+          const auto* rings = spread.empty() ? nullptr : &spread;
+          if (reduces) levelSteps(topGroups, top, true, rings);
+          if (gathers) levelSteps(topGroups, top, false, rings);
         }
       }
       for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
