@@ -207,10 +207,11 @@ TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   EXPECT_EQ(small->steps[2].size(), 72u * 72u);  // the tree's first step: 72 messages in each of 72 groups
   EXPECT_TRUE(small->steps[2][0].reduce);
   EXPECT_FALSE(small->steps[10][0].reduce);  // the tree's first broadcast step
-  // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145, 2 x 144 steps.
+  // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145, 2 x 144
+  // steps, between node and rack levels run in two halves that overlap (3 steps each way).
   auto large = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 64 << 20, system);
   ASSERT_TRUE(large.ok());
-  EXPECT_EQ(large->steps.size(), 1u + 1u + 288u + 1u + 1u);
+  EXPECT_EQ(large->steps.size(), 3u + 288u + 3u);
 }
 
 // Above the racks each rack position rings over the racks at its own stride, every step over one
@@ -220,8 +221,8 @@ TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(system), 64 << 20, system);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->steps.size(), 1u + 1u + 288u + 1u + 1u);
-  const auto& top = plan->steps[2];
+  ASSERT_EQ(plan->steps.size(), 3u + 288u + 3u);
+  const auto& top = plan->steps[3];
   ASSERT_EQ(top.size(), 10440u);
   std::map<std::pair<int, int>, int> rings;  // directed link -> messages of the step crossing it
   int oneHop = 0;
@@ -238,7 +239,7 @@ TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   // Position q's own links join racks q + 1 apart (docs/config.md's circulant); 145 = 5 x 29 leaves
   // the 56 positions with q + 1 prime to both.
   EXPECT_EQ(oneHop, 56 * 145);
-  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[3][i].link, top[i].link);  // the same links every step
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[4][i].link, top[i].link);  // the same links every step
 }
 
 // The rack level of a GroqRack crosses every one of the 4 links joining each pair of nodes, each

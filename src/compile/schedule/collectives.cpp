@@ -221,6 +221,10 @@ void addTreeSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std:
 // (docs/validation.md). Below this chunk the top level runs a binomial tree.
 constexpr std::int64_t kTopRingMinChunkVectors = 8;
 
+// Sub-pieces from which a hierarchical all-reduce with levels above the rack halves them to overlap
+// its node and rack levels (at 20 cycles a vector, half of them outweigh the extra step's latency).
+constexpr std::int64_t kHalvesMinPieceVectors = 128;
+
 // Hierarchical levels over multi-hop routes exchange only in groups up to this size (an exchange
 // makes p(p-1) messages per group).
 constexpr size_t kExchangeMaxGroup = 16;
@@ -852,27 +856,33 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       };
       auto nodeStep = [&](bool reduce) { steps.push_back(nodeMessages(reduce, piece)); };
       auto rackStep = [&](bool reduce) { steps.push_back(rackMessages(reduce, piece)); };
-      // An all-reduce whose linked level is the top overlaps its levels: two halves of every
-      // sub-piece, the second half's node level running while the first half crosses the rack links.
-      const bool overlapped = linked && op == CollectiveOp::kAllReduce && firstRingLevel == levels.size() && piece >= 2;
-      if (overlapped) {
-        const std::int64_t first = ceilDiv(piece, 2), second = piece - first;
-        auto together = [&](std::vector<CollectiveMessage> a, const std::vector<CollectiveMessage>& b) {
-          a.insert(a.end(), b.begin(), b.end());
-          steps.push_back(std::move(a));
-        };
+      // An all-reduce overlaps its node and rack levels: two halves of every sub-piece, the second
+      // half's node level running while the first half crosses the rack links. With no level above,
+      // the first half's gather also crosses the rack links while the second half's reduce does.
+      // Below levels above the rack, only for sub-pieces of kHalvesMinPieceVectors: the halves add a
+      // step (about a thousand cycles of latency) and save about half a sub-piece's time on a rack link.
+      const bool above = firstRingLevel < levels.size();
+      const bool halves = linked && op == CollectiveOp::kAllReduce && piece >= (above ? kHalvesMinPieceVectors : 2);
+      const std::int64_t first = ceilDiv(piece, 2), second = piece - first;
+      auto together = [&](std::vector<CollectiveMessage> a, const std::vector<CollectiveMessage>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        steps.push_back(std::move(a));
+      };
+      if (halves) {
         steps.push_back(nodeMessages(true, first));
         together(rackMessages(true, first), nodeMessages(true, second));
-        together(rackMessages(false, first), rackMessages(true, second));
-        together(rackMessages(false, second), nodeMessages(false, first));
-        steps.push_back(nodeMessages(false, second));
-        break;
+        if (!above) {
+          together(rackMessages(false, first), rackMessages(true, second));
+          together(rackMessages(false, second), nodeMessages(false, first));
+          steps.push_back(nodeMessages(false, second));
+          break;
+        }
+        steps.push_back(rackMessages(true, second));
+      } else if (linked && reduces) {
+        nodeStep(true);
+        rackStep(true);
       }
       if (linked) {
-        if (reduces) {
-          nodeStep(true);
-          rackStep(true);
-        }
         chunkAt = {piece, piece};
         share = piece;
       }
@@ -917,7 +927,11 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       }
       for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
         if (gathers) levelSteps(ringsOf(k), chunkAt[k], false);
-      if (linked && gathers) {
+      if (halves) {
+        steps.push_back(rackMessages(false, first));
+        together(rackMessages(false, second), nodeMessages(false, first));
+        steps.push_back(nodeMessages(false, second));
+      } else if (linked && gathers) {
         rackStep(false);
         nodeStep(false);
       }
