@@ -296,14 +296,15 @@ std::optional<LinkedLevel> linkedLevel(const topology::Cluster& cluster, const s
   return level;
 }
 
-// A ring whose step from chips[i] to chips[i + 1] crosses links[i] (-1: the cluster's route).
+// A ring whose step from chips[i] to chips[i + 1] crosses links[i] (-1: the cluster's route), `vectors` a message.
 struct LinkedRing {
   std::vector<int> chips;
   std::vector<int> links;
+  std::int64_t vectors = 0;
 };
 
 // The links joining each pair of racks of a dragonfly, and the choice of one for a message between
-// two racks: the least used so far in the message's direction, then the fewest hops to and from it.
+// two racks, counting the messages of one step that each directed link carries.
 class RackLinks {
  public:
   explicit RackLinks(const topology::Cluster& cluster)
@@ -317,32 +318,43 @@ class RackLinks {
     }
   }
   struct Choice {
-    int link = -1, key = -1, load = 0, hops = 0;  ///< key: the directed link (link * 2 + direction)
+    int link = -1, load = 0, hops = 0;
+    double cycles = 0;      ///< the route's latency and its busiest link's messages of `vectors`
+    std::vector<int> keys;  ///< the directed links of the route (link * 2 + direction)
   };
-  /// The link a message from chip a to chip b should cross (link -1 when they share a rack or no link joins their racks).
-  Choice choose(int a, int b) const {
+  /// The link a message of `vectors` from chip a to chip b should cross: the one of least time by the
+  /// estimate's terms (the route's latency plus `vectors` for each message its busiest directed link
+  /// carries, this one included), then the shortest (link -1 when they share a rack or no link joins
+  /// their racks).
+  Choice choose(int a, int b, std::int64_t vectors) const {
     Choice best;
     const int ra = a / perRack_, rb = b / perRack_;
     if (ra == rb) return best;
     const auto it = joining_.find(pairKey(ra, rb));
     if (it == joining_.end()) return best;
     for (int id : it->second) {
-      const auto& link = cluster_.links()[id];
-      const int near = link.a / perRack_ == ra ? link.a : link.b;
-      Choice c{id, id * 2 + (near == link.a ? 0 : 1), 0, 0};
-      c.load = used_[c.key];
-      c.hops = cluster_.hops(a, near) + cluster_.hops(link.other(near), b);
-      if (best.link < 0 || std::tie(c.load, c.hops) < std::tie(best.load, best.hops)) best = c;
+      Choice c;
+      c.link = id;
+      const auto route = messageRoute(cluster_, {a, b, 1, false, id});
+      double spacing = 1;
+      for (const auto& hop : route) {
+        c.keys.push_back(hop.link * 2 + (hop.chip == cluster_.links()[hop.link].a ? 0 : 1));
+        c.load = std::max(c.load, used_[c.keys.back()]);
+        spacing = std::max(spacing, cluster_.links()[hop.link].vectorCycles(cluster_.chip().vectorBytes));
+      }
+      c.hops = static_cast<int>(c.keys.size());
+      c.cycles = static_cast<double>(cluster_.routeLatency(route)) + static_cast<double>((c.load + 1) * vectors) * spacing;
+      if (best.link < 0 || std::tie(c.cycles, c.hops) < std::tie(best.cycles, best.hops)) best = std::move(c);
     }
     return best;
   }
   void use(const Choice& c) {
-    if (c.key >= 0) ++used_[c.key];
+    for (int key : c.keys) ++used_[key];
   }
   /// Every message of a step between racks crosses its chosen link, each choice counted for the next.
   void spread(std::vector<CollectiveMessage>& step) {
     for (auto& m : step) {
-      const Choice c = choose(m.src, m.dst);
+      const Choice c = choose(m.src, m.dst, m.vectors);
       m.link = c.link;
       use(c);
     }
@@ -357,58 +369,138 @@ class RackLinks {
   std::vector<int> used_;  // directed link -> messages crossing it
 };
 
-// The top level of a hierarchical collective, one ring per group of chips in different racks (the
-// racks' chips at one rack position): the minimal routes between two racks all cross the few links
-// joining them, so every group's ring would queue on the same links. Instead each group visits its
-// racks at a stride coprime to their count, every step over one of the links joining the two racks:
-// per group the stride whose steps' links are the least used by the groups before it (then the fewest
-// hops to and from the link), a link being used once per direction. On a whole dragonfly system
-// (circulant rack links) each rack position has links of its own to the racks at some offset, so most
-// groups ring over their own links, one hop a step.
-std::vector<LinkedRing> spreadRackRings(const topology::Cluster& cluster, const std::vector<std::vector<int>>& groups) {
+// The top level of a hierarchical collective over one group of chips in different racks (the racks'
+// chips at one rack position), as a grid: rows ring on links of the group's own where it has them,
+// then columns ring across the rows (a reduce-scatter; an all-gather the other way round), so that a
+// ring of p racks takes about 2 sqrt(p) steps, not p.
+struct RackGrid {
+  std::vector<int> order;  ///< the group's chips, row after row
+  std::vector<LinkedRing> rows, columns;
+};
+
+// The rows' length b of a grid of p racks: b x a = p with b + a least, b >= a (p itself when prime).
+int rowLength(int p) {
+  int b = p;
+  for (int d = 2; d < p; ++d)
+    if (p % d == 0 && d >= p / d && d + p / d < b + p / b) b = d;
+  return b;
+}
+
+// The grid of every group (`share` vectors per chip): the minimal routes between two racks all cross
+// the few links joining them, so every group's ring would queue on the same links. Instead each group
+// visits its racks at a stride, every step over one of the links joining the two racks (RackLinks):
+// per group the stride whose slowest step, then all steps, take the least time with the links the
+// groups before it use. Rings (`grid` false): strides prime to p, one cycle. Grids: rows of
+// rowLength(p) racks, a stride's cycles of that length or its single cycle cut into rows, each closed
+// over a link of its own, so that every group's steps are alike. On a whole dragonfly system
+// (circulant rack links) each rack position has links to the racks at some offset, so its ring runs
+// one hop a step on its own links.
+std::vector<RackGrid> spreadRackGrids(const topology::Cluster& cluster, const std::vector<std::vector<int>>& groups,
+                                      std::int64_t share, bool grid) {
   RackLinks rackLinks(cluster);
-  std::vector<LinkedRing> rings;
+  std::vector<RackGrid> grids;
   for (const auto& g : groups) {
     const int p = static_cast<int>(g.size());
-    LinkedRing bestRing;
-    std::pair<int, std::int64_t> bestCost{0, 0};
+    RackGrid best;
+    std::pair<double, double> bestCost{0, 0};  // the slowest step's time, then all steps'
     std::vector<RackLinks::Choice> bestChoices;
+    const int b = grid ? rowLength(p) : p;
+    const std::int64_t rowChunk = ceilDiv(share, static_cast<std::int64_t>(b));
     for (int stride = 1; stride < std::max(p, 2); ++stride) {
-      if (std::gcd(stride, p) != 1) continue;
-      LinkedRing ring;
+      const int cycles = std::gcd(stride, p), length = p / cycles;
+      if (cycles > 1 && length != b) continue;  // every group's rows equally long: its steps alike
+      RackGrid candidate;
       std::vector<RackLinks::Choice> choices;
-      std::pair<int, std::int64_t> cost{0, 0};
-      for (int i = 0; i < p; ++i) ring.chips.push_back(g[static_cast<size_t>(i) * stride % p]);
-      for (int i = 0; i < p && p > 1; ++i) {
-        choices.push_back(rackLinks.choose(ring.chips[i], ring.chips[(i + 1) % p]));
-        ring.links.push_back(choices.back().link);
-        cost = {std::max(cost.first, choices.back().load), cost.second + choices.back().hops};
+      std::pair<double, double> cost{0, 0};
+      bool oneHopUnused = true, slower = false;
+      for (int k = 0; k < cycles && !slower; ++k) {
+        LinkedRing row;
+        for (int j = 0; j < length; ++j) row.chips.push_back(g[(k + static_cast<size_t>(j) * stride) % p]);
+        for (int j = 0; j < length && length > 1 && !slower; ++j) {
+          const auto& c = choices.emplace_back(rackLinks.choose(row.chips[j], row.chips[(j + 1) % length], rowChunk));
+          row.links.push_back(c.link);
+          cost = {std::max(cost.first, c.cycles), cost.second + c.cycles};
+          oneHopUnused = oneHopUnused && c.hops == 1 && c.load == 0;
+          slower = !best.rows.empty() && cost.first > bestCost.first;  // no better than the best: dropped
+        }
+        candidate.order.insert(candidate.order.end(), row.chips.begin(), row.chips.end());
+        candidate.rows.push_back(std::move(row));
       }
-      if (bestRing.chips.empty() || cost < bestCost) {
-        bestRing = std::move(ring);
+      if (!slower && (best.rows.empty() || cost < bestCost)) {
+        best = std::move(candidate);
         bestCost = cost;
         bestChoices = std::move(choices);
       }
-      if (bestCost == std::pair<int, std::int64_t>{0, 0}) break;  // unused links, one hop a step
+      if (oneHopUnused) break;  // unused links, one hop a step
     }
     for (const auto& c : bestChoices) rackLinks.use(c);
-    rings.push_back(std::move(bestRing));
+    grids.push_back(std::move(best));
   }
-  return rings;
+  // A single cycle cut into rows, each closed over the least used link from its last rack to its first.
+  for (auto& g : grids) {
+    const int p = static_cast<int>(g.order.size());
+    const int b = grid ? rowLength(p) : p;
+    if (g.rows.size() != 1 || b == p) continue;
+    const LinkedRing cycle = std::move(g.rows.front());
+    g.rows.clear();
+    for (int k = 0; k < p / b; ++k) {
+      LinkedRing row;
+      row.chips.assign(cycle.chips.begin() + k * b, cycle.chips.begin() + (k + 1) * b);
+      row.links.assign(cycle.links.begin() + k * b, cycle.links.begin() + (k + 1) * b - 1);
+      const auto c = rackLinks.choose(row.chips.back(), row.chips.front(), ceilDiv(share, static_cast<std::int64_t>(b)));
+      rackLinks.use(c);
+      row.links.push_back(c.link);
+      g.rows.push_back(std::move(row));
+    }
+  }
+  // Columns: the j-th chip of every row, over the links least used by the columns (they run after the rows).
+  rackLinks.clear();
+  for (auto& g : grids) {
+    const size_t a = g.rows.size(), b = g.rows.front().chips.size();
+    if (a < 2) continue;
+    for (size_t j = 0; j < b; ++j) {
+      LinkedRing column;
+      for (size_t k = 0; k < a; ++k) column.chips.push_back(g.rows[k].chips[j]);
+      for (size_t k = 0; k < a; ++k) {
+        const auto c = rackLinks.choose(column.chips[k], column.chips[(k + 1) % a],
+                                        ceilDiv(ceilDiv(share, static_cast<std::int64_t>(b)), static_cast<std::int64_t>(a)));
+        rackLinks.use(c);
+        column.links.push_back(c.link);
+      }
+      g.columns.push_back(std::move(column));
+    }
+  }
+  return grids;
 }
 
-// Messages of p-1 ring steps on every linked ring at once, `vectors` per message.
+// Messages of the ring steps of every linked ring at once (p-1 steps for a ring of p).
 void addLinkedRingSteps(std::vector<std::vector<CollectiveMessage>>& steps, const std::vector<LinkedRing>& rings,
-                        std::int64_t vectors, bool reduce) {
+                        bool reduce) {
   size_t longest = 0;
   for (const auto& r : rings) longest = std::max(longest, r.chips.size());
   for (size_t s = 1; s < longest; ++s) {
     std::vector<CollectiveMessage> step;
-    for (const auto& [ring, links] : rings)
+    for (const auto& [ring, links, vectors] : rings)
       for (size_t i = 0; s < ring.size() && i < ring.size(); ++i)
         step.push_back({ring[i], ring[(i + 1) % ring.size()], vectors, reduce, links[i]});
     steps.push_back(std::move(step));
   }
+}
+
+// The steps of the grids' reduce-scatter (rows, then columns) or all-gather (columns, then rows) of
+// `share` vectors per chip.
+std::vector<std::vector<CollectiveMessage>> gridSteps(const std::vector<RackGrid>& grids, std::int64_t share, bool reduce) {
+  std::vector<LinkedRing> rows, columns;
+  for (const auto& grid : grids) {
+    const std::int64_t rowChunk = ceilDiv(share, static_cast<std::int64_t>(grid.rows.front().chips.size()));
+    for (const auto& row : grid.rows) rows.push_back({row.chips, row.links, rowChunk});
+    for (const auto& column : grid.columns)
+      columns.push_back({column.chips, column.links, ceilDiv(rowChunk, static_cast<std::int64_t>(column.chips.size()))});
+  }
+  std::vector<std::vector<CollectiveMessage>> steps;
+  addLinkedRingSteps(steps, reduce ? rows : columns, reduce);
+  addLinkedRingSteps(steps, reduce ? columns : rows, reduce);
+  return steps;
 }
 
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
@@ -799,11 +891,11 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       // A level whose groups are fully connected (a node) exchanges over all its links at once; a
       // level of small groups over multi-hop routes (a rack) exchanges when the estimate says so
       // (its routes' contention included), and rings otherwise.
-      // A level of groups over racks may also run the rings spread over the links joining the racks
-      // (`spread`), when the estimate says so: on a few racks of a larger system the cluster's routes,
+      // A level of groups over racks may also run grids spread over the links joining the racks
+      // (`spread`, spreadRackGrids), when the estimate says so: on a few racks of a larger system the cluster's routes,
       // some through third racks, cross more links than join the racks directly.
       auto levelSteps = [&](const std::vector<std::vector<int>>& groups, std::int64_t c, bool reduce,
-                            const std::vector<LinkedRing>* spread = nullptr) {
+                            const std::vector<std::vector<std::vector<CollectiveMessage>>>& spread = {}) {
         bool adjacent = true;
         for (const auto& group : groups)
           for (size_t a = 0; adjacent && a < group.size(); ++a)
@@ -813,14 +905,15 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
           addExchangeStep(steps, groups, c, reduce);
           return;
         }
-        CollectivePlan ring, exchange, spreadRing;
-        addRingSteps(ring.steps, groups, c, reduce);
-        if (groups.front().size() <= kExchangeMaxGroup) addExchangeStep(exchange.steps, groups, c, reduce);
-        if (spread != nullptr) addLinkedRingSteps(spreadRing.steps, *spread, c, reduce);
-        CollectivePlan* best = &ring;
-        double bestCycles = estimateCollectiveCycles(ring, cluster);
-        for (CollectivePlan* other : {&exchange, &spreadRing}) {
-          if (other->steps.empty()) continue;
+        std::vector<CollectivePlan> candidates(2 + spread.size());
+        addRingSteps(candidates[0].steps, groups, c, reduce);
+        if (groups.front().size() <= kExchangeMaxGroup) addExchangeStep(candidates[1].steps, groups, c, reduce);
+        for (size_t k = 0; k < spread.size(); ++k) candidates[2 + k].steps = spread[k];
+        CollectivePlan* best = &candidates[0];
+        double bestCycles = estimateCollectiveCycles(*best, cluster);
+        for (auto& candidate : candidates) {
+          CollectivePlan* other = &candidate;
+          if (other == best || other->steps.empty()) continue;
           const double cycles = estimateCollectiveCycles(*other, cluster);
           if (cycles < bestCycles) {
             best = other;
@@ -899,30 +992,34 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
           // Few vectors over many groups: a binomial tree's 2 log2(P) steps beat the ring's 2(P-1) alphas.
           // Above whole racks, each group's tree may run in its spread ring's order, every message over
           // the least used link joining its racks (the estimate decides).
-          CollectivePlan plain, spread;
-          addTreeSteps(plain.steps, topGroups, share, true);
-          if (linked && cluster.description().racks > 1) {
+          std::vector<CollectivePlan> trees(1);
+          addTreeSteps(trees[0].steps, topGroups, share, true);
+          for (bool grid : {false, true}) {
+            if (!linked || cluster.description().racks < 2) break;
             std::vector<std::vector<int>> orders;
-            for (auto& ring : spreadRackRings(cluster, topGroups)) orders.push_back(std::move(ring.chips));
-            addTreeSteps(spread.steps, orders, share, true);
+            for (auto& g : spreadRackGrids(cluster, topGroups, share, grid)) orders.push_back(std::move(g.order));
+            addTreeSteps(trees.emplace_back().steps, orders, share, true);
             RackLinks rackLinks(cluster);
-            for (auto& step : spread.steps) {
+            for (auto& step : trees.back().steps) {
               rackLinks.clear();
               rackLinks.spread(step);
             }
           }
-          auto& tree = !spread.steps.empty() && estimateCollectiveCycles(spread, cluster) <
-                                                    estimateCollectiveCycles(plain, cluster)
-                           ? spread
-                           : plain;
+          std::vector<double> cycles;
+          for (const auto& t : trees) cycles.push_back(estimateCollectiveCycles(t, cluster));
+          auto& tree = trees[std::min_element(cycles.begin(), cycles.end()) - cycles.begin()];
           steps.insert(steps.end(), std::make_move_iterator(tree.steps.begin()), std::make_move_iterator(tree.steps.end()));
         } else {
-          // Above whole racks, the rings may spread over the links joining the racks (spreadRackRings).
-          std::vector<LinkedRing> spread;
-          if (linked && cluster.description().racks > 1) spread = spreadRackRings(cluster, topGroups);
-          const auto* rings = spread.empty() ? nullptr : &spread;
-          if (reduces) levelSteps(topGroups, top, true, rings);
-          if (gathers) levelSteps(topGroups, top, false, rings);
+          // Above whole racks, grids may spread over the links joining the racks (spreadRackGrids).
+          std::vector<std::vector<RackGrid>> layouts;  // rings, and grids
+          if (linked && cluster.description().racks > 1)
+            for (bool grid : {false, true}) layouts.push_back(spreadRackGrids(cluster, topGroups, share, grid));
+          for (bool reduce : {true, false}) {
+            if (!(reduce ? reduces : gathers)) continue;
+            std::vector<std::vector<std::vector<CollectiveMessage>>> spread;
+            for (const auto& grids : layouts) spread.push_back(gridSteps(grids, share, reduce));
+            levelSteps(topGroups, top, reduce, spread);
+          }
         }
       }
       for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
