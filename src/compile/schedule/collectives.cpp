@@ -654,7 +654,6 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
       static_cast<int>(group.size()) % d.chipsPerNode == 0 && op != CollectiveOp::kAllToAll &&
       op != CollectiveOp::kBroadcast) {
     if (!latencyBound) return CollectiveAlgorithm::kHierarchical;
-    if (group.size() > kChooseByEstimateDragonflyChips) return CollectiveAlgorithm::kTree;
     // Small messages: the tree's 2 log2(p) steps or the hierarchical levels' few, by their estimates.
     auto hierarchical = planCollective(op, CollectiveAlgorithm::kHierarchical, group, bytes, cluster);
     auto tree = planCollective(op, CollectiveAlgorithm::kTree, group, bytes, cluster);

@@ -63,16 +63,13 @@ struct CollectivePlan {
 };
 
 /// The algorithm for op over group: on dragonflies spanning several whole nodes, hierarchical from
-/// 64 KiB per chip, and below it hierarchical or a tree by estimateCollectiveCycles (groups up to
-/// kChooseByEstimateDragonflyChips; larger ones a tree); elsewhere, for groups up to
+/// 64 KiB per chip, and below it hierarchical or a tree by estimateCollectiveCycles; elsewhere, for groups up to
 /// kChooseByEstimateChips, the one of least estimateCollectiveCycles among those the group allows;
 /// larger groups a tree below 64 KiB per chip (all-reduce, broadcast), else a ring.
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster);
 /// Groups up to this size get their algorithm by estimated cycles (the plans are built to estimate them).
 inline constexpr size_t kChooseByEstimateChips = 64;
-/// Dragonfly groups up to this size (16 racks) choose between a tree and hierarchical levels by estimate.
-inline constexpr size_t kChooseByEstimateDragonflyChips = 1152;
 
 /// The alpha-beta time of a plan with contention: per step, the slowest route's latency plus the
 /// on-chip turnaround (alpha), plus the busiest directed link's vectors at its exact rate (every
