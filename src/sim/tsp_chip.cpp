@@ -158,7 +158,7 @@ class TspChip final : public Chip {
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
         program_(std::move(program)), ports_(std::move(ports)), options_(options),
-        countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1) {
+        countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1), timeline_(options) {
     unitFree_.assign(units_.size(), 0);
     stats_.unitBusy.assign(units_.size(), 0);
     stats_.unitStall.assign(units_.size(), 0);
@@ -171,7 +171,6 @@ class TspChip final : public Chip {
     for (auto& p : portFree_) p.assign(spec_.memSlices, 0);
     for (auto& p : lastRun_) p.assign(spec_.memSlices, PortRun{});
     streams_.resize(2 * static_cast<size_t>(spec_.streamsPerDirection));
-    timeline_.assign(static_cast<size_t>(topology::kUnitKindCount) * options_.bins, 0.0);
     for (size_t p = 0; p < ports_.size(); ++p)
       if (ports_[p].link >= 0) stats_.links.push_back({ports_[p].link, ports_[p].aToB, 0, 0});
     const auto& f = options_.faults;
@@ -231,6 +230,11 @@ class TspChip final : public Chip {
     if (failure_) return *failure_;
     const EventProgram& list = *events_;
     const size_t count = list.size();
+    if (!following_ && !reordered_ && !stallOn_) {
+      if (!runInOrder(end)) return *failure_;
+      if (next_ == count && !finished_) finish();
+      return {};
+    }
     Event moved;
     while (next_ < count) {
       if (following_ && !options_.observer && skipFollowed(end) && next_ == count) break;
@@ -271,6 +275,24 @@ class TspChip final : public Chip {
     }
     if (next_ == count && !finished_) finish();
     return {};
+  }
+
+  // advanceTo of a chip that runs every check of its events in program order (no stall moves them):
+  // the loop without the cases of a follower, a reordered program or a stall.
+  bool runInOrder(Cycle end) {
+    const EventProgram& list = *events_;
+    const size_t count = list.size();
+    Event moved;
+    while (next_ < count) {
+      const Event& inst = eventAt(cursor_, moved);
+      if (inst.issue >= end) break;
+      if (!execute(inst, static_cast<std::int64_t>(next_))) return false;
+      ++next_;
+      if (leading_ && next_ > shared_->passed.load(std::memory_order_relaxed))
+        shared_->passed.store(next_, std::memory_order_release);
+      list.step(cursor_);
+    }
+    return true;
   }
 
   void deliver(const C2CBurst& burst) override {
@@ -832,7 +854,7 @@ class TspChip final : public Chip {
     unitFree_[inst.unit] = memAccessOp ? inst.issue + 1 : freeAt;
     stats_.unitBusy[inst.unit] += inst.busy;
     stats_.kindBusy[static_cast<int>(inst.kind)] += inst.busy;
-    addToTimeline(timeline_, options_, static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy, timelineBin_);
+    timeline_.add(static_cast<int>(inst.kind), inst.issue, freeAt, inst.busy, inst.repeat, inst.interval, inst.busyPerIssue);
     lastCompletion_ = std::max(lastCompletion_, inst.completion());
     if (replay) return true;
     ++stats_.instructions;
@@ -1018,7 +1040,7 @@ class TspChip final : public Chip {
     int counts[topology::kUnitKindCount];
     for (int k = 0; k < topology::kUnitKindCount; ++k) counts[k] = spec_.unitCount(static_cast<UnitKind>(k));
     counts[static_cast<int>(UnitKind::kMem)] *= 2;  // a read and a write port per slice
-    stats_.utilization = normalizeTimeline(timeline_, options_, counts);
+    stats_.utilization = timeline_.normalize(counts);
     estimateEnergy();
     if (leading_) {
       shared_->stats = stats_;
@@ -1088,8 +1110,7 @@ class TspChip final : public Chip {
   std::unordered_map<std::int64_t, VectorRun> streamValues_;
   ReadMatch readA_, readB_;  // the operands of the instruction being executed
   VectorRun result_;         // its result, for its destination stream
-  std::vector<double> timeline_;
-  TimelineBin timelineBin_;  // the bin of the last instruction added to timeline_
+  Timeline timeline_;
   Cycle lastCompletion_ = 0;
   std::int64_t vxmVectors_ = 0, mxmVectors_ = 0, sxmVectors_ = 0, installs_ = 0;
   ChipStats stats_;
@@ -1135,9 +1156,9 @@ Bytes chipStateBytes(const topology::ChipSpec& spec, int ports, const SimOptions
   const Bytes perPlane = sizeof(Cycle) + sizeof(std::int32_t);
   const Bytes perSlice = sizeof(std::int64_t) + 2 * (sizeof(Cycle) + sizeof(PortRun));
   const Bytes perStream = sizeof(StreamQueue);
-  const Bytes timeline = Bytes{topology::kUnitKindCount} * options.bins * (sizeof(double) + sizeof(float));
   Bytes total = sizeof(TspChip) + units * perUnit + Bytes{ports} * perPort + Bytes{spec.mxmPlanes} * perPlane +
-                Bytes{spec.memSlices} * perSlice + 2 * Bytes{spec.streamsPerDirection} * perStream + timeline;
+                Bytes{spec.memSlices} * perSlice + 2 * Bytes{spec.streamsPerDirection} * perStream +
+                Timeline::bytes(options);
   // Functional mode keeps the SRAM's bytes (up to all of them) and each MXM plane's weights.
   if (options.functional.enabled) {
     const Bytes lanes = spec.vectorBytes;

@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # Functions of tsp_chip.cpp by part; lines of execute() that update statistics are matched by text.
 PARTS = {
-    "dispatch": {"advanceTo", "execute", "nextEventCycle", "stallDelay", "eventAt"},
+    "dispatch": {"advanceTo", "runInOrder", "execute", "nextEventCycle", "stallDelay", "eventAt"},
     "hazard checks": {"checkRead", "collision", "checkCollisions", "firstCommon", "extendedGcd", "memAccess",
                       "bankConflicts", "bankOf", "firstReaching", "hazard", "describe", "malformed", "send", "receive"},
     "stream occupancy": {"writeStream", "runsOf", "streamIndex", "StreamQueue", "StreamRun", "place", "tau0", "tauLast",
