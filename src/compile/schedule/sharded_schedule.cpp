@@ -552,16 +552,27 @@ class ShardedScheduler {
         plan.tensor = in;
         plan.port = flight->second.port;
         plan.interval = flight->second.interval;
-        // A tensor wholly arrived before the segment starts waits on the port: it is read at one
-        // vector a cycle instead of at the link's rate.
+        // What has arrived by the time the receive can issue (the segment's start, or later when the
+        // chip's earlier programs still use the port's queue for their sends) waits on the port and is
+        // read at one vector a cycle instead of at the link's rate. When the first burst has and the
+        // rest is still on its way, the tensor is read so once its last burst is in.
         const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
         (void)tiles;
-        const Cycle lastVector = flight->second.arrivals.back() + Cycle{rows - 1} * flight->second.interval;
-        if (lastVector < offset) plan.interval = 1;
+        const InFlight& inflight = flight->second;
+        Cycle portFree = offset;
+        const int portUnit = spec.firstUnit(topology::UnitKind::kC2c) + plan.port;
+        for (const auto& [unit, at] : use.release)
+          if (unit == portUnit) portFree = std::max(portFree, offset + at);
+        const Cycle burstTail = Cycle{rows - 1} * inflight.interval;
+        const bool whole = inflight.arrivals.back() + burstTail < portFree;
+        const bool waits = inflight.arrivals.front() + burstTail < portFree;
+        if (waits) plan.interval = 1;
         // Past the chip's fence, release times are rounded up to kReleaseGranule (later is safe) so
         // that microbatches in a steady state share their program.
-        for (Cycle a : flight->second.arrivals)
-          plan.arrivals.push_back(use.release.empty() ? std::max<Cycle>(0, a - offset) : roundUp(a - offset));
+        for (Cycle a : inflight.arrivals) {
+          const Cycle at = waits && !whole ? inflight.arrivals.back() + Cycle{rows - 1} * (inflight.interval - 1) : a;
+          plan.arrivals.push_back(use.release.empty() ? std::max<Cycle>(0, at - offset) : roundUp(at - offset));
+        }
         use.shape += fmt::format(" recv {}:{}", static_cast<int>(interface.receives.size()), plan.port);
         interface.receives.push_back(std::move(plan));
         absolute.push_back(flight->second.arrivals);
