@@ -157,6 +157,46 @@ std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid) {
   return pairs;
 }
 
+std::vector<std::pair<double, double>> groupFit(const topology::Cluster& cluster, const std::vector<int>& chips,
+                                                GroupFits* fits) {
+  if (chips.size() < 2) return {};
+  if (fits)
+    if (auto found = fits->find(chips); found != fits->end()) return found->second;
+  // A group the scheduler all-reduces hierarchically, or as a multi-ring (a whole ring, torus or
+  // mesh: both directions at once, half the data each, which the closed-form ring does not charge).
+  // The sizes: 1, 2, 4, ... 256 vectors (latency-bound: the tree or the hierarchy, whichever the
+  // scheduler's estimate prefers; the cost rises in steps as the pieces per chip grow), then two
+  // bandwidth-bound sizes. Up to 1 MiB they are scheduled (cheap at those sizes, and exact: the
+  // estimate leaves out the chains' on-chip turnarounds that dominate there), the others estimated.
+  const std::int64_t vector = cluster.chip().vectorBytes;
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t v = 1; v <= 256; v *= 2) sizes.push_back(v * vector);
+  sizes.push_back(std::int64_t{1} << 20);
+  sizes.push_back(std::int64_t{16} << 20);
+  const auto op = schedule::CollectiveOp::kAllReduce;
+  std::vector<std::pair<double, double>> points;
+  const auto large = schedule::chooseAlgorithm(op, chips, sizes.back(), cluster);
+  if (large == schedule::CollectiveAlgorithm::kHierarchical || large == schedule::CollectiveAlgorithm::kMultiRing)
+    for (std::int64_t bytes : sizes) {
+      const auto algorithm = schedule::chooseAlgorithm(op, chips, bytes, cluster);
+      auto plan = schedule::planCollective(
+          op, algorithm, algorithm == schedule::CollectiveAlgorithm::kRing ? schedule::groupRing(cluster, chips) : chips,
+          bytes, cluster);
+      if (!plan) return {};
+      double cycles = 0;
+      if (bytes < sizes.back()) {
+        auto scheduled = schedule::scheduleCollective(*plan, cluster, false);
+        if (!scheduled) return {};
+        cycles = static_cast<double>(scheduled->cycles);
+      } else {
+        cycles = schedule::estimateCollectiveCycles(*plan, cluster);
+      }
+      points.push_back({static_cast<double>(bytes), cycles});
+    }
+  if (fits) (*fits)[chips] = points;
+  return points;
+}
+
 CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<int>& placement, int dp, int tp,
                            int pp, int interleave, bool allGroups, bool grid, bool sharedLinks, GroupFits* fits) {
   CandidateLinks figures;
@@ -233,53 +273,13 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
   figures.tp = measure(ring, ringKinds);
   figures.tp.direct = tpDirect && !isGrid;
   if (tp > 1 && !isGrid) {
-    // A group the scheduler all-reduces hierarchically, or as a multi-ring (a whole ring, torus or
-    // mesh: both directions at once, half the data each, which the closed-form ring does not
-    // charge): the fit of its own estimate. Screening
-    // lets the first group stand for all; with every group measured, each stage gets its own
-    // group's fit (replica 0's), and `tp` the first stage's.
-    // The sizes: 1, 2, 4, ... 256 vectors (latency-bound: the tree or the hierarchy, whichever the
-    // scheduler's estimate prefers; the cost rises in steps as the pieces per chip grow), then two
-    // bandwidth-bound sizes. Up to 1 MiB they are scheduled (cheap at those sizes, and exact: the
-    // estimate leaves out the chains' on-chip turnarounds that dominate there), the others estimated.
-    const std::int64_t vector = cluster.chip().vectorBytes;
-    std::vector<std::int64_t> sizes;
-    for (std::int64_t v = 1; v <= 256; v *= 2) sizes.push_back(v * vector);
-    sizes.push_back(std::int64_t{1} << 20);
-    sizes.push_back(std::int64_t{16} << 20);
-    const auto op = schedule::CollectiveOp::kAllReduce;
+    // A TP group the scheduler all-reduces hierarchically or as a multi-ring: the fit of its own
+    // estimate (groupFit). Screening lets the first group stand for all; with every group measured,
+    // each stage gets its own group's fit (replica 0's), and `tp` the first stage's.
     auto fit = [&](int stage, LinkFigures& f) {
       std::vector<int> chips;
       for (int t = 0; t < tp; ++t) chips.push_back(placement[rankOf(0, stage, t, tp, pp)]);
-      if (fits)
-        if (auto found = fits->find(chips); found != fits->end()) {
-          f.fitPoints = found->second;
-          return;
-        }
-      const auto large = schedule::chooseAlgorithm(op, chips, sizes.back(), cluster);
-      if (large != schedule::CollectiveAlgorithm::kHierarchical && large != schedule::CollectiveAlgorithm::kMultiRing) {
-        if (fits) (*fits)[chips] = {};
-        return;
-      }
-      std::vector<std::pair<double, double>> points;
-      for (std::int64_t bytes : sizes) {
-        const auto algorithm = schedule::chooseAlgorithm(op, chips, bytes, cluster);
-        auto plan = schedule::planCollective(
-            op, algorithm, algorithm == schedule::CollectiveAlgorithm::kRing ? schedule::groupRing(cluster, chips) : chips,
-            bytes, cluster);
-        if (!plan) return;
-        double cycles = 0;
-        if (bytes < sizes.back()) {
-          auto scheduled = schedule::scheduleCollective(*plan, cluster, false);
-          if (!scheduled) return;
-          cycles = static_cast<double>(scheduled->cycles);
-        } else {
-          cycles = schedule::estimateCollectiveCycles(*plan, cluster);
-        }
-        points.push_back({static_cast<double>(bytes), cycles});
-      }
-      if (fits) (*fits)[chips] = points;
-      f.fitPoints = std::move(points);
+      f.fitPoints = groupFit(cluster, chips, fits);
     };
     fit(0, figures.tp);
     if (allGroups && pp > 1 && !figures.tp.fitPoints.empty()) {
@@ -301,6 +301,9 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
           }
       figures.grid[axis] = measure(rings, {});
       figures.grid[axis].direct = gridDirect[axis];
+      std::vector<int> first;  // replica 0, stage 0, the axis's first ring
+      for (int j = 0; j < q; ++j) first.push_back(placement[rankOf(0, 0, axis == 0 ? j * q : j, tp, pp)]);
+      figures.grid[axis].fitPoints = groupFit(cluster, first, fits);
     }
   figures.pp = measure(sends, sendKinds);
   if (sharedLinks) {
@@ -314,6 +317,11 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
         for (int d = 0; d < dp; ++d)
           replicas.push_back({placement[rankOf(d, s, t, tp, pp)], placement[rankOf((d + 1) % dp, s, t, tp, pp)]});
   figures.dp = measure(replicas, {});
+  if (dp > 1) {  // the gradient all-reduce of the replicas of rank 0 of stage 0
+    std::vector<int> replicaChips;
+    for (int d = 0; d < dp; ++d) replicaChips.push_back(placement[rankOf(d, 0, 0, tp, pp)]);
+    figures.dp.fitPoints = groupFit(cluster, replicaChips, fits);
+  }
   if (!sharedLinks) return figures;
   // Every kind's contention, and the crossings as SharedLinks holds them.
   shared.contention.assign(shared.kinds(), 1);

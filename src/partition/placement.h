@@ -34,6 +34,12 @@ CandidateLinks linkFigures(const topology::Cluster& cluster, const std::vector<i
                            int pp, int interleave, bool allGroups, bool grid = false, bool sharedLinks = false,
                            GroupFits* fits = nullptr);
 
+/// The all-reduce of a group the scheduler runs hierarchically (whole dragonfly nodes) or as a
+/// multi-ring (every chip of a ring, torus or mesh) as the scheduler times it at a few sizes per chip
+/// (LinkFigures::fitPoints); empty for any other group. Kept in `fits` by the group's chips.
+std::vector<std::pair<double, double>> groupFit(const topology::Cluster& cluster, const std::vector<int>& chips,
+                                                GroupFits* fits = nullptr);
+
 /// The (rank, rank) pairs of one TP group that exchange messages: its ring (t, t + 1 mod tp), or
 /// with grid (tp = q x q) the rings of every row and column of the grid; a ring of two lists both directions.
 std::vector<std::pair<int, int>> tpNeighbours(int tp, bool grid);

@@ -253,6 +253,17 @@ double ringAllReduce(double bytes, int group, double buckets, const LinkFigures&
          2 * (d - 1) / d * bytes * links.cyclesPerByte * links.contention;
 }
 
+// The gradient all-reduce of `bytes` over `group` replicas in buckets of `bucketBytes`, as the
+// scheduler runs each bucket: over a group it all-reduces as a multi-ring (every chip of a ring,
+// torus or mesh: both directions at once) or hierarchically, the fit of its own figures
+// (LinkFigures::fitPoints); else the one-direction ring.
+double gradientAllReduce(double bytes, int group, double bucketBytes, const LinkFigures& links) {
+  const double buckets = std::ceil(bytes / bucketBytes);
+  if (group <= 1 || bytes <= 0 || links.fitPoints.size() < 2) return ringAllReduce(bytes, group, buckets, links);
+  const double whole = std::floor(bytes / bucketBytes), last = bytes - whole * bucketBytes;
+  return whole * allReduceCycles(group, bucketBytes, links) + (last > 0 ? allReduceCycles(group, last, links) : 0.0);
+}
+
 // A schedule a candidate cannot run (interleaving needs its schedule and m divisible by p).
 bool scheduleRuns(const TrainingConfig& training, const Candidate& c) {
   if (c.interleave == 1) return true;
@@ -500,7 +511,12 @@ PlanCost evaluateTrainingCandidate(const ModelProfile& profile, const Candidate&
     const double bucket = static_cast<double>(training.bucketBytes);
     const double dpBuckets = std::ceil(static_cast<double>(gradients[s]) / bucket);
     const double tpBuckets = std::ceil(static_cast<double>(chunks.groupGradients[s]) / bucket);
-    const double total = ringAllReduce(static_cast<double>(gradients[s]), c.dp, dpBuckets, links.dp) +
+    // With the optimizer state sharded the replicas reduce-scatter (and later all-gather) instead.
+    const double dpCycles =
+        training.shardOptimizer
+            ? ringAllReduce(static_cast<double>(gradients[s]), c.dp, dpBuckets, links.dp)
+            : gradientAllReduce(static_cast<double>(gradients[s]), c.dp, bucket, links.dp);
+    const double total = dpCycles +
                          ringAllReduce(static_cast<double>(chunks.groupGradients[s]), c.tp, tpBuckets, links.tp);
     if (total > 0) exposed = std::max(total / (dpBuckets + tpBuckets), total - chipBackward[s]);
     const double step = training.optimizer == ir::Optimizer::kNone

@@ -551,6 +551,26 @@ TEST(Placement, WholeRingGroupIsChargedTheMultiRingTheSchedulerRuns) {
   EXPECT_GT(allReduceCycles(4, static_cast<double>(bytes), oneWay), 1.3 * cycles);
 }
 
+TEST(Placement, WholeRingReplicaGroupIsChargedTheMultiRingTheSchedulerRuns) {
+  // Four replicas on every chip of a ring: the training step all-reduces their gradient buckets as a
+  // multi-ring, and the replicas' figures carry the scheduler's own fit for it.
+  const auto c = cluster("{topology: {kind: ring, chips: 4}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  const std::vector<int> chips = {0, 1, 2, 3};
+  const std::int64_t bytes = std::int64_t{1} << 20;
+  const auto op = schedule::CollectiveOp::kAllReduce;
+  ASSERT_EQ(schedule::chooseAlgorithm(op, chips, bytes, c), schedule::CollectiveAlgorithm::kMultiRing);
+  auto plan = schedule::planCollective(op, schedule::CollectiveAlgorithm::kMultiRing, chips, bytes, c);
+  ASSERT_TRUE(plan.ok());
+  auto scheduled = schedule::scheduleCollective(*plan, c, false);
+  ASSERT_TRUE(scheduled.ok());
+  const auto links = linkFigures(c, chips, 4, 1, 1, 1, true);
+  ASSERT_FALSE(links.dp.fitPoints.empty());
+  const double cycles = static_cast<double>(scheduled->cycles);
+  EXPECT_NEAR(allReduceCycles(4, static_cast<double>(bytes), links.dp), cycles, 0.05 * cycles);
+  // Two replicas of a ring of 4 are not the whole ring: the ring's figures, no fit.
+  EXPECT_TRUE(linkFigures(c, chips, 2, 1, 2, 1, true).dp.fitPoints.empty());
+}
+
 TEST(Placement, DragonflyKeepsIdOrderAndReportsHops) {
   const auto c = cluster("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 2}}");
   auto order = localityOrder(c);
