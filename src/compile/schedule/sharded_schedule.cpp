@@ -554,8 +554,10 @@ class ShardedScheduler {
         plan.interval = flight->second.interval;
         // What has arrived by the time the receive can issue (the segment's start, or later when the
         // chip's earlier programs still use the port's queue for their sends) waits on the port and is
-        // read at one vector a cycle instead of at the link's rate. When the first burst has and the
-        // rest is still on its way, the tensor is read so once its last burst is in.
+        // read at one vector a cycle instead of at the link's rate. When the port's queue holds the
+        // receive back past its first burst's arrival and the rest is still on its way, the tensor is
+        // read so once its last burst is in; a receive the port does not hold back keeps the link's
+        // rate (its consumers start on the first tiles).
         const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
         (void)tiles;
         const InFlight& inflight = flight->second;
@@ -565,8 +567,8 @@ class ShardedScheduler {
           if (unit == portUnit) portFree = std::max(portFree, offset + at);
         const Cycle burstTail = Cycle{rows - 1} * inflight.interval;
         const bool whole = inflight.arrivals.back() + burstTail < portFree;
-        const bool waits = inflight.arrivals.front() + burstTail < portFree;
-        if (waits) plan.interval = 1;
+        const bool waits = portFree > offset && inflight.arrivals.front() + burstTail < portFree;
+        if (whole || waits) plan.interval = 1;
         // Past the chip's fence, release times are rounded up to kReleaseGranule (later is safe) so
         // that microbatches in a steady state share their program.
         for (Cycle a : inflight.arrivals) {
