@@ -304,6 +304,16 @@ TEST(Collectives, AlgorithmChoiceFollowsSizeAndTopology) {
   EXPECT_EQ(chooseAlgorithm(allReduce, allChips(df), 4096, df), CollectiveAlgorithm::kHierarchical);
   // A sub-group of a torus is no whole grid: no multi-ring.
   EXPECT_NE(chooseAlgorithm(allReduce, {0, 1, 2, 3}, 1 << 20, torus), CollectiveAlgorithm::kMultiRing);
+  // A whole ring in another order (a placement's locality order): the all-reduce still runs the
+  // multi-ring, in chip order; a reduce-scatter's pieces follow the group's order, so it does not.
+  const std::vector<int> shuffled = {0, 3, 1, 2, 7, 5, 4, 6};
+  EXPECT_EQ(chooseAlgorithm(allReduce, shuffled, 1 << 20, ring), CollectiveAlgorithm::kMultiRing);
+  const auto anyOrder = planCollective(allReduce, CollectiveAlgorithm::kMultiRing, shuffled, 1 << 20, ring);
+  ASSERT_TRUE(static_cast<bool>(anyOrder));
+  EXPECT_EQ(anyOrder->group, allChips(ring));
+  EXPECT_FALSE(planCollective(allReduce, CollectiveAlgorithm::kMultiRing, shuffled, 1 << 20, ring, true));
+  EXPECT_FALSE(
+      planCollective(CollectiveOp::kReduceScatter, CollectiveAlgorithm::kMultiRing, shuffled, 1 << 20, ring));
   // Halving/doubling: log2(p) exchanges each way, halves of the data.
   const auto hd = run(fc, allReduce, CollectiveAlgorithm::kHalvingDoubling, 8 * 320 * 8);
   ASSERT_EQ(hd.plan.steps.size(), 6u);

@@ -183,6 +183,17 @@ bool wholeGrid(const topology::Cluster& cluster, const std::vector<int>& group) 
   return true;
 }
 
+// The group in chip order when it holds every chip of a ring, torus or mesh once, whatever its own
+// order; else the group as given. Every member of an all-reduce ends with the same sum, so the
+// multi-ring may run it in chip order (a placement in locality order, [0, 3, 1, 2] on a ring of 4,
+// would otherwise fall back to a one-direction ring).
+std::vector<int> gridOrder(const topology::Cluster& cluster, const std::vector<int>& group) {
+  if (gridDims(cluster).empty() || static_cast<int>(group.size()) != cluster.chipCount()) return group;
+  std::vector<int> sorted = group;
+  std::sort(sorted.begin(), sorted.end());
+  return wholeGrid(cluster, sorted) ? sorted : group;
+}
+
 // On a whole mesh, a ring through every chip whose steps (the last back to the first included) are
 // single links, in ringOrder's order; empty when ringOrder finds none (no even side).
 std::vector<int> embeddedRing(const topology::Cluster& cluster, const std::vector<int>& group) {
@@ -736,13 +747,16 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
                      plan.algorithm == CollectiveAlgorithm::kOneShot || plan.algorithm == CollectiveAlgorithm::kMultiRing;
   plan.vectorsPerChip = whole ? ceilDiv(bytes, vb) : chunk * p;
   plan.group = plan.algorithm == CollectiveAlgorithm::kRing && !keepOrder ? ringOrder(cluster, group) : group;
+  if (plan.algorithm == CollectiveAlgorithm::kMultiRing && op == CollectiveOp::kAllReduce && !keepOrder)
+    plan.group = gridOrder(cluster, group);
   if (plan.algorithm == CollectiveAlgorithm::kHalvingDoubling && !isPowerOfTwo(group.size()))
     return makeError(ExitCode::kConfig, fmt::format("halving-doubling needs a power-of-two group, not {}", p));
   if (plan.algorithm == CollectiveAlgorithm::kHierarchical &&
       (cluster.description().kind != "dragonfly" || p % cluster.description().chipsPerNode != 0))
     return makeError(ExitCode::kConfig, "the hierarchical algorithm needs whole dragonfly nodes");
-  if (plan.algorithm == CollectiveAlgorithm::kMultiRing && !wholeGrid(cluster, group))
-    return makeError(ExitCode::kConfig, "the multi-ring algorithm needs every chip of a ring, torus or mesh, in chip order");
+  if (plan.algorithm == CollectiveAlgorithm::kMultiRing && !wholeGrid(cluster, plan.group))
+    return makeError(ExitCode::kConfig, "the multi-ring algorithm needs every chip of a ring, torus or mesh, in chip order "
+                                        "(an all-reduce: in any order)");
   if (plan.algorithm == CollectiveAlgorithm::kMultiRing && op != CollectiveOp::kAllReduce &&
       op != CollectiveOp::kReduceScatter && op != CollectiveOp::kAllGather)
     return makeError(ExitCode::kConfig, "multi-ring runs all-reduce, reduce-scatter and all-gather");
