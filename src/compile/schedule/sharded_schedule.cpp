@@ -653,11 +653,12 @@ class ShardedScheduler {
     auto footprint = footprints_.find(&shard);
     if (footprint == footprints_.end())
       footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
-    isa::Program renamed = shard.program;
-    renamed.instructions =
-        timelines_.renamed(shard.program.instructions, timelines_.streamRenaming(use.chip, footprint->second));
-    Cycle at = timelines_.earliestStart(use.chip, timelines_.footprint(renamed.instructions), from);
-    if (program) *program = std::move(renamed);
+    const auto renaming = timelines_.streamRenaming(use.chip, footprint->second);
+    Cycle at = timelines_.earliestStart(use.chip, timelines_.renamedFootprint(footprint->second, renaming), from);
+    if (program) {
+      *program = shard.program;
+      program->instructions = timelines_.renamed(shard.program.instructions, renaming);
+    }
     const topology::ChipSpec& spec = cluster_.chip();
     for (bool moved = true; moved;) {
       moved = false;
