@@ -251,7 +251,9 @@ Expected<schedule::ClusterSchedule> scheduleShardedPlan(const ir::Graph& graph, 
                                                         const schedule::Options& options, MPI_Comm comm) {
   auto workload = partition::shardPlan(graph, plan);
   if (!workload) return workload.error();
-  return schedule::scheduleCluster(*workload, cluster, options, sharedCompiler(comm));
+  int ranks = 1;
+  MPI_Comm_size(comm, &ranks);
+  return schedule::scheduleCluster(*workload, cluster, options, sharedCompiler(comm), ranks);
 }
 
 // A training step of the plan through the training cluster scheduler; its pipeline figures go to `figures`.

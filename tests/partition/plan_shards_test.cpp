@@ -54,6 +54,9 @@ Plan plan(int dp, int tp, int pp, int m, std::vector<int> placement) {
   return p;
 }
 
+// TP 2, PP 2, 2 microbatches on chips 0, 1 (stage 0) and 5, 4 (stage 1) of a 6-chip ring.
+Plan tp2pp2OnRing6() { return plan(1, 2, 2, 2, {0, 1, 5, 4}); }
+
 topology::Cluster ring(int chips) {
   topology::YamlReader reader("test.yaml");
   auto cluster = topology::loadCluster(reader, YAML::Load("{topology: {kind: ring, chips: " + std::to_string(chips) + "}}"));
@@ -117,8 +120,7 @@ TEST(PlanShards, OpsGoToTheirRanksChips) {
 TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
   const ir::Graph g = mlp(4, 16, 640, DType::kF16);
   const auto cluster = ring(6);
-  const Plan p = plan(1, 2, 2, 2, {0, 1, 5, 4});
-  auto work = shardPlan(g, p);
+  auto work = shardPlan(g, tp2pp2OnRing6());
   ASSERT_TRUE(work.ok());
   auto schedule = schedule::scheduleCluster(*work, cluster);
   ASSERT_TRUE(schedule.ok()) << schedule.error().format();
@@ -161,8 +163,7 @@ TEST(PlanShards, ClusterScheduleSharesShardsAndBooksLinksOnce) {
 TEST(PlanShards, SegmentsCompiledInBatchesGiveTheSameSchedule) {
   const ir::Graph g = mlp(4, 16, 640, DType::kF16);
   const auto cluster = ring(6);
-  const Plan p = plan(1, 2, 2, 2, {0, 1, 5, 4});
-  auto work = shardPlan(g, p);
+  auto work = shardPlan(g, tp2pp2OnRing6());
   ASSERT_TRUE(work.ok());
   auto here = schedule::scheduleCluster(*work, cluster);
   ASSERT_TRUE(here.ok()) << here.error().format();
@@ -203,6 +204,60 @@ TEST(PlanShards, SegmentsCompiledInBatchesGiveTheSameSchedule) {
   auto refused = schedule::scheduleCluster(*work, cluster, {}, failing);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().message, "refused");
+}
+
+// A batch compiler that runs 4 compiles at once gets batches filled with the segments likely compiled
+// next (the first segments of the pipeline lanes' next chunks, the segments after a fence): fewer
+// batches, and the same schedule as one compile at a time.
+TEST(PlanShards, BatchesFilledWithLikelyNextSegmentsGiveTheSameSchedule) {
+  const ir::Graph g = mlp(4, 16, 640, DType::kF16);
+  const auto cluster = ring(6);
+  auto work = shardPlan(g, tp2pp2OnRing6());
+  ASSERT_TRUE(work.ok());
+  struct Count {
+    size_t batches = 0, jobs = 0;
+  };
+  const auto counting = [](Count& count) -> schedule::ShardBatchCompiler {
+    return [&count](const topology::ChipSpec& chip, const std::vector<schedule::ShardJob>& jobs) {
+      ++count.batches;
+      count.jobs += jobs.size();
+      return schedule::compileShards(chip, jobs);
+    };
+  };
+  Count one, four;
+  auto here = schedule::scheduleCluster(*work, cluster, {}, counting(one), 1);
+  ASSERT_TRUE(here.ok()) << here.error().format();
+  auto filled = schedule::scheduleCluster(*work, cluster, {}, counting(four), 4);
+  ASSERT_TRUE(filled.ok()) << filled.error().format();
+  EXPECT_LT(four.batches, one.batches);
+  EXPECT_GT(four.jobs, 0u);
+  EXPECT_EQ(filled->compiledShards, here->compiledShards);
+  EXPECT_EQ(filled->sharedShards, here->sharedShards);
+  ASSERT_EQ(filled->programs.size(), here->programs.size());
+  for (size_t c = 0; c < here->programs.size(); ++c) EXPECT_EQ(filled->programs[c], here->programs[c]) << "chip " << c;
+  ASSERT_EQ(filled->transfers.size(), here->transfers.size());
+  for (size_t i = 0; i < here->transfers.size(); ++i) {
+    EXPECT_EQ(filled->transfers[i].sendCycle, here->transfers[i].sendCycle) << "transfer " << i;
+    EXPECT_EQ(filled->transfers[i].arriveCycle, here->transfers[i].arriveCycle) << "transfer " << i;
+  }
+  // A filled-in segment that fails to compile does not fail the schedule: its batch runs again
+  // without the filled-in ones.
+  Count refusing;
+  const schedule::ShardBatchCompiler refuseFilled =
+      [&](const topology::ChipSpec& chip,
+          const std::vector<schedule::ShardJob>& jobs) -> Expected<std::vector<schedule::CompiledShard>> {
+    ++refusing.batches;
+    if (jobs.size() > 1) return modelError(jobs.back().graph->op(jobs.back().ops.front()).name, "refused");
+    return schedule::compileShards(chip, jobs);
+  };
+  const Plan single = plan(1, 1, 2, 2, {0, 1});
+  auto pipeline = shardPlan(g, single);
+  ASSERT_TRUE(pipeline.ok());
+  auto alone = schedule::scheduleCluster(*pipeline, cluster, {}, {}, 1);
+  ASSERT_TRUE(alone.ok()) << alone.error().format();
+  auto retried = schedule::scheduleCluster(*pipeline, cluster, {}, refuseFilled, 2);
+  ASSERT_TRUE(retried.ok()) << retried.error().format();
+  for (size_t c = 0; c < alone->programs.size(); ++c) EXPECT_EQ(retried->programs[c], alone->programs[c]) << "chip " << c;
 }
 
 // METIS on the communication graph: TP groups of 4 on a 4x4 torus become rings of one-hop edges,

@@ -81,9 +81,12 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
 /// their chips are free, every link booked cycle by cycle in one calendar. Identical segments are
 /// compiled once and relocated: the new segments of a wave's devices are compiled as one batch by
 /// `batchCompiler` (empty: compileShards, here), which every MPI rank calls in the same order.
+/// It runs `compileRanks` compiles at once: a batch of fewer new segments is filled with segments
+/// likely compiled next (the schedule is the same whatever compileRanks is).
 /// Errors name the op.
 Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
-                                          const Options& options = {}, const ShardBatchCompiler& batchCompiler = {});
+                                          const Options& options = {}, const ShardBatchCompiler& batchCompiler = {},
+                                          int compileRanks = 1);
 
 /// Predicted cycles of each layer run alone on one chip: the per-op estimates the partitioner uses.
 /// progress is told after each layer.

@@ -103,8 +103,9 @@ using detail::segmentKey;
 class ShardedScheduler {
  public:
   ShardedScheduler(const ShardedWorkload& work, const topology::Cluster& cluster, const Options& options,
-                   ShardBatchCompiler batchCompiler)
+                   ShardBatchCompiler batchCompiler, int compileRanks)
       : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
+        compileRanks_(std::max(1, compileRanks)),
         timelines_(cluster.chip(), cluster.chipCount()),
         calendar_(cluster.links().size(), true), placedOn_(work.graphs.size()),
         inFlight_(work.graphs.size()) {}
@@ -112,6 +113,7 @@ class ShardedScheduler {
   Expected<ClusterSchedule> run() {
     if (auto s = check(); !s) return s.error();
     const int ops = static_cast<int>(work_.graphs.front().ops().size());
+    if (compileRanks_ > 1) planColdSegments();
     if (work_.lanes.empty()) {
       for (const auto& wave : work_.waves)
         if (auto s = walk(wave, 0, ops); !s) return s.error();
@@ -152,25 +154,59 @@ class ShardedScheduler {
     return {};
   }
 
+  // The end of the step of the wave's walk that starts at op j (before `end`): one collective, a
+  // run of Send/Recv ops, or a run of compute ops on one chip per device.
+  int stepEnd(const std::vector<int>& wave, int j, int end) const {
+    const ir::Graph& lead = work_.graphs[wave.front()];
+    const ir::OpKind kind = lead.op(j).kind;
+    int k = j + 1;
+    if (isCollective(kind)) return k;
+    if (isPointToPoint(kind)) {
+      while (k < end && isPointToPoint(lead.op(k).kind)) ++k;
+      return k;
+    }
+    while (k < end && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) && sameChipRun(wave, j, k)) ++k;
+    return k;
+  }
+
+  bool isComputeStep(const std::vector<int>& wave, int j) const {
+    const ir::OpKind kind = work_.graphs[wave.front()].op(j).kind;
+    return !isCollective(kind) && !isPointToPoint(kind);
+  }
+
   // Ops [first, end) of every device of the wave: compute segments, collectives, Send/Recv steps in turn.
   Status walk(const std::vector<int>& wave, int first, int end) {
-    const ir::Graph& lead = work_.graphs[wave.front()];
     for (int j = first; j < end;) {
-      const ir::OpKind kind = lead.op(j).kind;
-      int k = j + 1;
+      const int k = stepEnd(wave, j, end);
+      const ir::OpKind kind = work_.graphs[wave.front()].op(j).kind;
       if (isCollective(kind)) {
         if (auto s = collective(wave, j); !s) return s;
       } else if (isPointToPoint(kind)) {
-        while (k < end && isPointToPoint(lead.op(k).kind)) ++k;
         if (auto s = pointToPoint(wave, j, k); !s) return s;
-      } else {
-        while (k < end && !isCollective(lead.op(k).kind) && !isPointToPoint(lead.op(k).kind) && sameChipRun(wave, j, k))
-          ++k;
-        if (auto s = compute(wave, j, k); !s) return s;
+      } else if (auto s = compute(wave, j, k); !s) {
+        return s;
       }
       j = k;
     }
     return {};
+  }
+
+  // Segments likely compiled soon, to fill a batch of fewer new keys than compileRanks_ (fill): each
+  // compute step's segments as a chip that holds its inputs and ran nothing before would see them
+  // (the key of a segment after a collective's fence, or of a chip's first), in walk order.
+  void planColdSegments() {
+    const int ops = static_cast<int>(work_.graphs.front().ops().size());
+    std::set<std::string> keys;
+    for (const auto& wave : work_.waves)
+      for (int j = 0; j < ops;) {
+        const int k = stepEnd(wave, j, ops);
+        if (isComputeStep(wave, j))
+          for (int d : wave) {
+            SegmentUse use = segmentUse(d, j, k, 0);
+            if (keys.insert(use.key).second) cold_.push_back(std::move(use));
+          }
+        j = k;
+      }
   }
 
   // The lanes' wave chunks, list-scheduled: of the lanes whose next chunk has its previous chunk
@@ -238,6 +274,16 @@ class ShardedScheduler {
         }
       }
       if (best < 0) return makeError(ExitCode::kInternal, "the pipeline lanes' chunk orders deadlock");
+      // The other lanes' next ready chunks: their first segments are the likeliest next compiles.
+      lookahead_.clear();
+      for (size_t l = 0; l < work_.lanes.size() && compileRanks_ > 1; ++l) {
+        if (static_cast<int>(l) == best || next[l] >= work_.lanes[l].size()) continue;
+        const WaveChunk& u = work_.lanes[l][next[l]];
+        if ((u.chunk > 0 && doneAt[u.wave * chunks + u.chunk - 1] < 0) || runs[u.chunk].empty()) continue;
+        const auto& wave = work_.waves[u.wave];
+        const int a = runs[u.chunk].front().first;
+        if (isComputeStep(wave, a)) lookahead_.push_back({u.wave, a, stepEnd(wave, a, runs[u.chunk].front().second)});
+      }
       const WaveChunk t = work_.lanes[best][next[best]++];
       for (const auto& [a, b] : runs[t.chunk])
         if (auto s = walk(work_.waves[t.wave], a, b); !s) return s;
@@ -620,11 +666,12 @@ class ShardedScheduler {
     auto footprint = footprints_.find(&shard);
     if (footprint == footprints_.end())
       footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
-    isa::Program renamed = shard.program;
-    renamed.instructions =
-        timelines_.renamed(shard.program.instructions, timelines_.streamRenaming(use.chip, footprint->second));
-    Cycle at = timelines_.earliestStart(use.chip, timelines_.footprint(renamed.instructions), from);
-    if (program) *program = std::move(renamed);
+    const auto renaming = timelines_.streamRenaming(use.chip, footprint->second);
+    Cycle at = timelines_.earliestStart(use.chip, timelines_.renamedFootprint(footprint->second, renaming), from);
+    if (program) {
+      *program = shard.program;
+      program->instructions = timelines_.renamed(shard.program.instructions, renaming);
+    }
     const topology::ChipSpec& spec = cluster_.chip();
     for (bool moved = true; moved;) {
       moved = false;
@@ -733,25 +780,47 @@ class ShardedScheduler {
     return true;
   }
 
-  // Compiles the batch's keys not compiled yet, once each, in order of first use.
+  // Compiles the batch's keys not compiled yet, once each, in order of first use. A batch of fewer
+  // keys than compileRanks_ is filled with likely next keys (fill), compiled on ranks that would
+  // wait otherwise: a key compiles to the same program whenever it is compiled, so what was filled
+  // in changes no result.
   Status compileNew(const std::vector<SegmentUse>& batch) {
     std::vector<ShardJob> jobs;
     std::vector<std::string> keys;
-    for (const SegmentUse& use : batch) {
-      if (compiled_.count(use.key) || std::find(keys.begin(), keys.end(), use.key) != keys.end()) continue;
+    const auto add = [&](const SegmentUse& use) {
+      if (compiled_.count(use.key) || std::find(keys.begin(), keys.end(), use.key) != keys.end()) return;
       ShardJob job{&work_.graphs[use.device], use.ops, use.interface, options_.asShardOfMany()};
       job.options.seed = options_.seed * 1000003ULL + std::hash<std::string>{}(use.key);  // one stream per segment
       job.options.progress = nullptr;
       job.options.unitRelease = use.release;
       jobs.push_back(std::move(job));
       keys.push_back(use.key);
-    }
+    };
+    for (const SegmentUse& use : batch) add(use);
     if (jobs.empty()) return {};
+    const size_t needed = jobs.size();
+    fill(add, jobs);
     auto shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
+    if (!shards && jobs.size() > needed) {  // a filled-in key failed, or a needed one: the needed ones alone
+      jobs.resize(needed);
+      keys.resize(needed);
+      shards = batchCompiler_ ? batchCompiler_(cluster_.chip(), jobs) : compileShards(cluster_.chip(), jobs);
+    }
     if (!shards) return shards.error();
     for (size_t i = 0; i < keys.size(); ++i) compiled_.emplace(keys[i], std::move((*shards)[i]));
     if (options_.progress) options_.progress(static_cast<std::int64_t>(compiled_.size()), 0);
     return {};
+  }
+
+  // Adds likely next keys until the batch holds compileRanks_ jobs: the segments the lanes' next
+  // ready chunks start with, as the chips are now (lookahead_), then the cold segments (cold_).
+  template <typename Add>
+  void fill(const Add& add, const std::vector<ShardJob>& jobs) {
+    const auto room = [&] { return static_cast<int>(jobs.size()) < compileRanks_; };
+    for (const auto& [wave, j, k] : lookahead_)
+      for (int d : work_.waves[wave])
+        if (room()) add(segmentUse(d, j, k, timelines_.firstFreeAt(work_.opChip[d][j])));
+    while (room() && coldNext_ < cold_.size()) add(cold_[coldNext_++]);
   }
 
   // Books the bursts a segment sent in the link calendar and records their arrivals for the receiver.
@@ -774,6 +843,13 @@ class ShardedScheduler {
   const topology::Cluster& cluster_;
   Options options_;
   ShardBatchCompiler batchCompiler_;  ///< empty: compileShards
+  int compileRanks_ = 1;              ///< compiles batchCompiler_ runs at once
+  std::vector<SegmentUse> cold_;      ///< planColdSegments
+  size_t coldNext_ = 0;               ///< cold_ before it were filled in (or compiled)
+  struct Step {
+    int wave, first, end;
+  };
+  std::vector<Step> lookahead_;  ///< compute steps the lanes' next ready chunks start with
   ChipTimelines timelines_;
   LinkCalendar calendar_;
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
@@ -977,8 +1053,9 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
 }  // namespace detail
 
 Expected<ClusterSchedule> scheduleCluster(const ShardedWorkload& workload, const topology::Cluster& cluster,
-                                          const Options& options, const ShardBatchCompiler& batchCompiler) {
-  return ShardedScheduler(workload, cluster, options, batchCompiler).run();
+                                          const Options& options, const ShardBatchCompiler& batchCompiler,
+                                          int compileRanks) {
+  return ShardedScheduler(workload, cluster, options, batchCompiler, compileRanks).run();
 }
 
 }  // namespace tsp::schedule

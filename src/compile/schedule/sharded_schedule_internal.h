@@ -250,6 +250,18 @@ class ChipTimelines {
     }
     return map;
   }
+  /// The footprint of a program of footprint f with its stream registers renamed by `map`
+  /// (streamRenaming, a permutation per direction): footprint(renamed(instructions, map)).
+  Footprint renamedFootprint(Footprint f, const std::vector<std::int16_t>& map) const {
+    const int n = chip_.streamsPerDirection, first = static_cast<int>(units_.size());
+    for (auto& [resource, list] : f.shared)
+      if (resource >= first && resource < first + 2 * n) {
+        const int dir = (resource - first) / n;
+        resource = first + dir * n + map[resource - first];
+      }
+    std::sort(f.shared.begin(), f.shared.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return f;
+  }
   /// The instructions with their stream registers renamed by `map` (streamRenaming).
   std::vector<isa::Instruction> renamed(std::vector<isa::Instruction> instructions,
                                         const std::vector<std::int16_t>& map) const {

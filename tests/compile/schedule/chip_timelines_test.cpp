@@ -1,3 +1,5 @@
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "compile/schedule/sharded_schedule_internal.h"
@@ -42,6 +44,31 @@ TEST(ChipTimelines, ConsecutiveProgramsShareAMemSliceOrderedPerAddressBlock) {
   for (const auto& [unit, at] : timelines.releases(0, 0))
     if (unit == 0) released = at >= 5000;
   EXPECT_TRUE(released);
+}
+
+// Renaming a footprint's stream registers gives the footprint of the renamed instructions.
+TEST(ChipTimelines, RenamedFootprintIsTheFootprintOfTheRenamedProgram) {
+  topology::ChipSpec chip;
+  ChipTimelines timelines(chip, 1);
+  isa::Program program = reads({{0, 0}, {300, 200}, {600, 400}, {900, 600}});
+  for (size_t i = 0; i < program.instructions.size(); ++i)
+    program.instructions[i].dst = {static_cast<std::int16_t>(i % 3),
+                                   i % 2 ? isa::Direction::kEast : isa::Direction::kWest};
+  const int n = chip.streamsPerDirection;
+  std::vector<std::int16_t> map(2 * static_cast<size_t>(n));
+  for (int dir = 0; dir < 2; ++dir)
+    for (int id = 0; id < n; ++id) map[dir * n + id] = static_cast<std::int16_t>((id + 2 + dir) % n);
+  const auto expected = timelines.footprint(timelines.renamed(program.instructions, map));
+  const auto renamed = timelines.renamedFootprint(timelines.footprint(program.instructions), map);
+  const auto spans = [](const std::vector<ChipTimelines::Footprint::Span>& list) {
+    std::vector<std::tuple<int, Cycle, Cycle>> out;
+    for (const auto& s : list) out.emplace_back(s.resource, s.first, s.end);
+    return out;
+  };
+  EXPECT_EQ(spans(renamed.ordered), spans(expected.ordered));
+  EXPECT_EQ(spans(renamed.slices), spans(expected.slices));
+  EXPECT_EQ(renamed.shared, expected.shared);
+  EXPECT_NE(timelines.footprint(program.instructions).shared, expected.shared);  // the renaming moved something
 }
 
 }  // namespace
