@@ -33,6 +33,26 @@ RankMapping blockMapping(int chips, int ranks, int rank) {
   return fromOwners(std::move(owner), rank);
 }
 
+RankMapping blockMapping(const std::vector<std::int64_t>& chipWeights, int ranks, int rank) {
+  const int chips = static_cast<int>(chipWeights.size());
+  std::vector<std::int64_t> weight(chipWeights.size());
+  std::int64_t total = 0;
+  for (size_t chip = 0; chip < weight.size(); ++chip) total += weight[chip] = 1 + std::max<std::int64_t>(chipWeights[chip], 0);
+  std::vector<int> owner(weight.size());
+  std::int64_t running = 0;
+  int chip = 0;
+  for (int r = 0; r < ranks; ++r) {
+    // Rank r takes chips until its block's end reaches its share, leaving one chip for each later rank.
+    const int last = chips - (ranks - r);  // the last chip rank r may take
+    const std::int64_t share = total * (r + 1);  // instruction counts: far below 2^63 / ranks
+    do {
+      running += weight[static_cast<size_t>(chip)];
+      owner[static_cast<size_t>(chip++)] = r;
+    } while (chip <= last && (r + 1 == ranks || running * ranks < share));
+  }
+  return fromOwners(std::move(owner), rank);
+}
+
 Expected<RankMapping> metisMapping(const topology::Cluster& cluster, const std::vector<std::int64_t>& chipWeights,
                                    int ranks, int rank) {
   const int chips = cluster.chipCount();
@@ -68,7 +88,8 @@ Expected<RankMapping> mapChipsToRanks(const std::string& kind, const topology::C
                                                     ranks, cluster.chipCount()));
   if (kind == "metis") return metisMapping(cluster, chipWeights, ranks, rank);
   assert(kind == "block" && "the config loader accepts block and metis only");
-  return blockMapping(cluster.chipCount(), ranks, rank);
+  if (static_cast<int>(chipWeights.size()) != cluster.chipCount()) return blockMapping(cluster.chipCount(), ranks, rank);
+  return blockMapping(chipWeights, ranks, rank);
 }
 
 std::int64_t cutLinks(const topology::Cluster& cluster, const RankMapping& mapping) {

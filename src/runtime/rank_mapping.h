@@ -19,6 +19,11 @@ struct RankMapping {
 /// Contiguous blocks of chips per rank (the first chips % ranks ranks get one more).
 RankMapping blockMapping(int chips, int ranks, int rank);
 
+/// Contiguous blocks of chips per rank with `chipWeights` (instruction counts; every chip weighs at
+/// least 1) balanced: rank r's block ends where the running weight first reaches (r + 1) / ranks of
+/// the total, every rank keeping at least one chip.
+RankMapping blockMapping(const std::vector<std::int64_t>& chipWeights, int ranks, int rank);
+
 /// METIS k-way partition of the topology graph (one vertex per chip, one unit of edge weight per
 /// link) that cuts the fewest links between ranks while balancing `chipWeights` (instruction
 /// counts; every chip weighs at least 1). Deterministic: the same on every rank and every run.

@@ -1,6 +1,9 @@
 // Tests of the rank-to-chip block mapping.
 #include "runtime/pdes.h"
 
+#include <cstdlib>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 namespace tsp::runtime {
@@ -19,6 +22,33 @@ TEST(BlockMapping, CoversEveryChipOnce) {
       EXPECT_GE(static_cast<int>(m.localChips.size()), 10 / ranks);
       EXPECT_LE(static_cast<int>(m.localChips.size()), 10 / ranks + 1);
     }
+    for (int count : seen) EXPECT_EQ(count, 1);
+  }
+}
+
+// Weighted blocks: contiguous, every chip once, every rank at least one chip, and the work of a
+// model on the first chips of a large cluster (idle chips weigh 1) split over the ranks.
+TEST(BlockMapping, WeightedBlocksBalanceTheWork) {
+  std::vector<std::int64_t> weights(72, 0);
+  for (int chip = 0; chip < 8; ++chip) weights[static_cast<size_t>(chip)] = 100000;
+  for (int ranks : {1, 2, 3, 4, 8, 72}) {
+    std::vector<int> seen(weights.size(), 0);
+    int previousLast = -1;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const auto m = blockMapping(weights, ranks, rank);
+      ASSERT_FALSE(m.localChips.empty()) << ranks << " ranks, rank " << rank;
+      EXPECT_EQ(m.localChips.front(), previousLast + 1);
+      EXPECT_EQ(m.localChips.back() - m.localChips.front() + 1, static_cast<int>(m.localChips.size()));
+      previousLast = m.localChips.back();
+      for (int chip : m.localChips) ++seen[static_cast<size_t>(chip)];
+      std::int64_t work = 0;
+      for (int chip : m.localChips) work += weights[static_cast<size_t>(chip)];
+      // Up to 8 ranks each get a share of the 8 busy chips: 800,000 / ranks, within one chip's work.
+      if (ranks <= 8) {
+        EXPECT_LE(std::abs(work - 800000 / ranks), 100000) << ranks << " ranks, rank " << rank;
+      }
+    }
+    EXPECT_EQ(previousLast, 71);
     for (int count : seen) EXPECT_EQ(count, 1);
   }
 }
