@@ -87,8 +87,9 @@ enum class HazardKind : std::uint8_t {
   kSramRange,        ///< an SRAM address out of range
   kWeightsMissing,   ///< an MXM compute before its plane's weights are installed
   kReceiveMismatch,  ///< a C2C receive or forward taking vectors of another tensor than its origin names
+  kReadBeforeWrite,  ///< a MEM read of a tensor (its origin's input) before the chip's first write of it
 };
-inline constexpr int kHazardKindCount = 9;
+inline constexpr int kHazardKindCount = 10;
 
 /// Short name of a hazard kind ("unit_busy", ...), as reported in statistics.
 const char* hazardKindName(HazardKind kind);

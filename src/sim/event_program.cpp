@@ -205,6 +205,21 @@ EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec
   originTensors_.reserve(p.origins.size());
   for (const auto& origin : p.origins)
     originTensors_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
+  if (std::any_of(p.origins.begin(), p.origins.end(), [](const isa::OpOrigin& o) { return !o.input.empty(); })) {
+    // Dense ids of the tensors some origin reads, so that a chip keeps its data-flow state in arrays.
+    std::unordered_map<std::string, std::int32_t> ids;
+    originReads_.reserve(p.origins.size());
+    for (const auto& origin : p.origins)
+      originReads_.push_back(origin.input.empty() ? -1
+                                                  : ids.try_emplace(origin.input, static_cast<std::int32_t>(ids.size()))
+                                                        .first->second);
+    originWrites_.reserve(p.origins.size());
+    for (const auto& origin : p.origins) {
+      const auto it = ids.find(origin.tensor);
+      originWrites_.push_back(it == ids.end() ? -1 : it->second);
+    }
+    readTensors_ = ids.size();
+  }
   Cycle lastIssue = std::numeric_limits<Cycle>::min();
   std::int32_t lastUnit = std::numeric_limits<std::int32_t>::min();
   const auto order = [&](const std::vector<Instruction>& list, Cycle offset) {

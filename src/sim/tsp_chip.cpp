@@ -168,6 +168,8 @@ class TspChip final : public Chip {
     planeReady_.assign(spec_.mxmPlanes, -1);
     installsDone_.assign(spec_.mxmPlanes, 0);
     maxAddress_.assign(spec_.memSlices, -1);
+    tensorWritten_.assign(events_->readTensors(), 0);
+    firstEarlyRead_.assign(events_->readTensors(), -1);
     for (auto& p : portFree_) p.assign(spec_.memSlices, 0);
     for (auto& p : lastRun_) p.assign(spec_.memSlices, PortRun{});
     streams_.resize(2 * static_cast<size_t>(spec_.streamsPerDirection));
@@ -780,7 +782,7 @@ class TspChip final : public Chip {
     lastRun_[port][slice] = run;
     portFree_[port][slice] = inst.unitFreeAt();
     (port == kReadPort ? stats_.sramReads : stats_.sramWrites) += inst.repeat;
-    return true;
+    return tensorWritten_.empty() || checkDataFlow(inst, index);
   }
 
   // Executes one event; `replay`: only its program-only part (a follower catching up), which passes.
@@ -885,18 +887,53 @@ class TspChip final : public Chip {
     return send(inst, index, inst.issue + spec_.c2cForwardCycles, spacing, tensor ? tensor : took);
   }
 
-  // C2CBurst::tensor of what instruction `index` moves: its origin's tensor; 0: not known.
-  std::uint64_t tensorOf(std::int64_t index) const {
-    const auto& tensors = events_->originTensors();
-    if (tensors.empty()) return 0;
+  // Instruction `index`'s entry in the program's origins, or -1.
+  std::int32_t originIndex(std::int64_t index) const {
     // The event at a cursor (the one running, or a follower's replay) without a search.
     const auto i = static_cast<size_t>(index);
     const EventProgram::Cursor* at = reordered_        ? nullptr
                                      : i == next_      ? &cursor_
                                      : following_ && i == replayed_ ? &replayCursor_
                                                                      : nullptr;
-    const std::int32_t origin = at ? events_->originAt(*at) : events_->originOf(i, lookup_);
+    return at ? events_->originAt(*at) : events_->originOf(i, lookup_);
+  }
+
+  // C2CBurst::tensor of what instruction `index` moves: its origin's tensor; 0: not known.
+  std::uint64_t tensorOf(std::int64_t index) const {
+    const auto& tensors = events_->originTensors();
+    if (tensors.empty()) return 0;
+    const std::int32_t origin = originIndex(index);
     return origin >= 0 && static_cast<size_t>(origin) < tensors.size() ? tensors[origin] : 0;
+  }
+
+  // A MEM read of its origin's input (OpOrigin::input) must follow the chip's first write of that
+  // tensor, when the chip writes it at all (a tensor it never writes is resident, or an alias of
+  // another's SRAM). A read before any write is kept; the first write of the tensor then reports it,
+  // naming itself as the producer. Only the first write of each tensor is compared: a later
+  // microbatch's read of an earlier one's data is not caught.
+  bool checkDataFlow(const Event& inst, std::int64_t index) {
+    const std::int32_t origin = originIndex(index);
+    if (origin < 0 || static_cast<size_t>(origin) >= events_->originReads().size()) return true;
+    if (inst.op == Opcode::kMemRead) {
+      const std::int32_t input = events_->originReads()[origin];
+      if (input >= 0 && !tensorWritten_[input] && firstEarlyRead_[input] < 0) {
+        firstEarlyRead_[input] = static_cast<std::int32_t>(earlyReads_.size());
+        earlyReads_.push_back({inst, index, origin});
+      }
+      return true;
+    }
+    const std::int32_t tensor = events_->originWrites()[origin];
+    if (tensor < 0 || tensorWritten_[tensor]) return true;
+    tensorWritten_[tensor] = 1;
+    if (firstEarlyRead_[tensor] < 0) return true;
+    const EarlyRead read = earlyReads_[firstEarlyRead_[tensor]];
+    const auto& from = program_->origins[read.origin];
+    const auto& by = program_->origins[origin];
+    return hazard(HazardKind::kReadBeforeWrite, read.event, read.index, read.event.issue,
+                  fmt::format("reads SRAM address {} on MEM slice {} for '{}' ({} '{}'), which the chip first "
+                              "writes later: instruction #{} (MemWrite, {} '{}', MEM slice {} address {}) at cycle {}",
+                              read.event.address, read.event.indexInKind, from.input, from.kind, from.op, index,
+                              by.kind, by.op, inst.indexInKind, inst.address, inst.issue));
   }
 
   // Cycles one vector takes on the link of port at its exact rate.
@@ -1093,6 +1130,16 @@ class TspChip final : public Chip {
   std::vector<Cycle> portFree_[2];     // per MEM slice: the read and the write port
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
   std::vector<StreamQueue> streams_;  // [direction][stream id]
+  // The data-flow check (checkDataFlow), per tensor some origin reads (EventProgram::readTensors): whether
+  // a MEM write of the chip has stored it, and its first read before that (an index into earlyReads_, -1: none).
+  struct EarlyRead {
+    Event event;
+    std::int64_t index = 0;
+    std::int32_t origin = -1;
+  };
+  std::vector<std::uint8_t> tensorWritten_;
+  std::vector<std::int32_t> firstEarlyRead_;
+  std::vector<EarlyRead> earlyReads_;
   std::vector<std::vector<C2CBurst>> inbound_;
   std::vector<std::int64_t> consumed_;
   std::vector<C2CBurst> outgoing_;
@@ -1131,6 +1178,7 @@ const char* hazardKindName(HazardKind kind) {
     case HazardKind::kSramRange: return "sram_range";
     case HazardKind::kWeightsMissing: return "weights_missing";
     case HazardKind::kReceiveMismatch: return "receive_mismatch";
+    case HazardKind::kReadBeforeWrite: return "read_before_write";
   }
   return "?";
 }

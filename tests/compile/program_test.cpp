@@ -221,7 +221,7 @@ TEST(Program, OriginsFollowTheirInstructions) {
   Instruction early = p.instructions[0];
   early.issue = 2;
   p.instructions.push_back(early);
-  p.origins = {{"a", "MatMul", 0, "a.out"}, {"b", "Relu", 1, "b.out"}};
+  p.origins = {{"a", "MatMul", 0, "a.out", ""}, {"b", "Relu", 1, "b.out", "a.out"}};  // b reads a's output
   p.originOf = {0, 1};
   canonicalize(p);
   EXPECT_EQ(p.instructions[0].issue, 2);
@@ -283,7 +283,7 @@ TEST(Program, EveryInstructionFieldMovesTheInstructionsHash) {
 
 TEST(Program, RefusesOriginsOutOfRange) {
   Program p = sample();
-  p.origins = {{"a", "MatMul", 0, "a.out"}};
+  p.origins = {{"a", "MatMul", 0, "a.out", ""}};
   p.originOf = {1};
   auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
   ASSERT_FALSE(json.ok());

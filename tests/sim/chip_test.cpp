@@ -273,6 +273,44 @@ TEST_F(ChipTest, SramAddressOutOfRange) {
   EXPECT_NE(s.error().message.find("out of range"), std::string::npos);
 }
 
+// A read of its origin's input (OpOrigin::input) before the chip's first write of that tensor is a
+// hazard naming the read, its address and the write that makes the tensor.
+TEST_F(ChipTest, ReadOfATensorBeforeItIsWritten) {
+  const auto runOrdered = [&](Cycle consumerStart, const SimOptions& options) {
+    auto producer = chain(0, 50, 10, 0, 8);     // writes 'x' on slice 50
+    auto consumer = chain(50, 60, consumerStart, 2, 8);  // reads 'x' there, writes 'y' on slice 60
+    auto program = std::make_shared<isa::Program>();
+    program->instructions = producer;
+    program->instructions.insert(program->instructions.end(), consumer.begin(), consumer.end());
+    program->origins = {{"p", "Relu", 0, "x", ""}, {"c", "Relu", 0, "y", "x"}};
+    program->originOf = {0, 0, 0, 1, 1, 1};
+    isa::canonicalize(*program);
+    std::vector<PortBinding> ports(spec_.c2cPorts);
+    chip_ = makeTspChip(0, spec_, program, ports, options);
+    return chip_->advanceTo(kNever);
+  };
+  const Cycle written = chain(0, 50, 10, 0, 8)[2].issue;
+  auto ok = runOrdered(written + 8, SimOptions{});
+  EXPECT_TRUE(ok.ok()) << ok.error().message;
+  auto s = runOrdered(1, SimOptions{});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kHazard);
+  EXPECT_NE(s.error().message.find("hazard at cycle 1, chip 0, unit " + std::to_string(mem(50))), std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("(MemRead): reads SRAM address 0 on MEM slice 50 for 'x' (Relu 'c'), which the chip "
+                                   "first writes later: instruction #"),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("(MemWrite, Relu 'p', MEM slice 50 address 0) at cycle " + std::to_string(written)),
+            std::string::npos)
+      << s.error().message;
+  // Counted with faults on, and the run goes on.
+  SimOptions faults;
+  faults.faults.linkJitterCycles = 1;
+  ASSERT_TRUE(runOrdered(1, faults).ok());
+  EXPECT_EQ(chip_->stats().hazards[static_cast<int>(HazardKind::kReadBeforeWrite)], 1);
+}
+
 TEST_F(ChipTest, ComputeBeforeWeightsInstalled) {
   Instruction compute = inst(spec_.firstUnit(UnitKind::kMxm) + 1, 5, Opcode::kMxmCompute);
   auto s = run({compute});
@@ -400,7 +438,7 @@ TEST_F(C2cTest, ReceiveTakingAnotherTensorsBurst) {
     auto program = std::make_shared<isa::Program>();
     program->instructions = {receive};
     if (!named.empty()) {
-      program->origins = {{"b_op", "Receive", 0, named}};
+      program->origins = {{"b_op", "Receive", 0, named, ""}};
       program->originOf = {0};
     }
     auto chip = makeTspChip(1, spec_, program, ports(), options);
@@ -449,7 +487,7 @@ TEST_F(C2cTest, ForwardPassesTheBurstsTensorOn) {
     auto program = std::make_shared<isa::Program>();
     program->instructions = {forward};
     if (!named.empty()) {
-      program->origins = {{"a_op", "Collective", 0, named}};
+      program->origins = {{"a_op", "Collective", 0, named, ""}};
       program->originOf = {0};
     }
     chip_ = makeTspChip(1, spec_, program, bound, SimOptions{});

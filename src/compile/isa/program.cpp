@@ -426,7 +426,11 @@ std::string serialize(const Program& program) {
   if (!program.refusals.empty()) doc["refusals"] = program.refusals;
   if (!program.origins.empty()) {
     auto& origins = doc["origins"] = nlohmann::json::array();
-    for (const auto& o : program.origins) origins.push_back(nlohmann::json::array({o.op, o.kind, o.layer, o.tensor}));
+    for (const auto& o : program.origins) {
+      auto row = nlohmann::json::array({o.op, o.kind, o.layer, o.tensor});
+      if (!o.input.empty()) row.push_back(o.input);  // a fifth entry only when known
+      origins.push_back(std::move(row));
+    }
     doc["origin_of"] = program.originOf;
   }
   return doc.dump();
@@ -469,7 +473,7 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
     if (doc.contains("origins")) {
       for (const auto& j : doc.at("origins"))
         program.origins.push_back({j.at(0).get<std::string>(), j.at(1).get<std::string>(), j.at(2).get<std::int32_t>(),
-                                   j.at(3).get<std::string>()});
+                                   j.at(3).get<std::string>(), j.size() > 4 ? j.at(4).get<std::string>() : std::string()});
       program.originOf = doc.at("origin_of").get<std::vector<std::int32_t>>();
     }
   } catch (const nlohmann::json::exception& e) {
@@ -493,6 +497,8 @@ constexpr std::uint32_t kTypesTag = 0x33505954u;
 constexpr std::uint32_t kRefusalsTag = 0x55464552u;
 // Opens the optional op origins after the tensor table ("ORIG"): the names, then one id per instruction.
 constexpr std::uint32_t kOriginsTag = 0x4749524fu;
+// Then, only when some origin names one, the origins' read inputs (OpOrigin::input, "OINP"): one text per origin.
+constexpr std::uint32_t kOriginInputsTag = 0x504e494fu;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -631,6 +637,10 @@ void writeBinary(ByteWriter& w, const Program& program) {
     }
     w.put<std::uint64_t>(program.originOf.size());
     for (std::int32_t id : program.originOf) w.put<std::int32_t>(id);
+    if (std::any_of(program.origins.begin(), program.origins.end(), [](const OpOrigin& o) { return !o.input.empty(); })) {
+      w.put<std::uint32_t>(kOriginInputsTag);
+      for (const auto& o : program.origins) w.putText(o.input);
+    }
   }
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
   // accumulators.
@@ -832,6 +842,12 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     if (!originsValid(program)) return bad();
     tag = 0;
     if (!r.done() && !r.get(tag)) return fail("malformed program: trailing bytes");
+    if (tag == kOriginInputsTag) {
+      for (auto& o : program.origins)
+        if (!r.getText(o.input)) return bad();
+      tag = 0;
+      if (!r.done() && !r.get(tag)) return fail("malformed program: trailing bytes");
+    }
   }
   if (tag == kFunctionalTag) {
     const auto bad = [&] { return fail("malformed program: bad functional section"); };

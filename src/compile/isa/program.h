@@ -279,6 +279,9 @@ struct OpOrigin {
   std::string kind;         ///< op kind name, or Send, Receive, Collective
   std::int32_t layer = -1;  ///< the op's model layer (ir::Op::layer), -1: none
   std::string tensor;       ///< the tensor it writes or moves
+  /// The tensor every MEM read of it reads, when an op makes it: a one-input op's or a collective's
+  /// input, a Send's tensor; empty: none known. The simulator checks that it is written before it is read.
+  std::string input;
   friend bool operator==(const OpOrigin&, const OpOrigin&) = default;
   friend auto operator<=>(const OpOrigin&, const OpOrigin&) = default;
 };

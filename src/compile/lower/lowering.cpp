@@ -1747,8 +1747,11 @@ Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSp
     for (int t = 0; t < tiles; ++t) receiveOrder.emplace_back(mirrored, mirrored ? 0 : receives[i].arrivals.at(t), i, t);
   }
   std::stable_sort(receiveOrder.begin(), receiveOrder.end());
-  // Every task is stamped with the origin of the op, send or receive that made it.
-  out->origins = originsOf(graph, ops, interface);
+  // Every task is stamped with the origin of the op, send or receive that made it, numbered in the
+  // caller's order of the ops (which names a shared program's ops by position), not the lowering's.
+  out->origins = originsOf(graph, given, interface);
+  std::map<ir::OpId, size_t> givenPosition;
+  for (size_t k = 0; k < given.size(); ++k) givenPosition.emplace(given[k], k);
   size_t stamped = 0;
   const auto stamp = [&](size_t origin) {
     auto& tasks = out->problem.mutableTasks();
@@ -1764,7 +1767,7 @@ Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSp
   for (size_t i = 0; i < ops.size();) {
     int consumed = 1;
     if (auto s = lowering.lowerOp(ops[i], ops, i, consumed); !s) return s.error();
-    stamp(i);  // ops fused into op i (consumed > 1) are named by it
+    stamp(givenPosition.at(ops[i]));  // ops fused into op i (consumed > 1) are named by it
     i += static_cast<size_t>(consumed);
     lowering.freeDead(ops, i, keep);
   }
@@ -1818,6 +1821,15 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
                                                                                              : std::move(inPlace);
 }
 
+std::string madeInput(const ir::Graph& graph, const ir::Op& op) {
+  if (op.inputs.empty()) return {};
+  // Every MEM read of the op then reads it (or the op's own scratch, written first).
+  for (ir::TensorId in : op.inputs)
+    if (in != op.inputs.front()) return {};
+  const ir::Tensor& t = graph.tensor(op.inputs.front());
+  return t.producer >= 0 ? t.name : std::string();
+}
+
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
                                      const ShardInterface& interface) {
   std::vector<isa::OpOrigin> origins;
@@ -1825,7 +1837,7 @@ std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<i
   for (ir::OpId id : ops) {
     const ir::Op& op = graph.op(id);
     origins.push_back({op.name, ir::opKindName(op.kind), op.layer,
-                       op.outputs.empty() ? std::string() : graph.tensor(op.outputs[0]).name});
+                       op.outputs.empty() ? std::string() : graph.tensor(op.outputs[0]).name, madeInput(graph, op)});
   }
   for (const auto& plan : interface.sends) origins.push_back(movedOrigin(graph, plan.tensor, "Send"));
   for (const auto& plan : interface.receives) origins.push_back(movedOrigin(graph, plan.tensor, "Receive"));
@@ -1835,7 +1847,8 @@ std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<i
 isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind) {
   const ir::Tensor& t = graph.tensor(tensor);
   const ir::Op* producer = t.producer >= 0 ? &graph.op(t.producer) : nullptr;
-  return {producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name};
+  return {producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name,
+          std::string_view(kind) == "Send" ? t.name : std::string()};
 }
 
 }  // namespace tsp::lower

@@ -124,6 +124,9 @@ struct LoweredShard {
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
                                      const ShardInterface& interface);
 
+/// The input of `op` when it is its only one and an op makes it (OpOrigin::input); else empty.
+std::string madeInput(const ir::Graph& graph, const ir::Op& op);
+
 /// The origin of a tensor a shard moves (`kind` "Send" or "Receive"): named by the op that produced it
 /// (a graph input by itself).
 isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind);

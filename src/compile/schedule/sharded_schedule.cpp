@@ -417,7 +417,7 @@ class ShardedScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
-      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, g.tensor(full).name};
+      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, g.tensor(full).name, lower::madeInput(g, op)};
       if (auto s = schedule(*plan); !s) return s;
       ++result_.collectives;
       for (int member : members) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
@@ -451,7 +451,7 @@ class ShardedScheduler {
           plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
           if (plan.origin.op.empty())  // a step of several messages is named by its first
             plan.origin = {send.name, ir::opKindName(send.kind), send.layer,
-                           work_.graphs[d].tensor(send.inputs.front()).name};
+                           work_.graphs[d].tensor(send.inputs.front()).name, ""};
         }
         placedOn_[peer][work_.graphs[peer].op(recv).outputs.front()].insert(dst);
       }
@@ -485,7 +485,7 @@ class ShardedScheduler {
         continue;
       plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
       if (plan.origin.op.empty())  // a step of several messages is named by its first
-        plan.origin = {g.op(producer).name, "Send", g.op(producer).layer, g.tensor(n.tensor).name};
+        plan.origin = {g.op(producer).name, "Send", g.op(producer).layer, g.tensor(n.tensor).name, g.tensor(n.tensor).name};
       moved.push_back(n);
     }
     if (!plan.steps.front().empty())

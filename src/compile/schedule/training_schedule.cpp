@@ -284,7 +284,8 @@ class TrainingScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
-      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, graph(0).tensor(full).name};
+      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, graph(0).tensor(full).name,
+                      lower::madeInput(graph(0), op)};
       if (auto s = appendSettled(*plan); !s) return s;
       ++result_.cluster.collectives;
     }
@@ -571,7 +572,7 @@ class TrainingScheduler {
         // The buckets move the stage's gradients (the tensor named, so that a port handing a
         // receive another tensor's vectors is a hazard the simulator reports).
         const std::string name = fmt::format("gradients of stage {}", stage);
-        plan->origin = {name, collectiveOpName(op), -1, name};
+        plan->origin = {name, collectiveOpName(op), -1, name, ""};
         if (auto st = appendSettled(*plan); !st) return st;
         ++result_.cluster.collectives;
         if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;

@@ -270,9 +270,10 @@ TEST(ShardCompiler, EveryInstructionNamesItsOp) {
   const isa::Program& p = compiled->program;
   ASSERT_EQ(p.originOf.size(), p.instructions.size());
   ASSERT_EQ(p.origins, lower::originsOf(g, {0, 1}, interface));
-  EXPECT_EQ(p.origins[0], (isa::OpOrigin{"r0", "Relu", 0, "r0.out"}));
-  EXPECT_EQ(p.origins[2], (isa::OpOrigin{"r0", "Send", 0, g.tensor(y0).name}));
-  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"x1", "Receive", -1, "x1"}));  // a graph input names itself
+  EXPECT_EQ(p.origins[0], (isa::OpOrigin{"r0", "Relu", 0, "r0.out", ""}));  // its input is a graph input
+  // A Send reads the tensor it sends (OpOrigin::input, which the simulator checks is written first).
+  EXPECT_EQ(p.origins[2], (isa::OpOrigin{"r0", "Send", 0, g.tensor(y0).name, g.tensor(y0).name}));
+  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"x1", "Receive", -1, "x1", ""}));  // a graph input names itself
   std::set<std::string> kinds;
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     ASSERT_GE(p.originOf[i], 0) << "instruction " << i << " names no op";
