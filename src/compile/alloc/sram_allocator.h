@@ -1,6 +1,7 @@
 // SRAM allocation over the MEM slices with liveness-based reuse.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <vector>
 
@@ -15,13 +16,27 @@ struct Block {
   int slice = 0;    ///< MEM slice index (0-based among MEM slices, not the queue id)
   int address = 0;  ///< first address
   int rows = 0;     ///< addresses (vectors)
+  friend bool operator==(const Block&, const Block&) = default;
 };
 
-/// First-fit allocation of blocks on every MEM slice; freed blocks are reused, so two tensors whose
-/// lifetimes do not overlap may share addresses (the caller orders their accesses).
+/// Where a block goes among the free addresses of a slice.
+enum class Reuse {
+  /// Never-used addresses while the chip's footprint stays within kFreshShare of the SRAM, so that a
+  /// new tensor does not wait for the last reads of a freed one; then first fit.
+  kFreshFirst,
+  /// First fit from the lowest address: the smallest footprint.
+  kFirstFit,
+};
+
+/// Blocks on every MEM slice; freed blocks are reused, so two tensors whose lifetimes do not overlap
+/// may share addresses (the caller orders their accesses: a write waits for the last reads of the
+/// space's previous tensor).
 class SramAllocator {
  public:
-  explicit SramAllocator(const topology::ChipSpec& chip);
+  /// The share of the SRAM that kFreshFirst hands out before it reuses freed space.
+  static constexpr double kFreshShare = 0.5;
+
+  explicit SramAllocator(const topology::ChipSpec& chip, Reuse reuse = Reuse::kFreshFirst);
 
   /// A block of `rows` addresses on some slice, preferring slices not in `avoid` and spreading
   /// consecutive requests over the slices; nullopt when no slice has `rows` free addresses in a row.
@@ -36,11 +51,17 @@ class SramAllocator {
   Bytes inUse() const { return inUse_; }
   Bytes peak() const { return peak_; }
   Bytes capacity() const { return capacity_; }
+  /// Bytes below every slice's high-water mark: the addresses any block has used.
+  Bytes footprint() const;
+  Reuse reuse() const { return reuse_; }
 
  private:
   const topology::ChipSpec& chip_;
   std::vector<std::vector<std::pair<int, int>>> free_;  // per slice: sorted (address, length)
   std::vector<int> highWater_;  // per slice: the end of the highest address ever allocated
+  Reuse reuse_;
+  std::int64_t used_ = 0;        // addresses below the high-water marks, over the slices
+  std::int64_t freshLimit_ = 0;  // kFreshFirst takes never-used addresses while used_ stays within this
   int cursor_ = 0;
   Bytes inUse_ = 0, peak_ = 0, capacity_ = 0;
 };

@@ -1683,14 +1683,12 @@ std::vector<ir::OpId> shortBranchesFirst(const ir::Graph& graph, std::vector<ir:
   return ops;
 }
 
-// lowerShard with the Transposes of weights read in place by their matmuls (findTransposedWeights)
-// when `inPlace`, else copied; `readInPlace` tells whether any was read in place.
-Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSpec& chip, const ir::Graph& graph,
-                                                          const std::vector<ir::OpId>& given,
-                                                          const ShardInterface& interface, bool inPlace,
-                                                          bool& readInPlace) {
+// lowerShard with the given reuse policy of its SRAM allocator.
+Expected<std::unique_ptr<LoweredShard>> lowerShardWith(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                                       const std::vector<ir::OpId>& given,
+                                                       const ShardInterface& interface, alloc::Reuse reuse) {
   const std::vector<ir::OpId> ops = shortBranchesFirst(graph, given);
-  auto out = std::make_unique<LoweredShard>(chip);
+  auto out = std::make_unique<LoweredShard>(chip, reuse);
   detail::Lowering lowering(chip, graph, *out);
   for (const auto& send : interface.sends) lowering.markC2c(send.tensor);
   for (const auto& receive : interface.receives) lowering.markC2c(receive.tensor);
@@ -1700,8 +1698,7 @@ Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSp
       if (const ir::TensorId leaf = graph.overwrites(out); leaf >= 0) lowering.markOverwritten(leaf);
   std::set<ir::TensorId> keep(graph.outputs().begin(), graph.outputs().end());
   for (const auto& s : interface.sends) keep.insert(s.tensor);
-  if (inPlace) lowering.findTransposedWeights(ops, keep);
-  readInPlace = lowering.readsTransposedWeights();
+  lowering.findTransposedWeights(ops, keep);
   // Long resident tensors first, longest tiles first (first fit decreasing): a weight tile may
   // need a whole slice, which small tensors placed earlier would have broken up. Short ones are
   // placed when an op first reads them, away from the slices of that op's other inputs.
@@ -1796,29 +1793,13 @@ Expected<std::unique_ptr<LoweredShard>> lowerShardReading(const topology::ChipSp
 
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface) {
-  bool readInPlace = false;
-  auto inPlace = lowerShardReading(chip, graph, ops, interface, true, readInPlace);
-  if (!readInPlace) return inPlace;
-  // Reading in place installs the same tiles in the same number of installs as the copy does, and
-  // saves the copy's SRAM and SXM passes; but the space the copies would have held is then handed to
-  // other tensors, and a reuse orders its writes after the last reads of the space's previous
-  // tensor: a recomputed layer's activations, placed where the next layer's backward freed, wait
-  // for that backward (GPT, 2 layers, recompute full: a critical path 2,000 cycles longer). Both
-  // are lowered and the copies kept when their order-free bound (data alone) is more than kCopyGain
-  // below the in-place one, a margin over how closely that bound foretells the schedule (a stage of
-  // mlp-pp4-m8-1f1b-equal-stages-ring4: a bound 1.2 % lower with the copies, a schedule 0.4 %
-  // longer); a shard that fits only without them reads in place.
-  bool copied = false;
-  auto copies = lowerShardReading(chip, graph, ops, interface, false, copied);
-  if (!inPlace) return copies ? std::move(copies) : std::move(inPlace);
-  if (!copies) return inPlace;
-  constexpr double kCopyGain = 0.02;
-  // (checkDependences orders the tasks; a problem that fails it is reported by its compiler.)
-  if (!(*inPlace)->problem.checkDependences() || !(*copies)->problem.checkDependences()) return inPlace;
-  const Cycle readBound = schedule::lowerBound((*inPlace)->problem, {}, {}, 0).value();
-  const Cycle copyBound = schedule::lowerBound((*copies)->problem, {}, {}, 0).value();
-  return static_cast<double>(copyBound) < (1.0 - kCopyGain) * static_cast<double>(readBound) ? std::move(copies)
-                                                                                             : std::move(inPlace);
+  // Never-used SRAM first, so that a tensor's writes do not wait for the last reads of a freed
+  // one (a recomputed layer's activations in the space the next layer's backward read last would
+  // wait for that backward); a shard that does not fit so is lowered again with first fit, the
+  // smallest footprint.
+  auto lowered = lowerShardWith(chip, graph, ops, interface, alloc::Reuse::kFreshFirst);
+  if (lowered || lowered.error().code != ExitCode::kDoesNotFit) return lowered;
+  return lowerShardWith(chip, graph, ops, interface, alloc::Reuse::kFirstFit);
 }
 
 std::string madeInput(const ir::Graph& graph, const ir::Op& op) {

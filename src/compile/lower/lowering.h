@@ -99,7 +99,8 @@ struct PlaneRun {
 };
 
 struct LoweredShard {
-  explicit LoweredShard(const topology::ChipSpec& chip) : problem(chip), sram(chip) {}
+  explicit LoweredShard(const topology::ChipSpec& chip, alloc::Reuse reuse = alloc::Reuse::kFreshFirst)
+      : problem(chip), sram(chip, reuse) {}
   schedule::Problem problem;
   alloc::SramAllocator sram;                  ///< its state after lowering: spill slots come from here
   std::vector<isa::TensorPlacement> tensors;  ///< in tensor-id order
@@ -132,8 +133,8 @@ std::string madeInput(const ir::Graph& graph, const ir::Op& op);
 isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind);
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
-/// the SRAM is an error (exit 3) stating the bytes needed and available. Transposes of weights that
-/// only matmuls read are read in place unless copying them lowers the order-free bound by over 2 %.
+/// the SRAM is an error (exit 3) stating the bytes needed and available. The allocator takes
+/// never-used space first (alloc::Reuse::kFreshFirst), and first fit when the shard fits only so.
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface);
 

@@ -90,8 +90,6 @@ class Lowering {
   /// matmuls install the weights' own rows as columns (the transB install), so that no transposed
   /// copy is made or held. Not when the Transpose's output leaves the shard (`keep`).
   void findTransposedWeights(const std::vector<ir::OpId>& ops, const std::set<ir::TensorId>& keep);
-  /// Whether findTransposedWeights found any Transpose to read in place.
-  bool readsTransposedWeights() const { return !transposedWeights_.empty(); }
   /// Whether an MXM installs `tensor` as weights stored [N, K] (transposedWeights).
   bool readTransposed(ir::TensorId tensor) const;
   /// One tile's receive tasks (one per segment; `task` is the first); lowerShard makes them in

@@ -54,6 +54,14 @@ TEST(SliceSet, BehavesAsAnOrderedSetOfSlices) {
             (std::vector<int>{0, 5, 63, 64, 127}));
 }
 
+// A chip of `slices` MEM slices of 100 addresses.
+topology::ChipSpec smallChip(int slices) {
+  topology::ChipSpec chip;
+  chip.memSlices = slices;
+  chip.addressesPerSlice = 100;
+  return chip;
+}
+
 TEST(SramAllocator, SpreadsOverSlicesAndAvoids) {
   topology::ChipSpec chip;
   SramAllocator a(chip);
@@ -66,9 +74,7 @@ TEST(SramAllocator, SpreadsOverSlicesAndAvoids) {
 }
 
 TEST(SramAllocator, ReusesFreedSpaceAndTracksThePeak) {
-  topology::ChipSpec chip;
-  chip.memSlices = 2;
-  chip.addressesPerSlice = 100;
+  const topology::ChipSpec chip = smallChip(2);
   SramAllocator a(chip);
   auto x = a.allocate(100, {});
   auto y = a.allocate(100, {});
@@ -87,32 +93,57 @@ TEST(SramAllocator, ReusesFreedSpaceAndTracksThePeak) {
   EXPECT_FALSE(a.allocate(101, {}));  // larger than a slice
 }
 
+// Allocates `rows` (any slice) and checks where the block starts.
+void expectBlockAt(SramAllocator& a, int rows, int address, bool pristine = false) {
+  auto block = a.allocate(rows, {}, pristine);
+  ASSERT_TRUE(block) << rows << " rows";
+  EXPECT_EQ(block->address, address) << rows << " rows";
+}
+
 // A pristine block (a resident tensor placed late) takes addresses no earlier block used, while
 // such addresses remain; then it falls back to reused space.
 TEST(SramAllocator, PristineBlocksAvoidUsedAddresses) {
-  topology::ChipSpec chip;
-  chip.memSlices = 1;
-  chip.addressesPerSlice = 100;
+  const topology::ChipSpec chip = smallChip(1);
+  SramAllocator a(chip, Reuse::kFirstFit);
+  auto x = a.allocate(40, {});
+  ASSERT_TRUE(x);
+  a.release(*x);
+  expectBlockAt(a, 10, 0);                // first fit reuses the freed block's addresses at once
+  expectBlockAt(a, 30, 40, true);         // pristine: above everything used so far
+  expectBlockAt(a, 20, 10);               // the space below the pristine block stayed free
+  expectBlockAt(a, 30, 70, true);
+  expectBlockAt(a, 10, 30, true);         // no pristine space left: reuses
+  EXPECT_EQ(a.inUse(), 100 * chip.vectorBytes);
+}
+
+// While the addresses ever used stay within kFreshShare of the SRAM, a block takes never-used
+// addresses rather than a freed block's (whose writes would wait for the freed tensor's last
+// reads); past it, first fit reuses the lowest free addresses.
+TEST(SramAllocator, FreshSpaceBeforeFreedSpaceWhilePlentiful) {
+  const topology::ChipSpec chip = smallChip(1);
+  ASSERT_EQ(SramAllocator::kFreshShare, 0.5);
   SramAllocator a(chip);
   auto x = a.allocate(40, {});
   ASSERT_TRUE(x);
   a.release(*x);
-  auto reused = a.allocate(10, {});
-  ASSERT_TRUE(reused);
-  EXPECT_EQ(reused->address, 0);  // first fit reuses
-  auto pristine = a.allocate(30, {}, true);
-  ASSERT_TRUE(pristine);
-  EXPECT_EQ(pristine->address, 40);  // above everything used so far
-  auto filler = a.allocate(20, {}, false);
-  ASSERT_TRUE(filler);
-  EXPECT_EQ(filler->address, 10);  // the space below the pristine block stayed free
-  auto fallback = a.allocate(30, {}, true);
-  ASSERT_TRUE(fallback);
-  EXPECT_EQ(fallback->address, 70);
-  auto last = a.allocate(10, {}, true);  // no pristine space left: reuses
-  ASSERT_TRUE(last);
-  EXPECT_EQ(last->address, 30);
-  EXPECT_EQ(a.inUse(), 100 * chip.vectorBytes);
+  expectBlockAt(a, 10, 40);  // first fit would reuse address 0
+  EXPECT_EQ(a.footprint(), 50 * chip.vectorBytes);
+  expectBlockAt(a, 10, 0);   // 60 addresses used would pass half the slice: first fit
+  EXPECT_EQ(a.footprint(), 50 * chip.vectorBytes);
+  expectBlockAt(a, 50, 50);  // only the never-used top holds 50 in a row
+  EXPECT_EQ(a.footprint(), 100 * chip.vectorBytes);
+}
+
+// Fresh space on a slice the block does not avoid comes before fresh space on an avoided one, and
+// reused space on a slice not avoided before either on an avoided slice.
+TEST(SramAllocator, FreshSpaceKeepsAvoidingSlices) {
+  const topology::ChipSpec chip = smallChip(2);
+  SramAllocator a(chip);
+  auto x = a.allocate(30, {1});
+  ASSERT_TRUE(x && x->slice == 0);
+  a.release(*x);
+  // Never-used addresses of slice 0, not slice 1's.
+  EXPECT_EQ(a.allocate(20, {1}), (Block{0, 30, 20}));
 }
 
 }  // namespace
