@@ -213,6 +213,17 @@ EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec
       originReads_.push_back(origin.input.empty() ? -1
                                                   : ids.try_emplace(origin.input, static_cast<std::int32_t>(ids.size()))
                                                         .first->second);
+    // A name that an op of this chip makes and a receive also brings (a ring of chips running one
+    // program, each passing its output to the next under the same name) stands for two tensors:
+    // which write feeds a read is not known by name, so such a tensor is not checked.
+    std::vector<char> made(ids.size(), 0), received(ids.size(), 0);
+    for (const auto& origin : p.origins)
+      if (const auto it = ids.find(origin.tensor); it != ids.end()) {
+        if (origin.kind == "Receive") received[static_cast<size_t>(it->second)] = 1;
+        else if (origin.kind != "Send" && origin.kind != "Collective") made[static_cast<size_t>(it->second)] = 1;
+      }
+    for (auto& read : originReads_)
+      if (read >= 0 && made[static_cast<size_t>(read)] && received[static_cast<size_t>(read)]) read = -1;
     originWrites_.reserve(p.origins.size());
     for (const auto& origin : p.origins) {
       const auto it = ids.find(origin.tensor);
