@@ -207,23 +207,28 @@ TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   EXPECT_EQ(small->steps[2].size(), 72u * 72u);  // the tree's first step: 72 messages in each of 72 groups
   EXPECT_TRUE(small->steps[2][0].reduce);
   EXPECT_FALSE(small->steps[10][0].reduce);  // the tree's first broadcast step
-  // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145, 2 x 144
-  // steps, between node and rack levels run in two halves that overlap (3 steps each way).
+  // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145 both ways
+  // at once, 2 x 72 steps, between node and rack levels run in two halves that overlap (3 steps each way).
   auto large = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 64 << 20, system);
   ASSERT_TRUE(large.ok());
-  EXPECT_EQ(large->steps.size(), 3u + 288u + 3u);
+  EXPECT_EQ(large->steps.size(), 3u + 144u + 3u);
 }
 
-// Above the racks each rack position rings over the racks at its own stride, every step over one
-// of the links joining the two racks and no directed link in two rings: on the 145-rack system the
-// positions whose own system links reach the racks at a stride coprime to 145 ring one hop a step.
+// Above the racks each rack position rings over the racks at its own stride, both ways at once,
+// every step over one of the links joining the two racks and no directed link in two rings: on the
+// 145-rack system the positions whose own system links reach the racks at a stride coprime to 145
+// ring one hop a step, each way. Both ways, a chunk gathers its sum from 72 racks on each side: 72
+// steps, where the one-way ring takes 144.
 TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(system), 64 << 20, system);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->steps.size(), 3u + 288u + 3u);
+  ASSERT_EQ(plan->steps.size(), 3u + 144u + 3u);
   const auto& top = plan->steps[3];
-  ASSERT_EQ(top.size(), 10440u);
+  ASSERT_EQ(top.size(), 2u * 10440u);
+  std::map<int, int> sends;  // chip -> messages it sends in the step
+  for (const auto& m : top) ++sends[m.src];
+  for (const auto& [chip, count] : sends) EXPECT_EQ(count, 2) << "chip " << chip;
   std::map<std::pair<int, int>, int> rings;  // directed link -> messages of the step crossing it
   int oneHop = 0;
   for (const auto& m : top) {
@@ -238,7 +243,7 @@ TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   for (const auto& [key, count] : rings) EXPECT_EQ(count, 1) << "link " << key.first;
   // Position q's own links join racks q + 1 apart (docs/config.md's circulant); 145 = 5 x 29 leaves
   // the 56 positions with q + 1 prime to both.
-  EXPECT_EQ(oneHop, 56 * 145);
+  EXPECT_EQ(oneHop, 2 * 56 * 145);
   for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[4][i].link, top[i].link);  // the same links every step
 }
 
@@ -492,6 +497,25 @@ TEST(Collectives, ValidationTable) {
       EXPECT_GT(s.cycles, 0);
     }
   }
+}
+
+// A whole system's top level rings both ways where the way back crosses links the one-way rings
+// leave idle (on 7 racks every rack position's own links, both directions): 3 steps each way, not
+// 6. On 40 of the 145 racks the rings share links, and running both ways would double that sharing:
+// the top level stays one way (39 steps each way).
+TEST(Collectives, HierarchicalTopLevelRunsBothWaysOnLinksLeftIdle) {
+  const auto seven = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 7}}");
+  auto whole = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(seven), 4 << 20, seven);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_EQ(whole->steps.size(), 3u + 6u + 3u);
+  for (size_t s = 3; s < 9; ++s) EXPECT_EQ(whole->steps[s].size(), 2u * 504u) << "step " << s;
+  const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
+  std::vector<int> forty(2880);
+  for (int c = 0; c < 2880; ++c) forty[c] = c;
+  auto part = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, forty, 64 << 20, system);
+  ASSERT_TRUE(part.ok());
+  ASSERT_EQ(part->steps.size(), 3u + 78u + 3u);
+  EXPECT_EQ(part->steps[3].size(), 2880u);
 }
 
 }  // namespace

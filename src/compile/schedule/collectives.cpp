@@ -387,6 +387,7 @@ class RackLinks {
 struct RackGrid {
   std::vector<int> order;  ///< the group's chips, row after row
   std::vector<LinkedRing> rows, columns;
+  std::vector<int> back;  ///< a ring run both ways: the link its step from order[i + 1] to order[i] crosses
 };
 
 // The rows' length b of a grid of p racks: b x a = p with b + a least, b >= a (p itself when prime).
@@ -405,9 +406,10 @@ int rowLength(int p) {
 // rowLength(p) racks, a stride's cycles of that length or its single cycle cut into rows, each closed
 // over a link of its own, so that every group's steps are alike. On a whole dragonfly system
 // (circulant rack links) each rack position has links to the racks at some offset, so its ring runs
-// one hop a step on its own links.
+// one hop a step on its own links. With `bothWays` (rings only) each ring also runs the other way,
+// its links chosen with the stride's.
 std::vector<RackGrid> spreadRackGrids(const topology::Cluster& cluster, const std::vector<std::vector<int>>& groups,
-                                      std::int64_t share, bool grid) {
+                                      std::int64_t share, bool grid, bool bothWays = false) {
   RackLinks rackLinks(cluster);
   std::vector<RackGrid> grids;
   for (const auto& g : groups) {
@@ -428,10 +430,14 @@ std::vector<RackGrid> spreadRackGrids(const topology::Cluster& cluster, const st
         LinkedRing row;
         for (int j = 0; j < length; ++j) row.chips.push_back(g[(k + static_cast<size_t>(j) * stride) % p]);
         for (int j = 0; j < length && length > 1 && !slower; ++j) {
-          const auto& c = choices.emplace_back(rackLinks.choose(row.chips[j], row.chips[(j + 1) % length], rowChunk));
-          row.links.push_back(c.link);
-          cost = {std::max(cost.first, c.cycles), cost.second + c.cycles};
-          oneHopUnused = oneHopUnused && c.hops == 1 && c.load == 0;
+          for (bool back : {false, true}) {
+            if (back && !bothWays) break;
+            const int from = row.chips[back ? (j + 1) % length : j], to = row.chips[back ? j : (j + 1) % length];
+            const auto& c = choices.emplace_back(rackLinks.choose(from, to, rowChunk));
+            (back ? candidate.back : row.links).push_back(c.link);
+            cost = {std::max(cost.first, c.cycles), cost.second + c.cycles};
+            oneHopUnused = oneHopUnused && c.hops == 1 && c.load == 0;
+          }
           slower = !best.rows.empty() && cost.first > bestCost.first;  // no better than the best: dropped
         }
         candidate.order.insert(candidate.order.end(), row.chips.begin(), row.chips.end());
@@ -512,6 +518,59 @@ std::vector<std::vector<CollectiveMessage>> gridSteps(const std::vector<RackGrid
   addLinkedRingSteps(steps, reduce ? rows : columns, reduce);
   addLinkedRingSteps(steps, reduce ? columns : rows, reduce);
   return steps;
+}
+
+// The rings of `grids` (spreadRackGrids' rings both ways) run both ways at once, `share` vectors per
+// chip: the chunk a chip owns gathers its reduction from the p / 2 chips before it and the (p - 1) / 2
+// after it at once (an all-gather sends it back the same ways), so a ring of p takes p / 2 steps, not
+// p - 1, each chip sending a chunk each way a step.
+std::vector<std::vector<CollectiveMessage>> bothWaysSteps(const std::vector<RackGrid>& grids, std::int64_t share,
+                                                          bool reduce) {
+  std::vector<LinkedRing> forward, back;
+  size_t longest = 0;
+  for (const auto& grid : grids) {
+    if (grid.rows.size() != 1 || grid.back.size() != grid.order.size()) return {};
+    const auto& row = grid.rows.front();
+    const size_t p = row.chips.size();
+    const std::int64_t chunk = ceilDiv(share, static_cast<std::int64_t>(p));
+    LinkedRing way{{row.chips.rbegin(), row.chips.rend()}, {grid.back.rbegin(), grid.back.rend()}, chunk};
+    // way.chips[i] = row.chips[p-1-i]; its step to way.chips[i+1] = row.chips[p-2-i] crosses back[p-2-i].
+    std::rotate(way.links.begin(), way.links.begin() + 1, way.links.end());
+    forward.push_back({row.chips, row.links, chunk});
+    back.push_back(std::move(way));
+    longest = std::max(longest, p);
+  }
+  // Reduce-scatter step t (1..p/2): forward every step, back from step p/2 - (p-1)/2 + 1 on; the
+  // all-gather the reverse (back every step, forward in the first (p-1)/2).
+  std::vector<std::vector<CollectiveMessage>> steps;
+  for (size_t t = 1; t <= longest / 2; ++t) {
+    std::vector<CollectiveMessage> step;
+    for (const auto* rings : {&forward, &back})
+      for (const auto& [ring, links, vectors] : *rings) {
+        const size_t p = ring.size(), before = p / 2, after = (p - 1) / 2;
+        if (t > before) continue;
+        // The way a reduce-scatter's partial sums or an all-gather's chunks cover `before` chips runs every step.
+        const bool everyStep = (rings == &forward) == reduce;
+        if (!everyStep && (reduce ? t <= before - after : t > after)) continue;
+        for (size_t i = 0; i < p; ++i) step.push_back({ring[i], ring[(i + 1) % p], vectors, reduce, links[i]});
+      }
+    steps.push_back(std::move(step));
+  }
+  return steps;
+}
+
+// The most groups (groupOf: chip -> group) whose messages of `step` cross one directed link.
+int busiestLinkGroups(const topology::Cluster& cluster, const std::vector<CollectiveMessage>& step,
+                      const std::vector<int>& groupOf) {
+  std::set<std::pair<int, int>> crossing;  // (directed link, group)
+  std::unordered_map<int, int> groups;     // directed link -> groups crossing it
+  int busiest = 0;
+  for (const auto& m : step)
+    for (const auto& hop : messageRoute(cluster, m)) {
+      const int key = hop.link * 2 + (hop.chip == cluster.links()[hop.link].a ? 0 : 1);
+      if (crossing.insert({key, groupOf[m.src]}).second) busiest = std::max(busiest, ++groups[key]);
+    }
+  return busiest;
 }
 
 bool topLevelPrefersTree(std::int64_t groupSize, std::int64_t share) {
@@ -1025,12 +1084,29 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         } else {
           // Above whole racks, grids may spread over the links joining the racks (spreadRackGrids).
           std::vector<std::vector<RackGrid>> layouts;  // rings, and grids
-          if (linked && cluster.description().racks > 1)
+          std::vector<RackGrid> bothWays;              // rings run both ways
+          if (linked && cluster.description().racks > 1) {
             for (bool grid : {false, true}) layouts.push_back(spreadRackGrids(cluster, topGroups, share, grid));
+            bothWays = spreadRackGrids(cluster, topGroups, share, false, true);
+          }
           for (bool reduce : {true, false}) {
             if (!(reduce ? reduces : gathers)) continue;
             std::vector<std::vector<std::vector<CollectiveMessage>>> spread;
             for (const auto& grids : layouts) spread.push_back(gridSteps(grids, share, reduce));
+            // Both ways only where no link carries more groups' messages than one way: rings of
+            // different groups that share a link drift out of step and queue behind each other, which
+            // the estimate (step by step, in lockstep) does not see, and both ways would double that.
+            if (!bothWays.empty()) {
+              auto both = bothWaysSteps(bothWays, share, reduce);
+              std::vector<int> groupOf(cluster.chipCount(), -1);
+              for (size_t k = 0; k < topGroups.size(); ++k)
+                for (int c : topGroups[k]) groupOf[c] = static_cast<int>(k);
+              if (!both.empty() && !spread.front().empty() &&
+                  std::max(busiestLinkGroups(cluster, both.front(), groupOf),
+                           busiestLinkGroups(cluster, both.back(), groupOf)) <=
+                      busiestLinkGroups(cluster, spread.front().front(), groupOf))
+                spread.push_back(std::move(both));
+            }
             levelSteps(topGroups, top, reduce, spread);
           }
         }
