@@ -208,10 +208,15 @@ TEST(Collectives, HierarchicalTopLevelIsATreeForSmallSharesAndRoundsPerLevel) {
   EXPECT_TRUE(small->steps[2][0].reduce);
   EXPECT_FALSE(small->steps[10][0].reduce);  // the tree's first broadcast step
   // 64 MiB: 2,913 vectors per chip at the top level, about 20 per ring step: a ring of 145 both ways
-  // at once, 2 x 72 steps, between node and rack levels run in two halves that overlap (3 steps each way).
+  // at once, 2 x 72 steps, between node and rack levels run in 4 parts that overlap (5 steps each way:
+  // part i + 1's node level with part i's rack level).
   auto large = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, all, 64 << 20, system);
   ASSERT_TRUE(large.ok());
-  EXPECT_EQ(large->steps.size(), 3u + 144u + 3u);
+  ASSERT_EQ(large->steps.size(), 5u + 144u + 5u);
+  EXPECT_EQ(large->steps[0].size(), 10440u * 7u);  // the first part's node level
+  for (size_t s = 1; s < 4; ++s) EXPECT_EQ(large->steps[s].size(), 10440u * (8u + 7u)) << "step " << s;
+  EXPECT_EQ(large->steps[4].size(), 10440u * 8u);  // the last part's rack level
+  EXPECT_EQ(large->steps[0][0].vectors, 9 * ceilDiv(2913, 4));
 }
 
 // Above the racks each rack position rings over the racks at its own stride, both ways at once,
@@ -223,8 +228,8 @@ TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   auto plan = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(system), 64 << 20, system);
   ASSERT_TRUE(plan.ok());
-  ASSERT_EQ(plan->steps.size(), 3u + 144u + 3u);
-  const auto& top = plan->steps[3];
+  ASSERT_EQ(plan->steps.size(), 5u + 144u + 5u);
+  const auto& top = plan->steps[5];
   ASSERT_EQ(top.size(), 2u * 10440u);
   std::map<int, int> sends;  // chip -> messages it sends in the step
   for (const auto& m : top) ++sends[m.src];
@@ -244,7 +249,7 @@ TEST(Collectives, HierarchicalTopLevelSpreadsOverTheLinksJoiningRacks) {
   // Position q's own links join racks q + 1 apart (docs/config.md's circulant); 145 = 5 x 29 leaves
   // the 56 positions with q + 1 prime to both.
   EXPECT_EQ(oneHop, 2 * 56 * 145);
-  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[4][i].link, top[i].link);  // the same links every step
+  for (size_t i = 0; i < top.size(); ++i) EXPECT_EQ(plan->steps[6][i].link, top[i].link);  // the same links every step
 }
 
 // The rack level of a GroqRack crosses every one of the 4 links joining each pair of nodes, each
@@ -509,13 +514,18 @@ TEST(Collectives, HierarchicalTopLevelRunsBothWaysOnLinksLeftIdle) {
   ASSERT_TRUE(whole.ok());
   ASSERT_EQ(whole->steps.size(), 3u + 6u + 3u);
   for (size_t s = 3; s < 9; ++s) EXPECT_EQ(whole->steps[s].size(), 2u * 504u) << "step " << s;
+  // At 16 MiB (729-vector sub-pieces) the node and rack levels go in 4 parts, 5 steps each way
+  // (sim.agreement_collectives simulates it).
+  auto larger = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, allChips(seven), 16 << 20, seven);
+  ASSERT_TRUE(larger.ok());
+  EXPECT_EQ(larger->steps.size(), 5u + 6u + 5u);
   const auto system = clusterOf("{topology: {kind: dragonfly, chips_per_node: 8, nodes_per_rack: 9, racks: 145}}");
   std::vector<int> forty(2880);
   for (int c = 0; c < 2880; ++c) forty[c] = c;
   auto part = planCollective(CollectiveOp::kAllReduce, CollectiveAlgorithm::kHierarchical, forty, 64 << 20, system);
   ASSERT_TRUE(part.ok());
-  ASSERT_EQ(part->steps.size(), 3u + 78u + 3u);
-  EXPECT_EQ(part->steps[3].size(), 2880u);
+  ASSERT_EQ(part->steps.size(), 5u + 78u + 5u);
+  EXPECT_EQ(part->steps[5].size(), 2880u);
 }
 
 }  // namespace

@@ -1033,16 +1033,48 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
         a.insert(a.end(), b.begin(), b.end());
         steps.push_back(std::move(a));
       };
-      if (halves) {
+      // Above the rack the sub-pieces go in 2, 3 or 4 parts, as many as the estimate of the reduce-scatter
+      // side finds fastest (each part's rack level runs under the next part's node level, and adds a
+      // step): part i + 1's node level while part i crosses the rack links, the gather the other way.
+      // More than 2 only while every part keeps kHalvesMinPieceVectors: the programs grow with the
+      // parts (at 8 MiB on 10,440 chips, more parts would save 0.3 % of the time for 40 % more memory).
+      std::vector<std::int64_t> parts = {first, second};
+      auto rackSide = [&](const std::vector<std::int64_t>& sizes, bool reduce) {
+        std::vector<std::vector<CollectiveMessage>> side;
+        for (size_t i = 0; i <= sizes.size(); ++i) {
+          std::vector<CollectiveMessage> step;
+          if (reduce ? i > 0 : i < sizes.size()) step = rackMessages(reduce, sizes[reduce ? i - 1 : i]);
+          if (reduce ? i < sizes.size() : i > 0) {
+            const auto node = nodeMessages(reduce, sizes[reduce ? i : i - 1]);
+            step.insert(step.end(), node.begin(), node.end());
+          }
+          side.push_back(std::move(step));
+        }
+        return side;
+      };
+      if (halves && above) {
+        double fastest = -1;
+        for (std::int64_t k = 2; k <= 4 && (k == 2 || piece / k >= kHalvesMinPieceVectors); ++k) {
+          std::vector<std::int64_t> sizes;
+          for (std::int64_t i = 0, left = piece; i < k; left -= sizes.back(), ++i) sizes.push_back(ceilDiv(left, k - i));
+          CollectivePlan candidate;
+          candidate.steps = rackSide(sizes, true);
+          const double cycles = estimateCollectiveCycles(candidate, cluster);
+          if (fastest < 0 || cycles < fastest) {
+            fastest = cycles;
+            parts = std::move(sizes);
+          }
+        }
+      }
+      if (halves && above) {
+        for (auto& step : rackSide(parts, true)) steps.push_back(std::move(step));
+      } else if (halves) {
         steps.push_back(nodeMessages(true, first));
         together(rackMessages(true, first), nodeMessages(true, second));
-        if (!above) {
-          together(rackMessages(false, first), rackMessages(true, second));
-          together(rackMessages(false, second), nodeMessages(false, first));
-          steps.push_back(nodeMessages(false, second));
-          break;
-        }
-        steps.push_back(rackMessages(true, second));
+        together(rackMessages(false, first), rackMessages(true, second));
+        together(rackMessages(false, second), nodeMessages(false, first));
+        steps.push_back(nodeMessages(false, second));
+        break;
       } else if (linked && reduces) {
         nodeStep(true);
         rackStep(true);
@@ -1114,9 +1146,7 @@ Expected<CollectivePlan> planCollective(CollectiveOp op, CollectiveAlgorithm alg
       for (size_t k = levels.size() - 1; k-- > firstRingLevel;)
         if (gathers) levelSteps(ringsOf(k), chunkAt[k], false);
       if (halves) {
-        steps.push_back(rackMessages(false, first));
-        together(rackMessages(false, second), nodeMessages(false, first));
-        steps.push_back(nodeMessages(false, second));
+        for (auto& step : rackSide(parts, false)) steps.push_back(std::move(step));
       } else if (linked && gathers) {
         rackStep(false);
         nodeStep(false);
