@@ -559,15 +559,29 @@ TEST(PlanShards, TpRanksDifferingInConstantValuesShareOneCompile) {
   }
   ASSERT_TRUE(differ);
   std::vector<size_t> batches;
+  size_t compared = 0;
   const schedule::ShardBatchCompiler counting = [&](const topology::ChipSpec& chip,
                                                     const std::vector<schedule::ShardJob>& jobs) {
     batches.push_back(jobs.size());
-    return schedule::compileShards(chip, jobs);
+    auto shards = schedule::compileShards(chip, jobs);
+    // Each rank's own compile of the segment (its graph, the same seed) is the shared program.
+    for (size_t i = 0; shards && i < jobs.size(); ++i)
+      for (const ir::Graph& rank : work->graphs) {
+        if (&rank == jobs[i].graph) continue;
+        auto own = schedule::compileShard(chip, rank, jobs[i].ops, jobs[i].interface, jobs[i].options);
+        EXPECT_TRUE(own.ok()) << own.error().format();
+        if (!own) continue;
+        EXPECT_EQ(own->program.instructions, (*shards)[i].program.instructions) << "batch " << batches.size();
+        EXPECT_EQ(own->program.predictedCycles, (*shards)[i].program.predictedCycles);
+        ++compared;
+      }
+    return shards;
   };
   auto schedule = schedule::scheduleCluster(*work, ring(4), {}, counting, 1);
   ASSERT_TRUE(schedule.ok()) << schedule.error().format();
   ASSERT_FALSE(batches.empty());
   for (size_t jobs : batches) EXPECT_EQ(jobs, 1u);  // every wave's two segments: one key
+  EXPECT_EQ(compared, batches.size());
   EXPECT_EQ(schedule->compiledShards, static_cast<int>(batches.size()));
   EXPECT_EQ(schedule->sharedShards, schedule->compiledShards);
   EXPECT_FALSE(schedule->programs[0].instructions.empty());
