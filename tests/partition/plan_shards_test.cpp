@@ -542,6 +542,52 @@ TEST(PlanShards, OddVocabularySplitsTheTableRowsInCeilSizedBlocks) {
   }
 }
 
+// The TP ranks' embedding segments differ only in their vocabulary blocks' row maps and masks
+// (constants the lowering reads as operands at run time): one compile serves both ranks, relocated
+// to each chip, and the distinct segments are counted once.
+TEST(PlanShards, TpRanksDifferingInConstantValuesShareOneCompile) {
+  auto g = gptWithWeights({{"layers", "1"}, {"hidden", "32"}, {"heads", "4"}, {"seq", "8"}, {"batch", "2"}, {"vocab", "16"}});
+  auto work = shardPlan(g, plan(1, 2, 1, 1, {0, 1}));
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  ASSERT_EQ(work->graphs.size(), 2u);
+  bool differ = false;  // the ranks' graphs hold constants of one name with other values
+  for (ir::TensorId t = 0; t < static_cast<ir::TensorId>(work->graphs[0].tensors().size()); ++t) {
+    const ir::Tensor& mine = work->graphs[0].tensor(t);
+    const auto theirs = work->graphs[1].findTensor(mine.name);
+    if (mine.role == ir::TensorRole::kConstant && mine.data && theirs && work->graphs[1].tensor(*theirs).data)
+      differ |= *mine.data != *work->graphs[1].tensor(*theirs).data;
+  }
+  ASSERT_TRUE(differ);
+  std::vector<size_t> batches;
+  size_t compared = 0;
+  const schedule::ShardBatchCompiler counting = [&](const topology::ChipSpec& chip,
+                                                    const std::vector<schedule::ShardJob>& jobs) {
+    batches.push_back(jobs.size());
+    auto shards = schedule::compileShards(chip, jobs);
+    // Each rank's own compile of the segment (its graph, the same seed) is the shared program.
+    for (size_t i = 0; shards && i < jobs.size(); ++i)
+      for (const ir::Graph& rank : work->graphs) {
+        if (&rank == jobs[i].graph) continue;
+        auto own = schedule::compileShard(chip, rank, jobs[i].ops, jobs[i].interface, jobs[i].options);
+        EXPECT_TRUE(own.ok()) << own.error().format();
+        if (!own) continue;
+        EXPECT_EQ(own->program.instructions, (*shards)[i].program.instructions) << "batch " << batches.size();
+        EXPECT_EQ(own->program.predictedCycles, (*shards)[i].program.predictedCycles);
+        ++compared;
+      }
+    return shards;
+  };
+  auto schedule = schedule::scheduleCluster(*work, ring(4), {}, counting, 1);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  ASSERT_FALSE(batches.empty());
+  for (size_t jobs : batches) EXPECT_EQ(jobs, 1u);  // every wave's two segments: one key
+  EXPECT_EQ(compared, batches.size());
+  EXPECT_EQ(schedule->compiledShards, static_cast<int>(batches.size()));
+  EXPECT_EQ(schedule->sharedShards, schedule->compiledShards);
+  EXPECT_FALSE(schedule->programs[0].instructions.empty());
+  EXPECT_FALSE(schedule->programs[1].instructions.empty());
+}
+
 // Self-attention with one fused in-projection [d, 3d], as torch exports it: the projection is taken
 // apart by a Split (nn.MultiheadAttention's chunk), by three Slices, or by a Reshape to
 // [b, s, 3, heads, hd] and constant-index Gathers (GPT-2's c_attn viewed whole); or, for

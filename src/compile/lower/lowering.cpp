@@ -1802,6 +1802,13 @@ Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chi
   return lowerShardWith(chip, graph, ops, interface, alloc::Reuse::kFirstFit);
 }
 
+bool readsInputValues(const ir::Op& op, size_t input) {
+  // Lowering::elementMap (a Slice's parameters) and lowerReduction (opset 18's axes input).
+  if (op.kind == ir::OpKind::kSlice) return input > 0;
+  return input == 1 && op.kind != ir::OpKind::kGlobalAveragePool &&
+         ir::opDefinition(op.kind).lowering == ir::LoweringFamily::kReduction;
+}
+
 std::string madeInput(const ir::Graph& graph, const ir::Op& op) {
   if (op.inputs.empty()) return {};
   // Every MEM read of the op then reads it (or the op's own scratch, written first).

@@ -125,6 +125,11 @@ struct LoweredShard {
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
                                      const ShardInterface& interface);
 
+/// Does lowering `op` read the values of its input `input`, not only its shape (a Slice's starts,
+/// ends, axes and steps given as inputs, a reduction's axes)? Other inputs' values reach the chip
+/// at run time, by name: a program compiled for one constant's values serves any other's.
+bool readsInputValues(const ir::Op& op, size_t input);
+
 /// The input of `op` when it is its only one and an op makes it (OpOrigin::input); else empty.
 std::string madeInput(const ir::Graph& graph, const ir::Op& op);
 

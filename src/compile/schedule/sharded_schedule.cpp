@@ -42,10 +42,12 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
   std::map<ir::TensorId, int> local;
   const std::set<ir::OpId> inSegment(ops.begin(), ops.end());
   std::string key;
-  auto tensorText = [&](ir::TensorId id) {
+  // A constant's values are in the key only where the lowering reads them: TP ranks' segments that
+  // differ in their constants' values alone (a vocabulary slice's row map) share one program.
+  auto tensorText = [&](ir::TensorId id, bool values) {
     const auto& t = graph.tensor(id);
     std::string text = fmt::format("{}:{}[{}]", static_cast<int>(t.role), static_cast<int>(t.dtype), fmt::join(t.shape, "x"));
-    if (t.role == ir::TensorRole::kConstant && t.data)
+    if (values && t.role == ir::TensorRole::kConstant && t.data)
       text += fmt::format("#{}:{:x}", static_cast<int>(t.data->encoding()),
                           std::hash<std::string_view>{}(
                               std::string_view(reinterpret_cast<const char*>(t.data->raw()), t.data->bytes())));
@@ -56,9 +58,10 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
     key += ir::opKindName(op.kind);
     for (const auto& [name, value] : op.attrs) key += fmt::format(" {}={}", name, attrText(value));
     key += " (";
-    for (ir::TensorId in : op.inputs) {
-      auto it = local.find(in);
-      key += it != local.end() ? fmt::format("%{} ", it->second) : tensorText(in) + " ";
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      auto it = local.find(op.inputs[i]);
+      key += it != local.end() ? fmt::format("%{} ", it->second)
+                               : tensorText(op.inputs[i], lower::readsInputValues(op, i)) + " ";
     }
     key += ") ->";
     for (ir::TensorId out : op.outputs) {
@@ -66,7 +69,7 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
       local[out] = n;
       bool leaves = std::find(graph.outputs().begin(), graph.outputs().end(), out) != graph.outputs().end();
       for (ir::OpId user : graph.tensor(out).users) leaves |= !inSegment.count(user);
-      key += fmt::format(" %{}={}{}", n, tensorText(out), leaves ? "!" : "");
+      key += fmt::format(" %{}={}{}", n, tensorText(out, false), leaves ? "!" : "");
     }
     key += ";";
   }
