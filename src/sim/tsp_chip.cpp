@@ -602,7 +602,7 @@ class TspChip final : public Chip {
   }
 
   size_t streamIndex(isa::StreamRef ref) const {
-    return static_cast<size_t>(ref.dir) * spec_.streamsPerDirection + ref.id;
+    return static_cast<size_t>(ref.dir) * streamsPerDirection_ + ref.id;
   }
   StreamQueue& runsOf(isa::StreamRef ref) { return streams_[streamIndex(ref)]; }
 
@@ -1130,6 +1130,7 @@ class TspChip final : public Chip {
   std::vector<Cycle> portFree_[2];     // per MEM slice: the read and the write port
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
   std::vector<StreamQueue> streams_;  // [direction][stream id]
+  const size_t streamsPerDirection_ = static_cast<size_t>(spec_.streamsPerDirection);
   // The data-flow check (checkDataFlow), per tensor some origin reads (EventProgram::readTensors): whether
   // a MEM write of the chip has stored it, and its first read before that (an index into earlyReads_, -1: none).
   struct EarlyRead {
