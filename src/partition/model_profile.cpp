@@ -153,18 +153,9 @@ std::optional<ir::Graph> batchSlice(const ir::Graph& layer, std::int64_t batch, 
   return std::move(devices->graphs.front());
 }
 
-// Cycles one vector takes on a link of the chip's default rate (its exact payload rate).
-double sendVectorCycles(const topology::ChipSpec& chip) {
-  const double bytesPerCycle =
-      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
-  return chip.vectorBytes / bytesPerCycle;
-}
-
 // Cycles of a one-layer graph on one chip; with interval > 0 its outbound tensors (made and not
-// used inside) leave over a link port handed over at one vector per `interval` cycles and carried
-// at the link's exact rate, `vectorCycles` cycles a vector (0: interval), as a stage's sends do.
-Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval,
-                                  double vectorCycles = 0) {
+// used inside) leave over a link port at one vector per `interval` cycles, as a stage's sends do.
+Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
   if (interval <= 0) {
     auto cycles = schedule::estimateLayerCycles(layer, chip);
     if (!cycles) return cycles.error();
@@ -179,10 +170,8 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
       if (layer.tensor(out).users.empty()) {
         lower::SendPlan send;
         send.tensor = out;
-        const schedule::LinkPace pace = schedule::linkPace(
-            chip, std::max(vectorCycles, static_cast<double>(interval)), lower::tensorGeometry(chip, layer, out).first);
-        send.interval = pace.interval;
-        send.spacing = pace.spacing;
+        send.interval = interval;
+        send.spacing = interval;
         interface.sends.push_back(send);
       }
   }
@@ -322,9 +311,13 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
 // a link of the chip's default rate).
 constexpr int kBatchPoints = 6;
 
-// The interval a layer's sends hand vectors over at as measureLayer compiles them, on a link of
-// the chip's default rate (schedule::linkPace of a tile of one burst).
-int sendInterval(const topology::ChipSpec& chip) { return schedule::linkPace(chip, sendVectorCycles(chip), 1).interval; }
+// The link interval of a layer's sends as measureLayer compiles them: one vector per this many
+// cycles on a link of the chip's default rate.
+int sendInterval(const topology::ChipSpec& chip) {
+  const double bytesPerCycle =
+      chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
+  return static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+}
 
 // Keys of LayerCycles: a layer alone, its batch split `parts` ways (1: whole), with sends; a pair.
 std::string aloneKey(const std::string& signature, int parts, int interval) {
@@ -381,8 +374,7 @@ void measureLayer(const ir::Graph& layer, const std::string& signature, const to
   double serialise = 0;
   for (const auto& op : probe.ops())
     for (ir::TensorId out : op.outputs)
-      if (probe.tensor(out).users.empty())
-        serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * sendVectorCycles(chip);
+      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
   const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
@@ -645,8 +637,7 @@ Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec&
 }
 
 Expected<Cycle> compileLayer(const topology::ChipSpec& chip, const LayerCompile& job) {
-  if (job.shardOps.empty())
-    return compileLayerAlone(*job.graph, chip, job.interval, job.interval > 0 ? sendVectorCycles(chip) : 0);
+  if (job.shardOps.empty()) return compileLayerAlone(*job.graph, chip, job.interval);
   auto compiled = schedule::compileShard(chip, *job.graph, job.shardOps, lower::ShardInterface{},
                                          schedule::Options{}.asShardOfMany());
   if (!compiled) return compiled.error();

@@ -167,7 +167,7 @@ struct ModelProfile {
 
 /// One compile the profile asks of the compiler: a layer's graph (a share of its batch, or two
 /// consecutive layers) alone on one chip; with interval > 0 its outbound tensors leave over a link
-/// of the chip's default rate at its exact rate, handed over one vector per `interval` cycles.
+/// at one vector per `interval` cycles (compiledCycles).
 struct LayerCompile {
   const ir::Graph* graph = nullptr;
   int interval = 0;

@@ -632,7 +632,8 @@ class ShardedScheduler {
     detail::orderArrivals(interface.receives, absolute);
     for (size_t r = 0; r < interface.receives.size(); ++r) {
       const auto& plan = interface.receives[r];
-      key += fmt::format(" recv {}:{}/{}/{}@{}", r, plan.port, plan.interval, plan.spacing, fmt::join(plan.arrivals, ","));
+      key += fmt::format(" recv {}:{}/{}@{}", r, plan.port, detail::paceKey(plan.interval, plan.spacing),
+                         fmt::join(plan.arrivals, ","));
     }
     for (ir::TensorId in : received) resident.erase(in);
     interface.resident.assign(resident.begin(), resident.end());
@@ -653,8 +654,9 @@ class ShardedScheduler {
             const LinkPace pace = linkPace(spec, cluster_.links()[link], lower::vectorShape(spec, g.tensor(out)).first);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
-            key += fmt::format(" send %{}:{}/{}/{}", localOf[out], plan.port, plan.interval, plan.spacing);
-            use.shape += fmt::format(" send %{}:{}/{}/{}", localOf[out], plan.port, plan.interval, plan.spacing);
+            const std::string paced = detail::paceKey(plan.interval, plan.spacing);
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, paced);
+            use.shape += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, paced);
             interface.sends.push_back(plan);
             use.sendTo.push_back({out, link});
           }

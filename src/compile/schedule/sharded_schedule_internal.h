@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compile/ir/graph.h"
 #include "compile/isa/program.h"
 #include "compile/schedule/cluster_schedule.h"
@@ -430,6 +432,12 @@ struct InFlight {
     return topology::serializationCycles(rows - 1, std::max(spacing, static_cast<double>(interval)));
   }
 };
+
+/// A C2C pace in a segment key: the interval, and the link's spacing where it is the slower (the
+/// key seeds the segment's compile, so a pace that does not change the program keeps its key).
+inline std::string paceKey(int interval, double spacing) {
+  return spacing > interval ? fmt::format("{}/{}", interval, spacing) : fmt::format("{}", interval);
+}
 
 /// Per device (or replica, TP rank and microbatch): the tensors sent to a chip, keyed by (tensor, chip).
 using InFlightMap = std::map<std::pair<ir::TensorId, int>, InFlight>;
