@@ -171,7 +171,7 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
         lower::SendPlan send;
         send.tensor = out;
         send.interval = interval;
-        send.linkBusy = interval;
+        send.spacing = interval;
         interface.sends.push_back(send);
       }
   }

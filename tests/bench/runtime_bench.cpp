@@ -84,7 +84,7 @@ Expected<RingWorkload> ringWorkload(const topology::Cluster& cluster, int steps,
         send.tensor = outputs[s];
         send.port = ports.first;
         send.interval = interval;
-        send.linkBusy = interval;
+        send.spacing = interval;
         interface.sends.push_back(send);
         lower::ReceivePlan receive;
         receive.tensor = inputs[s + 1];

@@ -149,6 +149,49 @@ TEST_P(Agreement, FunctionalOutputsMatchTheInterpreter) {
             ExitCode::kFunctionalMismatch);
 }
 
+// A two-chip pipeline over a link of 4 lanes x 30 Gb/s less 2.5 % framing, 19.69 cycles a vector:
+// the activations cross at that exact rate. The sender's link is busy ceil(k x 19.69) cycles for
+// each burst of k vectors (not k x 20), the first receive on the second chip reads its last vector
+// as it arrives, and the simulated cycles equal the prediction on both chips.
+TEST(PointToPoint, APipelineSendsAtTheLinksExactRate) {
+  const topology::Cluster cluster = ring(2);
+  const ir::Graph graph = mlpOf(Case{2, 2, 1024, 8, ir::DType::kI8});
+  static const partition::ParallelismConfig kDefaults;
+  auto plan = partition::planPipeline(graph, cluster, kDefaults);
+  ASSERT_TRUE(plan.ok()) << plan.error().format();
+  auto schedule = schedule::scheduleCluster(graph, partition::stagesOf(graph, *plan), cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  const double t = cluster.links()[0].vectorCycles(cluster.chip().vectorBytes);
+  ASSERT_NEAR(t, 320 / 16.25, 1e-9);
+  ASSERT_FALSE(schedule->transfers.empty());
+  const schedule::C2CTransfer* first = &schedule->transfers.front();
+  Cycle exact = 0, rounded = 0;
+  for (const auto& x : schedule->transfers) {
+    EXPECT_DOUBLE_EQ(x.spacing, t);
+    EXPECT_EQ(x.srcChip, first->srcChip);
+    exact += topology::serializationCycles(x.vectors, t);
+    rounded += Cycle{x.vectors} * 20;
+    if (x.arriveCycle < first->arriveCycle) first = &x;
+  }
+  ClusterRun run = simulate(cluster, schedule->programs);
+  ASSERT_TRUE(run.status.ok()) << run.status.error().format();
+  for (int chip = 0; chip < 2; ++chip) {
+    EXPECT_EQ(run.chips[chip]->stats().cycles, schedule->programs[chip].predictedCycles) << "chip " << chip;
+    EXPECT_EQ(run.chips[chip]->stats().hazardCount(), 0);
+  }
+  Cycle busy = 0;
+  for (const auto& use : run.chips[first->srcChip]->stats().links) busy += use.busyCycles;
+  EXPECT_EQ(busy, exact);
+  EXPECT_LT(busy, rounded);
+  const isa::Instruction* receive = nullptr;
+  for (const auto& i : schedule->programs[first->dstChip].instructions)
+    if (i.op == isa::Opcode::kC2cReceive && (!receive || i.issue < receive->issue)) receive = &i;
+  ASSERT_NE(receive, nullptr);
+  ASSERT_EQ(receive->repeat, first->vectors);
+  EXPECT_EQ(receive->issue + Cycle{receive->repeat - 1} * receive->interval,
+            first->arriveCycle + topology::serializationCycles(first->vectors - 1, t));
+}
+
 // The matmul work of small transformer encoder layers (as the simulator benchmark's BERT shard):
 // QKV and output projections, a residual Add of two activations, FFN up with bias and a fused GELU,
 // FFN down and the second residual; two layers pipelined over two chips, FP16.

@@ -2,6 +2,7 @@
 #include "compile/lower/lowering.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -567,13 +568,12 @@ Status Lowering::receive(const ReceivePlan& plan, int t, int& taskId) {
   st.pinned = true;
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
   {
-    // One burst per tile; a tile of several segments is written segment by segment.
-    Cycle offset = 0;
+    // One burst per tile; a tile of several segments is written segment by segment, each read of
+    // the port released so that its last vector is read no earlier than it arrives.
     for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
       Task task;
       task.name = fmt::format("receive {} tile {}{}", st.placement.name, t, r0 > 0 ? fmt::format(" rows {}", r0) : "");
-      task.release = plan.mirrorsSend >= 0 ? 0 : plan.arrivals.at(t) + offset;
-      offset += n * plan.interval;
+      task.release = plan.mirrorsSend >= 0 ? 0 : std::max<Cycle>(0, plan.arrivals.at(t) + plan.readLag(r0, n));
       Step rx;
       rx.inst = makeInst(unit, Opcode::kC2cReceive, n, plan.interval);
       rx.inst.port = plan.port;
@@ -598,25 +598,30 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
   for (int t = 0; t < st.placement.tiles; ++t) {
     // One task per tile: a tile longer than a slice leaves in segments (one MEM read each), every
-    // segment's send issuing right where the previous one's vectors end, so the burst crosses back
-    // to back as the receiver's release times assume.
+    // segment's send issuing right where the previous one's vectors end on the link, so the burst
+    // crosses back to back as the receiver's release times assume. Only a tile of one burst goes
+    // at a fractional rate: the receiver counts its arrivals from one first vector.
+    const auto pieces = rowPieces(0, st.placement.rows, {plan.tensor});
+    if (pieces.size() > 1 && plan.spacing > plan.interval && plan.spacing != std::floor(plan.spacing))
+      return makeError(ExitCode::kInternal, fmt::format("send of '{}' at a fractional link rate in {} segments",
+                                                        graph_.tensor(plan.tensor).name, pieces.size()));
     Task task;
     task.name = fmt::format("send {} tile {}", st.placement.name, t);
     task.deadline = plan.deadline;
     std::vector<Access> reads;
     int previousSend = -1;
     std::int64_t previousRows = 0;
-    for (const auto& [r0, n] : rowPieces(0, st.placement.rows, {plan.tensor})) {
+    for (const auto& [r0, n] : pieces) {
       Step read = readStep(plan.tensor, t, r0, n, false);
       read.inst.interval = plan.interval;
       Step tx;
       tx.inst = makeInst(unit, Opcode::kC2cSend, n, plan.interval);
       tx.inst.port = plan.port;
       tx.producer = static_cast<int>(task.steps.size());
-      tx.linkBusy = plan.linkBusy;
+      tx.linkSpacing = plan.spacing;
       if (previousSend >= 0) {
         tx.follows = previousSend;
-        tx.followGap = Cycle{previousRows} * plan.interval;
+        tx.followGap = topology::serializationCycles(previousRows, std::max(plan.spacing, static_cast<double>(plan.interval)));
       }
       reads.push_back({plan.tensor, t, r0, n, static_cast<int>(task.steps.size())});
       task.steps.push_back(read);

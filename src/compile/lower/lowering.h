@@ -1,6 +1,7 @@
 // Lowering: one chip's share of a graph into a scheduling problem of stream-connected instruction tasks.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <vector>
@@ -58,20 +59,32 @@ struct ReceivePlan {
   ir::TensorId tensor = -1;
   int port = 0;
   std::vector<Cycle> arrivals;
-  int interval = 1;
+  int interval = 1;  ///< cycles between the vectors the receive reads
+  /// Cycles between the vectors' arrivals, the link's exact rate (0: interval): vector j of a burst
+  /// arrives serializationCycles(j, spacing) after its first.
+  double spacing = 0;
   /// Steady state of identical chips in a ring: when >= 0, burst t arrives `sendToArrival` cycles
   /// after this chip's own send of tile t of interface.sends[mirrorsSend] (a dependence, not a
   /// fixed time); `arrivals` is then ignored.
   int mirrorsSend = -1;
   Cycle sendToArrival = 0;
+
+  /// Cycles from a burst's first arrival to the earliest read of rows [r0, r0 + n) of it at
+  /// `interval`: the read of its last row meets that row's arrival.
+  Cycle readLag(std::int64_t r0, std::int64_t n) const {
+    return topology::serializationCycles(r0 + n - 1, std::max(spacing, static_cast<double>(interval))) -
+           (n - 1) * interval;
+  }
 };
 
 /// A tensor leaving on a C2C port, tile by tile.
 struct SendPlan {
   ir::TensorId tensor = -1;
   int port = 0;
-  int interval = 1;    ///< cycles between vectors (the link's rate)
-  Cycle linkBusy = 1;  ///< cycles the link carries one vector
+  int interval = 1;    ///< cycles between the vectors the send hands over
+  /// Cycles between the vectors on the link, its exact rate (a fraction; 0: interval). A tile sent
+  /// at a fractional rate must leave in one burst (schedule::linkPace).
+  double spacing = 0;
   Cycle deadline = -1; ///< latest start of the first burst (set by the cluster scheduler), -1: none
 };
 

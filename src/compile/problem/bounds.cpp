@@ -152,7 +152,7 @@ ResourceUses resourceUses(const Problem& problem) {
       r.uses.push_back({static_cast<int>(key), s.offset, end});
       if (s.inst.op == isa::Opcode::kC2cSend)
         r.uses.push_back({static_cast<int>(links) + s.inst.port, s.offset,
-                          s.offset + Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy});
+                          s.offset + linkCycles(s)});
     }
   }
   r.begin.push_back(static_cast<int>(r.uses.size()));

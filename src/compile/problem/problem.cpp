@@ -365,7 +365,7 @@ Status verify(const Problem& problem, const Schedule& schedule) {
       }
       if (s.inst.op == Opcode::kC2cSend)
         busy[links + s.inst.port].push_back(
-            {issue, issue + Cycle{s.inst.repeat - 1} * s.inst.interval + s.linkBusy, static_cast<int>(t)});
+            {issue, issue + linkCycles(s), static_cast<int>(t)});
     }
   for (int resource = 0; resource < static_cast<int>(busy.size()); ++resource) {
     auto& windows = busy[static_cast<size_t>(resource)];

@@ -8,6 +8,7 @@
 #include "compile/isa/program.h"
 #include "support/expected.h"
 #include "topology/chip_spec.h"
+#include "topology/cluster.h"
 
 namespace tsp::schedule {
 
@@ -18,12 +19,20 @@ struct Step {
   int producer = -1;      ///< step of the same task whose result is this step's src, or -1
   int producer2 = -1;     ///< step whose result is src2, or -1
   Cycle offset = 0;       ///< set by Problem::finalize()
-  Cycle linkBusy = 0;     ///< C2C send: cycles the link needs per vector (serialization)
+  /// C2C send: cycles between its vectors on the link, the link's exact rate (a fraction; at least
+  /// the interval it hands them over at, which it is taken as when smaller).
+  double linkSpacing = 0;
   /// A rigid link without a stream: this step issues exactly `followGap` cycles after step `follows`
   /// of the same task (-1: none), e.g. the segments of one C2C burst leaving back to back.
   int follows = -1;
   Cycle followGap = 0;
 };
+
+/// Cycles a C2C send step holds its link from its issue: its vectors at the link's exact rate, the
+/// fractions accumulated over the burst (topology::serializationCycles).
+inline Cycle linkCycles(const Step& s) {
+  return topology::serializationCycles(s.inst.repeat, std::max(s.linkSpacing, static_cast<double>(s.inst.interval)));
+}
 
 /// A rigid group of instructions joined by streams: when its first step issues, every other step
 /// issues at its fixed offset. The scheduler places tasks; instructions never move inside one.

@@ -17,6 +17,18 @@ int linkVectorInterval(const topology::ChipSpec& chip, const topology::Link& lin
   return static_cast<int>(std::ceil(chip.vectorBytes / link.bytesPerCycle - 1e-9));
 }
 
+LinkPace linkPace(const topology::ChipSpec& chip, double vectorCycles, std::int64_t rows) {
+  if (rows > chip.addressesPerSlice) {
+    const int rounded = static_cast<int>(std::ceil(vectorCycles - 1e-9));
+    return {rounded, static_cast<double>(rounded)};
+  }
+  return {std::max(1, static_cast<int>(std::floor(vectorCycles + 1e-9))), vectorCycles};
+}
+
+LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link, std::int64_t rows) {
+  return linkPace(chip, link.vectorCycles(chip.vectorBytes), rows);
+}
+
 namespace {
 
 // The direct link between two chips (lowest id), or -1.
@@ -53,6 +65,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
       plan.tensor = key.first;
       plan.port = cluster.links()[bursts.front().link].portOn(stage.chip);
       plan.interval = bursts.front().interval;
+      plan.spacing = bursts.front().spacing;
       for (const auto& b : bursts) plan.arrivals.push_back(b.arriveCycle);
       interface.receives.push_back(plan);
     }
@@ -76,8 +89,9 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
       lower::SendPlan plan;
       plan.tensor = tensor;
       plan.port = link.portOn(stage.chip);
-      plan.interval = linkVectorInterval(chip, link);
-      plan.linkBusy = plan.interval;
+      const LinkPace pace = linkPace(chip, link, lower::tensorGeometry(chip, graph, tensor).first);
+      plan.interval = pace.interval;
+      plan.spacing = pace.spacing;
       interface.sends.push_back(plan);
       sendLinks.push_back(linkId);
     }
@@ -100,6 +114,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
         t.arriveCycle = issue + chip.c2cSendCycles + link.latencyCycles;
         t.vectors = static_cast<int>(rows);
         t.interval = interface.sends[i].interval;
+        t.spacing = interface.sends[i].spacing;
         t.bytes = Bytes{rows} * chip.vectorBytes;
         inbound[sendKeys[i]].push_back(t);
         result.transfers.push_back(t);

@@ -24,7 +24,8 @@ struct C2CTransfer {
   Cycle sendCycle = 0;    ///< issue of the send instruction
   Cycle arriveCycle = 0;  ///< arrival of the first vector
   int vectors = 0;
-  int interval = 1;       ///< cycles between vectors on the link
+  int interval = 1;       ///< cycles between the vectors the send hands over
+  double spacing = 0;     ///< cycles between the vectors on the link, its exact rate (0: interval)
   Bytes bytes = 0;
   std::vector<int> route;  ///< every link of a multi-hop route, in hop order (empty: `link` alone)
 };
@@ -67,6 +68,19 @@ struct ShardedWorkload {
 
 /// Cycles between consecutive vectors on a link: one 320-byte vector at the link's bandwidth.
 int linkVectorInterval(const topology::ChipSpec& chip, const topology::Link& link);
+
+/// How a point-to-point tile of `rows` vectors crosses a link: the send hands them over `interval`
+/// cycles apart and the link carries them `spacing` apart.
+struct LinkPace {
+  int interval = 1;
+  double spacing = 1;
+};
+/// A tile that leaves in one burst (at most a MEM slice's addresses) goes at the link's exact rate
+/// t_vec, handed over every floor(t_vec) cycles: the port's buffer then holds the few vectors the
+/// send is ahead of the link. A longer tile leaves in segments, bursts of their own, at ceil(t_vec).
+LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link, std::int64_t rows);
+/// The same for a link that carries one vector in `vectorCycles` cycles.
+LinkPace linkPace(const topology::ChipSpec& chip, double vectorCycles, std::int64_t rows);
 
 /// Schedules the stages in order; a tensor produced on one stage and used on a later one travels
 /// over the direct link between their chips: its receives are release times for the consumer.

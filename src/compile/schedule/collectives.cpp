@@ -1878,7 +1878,7 @@ bool schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
           for (const auto& hop : r.route) t.links.push_back(hop.link);
           out.transfers.push_back(std::move(t));
           out.cluster.transfers.push_back({m.src, m.dst, r.route.front().link, issue, arrive, static_cast<int>(v), 1,
-                                           Bytes{v} * chip.vectorBytes, {}});
+                                           r.spacing, Bytes{v} * chip.vectorBytes, {}});
         }
         rm.done += v;
         rm.earliest = from;

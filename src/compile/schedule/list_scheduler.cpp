@@ -335,7 +335,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
             chosenUnit[k] = st.inst.unit;
           }
           if (placed && st.inst.op == Opcode::kC2cSend) {
-            const Cycle le = b + Cycle{st.inst.repeat - 1} * st.inst.interval + st.linkBusy;
+            const Cycle le = b + linkCycles(st);
             if (const auto lc = linkLine[st.inst.port].conflictEnd(b, le)) {
               placed = false;
               next = std::max(next, *lc - st.offset);
@@ -395,7 +395,7 @@ Expected<Schedule> scheduleInOrder(const Problem& problem, const std::vector<std
       }
       if (st.inst.op == Opcode::kC2cSend)
         linkLine[st.inst.port].insert(base + st.offset,
-                                      base + st.offset + Cycle{st.inst.repeat - 1} * st.inst.interval + st.linkBusy);
+                                      base + st.offset + linkCycles(st));
       lastCompletion = std::max(lastCompletion, base + problem.completionOffset(t, static_cast<int>(k)));
     }
     for (int e = eb; e < ee; ++e) {

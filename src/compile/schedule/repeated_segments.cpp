@@ -3,6 +3,7 @@
 #include "compile/schedule/repeated_segments.h"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <tuple>
 
@@ -54,7 +55,7 @@ segmentTaskKey(const Problem &problem,
             std::int64_t{i.repeat}, std::int64_t{i.interval},
             std::int64_t{i.stride}, std::int64_t{i.port},
             std::int64_t{s.producer}, std::int64_t{s.producer2},
-            std::int64_t{s.follows}, s.followGap, s.linkBusy})
+            std::int64_t{s.follows}, s.followGap, std::bit_cast<std::int64_t>(s.linkSpacing)})
         put(key, v);
     }
   }

@@ -601,6 +601,7 @@ class ShardedScheduler {
         plan.tensor = in;
         plan.port = flight->second.port;
         plan.interval = flight->second.interval;
+        plan.spacing = flight->second.spacing;
         // What has arrived by the time the receive can issue (the segment's start, or later when the
         // chip's earlier programs still use the port's queue for their sends) waits on the port and is
         // read at one vector a cycle instead of at the link's rate. When the port's queue holds the
@@ -614,15 +615,18 @@ class ShardedScheduler {
         const int portUnit = spec.firstUnit(topology::UnitKind::kC2c) + plan.port;
         for (const auto& [unit, at] : use.release)
           if (unit == portUnit) portFree = std::max(portFree, offset + at);
-        const Cycle burstTail = Cycle{rows - 1} * inflight.interval;
+        const Cycle burstTail = inflight.tail();
         const bool whole = inflight.arrivals.back() + burstTail < portFree;
         const bool waits = portFree > offset && inflight.arrivals.front() + burstTail < portFree;
         if (whole || waits) plan.interval = 1;
         // Past the chip's fence, release times are rounded up to kReleaseGranule (later is safe) so
-        // that microbatches in a steady state share their program.
+        // that microbatches in a steady state share their program. The lowering releases each read
+        // of the port by its last vector's arrival (ReceivePlan::readLag): the release is what is
+        // rounded, and a tile in before the start is released at it.
+        const Cycle lag = plan.readLag(0, rows);
         for (Cycle a : inflight.arrivals) {
-          const Cycle at = waits && !whole ? inflight.arrivals.back() + Cycle{rows - 1} * (inflight.interval - 1) : a;
-          plan.arrivals.push_back(use.release.empty() ? std::max<Cycle>(0, at - offset) : roundUp(at - offset));
+          const Cycle release = (waits && !whole ? inflight.arrivals.back() : a) + lag - offset;
+          plan.arrivals.push_back((use.release.empty() ? std::max<Cycle>(0, release) : roundUp(release)) - lag);
         }
         use.shape += fmt::format(" recv {}:{}", static_cast<int>(interface.receives.size()), plan.port);
         interface.receives.push_back(std::move(plan));
@@ -631,7 +635,8 @@ class ShardedScheduler {
     detail::orderArrivals(interface.receives, absolute);
     for (size_t r = 0; r < interface.receives.size(); ++r) {
       const auto& plan = interface.receives[r];
-      key += fmt::format(" recv {}:{}/{}@{}", r, plan.port, plan.interval, fmt::join(plan.arrivals, ","));
+      key += fmt::format(" recv {}:{}/{}@{}", r, plan.port, detail::paceKey(plan.interval, plan.spacing),
+                         fmt::join(plan.arrivals, ","));
     }
     for (ir::TensorId in : received) resident.erase(in);
     interface.resident.assign(resident.begin(), resident.end());
@@ -649,10 +654,12 @@ class ShardedScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = cluster_.links()[link].portOn(chip);
-            plan.interval = linkVectorInterval(spec, cluster_.links()[link]);
-            plan.linkBusy = plan.interval;
-            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
-            use.shape += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            const LinkPace pace = linkPace(spec, cluster_.links()[link], lower::vectorShape(spec, g.tensor(out)).first);
+            plan.interval = pace.interval;
+            plan.spacing = pace.spacing;
+            const std::string paced = detail::paceKey(plan.interval, plan.spacing);
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, paced);
+            use.shape += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, paced);
             interface.sends.push_back(plan);
             use.sendTo.push_back({out, link});
           }
@@ -682,9 +689,10 @@ class ShardedScheduler {
         const auto& link = cluster_.links()[use.sendTo[i].second];
         const std::vector<std::pair<int, Cycle>> hops = {
             {link.id * 2 + (use.chip == link.a ? 0 : 1), spec.c2cSendCycles}};
-        const Cycle length =
-            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first *
-            Cycle{use.interface.sends[i].interval};
+        const lower::SendPlan& send = use.interface.sends[i];
+        const Cycle length = topology::serializationCycles(
+            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first,
+            std::max(send.spacing, static_cast<double>(send.interval)));
         for (Cycle issue : shard.sendIssues.at(i))
           if (const Cycle fit = calendar_.firstFit(hops, at + issue, length); fit != at + issue) {
             at += fit - (at + issue);
@@ -769,9 +777,12 @@ class ShardedScheduler {
         const ir::TensorId tensor = use.interface.receives[r].tensor;
         const InFlight& flight = inFlight_[use.device].at({tensor, use.chip});
         const Cycle rows = lower::vectorShape(cluster_.chip(), g.tensor(tensor)).first;
+        // The program reads vector j of tile t at offset + arrivals[t] + readLag + j x interval; it
+        // arrives at the flight's arrival + serializationCycles(j): the first and last are the tightest.
+        const Cycle lag = plan.readLag(0, rows);
         for (size_t t = 0; t < plan.arrivals.size() && t < flight.arrivals.size(); ++t)
-          from = std::max({from, flight.arrivals[t] - plan.arrivals[t],
-                           flight.arrivals[t] + (rows - 1) * (flight.interval - plan.interval) - plan.arrivals[t]});
+          from = std::max({from, flight.arrivals[t] - plan.arrivals[t] - lag,
+                           flight.arrivals[t] + flight.tail() - plan.arrivals[t] - lag - (rows - 1) * plan.interval});
       }
       const CompiledShard& shard = compiled_.at(c.key);
       const Cycle at = earliestOffset(use, shard, nullptr, from);
@@ -952,7 +963,7 @@ void receiveFlight(const topology::Cluster& cluster, ChipTimelines& timelines, i
   program.origins = {origin};
   Cycle next = 0;
   for (Cycle arrive : flight.arrivals) {
-    next = std::max(next, arrive - base + Cycle{flight.rows - 1} * (flight.interval - 1));
+    next = std::max(next, arrive - base + flight.tail() - (flight.rows - 1));
     for (std::int64_t r0 = 0; r0 < flight.rows; r0 += depth) {
       const auto n = static_cast<std::int32_t>(std::min(depth, flight.rows - r0));
       isa::Instruction rx;
@@ -1032,10 +1043,12 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
     InFlight flight;
     flight.port = link.portOn(to);
     flight.interval = interface.sends[i].interval;
+    flight.spacing = interface.sends[i].spacing;
     flight.rows = rows[i];
     const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
     for (Cycle issue : shard.sendIssues.at(i)) {
-      const Cycle at = offset + issue, length = Cycle{rows[i]} * flight.interval;
+      const Cycle at = offset + issue;
+      const Cycle length = topology::serializationCycles(rows[i], std::max(flight.spacing, static_cast<double>(flight.interval)));
       // Everything booked on this link direction before was sent (or forwarded) by this chip
       // before the segment started, so the window is free; the calendar checks it.
       if (calendar.firstFit(hops, at, length) != at)
@@ -1044,8 +1057,8 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
       calendar.reserve(hops, at, length);
       const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
       flight.arrivals.push_back(arrive);
-      flight.lastVector = std::max(flight.lastVector, arrive + Cycle{rows[i] - 1} * flight.interval);
-      result.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows[i]), flight.interval,
+      flight.lastVector = std::max(flight.lastVector, arrive + flight.tail());
+      result.transfers.push_back({chip, to, link.id, at, arrive, static_cast<int>(rows[i]), flight.interval, flight.spacing,
                                   Bytes{rows[i]} * spec.vectorBytes, {}});
     }
     flights.push_back(std::move(flight));

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "compile/ir/graph.h"
 #include "compile/isa/program.h"
 #include "compile/schedule/cluster_schedule.h"
@@ -418,12 +420,24 @@ class ChipTimelines {
 /// A tensor sent by a segment over a direct link, its receives left to the consumer.
 struct InFlight {
   int port = 0;                 ///< the receiver's port
-  int interval = 1;             ///< cycles between vectors
+  int interval = 1;             ///< cycles between the vectors the send hands over
+  double spacing = 0;           ///< cycles between the vectors on the link, its exact rate (0: interval)
   std::int64_t rows = 0;        ///< vectors per burst (one burst per tile)
   std::vector<Cycle> arrivals;  ///< absolute, one burst per tile
   Cycle lastVector = 0;         ///< arrival of the last vector of the last burst
   Cycle released = 0;           ///< the consumer starts no earlier (a training pass released at its end)
+
+  /// Cycles from a burst's first arrival to its last vector's.
+  Cycle tail() const {
+    return topology::serializationCycles(rows - 1, std::max(spacing, static_cast<double>(interval)));
+  }
 };
+
+/// A C2C pace in a segment key: the interval, and the link's spacing where it is the slower (the
+/// key seeds the segment's compile, so a pace that does not change the program keeps its key).
+inline std::string paceKey(int interval, double spacing) {
+  return spacing > interval ? fmt::format("{}/{}", interval, spacing) : fmt::format("{}", interval);
+}
 
 /// Per device (or replica, TP rank and microbatch): the tensors sent to a chip, keyed by (tensor, chip).
 using InFlightMap = std::map<std::pair<ir::TensorId, int>, InFlight>;

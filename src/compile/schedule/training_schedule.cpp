@@ -464,9 +464,10 @@ class TrainingScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = link.portOn(chip);
-            plan.interval = linkVectorInterval(spec, link);
-            plan.linkBusy = plan.interval;
-            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, plan.interval);
+            const LinkPace pace = linkPace(spec, link, lower::vectorShape(spec, g.tensor(out)).first);
+            plan.interval = pace.interval;
+            plan.spacing = pace.spacing;
+            key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, detail::paceKey(plan.interval, plan.spacing));
             interface.sends.push_back(plan);
             sendTo.push_back({out, link.id});
             links.push_back(link.id);

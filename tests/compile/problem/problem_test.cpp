@@ -440,7 +440,7 @@ TEST(Verify, CatchesABusyLink) {
     tx.inst.port = 3;
     tx.inst.repeat = 8;
     tx.inst.interval = 20;
-    tx.linkBusy = 20;
+    tx.linkSpacing = 20;
     tx.producer = 0;
     t.steps = {read, tx};
     p.addTask(t);

@@ -2,6 +2,7 @@
 // cycles, spills through SRAM, seeds, quality against the lower bound, and golden programs.
 #include "compile/schedule/shard_compiler.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -197,7 +198,9 @@ TEST(ShardCompiler, PlacementTableNamesEveryTensor) {
   }
 }
 
-TEST(ShardCompiler, ReceivesAreReleaseTimes) {
+// A one-layer MLP of 16 rows whose input arrives on port 2, its first vector at cycle 500, read
+// every `interval` cycles; the vectors arrive `spacing` cycles apart (0: interval).
+Expected<CompiledShard> compileReceiving(int interval, double spacing) {
   topology::ChipSpec chip;
   const ir::Graph g = testing::mlp(1, 320, 16, "int8");
   lower::ShardInterface interface;
@@ -205,9 +208,14 @@ TEST(ShardCompiler, ReceivesAreReleaseTimes) {
   rx.tensor = g.inputs()[0];
   rx.port = 2;
   rx.arrivals = {500};
-  rx.interval = 20;
+  rx.interval = interval;
+  rx.spacing = spacing;
   interface.receives.push_back(rx);
-  auto compiled = compileShard(chip, g, allOps(g), interface, {});
+  return compileShard(chip, g, allOps(g), interface, {});
+}
+
+TEST(ShardCompiler, ReceivesAreReleaseTimes) {
+  auto compiled = compileReceiving(20, 0);
   ASSERT_TRUE(compiled.ok()) << compiled.error().format();
   Cycle receiveIssue = -1, firstCompute = -1;
   for (const auto& i : compiled->program.instructions) {
@@ -217,6 +225,38 @@ TEST(ShardCompiler, ReceivesAreReleaseTimes) {
   EXPECT_GE(receiveIssue, 500);
   EXPECT_GT(firstCompute, receiveIssue + 15 * 20);  // after the last received vector is in SRAM
   EXPECT_GE(compiled->report.criticalPath, 500 + 15 * 20);
+}
+
+// At the link's exact rate (4 lanes x 30 Gb/s less 2.5 % framing: 320 / 16.25 = 19.69 cycles a
+// vector), vector j of a burst arrives ceil(j x 19.69) cycles after the first: a receive reading one
+// vector every 19 cycles issues so that it reads the last (the 16th, 296 cycles in) as it arrives.
+TEST(ShardCompiler, AReceiveAtTheExactRateReadsItsLastVectorAsItArrives) {
+  auto compiled = compileReceiving(19, 320 / 16.25);
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  std::vector<isa::Instruction> receives;
+  for (const auto& i : compiled->program.instructions)
+    if (i.op == isa::Opcode::kC2cReceive) receives.push_back(i);
+  ASSERT_EQ(receives.size(), 1u);
+  EXPECT_EQ(receives[0].issue + 15 * 19, 500 + 296);  // ceil(15 x 19.69); 15 x ceil(19.69) would be 300
+}
+
+// A send at the link's exact rate holds the link for ceil(k x t_vec) cycles: the next tile's send
+// on the port follows 16 vectors later by ceil(16 x 19.69) = 316 cycles, not 16 x 20.
+TEST(ShardCompiler, SendsAtTheExactRateHoldTheLinkForTheExactTime) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {16, 640}, ir::DType::kI8)}, 0);
+  g.markOutput(y);
+  lower::ShardInterface interface;
+  interface.sends.push_back({.tensor = y, .port = 1, .interval = 19, .spacing = 320 / 16.25});
+  auto compiled = compileShard(chip, g, allOps(g), interface, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  std::vector<Cycle> issues;
+  for (const auto& i : compiled->program.instructions)
+    if (i.op == isa::Opcode::kC2cSend) issues.push_back(i.issue);
+  ASSERT_EQ(issues.size(), 2u);  // two tiles of 16 rows
+  std::sort(issues.begin(), issues.end());
+  EXPECT_EQ(issues[1] - issues[0], 316);
 }
 
 // Two ReLUs: r0 (layer 0) on input x0, whose output leaves on port 1, and r1 (layer 1) on input
@@ -229,7 +269,7 @@ ir::Graph sendAndReceive(lower::ShardInterface& interface) {
   send.tensor = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
   send.port = 1;
   send.interval = 20;
-  send.linkBusy = 20;
+  send.spacing = 20;
   interface.sends.push_back(send);
   g.markOutput(*g.addOp(ir::OpKind::kRelu, "r1", {x1}, 1));
   lower::ReceivePlan receive;
@@ -310,11 +350,7 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
   for (int i = 0; i < 8; ++i) r = *g.addOp(ir::OpKind::kRelu, "r" + std::to_string(i), {r}, 0);
   g.markOutput(r);
   lower::ShardInterface interface;
-  lower::SendPlan send;
-  send.tensor = y;
-  send.port = 3;
-  send.interval = 1;
-  send.linkBusy = 1;
+  const lower::SendPlan send{.tensor = y, .port = 3, .interval = 1, .spacing = 1};
   interface.sends.push_back(send);
   for (std::uint64_t seed : {0u, 1u, 2u}) {
     Options o;
