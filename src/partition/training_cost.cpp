@@ -229,8 +229,6 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
 
 namespace {
 
-// Pipelines of at most this many passes are costed by the event simulation of their order.
-constexpr std::int64_t kEventSimulatedPasses = 4096;
 
 int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;

@@ -292,6 +292,27 @@ TEST(CostModel, InterleavingDividesTheBubbleByV) {
   }
 }
 
+// An interleaved pipeline's chips run their own chunks back to back in the forward order: chunks
+// of 3,000, 2,000, 2,000 and 1,000 cycles over 2 chips and 4 microbatches take 4 x (3,000 + 2,000)
+// on the first chip and the last chunk's 1,000 after it (21,000), where (m v - 1) t_max + the
+// chips' longest chunks gives 26,000; equal chunks of 2,000 take (m v + p - 1) t either way.
+TEST(CostModel, InterleavedChipsRunTheirOwnChunksInTurn) {
+  ModelProfile profile;
+  profile.samples = 4;
+  profile.layers.assign(4, LayerProfile{});
+  const std::vector<Cycle> cycles = {12000, 8000, 8000, 4000};
+  const auto c = cluster(kFreeRing);
+  const Candidate cand{TensorSplit::kNone, 1, 1, 2, 4, 2};
+  for (bool equal : {false, true}) {
+    for (int l = 0; l < 4; ++l) profile.layers[l].cycles = equal ? 8000 : cycles[l];
+    auto stages = assignStages(profile, 4);
+    ASSERT_TRUE(stages.ok());
+    ASSERT_EQ(stages->layerChunk, (std::vector<int>{0, 1, 2, 3}));
+    const PlanCost cost = evaluateCandidate(profile, cand, *stages, {}, c.chip(), 16);
+    EXPECT_NEAR(cost.iterationCycles, equal ? 18000 : 21000, 1e-6) << (equal ? "equal" : "unequal");
+  }
+}
+
 TEST(CostModel, MegatronPairsMatmulsIntoAllReduces) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
