@@ -535,14 +535,15 @@ Cycle rankLayerCycles(const LayerCycles& rankRuns, const std::vector<std::string
 bool figuredFirst(int axis, int tp, int upTo) { return axis == 2 || tp <= upTo; }
 
 // Megatron's and the 2D split's figures at the widths the search tries (powers of two up to
-// kWidestSplit; 2D on q x q grids): those up to costedTp (and tp 2, 2 x 2), or with `wider` the
+// kWidestSplit; 2D on q x q grids): those up to costed.upTo (and tp 2, 2 x 2), or with `wider` the
 // rest. Each from the runtime's sharding at that width: the plan annotations on the whole graph,
-// propagated, and rank 0's graph materialised; rank layers compiled at the widths up to costedTp
+// propagated, and rank 0's graph materialised; rank layers compiled at the widths costed.measured
 // only. The fields without a width (the tp = 2 and 2 x 2 figures) come along. False when Megatron's
 // sharding fails at tp = 2 (the layers then keep the graph-order pairing).
 bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile,
-                           const std::vector<ir::TensorId>& shared, int costedTp, bool wider,
+                           const std::vector<ir::TensorId>& shared, const CostedWidths& costed, bool wider,
                            const LayerCompileBatch& compile = {}, const support::ProgressFn& progress = {}) {
+  const int costedTp = costed.upTo;
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
@@ -563,7 +564,7 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
       const std::vector<bool> none;
       std::vector<std::vector<std::string>> keys;
       auto figures = propagated ? shardingFigures(graph, chip, *propagated, layerCount, shared, sharedRankBytes,
-                                                  tp <= costedTp ? piecewise : none, rankRuns, keys)
+                                                  costed.measures(split, tp) ? piecewise : none, rankRuns, keys)
                                 : Expected<std::vector<LayerProfile::WidthFigures>>(propagated.error());
       if (!figures) continue;
       rankRunKeys.emplace_back(split, tp, std::move(keys));
@@ -685,18 +686,31 @@ std::vector<ir::TensorId> leafTensors(const std::vector<std::pair<ir::TensorId, 
 
 }  // namespace
 
+CostedWidths searchedWidths(int cap) {
+  CostedWidths widths{cap, {}};
+  for (int t = 2; t <= cap; t *= 2) widths.measured.insert({TensorSplit::kMegatron, t});
+  for (int q = 2; q * q <= cap; q *= 2) widths.measured.insert({TensorSplit::k2d, q * q});
+  return widths;
+}
+
+CostedWidths planWidths(TensorSplit split, int tp, int upTo) {
+  CostedWidths widths{upTo, {}};
+  if (tp >= 2) widths.measured.insert({split, tp});
+  return widths;
+}
+
 void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelProfile& profile) {
   if (profile.figuresUpTo >= kWidestSplit) return;
   if (profile.hasWeightMatmul) {
     const int layerCount = static_cast<int>(profile.layers.size());
     tensorParallelFigures(graph, chip, profile, leafTensors(sharedLeafReaders(graph, layerCount)),
-                          profile.figuresUpTo, true);
+                          CostedWidths{profile.figuresUpTo, {}}, true);
   }
   profile.figuresUpTo = kWidestSplit;
 }
 
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress, int costedTp,
+                                    const support::ProgressFn& progress, const CostedWidths& costed,
                                     const LayerCompileBatch& compile) {
   ModelProfile profile;
   profile.samples = std::max<std::int64_t>(1, samples);
@@ -878,9 +892,10 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   const auto shared = sharedLeafReaders(graph, layerCount);
   for (const auto& [t, layers] : shared)
     profile.sharedLeaves.push_back({graph.tensor(t).bytes(), {layers.begin(), layers.end()}, {}});
-  profile.figuresUpTo = costedTp;
+  profile.figuresUpTo = costed.upTo;
+  profile.measuredWidths = costed.measured;
   if (profile.hasWeightMatmul &&
-      tensorParallelFigures(graph, chip, profile, leafTensors(shared), costedTp, false, compile, progress))
+      tensorParallelFigures(graph, chip, profile, leafTensors(shared), costed, false, compile, progress))
     return profile;
   // A column-parallel matmul left without its row-parallel partner gathers its output, unless that
   // output leaves the graph from the last layer: graph outputs may stay split over the TP group.

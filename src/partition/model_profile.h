@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,6 +146,21 @@ struct SharedLeaf {
 /// The widest tensor split the profile carries figures for (powers of two; 2D on q x q grids).
 constexpr int kWidestSplit = 4096;
 
+/// The tensor splits a run costs plans at. The sharding figures (collectives, memory, FLOP share)
+/// are computed at tp 2, 2 x 2 and every width up to `upTo`; what the compiler measures at a width
+/// (a rank's layer, WidthFigures::rankCycles; the training figures, LayerProfile::trainingAt) only
+/// at the (split, tp) pairs of `measured`, the ones the run's plans are costed at.
+struct CostedWidths {
+  int upTo = kWidestSplit;
+  std::set<std::pair<TensorSplit, int>> measured;
+  bool measures(TensorSplit split, int tp) const { return measured.count({split, tp}) > 0; }
+};
+/// What a search with TP groups up to `cap` costs: Megatron at every power of two up to it, 2D on
+/// every q x q grid up to it.
+CostedWidths searchedWidths(int cap);
+/// What a given plan costs: its own split and width only (none when tp < 2); figures up to `upTo`.
+CostedWidths planWidths(TensorSplit split, int tp, int upTo);
+
 /// Per-layer profile of a model: computed once per search (the compiler is asked once per distinct layer).
 struct ModelProfile {
   std::vector<LayerProfile> layers;
@@ -163,6 +179,9 @@ struct ModelProfile {
   /// The sharding figures (LayerProfile::megatronAt, gridAt) are at tp 2, 2 x 2 and every width up
   /// to this; widenProfile adds the wider ones.
   int figuresUpTo = kWidestSplit;
+  /// The (split, tp) pairs the compiler measured (CostedWidths::measured): applyTraining measures
+  /// the training figures at the Megatron ones.
+  std::set<std::pair<TensorSplit, int>> measuredWidths;
 };
 
 /// One compile the profile asks of the compiler: a layer's graph (a share of its batch, or two
@@ -191,11 +210,12 @@ std::vector<Expected<Cycle>> compileLayers(const topology::ChipSpec& chip, const
 /// The compiles of distinct layers, their batch shares and consecutive pairs go to `compile` as one
 /// batch (compileLayers when empty), then those of the layers too large for one chip (their pieces),
 /// then their rank layers at each width; progress is told (compiles done, compiles) as it reports.
-/// costedTp: the widest TP group a plan of the run is costed at. The sharding figures are computed
-/// at the widths up to it only (ModelProfile::figuresUpTo), and a layer too large for one chip has
-/// its rank's layer compiled (WidthFigures::rankCycles) at those widths.
+/// costed: the widths the run's plans are costed at. The sharding figures are computed at the
+/// widths up to costed.upTo only (ModelProfile::figuresUpTo), and a layer too large for one chip has
+/// its rank's layer compiled (WidthFigures::rankCycles) at the widths costed.measured only.
 Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::ChipSpec& chip, std::int64_t samples,
-                                    const support::ProgressFn& progress = {}, int costedTp = kWidestSplit,
+                                    const support::ProgressFn& progress = {},
+                                    const CostedWidths& costed = searchedWidths(kWidestSplit),
                                     const LayerCompileBatch& compile = {});
 /// Adds the sharding figures at the widths above ModelProfile::figuresUpTo, up to kWidestSplit:
 /// their collectives, memory and FLOP share, no rank layer compiled (what the smallest fit needs).

@@ -73,6 +73,10 @@ struct PipelineTiming {
   double bubbleFraction() const { return idealCycles > 0 ? (makespan - idealCycles) / idealCycles : 0; }
 };
 
+/// The most passes (stages x microbatches x chunks, forward and backward each one) a plan's cost
+/// runs through simulatePipeline; a longer order keeps the closed form of pipelineTime.
+constexpr std::int64_t kEventSimulatedPasses = 4096;
+
 /// Runs the order as soon as dependences allow: a forward needs the previous model stage's forward of
 /// its microbatch, a backward the next model stage's backward (or, on the last, its own forward).
 /// Deterministic; an order that cannot finish is an internal error.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "partition/pipeline_schedule.h"
 #include "partition/training_cost.h"
 
 namespace tsp::partition {
@@ -45,7 +46,25 @@ PlanCost inferenceCost(const ModelProfile& profile, const Candidate& c, const St
       chunk[k] += std::max(0.0, serialise - lastCompute[k]) + static_cast<double>(links.pp.alpha);
       chunkComm[k] += sends[k];
     }
-  const PipelineTime time = pipelineTime(chunk, chunkComm, c);
+  PipelineTime time = pipelineTime(chunk, chunkComm, c);
+  // Interleaved: each chip runs its own chunks in the runtime's forward order (forwardOrder: p
+  // microbatches through one chunk, then through the chip's next), where the closed form charges
+  // every chunk slot at the slowest chunk of any chip; unequal chunks (a first or last chunk with
+  // the embedding or head, a last chunk with nothing to send) run through the event simulation of
+  // that order, and its makespan is the pipeline time.
+  if (c.interleave > 1 && std::int64_t{c.pp} * c.microbatches * c.interleave <= kEventSimulatedPasses) {
+    PipelineOrder order;
+    order.schedule = PipelineSchedule::kInterleaved;
+    order.stages = c.pp;
+    order.microbatches = c.microbatches;
+    order.chunks = c.interleave;
+    order.tasks = forwardOrder(c.pp, c.microbatches, c.interleave);
+    PipelineCosts costs;
+    costs.forward.assign(c.pp, std::vector<double>(c.interleave, 0));
+    costs.backward = costs.forward;
+    for (int k = 0; k < stages.chunks; ++k) costs.forward[k % c.pp][k / c.pp] = chunk[k];
+    if (auto timing = simulatePipeline(order, costs); timing.ok()) time.iteration = timing->makespan;
+  }
   cost.chunkCycles = time.chunkMax;
   cost.iterationCycles = time.iteration;
   if (stageCycles) *stageCycles = time.chipBusy;

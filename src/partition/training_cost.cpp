@@ -20,8 +20,8 @@ namespace {
 
 // The batch is split into at most this many blocks for the compiled pass ratios.
 constexpr int kCalibrationBlocks = 8;
-// The Megatron widths whose training figures the compiler measures (LayerProfile::trainingAt):
-// powers of two up to this (and the profile's figuresUpTo); wider ones keep the whole layer's ratios.
+// The Megatron widths whose training figures the compiler measures (LayerProfile::trainingAt): the
+// profile's measured widths up to this; wider ones keep the whole layer's ratios.
 constexpr int kMeasuredTrainingWidth = 8;
 
 // TP rank 0's training graph of the batch block at width tp, as the training step builds it, with
@@ -147,8 +147,9 @@ void measurePassRatios(ModelProfile& profile, const ir::Graph& forward, const Tr
     whole[l] = found->second[2];
   }
   std::map<std::string, double> runCycles;  // by signature: a run's compiled cycles (-1: not lowered)
-  for (int tp = 2; tp <= std::min(kMeasuredTrainingWidth, profile.figuresUpTo); tp *= 2)
-    measureWidth(profile, *block, training, tp, parts, whole, chip, runCycles);
+  for (const auto& [split, tp] : profile.measuredWidths)
+    if (split == TensorSplit::kMegatron && tp <= kMeasuredTrainingWidth)
+      measureWidth(profile, *block, training, tp, parts, whole, chip, runCycles);
 }
 
 }  // namespace
@@ -228,8 +229,6 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
 
 namespace {
 
-// Pipelines of at most this many passes are costed by the event simulation of their order.
-constexpr std::int64_t kEventSimulatedPasses = 4096;
 
 int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;

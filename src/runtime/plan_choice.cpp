@@ -113,13 +113,19 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
     filePlan = std::move(*plan);
   }
   // The widest TP group any plan of this run is costed at: the search's, a fixed plan's or the file's.
+  // A given plan (the file's or a fixed one) is costed at its own split and width only, so the
+  // compiler measures that width alone; a search measures every width it tries.
   const int costedTp = std::max({std::min(parallelism.maxTp, cluster.chipCount()), parallelism.tp,
                                  filePlan ? filePlan->tp : 1});
+  const partition::CostedWidths costed =
+      filePlan ? partition::planWidths(filePlan->split, filePlan->tp, costedTp)
+      : parallelism.plan == "fixed" ? partition::planWidths(parallelism.split, parallelism.tp, costedTp)
+                                    : partition::searchedWidths(costedTp);
   auto profile = partition::profileModel(graph, cluster.chip(), frontend::samplesPerIteration(config.model, graph),
                                          [&](std::int64_t done, std::int64_t total) {
                                            progress.update(done, total, "layer compiles profiled");
                                          },
-                                         costedTp, sharedLayerCompiler(comm));
+                                         costed, sharedLayerCompiler(comm));
   if (!profile) return profile.error();
   if (auto s = partition::applyTraining(*profile, graph, config.training, &cluster.chip()); !s) return s.error();
   choice.training = config.training;

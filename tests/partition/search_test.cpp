@@ -60,6 +60,19 @@ LayerCompileBatch reversedBatch(std::vector<int>& batchSizes) {
   };
 }
 
+// Calls check(split, tp, x's figures, y's figures) at Megatron's and 2D's widths 2, 4 and 8 where
+// the two layers have figures (each has them where the other does).
+template <typename Check>
+void forEachWidth(const LayerProfile& x, const LayerProfile& y, Check check) {
+  for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d})
+    for (int tp : {2, 4, 8}) {
+      const auto* a = x.figuresAt(split, tp);
+      const auto* b = y.figuresAt(split, tp);
+      EXPECT_EQ(a == nullptr, b == nullptr) << "split " << static_cast<int>(split) << " tp " << tp;
+      if (a && b) check(split, tp, *a, *b);
+    }
+}
+
 // Links that cost almost nothing: 64 lanes at 10 Tb/s each, ~1 ns.
 const char* kFreeRing = "{topology: {kind: ring, chips: 16}, link: {lanes: 64, gbps_per_lane: 10000, latency_ns: 1.2}}";
 
@@ -149,7 +162,7 @@ TEST(CostModel, ProfileIsTheSameWhateverRunsItsCompileBatch) {
   const auto here = profileOf(g, c, 16);
   std::vector<int> batchSizes;
   const LayerCompileBatch reversed = reversedBatch(batchSizes);
-  auto dealt = profileModel(g, c.chip(), 16, {}, kWidestSplit, reversed);
+  auto dealt = profileModel(g, c.chip(), 16, {}, searchedWidths(kWidestSplit), reversed);
   ASSERT_TRUE(dealt.ok()) << dealt.error().format();
   // 3 distinct layers (the first reads the model's input, the last has no ReLU), each alone and at
   // 1/2, 1/4, 1/8 and 1/16 of the batch, the two that send on with their sends; 3 distinct pairs.
@@ -183,11 +196,11 @@ TEST(CostModel, PiecewiseAndRankLayerCompilesGoToTheBatch) {
                                  {"ffn", "11008"}, {"seq", "1"}, {"phase", "decode"}, {"context", "128"},
                                  {"vocab", "512"}});
   const int costedTp = 8;
-  auto here = profileModel(g, c.chip(), 1, {}, costedTp);
+  auto here = profileModel(g, c.chip(), 1, {}, searchedWidths(costedTp));
   ASSERT_TRUE(here.ok()) << here.error().format();
   std::vector<int> batchSizes;
   const LayerCompileBatch reversed = reversedBatch(batchSizes);
-  auto dealt = profileModel(g, c.chip(), 1, {}, costedTp, reversed);
+  auto dealt = profileModel(g, c.chip(), 1, {}, searchedWidths(costedTp), reversed);
   ASSERT_TRUE(dealt.ok()) << dealt.error().format();
   EXPECT_GE(here->piecewiseLayers, 1);
   ASSERT_EQ(batchSizes.size(), 3u);
@@ -197,17 +210,55 @@ TEST(CostModel, PiecewiseAndRankLayerCompilesGoToTheBatch) {
   int ranked = 0;
   for (size_t l = 0; l < here->layers.size(); ++l) {
     EXPECT_EQ(dealt->layers[l].cycles, here->layers[l].cycles);
-    for (TensorSplit split : {TensorSplit::kMegatron, TensorSplit::k2d})
-      for (int tp : {2, 4, 8}) {
-        const auto* a = here->layers[l].figuresAt(split, tp);
-        const auto* b = dealt->layers[l].figuresAt(split, tp);
-        ASSERT_EQ(a == nullptr, b == nullptr);
-        if (!a) continue;
-        EXPECT_EQ(a->rankCycles, b->rankCycles) << "layer " << l << " tp " << tp;
-        ranked += a->rankCycles > 0;
-      }
+    forEachWidth(here->layers[l], dealt->layers[l], [&](TensorSplit, int tp, const auto& a, const auto& b) {
+      EXPECT_EQ(a.rankCycles, b.rankCycles) << "layer " << l << " tp " << tp;
+      ranked += a.rankCycles > 0;
+    });
   }
   EXPECT_GT(ranked, 0);
+}
+
+// A given plan's profile (planWidths) compiles the rank layers of its own split and width only:
+// fewer compiles than a search's profile, the same figures at that width, the same plan cost.
+TEST(CostModel, GivenPlansProfileMeasuresItsOwnWidthOnly) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "1"}, {"hidden", "4096"}, {"heads", "32"}, {"kv_heads", "8"},
+                                 {"ffn", "11008"}, {"seq", "1"}, {"phase", "decode"}, {"context", "128"},
+                                 {"vocab", "512"}});
+  std::vector<int> searchedBatches, givenBatches;
+  auto searched = profileModel(g, c.chip(), 1, {}, searchedWidths(8), reversedBatch(searchedBatches));
+  auto given = profileModel(g, c.chip(), 1, {}, planWidths(TensorSplit::kMegatron, 4, 8), reversedBatch(givenBatches));
+  ASSERT_TRUE(searched.ok()) << searched.error().format();
+  ASSERT_TRUE(given.ok()) << given.error().format();
+  ASSERT_EQ(searchedBatches.size(), 3u);
+  ASSERT_EQ(givenBatches.size(), 3u);
+  EXPECT_EQ(givenBatches[0], searchedBatches[0]);
+  EXPECT_EQ(givenBatches[1], searchedBatches[1]);
+  EXPECT_GT(givenBatches[2], 0);
+  EXPECT_LT(givenBatches[2], searchedBatches[2]);  // the rank layers of tp 4 only
+  ASSERT_EQ(given->layers.size(), searched->layers.size());
+  int ranked = 0;
+  for (size_t l = 0; l < given->layers.size(); ++l)
+    forEachWidth(given->layers[l], searched->layers[l], [&](TensorSplit split, int tp, const auto& a, const auto& b) {
+      EXPECT_EQ(a.allReduceBytes, b.allReduceBytes);
+      EXPECT_EQ(a.rank.weightBytes, b.rank.weightBytes);
+      if (split == TensorSplit::kMegatron && tp == 4) {
+        EXPECT_EQ(a.rankCycles, b.rankCycles) << "layer " << l;
+        ranked += a.rankCycles > 0;
+      } else {
+        EXPECT_EQ(a.rankCycles, 0) << "layer " << l << " split " << static_cast<int>(split) << " tp " << tp;
+      }
+    });
+  EXPECT_GT(ranked, 0);
+  auto order = localityOrder(c);
+  ASSERT_TRUE(order.ok());
+  const Candidate plan{TensorSplit::kMegatron, 1, 4, 1, 1, 1};
+  RankedPlan fromSearched, fromGiven;
+  ASSERT_TRUE(buildPlan(c, *searched, plan, *order, &fromSearched).ok());
+  ASSERT_TRUE(buildPlan(c, *given, plan, *order, &fromGiven).ok());
+  EXPECT_GT(fromGiven.cost.iterationCycles, 0);
+  EXPECT_EQ(fromGiven.cost.iterationCycles, fromSearched.cost.iterationCycles);
+  EXPECT_EQ(fromGiven.cost.memoryPerChip, fromSearched.cost.memoryPerChip);
 }
 
 // A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
@@ -238,6 +289,27 @@ TEST(CostModel, InterleavingDividesTheBubbleByV) {
     ASSERT_TRUE(stages.ok());
     const PlanCost cost = evaluateCandidate(profile, {TensorSplit::kNone, 1, 1, 4, 8, v}, *stages, {}, c.chip(), 16);
     EXPECT_NEAR(cost.bubbleFraction, 3.0 / (8.0 * v + 3.0), 1e-9) << "v " << v;
+  }
+}
+
+// An interleaved pipeline's chips run their own chunks back to back in the forward order: chunks
+// of 3,000, 2,000, 2,000 and 1,000 cycles over 2 chips and 4 microbatches take 4 x (3,000 + 2,000)
+// on the first chip and the last chunk's 1,000 after it (21,000), where (m v - 1) t_max + the
+// chips' longest chunks gives 26,000; equal chunks of 2,000 take (m v + p - 1) t either way.
+TEST(CostModel, InterleavedChipsRunTheirOwnChunksInTurn) {
+  ModelProfile profile;
+  profile.samples = 4;
+  profile.layers.assign(4, LayerProfile{});
+  const std::vector<Cycle> cycles = {12000, 8000, 8000, 4000};
+  const auto c = cluster(kFreeRing);
+  const Candidate cand{TensorSplit::kNone, 1, 1, 2, 4, 2};
+  for (bool equal : {false, true}) {
+    for (int l = 0; l < 4; ++l) profile.layers[l].cycles = equal ? 8000 : cycles[l];
+    auto stages = assignStages(profile, 4);
+    ASSERT_TRUE(stages.ok());
+    ASSERT_EQ(stages->layerChunk, (std::vector<int>{0, 1, 2, 3}));
+    const PlanCost cost = evaluateCandidate(profile, cand, *stages, {}, c.chip(), 16);
+    EXPECT_NEAR(cost.iterationCycles, equal ? 18000 : 21000, 1e-6) << (equal ? "equal" : "unequal");
   }
 }
 
@@ -360,7 +432,7 @@ TEST(CostModel, WidenedProfileEqualsTheProfileOfEveryWidth) {
   const auto c = cluster(kFreeRing);
   const auto g = model("gpt", {{"layers", "2"}, {"hidden", "256"}, {"heads", "4"}, {"seq", "64"}, {"vocab", "512"}});
   const auto every = profileOf(g, c, 1);
-  auto narrow = profileModel(g, c.chip(), 1, {}, 8);
+  auto narrow = profileModel(g, c.chip(), 1, {}, searchedWidths(8));
   ASSERT_TRUE(narrow.ok());
   EXPECT_EQ(narrow->figuresUpTo, 8);
   auto widths = [](const std::map<int, LayerProfile::WidthFigures>& at) {

@@ -244,6 +244,32 @@ TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
   EXPECT_EQ(back[3], 0);
 }
 
+// A given plan's profile measures the training figures at its own Megatron width only, and they
+// are the search's profile's at that width.
+TEST(TrainingCost, GivenPlansProfileMeasuresItsOwnTrainingWidthOnly) {
+  const auto c = clusterFrom("{topology: {kind: torus, dims: [2, 4]}}");
+  const ir::Graph g = gpt(2, 256, 4, 64, 8, 512);
+  auto searched = profileModel(g, c.chip(), 8, {}, searchedWidths(8));
+  auto given = profileModel(g, c.chip(), 8, {}, planWidths(TensorSplit::kMegatron, 4, 8));
+  ASSERT_TRUE(searched.ok());
+  ASSERT_TRUE(given.ok());
+  ASSERT_TRUE(applyTraining(*searched, g, training(PipelineSchedule::k1F1B), &c.chip()).ok());
+  ASSERT_TRUE(applyTraining(*given, g, training(PipelineSchedule::k1F1B), &c.chip()).ok());
+  int measured = 0;
+  for (size_t l = 0; l < given->layers.size(); ++l) {
+    const auto& at = given->layers[l].trainingAt;
+    EXPECT_EQ(at.count(2) + at.count(8), 0u) << l;
+    if (!at.count(4)) continue;
+    ++measured;
+    const auto& want = searched->layers[l].trainingAt.at(4);
+    EXPECT_EQ(at.at(4).forward, want.forward) << l;
+    EXPECT_EQ(at.at(4).backward, want.backward) << l;
+    EXPECT_EQ(at.at(4).allReduceBytes, want.allReduceBytes) << l;
+  }
+  EXPECT_GT(measured, 0);
+  EXPECT_EQ(searched->layers[1].trainingAt.count(2), 1u);
+}
+
 // Under Megatron's split the backward pass's all-reduces are those of the partial input gradients
 // (buildTrainingStep's): none for a first layer that computes no input gradient or for the layer
 // that feeds the loss, one per column-parallel region after it; the replicated work (a LayerNorm's
@@ -251,7 +277,7 @@ TEST(TrainingCost, APassSendsWhatItMakesAndTheGradientsOfWhatItReceived) {
 TEST(TrainingCost, TensorParallelPassesAreMeasuredOnTheRanksTrainingGraph) {
   const auto c = clusterFrom("{topology: {kind: torus, dims: [2, 4]}}");
   const ir::Graph chain = mlp(4, 640, 256);
-  auto profile = profileModel(chain, c.chip(), 256, {}, 2);
+  auto profile = profileModel(chain, c.chip(), 256, {}, searchedWidths(2));
   ASSERT_TRUE(profile.ok());
   ASSERT_TRUE(applyTraining(*profile, chain, training(PipelineSchedule::k1F1B, ir::Optimizer::kSgd), &c.chip()).ok());
   const std::vector<int> mlpReduces = {0, 1, 0, 0};
@@ -280,7 +306,7 @@ TEST(TrainingCost, TensorParallelPassesAreMeasuredOnTheRanksTrainingGraph) {
   EXPECT_NEAR(costs->chunks.backward[1], without.backward[1], 1e-6);
 
   const ir::Graph g = gpt(2, 256, 4, 64, 8, 512);
-  auto gptProfile = profileModel(g, c.chip(), 8, {}, 2);
+  auto gptProfile = profileModel(g, c.chip(), 8, {}, searchedWidths(2));
   ASSERT_TRUE(gptProfile.ok());
   ASSERT_TRUE(applyTraining(*gptProfile, g, training(PipelineSchedule::k1F1B), &c.chip()).ok());
   const int layers = static_cast<int>(gptProfile->layers.size());
