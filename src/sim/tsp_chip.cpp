@@ -1131,7 +1131,7 @@ class TspChip final : public Chip {
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
   std::vector<StreamQueue> streams_;  // [direction][stream id]
   const size_t streamsPerDirection_ = static_cast<size_t>(spec_.streamsPerDirection);
-  // The data-flow check (checkDataFlow), per tensor some origin reads (EventProgram::readTensors): whether
+  // The data-flow check (checkDataFlow), per tensor instance some origin reads (EventProgram::readTensors): whether
   // a MEM write of the chip has stored it, and its first read before that (an index into earlyReads_, -1: none).
   struct EarlyRead {
     Event event;
