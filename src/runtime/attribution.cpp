@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace tsp::runtime {
 
@@ -82,11 +83,13 @@ void addWork(WorkRow& to, const WorkRow& from) {
 
 Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs) {
   Attribution a;
-  std::map<isa::OpOrigin, std::int32_t> ids;
+  // One row per op, whichever microbatch's copies (OpOrigin::instance) or input its instructions read.
+  std::map<std::tuple<std::string, std::string, std::int32_t, std::string>, std::int32_t> ids;
   a.idOf.resize(programs.size());
   for (size_t c = 0; c < programs.size(); ++c)
     for (const auto& origin : programs[c]->origins) {
-      auto [it, added] = ids.try_emplace(origin, static_cast<std::int32_t>(a.names.size()));
+      auto [it, added] = ids.try_emplace(std::tuple(origin.op, origin.kind, origin.layer, origin.tensor),
+                                         static_cast<std::int32_t>(a.names.size()));
       if (added) a.names.push_back(origin);
       a.idOf[c].push_back(it->second);
     }

@@ -206,27 +206,25 @@ EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec
   for (const auto& origin : p.origins)
     originTensors_.push_back(origin.tensor.empty() ? 0 : burstTensor(origin.tensor));
   if (std::any_of(p.origins.begin(), p.origins.end(), [](const isa::OpOrigin& o) { return !o.input.empty(); })) {
-    // Dense ids of the tensors some origin reads, so that a chip keeps its data-flow state in arrays.
+    // Dense ids of the tensor instances some origin reads, so that a chip keeps its data-flow state in
+    // arrays. An instance is (name, producer, microbatch): an origin reads (input, inputProducer,
+    // instance) and writes (tensor, op, instance), its op being the one that made its tensor (a moved
+    // tensor's producer, lower::movedOrigin). An op's output and a neighbour's copy received under its
+    // name thus differ, and so do the microbatches' copies.
+    const auto key = [](const std::string& name, const std::string& producer, std::int32_t instance) {
+      return fmt::format("{}\x1f{}\x1f{}", name, producer, instance);
+    };
     std::unordered_map<std::string, std::int32_t> ids;
     originReads_.reserve(p.origins.size());
     for (const auto& origin : p.origins)
-      originReads_.push_back(origin.input.empty() ? -1
-                                                  : ids.try_emplace(origin.input, static_cast<std::int32_t>(ids.size()))
-                                                        .first->second);
-    // A name that an op of this chip makes and a receive also brings (a ring of chips running one
-    // program, each passing its output to the next under the same name) stands for two tensors:
-    // which write feeds a read is not known by name, so such a tensor is not checked.
-    std::vector<char> made(ids.size(), 0), received(ids.size(), 0);
-    for (const auto& origin : p.origins)
-      if (const auto it = ids.find(origin.tensor); it != ids.end()) {
-        if (origin.kind == "Receive") received[static_cast<size_t>(it->second)] = 1;
-        else if (origin.kind != "Send" && origin.kind != "Collective") made[static_cast<size_t>(it->second)] = 1;
-      }
-    for (auto& read : originReads_)
-      if (read >= 0 && made[static_cast<size_t>(read)] && received[static_cast<size_t>(read)]) read = -1;
+      originReads_.push_back(origin.input.empty()
+                                 ? -1
+                                 : ids.try_emplace(key(origin.input, origin.inputProducer, origin.instance),
+                                                   static_cast<std::int32_t>(ids.size()))
+                                       .first->second);
     originWrites_.reserve(p.origins.size());
     for (const auto& origin : p.origins) {
-      const auto it = ids.find(origin.tensor);
+      const auto it = ids.find(key(origin.tensor, origin.op, origin.instance));
       originWrites_.push_back(it == ids.end() ? -1 : it->second);
     }
     readTensors_ = ids.size();

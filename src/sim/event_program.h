@@ -173,13 +173,13 @@ class EventProgram {
   const std::vector<topology::UnitInfo>& units() const;
   /// Per entry of the program's origins: burstTensor of its tensor's name (0: no tensor named).
   const std::vector<std::uint64_t>& originTensors() const { return originTensors_; }
-  /// Per entry of the program's origins: the id (0 .. readTensors() - 1) of the input its MEM reads read
-  /// (OpOrigin::input), -1: none; empty when no origin names one.
+  /// Per entry of the program's origins: the id (0 .. readTensors() - 1) of the input instance its MEM
+  /// reads read (OpOrigin::input, inputProducer, instance), -1: none; empty when no origin names one.
   const std::vector<std::int32_t>& originReads() const { return originReads_; }
-  /// Per entry of the program's origins: the id of the tensor its MEM writes write when some origin
-  /// reads it, -1: none; empty when no origin names an input.
+  /// Per entry of the program's origins: the id of the instance its MEM writes write (tensor, op,
+  /// instance) when some origin reads it, -1: none; empty when no origin names an input.
   const std::vector<std::int32_t>& originWrites() const { return originWrites_; }
-  /// Number of distinct tensors the origins read (OpOrigin::input).
+  /// Number of distinct tensor instances the origins read.
   size_t readTensors() const { return readTensors_; }
   /// The checks shared by the chips that run this program with this utilisation timeline (made on first use).
   std::shared_ptr<SharedChecks> sharedChecks(int bins, Cycle binCycles) const;

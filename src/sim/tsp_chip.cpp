@@ -906,11 +906,10 @@ class TspChip final : public Chip {
     return origin >= 0 && static_cast<size_t>(origin) < tensors.size() ? tensors[origin] : 0;
   }
 
-  // A MEM read of its origin's input (OpOrigin::input) must follow the chip's first write of that
-  // tensor, when the chip writes it at all (a tensor it never writes is resident, or an alias of
-  // another's SRAM). A read before any write is kept; the first write of the tensor then reports it,
-  // naming itself as the producer. Only the first write of each tensor is compared: a later
-  // microbatch's read of an earlier one's data is not caught.
+  // A MEM read of its origin's input (OpOrigin::input, one instance: name, producer, microbatch) must
+  // follow the chip's first write of that instance, when the chip writes it at all (a tensor it never
+  // writes is resident, or an alias of another's SRAM). A read before any write is kept; the first
+  // write of the instance then reports it, naming itself as the producer.
   bool checkDataFlow(const Event& inst, std::int64_t index) {
     const std::int32_t origin = originIndex(index);
     if (origin < 0 || static_cast<size_t>(origin) >= events_->originReads().size()) return true;
@@ -930,10 +929,11 @@ class TspChip final : public Chip {
     const auto& from = program_->origins[read.origin];
     const auto& by = program_->origins[origin];
     return hazard(HazardKind::kReadBeforeWrite, read.event, read.index, read.event.issue,
-                  fmt::format("reads SRAM address {} on MEM slice {} for '{}' ({} '{}'), which the chip first "
+                  fmt::format("reads SRAM address {} on MEM slice {} for '{}'{} ({} '{}'), which the chip first "
                               "writes later: instruction #{} (MemWrite, {} '{}', MEM slice {} address {}) at cycle {}",
-                              read.event.address, read.event.indexInKind, from.input, from.kind, from.op, index,
-                              by.kind, by.op, inst.indexInKind, inst.address, inst.issue));
+                              read.event.address, read.event.indexInKind, from.input,
+                              from.instance < 0 ? std::string() : fmt::format(" of instance {}", from.instance),
+                              from.kind, from.op, index, by.kind, by.op, inst.indexInKind, inst.address, inst.issue));
   }
 
   // Cycles one vector takes on the link of port at its exact rate.
@@ -1131,7 +1131,7 @@ class TspChip final : public Chip {
   std::vector<PortRun> lastRun_[2];    // per MEM slice and port: the latest run (runs on a port never overlap)
   std::vector<StreamQueue> streams_;  // [direction][stream id]
   const size_t streamsPerDirection_ = static_cast<size_t>(spec_.streamsPerDirection);
-  // The data-flow check (checkDataFlow), per tensor some origin reads (EventProgram::readTensors): whether
+  // The data-flow check (checkDataFlow), per tensor instance some origin reads (EventProgram::readTensors): whether
   // a MEM write of the chip has stored it, and its first read before that (an index into earlyReads_, -1: none).
   struct EarlyRead {
     Event event;

@@ -132,7 +132,7 @@ TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {
     const auto c = clusterOf(k.yaml);
     auto plan = planCollective(k.op, k.algorithm, allChips(c), k.bytes, c);
     ASSERT_TRUE(plan.ok());
-    plan->origin = {"ar", "allreduce", 0, "", ""};
+    plan->origin = {"ar", "allreduce", 0, "", "", ""};
     const std::vector<Cycle> start(c.chipCount(), 0);
     LinkCalendar plainLinks(c.links().size()), sharedLinks(c.links().size());
     auto plain = scheduleCollective(*plan, c, start, plainLinks, true, false, false);

@@ -221,7 +221,8 @@ TEST(Program, OriginsFollowTheirInstructions) {
   Instruction early = p.instructions[0];
   early.issue = 2;
   p.instructions.push_back(early);
-  p.origins = {{"a", "MatMul", 0, "a.out", ""}, {"b", "Relu", 1, "b.out", "a.out"}};  // b reads a's output
+  // b reads a's output (made by a, microbatch 1's copy); a reads nothing named, of microbatch 0.
+  p.origins = {{"a", "MatMul", 0, "a.out", "", "", 0}, {"b", "Relu", 1, "b.out", "a.out", "a", 1}};
   p.originOf = {0, 1};
   canonicalize(p);
   EXPECT_EQ(p.instructions[0].issue, 2);
@@ -283,7 +284,7 @@ TEST(Program, EveryInstructionFieldMovesTheInstructionsHash) {
 
 TEST(Program, RefusesOriginsOutOfRange) {
   Program p = sample();
-  p.origins = {{"a", "MatMul", 0, "a.out", ""}};
+  p.origins = {{"a", "MatMul", 0, "a.out", "", ""}};
   p.originOf = {1};
   auto json = deserialize(serialize(p), topology::ChipSpec{}, "p.json");
   ASSERT_FALSE(json.ok());

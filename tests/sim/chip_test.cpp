@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include "topology/yaml_reader.h"
@@ -66,6 +68,10 @@ class ChipTest : public ::testing::Test {
     write.src = alu.dst;
     return {read, alu, write};
   }
+
+  Status runNamed(const std::vector<std::pair<std::vector<Instruction>, isa::OpOrigin>>& parts);
+  void expectReadBeforeWrite(const std::function<Status(Cycle)>& runAt, Cycle legal, Cycle early,
+                             const std::string& what, const std::string& writer);
 
   Status run(std::vector<Instruction> list, std::vector<PortBinding> ports = {}, const Chip** out = nullptr) {
     auto program = std::make_shared<isa::Program>();
@@ -282,7 +288,7 @@ TEST_F(ChipTest, ReadOfATensorBeforeItIsWritten) {
     auto program = std::make_shared<isa::Program>();
     program->instructions = producer;
     program->instructions.insert(program->instructions.end(), consumer.begin(), consumer.end());
-    program->origins = {{"p", "Relu", 0, "x", ""}, {"c", "Relu", 0, "y", "x"}};
+    program->origins = {{"p", "Relu", 0, "x", "", ""}, {"c", "Relu", 0, "y", "x", "p"}};
     program->originOf = {0, 0, 0, 1, 1, 1};
     isa::canonicalize(*program);
     std::vector<PortBinding> ports(spec_.c2cPorts);
@@ -309,6 +315,66 @@ TEST_F(ChipTest, ReadOfATensorBeforeItIsWritten) {
   faults.faults.linkJitterCycles = 1;
   ASSERT_TRUE(runOrdered(1, faults).ok());
   EXPECT_EQ(chip_->stats().hazards[static_cast<int>(HazardKind::kReadBeforeWrite)], 1);
+}
+
+// Chains of instructions (ChipTest::chain), each named by its origin, run as one chip's program.
+Status ChipTest::runNamed(const std::vector<std::pair<std::vector<Instruction>, isa::OpOrigin>>& parts) {
+  auto program = std::make_shared<isa::Program>();
+  for (const auto& [list, origin] : parts) {
+    program->instructions.insert(program->instructions.end(), list.begin(), list.end());
+    program->originOf.insert(program->originOf.end(), list.size(), static_cast<std::int32_t>(program->origins.size()));
+    program->origins.push_back(origin);
+  }
+  isa::canonicalize(*program);
+  std::vector<PortBinding> ports(spec_.c2cPorts);
+  chip_ = makeTspChip(0, spec_, program, ports, SimOptions{});
+  return chip_->advanceTo(kNever);
+}
+
+// runAt(cycle) runs a program whose read on MEM slice 50 issues at that cycle: legal at `legal`, a
+// read_before_write at `early` naming the read (`what`) and the write that makes its tensor (`writer`).
+void ChipTest::expectReadBeforeWrite(const std::function<Status(Cycle)>& runAt, Cycle legal, Cycle early,
+                                     const std::string& what, const std::string& writer) {
+  auto ok = runAt(legal);
+  EXPECT_TRUE(ok.ok()) << ok.error().message;
+  auto s = runAt(early);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ExitCode::kHazard);
+  EXPECT_NE(s.error().message.find(fmt::format("hazard at cycle {}, chip 0, unit {}", early, mem(50))),
+            std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find(what + ", which the chip first writes later: instruction #"), std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find(writer), std::string::npos) << s.error().message;
+}
+
+// A chip may hold two tensors of one name: the one an op of it makes and a neighbour's copy a
+// receive brings (a ring of chips passing their outputs on). A read of the made one (named by its
+// producer, OpOrigin::inputProducer) before the op writes it is a hazard, though the received copy
+// was written first.
+TEST_F(ChipTest, ReadOfAMadeTensorBeforeItsOpWritesItThoughACopyWasReceived) {
+  const auto runWithReadAt = [&](Cycle read) {
+    return runNamed({{chain(0, 50, 10, 0, 8), {"x", "Receive", -1, "x", "", ""}},        // the neighbour's 'x'
+                     {chain(50, 60, read, 2, 8), {"s", "Relu", 0, "y", "x", "p"}},      // reads p's 'x'
+                     {chain(20, 70, 200, 4, 8), {"p", "Relu", 0, "x", "", ""}}});      // p makes 'x'
+  };
+  const Cycle written = chain(20, 70, 200, 4, 8)[2].issue;
+  expectReadBeforeWrite(runWithReadAt, written + 8, 100, "for 'x' (Relu 's')",
+                        "(MemWrite, Relu 'p', MEM slice 70 address 0) at cycle " + std::to_string(written));
+}
+
+// Each microbatch of a training step has its own copy of a tensor (OpOrigin::instance): a read of
+// microbatch 1's copy before it is written is a hazard, though microbatch 0's was written first.
+TEST_F(ChipTest, ReadOfALaterMicrobatchsCopyBeforeItIsWritten) {
+  const auto runWithReadAt = [&](Cycle read) {
+    return runNamed({{chain(0, 50, 10, 0, 8), {"p", "Relu", 0, "x", "", "", 0}},
+                     {chain(50, 60, 100, 2, 8), {"c", "Relu", 0, "y", "x", "p", 0}},
+                     {chain(50, 70, read, 4, 8), {"c", "Relu", 0, "y", "x", "p", 1}},
+                     {chain(20, 50, 300, 6, 8), {"p", "Relu", 0, "x", "", "", 1}}});
+  };
+  const Cycle written = chain(20, 50, 300, 6, 8)[2].issue;
+  expectReadBeforeWrite(runWithReadAt, written + 8, 200, "for 'x' of instance 1 (Relu 'c')",
+                        "(MemWrite, Relu 'p', MEM slice 50 address 0) at cycle " + std::to_string(written));
 }
 
 TEST_F(ChipTest, ComputeBeforeWeightsInstalled) {
@@ -438,7 +504,7 @@ TEST_F(C2cTest, ReceiveTakingAnotherTensorsBurst) {
     auto program = std::make_shared<isa::Program>();
     program->instructions = {receive};
     if (!named.empty()) {
-      program->origins = {{"b_op", "Receive", 0, named, ""}};
+      program->origins = {{"b_op", "Receive", 0, named, "", ""}};
       program->originOf = {0};
     }
     auto chip = makeTspChip(1, spec_, program, ports(), options);
@@ -487,7 +553,7 @@ TEST_F(C2cTest, ForwardPassesTheBurstsTensorOn) {
     auto program = std::make_shared<isa::Program>();
     program->instructions = {forward};
     if (!named.empty()) {
-      program->origins = {{"a_op", "Collective", 0, named, ""}};
+      program->origins = {{"a_op", "Collective", 0, named, "", ""}};
       program->originOf = {0};
     }
     chip_ = makeTspChip(1, spec_, program, bound, SimOptions{});

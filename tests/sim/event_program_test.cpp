@@ -254,7 +254,7 @@ TEST(EventProgramTest, InstructionsAndOriginsByIndexAreTheProgramsOwn) {
   }
   const auto body = isa::makeBody(list, origins);
   isa::Program p;
-  p.origins = {{"a", "Add", 0, "x", ""}, {"b", "Mul", 0, "y", ""}, {"c", "Sub", 0, "z", ""}};
+  p.origins = {{"a", "Add", 0, "x", "", ""}, {"b", "Mul", 0, "y", "", ""}, {"c", "Sub", 0, "z", "", ""}};
   p.pieces = {{body, 0, std::make_shared<const std::vector<std::int32_t>>(std::vector<std::int32_t>{2, 0})},
               {isa::makeBody({}), 5, {}},
               {body, 1000, nullptr}};

@@ -428,7 +428,13 @@ std::string serialize(const Program& program) {
     auto& origins = doc["origins"] = nlohmann::json::array();
     for (const auto& o : program.origins) {
       auto row = nlohmann::json::array({o.op, o.kind, o.layer, o.tensor});
-      if (!o.input.empty()) row.push_back(o.input);  // a fifth entry only when known
+      // The input as a fifth entry only when known; its producer and the instance after it only when set.
+      const bool instanced = !o.inputProducer.empty() || o.instance != -1;
+      if (!o.input.empty() || instanced) row.push_back(o.input);
+      if (instanced) {
+        row.push_back(o.inputProducer);
+        row.push_back(o.instance);
+      }
       origins.push_back(std::move(row));
     }
     doc["origin_of"] = program.originOf;
@@ -473,7 +479,9 @@ Expected<Program> deserialize(const std::string& text, const topology::ChipSpec&
     if (doc.contains("origins")) {
       for (const auto& j : doc.at("origins"))
         program.origins.push_back({j.at(0).get<std::string>(), j.at(1).get<std::string>(), j.at(2).get<std::int32_t>(),
-                                   j.at(3).get<std::string>(), j.size() > 4 ? j.at(4).get<std::string>() : std::string()});
+                                   j.at(3).get<std::string>(), j.size() > 4 ? j.at(4).get<std::string>() : std::string(),
+                                   j.size() > 5 ? j.at(5).get<std::string>() : std::string(),
+                                   j.size() > 6 ? j.at(6).get<std::int32_t>() : -1});
       program.originOf = doc.at("origin_of").get<std::vector<std::int32_t>>();
     }
   } catch (const nlohmann::json::exception& e) {
@@ -499,6 +507,9 @@ constexpr std::uint32_t kRefusalsTag = 0x55464552u;
 constexpr std::uint32_t kOriginsTag = 0x4749524fu;
 // Then, only when some origin names one, the origins' read inputs (OpOrigin::input, "OINP"): one text per origin.
 constexpr std::uint32_t kOriginInputsTag = 0x504e494fu;
+// Then, only when some origin sets one, the inputs' producers and the instances (OpOrigin::inputProducer,
+// instance; "OINS"): per origin a text and an int32.
+constexpr std::uint32_t kOriginInstancesTag = 0x534e494fu;
 
 // Appends fixed-width little-endian integers (the build hosts are little-endian; the magic would
 // not match on a big-endian reader, which then refuses the file instead of misreading it).
@@ -640,6 +651,14 @@ void writeBinary(ByteWriter& w, const Program& program) {
     if (std::any_of(program.origins.begin(), program.origins.end(), [](const OpOrigin& o) { return !o.input.empty(); })) {
       w.put<std::uint32_t>(kOriginInputsTag);
       for (const auto& o : program.origins) w.putText(o.input);
+    }
+    if (std::any_of(program.origins.begin(), program.origins.end(),
+                    [](const OpOrigin& o) { return !o.inputProducer.empty() || o.instance != -1; })) {
+      w.put<std::uint32_t>(kOriginInstancesTag);
+      for (const auto& o : program.origins) {
+        w.putText(o.inputProducer);
+        w.put<std::int32_t>(o.instance);
+      }
     }
   }
   // The functional section, only when there is one: (instruction, operand) pairs, the operands, the
@@ -845,6 +864,12 @@ Expected<Program> deserializeBinary(const std::string& bytes, const topology::Ch
     if (tag == kOriginInputsTag) {
       for (auto& o : program.origins)
         if (!r.getText(o.input)) return bad();
+      tag = 0;
+      if (!r.done() && !r.get(tag)) return fail("malformed program: trailing bytes");
+    }
+    if (tag == kOriginInstancesTag) {
+      for (auto& o : program.origins)
+        if (!r.getText(o.inputProducer) || !r.get(o.instance)) return bad();
       tag = 0;
       if (!r.done() && !r.get(tag)) return fail("malformed program: trailing bytes");
     }

@@ -282,6 +282,12 @@ struct OpOrigin {
   /// The tensor every MEM read of it reads, when an op makes it: a one-input op's or a collective's
   /// input, a Send's tensor; empty: none known. The simulator checks that it is written before it is read.
   std::string input;
+  /// The op that made `input` (a graph input: its own name): an op's output and a neighbour's copy
+  /// received under the same name are two tensors, told apart by their producers.
+  std::string inputProducer;
+  /// Which copy of `tensor` it writes and of `input` it reads: a training step's microbatch, a sharded
+  /// plan's wave (one microbatch of one replica); -1: the only copy.
+  std::int32_t instance = -1;
   friend bool operator==(const OpOrigin&, const OpOrigin&) = default;
   friend auto operator<=>(const OpOrigin&, const OpOrigin&) = default;
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -459,6 +460,7 @@ Step Lowering::readStep(ir::TensorId tensor, int tile, std::int64_t row0, std::i
   s.inst = makeInst(st.placement.memUnit[piece], Opcode::kMemRead, rows);
   s.inst.address = st.placement.address[piece] + static_cast<int>(first % st.segmentRows());
   s.inst.stride = broadcast ? 0 : 1;
+  s.reads = tensor;
   return s;
 }
 
@@ -1756,10 +1758,22 @@ Expected<std::unique_ptr<LoweredShard>> lowerShardWith(const topology::ChipSpec&
   out->origins = originsOf(graph, given, interface);
   std::map<ir::OpId, size_t> givenPosition;
   for (size_t k = 0; k < given.size(); ++k) givenPosition.emplace(given[k], k);
+  // The MEM reads of an op with several inputs name the input they read (inputReads).
+  std::map<std::pair<size_t, ir::TensorId>, int> readOrigin;
+  {
+    int next = static_cast<int>(given.size() + interface.sends.size() + interface.receives.size());
+    for (const auto& read : inputReads(graph, given)) readOrigin.emplace(read, next++);
+  }
   size_t stamped = 0;
   const auto stamp = [&](size_t origin) {
     auto& tasks = out->problem.mutableTasks();
-    for (; stamped < tasks.size(); ++stamped) tasks[stamped].origin = static_cast<int>(origin);
+    for (; stamped < tasks.size(); ++stamped) {
+      tasks[stamped].origin = static_cast<int>(origin);
+      if (readOrigin.empty() || origin >= given.size()) continue;
+      for (Step& step : tasks[stamped].steps)
+        if (const auto it = readOrigin.find({origin, step.reads}); step.reads >= 0 && it != readOrigin.end())
+          step.origin = it->second;
+    }
   };
   const size_t firstSend = ops.size(), firstReceive = ops.size() + interface.sends.size();
   for (const auto& [mirrored, arrival, i, t] : receiveOrder) {
@@ -1816,34 +1830,75 @@ bool readsInputValues(const ir::Op& op, size_t input) {
          ir::opDefinition(op.kind).lowering == ir::LoweringFamily::kReduction;
 }
 
-std::string madeInput(const ir::Graph& graph, const ir::Op& op) {
-  if (op.inputs.empty()) return {};
+ir::TensorId madeInput(const ir::Graph& graph, const ir::Op& op) {
+  if (op.inputs.empty()) return -1;
   // Every MEM read of the op then reads it (or the op's own scratch, written first).
   for (ir::TensorId in : op.inputs)
-    if (in != op.inputs.front()) return {};
-  const ir::Tensor& t = graph.tensor(op.inputs.front());
-  return t.producer >= 0 ? t.name : std::string();
+    if (in != op.inputs.front()) return -1;
+  return graph.tensor(op.inputs.front()).producer >= 0 ? op.inputs.front() : -1;
+}
+
+std::string producerName(const ir::Graph& graph, ir::TensorId tensor) {
+  const ir::Tensor& t = graph.tensor(tensor);
+  return t.producer >= 0 ? graph.op(t.producer).name : t.name;
+}
+
+isa::OpOrigin opOrigin(const ir::Graph& graph, const ir::Op& op, ir::TensorId tensor) {
+  isa::OpOrigin origin{op.name, ir::opKindName(op.kind), op.layer, tensor >= 0 ? graph.tensor(tensor).name : std::string(),
+                       "", ""};
+  if (const ir::TensorId in = madeInput(graph, op); in >= 0) {
+    origin.input = graph.tensor(in).name;
+    origin.inputProducer = producerName(graph, in);
+  }
+  return origin;
 }
 
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
-                                     const ShardInterface& interface) {
+                                     const ShardInterface& interface, std::int32_t instance) {
   std::vector<isa::OpOrigin> origins;
   origins.reserve(ops.size() + interface.sends.size() + interface.receives.size());
   for (ir::OpId id : ops) {
     const ir::Op& op = graph.op(id);
-    origins.push_back({op.name, ir::opKindName(op.kind), op.layer,
-                       op.outputs.empty() ? std::string() : graph.tensor(op.outputs[0]).name, madeInput(graph, op)});
+    origins.push_back(opOrigin(graph, op, op.outputs.empty() ? -1 : op.outputs[0]));
   }
   for (const auto& plan : interface.sends) origins.push_back(movedOrigin(graph, plan.tensor, "Send"));
   for (const auto& plan : interface.receives) origins.push_back(movedOrigin(graph, plan.tensor, "Receive"));
+  for (const auto& [position, in] : inputReads(graph, ops)) {
+    const ir::Op& op = graph.op(ops[position]);
+    isa::OpOrigin read = opOrigin(graph, op, op.outputs.empty() ? -1 : op.outputs[0]);
+    read.input = graph.tensor(in).name;
+    read.inputProducer = producerName(graph, in);
+    origins.push_back(std::move(read));
+  }
+  for (auto& origin : origins) origin.instance = instance;
   return origins;
 }
 
-isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind) {
+std::vector<std::pair<size_t, ir::TensorId>> inputReads(const ir::Graph& graph, const std::vector<ir::OpId>& ops) {
+  std::vector<std::pair<size_t, ir::TensorId>> reads;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const ir::Op& op = graph.op(ops[i]);
+    if (madeInput(graph, op) >= 0) continue;  // its origin names its one input
+    std::vector<ir::TensorId> seen;
+    for (ir::TensorId in : op.inputs)
+      if (graph.tensor(in).producer >= 0 && std::find(seen.begin(), seen.end(), in) == seen.end()) {
+        seen.push_back(in);
+        reads.push_back({i, in});
+      }
+  }
+  return reads;
+}
+
+isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind, std::int32_t instance) {
   const ir::Tensor& t = graph.tensor(tensor);
   const ir::Op* producer = t.producer >= 0 ? &graph.op(t.producer) : nullptr;
-  return {producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name,
-          std::string_view(kind) == "Send" ? t.name : std::string()};
+  isa::OpOrigin origin{producer ? producer->name : t.name, kind, producer ? producer->layer : -1, t.name, "", ""};
+  if (std::string_view(kind) == "Send") {  // a Send reads what it sends
+    origin.input = t.name;
+    origin.inputProducer = origin.op;
+  }
+  origin.instance = instance;
+  return origin;
 }
 
 }  // namespace tsp::lower

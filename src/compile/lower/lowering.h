@@ -134,21 +134,32 @@ struct LoweredShard {
 
 /// The origins of a shard's tasks, by position, so that a program compiled once can be named for
 /// every segment of the same shape: op i of `ops` is origin i, send j (its tensor, named by its
-/// producer) ops.size() + j, receive k ops.size() + sends + k.
+/// producer) ops.size() + j, receive k ops.size() + sends + k, then the reads of inputReads in order;
+/// each of copy `instance` (OpOrigin::instance; -1: none).
 std::vector<isa::OpOrigin> originsOf(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
-                                     const ShardInterface& interface);
+                                     const ShardInterface& interface, std::int32_t instance = -1);
 
 /// Does lowering `op` read the values of its input `input`, not only its shape (a Slice's starts,
 /// ends, axes and steps given as inputs, a reduction's axes)? Other inputs' values reach the chip
 /// at run time, by name: a program compiled for one constant's values serves any other's.
 bool readsInputValues(const ir::Op& op, size_t input);
 
-/// The input of `op` when it is its only one and an op makes it (OpOrigin::input); else empty.
-std::string madeInput(const ir::Graph& graph, const ir::Op& op);
+/// The inputs an op makes of each op of `ops` with several inputs, as (position in `ops`, input): each
+/// has an origin of its own after the receives' (originsOf), which the MEM reads of it name.
+std::vector<std::pair<size_t, ir::TensorId>> inputReads(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 
-/// The origin of a tensor a shard moves (`kind` "Send" or "Receive"): named by the op that produced it
-/// (a graph input by itself).
-isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind);
+/// The input of `op` when it is its only one and an op makes it (OpOrigin::input); else -1.
+ir::TensorId madeInput(const ir::Graph& graph, const ir::Op& op);
+
+/// The name of the op that makes `tensor`, a graph input's own name (OpOrigin::inputProducer).
+std::string producerName(const ir::Graph& graph, ir::TensorId tensor);
+
+/// The origin of `op` writing `tensor` (-1: none), reading its madeInput with that input's producer.
+isa::OpOrigin opOrigin(const ir::Graph& graph, const ir::Op& op, ir::TensorId tensor);
+
+/// The origin of a tensor a shard moves (`kind` "Send" or "Receive") in microbatch `instance`: named
+/// by the op that produced it (a graph input by itself).
+isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const char* kind, std::int32_t instance = -1);
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available. The allocator takes

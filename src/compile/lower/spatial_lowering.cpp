@@ -247,6 +247,7 @@ std::pair<Step, Lowering::Access> Lowering::windowRead(const Window& win, ir::Te
   s.inst = makeInst(xs.placement.memUnit[piece], Opcode::kMemRead, rows);
   s.inst.address = xs.placement.address[piece] + static_cast<int>(first - segStart);
   s.inst.stride = static_cast<std::int32_t>(stride);
+  s.reads = in;
   return {s, Access{in, tile, first, span + 1, 0, copy}};
 }
 

@@ -455,7 +455,7 @@ std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Sch
       inst.src2 = s.producer2 >= 0 ? streamOf(s.producer2) : isa::StreamRef{};
       if (inst.address >= 0) inst.bank = chip.bankOf(inst.address);
       out.instructions.push_back(inst);
-      if (originOf) out.originOf.push_back(tasks[t].origin);
+      if (originOf) out.originOf.push_back(s.origin >= 0 ? s.origin : tasks[t].origin);
     }
   }
   isa::canonicalize(out);

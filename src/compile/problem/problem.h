@@ -26,6 +26,8 @@ struct Step {
   /// of the same task (-1: none), e.g. the segments of one C2C burst leaving back to back.
   int follows = -1;
   Cycle followGap = 0;
+  std::int32_t reads = -1;  ///< a MemRead of a graph tensor: its id (the lowering's), -1: none known
+  int origin = -1;          ///< its origin when not the task's (a read of one input of several), -1: the task's
 };
 
 /// Cycles a C2C send step holds its link from its issue: its vectors at the link's exact rate, the

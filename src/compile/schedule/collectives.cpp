@@ -1940,7 +1940,7 @@ Expected<CollectiveSchedule> compileCollectiveBenchmark(const ir::Graph& graph, 
     if (name == collectiveAlgorithmName(a)) algorithm = a;
   auto plan = planCollective(*kind, algorithm, group, op.intAttr("bytes", 0), cluster);
   if (!plan) return plan.error();
-  plan->origin = {op.name, collectiveOpName(*kind), op.layer, "", ""};
+  plan->origin = {op.name, collectiveOpName(*kind), op.layer, "", "", ""};
   // The programs as pieces of shared bodies (a ring's chips hold one copy of their instructions);
   // the plan moved into the result, not copied (on 2,048 chips its messages take 200 MB).
   CollectiveSchedule scheduled;

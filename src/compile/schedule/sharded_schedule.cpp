@@ -111,7 +111,11 @@ class ShardedScheduler {
         compileRanks_(std::max(1, compileRanks)),
         timelines_(cluster.chip(), cluster.chipCount()),
         calendar_(cluster.links().size(), true), placedOn_(work.graphs.size()),
-        inFlight_(work.graphs.size()) {}
+        inFlight_(work.graphs.size()), waveOf_(work.graphs.size(), -1) {
+    for (size_t w = 0; w < work.waves.size(); ++w)
+      for (int d : work.waves[w])
+        if (d >= 0 && static_cast<size_t>(d) < waveOf_.size()) waveOf_[d] = static_cast<std::int32_t>(w);
+  }
 
   Expected<ClusterSchedule> run() {
     if (auto s = check(); !s) return s.error();
@@ -324,7 +328,9 @@ class ShardedScheduler {
     if (ports.empty()) return;
     std::vector<detail::InFlightMap*> flights;
     for (auto& device : inFlight_) flights.push_back(&device);
-    const auto origin = [&](size_t d, ir::TensorId tensor) { return lower::movedOrigin(work_.graphs[d], tensor, "Receive"); };
+    const auto origin = [&](size_t d, ir::TensorId tensor) {
+      return lower::movedOrigin(work_.graphs[d], tensor, "Receive", waveOf_[d]);
+    };
     for (const auto& taken : detail::receiveWaiting(ports, cluster_, timelines_, flights, origin))
       placedOn_[taken.map][taken.tensor].insert(taken.chip);
   }
@@ -420,7 +426,8 @@ class ShardedScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
-      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, g.tensor(full).name, lower::madeInput(g, op)};
+      plan->origin = lower::opOrigin(g, op, full);
+      plan->origin.instance = waveOf_[d];
       if (auto s = schedule(*plan); !s) return s;
       ++result_.collectives;
       for (int member : members) placedOn_[member][op.outputs.front()].insert(work_.opChip[member][j]);
@@ -454,7 +461,7 @@ class ShardedScheduler {
           plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
           if (plan.origin.op.empty())  // a step of several messages is named by its first
             plan.origin = {send.name, ir::opKindName(send.kind), send.layer,
-                           work_.graphs[d].tensor(send.inputs.front()).name, ""};
+                           work_.graphs[d].tensor(send.inputs.front()).name, "", ""};
         }
         placedOn_[peer][work_.graphs[peer].op(recv).outputs.front()].insert(dst);
       }
@@ -488,7 +495,7 @@ class ShardedScheduler {
         continue;
       plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
       if (plan.origin.op.empty())  // a step of several messages is named by its first
-        plan.origin = {g.op(producer).name, "Send", g.op(producer).layer, g.tensor(n.tensor).name, g.tensor(n.tensor).name};
+        plan.origin = lower::movedOrigin(g, n.tensor, "Send", waveOf_[n.device]);
       moved.push_back(n);
     }
     if (!plan.steps.front().empty())
@@ -742,7 +749,8 @@ class ShardedScheduler {
       auto& ofShape = byShape_[use.shape];
       if (std::none_of(ofShape.begin(), ofShape.end(), [&](const Candidate& c) { return c.key == use.key; }))
         ofShape.push_back({use.key, use.interface.receives});
-      const auto names = lower::originsOf(g, use.ops, use.interface);  // this segment's ops (the program may be another's)
+      // This segment's ops (the program may be another's), reading and writing its wave's copies.
+      const auto names = lower::originsOf(g, use.ops, use.interface, waveOf_[d]);
       timelines_.append(chip, use.program, use.offset, &names);
       if (auto s = bookSends(d, chip, use.offset, use.interface, use.sendTo, shard); !s) return s;
       detail::accumulateReport(reports_[chip], shard.report);
@@ -868,6 +876,8 @@ class ShardedScheduler {
   LinkCalendar calendar_;
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
   std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent
+  /// Per device, its wave (one microbatch of one replica): the copy its tensors are (OpOrigin::instance).
+  std::vector<std::int32_t> waveOf_;
   std::map<std::string, CompiledShard> compiled_;
   struct Candidate {
     std::string key;                             // in compiled_

@@ -284,8 +284,8 @@ class TrainingScheduler {
         e.message = fmt::format("{}: {}", op.name, e.message);
         return e;
       }
-      plan->origin = {op.name, ir::opKindName(op.kind), op.layer, graph(0).tensor(full).name,
-                      lower::madeInput(graph(0), op)};
+      plan->origin = lower::opOrigin(graph(0), op, full);
+      plan->origin.instance = microbatch;  // the copies of the microbatch it reads and writes
       if (auto s = appendSettled(*plan); !s) return s;
       ++result_.cluster.collectives;
     }
@@ -341,7 +341,7 @@ class TrainingScheduler {
       const auto [vectorRows, tiles] = lower::vectorShape(cluster_.chip(), graph(t).tensor(tensor));
       plan.steps.front().push_back({chip, dst, vectorRows * tiles, false});
       data.on[tensor].insert(dst);
-      if (plan.origin.op.empty()) plan.origin = lower::movedOrigin(graph(t), tensor, "Send");  // named by its first
+      if (plan.origin.op.empty()) plan.origin = lower::movedOrigin(graph(t), tensor, "Send", microbatch);  // named by its first
     }
     return appendSettled(plan);
   }
@@ -488,7 +488,8 @@ class TrainingScheduler {
     const Cycle offset = startOf(r, t, microbatch, seg, ops);
     const auto it = compiled_.find(key);
     const CompiledShard& shard = it->second;
-    const auto names = lower::originsOf(g, ops, interface);  // this segment's ops (the program may be another's)
+    // This segment's ops (the program may be another's), reading and writing the microbatch's copies.
+    const auto names = lower::originsOf(g, ops, interface, microbatch);
     timelines_.append(chip, bodies_.at(key), shard.program, offset, &names);  // free once its streams have drained
     detail::accumulateReport(reports_[chip], shard.report);
     if (microbatch < 0) return {};
@@ -519,18 +520,19 @@ class TrainingScheduler {
   void receiveWaiting(const std::map<std::pair<int, int>, Cycle>& ports) {
     if (ports.empty()) return;
     std::vector<detail::InFlightMap*> flights;
-    std::vector<std::pair<MicrobatchData*, int>> of;  // per map: its microbatch's data, its TP rank
+    // Per map: its microbatch's data, its TP rank, the microbatch.
+    std::vector<std::tuple<MicrobatchData*, int, std::int32_t>> of;
     for (auto& replica : data_)
       for (size_t t = 0; t < replica.size(); ++t)
-        for (auto& microbatch : replica[t]) {
-          flights.push_back(&microbatch.inFlight);
-          of.push_back({&microbatch, static_cast<int>(t)});
+        for (size_t m = 0; m < replica[t].size(); ++m) {
+          flights.push_back(&replica[t][m].inFlight);
+          of.push_back({&replica[t][m], static_cast<int>(t), static_cast<std::int32_t>(m)});
         }
     const auto origin = [&](size_t i, ir::TensorId tensor) {
-      return lower::movedOrigin(graph(of[i].second), tensor, "Receive");
+      return lower::movedOrigin(graph(std::get<1>(of[i])), tensor, "Receive", std::get<2>(of[i]));
     };
     for (const auto& taken : detail::receiveWaiting(ports, cluster_, timelines_, flights, origin))
-      of[taken.map].first->on[taken.tensor].insert(taken.chip);
+      std::get<0>(of[taken.map])->on[taken.tensor].insert(taken.chip);
   }
 
   // Bursts that arrived on a port before the first of those the compute run [ops] of replica r
@@ -573,7 +575,7 @@ class TrainingScheduler {
         // The buckets move the stage's gradients (the tensor named, so that a port handing a
         // receive another tensor's vectors is a hazard the simulator reports).
         const std::string name = fmt::format("gradients of stage {}", stage);
-        plan->origin = {name, collectiveOpName(op), -1, name, ""};
+        plan->origin = {name, collectiveOpName(op), -1, name, "", ""};
         if (auto st = appendSettled(*plan); !st) return st;
         ++result_.cluster.collectives;
         if (t == 0 && op != CollectiveOp::kAllGather) ++result_.buckets;

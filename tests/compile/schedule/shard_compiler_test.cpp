@@ -310,10 +310,11 @@ TEST(ShardCompiler, EveryInstructionNamesItsOp) {
   const isa::Program& p = compiled->program;
   ASSERT_EQ(p.originOf.size(), p.instructions.size());
   ASSERT_EQ(p.origins, lower::originsOf(g, {0, 1}, interface));
-  EXPECT_EQ(p.origins[0], (isa::OpOrigin{"r0", "Relu", 0, "r0.out", ""}));  // its input is a graph input
-  // A Send reads the tensor it sends (OpOrigin::input, which the simulator checks is written first).
-  EXPECT_EQ(p.origins[2], (isa::OpOrigin{"r0", "Send", 0, g.tensor(y0).name, g.tensor(y0).name}));
-  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"x1", "Receive", -1, "x1", ""}));  // a graph input names itself
+  EXPECT_EQ(p.origins[0], (isa::OpOrigin{"r0", "Relu", 0, "r0.out", "", ""}));  // its input is a graph input
+  // A Send reads the tensor it sends, made by its producer (OpOrigin::input and inputProducer, which
+  // the simulator checks is written first).
+  EXPECT_EQ(p.origins[2], (isa::OpOrigin{"r0", "Send", 0, g.tensor(y0).name, g.tensor(y0).name, "r0"}));
+  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"x1", "Receive", -1, "x1", "", ""}));  // a graph input names itself
   std::set<std::string> kinds;
   for (size_t i = 0; i < p.instructions.size(); ++i) {
     ASSERT_GE(p.originOf[i], 0) << "instruction " << i << " names no op";
@@ -333,6 +334,45 @@ TEST(ShardCompiler, EveryInstructionNamesItsOp) {
   auto binary = isa::deserializeBinary(isa::serializeBinary(p), chip, "p.tspp");
   ASSERT_TRUE(binary.ok()) << binary.error().format();
   EXPECT_EQ(*binary, p);
+}
+
+// Each MEM read of an op with several inputs names the input it reads (an origin of its own, after
+// the receives': lower::inputReads), at that input's SRAM placement, so that the simulator checks
+// the read against that input's first write.
+TEST(ShardCompiler, EachReadOfATwoInputOpNamesItsInput) {
+  topology::ChipSpec chip;
+  ir::Graph g;
+  const auto x0 = g.addInput("x0", {16, 320}, ir::DType::kI8);
+  const auto x1 = g.addInput("x1", {16, 320}, ir::DType::kI8);
+  const auto r0 = *g.addOp(ir::OpKind::kRelu, "r0", {x0}, 0);
+  const auto r1 = *g.addOp(ir::OpKind::kRelu, "r1", {x1}, 0);
+  const auto sum = *g.addOp(ir::OpKind::kAdd, "a", {r0, r1}, 1);
+  g.markOutput(sum);
+  auto compiled = compileShard(chip, g, {0, 1, 2}, {}, {});
+  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+  const isa::Program& p = compiled->program;
+  ASSERT_EQ(p.origins.size(), 5u);
+  const std::string a = g.tensor(sum).name;
+  EXPECT_EQ(p.origins[3], (isa::OpOrigin{"a", "Add", 1, a, g.tensor(r0).name, "r0"}));
+  EXPECT_EQ(p.origins[4], (isa::OpOrigin{"a", "Add", 1, a, g.tensor(r1).name, "r1"}));
+  std::map<std::string, int> readsOf;
+  for (size_t i = 0; i < p.instructions.size(); ++i) {
+    const isa::Instruction& inst = p.instructions[i];
+    const isa::OpOrigin& o = p.origins[p.originOf[i]];
+    if (inst.op != isa::Opcode::kMemRead || o.op != "a") continue;
+    ASSERT_FALSE(o.input.empty()) << "a read of 'a' at cycle " << inst.issue << " names no input";
+    const auto placed = std::find_if(p.tensors.begin(), p.tensors.end(),
+                                     [&](const isa::TensorPlacement& t) { return t.name == o.input; });
+    ASSERT_NE(placed, p.tensors.end()) << o.input;
+    bool inside = false;
+    for (size_t k = 0; k < placed->memUnit.size(); ++k)
+      inside |= placed->memUnit[k] == inst.unit && inst.address >= placed->address[k] &&
+                inst.address < placed->address[k] + (placed->segmentRows > 0 ? placed->segmentRows : placed->rows);
+    EXPECT_TRUE(inside) << "a read named '" << o.input << "' at unit " << inst.unit << " address " << inst.address;
+    ++readsOf[o.input];
+  }
+  EXPECT_GT(readsOf[g.tensor(r0).name], 0);
+  EXPECT_GT(readsOf[g.tensor(r1).name], 0);
 }
 
 // A tile longer than a slice leaves in segments: they must leave back to back (the receiver's
