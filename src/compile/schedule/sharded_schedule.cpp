@@ -684,14 +684,18 @@ class ShardedScheduler {
     if (footprint == footprints_.end())
       footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
     const auto renaming = timelines_.streamRenaming(use.chip, footprint->second);
-    Cycle at = timelines_.earliestStart(use.chip, timelines_.renamedFootprint(footprint->second, renaming), from);
+    const auto renamed = timelines_.renamedFootprint(footprint->second, renaming);
     if (program) {
       *program = shard.program;
       program->instructions = timelines_.renamed(shard.program.instructions, renaming);
     }
     const topology::ChipSpec& spec = cluster_.chip();
+    Cycle at = from;
     for (bool moved = true; moved;) {
+      // The units' gaps and the links' calendar both hold at the offset returned: a send moved later
+      // may put the program's unit intervals over the chip's, so the units are checked again.
       moved = false;
+      at = timelines_.earliestStart(use.chip, renamed, at);
       for (size_t i = 0; i < use.sendTo.size(); ++i) {
         const auto& link = cluster_.links()[use.sendTo[i].second];
         const std::vector<std::pair<int, Cycle>> hops = {
@@ -726,7 +730,9 @@ class ShardedScheduler {
       for (size_t i = 0; i < batch.size(); ++i) {
         if (settled[i]) continue;
         SegmentUse& use = batch[i];
-        const Cycle at = earliestOffset(use, compiled_.at(use.key), &use.program);
+        // Fitting at an earlier offset does not make the compiled one fit: the units' gaps are
+        // checked at the offset the program was compiled for.
+        const Cycle at = earliestOffset(use, compiled_.at(use.key), &use.program, use.offset);
         if (at <= use.offset) {
           settled[i] = true;
           continue;
