@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <vector>
 
@@ -23,7 +22,7 @@ struct Block {
 /// Where a block goes among the free addresses of a slice.
 enum class Reuse {
   /// Never-used addresses while the chip's footprint stays within kFreshShare of the SRAM, so that a
-  /// new tensor does not wait for the last reads of a freed one; then the space read last earliest.
+  /// new tensor does not wait for the last reads of a freed one; then first fit.
   kFreshFirst,
   /// First fit from the lowest address: the smallest footprint.
   kFirstFit,
@@ -45,9 +44,8 @@ class SramAllocator {
   /// late) takes addresses no earlier block has used when some slice has them, so that no earlier
   /// tensor's writes land on it.
   std::optional<Block> allocate(int rows, const SliceSet& avoid, bool pristine = false);
-  /// Returns a block to its slice. `lastRead` orders the block's last read among the program's
-  /// (a later read, a larger value; -1: no read); kFreshFirst reuses the space read last earliest.
-  void release(const Block& block, std::int64_t lastRead = -1);
+  /// Returns a block to its slice.
+  void release(const Block& block);
 
   /// Bytes allocated now, the most ever allocated at once, and the chip's capacity.
   Bytes inUse() const { return inUse_; }
@@ -58,18 +56,9 @@ class SramAllocator {
   Reuse reuse() const { return reuse_; }
 
  private:
-  // The start of the `rows` addresses within free run `run` of `slice` whose latest last read is
-  // earliest (the lowest such start), with that last read.
-  std::pair<int, std::int64_t> oldestWindow(int slice, size_t run, int rows) const;
-  // Takes `rows` addresses from `start` out of free run `run` of `slice`.
-  Block take(int slice, size_t run, int start, int rows);
-
   const topology::ChipSpec& chip_;
   std::vector<std::vector<std::pair<int, int>>> free_;  // per slice: sorted (address, length)
   std::vector<int> highWater_;  // per slice: the end of the highest address ever allocated
-  // Per slice: the last read of each address's released tensors, piecewise constant (start -> the
-  // latest `lastRead` released there; -1 where nothing was read).
-  std::vector<std::map<int, std::int64_t>> lastRead_;
   Reuse reuse_;
   std::int64_t used_ = 0;        // addresses below the high-water marks, over the slices
   std::int64_t freshLimit_ = 0;  // kFreshFirst takes never-used addresses while used_ stays within this

@@ -548,9 +548,7 @@ Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const alloc::SliceSe
 }
 
 void Lowering::releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers) {
-  std::int64_t lastRead = -1;  // tasks are numbered in the order they are lowered
-  for (const auto& r : readers) lastRead = std::max<std::int64_t>(lastRead, r.first);
-  out_.sram.release(block, lastRead);
+  out_.sram.release(block);
   freed_[block.slice].push_back({block, readers});
 }
 

@@ -163,8 +163,7 @@ isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const cha
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available. The allocator takes
-/// never-used space first, then the space read last earliest (alloc::Reuse::kFreshFirst), and
-/// first fit when the shard fits only so.
+/// never-used space first (alloc::Reuse::kFreshFirst), and first fit when the shard fits only so.
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface);
 
