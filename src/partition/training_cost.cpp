@@ -229,7 +229,6 @@ double optimizerBytesPerParameter(ir::Optimizer optimizer, int weightBytes) {
 
 namespace {
 
-
 int bytesPerParameter(const LayerProfile& layer) {
   return layer.parameters > 0 ? static_cast<int>(layer.trainableBytes / layer.parameters) : 2;
 }
