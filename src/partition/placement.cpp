@@ -69,7 +69,7 @@ struct RouteUse {
 };
 
 // What linkFigures gathers of every kind of message, one entry per hop: (link direction key
-// link * 2 + direction, kind, cycles per byte), (transit chip, kind, cycles per byte of its next
+// Link::directionFrom, kind, cycles per byte), (transit chip, kind, cycles per byte of its next
 // link), and (transit chip, stage of a chip on its route) pairs.
 struct SharedRoutes {
   std::vector<std::tuple<int, int, double>> directions, transits;
@@ -92,7 +92,7 @@ RouteUse routeUse(const topology::Cluster& cluster, int src, int dst, std::map<i
   for (const auto& hop : route) {
     const auto& link = cluster.links()[hop.link];
     narrowest = narrowest == 0 ? link.bytesPerCycle : std::min(narrowest, link.bytesPerCycle);
-    const int direction = hop.link * 2 + (hop.chip == link.a ? 0 : 1);
+    const int direction = link.directionFrom(hop.chip);
     if (load) ++(*load)[direction];
     if (shared) {
       const double cyclesPerByte = link.bytesPerCycle > 0 ? 1.0 / link.bytesPerCycle : 0;
@@ -365,10 +365,7 @@ PlacementReport reportPlacement(const topology::Cluster& cluster, const std::vec
   auto carry = [&](int src, int dst, Bytes amount) {
     if (src == dst) return 0;
     const auto route = cluster.route(src, dst);
-    for (const auto& hop : route) {
-      const auto& link = cluster.links()[hop.link];
-      bytes[hop.link * 2 + (hop.chip == link.a ? 0 : 1)] += amount;
-    }
+    for (const auto& hop : route) bytes[cluster.direction(hop)] += amount;
     return static_cast<int>(route.size());
   };
   std::int64_t tpEdges = 0, tpHops = 0, ppEdges = 0, ppHops = 0;

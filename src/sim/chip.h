@@ -44,7 +44,7 @@ struct C2CBurst {
 
   /// Arrival of vector j at the destination.
   Cycle arrival(std::int64_t j) const {
-    return firstArrive + topology::serializationCycles(j, std::max(spacing, static_cast<double>(interval)));
+    return firstArrive + topology::pacedSerializationCycles(j, spacing, interval);
   }
 
   friend bool operator<(const C2CBurst& a, const C2CBurst& b) {

@@ -1,6 +1,7 @@
 // Cluster: chips, chip-to-chip links, topology generators and deterministic minimal routing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -35,6 +36,9 @@ struct Link {
   int other(int chip) const { return chip == a ? b : a; }
   /// The port this link uses on chip.
   int portOn(int chip) const { return chip == a ? portA : portB; }
+  /// The key of the direction that leaves chip: 2 x id, plus 1 leaving from b. Link calendars,
+  /// loads and contention counts are kept per direction under this key.
+  int directionFrom(int chip) const { return id * 2 + (chip == a ? 0 : 1); }
 };
 
 /// Cycles a link needs for `vectors` vectors leaving `spacing` cycles apart: the fractions accumulate
@@ -44,6 +48,12 @@ inline Cycle serializationCycles(std::int64_t vectors, double spacing) {
   const double exact = static_cast<double>(vectors) * spacing;
   const auto whole = static_cast<Cycle>(exact);
   return exact - static_cast<double>(whole) > 1e-9 ? whole + 1 : whole;
+}
+
+/// serializationCycles of a paced stream: the sender issues a vector every `interval` cycles and the
+/// link needs `spacing` cycles per vector, so the vectors leave at the slower of the two.
+inline Cycle pacedSerializationCycles(std::int64_t vectors, double spacing, Cycle interval) {
+  return serializationCycles(vectors, std::max(spacing, static_cast<double>(interval)));
 }
 
 /// One hop of a route: leave `chip` on `link`.
@@ -103,6 +113,8 @@ class Cluster {
   int chipCount() const { return chipCount_; }
   /// Every link, indexed by link id.
   const std::vector<Link>& links() const { return links_; }
+  /// The key of the link direction a hop leaves on (Link::directionFrom).
+  int direction(const Hop& hop) const { return links_[hop.link].directionFrom(hop.chip); }
   /// The links of chip, as (port, link id), sorted by port.
   const std::vector<std::pair<int, int>>& linksOf(int chip) const { return adjacency_[chip]; }
   /// The link on port of chip, or -1 when the port is unconnected.

@@ -623,7 +623,7 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
       tx.linkSpacing = plan.spacing;
       if (previousSend >= 0) {
         tx.follows = previousSend;
-        tx.followGap = topology::serializationCycles(previousRows, std::max(plan.spacing, static_cast<double>(plan.interval)));
+        tx.followGap = topology::pacedSerializationCycles(previousRows, plan.spacing, plan.interval);
       }
       reads.push_back({plan.tensor, t, r0, n, static_cast<int>(task.steps.size())});
       task.steps.push_back(read);

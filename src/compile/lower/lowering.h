@@ -72,7 +72,7 @@ struct ReceivePlan {
   /// Cycles from a burst's first arrival to the earliest read of rows [r0, r0 + n) of it at
   /// `interval`: the read of its last row meets that row's arrival.
   Cycle readLag(std::int64_t r0, std::int64_t n) const {
-    return topology::serializationCycles(r0 + n - 1, std::max(spacing, static_cast<double>(interval))) -
+    return topology::pacedSerializationCycles(r0 + n - 1, spacing, interval) -
            (n - 1) * interval;
   }
 };

@@ -331,7 +331,7 @@ class RackLinks {
   struct Choice {
     int link = -1, load = 0, hops = 0;
     double cycles = 0;      ///< the route's latency and its busiest link's messages of `vectors`
-    std::vector<int> keys;  ///< the directed links of the route (link * 2 + direction)
+    std::vector<int> keys;  ///< the directed links of the route (Link::directionFrom)
   };
   /// The link a message of `vectors` from chip a to chip b should cross: the one of least time by the
   /// estimate's terms (the route's latency plus `vectors` for each message its busiest directed link
@@ -349,7 +349,7 @@ class RackLinks {
       const auto route = messageRoute(cluster_, {a, b, 1, false, id});
       double spacing = 1;
       for (const auto& hop : route) {
-        c.keys.push_back(hop.link * 2 + (hop.chip == cluster_.links()[hop.link].a ? 0 : 1));
+        c.keys.push_back(cluster_.direction(hop));
         c.load = std::max(c.load, used_[c.keys.back()]);
         spacing = std::max(spacing, cluster_.links()[hop.link].vectorCycles(cluster_.chip().vectorBytes));
       }
@@ -567,7 +567,7 @@ int busiestLinkGroups(const topology::Cluster& cluster, const std::vector<Collec
   int busiest = 0;
   for (const auto& m : step)
     for (const auto& hop : messageRoute(cluster, m)) {
-      const int key = hop.link * 2 + (hop.chip == cluster.links()[hop.link].a ? 0 : 1);
+      const int key = cluster.direction(hop);
       if (crossing.insert({key, groupOf[m.src]}).second) busiest = std::max(busiest, ++groups[key]);
     }
   return busiest;
@@ -773,7 +773,7 @@ double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Clus
         double spacing = 1;
         for (const auto& hop : route) spacing = std::max(spacing, cluster.links()[hop.link].vectorCycles(chip.vectorBytes));
         for (const auto& hop : route)
-          load[hop.link * 2 + (hop.chip == cluster.links()[hop.link].a ? 0 : 1)] += static_cast<double>(m.vectors) * spacing;
+          load[cluster.direction(hop)] += static_cast<double>(m.vectors) * spacing;
         alpha = std::max(alpha, static_cast<double>(cluster.routeLatency(route) + ringTurnaroundCycles(chip, m.reduce)));
       }
       double busiest = 0;
@@ -1634,7 +1634,7 @@ bool schedulePlan(const CollectivePlan& plan, const topology::Cluster& cluster, 
     Cycle offset = chip.c2cSendCycles;
     for (const auto& hop : r.route) {
       const auto& link = cluster.links()[hop.link];
-      r.hops.push_back({hop.link * 2 + (hop.chip == link.a ? 0 : 1), offset});
+      r.hops.push_back({link.directionFrom(hop.chip), offset});
       offset += link.latencyCycles + chip.c2cForwardCycles;
     }
     // Transit hop h (h >= 1) forwards on the queue of the port the vectors arrive on, issued at

@@ -125,7 +125,7 @@ struct CollectiveSchedule {
 Expected<CollectiveSchedule> scheduleCollective(const CollectivePlan& plan, const topology::Cluster& cluster,
                                                 bool recordTransfers = true);
 
-/// Busy windows of every directed link (link * 2 + direction), shared by all the messages of one
+/// Busy windows of every directed link (keyed by Link::directionFrom), shared by all the messages of one
 /// cluster schedule so that no link carries two vectors at once. A direction's windows are
 /// disjoint (every reservation is a first fit) and kept sorted, so a fit is a binary search.
 class LinkCalendar {

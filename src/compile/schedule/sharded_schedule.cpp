@@ -699,11 +699,11 @@ class ShardedScheduler {
       for (size_t i = 0; i < use.sendTo.size(); ++i) {
         const auto& link = cluster_.links()[use.sendTo[i].second];
         const std::vector<std::pair<int, Cycle>> hops = {
-            {link.id * 2 + (use.chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+            {link.directionFrom(use.chip), spec.c2cSendCycles}};
         const lower::SendPlan& send = use.interface.sends[i];
-        const Cycle length = topology::serializationCycles(
-            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first,
-            std::max(send.spacing, static_cast<double>(send.interval)));
+        const Cycle length = topology::pacedSerializationCycles(
+            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first, send.spacing,
+            send.interval);
         for (Cycle issue : shard.sendIssues.at(i))
           if (const Cycle fit = calendar_.firstFit(hops, at + issue, length); fit != at + issue) {
             at += fit - (at + issue);
@@ -1061,10 +1061,10 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
     flight.interval = interface.sends[i].interval;
     flight.spacing = interface.sends[i].spacing;
     flight.rows = rows[i];
-    const std::vector<std::pair<int, Cycle>> hops = {{link.id * 2 + (chip == link.a ? 0 : 1), spec.c2cSendCycles}};
+    const std::vector<std::pair<int, Cycle>> hops = {{link.directionFrom(chip), spec.c2cSendCycles}};
     for (Cycle issue : shard.sendIssues.at(i)) {
       const Cycle at = offset + issue;
-      const Cycle length = topology::serializationCycles(rows[i], std::max(flight.spacing, static_cast<double>(flight.interval)));
+      const Cycle length = topology::pacedSerializationCycles(rows[i], flight.spacing, flight.interval);
       // Everything booked on this link direction before was sent (or forwarded) by this chip
       // before the segment started, so the window is free; the calendar checks it.
       if (calendar.firstFit(hops, at, length) != at)

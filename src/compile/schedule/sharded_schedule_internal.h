@@ -429,7 +429,7 @@ struct InFlight {
 
   /// Cycles from a burst's first arrival to its last vector's.
   Cycle tail() const {
-    return topology::serializationCycles(rows - 1, std::max(spacing, static_cast<double>(interval)));
+    return topology::pacedSerializationCycles(rows - 1, spacing, interval);
   }
 };
 
