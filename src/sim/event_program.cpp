@@ -5,6 +5,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 
@@ -211,10 +213,21 @@ EventProgram::EventProgram(const isa::Program& program, const topology::ChipSpec
     // instance) and writes (tensor, op, instance), its op being the one that made its tensor (a moved
     // tensor's producer, lower::movedOrigin). An op's output and a neighbour's copy received under its
     // name thus differ, and so do the microbatches' copies.
-    const auto key = [](const std::string& name, const std::string& producer, std::int32_t instance) {
-      return fmt::format("{}\x1f{}\x1f{}", name, producer, instance);
+    // The names stay in the program while the map lives, so the keys view them.
+    using Instance = std::tuple<std::string_view, std::string_view, std::int32_t>;
+    struct InstanceHash {
+      size_t operator()(const Instance& k) const {
+        const std::hash<std::string_view> text;
+        size_t h = text(std::get<0>(k));
+        h ^= text(std::get<1>(k)) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        return h ^ (std::hash<std::int32_t>{}(std::get<2>(k)) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+      }
     };
-    std::unordered_map<std::string, std::int32_t> ids;
+    const auto key = [](const std::string& name, const std::string& producer, std::int32_t instance) {
+      return Instance{name, producer, instance};
+    };
+    std::unordered_map<Instance, std::int32_t, InstanceHash> ids;
+    ids.reserve(p.origins.size());
     originReads_.reserve(p.origins.size());
     for (const auto& origin : p.origins)
       originReads_.push_back(origin.input.empty()

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Compares the benchmarks of another commit with the current tree's: builds tsp_bench of both, runs them
 # alternately on this machine and prints the speed ratio per benchmark (or, with --callgrind, counts the
-# simulator's instructions per iteration, a figure the machine's load does not move).
+# simulator's instructions per chip it builds, a figure the machine's load does not move).
 #
 # Usage: tests/bench/compare.sh [options] OLD_REF [-- extra tsp_bench arguments]
 #   --filter REGEX    benchmarks to compare (default 'BM_Simulate(Mlp|BertShard)/')
 #   --rounds N        runs of each build, alternating (default 3); each run repeats each benchmark once
 #   --min-time S      Google Benchmark's --benchmark_min_time per run (default 1)
 #   --build DIR       the current tree's build directory (default build)
-#   --callgrind       instead of timing: instructions per iteration inside the chip simulator
-#                     (makeTspChip and Chip::advanceTo), one run per benchmark under valgrind for
+#   --callgrind       instead of timing: instructions inside the chip simulator (makeTspChip and
+#                     Chip::advanceTo) per chip built (one per iteration, Google Benchmark's unreported
+#                     sizing iterations included), one run per benchmark under valgrind for
 #                     --min-time seconds (default then 0.3: tens of iterations, so that work done once
 #                     per program weighs as it does in a long run)
 #   --keep            keep OLD_REF's git worktree and its build (removed at exit otherwise)
@@ -119,8 +120,10 @@ else
 fi
 echo "load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-"$python" - "$out" "$callgrind" "$old_ref" "${names[@]}" <<'EOF'
+TSP_BENCH_DIR="$(dirname "$0")" "$python" - "$out" "$callgrind" "$old_ref" "${names[@]}" <<'EOF'
 import glob, json, os, statistics, sys
+sys.path.insert(0, os.environ["TSP_BENCH_DIR"])
+from sim_profile import chips_built
 
 out, callgrind, old_ref, names = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4:]
 
@@ -133,20 +136,20 @@ def runs(side):
                     rows.setdefault(b["name"], []).append(b)
     return rows
 
-def instructions(side, i):
-    total = 0
-    with open(os.path.join(out, f"{side}.{i}.callgrind")) as f:
+def per_chip(side, i):
+    """Instructions collected per chip built: each chip one iteration, the unreported ones included."""
+    path, total = os.path.join(out, f"{side}.{i}.callgrind"), 0
+    with open(path) as f:
         for line in f:
             if line.startswith("summary:") or line.startswith("totals:"):
                 total = int(line.split()[1])
-    return total
+    return total / max(1, chips_built(path))
 
 old, new = runs("old"), runs("new")
 if callgrind:
-    print(f"{'benchmark':40} {'old Ir/iter':>14} {'new Ir/iter':>14} {'old/new':>8}")
+    print(f"{'benchmark':40} {'old Ir/chip':>14} {'new Ir/chip':>14} {'old/new':>8}")
     for i, name in enumerate(names):
-        o = instructions("old", i) / old[name][0]["iterations"]
-        n = instructions("new", i) / new[name][0]["iterations"]
+        o, n = per_chip("old", i), per_chip("new", i)
         print(f"{name:40} {o:14,.0f} {n:14,.0f} {o / n:8.3f}")
     sys.exit(0)
 

@@ -52,6 +52,25 @@ def function_of_lines(path):
     return names
 
 
+def chips_built(path):
+    """How many chips the profiled run built: the calls to tsp::sim::makeTspChip in the callgrind file.
+    A benchmark builds one chip per iteration, including the iterations Google Benchmark runs to size its
+    measurement and does not report, so instructions per chip built are per iteration run."""
+    names, callee, calls = {}, None, 0
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^c?fn=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if m:
+                if m.group(2):
+                    names[m.group(1)] = m.group(2)
+                if line.startswith("cfn="):
+                    callee = names.get(m.group(1), "")
+                continue
+            if line.startswith("calls=") and callee and callee.startswith("tsp::sim::makeTspChip("):
+                calls += int(line.split("=", 1)[1].split()[0])
+    return calls
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -95,6 +114,9 @@ def main():
     rest = whole - counted
     print(f"{'code without line tables':32} {rest:14,} {100.0 * rest / max(1, whole):6.1f}%  (libc, other libraries)")
     print(f"{'collected':32} {whole:14,}")
+    chips = chips_built(sys.argv[1])
+    if chips:
+        print(f"{'chips built':32} {chips:14,}  ({whole / chips:,.0f} collected per chip built)")
 
 
 if __name__ == "__main__":
