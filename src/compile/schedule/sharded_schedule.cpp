@@ -771,10 +771,12 @@ class ShardedScheduler {
     return {};
   }
 
-  // Once kProgramsPerShape programs of the segment's shape were placed, the segment takes the one
-  // of them that ends first instead of a new compile for its own release times: a program fits
-  // where its resources are free and each receive reads no vector before it arrives (it was
-  // compiled for arrivals no earlier than these at that offset). Returns whether it did.
+  // Once kProgramsPerShape programs of the segment's shape were placed, the segment takes one of
+  // them instead of a new compile for its own release times: the one a copy of which could start
+  // soonest after it (its offset and its period, ChipTimelines::followsAt), so that the chip's
+  // steady state repeats the program of the shortest period; a program fits where its resources
+  // are free and each receive reads no vector before it arrives (it was compiled for arrivals no
+  // earlier than these at that offset). Returns whether it did.
   bool reuse(SegmentUse& use) {
     constexpr size_t kProgramsPerShape = 8;
     const auto candidates = byShape_.find(use.shape);
@@ -782,7 +784,7 @@ class ShardedScheduler {
       return false;
     const ir::Graph& g = work_.graphs[use.device];
     std::optional<Cycle> best;
-    Cycle bestEnd = 0;
+    Cycle bestNext = 0;
     const Candidate* chosen = nullptr;
     for (const Candidate& c : candidates->second) {
       Cycle from = 0;
@@ -800,8 +802,10 @@ class ShardedScheduler {
       }
       const CompiledShard& shard = compiled_.at(c.key);
       const Cycle at = earliestOffset(use, shard, nullptr, from);
-      if (!best || at + shard.program.predictedCycles < bestEnd)
-        best = at, bestEnd = at + shard.program.predictedCycles, chosen = &c;
+      auto period = periods_.find(&shard);
+      if (period == periods_.end())
+        period = periods_.emplace(&shard, ChipTimelines::followsAt(cluster_.chip(), shard.program)).first;
+      if (!best || at + period->second < bestNext) best = at, bestNext = at + period->second, chosen = &c;
     }
     use.key = chosen->key;
     use.offset = earliestOffset(use, compiled_.at(use.key), &use.program, *best);
@@ -892,6 +896,7 @@ class ShardedScheduler {
   std::map<std::string, std::vector<Candidate>> byShape_;  ///< per SegmentUse::shape, the programs placed
   std::set<std::string> placedKeys_;                        ///< keys of compiled_ placed at least once
   std::map<const CompiledShard*, ChipTimelines::Footprint> footprints_;
+  std::map<const CompiledShard*, Cycle> periods_;  ///< ChipTimelines::followsAt of each program reuse considered
   std::map<int, CompileReport> reports_;
   ClusterSchedule result_;
 };

@@ -102,6 +102,14 @@ class ChipTimelines {
       drain = drains_.emplace(body.get(), std::pair(streamDrain(body->instructions), footprint(body->instructions))).first;
     settle(c, program, offset, drain->second.first, drain->second.second);
   }
+  /// The earliest offset at which a copy of `program` may start on a chip that ran `program` at 0
+  /// and nothing else (earliestStart, its stream registers renamed): its period when it repeats.
+  static Cycle followsAt(const topology::ChipSpec& chip, const isa::Program& program) {
+    ChipTimelines alone(chip, 1);
+    alone.append(0, program, 0);
+    const Footprint f = alone.footprint(program.instructions);
+    return alone.earliestStart(0, alone.renamedFootprint(f, alone.streamRenaming(0, f)));
+  }
   /// The cycle the instructions' last stream value has passed the chip's edge: a value keeps moving
   /// along its stream after its last reader, and the next program's values must not meet it.
   Cycle streamDrain(const std::vector<isa::Instruction>& instructions) const {

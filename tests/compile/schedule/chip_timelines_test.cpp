@@ -46,6 +46,18 @@ TEST(ChipTimelines, ConsecutiveProgramsShareAMemSliceOrderedPerAddressBlock) {
   EXPECT_TRUE(released);
 }
 
+// A program's copy follows it once the addresses it reads first are free again: a program that
+// holds addresses 0-99 from its first read to its last repeats at that span, not at its busy cycles.
+TEST(ChipTimelines, FollowsAtIsTheSpanOfTheResourceHeldLongest) {
+  topology::ChipSpec chip;
+  const isa::Program spread = reads({{0, 0}, {5000, 0}});
+  const Cycle held = isa::unitFreeAt(chip, spread.instructions.back());
+  EXPECT_EQ(ChipTimelines::followsAt(chip, spread), held);
+  const isa::Program apart = reads({{0, 0}, {5000, 4096}});  // two address blocks, each held for one read
+  EXPECT_LT(ChipTimelines::followsAt(chip, apart), held);
+  EXPECT_GE(ChipTimelines::followsAt(chip, apart), isa::unitFreeAt(chip, apart.instructions.front()) - 1);
+}
+
 // Renaming a footprint's stream registers gives the footprint of the renamed instructions.
 TEST(ChipTimelines, RenamedFootprintIsTheFootprintOfTheRenamedProgram) {
   topology::ChipSpec chip;
