@@ -12,6 +12,8 @@ if [[ "${1:-}" == "--sanitize" ]]; then
   # Open MPI's own allocations are not ours to fix. Undefined behaviour ends the process, so that a
   # test whose program only printed a report fails; exit 99 is no exit code of tsp-sim.
   export ASAN_OPTIONS=detect_leaks=0:exitcode=99 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1:exitcode=99
+  # The sanitizers slow every run several times: the test scripts' own time limits on a run scale by this.
+  export TSP_TEST_TIMEOUT_SCALE=10
   # The tests labelled long and zoo run whole real models (minutes each without the sanitizers): left out.
   cd "$build_dir"
   exec ctest --output-on-failure -j2 -LE '^(long|zoo)$'

@@ -16,6 +16,8 @@ import sys
 import tempfile
 
 MARK = "@@"
+# scripts/test.sh --sanitize scales the time a run may take (the sanitizers slow it several times).
+TIMEOUT_SCALE = float(os.environ.get("TSP_TEST_TIMEOUT_SCALE", "1"))
 BASE_CLUSTER = "cluster:\n  topology: {kind: ring, chips: 2}\n"
 BASE_MODEL = "model: {builtin: mlp, params: {layers: 2, hidden: 64, batch: 4}}\n"
 BASE = BASE_CLUSTER + BASE_MODEL
@@ -681,7 +683,7 @@ def run_case(tsp_sim, c):
             args += ["--out", "t.h5"]
         command = [tsp_sim, "--quiet", *args]
         try:
-            result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=120,
+            result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=120 * TIMEOUT_SCALE,
                                     stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             return f"timed out: {' '.join(command)}"
