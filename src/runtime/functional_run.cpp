@@ -108,60 +108,63 @@ bool reorderedInStorage(const ir::Graph& graph, const std::vector<bool>& channel
   return channelsLast[static_cast<size_t>(id)] && graph.tensor(id).shape.size() == 4;
 }
 
-// A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
-std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph,
-                                 const std::vector<bool>& channelsLast, ir::TensorId id,
-                                 const std::vector<double>& data, std::int64_t& cols) {
+// Where the values of a tensor's storage order come from: storage position i (rows of `cols`)
+// holds row-major element source(i), or 0 where source(i) < 0 (a grouped Conv's off-diagonal
+// blocks, an im2col tap in the padding); no source: the row-major values as they are.
+struct StorageIndex {
+  std::int64_t cols = 0;
+  std::int64_t stored = 0;  ///< storage positions
+  std::function<std::int64_t(std::int64_t)> source;
+};
+
+// The storage order of a tensor of `elements` row-major values.
+StorageIndex storageIndex(const topology::ChipSpec& chip, const ir::Graph& graph, const std::vector<bool>& channelsLast,
+                          ir::TensorId id, std::int64_t elements) {
   const ir::Tensor& t = graph.tensor(id);
-  cols = storedCols(chip, graph, channelsLast, id);
-  if (!reorderedInStorage(graph, channelsLast, id) || static_cast<std::int64_t>(data.size()) != t.elements()) {
-    cols = lastDim(t);
-    return data;
-  }
+  if (!reorderedInStorage(graph, channelsLast, id) || elements != t.elements()) return {lastDim(t), elements, {}};
+  const std::int64_t cols = storedCols(chip, graph, channelsLast, id);
   const auto& s = t.shape;
-  std::vector<double> out;
-  out.reserve(data.size());
   for (ir::OpId u : t.users) {
     const ir::Op& op = graph.op(u);
     if (op.kind != ir::OpKind::kConv || op.inputs.size() < 2 || op.inputs[1] != id) continue;
     // [Cout, Cin, kh, kw] as kh*kw*Cin rows of Cout: row tap*Cin + ci. A grouped Conv's weights
     // [Cout, Cin / G, kh, kw] block-diagonal: zero where ci and co are in different groups.
     const std::int64_t groups = lower::blockDiagonalGroups(graph, op), cinPerGroup = s[1], cin = groups * s[1];
-    const std::int64_t coutPerGroup = s[0] / groups;
-    out.reserve(static_cast<size_t>(s[2] * s[3] * cin * s[0]));
-    for (std::int64_t tap = 0; tap < s[2] * s[3]; ++tap)
-      for (std::int64_t ci = 0; ci < cin; ++ci)
-        for (std::int64_t co = 0; co < s[0]; ++co)
-          out.push_back(ci / cinPerGroup != co / coutPerGroup
-                            ? 0.0
-                            : data[static_cast<size_t>((co * cinPerGroup + ci % cinPerGroup) * s[2] * s[3] + tap)]);
-    return out;
+    const std::int64_t cout = s[0], coutPerGroup = s[0] / groups, taps = s[2] * s[3];
+    return {cols, taps * cin * cout, [=](std::int64_t i) -> std::int64_t {
+              const std::int64_t co = i % cout, row = i / cout, ci = row % cin, tap = row / cin;
+              return ci / cinPerGroup != co / coutPerGroup ? -1 : (co * cinPerGroup + ci % cinPerGroup) * taps + tap;
+            }};
   }
   if (const ir::Op* conv = lower::gatheringConv(chip, graph, id)) {
     // im2col: output pixel (n, oy, ox), column tap*Cin + ci; zero where the tap falls in the padding.
-    const auto& y = graph.tensor(conv->outputs[0]).shape;
-    const auto& w = graph.tensor(conv->inputs[1]).shape;
+    const auto y = graph.tensor(conv->outputs[0]).shape;
+    const auto w = graph.tensor(conv->inputs[1]).shape;
     const ir::WindowAttrs window = ir::windowAttrs(*conv, 2, w);
-    const auto& strides = window.strides;
-    const auto& dilations = window.dilations;
-    const auto& pads = window.pads;
-    for (std::int64_t n = 0; n < y[0]; ++n)
-      for (std::int64_t oy = 0; oy < y[2]; ++oy)
-        for (std::int64_t ox = 0; ox < y[3]; ++ox)
-          for (std::int64_t ky = 0; ky < w[2]; ++ky)
-            for (std::int64_t kx = 0; kx < w[3]; ++kx)
-              for (std::int64_t ci = 0; ci < w[1]; ++ci) {
-                const std::int64_t iy = oy * strides[0] + ky * dilations[0] - pads[0];
-                const std::int64_t ix = ox * strides[1] + kx * dilations[1] - pads[1];
-                const bool inside = iy >= 0 && iy < s[2] && ix >= 0 && ix < s[3];
-                out.push_back(inside ? data[static_cast<size_t>(((n * s[1] + ci) * s[2] + iy) * s[3] + ix)] : 0.0);
-              }
-    return out;
+    return {cols, y[0] * y[2] * y[3] * w[2] * w[3] * w[1], [=](std::int64_t i) -> std::int64_t {
+              const std::int64_t ci = i % w[1], kx = i / w[1] % w[3], ky = i / (w[1] * w[3]) % w[2];
+              const std::int64_t pixel = i / (w[1] * w[3] * w[2]), ox = pixel % y[3], oy = pixel / y[3] % y[2];
+              const std::int64_t n = pixel / (y[3] * y[2]);
+              const std::int64_t iy = oy * window.strides[0] + ky * window.dilations[0] - window.pads[0];
+              const std::int64_t ix = ox * window.strides[1] + kx * window.dilations[1] - window.pads[1];
+              return iy >= 0 && iy < s[2] && ix >= 0 && ix < s[3] ? ((n * s[1] + ci) * s[2] + iy) * s[3] + ix : -1;
+            }};
   }
   // A feature map [N, C, H, W] channels-last: N*H*W rows of C.
-  for (std::int64_t n = 0; n < s[0]; ++n)
-    for (std::int64_t p = 0; p < s[2] * s[3]; ++p)
-      for (std::int64_t c = 0; c < s[1]; ++c) out.push_back(data[static_cast<size_t>((n * s[1] + c) * s[2] * s[3] + p)]);
+  const std::int64_t c = s[1], hw = s[2] * s[3];
+  return {cols, elements, [=](std::int64_t i) { return (i / c / hw * c + i % c) * hw + i / c % hw; }};
+}
+
+// A tensor's values (row-major in its shape) in the lowering's storage order; `cols` gets the values per row.
+std::vector<double> storageOrder(const topology::ChipSpec& chip, const ir::Graph& graph,
+                                 const std::vector<bool>& channelsLast, ir::TensorId id,
+                                 const std::vector<double>& data, std::int64_t& cols) {
+  const StorageIndex index = storageIndex(chip, graph, channelsLast, id, static_cast<std::int64_t>(data.size()));
+  cols = index.cols;
+  if (!index.source) return data;
+  std::vector<double> out(static_cast<size_t>(index.stored));
+  for (std::int64_t i = 0; i < index.stored; ++i)
+    if (const std::int64_t from = index.source(i); from >= 0) out[static_cast<size_t>(i)] = data[static_cast<size_t>(from)];
   return out;
 }
 
@@ -458,16 +461,12 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       const std::int64_t cols = storedCols(chip, graph, channelsLast, *id);
       const int count = sources.localChips ? placements.at(placement.name) : 0;
       if (!channelsLast[static_cast<size_t>(*id)]) {  // row-major in its shape: the values as they are
-        (*resident)[placement.name] = {cols, it->second, {}, count};
+        (*resident)[placement.name] = {cols, it->second, {}, 0, count};
         continue;
       }
-      // Reordered when a chip places it (storageOrder's copy is made one tensor at a time).
-      (*resident)[placement.name] = {cols, nullptr,
-                                     [chip, &graph, channelsLast, id = *id, values = it->second] {
-                                       std::int64_t ignored = 0;
-                                       return storageOrder(chip, graph, channelsLast, id, *values, ignored);
-                                     },
-                                     count};
+      // Read in storage order as a chip places it, from the one copy of the values.
+      StorageIndex index = storageIndex(chip, graph, channelsLast, *id, static_cast<std::int64_t>(it->second->size()));
+      (*resident)[placement.name] = {cols, it->second, std::move(index.source), index.stored, count};
     }
   // What only the chips' placements need is not kept past them here.
   leaves.clear();

@@ -165,9 +165,11 @@ int elementBytes(ElementType type);
 struct TensorValues {
   std::int64_t cols = 0;
   SharedTensorData data;  ///< the values as the graph holds them (compact, shared)
-  /// When data is null: makes the values when a chip places the tensor (a reordered copy, such as a
-  /// Conv's tap-major weights, then exists for one tensor at a time instead of for all of them).
-  std::function<std::vector<double>()> make;
+  /// When set: the values in the chip's order, read from data without a copy (a Conv's tap-major
+  /// weights, a channels-last map): position i holds data[source(i)], or 0 where source(i) < 0.
+  std::function<std::int64_t(std::int64_t)> source;
+  std::int64_t stored = 0;  ///< positions of the chip's order when source is set
+
   /// Placements of it the process's chips have yet to make: the chip that makes the last one drops
   /// data and make, so that SRAM alone holds the values from then on (0: kept for the run).
   int placements = 0;

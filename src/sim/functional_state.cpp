@@ -179,10 +179,15 @@ int FunctionalState::bytesOf(const isa::TensorPlacement& tensor) const {
 
 Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorValues& values, bool consume) {
   const std::int64_t cols = values.cols;
-  std::vector<double> made;
-  if (!values.data && values.make) made = values.make();
-  const std::size_t count = values.data ? values.data->size() : made.size();
-  const auto value = [&](std::size_t i) { return values.data ? (*values.data)[i] : made[i]; };
+  if (!values.data)
+    return makeError(ExitCode::kInternal, fmt::format("functional mode: no values for '{}'", tensor.name));
+  const TensorData& data = *values.data;
+  const std::size_t count = values.source ? static_cast<std::size_t>(values.stored) : data.size();
+  const auto value = [&](std::size_t i) {
+    if (!values.source) return data[i];
+    const std::int64_t from = values.source(static_cast<std::int64_t>(i));
+    return from < 0 ? 0.0 : data[static_cast<std::size_t>(from)];
+  };
   const int eb = bytesOf(tensor);
   const int lanes = vectorBytes_ / eb;
   if (cols <= 0 || static_cast<std::int64_t>(count) != tensor.rows * cols || (cols + lanes - 1) / lanes > tensor.tiles)
@@ -199,7 +204,7 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
         std::uint8_t* v = vectorAt(sliceOf(unit), address) + (c % lanes) * eb;
         encodeElement(value(static_cast<std::size_t>(r * cols + c)), static_cast<ir::DType>(tensor.dtype), v);
       }
-      if (consume && values.data && copy + 1 == copies && ((r + 1) % block == 0 || r + 1 == tensor.rows))
+      if (consume && !values.source && copy + 1 == copies && ((r + 1) % block == 0 || r + 1 == tensor.rows))
         values.data->discard(static_cast<std::size_t>((r - r % block) * cols),
                              static_cast<std::size_t>((r + 1) * cols));
     }

@@ -348,7 +348,7 @@ class TspChip final : public Chip {
       // SRAM holds the values now.
       if (it->second.placements > 0 && --it->second.placements == 0) {
         it->second.data.reset();
-        it->second.make = nullptr;
+        it->second.source = nullptr;
       }
     }
     options_.functional.resident.reset();  // SRAM holds them now; the run's map can be let go

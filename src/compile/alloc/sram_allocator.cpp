@@ -1,4 +1,4 @@
-// SRAM allocation: never-used space while plentiful, then first fit; round-robin over slices.
+// SRAM allocation: never-used space while plentiful, then the space accessed last earliest; round-robin over slices.
 #include "compile/alloc/sram_allocator.h"
 
 #include <algorithm>
@@ -8,12 +8,49 @@ namespace tsp::alloc {
 SramAllocator::SramAllocator(const topology::ChipSpec& chip, Reuse reuse) : chip_(chip), reuse_(reuse) {
   free_.assign(chip.memSlices, {{0, chip.addressesPerSlice}});
   highWater_.assign(chip.memSlices, 0);
+  lastAccess_.assign(chip.memSlices, {{0, -1}});
   capacity_ = chip.sramBytes();
   if (reuse == Reuse::kFreshFirst)
     freshLimit_ = static_cast<std::int64_t>(kFreshShare * static_cast<double>(chip.memSlices) * chip.addressesPerSlice);
 }
 
 Bytes SramAllocator::footprint() const { return Bytes{used_} * chip_.vectorBytes; }
+
+std::pair<int, std::int64_t> SramAllocator::oldestWindow(int slice, size_t run, int rows) const {
+  const auto& pieces = lastAccess_[slice];
+  const int begin = free_[slice][run].first, end = begin + free_[slice][run].second;
+  // A window that starts inside a piece is no better than the one starting at the piece's start
+  // (it overlaps the same pieces or more to its right), so the starts tried are the pieces'.
+  std::pair<int, std::int64_t> best{-1, 0};
+  for (auto it = std::prev(pieces.upper_bound(begin)); it != pieces.end() && std::max(it->first, begin) + rows <= end;
+       ++it) {
+    const int start = std::max(it->first, begin);
+    std::int64_t latest = -1;
+    for (auto p = it; p != pieces.end() && p->first < start + rows; ++p) latest = std::max(latest, p->second);
+    if (best.first < 0 || latest < best.second) best = {start, latest};
+  }
+  return best;
+}
+
+Block SramAllocator::take(int slice, size_t run, int start, int rows) {
+  auto& list = free_[slice];
+  const int end = list[run].first + list[run].second;
+  if (start > list[run].first) {  // the free space below the block stays free
+    list.insert(list.begin() + static_cast<std::ptrdiff_t>(run), {list[run].first, start - list[run].first});
+    ++run;
+  }
+  list[run].first = start + rows;
+  list[run].second = end - start - rows;
+  if (list[run].second == 0) list.erase(list.begin() + static_cast<std::ptrdiff_t>(run));
+  if (start + rows > highWater_[slice]) {
+    used_ += start + rows - highWater_[slice];
+    highWater_[slice] = start + rows;
+  }
+  cursor_ = (slice + 1) % chip_.memSlices;
+  inUse_ += Bytes{rows} * chip_.vectorBytes;
+  peak_ = std::max(peak_, inUse_);
+  return Block{slice, start, rows};
+}
 
 std::optional<Block> SramAllocator::allocate(int rows, const SliceSet& avoid, bool pristine) {
   if (rows <= 0 || rows > chip_.addressesPerSlice) return std::nullopt;
@@ -28,39 +65,35 @@ std::optional<Block> SramAllocator::allocate(int rows, const SliceSet& avoid, bo
   const bool plenty = used_ + rows <= freshLimit_;
   const int(*phases)[2] = pristine ? kPristine : plenty ? kPlenty : kReused;
   const int count = pristine || plenty ? 4 : 2;
+  // Reused space on the first slice (round-robin) with room: its lowest free addresses
+  // (kFirstFit), or those whose last access is earliest, so that the block's writes wait least
+  // (kFreshFirst; never-used addresses come first). The slice is first fit's either way:
+  // the order of slices keeps a repeated layer's blocks on the same slices as its first
+  // occurrence's, so its tasks repeat too (schedule::shardSegments).
   for (int phase = 0; phase < count; ++phase) {
     const int pass = phases[phase][0], fresh = phases[phase][1];
     for (int tried = 0; tried < chip_.memSlices; ++tried) {
       const int slice = (cursor_ + tried) % chip_.memSlices;
       if (pass == 0 && avoid.count(slice)) continue;
-      auto& list = free_[slice];
+      const auto& list = free_[slice];
+      std::optional<std::pair<size_t, std::pair<int, std::int64_t>>> oldest;  // (run, (start, last access))
       for (size_t i = 0; i < list.size(); ++i) {
-        const int start = fresh ? std::max(list[i].first, highWater_[slice]) : list[i].first;
-        const int end = list[i].first + list[i].second;
-        if (end - start < rows) continue;
-        Block b{slice, start, rows};
-        if (start > list[i].first) {  // the free space below the block stays free
-          list.insert(list.begin() + static_cast<std::ptrdiff_t>(i), {list[i].first, start - list[i].first});
-          ++i;
+        if (fresh || reuse_ == Reuse::kFirstFit) {
+          const int start = fresh ? std::max(list[i].first, highWater_[slice]) : list[i].first;
+          if (list[i].first + list[i].second - start >= rows) return take(slice, i, start, rows);
+          continue;
         }
-        list[i].first = start + rows;
-        list[i].second = end - start - rows;
-        if (list[i].second == 0) list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-        if (start + rows > highWater_[slice]) {
-          used_ += start + rows - highWater_[slice];
-          highWater_[slice] = start + rows;
-        }
-        cursor_ = (slice + 1) % chip_.memSlices;
-        inUse_ += Bytes{rows} * chip_.vectorBytes;
-        peak_ = std::max(peak_, inUse_);
-        return b;
+        if (list[i].second < rows) continue;
+        const auto window = oldestWindow(slice, i, rows);
+        if (!oldest || window.second < oldest->second.second) oldest = {i, window};
       }
+      if (oldest) return take(slice, oldest->first, oldest->second.first, rows);
     }
   }
   return std::nullopt;
 }
 
-void SramAllocator::release(const Block& block) {
+void SramAllocator::release(const Block& block, std::int64_t lastAccess) {
   auto& list = free_[block.slice];
   auto it = std::lower_bound(list.begin(), list.end(), std::make_pair(block.address, 0));
   it = list.insert(it, {block.address, block.rows});
@@ -73,6 +106,29 @@ void SramAllocator::release(const Block& block) {
     list.erase(it);
   }
   inUse_ -= Bytes{block.rows} * chip_.vectorBytes;
+  // The block's addresses were last accessed at the later of their earlier tensors' last accesses and this one's.
+  if (lastAccess < 0) return;
+  auto& pieces = lastAccess_[block.slice];
+  const int end = block.address + block.rows;
+  auto split = [&](int at) {  // a piece boundary at `at`
+    if (at >= chip_.addressesPerSlice) return;
+    auto p = std::prev(pieces.upper_bound(at));
+    if (p->first != at) pieces.emplace_hint(std::next(p), at, p->second);
+  };
+  split(block.address);
+  split(end);
+  for (auto p = pieces.find(block.address); p != pieces.end() && p->first < end; ++p) p->second = std::max(p->second, lastAccess);
+  // Neighbouring pieces of one last access merge, so that the map stays as small as the distinct runs.
+  auto p = pieces.find(block.address);
+  if (p != pieces.begin()) --p;
+  while (p != pieces.end() && p->first <= end) {
+    auto next = std::next(p);
+    if (next != pieces.end() && next->second == p->second) {
+      pieces.erase(next);
+      continue;
+    }
+    p = next;
+  }
 }
 
 }  // namespace tsp::alloc

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -22,7 +23,7 @@ struct Block {
 /// Where a block goes among the free addresses of a slice.
 enum class Reuse {
   /// Never-used addresses while the chip's footprint stays within kFreshShare of the SRAM, so that a
-  /// new tensor does not wait for the last reads of a freed one; then first fit.
+  /// new tensor does not wait for the last reads of a freed one; then the space accessed last earliest.
   kFreshFirst,
   /// First fit from the lowest address: the smallest footprint.
   kFirstFit,
@@ -44,8 +45,10 @@ class SramAllocator {
   /// late) takes addresses no earlier block has used when some slice has them, so that no earlier
   /// tensor's writes land on it.
   std::optional<Block> allocate(int rows, const SliceSet& avoid, bool pristine = false);
-  /// Returns a block to its slice.
-  void release(const Block& block);
+  /// Returns a block to its slice. `lastAccess` orders the block's last access (its last read, or
+  /// its last write when later) among the program's: a later one, a larger value; -1: none.
+  /// kFreshFirst reuses the space accessed last earliest.
+  void release(const Block& block, std::int64_t lastAccess = -1);
 
   /// Bytes allocated now, the most ever allocated at once, and the chip's capacity.
   Bytes inUse() const { return inUse_; }
@@ -56,9 +59,18 @@ class SramAllocator {
   Reuse reuse() const { return reuse_; }
 
  private:
+  // The start of the `rows` addresses within free run `run` of `slice` whose latest last access is
+  // earliest (the lowest such start), with that last access.
+  std::pair<int, std::int64_t> oldestWindow(int slice, size_t run, int rows) const;
+  // Takes `rows` addresses from `start` out of free run `run` of `slice`.
+  Block take(int slice, size_t run, int start, int rows);
+
   const topology::ChipSpec& chip_;
   std::vector<std::vector<std::pair<int, int>>> free_;  // per slice: sorted (address, length)
   std::vector<int> highWater_;  // per slice: the end of the highest address ever allocated
+  // Per slice: the last access of each address's released tensors, piecewise constant (start -> the
+  // latest `lastAccess` released there; -1 where nothing was).
+  std::vector<std::map<int, std::int64_t>> lastAccess_;
   Reuse reuse_;
   std::int64_t used_ = 0;        // addresses below the high-water marks, over the slices
   std::int64_t freshLimit_ = 0;  // kFreshFirst takes never-used addresses while used_ stays within this

@@ -547,8 +547,16 @@ Expected<alloc::Block> Lowering::scratch(std::int64_t rows, const alloc::SliceSe
   return *block;
 }
 
-void Lowering::releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers) {
-  out_.sram.release(block);
+void Lowering::releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers,
+                              const std::vector<std::pair<int, int>>& writers) {
+  // The block's last access (tasks are numbered in the order they are lowered): its last read, or
+  // its last write when that is later (a value nothing reads still lands there). A block that
+  // records neither was used by the op just lowered.
+  std::int64_t lastAccess = -1;
+  for (const auto& accesses : {readers, writers})
+    for (const auto& a : accesses) lastAccess = std::max<std::int64_t>(lastAccess, a.first);
+  if (lastAccess < 0) lastAccess = static_cast<std::int64_t>(problem_.tasks().size()) - 1;
+  out_.sram.release(block, lastAccess);
   freed_[block.slice].push_back({block, readers});
 }
 
@@ -610,6 +618,7 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
     Task task;
     task.name = fmt::format("send {} tile {}", st.placement.name, t);
     task.deadline = plan.deadline;
+    task.untimed = plan.atProgramEnd;
     std::vector<Access> reads;
     int previousSend = -1;
     std::int64_t previousRows = 0;
@@ -1606,7 +1615,7 @@ void Lowering::freeDead(const std::vector<ir::OpId>& ops, size_t done, const std
     if (!overwritten &&
         (st.writers.empty() || std::all_of(st.writers.begin(), st.writers.end(), [](const auto& w) { return w.empty(); })))
       continue;
-    for (size_t p = 0; p < st.blocks.size(); ++p) releaseScratch(st.blocks[p], st.readers[p]);
+    for (size_t p = 0; p < st.blocks.size(); ++p) releaseScratch(st.blocks[p], st.readers[p], st.writers[p]);
     st.blocks.clear();
   }
 }

@@ -86,6 +86,9 @@ struct SendPlan {
   /// at a fractional rate must leave in one burst (schedule::linkPace).
   double spacing = 0;
   Cycle deadline = -1; ///< latest start of the first burst (set by the cluster scheduler), -1: none
+  /// The consumer takes the tensor when the whole program has run, not as it arrives (a training
+  /// step's send_after_pass): when the send goes within the program does not matter.
+  bool atProgramEnd = false;
 };
 
 /// What crosses the shard's boundary.
@@ -163,7 +166,8 @@ isa::OpOrigin movedOrigin(const ir::Graph& graph, ir::TensorId tensor, const cha
 
 /// Lowers `ops` (topological order) with their SRAM placement; a shard whose live tensors exceed
 /// the SRAM is an error (exit 3) stating the bytes needed and available. The allocator takes
-/// never-used space first (alloc::Reuse::kFreshFirst), and first fit when the shard fits only so.
+/// never-used space first, then the space accessed last earliest (alloc::Reuse::kFreshFirst), and
+/// first fit when the shard fits only so.
 Expected<std::unique_ptr<LoweredShard>> lowerShard(const topology::ChipSpec& chip, const ir::Graph& graph,
                                                    const std::vector<ir::OpId>& ops, const ShardInterface& interface);
 

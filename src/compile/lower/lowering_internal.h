@@ -337,7 +337,9 @@ class Lowering {
   void waitForFreedReaders(const alloc::Block& block, int task, int step);
   // A scratch block of `rows` addresses off `avoid`, freed again at the end of the op.
   Expected<alloc::Block> scratch(std::int64_t rows, const alloc::SliceSet& avoid);
-  void releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers);
+  // Frees a block whose tensor was read by `readers` and written by `writers` (both (task, step)).
+  void releaseScratch(const alloc::Block& block, const std::vector<std::pair<int, int>>& readers,
+                      const std::vector<std::pair<int, int>>& writers = {});
   const ir::Op* soleUser(ir::TensorId t, const std::vector<ir::OpId>& ops, size_t at,
                          std::initializer_list<ir::OpKind> kinds) const;
 

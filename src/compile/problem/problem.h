@@ -43,6 +43,9 @@ struct Task {
   std::string name;      ///< model op and tile, for diagnostics
   Cycle release = 0;     ///< the task may not start earlier (a receive: the data's arrival)
   Cycle deadline = -1;   ///< the task must start by then (a send the cluster scheduler timed), -1: none
+  /// Only that it ends with the program matters (a send whose consumer takes the tensor once the
+  /// whole program has run): it lends the tasks before it no list-scheduling priority.
+  bool untimed = false;
   int origin = -1;       ///< the op it lowers, an index into LoweredShard::origins (-1: none)
 };
 

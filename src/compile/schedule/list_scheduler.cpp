@@ -115,7 +115,7 @@ std::vector<double> priorities(const Problem& problem, const Options& options) {
   const size_t n = tasks.size();
   const auto& deps = problem.dependences();
   const DependenceRows succ = dependenceRows(deps, n, false);
-  // CP(v): longest path from v's start to the end of the program.
+  // CP(v): longest path from v's start to the end of the program, through no untimed task.
   std::vector<Cycle> tail(n, 0);
   const auto& topo = problem.topologicalOrder();
   for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
@@ -123,6 +123,7 @@ std::vector<double> priorities(const Problem& problem, const Options& options) {
     Cycle best = problem.span(t);
     for (int k = succ.begin[t]; k < succ.begin[t + 1]; ++k) {
       const Dependence& d = deps[succ.index[k]];
+      if (tasks[d.to].untimed) continue;
       best = std::max(best, tasks[t].steps[d.fromStep].offset + d.latency - tasks[d.to].steps[d.toStep].offset + tail[d.to]);
     }
     tail[t] = best;

@@ -46,6 +46,7 @@ segmentTaskKey(const Problem &problem,
     put(key, -1);
     put(key, task.release);
     put(key, task.deadline);
+    put(key, task.untimed);
     for (const Step &s : task.steps) {
       const isa::Instruction &i = s.inst;
       for (std::int64_t v :

@@ -137,6 +137,7 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
     const bool hasSend = std::any_of(halves[h].steps.begin(), halves[h].steps.end(),
                                      [](const Step& s) { return s.inst.op == Opcode::kC2cSend; });
     halves[h].deadline = hasSend ? original.deadline : -1;
+    halves[h].untimed = hasSend && original.untimed;
   }
   problem.mutableTasks()[t] = halves[0];
   const int second = problem.addTask(halves[1]);

@@ -435,6 +435,19 @@ class TrainingScheduler {
         absolute.push_back(flight->second.arrivals);
         received.push_back(in);
       }
+      // The microbatch's model inputs are in SRAM from the start, as the activations a later stage
+      // keeps are: both are resident and placed first, in tensor order, so that stage 0's pass is
+      // placed as the equal passes of the other stages are (placed at its first read, a model input
+      // would take the never-used space left once the pass has reused the rest, and shift the
+      // round-robin over the slices of everything placed after it).
+      std::set<ir::TensorId> inputs;
+      for (ir::OpId op : ops)
+        for (ir::TensorId in : g.op(op).inputs)
+          if (g.tensor(in).role == ir::TensorRole::kInput) inputs.insert(in);
+      if (!inputs.empty()) {
+        inputs.insert(interface.resident.begin(), interface.resident.end());
+        interface.resident.assign(inputs.begin(), inputs.end());
+      }
       detail::orderArrivals(interface.receives, absolute);
       for (size_t i = 0; i < interface.receives.size(); ++i)
         key += fmt::format(" recv {}:{}@{}", i, interface.receives[i].port, fmt::join(interface.receives[i].arrivals, ","));
@@ -467,6 +480,7 @@ class TrainingScheduler {
             const LinkPace pace = linkPace(spec, link, lower::vectorShape(spec, g.tensor(out)).first);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
+            plan.atProgramEnd = work_.sendAfterPass;  // released to its consumer at the pass's end
             key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, detail::paceKey(plan.interval, plan.spacing));
             interface.sends.push_back(plan);
             sendTo.push_back({out, link.id});

@@ -118,7 +118,7 @@ TEST(SramAllocator, PristineBlocksAvoidUsedAddresses) {
 
 // While the addresses ever used stay within kFreshShare of the SRAM, a block takes never-used
 // addresses rather than a freed block's (whose writes would wait for the freed tensor's last
-// reads); past it, first fit reuses the lowest free addresses.
+// reads); past it, the free space accessed last earliest (a block released without accesses: none).
 TEST(SramAllocator, FreshSpaceBeforeFreedSpaceWhilePlentiful) {
   const topology::ChipSpec chip = smallChip(1);
   ASSERT_EQ(SramAllocator::kFreshShare, 0.5);
@@ -128,7 +128,7 @@ TEST(SramAllocator, FreshSpaceBeforeFreedSpaceWhilePlentiful) {
   a.release(*x);
   expectBlockAt(a, 10, 40);  // first fit would reuse address 0
   EXPECT_EQ(a.footprint(), 50 * chip.vectorBytes);
-  expectBlockAt(a, 10, 0);   // 60 addresses used would pass half the slice: first fit
+  expectBlockAt(a, 10, 0);   // 60 addresses used would pass half the slice: reused (never read: lowest)
   EXPECT_EQ(a.footprint(), 50 * chip.vectorBytes);
   expectBlockAt(a, 50, 50);  // only the never-used top holds 50 in a row
   EXPECT_EQ(a.footprint(), 100 * chip.vectorBytes);
@@ -144,6 +144,30 @@ TEST(SramAllocator, FreshSpaceKeepsAvoidingSlices) {
   a.release(*x);
   // Never-used addresses of slice 0, not slice 1's.
   EXPECT_EQ(a.allocate(20, {1}), (Block{0, 30, 20}));
+}
+
+// Past the fresh share, reused space is the free space whose last access comes earliest (never-used
+// addresses first), not the lowest; a block released without an access keeps its addresses' last one.
+TEST(SramAllocator, ReusesTheSpaceAccessedLastEarliest) {
+  const topology::ChipSpec chip = smallChip(1);
+  SramAllocator a(chip);
+  auto x = a.allocate(30, {});
+  auto y = a.allocate(30, {});  // 60 addresses would pass half the slice: reused space, all never read
+  ASSERT_TRUE(x && y);
+  EXPECT_EQ(y->address, 30);
+  a.release(*y, 5);
+  a.release(*x, 9);
+  expectBlockAt(a, 20, 60);  // never-used addresses before either freed block
+  expectBlockAt(a, 20, 80);
+  expectBlockAt(a, 20, 30);  // y's space, accessed last at 5, before x's (9); first fit would take 0
+  expectBlockAt(a, 10, 50);
+  a.release(Block{0, 30, 20});  // no access given: still y's last access
+  expectBlockAt(a, 20, 30);
+  SramAllocator first(chip, Reuse::kFirstFit);
+  auto z = first.allocate(30, {});
+  ASSERT_TRUE(z && first.allocate(30, {}));
+  first.release(*z, 9);
+  expectBlockAt(first, 20, 0);  // first fit: the lowest free addresses whatever their accesses
 }
 
 }  // namespace

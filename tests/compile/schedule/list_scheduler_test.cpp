@@ -70,6 +70,27 @@ TEST(ListScheduler, PriorityFollowsTheCriticalPath) {
   EXPECT_DOUBLE_EQ(flat[0], flat[2]);
 }
 
+// An untimed successor (a send whose consumer takes the tensor at the program's end) lends its
+// predecessor no critical-path priority: the head ranks as it does with no successor, the fanout aside.
+TEST(ListScheduler, AnUntimedSuccessorLendsNoPriority) {
+  topology::ChipSpec chip;
+  auto headPriority = [&](bool linked, bool untimed) {
+    Problem p(chip);
+    p.addTask(testing::chainTask(chip, 0, 1, 10, "head"));
+    Task tail = testing::chainTask(chip, 2, 3, 10, "tail");
+    tail.untimed = untimed;
+    p.addTask(tail);
+    if (linked) p.addDataDependence(0, 2, 1, 0);
+    p.finalize();
+    EXPECT_TRUE(p.check().ok());
+    Options noFanout;
+    noFanout.gamma = 0;
+    return priorities(p, noFanout)[0];
+  };
+  EXPECT_DOUBLE_EQ(headPriority(true, true), headPriority(false, true));
+  EXPECT_GT(headPriority(true, false), headPriority(false, false));
+}
+
 TEST(Annealer, NeverWorseThanTheListScheduleAndDeterministic) {
   topology::ChipSpec chip;
   for (std::uint64_t seed = 0; seed < 25; ++seed) {
