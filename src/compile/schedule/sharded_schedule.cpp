@@ -661,7 +661,7 @@ class ShardedScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = cluster_.links()[link].portOn(chip);
-            const LinkPace pace = linkPace(spec, cluster_.links()[link], lower::vectorShape(spec, g.tensor(out)).first);
+            const LinkPace pace = linkPace(spec, cluster_.links()[link]);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
             const std::string paced = detail::paceKey(plan.interval, plan.spacing);

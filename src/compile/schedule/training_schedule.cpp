@@ -464,7 +464,7 @@ class TrainingScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = link.portOn(chip);
-            const LinkPace pace = linkPace(spec, link, lower::vectorShape(spec, g.tensor(out)).first);
+            const LinkPace pace = linkPace(spec, link);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
             key += fmt::format(" send %{}:{}/{}", localOf[out], plan.port, detail::paceKey(plan.interval, plan.spacing));
