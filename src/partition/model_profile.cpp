@@ -153,10 +153,11 @@ std::optional<ir::Graph> batchSlice(const ir::Graph& layer, std::int64_t batch, 
   return std::move(devices->graphs.front());
 }
 
-// Cycles of a one-layer graph on one chip; with interval > 0 its outbound tensors (made and not
-// used inside) leave over a link port at one vector per `interval` cycles, as a stage's sends do.
-Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
-  if (interval <= 0) {
+// Cycles of a one-layer graph on one chip; with linkCycles > 0 its outbound tensors (made and not
+// used inside) leave over a link port of one vector per `linkCycles` cycles, paced as a stage's
+// sends are (schedule::linkPace: at the link's exact rate).
+Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSpec& chip, double linkCycles) {
+  if (linkCycles <= 0) {
     auto cycles = schedule::estimateLayerCycles(layer, chip);
     if (!cycles) return cycles.error();
     if (cycles->empty()) return makeError(ExitCode::kInternal, "no layer");
@@ -170,8 +171,9 @@ Expected<Cycle> compileLayerAlone(const ir::Graph& layer, const topology::ChipSp
       if (layer.tensor(out).users.empty()) {
         lower::SendPlan send;
         send.tensor = out;
-        send.interval = interval;
-        send.spacing = interval;
+        const schedule::LinkPace pace = schedule::linkPace(linkCycles);
+        send.interval = pace.interval;
+        send.spacing = pace.spacing;
         interface.sends.push_back(send);
       }
   }
@@ -190,11 +192,11 @@ class LayerCycles {
   explicit LayerCycles(const topology::ChipSpec& chip) : chip_(chip) {}
 
   /// Asks for a compile in the batch; `graph` is kept until run().
-  void plan(const std::string& key, ir::Graph graph, int interval, std::vector<ir::OpId> shardOps = {}) {
+  void plan(const std::string& key, ir::Graph graph, double linkCycles, std::vector<ir::OpId> shardOps = {}) {
     if (!planned_.insert(key).second || known_.count(key)) return;
     graphs_.push_back(std::move(graph));
     keys_.push_back(key);
-    jobs_.push_back({&graphs_.back(), interval, std::move(shardOps)});
+    jobs_.push_back({&graphs_.back(), linkCycles, std::move(shardOps)});
   }
 
   /// Whether `key` was asked for already (its graph need not be built again).
@@ -217,11 +219,11 @@ class LayerCycles {
   }
 
   /// The compile under `key`, compiled here from `graph` when the batch did not have it.
-  Expected<Cycle> get(const std::string& key, const ir::Graph& graph, int interval,
+  Expected<Cycle> get(const std::string& key, const ir::Graph& graph, double linkCycles,
                       std::vector<ir::OpId> shardOps = {}) {
     auto found = known_.find(key);
     if (found == known_.end())
-      found = known_.emplace(key, compileLayer(chip_, LayerCompile{&graph, interval, std::move(shardOps)})).first;
+      found = known_.emplace(key, compileLayer(chip_, LayerCompile{&graph, linkCycles, std::move(shardOps)})).first;
     return found->second;
   }
 
@@ -311,17 +313,17 @@ Expected<Cycle> piecewiseLayerCycles(const ir::Graph& graph, const std::vector<i
 // a link of the chip's default rate).
 constexpr int kBatchPoints = 6;
 
-// The link interval of a layer's sends as measureLayer compiles them: one vector per this many
-// cycles on a link of the chip's default rate.
-int sendInterval(const topology::ChipSpec& chip) {
+// The link of a layer's sends as measureLayer compiles them: one vector per this many cycles (a
+// fraction) on a link of the chip's default rate.
+double sendVectorCycles(const topology::ChipSpec& chip) {
   const double bytesPerCycle =
       chip.c2cLanesPerLink * chip.c2cGbpsPerLane * 1e9 / 8.0 * (1.0 - chip.c2cFramingOverhead) / (chip.clockMhz * 1e6);
-  return static_cast<int>(std::ceil(chip.vectorBytes / bytesPerCycle - 1e-9));
+  return chip.vectorBytes / bytesPerCycle;
 }
 
 // Keys of LayerCycles: a layer alone, its batch split `parts` ways (1: whole), with sends; a pair.
-std::string aloneKey(const std::string& signature, int parts, int interval) {
-  return fmt::format("layer {}/{}/{}", parts, interval, signature);
+std::string aloneKey(const std::string& signature, int parts, double linkCycles) {
+  return fmt::format("layer {}/{}/{}", parts, linkCycles, signature);
 }
 std::string pairKey(const std::string& first, const std::string& second) {
   return fmt::format("pair {}|{}", first, second);
@@ -340,8 +342,8 @@ void planMeasure(LayerCycles& cycles, const ir::Graph& layer, const std::string&
     cycles.plan(aloneKey(signature, parts, 0), std::move(*slice), 0);
     smallest = parts;
   }
-  if (sends) cycles.plan(aloneKey(signature, smallest, sendInterval(chip)), probe ? std::move(*probe) : layer,
-                         sendInterval(chip));
+  if (sends) cycles.plan(aloneKey(signature, smallest, sendVectorCycles(chip)), probe ? std::move(*probe) : layer,
+                         sendVectorCycles(chip));
 }
 
 void measureLayer(const ir::Graph& layer, const std::string& signature, const topology::ChipSpec& chip,
@@ -368,13 +370,13 @@ void measureLayer(const ir::Graph& layer, const std::string& signature, const to
   if (!sends) return;
   const ir::Graph& probe = smallest ? *smallest : layer;
   const double share = value.batchCycles.front().first;
-  const int interval = sendInterval(chip);
-  auto withSends = compiled.get(aloneKey(signature, smallestParts, interval), probe, interval);
+  const double linkCycles = sendVectorCycles(chip);
+  auto withSends = compiled.get(aloneKey(signature, smallestParts, linkCycles), probe, linkCycles);
   if (!withSends) return;
   double serialise = 0;
   for (const auto& op : probe.ops())
     for (ir::TensorId out : op.outputs)
-      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * interval;
+      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * linkCycles;
   const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
@@ -633,12 +635,12 @@ const LayerProfile::WidthFigures* LayerProfile::figuresAt(TensorSplit split, int
   return found == byWidth.end() ? nullptr : &found->second;
 }
 
-Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, int interval) {
-  return compileLayerAlone(layer, chip, interval);
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, double linkCycles) {
+  return compileLayerAlone(layer, chip, linkCycles);
 }
 
 Expected<Cycle> compileLayer(const topology::ChipSpec& chip, const LayerCompile& job) {
-  if (job.shardOps.empty()) return compileLayerAlone(*job.graph, chip, job.interval);
+  if (job.shardOps.empty()) return compileLayerAlone(*job.graph, chip, job.linkCycles);
   auto compiled = schedule::compileShard(chip, *job.graph, job.shardOps, lower::ShardInterface{},
                                          schedule::Options{}.asShardOfMany());
   if (!compiled) return compiled.error();

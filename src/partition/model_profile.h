@@ -185,13 +185,13 @@ struct ModelProfile {
 };
 
 /// One compile the profile asks of the compiler: a layer's graph (a share of its batch, or two
-/// consecutive layers) alone on one chip; with interval > 0 its outbound tensors leave over a link
-/// at one vector per `interval` cycles (compiledCycles).
+/// consecutive layers) alone on one chip; with linkCycles > 0 its outbound tensors leave over a link
+/// that carries one vector in `linkCycles` cycles, at that exact rate (compiledCycles).
 struct LayerCompile {
   const ir::Graph* graph = nullptr;
-  int interval = 0;
+  double linkCycles = 0;
   /// Non-empty: these ops of graph compiled as one shard of a plan of many, nothing sent (a chip-sized
-  /// piece of an op split for a layer too large for one chip); interval is then unused.
+  /// piece of an op split for a layer too large for one chip); linkCycles is then unused.
   std::vector<ir::OpId> shardOps;
 };
 /// Compiles a batch of layer graphs: element i is compiledCycles of job i; progress is told
@@ -225,9 +225,10 @@ void widenProfile(const ir::Graph& graph, const topology::ChipSpec& chip, ModelP
 std::string layerSignature(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
 /// The ops as a graph of their own (inputs from other ops become graph inputs).
 Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpId>& ops);
-/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident; with interval > 0
-/// its outbound tensors sent at one vector per `interval` cycles, else nothing sent).
-Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, int interval = 0);
+/// The compiler's cycles of a one-layer graph alone on one chip (inputs resident; with linkCycles > 0
+/// its outbound tensors sent as a stage's are, over a link of one vector per `linkCycles` cycles at
+/// that exact rate (schedule::linkPace), else nothing sent).
+Expected<Cycle> compiledCycles(const ir::Graph& layer, const topology::ChipSpec& chip, double linkCycles = 0);
 
 /// FLOP-based compute estimate of a set of ops: MACs at the MXM peak rate plus other FLOPs at the
 /// VXM rate (docs/partitioning.md); used only when the compiler cannot lower the layer.

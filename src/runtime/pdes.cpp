@@ -263,6 +263,7 @@ struct WireBurst {
   int srcChip, srcPort, dstChip, dstPort, link, vectors, interval;
   Cycle sendCycle, firstArrive;
   double spacing;
+  std::int64_t streamFrom;
   Bytes bytes;
   std::uint64_t tensor;
   std::int64_t payloadBytes;
@@ -270,7 +271,7 @@ struct WireBurst {
 
 void packBurst(const sim::C2CBurst& b, std::vector<char>& out) {
   const WireBurst w{b.srcChip, b.srcPort,   b.dstChip, b.dstPort, b.link, b.vectors, b.interval,
-                    b.sendCycle, b.firstArrive, b.spacing, b.bytes, b.tensor,
+                    b.sendCycle, b.firstArrive, b.spacing, b.streamFrom, b.bytes, b.tensor,
                     b.payload ? static_cast<std::int64_t>(b.payload->size()) : std::int64_t{-1}};
   const char* head = reinterpret_cast<const char*>(&w);
   out.insert(out.end(), head, head + sizeof w);
@@ -295,6 +296,7 @@ void unpackBursts(const char* data, size_t size, std::vector<sim::C2CBurst>& out
     b.sendCycle = w.sendCycle;
     b.firstArrive = w.firstArrive;
     b.spacing = w.spacing;
+    b.streamFrom = w.streamFrom;
     b.bytes = w.bytes;
     b.tensor = w.tensor;
     if (w.payloadBytes >= 0) {

@@ -22,8 +22,8 @@ namespace tsp::sim {
 /// "No further event".
 inline constexpr Cycle kNever = std::numeric_limits<Cycle>::max();
 
-/// A burst of C2C vectors on one link: vector j leaves serializationCycles(j, spacing) after the
-/// first and arrives as long after firstArrive. Deliveries are ordered by (firstArrive, srcChip, link, sendCycle).
+/// A burst of C2C vectors on one link: vector j leaves streamCycles(streamFrom, j, spacing) after
+/// the first and arrives as long after firstArrive. Deliveries are ordered by (firstArrive, srcChip, link, sendCycle).
 struct C2CBurst {
   int srcChip = 0, srcPort = 0;
   int dstChip = 0, dstPort = 0;
@@ -35,6 +35,10 @@ struct C2CBurst {
   /// Cycles between vectors on the link, a fraction at the link's exact rate (at least interval):
   /// vector j arrives at firstArrive + serializationCycles(j, spacing). 0: interval.
   double spacing = 0;
+  /// The vectors of the link's stream before this burst's (topology::streamCycles): a send that
+  /// enters the link the cycle the previous burst leaves it goes on from the stream's fraction of a
+  /// cycle. 0: the burst starts a stream.
+  std::int64_t streamFrom = 0;
   Bytes bytes = 0;
   /// Functional mode: the vectors' bytes (vectors x vector_bytes); null in timing mode.
   std::shared_ptr<const std::vector<std::uint8_t>> payload;
@@ -44,7 +48,7 @@ struct C2CBurst {
 
   /// Arrival of vector j at the destination.
   Cycle arrival(std::int64_t j) const {
-    return firstArrive + topology::pacedSerializationCycles(j, spacing, interval);
+    return firstArrive + topology::streamCycles(streamFrom, j, spacing, interval);
   }
 
   friend bool operator<(const C2CBurst& a, const C2CBurst& b) {

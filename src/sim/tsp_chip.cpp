@@ -163,6 +163,8 @@ class TspChip final : public Chip {
     stats_.unitBusy.assign(units_.size(), 0);
     stats_.unitStall.assign(units_.size(), 0);
     linkFree_.assign(ports_.size(), 0);
+    streamVectors_.assign(ports_.size(), 0);
+    streamSpacing_.assign(ports_.size(), 0.0);
     inbound_.resize(ports_.size());
     consumed_.assign(ports_.size(), 0);
     planeReady_.assign(spec_.mxmPlanes, -1);
@@ -942,16 +944,25 @@ class TspChip final : public Chip {
   // Puts inst.repeat vectors on the link of inst.port, the first entering the link at `onLink`
   // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles). The link carries
   // them at its exact rate (or the instruction's interval, or `pace`, when slower): vectors handed
-  // over faster wait in the port's serdes buffer, and the fractions of a cycle accumulate.
+  // over faster wait in the port's serdes buffer, and the fractions of a cycle accumulate. A send
+  // entering the link the cycle the previous burst leaves it, at the same spacing, continues that
+  // stream (its vectors are in the port's buffer as the link frees): the fractions accumulate
+  // across the two bursts (topology::streamCycles).
   bool send(const Event& inst, std::int64_t index, Cycle onLink, double pace, std::uint64_t tensor) {
     const PortBinding& port = ports_[inst.port];
     const double spacing = std::max({vectorCycles(inst.port), static_cast<double>(inst.interval), pace});
-    const Cycle serialization = topology::serializationCycles(inst.repeat, spacing);
+    const std::int64_t from =
+        inst.op == Opcode::kC2cSend && onLink == linkFree_[inst.port] && spacing == streamSpacing_[inst.port]
+            ? streamVectors_[inst.port]
+            : 0;
+    const Cycle serialization = topology::streamCycles(from, inst.repeat, spacing, inst.interval);
     if (onLink < linkFree_[inst.port])
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
                   fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
         return false;
     linkFree_[inst.port] = onLink + serialization;
+    streamVectors_[inst.port] = from + inst.repeat;
+    streamSpacing_[inst.port] = spacing;
     C2CBurst burst;
     burst.srcChip = id_;
     burst.srcPort = inst.port;
@@ -969,6 +980,7 @@ class TspChip final : public Chip {
     burst.vectors = inst.repeat;
     burst.interval = inst.interval;
     burst.spacing = spacing;
+    burst.streamFrom = from;
     burst.bytes = Bytes{inst.repeat} * spec_.vectorBytes;
     burst.payload = std::move(pendingPayload_);
     burst.tensor = tensor;
@@ -1123,6 +1135,8 @@ class TspChip final : public Chip {
   bool finished_ = false;
   std::vector<Cycle> unitFree_;
   std::vector<Cycle> linkFree_;
+  std::vector<std::int64_t> streamVectors_;  // per port: vectors of the stream its link carries (send())
+  std::vector<double> streamSpacing_;        // per port: that stream's spacing
   std::vector<Cycle> planeReady_;
   std::vector<std::int32_t> installsDone_;       // per plane
   std::vector<std::int32_t> expectedInstalls_;   // per instruction, under a stall fault only

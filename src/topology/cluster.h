@@ -56,6 +56,15 @@ inline Cycle pacedSerializationCycles(std::int64_t vectors, double spacing, Cycl
   return serializationCycles(vectors, std::max(spacing, static_cast<double>(interval)));
 }
 
+/// Cycles vectors [from, from + vectors) of one stream hold the link: a burst that continues a
+/// stream (a tile's later MEM-slice segment, or any burst entering the link the cycle the previous
+/// one leaves it) goes on from where the stream's fraction of a cycle stands, so a stream of k
+/// vectors in bursts takes ceil(k x spacing) however it is cut. Vector j of such a burst enters the
+/// link streamCycles(from, j, ...) after its first.
+inline Cycle streamCycles(std::int64_t from, std::int64_t vectors, double spacing, Cycle interval) {
+  return pacedSerializationCycles(from + vectors, spacing, interval) - pacedSerializationCycles(from, spacing, interval);
+}
+
 /// One hop of a route: leave `chip` on `link`.
 struct Hop {
   int chip;

@@ -117,6 +117,17 @@ TEST(Collectives, IdenticalShardsShareOneProgram) {
   EXPECT_LE(hashes.size(), 3u);  // relocatable: ports, not chip ids
 }
 
+// The tree-or-ring choice weighs bytes at the links' exact rate, as the collectives are scheduled:
+// beta is 1 / 16.25 cycles a byte on the default links (4 lanes x 30 Gb/s less 2.5 % framing), not
+// ceil(19.69) / 320.
+TEST(Collectives, TheTreeOrRingChoiceUsesTheLinksExactRate) {
+  const auto c = clusterOf("{topology: {kind: ring, chips: 8}}");
+  const auto [alpha, beta] = groupAlphaBeta(allChips(c), c);
+  EXPECT_DOUBLE_EQ(beta, 1 / 16.25);
+  const Cycle hops4 = c.routeLatency(c.route(0, 4));
+  EXPECT_DOUBLE_EQ(alpha, static_cast<double>(hops4 + ringTurnaroundCycles(c.chip(), true)));
+}
+
 // Programs made of shared bodies are the plain programs written differently, on every chip; a
 // ring's chips hold their instructions once, scheduled once (chip 0's ports are renamed on the others).
 TEST(Collectives, SharedBodiesHoldThePlainProgramsOnce) {

@@ -412,6 +412,12 @@ class C2cTest : public ChipTest {
     send.src = read.dst;
     return {read, send};
   }
+  /// Runs `list` with `extra` (a send of `list`'s port) issued `gap` cycles after list[1].
+  Status runWithSendAfter(std::vector<Instruction> list, Instruction extra, Cycle gap) {
+    extra.issue = list[1].issue + gap;
+    list.push_back(extra);
+    return run(list, ports());
+  }
 };
 
 TEST_F(C2cTest, SendEmitsABurstWithArrivalTimes) {
@@ -448,10 +454,7 @@ TEST_F(C2cTest, LinkCarriesVectorsAtItsExactRate) {
   again.src = {};
   again.repeat = 1;
   for (Cycle gap : {Cycle{78}, Cycle{79}}) {
-    auto both = list;
-    again.issue = list[1].issue + gap;
-    both.push_back(again);
-    auto s = run(both, ports());
+    auto s = runWithSendAfter(list, again, gap);
     EXPECT_EQ(s.ok(), gap == 79) << gap;
     if (gap == 78) {
       EXPECT_NE(s.error().message.find("C2C send on link 7, busy until cycle"), std::string::npos);
@@ -475,6 +478,34 @@ TEST_F(C2cTest, LinkCarriesVectorsAtItsExactRate) {
     auto s = chip_->advanceTo(kNever);
     EXPECT_EQ(s.ok(), lateBy == 0) << lateBy << (s.ok() ? "" : s.error().message);
   }
+}
+
+// A send entering the link the cycle the previous burst leaves it continues that stream: 3 vectors
+// then 3 more take ceil(6 x 19.69) = 119 cycles, not 2 x ceil(3 x 19.69) = 120, and vector 2 of the
+// second burst arrives ceil(5 x 19.69) - ceil(3 x 19.69) = 39 cycles after its first, not 40.
+TEST_F(C2cTest, ABackToBackSendContinuesTheLinksStream) {
+  auto list = sendChain(0, 3, 1);
+  Instruction again = list[1];
+  again.src = {};
+  again.issue = list[1].issue + 60;  // the cycle the first burst leaves the link
+  list.push_back(again);
+  Instruction third = again;
+  third.repeat = 1;
+  for (Cycle gap : {Cycle{118}, Cycle{119}}) EXPECT_EQ(runWithSendAfter(list, third, gap).ok(), gap == 119) << gap;
+  ASSERT_TRUE(run(list, ports()).ok());
+  auto bursts = chip_->takeOutgoing();
+  ASSERT_EQ(bursts.size(), 2u);
+  EXPECT_EQ(bursts[0].streamFrom, 0);
+  EXPECT_EQ(bursts[1].streamFrom, 3);
+  EXPECT_EQ(bursts[1].firstArrive - bursts[0].firstArrive, 60);
+  EXPECT_EQ(bursts[1].arrival(2) - bursts[1].arrival(0), 39);
+  // One cycle later the link has been idle: the burst starts a stream of its own.
+  list.back().issue += 1;
+  ASSERT_TRUE(run(list, ports()).ok());
+  bursts = chip_->takeOutgoing();
+  ASSERT_EQ(bursts.size(), 2u);
+  EXPECT_EQ(bursts[1].streamFrom, 0);
+  EXPECT_EQ(bursts[1].arrival(2) - bursts[1].arrival(0), 40);
 }
 
 TEST_F(C2cTest, ReceiveBeforeArrival) {

@@ -608,20 +608,16 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
   const int unit = chip_.firstUnit(UnitKind::kC2c) + plan.port;
   for (int t = 0; t < st.placement.tiles; ++t) {
     // One task per tile: a tile longer than a slice leaves in segments (one MEM read each), every
-    // segment's send issuing right where the previous one's vectors end on the link, so the burst
-    // crosses back to back as the receiver's release times assume. Only a tile of one burst goes
-    // at a fractional rate: the receiver counts its arrivals from one first vector.
+    // segment's send issuing the cycle the previous one's vectors leave the link and going on with
+    // the stream's fraction of a cycle (Step::linkFrom), so the tile crosses as one stream of
+    // ceil(rows x spacing) cycles, as the receiver's release times assume.
     const auto pieces = rowPieces(0, st.placement.rows, {plan.tensor});
-    if (pieces.size() > 1 && plan.spacing > plan.interval && plan.spacing != std::floor(plan.spacing))
-      return makeError(ExitCode::kInternal, fmt::format("send of '{}' at a fractional link rate in {} segments",
-                                                        graph_.tensor(plan.tensor).name, pieces.size()));
     Task task;
     task.name = fmt::format("send {} tile {}", st.placement.name, t);
     task.deadline = plan.deadline;
     task.untimed = plan.atProgramEnd;
     std::vector<Access> reads;
     int previousSend = -1;
-    std::int64_t previousRows = 0;
     for (const auto& [r0, n] : pieces) {
       Step read = readStep(plan.tensor, t, r0, n, false);
       read.inst.interval = plan.interval;
@@ -630,15 +626,15 @@ Status Lowering::send(const SendPlan& plan, std::vector<int>& tasks) {
       tx.inst.port = plan.port;
       tx.producer = static_cast<int>(task.steps.size());
       tx.linkSpacing = plan.spacing;
+      tx.linkFrom = r0;
       if (previousSend >= 0) {
         tx.follows = previousSend;
-        tx.followGap = topology::pacedSerializationCycles(previousRows, plan.spacing, plan.interval);
+        tx.followGap = schedule::linkCycles(task.steps[previousSend]);
       }
       reads.push_back({plan.tensor, t, r0, n, static_cast<int>(task.steps.size())});
       task.steps.push_back(read);
       task.steps.push_back(tx);
       previousSend = static_cast<int>(task.steps.size()) - 1;
-      previousRows = n;
     }
     const int id = addTask(std::move(task), reads, {});
     // Tiles leave in tile order, the order the receiver's chain of receives reads them in.

@@ -60,8 +60,8 @@ struct ReceivePlan {
   int port = 0;
   std::vector<Cycle> arrivals;
   int interval = 1;  ///< cycles between the vectors the receive reads
-  /// Cycles between the vectors' arrivals, the link's exact rate (0: interval): vector j of a burst
-  /// arrives serializationCycles(j, spacing) after its first.
+  /// Cycles between the vectors' arrivals, the link's exact rate (0: interval): vector j of a tile
+  /// (its segments' bursts one stream) arrives serializationCycles(j, spacing) after its first.
   double spacing = 0;
   /// Steady state of identical chips in a ring: when >= 0, burst t arrives `sendToArrival` cycles
   /// after this chip's own send of tile t of interface.sends[mirrorsSend] (a dependence, not a
@@ -82,8 +82,8 @@ struct SendPlan {
   ir::TensorId tensor = -1;
   int port = 0;
   int interval = 1;    ///< cycles between the vectors the send hands over
-  /// Cycles between the vectors on the link, its exact rate (a fraction; 0: interval). A tile sent
-  /// at a fractional rate must leave in one burst (schedule::linkPace).
+  /// Cycles between the vectors on the link, its exact rate (a fraction; 0: interval). A tile's
+  /// segments continue one stream on the link (Step::linkFrom).
   double spacing = 0;
   Cycle deadline = -1; ///< latest start of the first burst (set by the cluster scheduler), -1: none
   /// The consumer takes the tensor when the whole program has run, not as it arrives (a training

@@ -22,6 +22,9 @@ struct Step {
   /// C2C send: cycles between its vectors on the link, the link's exact rate (a fraction; at least
   /// the interval it hands them over at, which it is taken as when smaller).
   double linkSpacing = 0;
+  /// C2C send: the vectors of its stream before its own (a later MEM-slice segment of one tile goes
+  /// on from where the segment before left the link's fraction of a cycle; 0: a stream of its own).
+  std::int64_t linkFrom = 0;
   /// A rigid link without a stream: this step issues exactly `followGap` cycles after step `follows`
   /// of the same task (-1: none), e.g. the segments of one C2C burst leaving back to back.
   int follows = -1;
@@ -31,9 +34,9 @@ struct Step {
 };
 
 /// Cycles a C2C send step holds its link from its issue: its vectors at the link's exact rate, the
-/// fractions accumulated over the burst (topology::serializationCycles).
+/// fractions accumulated over its stream (topology::streamCycles).
 inline Cycle linkCycles(const Step& s) {
-  return topology::serializationCycles(s.inst.repeat, std::max(s.linkSpacing, static_cast<double>(s.inst.interval)));
+  return topology::streamCycles(s.linkFrom, s.inst.repeat, s.linkSpacing, s.inst.interval);
 }
 
 /// A rigid group of instructions joined by streams: when its first step issues, every other step

@@ -17,16 +17,12 @@ int linkVectorInterval(const topology::ChipSpec& chip, const topology::Link& lin
   return static_cast<int>(std::ceil(chip.vectorBytes / link.bytesPerCycle - 1e-9));
 }
 
-LinkPace linkPace(const topology::ChipSpec& chip, double vectorCycles, std::int64_t rows) {
-  if (rows > chip.addressesPerSlice) {
-    const int rounded = static_cast<int>(std::ceil(vectorCycles - 1e-9));
-    return {rounded, static_cast<double>(rounded)};
-  }
+LinkPace linkPace(double vectorCycles) {
   return {std::max(1, static_cast<int>(std::floor(vectorCycles + 1e-9))), vectorCycles};
 }
 
-LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link, std::int64_t rows) {
-  return linkPace(chip, link.vectorCycles(chip.vectorBytes), rows);
+LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link) {
+  return linkPace(link.vectorCycles(chip.vectorBytes));
 }
 
 namespace {
@@ -89,7 +85,7 @@ Expected<ClusterSchedule> scheduleCluster(const ir::Graph& graph, const std::vec
       lower::SendPlan plan;
       plan.tensor = tensor;
       plan.port = link.portOn(stage.chip);
-      const LinkPace pace = linkPace(chip, link, lower::tensorGeometry(chip, graph, tensor).first);
+      const LinkPace pace = linkPace(chip, link);
       plan.interval = pace.interval;
       plan.spacing = pace.spacing;
       interface.sends.push_back(plan);

@@ -75,12 +75,12 @@ struct LinkPace {
   int interval = 1;
   double spacing = 1;
 };
-/// A tile that leaves in one burst (at most a MEM slice's addresses) goes at the link's exact rate
-/// t_vec, handed over every floor(t_vec) cycles: the port's buffer then holds the few vectors the
-/// send is ahead of the link. A longer tile leaves in segments, bursts of their own, at ceil(t_vec).
-LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link, std::int64_t rows);
+/// A tile goes at the link's exact rate t_vec, handed over every floor(t_vec) cycles: the port's
+/// buffer then holds the few vectors the send is ahead of the link. A tile longer than a MEM slice
+/// leaves in segments that continue one stream on the link (topology::streamCycles).
+LinkPace linkPace(const topology::ChipSpec& chip, const topology::Link& link);
 /// The same for a link that carries one vector in `vectorCycles` cycles.
-LinkPace linkPace(const topology::ChipSpec& chip, double vectorCycles, std::int64_t rows);
+LinkPace linkPace(double vectorCycles);
 
 /// Schedules the stages in order; a tensor produced on one stage and used on a later one travels
 /// over the direct link between their chips: its receives are release times for the consumer.

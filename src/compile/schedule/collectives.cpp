@@ -753,6 +753,33 @@ CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& gro
   return best;
 }
 
+std::pair<double, double> groupAlphaBeta(const std::vector<int>& group, const topology::Cluster& cluster) {
+  const topology::ChipSpec& spec = cluster.chip();
+  double alpha = 0, beta = 0;
+  for (int a : group)
+    for (int b : group)
+      if (a != b) {
+        const auto route = cluster.route(a, b);
+        alpha = std::max(alpha, static_cast<double>(cluster.routeLatency(route) + ringTurnaroundCycles(spec, true)));
+        for (const auto& hop : route)
+          beta = std::max(beta, cluster.links()[hop.link].vectorCycles(spec.vectorBytes) /
+                                    static_cast<double>(spec.vectorBytes));
+      }
+  return {alpha, beta};
+}
+
+CollectiveAlgorithm chooseTreeOrRing(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
+                                     const topology::Cluster& cluster) {
+  const CollectiveAlgorithm chosen = chooseAlgorithm(op, group, bytes, cluster);
+  if (chosen != CollectiveAlgorithm::kTree || op != CollectiveOp::kAllReduce) return chosen;
+  const auto [alpha, beta] = groupAlphaBeta(group, cluster);
+  const double p = static_cast<double>(group.size()), levels = std::ceil(std::log2(p));
+  const double tree = 2 * levels * (alpha + static_cast<double>(bytes) * beta);
+  return alphaBetaCycles(op, static_cast<int>(p), static_cast<double>(bytes), alpha, beta) < tree
+             ? CollectiveAlgorithm::kRing
+             : chosen;
+}
+
 double estimateCollectiveCycles(const CollectivePlan& plan, const topology::Cluster& cluster) {
   const auto& chip = cluster.chip();
   auto same = [](const std::vector<CollectiveMessage>& a, const std::vector<CollectiveMessage>& b) {

@@ -68,6 +68,14 @@ struct CollectivePlan {
 /// larger groups a tree below 64 KiB per chip (all-reduce, broadcast), else a ring.
 CollectiveAlgorithm chooseAlgorithm(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
                                     const topology::Cluster& cluster);
+/// The alpha-beta figures of a group's all-reduce: alpha the slowest route between two of its chips
+/// plus a reducing step's turnaround (cycles), beta the slowest link on those routes at its exact
+/// rate (cycles per byte), the rate the collectives are scheduled at.
+std::pair<double, double> groupAlphaBeta(const std::vector<int>& group, const topology::Cluster& cluster);
+/// chooseAlgorithm's pick, except that a tree all-reduce gives way to a ring where the alpha-beta
+/// times of groupAlphaBeta say the ring is faster (a tree moves the whole message 2 log2(p) times).
+CollectiveAlgorithm chooseTreeOrRing(CollectiveOp op, const std::vector<int>& group, std::int64_t bytes,
+                                     const topology::Cluster& cluster);
 /// Groups up to this size get their algorithm by estimated cycles (the plans are built to estimate them).
 inline constexpr size_t kChooseByEstimateChips = 64;
 

@@ -56,7 +56,7 @@ segmentTaskKey(const Problem &problem,
             std::int64_t{i.repeat}, std::int64_t{i.interval},
             std::int64_t{i.stride}, std::int64_t{i.port},
             std::int64_t{s.producer}, std::int64_t{s.producer2},
-            std::int64_t{s.follows}, s.followGap, std::bit_cast<std::int64_t>(s.linkSpacing)})
+            std::int64_t{s.follows}, s.followGap, std::bit_cast<std::int64_t>(s.linkSpacing), s.linkFrom})
         put(key, v);
     }
   }

@@ -119,7 +119,9 @@ Status spillEdge(lower::LoweredShard& shard, const StreamEdge& edge) {
         else *ref = 0;  // the cut edge: in half 1 the consumer now reads the slot
       }
       // A rigid link into the other half cannot hold: the halves are placed apart.
+      // A send cut from the segment before it is a stream of its own.
       if (s.follows >= 0) s.follows = side[s.follows] == h ? newIndex[s.follows] : -1;
+      if (s.follows < 0) s.linkFrom = 0;
     }
   schedule::Step write;
   write.inst.unit = memUnit;

@@ -352,29 +352,6 @@ class ShardedScheduler {
     receiveWaiting(ports);
   }
 
-  // chooseAlgorithm's pick, unless the alpha-beta times say a ring beats its tree: a tree moves the
-  // whole message log2(p) times up and down, which loses to a ring once the bytes term dominates.
-  CollectiveAlgorithm algorithmFor(CollectiveOp op, const std::vector<int>& chips, std::int64_t bytes) const {
-    const CollectiveAlgorithm chosen = chooseAlgorithm(op, chips, bytes, cluster_);
-    if (chosen != CollectiveAlgorithm::kTree || op != CollectiveOp::kAllReduce) return chosen;
-    const topology::ChipSpec& spec = cluster_.chip();
-    double alpha = 0, beta = 0;
-    for (int a : chips)
-      for (int b : chips)
-        if (a != b) {
-          const auto route = cluster_.route(a, b);
-          alpha = std::max(alpha, static_cast<double>(cluster_.routeLatency(route) + ringTurnaroundCycles(spec, true)));
-          for (const auto& hop : route)
-            beta = std::max(beta, linkVectorInterval(spec, cluster_.links()[hop.link]) /
-                                      static_cast<double>(spec.vectorBytes));
-        }
-    const double p = static_cast<double>(chips.size()), levels = std::ceil(std::log2(p));
-    const double tree = 2 * levels * (alpha + static_cast<double>(bytes) * beta);
-    return alphaBetaCycles(op, static_cast<int>(p), static_cast<double>(bytes), alpha, beta) < tree
-               ? CollectiveAlgorithm::kRing
-               : chosen;
-  }
-
   // A collective reads its input from SRAM: one still in flight to its chip (a segment burst that a
   // compute op there reads too, so bring left it on its way) is received once it has arrived whole,
   // whatever port it arrives on, and the collective follows.
@@ -417,7 +394,7 @@ class ShardedScheduler {
       const ir::Graph& g = work_.graphs[d];
       const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
       const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
-      const CollectiveAlgorithm algorithm = algorithmFor(collectiveOpOf(op.kind), chips, bytes);
+      const CollectiveAlgorithm algorithm = chooseTreeOrRing(collectiveOpOf(op.kind), chips, bytes, cluster_);
       auto plan = planCollective(collectiveOpOf(op.kind), algorithm,
                                  algorithm == CollectiveAlgorithm::kRing ? groupRing(cluster_, chips) : chips, bytes,
                                  cluster_, true);
@@ -661,7 +638,7 @@ class ShardedScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = cluster_.links()[link].portOn(chip);
-            const LinkPace pace = linkPace(spec, cluster_.links()[link], lower::vectorShape(spec, g.tensor(out)).first);
+            const LinkPace pace = linkPace(spec, cluster_.links()[link]);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
             const std::string paced = detail::paceKey(plan.interval, plan.spacing);

@@ -477,7 +477,7 @@ class TrainingScheduler {
             lower::SendPlan plan;
             plan.tensor = out;
             plan.port = link.portOn(chip);
-            const LinkPace pace = linkPace(spec, link, lower::vectorShape(spec, g.tensor(out)).first);
+            const LinkPace pace = linkPace(spec, link);
             plan.interval = pace.interval;
             plan.spacing = pace.spacing;
             plan.atProgramEnd = work_.sendAfterPass;  // released to its consumer at the pass's end

@@ -240,23 +240,45 @@ TEST(ShardCompiler, AReceiveAtTheExactRateReadsItsLastVectorAsItArrives) {
   EXPECT_EQ(receives[0].issue + 15 * 19, 500 + 296);  // ceil(15 x 19.69); 15 x ceil(19.69) would be 300
 }
 
-// A send at the link's exact rate holds the link for ceil(k x t_vec) cycles: the next tile's send
-// on the port follows 16 vectors later by ceil(16 x 19.69) = 316 cycles, not 16 x 20.
-TEST(ShardCompiler, SendsAtTheExactRateHoldTheLinkForTheExactTime) {
-  topology::ChipSpec chip;
+// The C2C sends (repeat, issue) of a ReLU of 16 x 640 INT8 whose output leaves on port 1 of a
+// link of 19.69 cycles a vector (4 lanes x 30 Gb/s less 2.5 % framing), in issue order.
+std::vector<std::pair<int, Cycle>> exactRateSends(const topology::ChipSpec& chip) {
   ir::Graph g;
   const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {16, 640}, ir::DType::kI8)}, 0);
   g.markOutput(y);
   lower::ShardInterface interface;
   interface.sends.push_back({.tensor = y, .port = 1, .interval = 19, .spacing = 320 / 16.25});
   auto compiled = compileShard(chip, g, allOps(g), interface, {});
-  ASSERT_TRUE(compiled.ok()) << compiled.error().format();
-  std::vector<Cycle> issues;
-  for (const auto& i : compiled->program.instructions)
-    if (i.op == isa::Opcode::kC2cSend) issues.push_back(i.issue);
-  ASSERT_EQ(issues.size(), 2u);  // two tiles of 16 rows
-  std::sort(issues.begin(), issues.end());
-  EXPECT_EQ(issues[1] - issues[0], 316);
+  EXPECT_TRUE(compiled.ok()) << compiled.error().format();
+  std::vector<std::pair<int, Cycle>> sends;
+  if (compiled.ok())
+    for (const auto& i : compiled->program.instructions)
+      if (i.op == isa::Opcode::kC2cSend) sends.push_back({i.repeat, i.issue});
+  std::sort(sends.begin(), sends.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return sends;
+}
+
+// A send at the link's exact rate holds the link for ceil(k x t_vec) cycles: the next tile's send
+// on the port follows 16 vectors later by ceil(16 x 19.69) = 316 cycles, not 16 x 20.
+TEST(ShardCompiler, SendsAtTheExactRateHoldTheLinkForTheExactTime) {
+  const auto sends = exactRateSends(topology::ChipSpec{});
+  ASSERT_EQ(sends.size(), 2u);  // two tiles of 16 rows
+  EXPECT_EQ(sends[1].second - sends[0].second, 316);
+}
+
+// A tile longer than a MEM slice leaves in segments that continue one stream on the link: with 3
+// addresses a slice, a 16-row tile goes in sends of 3, 3, 3, 3, 3 and 1 vectors, segment k issued
+// ceil(3k x 19.69) cycles after the first (0, 60, 119, 178, 237, 296; a stream each would take
+// ceil(3 x 19.69) = 60 cycles: 0, 60, 120, ...), and the next tile follows by ceil(16 x 19.69) = 316.
+TEST(ShardCompiler, ASendLongerThanASliceContinuesOneStreamAtTheExactRate) {
+  topology::ChipSpec chip;
+  chip.addressesPerSlice = 3;
+  const auto sends = exactRateSends(chip);
+  ASSERT_EQ(sends.size(), 12u);  // two tiles of six segments
+  std::vector<Cycle> offsets;
+  for (const auto& [repeat, issue] : sends) offsets.push_back(issue - sends[0].second);
+  EXPECT_EQ(offsets, (std::vector<Cycle>{0, 60, 119, 178, 237, 296, 316, 376, 435, 494, 553, 612}));
+  EXPECT_EQ(sends[5].first, 1);
 }
 
 // Two ReLUs: r0 (layer 0) on input x0, whose output leaves on port 1, and r1 (layer 1) on input
@@ -376,68 +398,78 @@ TEST(ShardCompiler, EachReadOfATwoInputOpNamesItsInput) {
 }
 
 // A tile longer than a slice leaves in segments: they must leave back to back (the receiver's
-// release times assume it), even when another reader of the second segment competes for its slice.
+// release times assume it), even when another reader of the second segment competes for its slice;
+// on a link of one vector a cycle and at the exact rate of 19.69 cycles a vector (the segments one
+// stream: the second leaves ceil(5,000 x 19.69) cycles after the first).
 TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
-  topology::ChipSpec chip;
-  ir::Graph g;
-  // y leaves in two segments of 5,000 rows; the add reads y's second segment when the chain t is
-  // ready, about when that segment should leave, and the chain of ReLUs after the add gives it the
-  // higher priority: placed first, it holds the segment's read port.
-  const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {10000, 320}, ir::DType::kI8)}, 0);
-  auto t = g.addInput("x2", {10000, 320}, ir::DType::kI8);
-  for (int i = 0; i < 5; ++i) t = *g.addOp(ir::OpKind::kRelu, "t" + std::to_string(i), {t}, 0);
-  auto r = *g.addOp(ir::OpKind::kAdd, "add", {y, t}, 0);
-  for (int i = 0; i < 8; ++i) r = *g.addOp(ir::OpKind::kRelu, "r" + std::to_string(i), {r}, 0);
-  g.markOutput(r);
-  lower::ShardInterface interface;
-  const lower::SendPlan send{.tensor = y, .port = 3, .interval = 1, .spacing = 1};
-  interface.sends.push_back(send);
-  for (std::uint64_t seed : {0u, 1u, 2u}) {
-    Options o;
-    o.annealMoves = 64;
-    o.seed = seed;
-    auto compiled = compileShard(chip, g, allOps(g), interface, o);
-    ASSERT_TRUE(compiled.ok()) << compiled.error().format();
-    std::vector<isa::Instruction> sends;
-    for (const auto& i : compiled->program.instructions)
-      if (i.op == isa::Opcode::kC2cSend) sends.push_back(i);
-    ASSERT_EQ(sends.size(), 2u);  // 10,000 rows: two segments on two slices
-    EXPECT_NE(sends[0].unit, -1);
-    EXPECT_EQ(sends[1].issue, sends[0].issue + Cycle{sends[0].repeat} * send.interval) << "seed " << seed;
-    ASSERT_EQ(compiled->sendIssues.size(), 1u);
-    EXPECT_EQ(compiled->sendIssues[0], std::vector<Cycle>{sends[0].issue});
+  for (const double bytesPerCycle : {320.0, 16.25}) {
+    const schedule::LinkPace pace = schedule::linkPace(320 / bytesPerCycle);
+    topology::ChipSpec chip;
+    ir::Graph g;
+    // y leaves in two segments of 5,000 rows; the add reads y's second segment when the chain t is
+    // ready, about when that segment should leave, and the chain of ReLUs after the add gives it the
+    // higher priority: placed first, it holds the segment's read port.
+    const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {10000, 320}, ir::DType::kI8)}, 0);
+    auto t = g.addInput("x2", {10000, 320}, ir::DType::kI8);
+    for (int i = 0; i < 5; ++i) t = *g.addOp(ir::OpKind::kRelu, "t" + std::to_string(i), {t}, 0);
+    auto r = *g.addOp(ir::OpKind::kAdd, "add", {y, t}, 0);
+    for (int i = 0; i < 8; ++i) r = *g.addOp(ir::OpKind::kRelu, "r" + std::to_string(i), {r}, 0);
+    g.markOutput(r);
+    lower::ShardInterface interface;
+    const lower::SendPlan send{.tensor = y, .port = 3, .interval = pace.interval, .spacing = pace.spacing};
+    interface.sends.push_back(send);
+    for (std::uint64_t seed : {0u, 1u, 2u}) {
+      Options o;
+      o.annealMoves = 64;
+      o.seed = seed;
+      auto compiled = compileShard(chip, g, allOps(g), interface, o);
+      ASSERT_TRUE(compiled.ok()) << compiled.error().format();
+      std::vector<isa::Instruction> sends;
+      for (const auto& i : compiled->program.instructions)
+        if (i.op == isa::Opcode::kC2cSend) sends.push_back(i);
+      ASSERT_EQ(sends.size(), 2u);  // 10,000 rows: two segments on two slices
+      EXPECT_NE(sends[0].unit, -1);
+      const Cycle first = topology::serializationCycles(sends[0].repeat, std::max(1.0, send.spacing));
+      EXPECT_EQ(sends[1].issue, sends[0].issue + first) << "seed " << seed;
+      ASSERT_EQ(compiled->sendIssues.size(), 1u);
+      EXPECT_EQ(compiled->sendIssues[0], std::vector<Cycle>{sends[0].issue});
 
-    // A second chip receives the burst at the arrival the cluster scheduler would derive from the
-    // first send; both chips simulate in their predicted cycles, without a hazard.
-    const Cycle latency = 200;
-    // Its input is the tensor sent, under the sender's name: a receive checks the burst's tensor.
-    ir::Graph rg;
-    const auto x = rg.addInput(g.tensor(y).name, {10000, 320}, ir::DType::kI8);
-    rg.markOutput(*rg.addOp(ir::OpKind::kRelu, "r", {x}, 0));
-    lower::ShardInterface in;
-    lower::ReceivePlan receive;
-    receive.tensor = x;
-    receive.port = 5;
-    receive.interval = send.interval;
-    receive.arrivals = {compiled->sendIssues[0][0] + chip.c2cSendCycles + latency};
-    in.receives.push_back(receive);
-    auto receiver = compileShard(chip, rg, allOps(rg), in, o);
-    ASSERT_TRUE(receiver.ok()) << receiver.error().format();
-    std::vector<sim::PortBinding> senderPorts(chip.c2cPorts), receiverPorts(chip.c2cPorts);
-    senderPorts[send.port] = {0, 1, receive.port, true, latency, static_cast<double>(chip.vectorBytes)};
-    receiverPorts[receive.port] = {0, 0, send.port, false, latency, static_cast<double>(chip.vectorBytes)};
-    sim::KernelRuntime kernels;
-    auto a = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), senderPorts, {});
-    auto b = sim::makeTspChip(1, chip, std::make_shared<const isa::Program>(receiver->program), receiverPorts, {});
-    ASSERT_TRUE(a->advanceTo(sim::kNever).ok());
-    const auto bursts = a->takeOutgoing();
-    EXPECT_EQ(bursts.size(), 2u);
-    for (const auto& burst : bursts) b->deliver(burst);
-    const Status received = b->advanceTo(sim::kNever);
-    ASSERT_TRUE(received.ok()) << received.error().format();
-    EXPECT_EQ(a->stats().cycles, compiled->program.predictedCycles);
-    EXPECT_EQ(b->stats().cycles, receiver->program.predictedCycles);
-    EXPECT_EQ(a->stats().hazardCount() + b->stats().hazardCount(), 0);
+      // A second chip receives the burst at the arrival the cluster scheduler would derive from the
+      // first send; both chips simulate in their predicted cycles, without a hazard.
+      const Cycle latency = 200;
+      // Its input is the tensor sent, under the sender's name: a receive checks the burst's tensor.
+      ir::Graph rg;
+      const auto x = rg.addInput(g.tensor(y).name, {10000, 320}, ir::DType::kI8);
+      rg.markOutput(*rg.addOp(ir::OpKind::kRelu, "r", {x}, 0));
+      lower::ShardInterface in;
+      lower::ReceivePlan receive;
+      receive.tensor = x;
+      receive.port = 5;
+      receive.interval = send.interval;
+      receive.spacing = send.spacing;
+      receive.arrivals = {compiled->sendIssues[0][0] + chip.c2cSendCycles + latency};
+      in.receives.push_back(receive);
+      auto receiver = compileShard(chip, rg, allOps(rg), in, o);
+      ASSERT_TRUE(receiver.ok()) << receiver.error().format();
+      std::vector<sim::PortBinding> senderPorts(chip.c2cPorts), receiverPorts(chip.c2cPorts);
+      senderPorts[send.port] = {0, 1, receive.port, true, latency, bytesPerCycle};
+      receiverPorts[receive.port] = {0, 0, send.port, false, latency, bytesPerCycle};
+      sim::KernelRuntime kernels;
+      auto a = sim::makeTspChip(0, chip, std::make_shared<const isa::Program>(compiled->program), senderPorts, {});
+      auto b = sim::makeTspChip(1, chip, std::make_shared<const isa::Program>(receiver->program), receiverPorts, {});
+      ASSERT_TRUE(a->advanceTo(sim::kNever).ok());
+      const auto bursts = a->takeOutgoing();
+      EXPECT_EQ(bursts.size(), 2u);
+      for (const auto& burst : bursts) b->deliver(burst);
+      const Status received = b->advanceTo(sim::kNever);
+      ASSERT_TRUE(received.ok()) << received.error().format();
+      EXPECT_EQ(a->stats().cycles, compiled->program.predictedCycles);
+      EXPECT_EQ(b->stats().cycles, receiver->program.predictedCycles);
+      EXPECT_EQ(a->stats().hazardCount() + b->stats().hazardCount(), 0);
+      if (bytesPerCycle < 320) {
+        EXPECT_EQ(bursts[1].streamFrom, sends[0].repeat);
+      }
+    }
   }
 }
 
