@@ -54,11 +54,13 @@ def runs(cache):
     return one + examples + node
 
 
-def run_one(exe, out, key, args, config):
+def run_one(exe, out, key, args, config, cached=False):
     path = os.path.join(out, f"{key}.json")
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
+    if cached:
+        return {"error": "not run"}
     if config is not None:
         config_path = os.path.join(out, f"{key}.yaml")
         with open(config_path, "w") as f:
@@ -105,13 +107,14 @@ def main():
     p.add_argument("out")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--only", default="", help="models (or examples) to run, comma-separated")
+    p.add_argument("--cached", action="store_true", help="print the results OUT holds, run nothing")
     p.add_argument("--plans", default="", help="plans to run, comma-separated (one chip, pp2, ..., its own)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     todo = [r for r in runs(a.cache) if (not a.only or r[1].split("/")[-1] in a.only.split(",")) and
             (not a.plans or r[2] in a.plans.split(","))]
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        futures = [pool.submit(run_one, os.path.abspath(a.tsp_sim), a.out, key, args, config)
+        futures = [pool.submit(run_one, os.path.abspath(a.tsp_sim), a.out, key, args, config, a.cached)
                    for key, _, _, args, config in todo]
         results = [f.result() for f in futures]
     print("| model | plan | chips | predicted | simulated | error |")
