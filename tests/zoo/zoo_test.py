@@ -5,10 +5,13 @@ Stages, in order, each on the export cached in CACHE (export_model.py):
   describe    the full model imports; its parameters equal the ONNX file's float initializers and torch's
               parameters plus float buffers; its matmul FLOPs equal those from ONNX shape inference
   timing      the full model compiles and simulates on one chip: predicted == simulated, no hazards
+  cost        the cost model's one-chip prediction (`--search-only`) is within COST_TOLERANCE of the
+              simulated cycles of the timing stage
   functional  the small seeded model computes on the chip at FP16 and matches PyTorch's float32 outputs
               within the functional tolerance (docs/validation.md)
 A stage listed in expected_failures.txt must fail with its listed error (and the later stages are not
-run); a listed stage that passes, or any other failure, fails the test, so that a fix shows up.
+run, but for the cost stage, whose failure stops nothing); a listed stage that passes, or any other
+failure, fails the test, so that a fix shows up.
 
 Usage: zoo_test.py TSP_SIM CACHE MODEL"""
 import json
@@ -32,7 +35,8 @@ except ImportError as e:
              f"scripts/test.sh): {e}")
 
 CONFIG = os.path.join(HERE, "one_chip_fp16.yaml")
-STAGES = ("describe", "timing", "functional")
+STAGES = ("describe", "timing", "cost", "functional")
+COST_TOLERANCE = 0.15  # docs/validation.md: the cost model within 15 % of the simulated makespan
 
 
 def expected_failures():
@@ -138,6 +142,22 @@ def stage_timing(exe, full, result, tmp):
     return None
 
 
+def stage_cost(exe, full, result, tmp):
+    r, _ = run([exe, "--config", CONFIG, "--model", os.path.join(full, "model.onnx"), "--search-only", "--json",
+                "--quiet", "--out", os.path.join(tmp, "search.h5")])
+    if r.returncode != 0:
+        return error_line(r)
+    search = json.loads(r.stdout)
+    predicted = next(p["iteration_cycles"] for p in search["plans"] if p["plan"] == search["best"])
+    simulated = result["cycles"]
+    error = (predicted - simulated) / simulated
+    result.update(predicted=round(predicted), cost_error=round(error, 4))
+    if abs(error) > COST_TOLERANCE:
+        return (f"cost model {round(predicted)} cycles against {simulated} simulated: {100 * error:+.1f} %, "
+                f"beyond {100 * COST_TOLERANCE:.0f} %")
+    return None
+
+
 def stage_functional(exe, small, result, tmp):
     data = os.path.join(small, "test_data_set_0")
     r, _ = run([exe, "--config", CONFIG, "--model", os.path.join(small, "model.onnx"), "--functional", "--quiet",
@@ -164,6 +184,8 @@ def main():
                 error = stage_describe(exe, full, result)
             elif stage == "timing":
                 error = stage_timing(exe, full, result, tmp)
+            elif stage == "cost":
+                error = stage_cost(exe, full, result, tmp)
             else:
                 error = stage_functional(exe, small, result, tmp)
             expected = xfail.get((name, stage))
@@ -173,12 +195,19 @@ def main():
             if error is None:
                 print(f"FAIL: {name}: {stage} passes but expected_failures.txt lists it (remove the entry)")
                 verdict = 1
+                if stage == "cost":
+                    continue
             elif expected is not None and re.search(expected, error):
                 print(f"expected failure: {name}: {stage}: {error}")
+                if stage == "cost":
+                    result["cost_outside"] = error
+                    continue
                 result["stops_at"] = f"{stage}: {error}"
             else:
                 print(f"FAIL: {name}: {stage}: {error}")
                 verdict = 1
+                if stage == "cost":
+                    continue
             break
     os.makedirs(os.path.join(cache, "results"), exist_ok=True)
     with open(os.path.join(cache, "results", f"{name}.json"), "w") as f:
