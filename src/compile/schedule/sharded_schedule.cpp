@@ -1049,9 +1049,10 @@ Expected<std::vector<InFlight>> bookSegmentSends(const topology::Cluster& cluste
       const Cycle length = topology::pacedSerializationCycles(rows[i], flight.spacing, flight.interval);
       // Everything booked on this link direction before was sent (or forwarded) by this chip
       // before the segment started, so the window is free; the calendar checks it.
-      if (calendar.firstFit(hops, at, length) != at)
-        return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {}", chip,
-                                                          at, link.id));
+      if (const Cycle fit = calendar.firstFit(hops, at, length); fit != at)
+        return makeError(ExitCode::kInternal, fmt::format("a send of chip {} at cycle {} collides on link {} (free "
+                                                          "from cycle {})",
+                                                          chip, at, link.id, fit));
       calendar.reserve(hops, at, length);
       const Cycle arrive = at + spec.c2cSendCycles + link.latencyCycles;
       flight.arrivals.push_back(arrive);
