@@ -175,7 +175,7 @@ struct TensorValues {
   std::int64_t stored = 0;  ///< positions of the chip's order when source is set
 
   /// Placements of it the process's chips have yet to make: the chip that makes the last one drops
-  /// data and make, so that SRAM alone holds the values from then on (0: kept for the run).
+  /// data and source, so that SRAM alone holds the values from then on (0: kept for the run).
   int placements = 0;
 };
 
