@@ -373,7 +373,8 @@ void Lowering::noteWriter(const Access& write, int task) {
 }
 
 void Lowering::waitForFreedReaders(const alloc::Block& mine, int task, int step) {
-  // Write after read: space reused from a freed tensor is written only after its last read.
+  // Write after read: space reused from a freed tensor is written only after its last read (write
+  // after write when nothing read it).
   auto it = freed_.find(mine.slice);
   if (it == freed_.end()) return;
   for (const auto& [block, readers] : it->second) {
@@ -557,7 +558,9 @@ void Lowering::releaseScratch(const alloc::Block& block, const std::vector<std::
     for (const auto& a : accesses) lastAccess = std::max<std::int64_t>(lastAccess, a.first);
   if (lastAccess < 0) lastAccess = static_cast<std::int64_t>(problem_.tasks().size()) - 1;
   out_.sram.release(block, lastAccess);
-  freed_[block.slice].push_back({block, readers});
+  // What a later write to this space waits for: the reads, or the writes of a value nothing reads
+  // (else a late write of the dead value could land over the new one).
+  freed_[block.slice].push_back({block, readers.empty() ? writers : readers});
 }
 
 const ir::Op* Lowering::soleUser(ir::TensorId t, const std::vector<ir::OpId>& ops, size_t at,

@@ -373,7 +373,8 @@ class Lowering {
   std::string timingReason_;
   // Scratch copies made for the op being lowered, freed when it is done: (block, its readers).
   std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>> opScratch_;  // broadcast side reads so far: they take the copies of a replicated tensor in turn
-  // Readers of freed blocks, per MEM slice: a later tensor reusing the space waits for them (WAR).
+  // Readers of freed blocks (writers, for a value nothing read), per MEM slice: a later tensor reusing
+  // the space waits for them (WAR, or WAW).
   std::map<int, std::vector<std::pair<alloc::Block, std::vector<std::pair<int, int>>>>> freed_;
   std::map<int, int> lastReceive_;  // per port: the last receive task (receives consume in arrival order)
   std::map<int, int> lastSend_;     // per port: the last send task (tiles leave in tile order)

@@ -126,6 +126,45 @@ TEST(Lowering, DeadTensorsAreReusedAfterTheirLastRead) {
   EXPECT_TRUE(war);  // a write into reused space waits for the old tensor's last read
 }
 
+TEST(Lowering, SpaceOfAValueNothingReadsIsWrittenAfterIt) {
+  // "dead" is computed and never read; the chain after it needs its space on a chip of 4 short
+  // slices. With no read to wait for, a write into that space must wait for the dead value's
+  // write: else the dead value could land over the live one.
+  const topology::ChipSpec chip = withSlices(4, 64);
+  ir::Graph g;
+  ir::TensorId x = g.addInput("x", {32, 160}, ir::DType::kF16);
+  (void)*g.addOp(ir::OpKind::kRelu, "dead", {x}, 0);
+  for (int i = 0; i < 10; ++i) x = *g.addOp(ir::OpKind::kRelu, std::string("r").append(std::to_string(i)), {x}, 0);
+  g.markOutput(x);
+  auto lowered = lowerShard(chip, g, allOps(g), {});
+  ASSERT_TRUE(lowered.ok()) << lowered.error().format();
+  const auto& p = (*lowered)->problem;
+  auto overlap = [](const isa::Instruction& a, const isa::Instruction& b) {
+    return a.unit == b.unit && a.address < b.address + b.repeat && b.address < a.address + a.repeat;
+  };
+  std::vector<std::pair<int, int>> deadWrites;
+  for (size_t t = 0; t < p.tasks().size(); ++t)
+    if (p.tasks()[t].name.find("dead") != std::string::npos)
+      for (size_t s = 0; s < p.tasks()[t].steps.size(); ++s)
+        if (p.tasks()[t].steps[s].inst.op == isa::Opcode::kMemWrite)
+          deadWrites.push_back({static_cast<int>(t), static_cast<int>(s)});
+  ASSERT_FALSE(deadWrites.empty());
+  int reused = 0, ordered = 0;
+  for (const auto& [dt, ds] : deadWrites) {
+    const isa::Instruction& dead = p.tasks()[dt].steps[ds].inst;
+    for (size_t t = 0; t < p.tasks().size(); ++t)
+      for (size_t s = 0; s < p.tasks()[t].steps.size(); ++s) {
+        const isa::Instruction& w = p.tasks()[t].steps[s].inst;
+        if (static_cast<int>(t) == dt || w.op != isa::Opcode::kMemWrite || !overlap(dead, w)) continue;
+        ++reused;
+        for (const auto& d : p.dependences())
+          ordered += d.from == dt && d.fromStep == ds && d.to == static_cast<int>(t) && d.toStep == static_cast<int>(s);
+      }
+  }
+  EXPECT_GT(reused, 0);  // the chain does reuse the dead value's space
+  EXPECT_GT(ordered, 0);  // and its first write there waits for the dead write
+}
+
 TEST(Lowering, WeightsMadeOnChipAreOverwrittenOnlyAfterTheirInstalls) {
   // v (made on chip) is installed as an MXM's weights and is dead after that matmul; the transposed
   // table lowered next (made on chip: it is also a graph output, so the head does not read the table
