@@ -47,47 +47,50 @@ struct SpecTable {
   }
 };
 
-void decode(const Instruction& inst, const topology::ChipSpec& spec, const std::vector<topology::UnitInfo>& units,
-            const SpecTable& table, Event& e) {
-  e.issue = inst.issue;
-  e.unit = inst.unit;
-  e.repeat = inst.repeat;
-  e.interval = inst.interval;
-  e.address = inst.address;
-  e.bank = inst.bank;
-  e.stride = inst.stride;
-  e.port = inst.port;
-  e.weightUnit = inst.weightUnit;
-  e.weightRows = inst.weightRows;
-  e.src = inst.src;
-  e.src2 = inst.src2;
-  e.dst = inst.dst;
-  e.op = inst.op;
-  e.checks = 0;
-  if (inst.unit < 0 || inst.unit >= static_cast<int>(units.size()) || inst.op >= Opcode::kCount) {
-    e.checks = kMalformed;
-    return;
+// What decoding reads of the spec, loaded once per list of instructions.
+struct Decoder {
+  const topology::ChipSpec& spec;
+  const SpecTable& table;
+  const topology::UnitInfo* units;
+  std::uint32_t unitCount;
+  int streams;
+  int addressesPerSlice;
+  const std::uint8_t* banks;  // ChipSpec::bankOf of each address of a slice, or null (then asked of the spec)
+
+  Decoder(const topology::ChipSpec& spec, const SpecTable& table, const std::vector<topology::UnitInfo>& units,
+          const std::vector<std::uint8_t>& banks)
+      : spec(spec), table(table), units(units.data()), unitCount(static_cast<std::uint32_t>(units.size())),
+        streams(spec.streamsPerDirection), addressesPerSlice(spec.addressesPerSlice),
+        banks(banks.empty() ? nullptr : banks.data()) {}
+
+  // Adds to `e`, made from `inst`, what the spec derives (the fields a malformed instruction leaves keep
+  // their defaults).
+  void derive(const Instruction& inst, Event& e) const {
+    if (static_cast<std::uint32_t>(inst.unit) >= unitCount || inst.op >= Opcode::kCount) {
+      e.checks = kMalformed;
+      return;
+    }
+    const topology::UnitInfo& unit = units[inst.unit];
+    e.slice = static_cast<std::int16_t>(unit.slice);
+    e.indexInKind = static_cast<std::int16_t>(unit.indexInKind);
+    e.kind = unit.kind;
+    const int op = static_cast<int>(inst.op);
+    // The checks of malformation(), which names the first that fails.
+    if (inst.repeat < 1 || inst.interval < 1 || (inst.op != Opcode::kNop && table.kind[op] != unit.kind) ||
+        inst.src.id >= streams || inst.src2.id >= streams || inst.dst.id >= streams) {
+      e.checks = kMalformed;
+      return;
+    }
+    e.span = Cycle{inst.repeat - 1} * inst.interval;
+    e.busyPerIssue = inst.op == Opcode::kNop ? isa::busyPerIssue(spec, inst) : table.busyPerIssue[op];
+    e.busy = e.busyPerIssue * inst.repeat;
+    e.resultLatency = table.resultLatency[op];
+    if ((inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) && inst.bank >= 0 && inst.address >= 0 &&
+        inst.address < addressesPerSlice &&
+        inst.bank != (banks ? banks[inst.address] : spec.bankOf(inst.address)))
+      e.checks = kBankField;
   }
-  const auto& unit = units[inst.unit];
-  e.slice = static_cast<std::int16_t>(unit.slice);
-  e.indexInKind = static_cast<std::int16_t>(unit.indexInKind);
-  e.kind = unit.kind;
-  const int op = static_cast<int>(inst.op);
-  const int streams = spec.streamsPerDirection;
-  // The checks of malformation(), which names the first that fails.
-  if (inst.repeat < 1 || inst.interval < 1 || (inst.op != Opcode::kNop && table.kind[op] != unit.kind) ||
-      inst.src.id >= streams || inst.src2.id >= streams || inst.dst.id >= streams) {
-    e.checks = kMalformed;
-    return;
-  }
-  e.span = Cycle{inst.repeat - 1} * inst.interval;
-  e.busyPerIssue = inst.op == Opcode::kNop ? isa::busyPerIssue(spec, inst) : table.busyPerIssue[op];
-  e.busy = e.busyPerIssue * inst.repeat;
-  e.resultLatency = table.resultLatency[op];
-  if ((inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite) && inst.bank >= 0 && inst.address >= 0 &&
-      inst.address < spec.addressesPerSlice && inst.bank != spec.bankOf(inst.address))
-    e.checks |= kBankField;
-}
+};
 
 }  // namespace
 
@@ -169,13 +172,11 @@ class WeakCache {
 }  // namespace
 
 std::shared_ptr<EventProgram::Body> EventProgram::decodeBody(const Instruction* list, size_t count) const {
-  const topology::ChipSpec& spec = *spec_;
-  const SpecTable& table = tables_->opcodes;
-  const auto& units = tables_->units;
+  const Decoder decoder(*spec_, tables_->opcodes, tables_->units, tables_->banks);
   auto body = std::make_shared<Body>();
-  body->events.resize(count);
+  body->events.reserve(count);
   for (size_t i = 0; i < count; ++i) {
-    decode(list[i], spec, units, table, body->events[i]);
+    decoder.derive(list[i], body->events.emplace_back(list[i]));
     const Opcode op = list[i].op;
     if (op == Opcode::kC2cSend || op == Opcode::kC2cReceive || op == Opcode::kC2cForward)
       body->c2c.push_back(static_cast<std::uint32_t>(i));
@@ -350,7 +351,9 @@ Event EventProgram::at(size_t index) const {
   if (s.decoded) {
     e = s.decoded->events[at];
   } else {
-    decode(s.piece->body->instructions[s.start + at], *spec_, tables_->units, tables_->opcodes, e);
+    const Instruction& inst = s.piece->body->instructions[s.start + at];
+    e = Event(inst);
+    Decoder(*spec_, tables_->opcodes, tables_->units, tables_->banks).derive(inst, e);
   }
   e.issue += s.offset;
   return e;

@@ -19,15 +19,23 @@ namespace tsp::sim {
 /// One instruction in the form the event loop needs: its timing fields, what the chip spec derives
 /// from them, its unit's place, and whether a check that needs no chip state fails.
 struct Event {
+  Event() = default;
+  /// The instruction's own fields; what the chip spec derives from them keeps its default.
+  explicit Event(const isa::Instruction& inst)
+      : issue(inst.issue), unit(inst.unit), src(inst.src), src2(inst.src2), dst(inst.dst), address(inst.address),
+        bank(inst.bank), stride(inst.stride), port(inst.port), repeat(inst.repeat), interval(inst.interval),
+        weightUnit(inst.weightUnit), weightRows(inst.weightRows), op(inst.op) {}
+
   Cycle issue = 0;          ///< absolute (a piece's offset added)
   Cycle span = 0;           ///< (repeat - 1) * interval: from the first iteration's issue to the last's
   Cycle busy = 0;           ///< busy cycles of its unit: busyPerIssue * repeat
   Cycle busyPerIssue = 1;   ///< isa::busyPerIssue
   Cycle resultLatency = 0;  ///< isa::resultLatency
-  std::int32_t unit = 0, repeat = 1, interval = 1;
-  std::int32_t address = -1, bank = -1, stride = 0, port = -1;
-  std::int32_t weightUnit = -1, weightRows = 0;
+  std::int32_t unit = 0;
+  // From src to weightRows in isa::Instruction's order, so that decoding copies them as one block.
   isa::StreamRef src, src2, dst;
+  std::int32_t address = -1, bank = -1, stride = 0, port = -1, repeat = 1, interval = 1;
+  std::int32_t weightUnit = -1, weightRows = 0;
   std::int16_t slice = 0, indexInKind = 0;  ///< of its unit
   isa::Opcode op = isa::Opcode::kNop;
   topology::UnitKind kind = topology::UnitKind::kMem;  ///< of its unit
