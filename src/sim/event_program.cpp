@@ -335,14 +335,6 @@ std::int32_t EventProgram::originOf(size_t index, size_t& hint) const {
   return local >= 0 && static_cast<size_t>(local) < piece.originMap->size() ? (*piece.originMap)[local] : -1;
 }
 
-std::int32_t EventProgram::originAt(const Cursor& c) const {
-  const Segment& s = segments_[c.segment];
-  if (!s.piece) return c.at < program_->originOf.size() ? program_->originOf[c.at] : -1;
-  if (!s.originMap || !c.origins) return -1;
-  const std::int32_t local = c.origins[c.at];
-  return local >= 0 && static_cast<size_t>(local) < s.originMap->size() ? (*s.originMap)[local] : -1;
-}
-
 Event EventProgram::at(size_t index) const {
   size_t hint = 0;
   const Segment& s = segmentOf(index, hint);

@@ -118,7 +118,13 @@ class EventProgram {
   /// Instruction `index`'s entry in the program's origins (Program::origins), or -1; `hint` as above.
   std::int32_t originOf(size_t index, size_t& hint) const;
   /// originOf the event at the cursor, without a search (its piece's origins decoded with its events).
-  std::int32_t originAt(const Cursor& c) const;
+  std::int32_t originAt(const Cursor& c) const {
+    const Segment& s = segments_[c.segment];
+    if (!s.piece) return c.at < program_->originOf.size() ? program_->originOf[c.at] : -1;
+    if (!s.originMap || !c.origins) return -1;
+    const std::int32_t local = c.origins[c.at];
+    return local >= 0 && static_cast<size_t>(local) < s.originMap->size() ? (*s.originMap)[local] : -1;
+  }
   /// The event at the cursor, which must be before the end.
   Event at(const Cursor& c) const {
     Event e = body(c);

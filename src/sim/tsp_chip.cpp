@@ -38,6 +38,9 @@ struct StreamRun {
   std::int32_t count = 1;
   std::int32_t slice = 0;
   std::int32_t reach = 0;
+  // Pads a run to 64 bytes: a stream's run count and a run's place are then a shift, not a division
+  // by 56 (and the allocation keeps the default alignment, which alignas(64) would not).
+  std::int64_t padding = 0;
 
   Cycle tau0(Direction dir) const { return dir == Direction::kEast ? first - slice : first + slice; }
   Cycle tauLast(Direction dir) const { return tau0(dir) + Cycle{count - 1} * interval; }
@@ -157,6 +160,7 @@ class TspChip final : public Chip {
   TspChip(int chipId, const topology::ChipSpec& spec, std::shared_ptr<const isa::Program> program,
           std::vector<PortBinding> ports, const SimOptions& options)
       : id_(chipId), spec_(spec), events_(EventProgram::of(program, spec)), units_(events_->units()),
+        banks_(events_->banks()),
         program_(std::move(program)), ports_(std::move(ports)), options_(options),
         countHazards_(options.faults.enabled()), horizonSlices_(spec.sliceCount() + 1), timeline_(options) {
     unitFree_.assign(units_.size(), 0);
@@ -596,6 +600,14 @@ class TspChip final : public Chip {
     return true;
   }
 
+  // hazard() with its message formatted when the hazard happens: out of line and cold, so that the
+  // checks' hot code holds no formatting.
+  template <typename... Args>
+  [[gnu::cold, gnu::noinline]] bool hazardf(HazardKind kind, const Event& inst, std::int64_t index, Cycle cycle,
+                                            fmt::format_string<Args...> format, Args&&... args) {
+    return hazard(kind, inst, index, cycle, fmt::format(format, std::forward<Args>(args)...));
+  }
+
   // A malformed program (a compiler bug, not a timing fault): always ends the run.
   template <typename Inst>
   bool malformed(const Inst& inst, std::int64_t index, const std::string& what) {
@@ -626,10 +638,9 @@ class TspChip final : public Chip {
     for (size_t r = runs.firstReaching(runs[changed].tauFirst); r < live; ++r) {
       if (r == changed) continue;
       if (auto cycle = collision(runs[r], runs[changed], dir))
-        if (!hazard(HazardKind::kStreamCollision, inst, index, *cycle,
-                    fmt::format("two values on stream {} {} at once (instructions #{} and #{})", ref.id,
-                                dir == Direction::kEast ? "east" : "west", runs[r].programIndex,
-                                runs[changed].programIndex)))
+        if (!hazardf(HazardKind::kStreamCollision, inst, index, *cycle,
+                     "two values on stream {} {} at once (instructions #{} and #{})", ref.id,
+                     dir == Direction::kEast ? "east" : "west", runs[r].programIndex, runs[changed].programIndex))
           return false;
     }
     return true;
@@ -669,17 +680,17 @@ class TspChip final : public Chip {
         if (last >= run.count) continue;
       }
       if (match)
-        return hazard(HazardKind::kStreamCollision, inst, index, firstRead,
-                      fmt::format("two values on stream {} {} at once at slice {} (instructions #{} and #{})", ref.id,
-                                  ref.dir == Direction::kEast ? "east" : "west", slice, runs[*match].programIndex,
-                                  run.programIndex));
+        return hazardf(HazardKind::kStreamCollision, inst, index, firstRead,
+                       "two values on stream {} {} at once at slice {} (instructions #{} and #{})", ref.id,
+                       ref.dir == Direction::kEast ? "east" : "west", slice, runs[*match].programIndex,
+                       run.programIndex);
       match = r;
       matchDistance = distance;
     }
     if (!match)
-      return hazard(HazardKind::kTimeOfFlight, inst, index, firstRead,
-                    fmt::format("reads stream {} {} at slice {} but no value is passing there then (time of flight)",
-                                ref.id, ref.dir == Direction::kEast ? "east" : "west", slice));
+      return hazardf(HazardKind::kTimeOfFlight, inst, index, firstRead,
+                     "reads stream {} {} at slice {} but no value is passing there then (time of flight)", ref.id,
+                     ref.dir == Direction::kEast ? "east" : "west", slice);
     if (read) {
       const StreamRun& run = runs[*match];
       const int distance = matchDistance;
@@ -718,8 +729,7 @@ class TspChip final : public Chip {
 
   // ChipSpec::bankOf, from the decoded program's table.
   int bankOf(std::int64_t address) const {
-    const auto& banks = events_->banks();
-    return address >= 0 && address < static_cast<std::int64_t>(banks.size()) ? banks[static_cast<size_t>(address)]
+    return address >= 0 && address < static_cast<std::int64_t>(banks_.size()) ? banks_[static_cast<size_t>(address)]
                                                                             : spec_.bankOf(static_cast<int>(address));
   }
 
@@ -746,24 +756,25 @@ class TspChip final : public Chip {
     return found;
   }
 
+  [[gnu::cold, gnu::noinline]] bool badBankField(const Event& inst, std::int64_t index) {
+    return malformed(inst, index,
+                     fmt::format("bank field {} disagrees with the chip's bank mapping (address {} is in bank {})",
+                                 inst.bank, inst.address, spec_.bankOf(inst.address)));
+  }
+
   // MEM: one read and one write port per slice; a read and a write in one cycle must use different banks.
   bool memAccess(const Event& inst, std::int64_t index) {
     const int slice = inst.indexInKind;
     const Port port = inst.op == Opcode::kMemRead ? kReadPort : kWritePort;
-    const char* portName = port == kReadPort ? "read" : "write";
     const std::int64_t last = inst.address + std::int64_t{inst.stride} * (inst.repeat - 1);
-    if (inst.checks & kBankField)
-      return malformed(inst, index,
-                       fmt::format("bank field {} disagrees with the chip's bank mapping (address {} is in bank {})",
-                                   inst.bank, inst.address, spec_.bankOf(inst.address)));
+    if (inst.checks & kBankField) return badBankField(inst, index);
     if (inst.address < 0 || inst.address >= spec_.addressesPerSlice || last < 0 || last >= spec_.addressesPerSlice)
-      return hazard(
-          HazardKind::kSramRange, inst, index, inst.issue,
-          fmt::format("SRAM address {}..{} out of range [0, {})", inst.address, last, spec_.addressesPerSlice));
+      return hazardf(HazardKind::kSramRange, inst, index, inst.issue, "SRAM address {}..{} out of range [0, {})",
+                     inst.address, last, spec_.addressesPerSlice);
     if (inst.issue < portFree_[port][slice])
-      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
-                  fmt::format("issued while the MEM {} port is busy until cycle {} (instruction #{})", portName,
-                              portFree_[port][slice], lastRun_[port][slice].programIndex)))
+      if (!hazardf(HazardKind::kUnitBusy, inst, index, inst.issue,
+                   "issued while the MEM {} port is busy until cycle {} (instruction #{})",
+                   port == kReadPort ? "read" : "write", portFree_[port][slice], lastRun_[port][slice].programIndex))
         return false;
     maxAddress_[slice] = std::max<std::int64_t>(maxAddress_[slice], std::max<std::int64_t>(inst.address, last));
     PortRun run{inst.issue, inst.interval, inst.repeat, inst.address, inst.stride, index};
@@ -774,10 +785,10 @@ class TspChip final : public Chip {
       if (conflicts > 0) {
         stats_.bankConflicts += conflicts;
         const int bank = spec_.bankOf(static_cast<int>(run.address + (at - run.first) / run.interval * run.stride));
-        if (!hazard(HazardKind::kBankConflict, inst, index, at,
-                    fmt::format("bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
-                                "(instructions #{} and #{})",
-                                slice, bank, other.programIndex, index)))
+        if (!hazardf(HazardKind::kBankConflict, inst, index, at,
+                     "bank port conflict on MEM slice {} bank {}: a read and a write in one cycle "
+                     "(instructions #{} and #{})",
+                     slice, bank, other.programIndex, index))
           return false;
       }
     }
@@ -787,19 +798,22 @@ class TspChip final : public Chip {
     return tensorWritten_.empty() || checkDataFlow(inst, index);
   }
 
+  // Ends the run on an event whose checks say it is malformed, naming what is wrong.
+  [[gnu::cold, gnu::noinline]] bool malformedEvent(const Event& inst, std::int64_t index) {
+    if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
+      failure_ = makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
+                                                          id_, index, inst.unit));
+      return false;
+    }
+    return malformed(inst, index, malformation(instruction(index), spec_, units_).value_or("malformed"));
+  }
+
   // Executes one event; `replay`: only its program-only part (a follower catching up), which passes.
   [[gnu::always_inline]] bool execute(const Event& inst, std::int64_t index, bool replay = false) {
-    if (inst.checks & kMalformed) {
-      if (inst.unit < 0 || inst.unit >= static_cast<int>(units_.size())) {
-        failure_ = makeError(ExitCode::kHazard, fmt::format("chip {}: instruction #{} names unit {}, which does not exist",
-                                                            id_, index, inst.unit));
-        return false;
-      }
-      return malformed(inst, index, malformation(instruction(index), spec_, units_).value_or("malformed"));
-    }
+    if (inst.checks & kMalformed) return malformedEvent(inst, index);
     if (inst.issue < unitFree_[inst.unit])
-      if (!hazard(HazardKind::kUnitBusy, inst, index, inst.issue,
-                  fmt::format("issued while the unit is busy until cycle {}", unitFree_[inst.unit])))
+      if (!hazardf(HazardKind::kUnitBusy, inst, index, inst.issue, "issued while the unit is busy until cycle {}",
+                   unitFree_[inst.unit]))
         return false;
 
     const bool memAccessOp = inst.op == Opcode::kMemRead || inst.op == Opcode::kMemWrite;
@@ -831,14 +845,14 @@ class TspChip final : public Chip {
         const int plane = inst.indexInKind / 2;
         const Cycle ready = planeReady_[plane];
         if (!expectedInstalls_.empty() && installsDone_[plane] != expectedInstalls_[index]) {
-          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
-                      installsDone_[plane] < expectedInstalls_[index]
-                          ? "MXM compute before its weights are installed"
-                          : "MXM compute after its weights were replaced by a later install"))
+          if (!hazardf(HazardKind::kWeightsMissing, inst, index, inst.issue, "{}",
+                       installsDone_[plane] < expectedInstalls_[index]
+                           ? "MXM compute before its weights are installed"
+                           : "MXM compute after its weights were replaced by a later install"))
             return false;
         } else if (ready < 0 || ready > inst.issue)
-          if (!hazard(HazardKind::kWeightsMissing, inst, index, inst.issue,
-                      "MXM compute before its weights are installed"))
+          if (!hazardf(HazardKind::kWeightsMissing, inst, index, inst.issue,
+                       "MXM compute before its weights are installed"))
             return false;
         mxmVectors_ += inst.repeat;
         break;
@@ -927,7 +941,13 @@ class TspChip final : public Chip {
     if (tensor < 0 || tensorWritten_[tensor]) return true;
     tensorWritten_[tensor] = 1;
     if (firstEarlyRead_[tensor] < 0) return true;
-    const EarlyRead read = earlyReads_[firstEarlyRead_[tensor]];
+    return readBeforeWrite(inst, index, origin, firstEarlyRead_[tensor]);
+  }
+
+  // The hazard of early read `early` (checkDataFlow's), reported by the first write (inst) of what it read.
+  [[gnu::cold, gnu::noinline]] bool readBeforeWrite(const Event& inst, std::int64_t index, std::int32_t origin,
+                                                    std::int32_t early) {
+    const EarlyRead& read = earlyReads_[early];
     const auto& from = program_->origins[read.origin];
     const auto& by = program_->origins[origin];
     return hazard(HazardKind::kReadBeforeWrite, read.event, read.index, read.event.issue,
@@ -1120,6 +1140,7 @@ class TspChip final : public Chip {
   const topology::ChipSpec& spec_;
   std::shared_ptr<const EventProgram> events_;  // the program decoded, shared by the chips running it
   const std::vector<topology::UnitInfo>& units_;  // the spec's unit table, held by events_
+  const std::vector<std::uint8_t>& banks_;         // the spec's bank of each address (EventProgram::banks)
   std::shared_ptr<const isa::Program> program_;
   EventProgram::Cursor cursor_;  // the event next_ in program order
   mutable size_t lookup_ = 0;     // the segment of the last instruction or origin looked up by index
