@@ -533,7 +533,10 @@ StageEnd simulate(RunState& s) {
   s.selection.c2c = config.output.level != "summary";
   s.selection.instructions = config.output.level == "instructions";
   s.selection.instructionChips = config.output.instructionChips;
-  s.events = std::make_unique<EventBuffer>(cluster.chip(), s.programs, s.selection, config.output.eventBufferRows);
+  // Each rank reads its own chips' programs for the op and layer rows.
+  s.events = std::make_unique<EventBuffer>(cluster.chip(), s.programs,
+                                           attribute(cluster.chip(), s.programs, s.mapping->localChips, s.comm),
+                                           s.selection, config.output.eventBufferRows);
   EventBuffer& events = *s.events;
   if (auto checked = s.selection.c2c ? events.check() : Status{}; !checked) {
     trace.discard();
