@@ -2,6 +2,7 @@
 #include "runtime/attribution.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -79,9 +80,10 @@ void addWork(WorkRow& to, const WorkRow& from) {
   to.c2cBytes += from.c2cBytes;
 }
 
-}  // namespace
-
-Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs) {
+// The names and every chip's ids; the op rows and a row per named layer (in layer order, idle ones
+// too, so that ranks' rows line up) from the programs of `chips` alone.
+Attribution attributeChips(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                           const std::vector<int>& chips) {
   Attribution a;
   // One row per op, whichever microbatch's copies (OpOrigin::instance) or input its instructions read.
   std::map<std::tuple<std::string, std::string, std::int32_t, std::string>, std::int32_t> ids;
@@ -160,9 +162,9 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
   };
   // Chips running one program (shared by the driver) share its work.
   std::map<const isa::Program*, ChipWork> known;
-  for (size_t c = 0; c < programs.size(); ++c) {
+  for (const int c : chips) {
     auto it = known.find(programs[c].get());
-    if (it == known.end()) it = known.emplace(programs[c].get(), workOf(*programs[c], static_cast<int>(c))).first;
+    if (it == known.end()) it = known.emplace(programs[c].get(), workOf(*programs[c], c)).first;
     const ChipWork& work = it->second;
     for (const auto& [op, part] : work.ops) {
       addWork(a.ops[op], part);
@@ -173,8 +175,69 @@ Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::sha
     for (const auto& [layer, bytes] : work.layerSram) layers[layer].sramBytes += bytes;
   }
   for (const auto& row : a.ops) addWork(layers[a.names[row.id].layer], row);
-  for (auto& [layer, row] : layers)
-    if (row.instructions > 0) a.layers.push_back(row);
+  for (auto& [layer, row] : layers) a.layers.push_back(row);
+  return a;
+}
+
+void dropIdleLayers(Attribution& a) {
+  std::erase_if(a.layers, [](const WorkRow& row) { return row.instructions == 0; });
+}
+
+}  // namespace
+
+Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs) {
+  std::vector<int> chips(programs.size());
+  std::iota(chips.begin(), chips.end(), 0);
+  Attribution a = attributeChips(spec, programs, chips);
+  dropIdleLayers(a);
+  return a;
+}
+
+Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                      const std::vector<int>& chips, MPI_Comm comm) {
+  Attribution a = attributeChips(spec, programs, chips);
+  // Every figure of a row is a sum, a maximum or a minimum over chips: exact whichever rank adds which chip.
+  constexpr size_t kSums = 6 + topology::kUnitKindCount, kMaxima = 3;
+  const size_t rows = a.ops.size() + a.layers.size();
+  std::vector<long long> sums(rows * kSums), maxima(rows * kMaxima);
+  std::vector<double> linkBusy(rows);
+  auto rowAt = [&](size_t i) -> WorkRow& { return i < a.ops.size() ? a.ops[i] : a.layers[i - a.ops.size()]; };
+  for (size_t i = 0; i < rows; ++i) {
+    const WorkRow& r = rowAt(i);
+    long long* sum = &sums[i * kSums];
+    sum[0] = r.instructions;
+    sum[1] = r.memBytes;
+    sum[2] = r.c2cBytes;
+    sum[3] = r.sramBytes;
+    sum[4] = r.chipCycles;
+    sum[5] = r.chips;
+    for (size_t k = 0; k < r.busy.size(); ++k) sum[6 + k] = r.busy[k];
+    long long* max = &maxima[i * kMaxima];
+    max[0] = r.firstCycle < 0 ? LLONG_MIN : -r.firstCycle;  // the earliest first cycle, as a maximum
+    max[1] = r.lastCycle;
+    max[2] = r.cycles;
+    linkBusy[i] = r.linkBusy;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_LONG_LONG, MPI_SUM, comm);
+  MPI_Allreduce(MPI_IN_PLACE, maxima.data(), static_cast<int>(maxima.size()), MPI_LONG_LONG, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, linkBusy.data(), static_cast<int>(rows), MPI_DOUBLE, MPI_MAX, comm);
+  for (size_t i = 0; i < rows; ++i) {
+    WorkRow& r = rowAt(i);
+    const long long* sum = &sums[i * kSums];
+    r.instructions = sum[0];
+    r.memBytes = sum[1];
+    r.c2cBytes = sum[2];
+    r.sramBytes = sum[3];
+    r.chipCycles = sum[4];
+    r.chips = static_cast<std::int32_t>(sum[5]);
+    for (size_t k = 0; k < r.busy.size(); ++k) r.busy[k] = sum[6 + k];
+    const long long* max = &maxima[i * kMaxima];
+    r.firstCycle = max[0] == LLONG_MIN ? -1 : -max[0];
+    r.lastCycle = max[1];
+    r.cycles = max[2];
+    r.linkBusy = linkBusy[i];
+  }
+  dropIdleLayers(a);
   return a;
 }
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include <mpi.h>
+
 #include "compile/isa/program.h"
 #include "support/units.h"
 #include "topology/chip_spec.h"
@@ -58,7 +60,12 @@ struct TimeSplit {
 };
 TimeSplit timeSplit(const topology::ChipSpec& spec, const isa::Program& program, Cycle chipCycles, Cycle makespan);
 
-/// The attribution of the chips' programs (the same on every rank: it reads every program).
+/// The attribution of the chips' programs, all read here.
 Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs);
+
+/// The same attribution on every rank of `comm`, each rank reading the programs of its `chips` for the
+/// work rows (every chip on exactly one rank); the names and ids come from every program's origins.
+Attribution attribute(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs,
+                      const std::vector<int>& chips, MPI_Comm comm);
 
 }  // namespace tsp::runtime

@@ -502,10 +502,16 @@ StageEnd loadProgramsStage(RunState& s) {
 // Identical programs shared (a chip instance is a program reference and port bindings), then chips
 // dealt to ranks, before anything is written, so that too many ranks fail in seconds.
 StageEnd mapRanks(RunState& s) {
+  // A hash reads the whole program: each rank hashes every ranks-th one, and the hashes are shared.
+  std::vector<std::uint64_t> hashes(s.compiled.size(), 0);
+  for (size_t chip = static_cast<size_t>(s.rank); chip < hashes.size(); chip += static_cast<size_t>(s.ranks))
+    hashes[chip] = s.compiled[chip].contentHash();
+  MPI_Allreduce(MPI_IN_PLACE, hashes.data(), static_cast<int>(hashes.size()), MPI_UINT64_T, MPI_BOR, s.comm);
   std::map<std::uint64_t, std::shared_ptr<const isa::Program>> unique;
-  for (auto& p : s.compiled) {
+  for (size_t chip = 0; chip < hashes.size(); ++chip) {
+    isa::Program& p = s.compiled[chip];
     s.predictedMakespan = std::max(s.predictedMakespan, p.predictedCycles);
-    auto& shared = unique[p.contentHash()];
+    auto& shared = unique[hashes[chip]];
     if (!shared) shared = std::make_shared<const isa::Program>(std::move(p));
     s.programs.push_back(shared);
   }
@@ -533,7 +539,10 @@ StageEnd simulate(RunState& s) {
   s.selection.c2c = config.output.level != "summary";
   s.selection.instructions = config.output.level == "instructions";
   s.selection.instructionChips = config.output.instructionChips;
-  s.events = std::make_unique<EventBuffer>(cluster.chip(), s.programs, s.selection, config.output.eventBufferRows);
+  // Each rank reads its own chips' programs for the op and layer rows.
+  s.events = std::make_unique<EventBuffer>(cluster.chip(), s.programs,
+                                           attribute(cluster.chip(), s.programs, s.mapping->localChips, s.comm),
+                                           s.selection, config.output.eventBufferRows);
   EventBuffer& events = *s.events;
   if (auto checked = s.selection.c2c ? events.check() : Status{}; !checked) {
     trace.discard();

@@ -27,9 +27,10 @@ struct EventSelection {
 /// whatever the number of ranks, and memory stays bounded by the flush threshold.
 class EventBuffer final : public sim::ChipObserver {
  public:
-  /// `programs` indexed by chip; `flushRows` is the number of buffered rows that asks for a flush.
+  /// `programs` indexed by chip, `attribution` theirs; `flushRows` is the number of buffered rows that
+  /// asks for a flush.
   EventBuffer(const topology::ChipSpec& spec, const std::vector<std::shared_ptr<const isa::Program>>& programs,
-              EventSelection selection, std::int64_t flushRows);
+              Attribution attribution, EventSelection selection, std::int64_t flushRows);
 
   /// Checks that every program is in canonical order, the order rows are written in.
   Status check() const;

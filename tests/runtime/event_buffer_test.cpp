@@ -28,7 +28,7 @@ std::vector<std::shared_ptr<const isa::Program>> programs(const topology::ChipSp
 TEST(EventBuffer, RowsOfEachChipFollowThoseOfLowerChips) {
   topology::ChipSpec spec;
   const auto list = programs(spec);
-  EventBuffer buffer(spec, list, {true, true, {}}, 1000);
+  EventBuffer buffer(spec, list, attribute(spec, list), {true, true, {}}, 1000);
   ASSERT_TRUE(buffer.check().ok());
   EXPECT_EQ(buffer.c2cRowCount(), 4);           // two sends on chips 0 and 2
   EXPECT_EQ(buffer.instructionRowCount(), 8);   // 3 + 2 + 3
@@ -45,7 +45,7 @@ TEST(EventBuffer, RowsOfEachChipFollowThoseOfLowerChips) {
 TEST(EventBuffer, OnlyTheChosenChipsRecordInstructions) {
   topology::ChipSpec spec;
   const auto list = programs(spec);
-  EventBuffer buffer(spec, list, {true, true, {1}}, 1000);
+  EventBuffer buffer(spec, list, attribute(spec, list), {true, true, {1}}, 1000);
   EXPECT_EQ(buffer.instructionRowCount(), 2);
   buffer.instructionExecuted(0, 0, 0, 1);  // chip 0 is not recorded
   EXPECT_EQ(buffer.buffered(), 0);
@@ -56,7 +56,7 @@ TEST(EventBuffer, OnlyTheChosenChipsRecordInstructions) {
 TEST(EventBuffer, AsksForAFlushAtTheThreshold) {
   topology::ChipSpec spec;
   const auto list = programs(spec);
-  EventBuffer buffer(spec, list, {true, false, {}}, 2);
+  EventBuffer buffer(spec, list, attribute(spec, list), {true, false, {}}, 2);
   sim::C2CBurst burst;
   buffer.recordBursts({burst});
   EXPECT_FALSE(buffer.wantsFlush());
@@ -69,7 +69,7 @@ TEST(EventBuffer, RefusesAProgramOutOfOrder) {
   auto p = std::make_shared<isa::Program>();
   p->instructions = {inst(0, 9, isa::Opcode::kMemRead), inst(0, 3, isa::Opcode::kMemRead)};
   const std::vector<std::shared_ptr<const isa::Program>> list{p};
-  EventBuffer buffer(spec, list, {true, false, {}}, 10);
+  EventBuffer buffer(spec, list, attribute(spec, list), {true, false, {}}, 10);
   auto s = buffer.check();
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().format(), "the program of chip 0 is not in (issue, unit) order; event rows need it");
