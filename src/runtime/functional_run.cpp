@@ -246,23 +246,31 @@ Expected<std::vector<ir::Value>> interpretStored(const ir::Graph& graph, const s
   return outputs;
 }
 
-// A folded tensor's values from the stored graph values (isa::WeightFold): per channel c, scale =
+// A fold's values from the stored graph values (isa::WeightFold): per channel c, scale =
 // gamma / sqrt(var + eps) and shift = beta - mean * scale, integers rounded ties to even for INT8
 // (the interpreter's INT8 BatchNormalization) and wrapped; Conv weights [Cout, ...] times scale[co].
-Expected<std::vector<double>> foldedValues(
-    const isa::WeightFold& fold, const std::map<std::string, ir::Data>& leaves,
-    sim::ElementType element) {
-  auto find = [&](const std::string& name) -> const ir::TensorData* {
+// A scale or a shift is made here (one value per channel); folded weights are the source's values
+// and a function of (element, value) that the chip applies as it places them, so that no folded
+// copy of a weight is held beside the graph's.
+struct Folded {
+  ir::Data data;                                  // the values, or kWeights: the source's
+  std::function<double(std::int64_t, double)> map;  // kWeights: element i's folded value from data[i]
+};
+
+Expected<Folded> foldedValues(const isa::WeightFold& fold, const std::map<std::string, ir::Data>& leaves,
+                              sim::ElementType element) {
+  auto find = [&](const std::string& name) -> ir::Data {
     auto it = leaves.find(name);
-    return it == leaves.end() ? nullptr : it->second.get();
+    return it == leaves.end() ? nullptr : it->second;
   };
-  const auto *gamma = find(fold.gamma), *beta = find(fold.beta), *mean = find(fold.mean), *var = find(fold.var);
-  const ir::TensorData* source = fold.kind == isa::WeightFold::Kind::kWeights ? find(fold.source) : gamma;
+  const ir::Data gamma = find(fold.gamma), beta = find(fold.beta), mean = find(fold.mean), var = find(fold.var);
+  const ir::Data source = fold.kind == isa::WeightFold::Kind::kWeights ? find(fold.source) : gamma;
   if (!gamma || !beta || !mean || !var || !source || gamma->empty() || beta->size() != gamma->size() ||
       mean->size() != gamma->size() || var->size() != gamma->size() || source->size() % gamma->size() != 0)
     return makeError(ExitCode::kInternal, fmt::format("functional mode: the fold of '{}' names tensors without matching "
                                                       "values", fold.tensor));
   const bool integer = element == sim::ElementType::kInt8;
+  const ir::DType type = integer ? ir::DType::kI8 : ir::DType::kF16;
   const size_t channels = gamma->size();
   std::vector<double> scale(channels), shift(channels);
   for (size_t c = 0; c < channels; ++c) {
@@ -271,20 +279,15 @@ Expected<std::vector<double>> foldedValues(
     shift[c] = (*beta)[c] - (*mean)[c] * scale[c];
     if (integer) shift[c] = std::nearbyint(shift[c]);
   }
-  std::vector<double> out;
-  switch (fold.kind) {
-    case isa::WeightFold::Kind::kScale: out = scale; break;
-    case isa::WeightFold::Kind::kShift: out = shift; break;
-    case isa::WeightFold::Kind::kWeights: {
-      out = *source;
-      const size_t perChannel = out.size() / channels;
-      for (size_t i = 0; i < out.size(); ++i) out[i] *= scale[i / perChannel];
-      break;
-    }
+  if (fold.kind == isa::WeightFold::Kind::kWeights) {
+    const auto perChannel = static_cast<std::int64_t>(source->size() / channels);
+    return Folded{source, [scale = std::move(scale), perChannel, type](std::int64_t i, double v) {
+                    return ir::toStorage(v * scale[static_cast<size_t>(i / perChannel)], type);
+                  }};
   }
-  const ir::DType type = integer ? ir::DType::kI8 : ir::DType::kF16;
+  std::vector<double> out = fold.kind == isa::WeightFold::Kind::kScale ? std::move(scale) : std::move(shift);
   for (double& v : out) v = ir::toStorage(v, type);
-  return out;
+  return Folded{ir::makeData(out), {}};
 }
 
 }  // namespace
@@ -392,7 +395,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
   // Every leaf's values as the chip stores them; the reference graph gets the same values.
   ir::Graph reference = graph;
   std::map<std::string, ir::Data> leaves;  // one copy, shared
-  std::map<std::string, ir::Data> folded;
+  std::map<std::string, Folded> folded;
   std::vector<ir::Value> inputs;
   auto stateAndInputs = graph.inputs();
   stateAndInputs.insert(stateAndInputs.end(), graph.states().begin(), graph.states().end());
@@ -439,7 +442,7 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
       if (folded.count(fold.tensor)) continue;
       auto values = foldedValues(fold, leaves, element);
       if (!values) return values.error();
-      folded[fold.tensor] = ir::makeData(*values);
+      folded[fold.tensor] = std::move(*values);
     }
   // The placements the process's chips make of each resident tensor: a tensor only other processes'
   // chips hold is not given, and the others are dropped after their last placement.
@@ -453,20 +456,24 @@ Expected<FunctionalSetup> prepareFunctional(const ir::Graph& graph,
     for (const auto& placement : p->tensors) {
       if (!placement.resident || resident->count(placement.name)) continue;
       if (sources.localChips && !placements.count(placement.name)) continue;
-      auto it = folded.count(placement.name) ? folded.find(placement.name) : leaves.find(placement.name);
+      Folded values;
+      if (auto f = folded.find(placement.name); f != folded.end()) values = f->second;
+      else if (auto l = leaves.find(placement.name); l != leaves.end()) values.data = l->second;
       const auto id = graph.findTensor(placement.name);
-      if (it == leaves.end() || !id)
+      if (!values.data || !id)
         return makeError(ExitCode::kInternal,
                          fmt::format("functional mode: resident tensor '{}' is not a graph input or weight", placement.name));
       const std::int64_t cols = storedCols(chip, graph, channelsLast, *id);
       const int count = sources.localChips ? placements.at(placement.name) : 0;
-      if (!channelsLast[static_cast<size_t>(*id)]) {  // row-major in its shape: the values as they are
-        (*resident)[placement.name] = {cols, it->second, {}, 0, count};
-        continue;
+      sim::TensorValues& entry = (*resident)[placement.name];
+      entry = {cols, values.data, {}, 0, count, std::move(values.map)};
+      // Channels-last: read in storage order as a chip places it, from the one copy of the values
+      // (else row-major in its shape: the values as they are).
+      if (channelsLast[static_cast<size_t>(*id)]) {
+        StorageIndex index = storageIndex(chip, graph, channelsLast, *id, static_cast<std::int64_t>(values.data->size()));
+        entry.source = std::move(index.source);
+        entry.stored = index.stored;
       }
-      // Read in storage order as a chip places it, from the one copy of the values.
-      StorageIndex index = storageIndex(chip, graph, channelsLast, *id, static_cast<std::int64_t>(it->second->size()));
-      (*resident)[placement.name] = {cols, it->second, std::move(index.source), index.stored, count};
     }
   // What only the chips' placements need is not kept past them here.
   leaves.clear();

@@ -175,8 +175,11 @@ struct TensorValues {
   std::int64_t stored = 0;  ///< positions of the chip's order when source is set
 
   /// Placements of it the process's chips have yet to make: the chip that makes the last one drops
-  /// data and source, so that SRAM alone holds the values from then on (0: kept for the run).
+  /// data, source and map, so that SRAM alone holds the values from then on (0: kept for the run).
   int placements = 0;
+  /// When set: element i of data is placed as map(i, data[i]) (a BatchNormalization folded into a
+  /// Conv's weights, isa::WeightFold), computed as the chip writes it: no folded copy is held.
+  std::function<double(std::int64_t, double)> map = nullptr;
 };
 
 /// Functional mode (`simulation.mode: functional`): values in SRAM and on the streams.

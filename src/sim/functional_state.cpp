@@ -183,10 +183,13 @@ Status FunctionalState::place(const isa::TensorPlacement& tensor, const TensorVa
     return makeError(ExitCode::kInternal, fmt::format("functional mode: no values for '{}'", tensor.name));
   const TensorData& data = *values.data;
   const std::size_t count = values.source ? static_cast<std::size_t>(values.stored) : data.size();
+  const auto element = [&](std::size_t i) {
+    return values.map ? values.map(static_cast<std::int64_t>(i), data[i]) : data[i];
+  };
   const auto value = [&](std::size_t i) {
-    if (!values.source) return data[i];
+    if (!values.source) return element(i);
     const std::int64_t from = values.source(static_cast<std::int64_t>(i));
-    return from < 0 ? 0.0 : data[static_cast<std::size_t>(from)];
+    return from < 0 ? 0.0 : element(static_cast<std::size_t>(from));
   };
   const int eb = bytesOf(tensor);
   const int lanes = vectorBytes_ / eb;

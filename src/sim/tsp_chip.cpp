@@ -355,6 +355,7 @@ class TspChip final : public Chip {
       if (it->second.placements > 0 && --it->second.placements == 0) {
         it->second.data.reset();
         it->second.source = nullptr;
+        it->second.map = nullptr;
       }
     }
     options_.functional.resident.reset();  // SRAM holds them now; the run's map can be let go

@@ -7,9 +7,30 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace tsp {
+
+template <typename T>
+void* PageAllocator<T>::allocateBytes(std::size_t bytes) {
+  if (bytes < kMappedBytes) return ::operator new(bytes);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  return p;
+}
+
+template <typename T>
+void PageAllocator<T>::deallocateBytes(void* p, std::size_t bytes) {
+  if (bytes < kMappedBytes) {
+    ::operator delete(p);
+    return;
+  }
+  munmap(p, bytes);
+}
+
+template struct PageAllocator<std::uint8_t>;
+
 namespace {
 
 using Encoding = TensorData::Encoding;

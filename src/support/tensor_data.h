@@ -12,6 +12,25 @@
 
 namespace tsp {
 
+/// Storage of large value arrays in their own anonymous mappings (kMappedBytes or more; smaller ones
+/// from the heap): freeing one returns its pages to the kernel at once, whatever the heap around it
+/// holds, so that a weight dropped after its placement costs no resident memory afterwards.
+template <typename T>
+struct PageAllocator {
+  using value_type = T;
+  static constexpr std::size_t kMappedBytes = std::size_t{1} << 16;
+  PageAllocator() = default;
+  template <typename U>
+  PageAllocator(const PageAllocator<U>&) {}  // NOLINT: rebinding, as std::allocator does
+  T* allocate(std::size_t n) { return static_cast<T*>(allocateBytes(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) { deallocateBytes(p, n * sizeof(T)); }
+  friend bool operator==(const PageAllocator&, const PageAllocator&) { return true; }
+
+ private:
+  static void* allocateBytes(std::size_t bytes);
+  static void deallocateBytes(void* p, std::size_t bytes);
+};
+
 /// Element values in row-major order. The encoding is chosen from the values, not the tensor's
 /// type: INT8 when all are integers in [-128, 127], FP16 (bit patterns) when all are FP16 values,
 /// INT32, FP32, else FP64. A weight the importer rounded to its FP16 storage type takes 2 bytes an
@@ -93,7 +112,7 @@ class TensorData {
   const_iterator end() const { return {this, size_}; }
 
  private:
-  std::vector<std::uint8_t> bytes_;
+  std::vector<std::uint8_t, PageAllocator<std::uint8_t>> bytes_;
   std::size_t size_ = 0;
   Encoding encoding_ = Encoding::kF64;
 };

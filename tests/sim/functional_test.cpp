@@ -376,6 +376,26 @@ TEST(FunctionalState, APlacementThatConsumesItsValuesGivesTheirMemoryBack) {
   EXPECT_EQ((*data)[values.size() / 2], 0.0);
 }
 
+TEST(FunctionalState, APlacementWithAMapStoresEachElementMapped) {
+  // A folded weight is placed as map(i, data[i]), i the element's index in data, also when the
+  // chip's order reads data through an index map (here reversed, the last position a zero).
+  const topology::ChipSpec spec;
+  FunctionalState state(spec, ElementType::kFp16);
+  const std::int64_t rows = 3, cols = state.lanes(), n = rows * cols;
+  const isa::TensorPlacement t = placementAt(spec, "w", ir::DType::kF16, rows, 0);
+  std::vector<double> values(static_cast<size_t>(n - 1));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i % 50) / 8;
+  TensorValues v{cols, shareTensorData(values), [n](std::int64_t i) { return i + 1 == n ? -1 : n - 2 - i; }, n};
+  v.map = [cols](std::int64_t i, double x) { return x * static_cast<double>(1 + i / cols) + 1.0 / 3; };
+  ASSERT_TRUE(state.place(t, v).ok());
+  const auto held = state.read(t, cols);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t from = i + 1 == n ? -1 : n - 2 - i;
+    const double expected = from < 0 ? 0.0 : v.map(from, values[static_cast<size_t>(from)]);
+    EXPECT_EQ(held[static_cast<size_t>(i)], static_cast<double>(halfToFloat(floatToHalf(static_cast<float>(expected))))) << i;
+  }
+}
+
 // Lines of /proc/self/maps: the process's memory mappings, which vm.max_map_count bounds.
 int mappingCount() {
   std::ifstream maps("/proc/self/maps");
