@@ -199,12 +199,22 @@ LayerMemory rankMemory(const LayerProfile& layer, const Candidate& c) {
                      layer.peakBytes / c.tp};
 }
 
+std::vector<LayerEdge> crossingEdges(const ModelProfile& profile, const std::vector<int>& layerChunk) {
+  std::vector<LayerEdge> crossing;
+  std::set<std::pair<std::int64_t, int>> received;  // (tensor, reading chunk)
+  for (const auto& e : profile.edges) {
+    if (layerChunk[e.from] == layerChunk[e.to]) continue;
+    if (e.tensor >= 0 && !received.insert({e.tensor, layerChunk[e.to]}).second) continue;
+    crossing.push_back(e);
+  }
+  return crossing;
+}
+
 std::vector<double> inferenceBytesPerChip(const ModelProfile& profile, const Candidate& c, const StageAssignment& stages) {
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   std::vector<double> weights(c.pp, 0), state(c.pp, 0), peak(c.pp, 0), stash(c.pp, 0);
   std::vector<Bytes> inbound(stages.chunks, 0);
-  for (const auto& e : profile.edges)
-    if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) inbound[stages.layerChunk[e.to]] += e.bytes;
+  for (const auto& e : crossingEdges(profile, stages.layerChunk)) inbound[stages.layerChunk[e.to]] += e.bytes;
   inbound[0] += profile.inputBytes;
   for (size_t l = 0; l < profile.layers.size(); ++l) {
     const LayerProfile& layer = profile.layers[l];
@@ -236,14 +246,13 @@ std::vector<double> chunkSendBytes(const ModelProfile& profile, const Candidate&
   const double frac = 1.0 / (static_cast<double>(c.dp) * c.microbatches);
   // Each TP rank sends the activations it holds: all of them when they are replicated over the TP
   // group (after a Megatron all-reduce), its 1/tp share when they are split.
-  for (const auto& e : profile.edges)
-    if (stages.layerChunk[e.from] != stages.layerChunk[e.to]) {
-      // 2D: an activation is split over one grid axis and replicated over the other.
-      const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
-      const double holds = replicated ? 1 : meshAxisSize(c);
-      const int sender = direction == SendDirection::kForward ? stages.layerChunk[e.from] : stages.layerChunk[e.to];
-      outbound[sender] += static_cast<double>(e.bytes) / holds * frac;
-    }
+  for (const auto& e : crossingEdges(profile, stages.layerChunk)) {
+    // 2D: an activation is split over one grid axis and replicated over the other.
+    const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
+    const double holds = replicated ? 1 : meshAxisSize(c);
+    const int sender = direction == SendDirection::kForward ? stages.layerChunk[e.from] : stages.layerChunk[e.to];
+    outbound[sender] += static_cast<double>(e.bytes) / holds * frac;
+  }
   return outbound;
 }
 

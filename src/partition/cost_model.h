@@ -153,6 +153,10 @@ double layerCyclesAt(const LayerProfile& layer, double share);
 LayerShare layerShare(const LayerProfile& layer, const Candidate& candidate, const CandidateLinks& links,
                       int stage = -1);
 
+/// The edges of `profile` between layers of different chunks (layerChunk: each layer's chunk),
+/// a tensor once per chunk that reads it (the edge to its first reader there): what the chunks send.
+std::vector<LayerEdge> crossingEdges(const ModelProfile& profile, const std::vector<int>& layerChunk);
+
 /// Which way the activations between chunks travel: forward, sent by the chunk that makes them,
 /// or backward, their gradients sent by the chunk that reads them.
 enum class SendDirection : std::uint8_t { kForward, kBackward };

@@ -125,6 +125,15 @@ Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
   return Bytes{rows} * tiles * chip.vectorBytes;
 }
 
+// Bytes of a pipeline stage's send of a graph's tensor: its rows and tiles as the lowering stores
+// it (a channels-last feature map [N, C, H, W] is N*H*W rows of C), as the cluster schedule sends
+// it; `channelsLast` from lower::channelsLastTensors(graph).
+Bytes stageSendBytes(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
+                     const std::vector<bool>& channelsLast) {
+  const auto [rows, tiles] = lower::storageGeometry(chip, graph, id, channelsLast[static_cast<size_t>(id)]);
+  return Bytes{rows} * tiles * chip.vectorBytes;
+}
+
 // The compiler's figures for one distinct layer.
 struct LayerEstimate {
   Cycle cycles = 0;
@@ -374,9 +383,11 @@ void measureLayer(const ir::Graph& layer, const std::string& signature, const to
   auto withSends = compiled.get(aloneKey(signature, smallestParts, linkCycles), probe, linkCycles);
   if (!withSends) return;
   double serialise = 0;
+  const std::vector<bool> channelsLast = lower::channelsLastTensors(probe);
   for (const auto& op : probe.ops())
     for (ir::TensorId out : op.outputs)
-      if (probe.tensor(out).users.empty()) serialise += static_cast<double>(linkBytes(chip, probe.tensor(out))) / chip.vectorBytes * linkCycles;
+      if (probe.tensor(out).users.empty())
+        serialise += static_cast<double>(stageSendBytes(chip, probe, out, channelsLast)) / chip.vectorBytes * linkCycles;
   const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
@@ -724,7 +735,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
 
   // Cross-layer edges and the bytes each layer sends on.
   std::set<std::pair<ir::TensorId, int>> seenEdge;
-  std::map<std::pair<int, int>, Bytes> edgeBytes;
+  const std::vector<bool> channelsLast = lower::channelsLastTensors(graph);
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
     for (ir::TensorId t : op.inputs) {
@@ -732,12 +743,14 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (tensor.producer < 0) continue;
       const int from = graph.op(tensor.producer).layer;
       if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
-      edgeBytes[{from, op.layer}] += linkBytes(chip, tensor);
+      profile.edges.push_back({from, op.layer, stageSendBytes(chip, graph, t, channelsLast), t});
       if (op.layer != from + 1) profile.chain = false;
     }
   }
+  std::sort(profile.edges.begin(), profile.edges.end(), [](const LayerEdge& a, const LayerEdge& b) {
+    return std::tie(a.from, a.to, a.tensor) < std::tie(b.from, b.to, b.tensor);
+  });
   std::set<ir::TensorId> sentOn;
-  for (const auto& [key, bytes] : edgeBytes) profile.edges.push_back({key.first, key.second, bytes});
   for (const auto& [tensorLayer, unused] : seenEdge) {
     (void)unused;
     if (sentOn.insert(tensorLayer).second) {

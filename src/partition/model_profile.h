@@ -121,9 +121,14 @@ struct LayerProfile {
 };
 
 /// An activation edge between two layers of a DAG model (from < to).
+/// One per tensor and reading layer: a tensor read by several later layers has an edge to each,
+/// and a chunk receives it once however many of its layers read it.
 struct LayerEdge {
   int from = 0, to = 0;
   Bytes bytes = 0;
+  /// The tensor the edge carries (its id in the graph), shared by the edges to its other readers;
+  /// -1: a tensor of its own.
+  std::int64_t tensor = -1;
 };
 
 /// Training: a weight read by several layers (a tied embedding): each later layer's partial

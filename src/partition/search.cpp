@@ -470,7 +470,7 @@ PlanTraffic planTraffic(const ModelProfile& profile, const Plan& plan) {
   traffic.ringEdgeBytes = static_cast<Bytes>(ring / (static_cast<double>(c.dp) * c.pp));
   traffic.stageBytes.assign(c.pp, 0);
   const auto chunks = plan.layerChunks(static_cast<int>(profile.layers.size()));
-  for (const auto& e : profile.edges) {
+  for (const auto& e : crossingEdges(profile, chunks)) {
     // Each TP rank sends what it holds: all of a replicated activation, its share of a split one.
     const bool replicated = c.split == TensorSplit::kMegatron && !profile.layers[e.from].outputSplitAt(c.tp);
     const Bytes perRank = e.bytes / (std::int64_t{c.dp} * (replicated ? 1 : c.tp));

@@ -532,6 +532,46 @@ TEST(CostModel, FallbackIsFlaggedWhenTheCompilerCannotLowerALayer) {
   for (const auto& l : profile.layers) EXPECT_GT(l.cycles, 0);
 }
 
+// A branchy CNN cut between two stages (as Inception's and DenseNet's cuts are): the stem's map is
+// read by both layers of the second stage, the first branch's by its last. The cost model's stage
+// sends are the bytes the cluster schedule sends: each channels-last map [N, C, H, W] as N*H*W
+// rows of C, once however many layers of the next stage read it; and the first stage, its sends
+// included, is costed within 20 % of its scheduled program.
+TEST(CostModel, StageSendsAreTheMapsTheClusterScheduleSends) {
+  const auto c = cluster("{topology: {kind: fully-connected, chips: 2}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  ir::Graph g;
+  const ir::Attrs pads{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}};
+  auto conv = [&](const std::string& name, ir::TensorId in, int layer) {
+    const auto w = g.addWeight(name + ".w", {64, 64, 3, 3}, ir::DType::kF16);
+    return *g.addOp(ir::OpKind::kConv, name, {in, w}, pads, layer);
+  };
+  const auto x = g.addInput("x", {1, 64, 28, 28}, ir::DType::kF16);
+  const auto stem = *g.addOp(ir::OpKind::kRelu, "stem.relu", {conv("stem", x, 0)}, 0);
+  const auto a = *g.addOp(ir::OpKind::kRelu, "a.relu", {conv("a", stem, 1)}, 1);
+  const auto b = conv("b", stem, 2);
+  const auto d = conv("d", stem, 3);
+  g.markOutput(*g.addOp(ir::OpKind::kAdd, "sum", {*g.addOp(ir::OpKind::kAdd, "ab", {a, b}, 3), d}, 3));
+  const auto profile = profileOf(g, c, 1);
+  ASSERT_FALSE(profile.chain);
+  Plan plan;
+  plan.pp = 2;
+  plan.stageFirstLayer = {0, 2};
+  plan.stageChip = {0, 1};
+  plan.layerChunk = {0, 0, 1, 1};
+  auto scheduled = schedule::scheduleCluster(g, stagesOf(g, plan), c);
+  ASSERT_TRUE(scheduled.ok()) << scheduled.error().format();
+  Bytes sent = 0;
+  for (const auto& t : scheduled->transfers) sent += t.bytes;
+  // Two maps of 28 x 28 rows of 64 FP16 channels, one 320-byte vector each.
+  EXPECT_EQ(sent, 2 * 28 * 28 * 320);
+  EXPECT_EQ(planTraffic(profile, plan).stageBytes.at(0), sent);
+  std::vector<Cycle> stageCycles;
+  auto costed = evaluatePlan(c, profile, plan, &stageCycles);
+  ASSERT_TRUE(costed.ok()) << costed.error().format();
+  const double program = static_cast<double>(scheduled->programs.at(0).predictedCycles);
+  EXPECT_NEAR(static_cast<double>(stageCycles.at(0)), program, 0.2 * program);
+}
+
 // The seed's DP written plainly, O(p n^2), ties to the earliest cut: the reference for ChainStages.
 std::vector<int> plainDp(const std::vector<Cycle>& cost, int stages) {
   const int n = static_cast<int>(cost.size());
