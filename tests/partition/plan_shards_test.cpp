@@ -316,6 +316,48 @@ TEST(PlanShards, InterleavedLanesOverlapMicrobatches) {
   EXPECT_EQ(stage0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}}));
 }
 
+// A residual CNN under TP 2 x PP 2 (one microbatch; chips 0, 1 send to 5, 2 of a ring of 6): the
+// stage boundary carries a channels-last feature map [1, 256, 4, 4], stored as 16 rows of 256
+// channels (two 320-byte tiles), not 1,024 rows of 4.
+// Each tile leaves as one burst of 16 vectors, and the bursts of one link never overlap.
+TEST(PlanShards, ResidualCnnSendsItsFeatureMapsChannelsLast) {
+  ir::Graph g;
+  const ir::Attrs same{{"pads", Shape{1, 1, 1, 1}}};
+  const auto conv = [&](const std::string& name, ir::TensorId x, std::int64_t cin, const ir::Attrs& attrs, int layer) {
+    const auto w = g.addWeight(name + ".w", {256, cin, 3, 3}, DType::kF16, values(256 * cin * 9, 7 + layer));
+    return *g.addOp(OpKind::kConv, name, {x, w}, attrs, layer);
+  };
+  ir::TensorId x = g.addInput("x", {1, 64, 8, 8}, DType::kF16);
+  x = *g.addOp(OpKind::kRelu, "relu0", {conv("conv0", x, 64, {{"pads", Shape{1, 1, 1, 1}}, {"strides", Shape{2, 2}}}, 0)}, 0);
+  for (int layer = 1; layer < 4; ++layer) {
+    const auto y = conv(fmt::format("conv{}", layer), x, 256, same, layer);
+    x = *g.addOp(OpKind::kRelu, fmt::format("relu{}", layer),
+                 {*g.addOp(OpKind::kAdd, fmt::format("residual{}", layer), {y, x}, layer)}, layer);
+  }
+  g.markOutput(x);
+  const auto cluster = ring(6);
+  auto work = shardPlan(g, plan(1, 2, 2, 1, {0, 1, 5, 2}));
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  auto schedule = schedule::scheduleCluster(*work, cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  // Per directed link, the bursts' windows on the wire at the link's pace.
+  std::map<std::pair<int, int>, std::vector<std::pair<Cycle, Cycle>>> windows;
+  int bursts = 0;
+  for (const auto& t : schedule->transfers) {
+    if (t.srcChip != 0 && t.srcChip != 1) continue;  // stage 0 -> stage 1
+    EXPECT_EQ(t.vectors, 16) << "burst of chip " << t.srcChip << " at " << t.sendCycle;
+    ++bursts;
+    const Cycle start = t.sendCycle + cluster.chip().c2cSendCycles;
+    windows[{t.link, t.srcChip}].push_back(
+        {start, start + topology::pacedSerializationCycles(t.vectors, t.spacing, t.interval)});
+  }
+  EXPECT_EQ(bursts, 2 * 2);  // 2 TP ranks x 2 tiles
+  for (auto& [key, list] : windows) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first) << "link " << key.first;
+  }
+}
+
 // 2D on a 2 x 2 grid: every weight is split over both axes (a quarter per chip), each matmul
 // reduces over one axis of 2 chips, and the group's graphs compute what the unsharded block does.
 TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
