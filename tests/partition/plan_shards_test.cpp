@@ -636,7 +636,7 @@ TEST(PlanShards, TpRanksDifferingInConstantValuesShareOneCompile) {
 // comparison, three separate projections. A Gemm (transB) output projection, a residual and an
 // MLP (whose first weight is stored transposed behind a Transpose) follow.
 enum class Fused { kSeparate, kSplit, kSlice, kReshape };
-ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
+ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd, bool positionBias = false) {
   const std::int64_t b = 2, s = 4, d = heads * hd;
   ir::Graph g;
   std::uint64_t seed = 1;
@@ -685,7 +685,20 @@ ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
     }
   }
   const auto kt = add(OpKind::kTranspose, "kt", {qkv[1]}, {{"perm", Shape{0, 1, 3, 2}}});
-  const auto probs = add(OpKind::kSoftmax, "softmax", {add(OpKind::kMatMul, "scores", {qkv[0], kt})}, {{"axis", std::int64_t{-1}}});
+  ir::TensorId scores = add(OpKind::kMatMul, "scores", {qkv[0], kt});
+  if (positionBias) {
+    // Swin's relative position bias: a table [2s - 1, heads] looked up by each query-key offset,
+    // made [heads, s, s] and added to every batch's scores.
+    std::vector<double> offsets;
+    for (std::int64_t i = 0; i < s; ++i)
+      for (std::int64_t j = 0; j < s; ++j) offsets.push_back(static_cast<double>(i - j + s - 1));
+    const auto index = g.addConstant("bias.index", {s * s}, DType::kI64, ir::makeData(offsets));
+    const auto rows = add(OpKind::kGather, "bias.lookup", {w("bias.table", {2 * s - 1, heads}), index},
+                          {{"axis", std::int64_t{0}}});
+    const auto view = add(OpKind::kReshape, "bias.view", {rows}, {{"shape", Shape{s, s, heads}}});
+    scores = add(OpKind::kAdd, "scores.bias", {scores, add(OpKind::kTranspose, "bias.heads", {view}, {{"perm", Shape{2, 0, 1}}})});
+  }
+  const auto probs = add(OpKind::kSoftmax, "softmax", {scores}, {{"axis", std::int64_t{-1}}});
   const auto ctx = add(OpKind::kTranspose, "ctx.t", {add(OpKind::kMatMul, "ctx", {probs, qkv[2]})}, {{"perm", Shape{0, 2, 1, 3}}});
   const auto merged = add(OpKind::kReshape, "merge", {ctx}, {{"shape", Shape{b * s, d}}});
   const auto attn = add(OpKind::kGemm, "out_proj", {merged, w("out_proj.weight", {d, d}), w("out_proj.b", {d})},
@@ -838,6 +851,26 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
     EXPECT_EQ(fused->count(ReshardKind::kAllGather), 0);
     expectShardsMatch(g, *fused, input({2, 4, 6}, 7), 1e-6);
   }
+
+  // A relative position bias of 3 heads (Swin's), made whole on every rank and sliced to its
+  // heads: the last rank's block is padded with a zero head. Every rank's graph runs the same ops
+  // in the same order (the cluster schedule walks them op by op), and the TP group computes what
+  // the unsharded graph does.
+  const auto biased = fusedAttention(Fused::kSeparate, 3, 2, true);
+  auto biasAnnotations = planAnnotations(biased, p.split, mesh);
+  ASSERT_TRUE(biasAnnotations.ok()) << biasAnnotations.error().format();
+  auto bias = propagateShardings(biased, mesh, *biasAnnotations);
+  ASSERT_TRUE(bias.ok()) << bias.error().format();
+  EXPECT_GT(bias->count(ReshardKind::kSlice), 0);
+  auto devices = shardGraph(biased, *bias);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  ASSERT_EQ(devices->graphs.size(), 2u);
+  const ir::Graph& first = devices->graphs[0];
+  const ir::Graph& last = devices->graphs[1];
+  ASSERT_EQ(first.ops().size(), last.ops().size());
+  for (size_t j = 0; j < first.ops().size(); ++j)
+    EXPECT_EQ(first.op(j).kind, last.op(j).kind) << first.op(j).name << " / " << last.op(j).name;
+  expectShardsMatch(biased, *bias, input({2, 4, 6}, 7), 1e-6);
 }
 
 }  // namespace
