@@ -119,17 +119,11 @@ Cycle weightTileCycles(const ir::Graph& graph, const ir::Op& op, const topology:
   return ceilDiv(passes * chip.mxmWeightInstallCycles, Cycle{chip.mxmPlanes});
 }
 
-// Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7).
-Bytes linkBytes(const topology::ChipSpec& chip, const ir::Tensor& tensor) {
-  const auto [rows, tiles] = lower::vectorShape(chip, tensor);
-  return Bytes{rows} * tiles * chip.vectorBytes;
-}
-
-// Bytes of a pipeline stage's send of a graph's tensor: its rows and tiles as the lowering stores
-// it (a channels-last feature map [N, C, H, W] is N*H*W rows of C), as the cluster schedule sends
-// it; `channelsLast` from lower::channelsLastTensors(graph).
-Bytes stageSendBytes(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
-                     const std::vector<bool>& channelsLast) {
+// Bytes of a tensor as the links carry it: rows of whole 320-byte vectors (a 2048-byte row is 7),
+// in the layout the lowering stores it in (`channelsLast`: lower::channelsLastTensors of the graph;
+// a CNN's feature map [N, C, H, W] is N*H*W rows of C).
+Bytes linkBytes(const topology::ChipSpec& chip, const ir::Graph& graph, ir::TensorId id,
+                const std::vector<bool>& channelsLast) {
   const auto [rows, tiles] = lower::storageGeometry(chip, graph, id, channelsLast[static_cast<size_t>(id)]);
   return Bytes{rows} * tiles * chip.vectorBytes;
 }
@@ -387,7 +381,7 @@ void measureLayer(const ir::Graph& layer, const std::string& signature, const to
   for (const auto& op : probe.ops())
     for (ir::TensorId out : op.outputs)
       if (probe.tensor(out).users.empty())
-        serialise += static_cast<double>(stageSendBytes(chip, probe, out, channelsLast)) / chip.vectorBytes * linkCycles;
+        serialise += static_cast<double>(linkBytes(chip, probe, out, channelsLast)) / chip.vectorBytes * linkCycles;
   const double exposed = static_cast<double>(*withSends - value.batchCycles.front().second);
   value.sendHiddenPerShare = std::clamp(serialise - exposed, 0.0, serialise) / share;
 }
@@ -457,9 +451,10 @@ Expected<std::vector<LayerProfile::WidthFigures>> shardingFigures(const ir::Grap
   const int last = layerCount - 1;
   const bool grid = sharding.mesh.axisSizes.size() == 2;
   auto layerOf = [&](ir::OpId op) { return std::clamp(op >= 0 ? graph.op(op).layer : last, 0, last); };
+  const std::vector<bool> channelsLast = lower::channelsLastTensors(graph);
   for (const auto& r : sharding.reshards) {
     auto& layer = figures[layerOf(r.op)];
-    const Bytes bytes = linkBytes(chip, graph.tensor(r.tensor));
+    const Bytes bytes = linkBytes(chip, graph, r.tensor, channelsLast);
     for (const auto& step : r.steps) {
       const bool reduce = step.kind == ReshardKind::kAllReduce;
       const bool gather = step.kind == ReshardKind::kAllGather || step.kind == ReshardKind::kReduceScatter ||
@@ -733,9 +728,9 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
   for (size_t i = 0; i < graph.ops().size(); ++i) ops[graph.op(i).layer].push_back(static_cast<ir::OpId>(i));
   for (ir::TensorId t : graph.inputs()) profile.inputBytes += graph.tensor(t).bytes();
 
+  const std::vector<bool> channelsLast = lower::channelsLastTensors(graph);
   // Cross-layer edges and the bytes each layer sends on.
   std::set<std::pair<ir::TensorId, int>> seenEdge;
-  const std::vector<bool> channelsLast = lower::channelsLastTensors(graph);
   for (size_t i = 0; i < graph.ops().size(); ++i) {
     const ir::Op& op = graph.op(i);
     for (ir::TensorId t : op.inputs) {
@@ -743,7 +738,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       if (tensor.producer < 0) continue;
       const int from = graph.op(tensor.producer).layer;
       if (from == op.layer || !seenEdge.insert({t, op.layer}).second) continue;
-      profile.edges.push_back({from, op.layer, stageSendBytes(chip, graph, t, channelsLast), t});
+      profile.edges.push_back({from, op.layer, linkBytes(chip, graph, t, channelsLast), t});
       if (op.layer != from + 1) profile.chain = false;
     }
   }
@@ -811,7 +806,7 @@ Expected<ModelProfile> profileModel(const ir::Graph& graph, const topology::Chip
       const double flops = static_cast<double>(ir::opFlops(graph, op));
       allFlops += flops;
       if (isWeightMatmul(graph, op)) {
-        const Bytes out = linkBytes(chip, graph.tensor(op.outputs[0]));
+        const Bytes out = linkBytes(chip, graph, op.outputs[0], channelsLast);
         layer.matmulOutBytes += out;
         ++layer.weightMatmuls;
         layer.installCycles += ceilDiv(weightOperandBytes(graph, op), installBytes) * chip.mxmWeightInstallCycles;

@@ -212,8 +212,9 @@ class DeviceBuilder {
                       {"mesh_axis", mesh_.axisNames[s.axis]}};
       // A dim in parts is unfolded to [parts, part] around the collective, which then moves each
       // part's block; a part the axis does not divide is padded to size x its ceil-sized block
-      // before it is scattered and cut back to its length after it is gathered; the result is
-      // folded back to the local shape.
+      // before it is scattered or sliced (every device pads, so that all run the same ops: the
+      // cluster schedule walks the devices' graphs op by op) and cut back to its length after it
+      // is gathered; the result is folded back to the local shape.
       const Shape& global = global_.tensor(r.tensor).shape;
       const bool gathers = s.kind == ReshardKind::kAllGather || s.kind == ReshardKind::kAllToAll;
       const int gatherDim = s.kind == ReshardKind::kAllGather ? s.dim : s.kind == ReshardKind::kAllToAll ? s.fromDim : -1;
@@ -238,7 +239,7 @@ class DeviceBuilder {
         v = *r;
       }
       const std::int64_t block = scatterDim >= 0 ? blockOf(global[scatterDim], s.parts, size, s.granule) : 0;
-      if (scatterDim >= 0 && s.kind != ReshardKind::kSlice) {  // pad each part to size x its block
+      if (scatterDim >= 0) {  // pad each part to size x its block
         const std::int64_t padded = size * block;
         auto p = resize(v, inner[scatterDim], padded, name + ".pad");
         if (!p) return p.error();
@@ -267,22 +268,10 @@ class DeviceBuilder {
           attrs["concat_axis"] = std::int64_t{inner[s.fromDim]};
           out = op(ir::OpKind::kAllToAll, name, {v}, attrs);
           break;
-        case ReshardKind::kSlice: {
-          // The device's own block of each part; past the part's end, zeros: only this block is
-          // padded (a block wholly past the end is one zero expanded).
-          const std::int64_t length = g_.tensor(v).shape[dim], start = std::min(pos * block, length);
-          const std::int64_t end = std::min(start + block, length);
-          if (end > start) {
-            out = op(ir::OpKind::kSlice, name, {v},
-                     {{"starts", Shape{start}}, {"ends", Shape{end}}, {"axes", Shape{dim}}});
-            if (out) out = resize(*out, dim, block, name + ".pad");
-          } else {
-            Shape padding = g_.tensor(v).shape;
-            padding[dim] = block;
-            out = zeros(padding, g_.tensor(v).dtype, name);
-          }
+        case ReshardKind::kSlice:  // the device's own block of each part (zeros past the part's end)
+          out = op(ir::OpKind::kSlice, name, {v},
+                   {{"starts", Shape{pos * block}}, {"ends", Shape{(pos + 1) * block}}, {"axes", Shape{dim}}});
           break;
-        }
         case ReshardKind::kHalo:
           out = halo(v, s, members, pos, name);
           break;

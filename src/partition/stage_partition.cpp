@@ -93,7 +93,16 @@ Expected<StageAssignment> assignStages(const ModelProfile& profile, int chunks) 
   const int layers = static_cast<int>(profile.layers.size());
   if (chunks < 1 || chunks > layers)
     return makeError(ExitCode::kConfig, fmt::format("{} pipeline chunks for a model of {} layers", chunks, layers));
-  if (!profile.chain) return partitionDagStages(profile, chunks);
+  if (!profile.chain) {
+    auto dag = partitionDagStages(profile, chunks);
+    if (!dag) return dag.error();
+    // METIS may leave a part empty, and moving layers after their producers may empty one more: a
+    // pipeline of fewer stages than asked for. The contiguous split below never does, and its
+    // chunks are acyclic too (layers are numbered in topological order).
+    std::vector<bool> used(chunks, false);
+    for (int chunk : dag->layerChunk) used[chunk] = true;
+    if (std::find(used.begin(), used.end(), false) == used.end()) return dag;
+  }
   std::vector<Cycle> cost;
   // A training step balances forward + backward compute (the layers' compiled ratios), else the forward.
   for (const auto& layer : profile.layers)

@@ -27,7 +27,8 @@ class ChainStages {
 
 /// Splits the layers into `chunks` pipeline chunks: DP[i][p] over layer cycles when the model is a
 /// chain of layers, else METIS k-way on the layer graph (vertex weight = cycles, edge weight =
-/// bytes), made acyclic by moving each layer no earlier than its producers.
+/// bytes), made acyclic by moving each layer no earlier than its producers; when that leaves a
+/// chunk without layers, the DP split of the layers in their (topological) order. No chunk is empty.
 Expected<StageAssignment> assignStages(const ModelProfile& profile, int chunks);
 
 /// The DAG case of assignStages (public for tests): METIS parts ordered by mean layer index, then

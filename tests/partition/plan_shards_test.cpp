@@ -316,6 +316,48 @@ TEST(PlanShards, InterleavedLanesOverlapMicrobatches) {
   EXPECT_EQ(stage0, (std::vector<std::pair<int, int>>{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {2, 1}}));
 }
 
+// A residual CNN under TP 2 x PP 2 (one microbatch; chips 0, 1 send to 5, 2 of a ring of 6): the
+// stage boundary carries a channels-last feature map [1, 256, 4, 4], stored as 16 rows of 256
+// channels (two 320-byte tiles), not 1,024 rows of 4.
+// Each tile leaves as one burst of 16 vectors, and the bursts of one link never overlap.
+TEST(PlanShards, ResidualCnnSendsItsFeatureMapsChannelsLast) {
+  ir::Graph g;
+  const ir::Attrs same{{"pads", Shape{1, 1, 1, 1}}};
+  const auto conv = [&](const std::string& name, ir::TensorId x, std::int64_t cin, const ir::Attrs& attrs, int layer) {
+    const auto w = g.addWeight(name + ".w", {256, cin, 3, 3}, DType::kF16, values(256 * cin * 9, 7 + layer));
+    return *g.addOp(OpKind::kConv, name, {x, w}, attrs, layer);
+  };
+  ir::TensorId x = g.addInput("x", {1, 64, 8, 8}, DType::kF16);
+  x = *g.addOp(OpKind::kRelu, "relu0", {conv("conv0", x, 64, {{"pads", Shape{1, 1, 1, 1}}, {"strides", Shape{2, 2}}}, 0)}, 0);
+  for (int layer = 1; layer < 4; ++layer) {
+    const auto y = conv(fmt::format("conv{}", layer), x, 256, same, layer);
+    x = *g.addOp(OpKind::kRelu, fmt::format("relu{}", layer),
+                 {*g.addOp(OpKind::kAdd, fmt::format("residual{}", layer), {y, x}, layer)}, layer);
+  }
+  g.markOutput(x);
+  const auto cluster = ring(6);
+  auto work = shardPlan(g, plan(1, 2, 2, 1, {0, 1, 5, 2}));
+  ASSERT_TRUE(work.ok()) << work.error().format();
+  auto schedule = schedule::scheduleCluster(*work, cluster);
+  ASSERT_TRUE(schedule.ok()) << schedule.error().format();
+  // Per directed link, the bursts' windows on the wire at the link's pace.
+  std::map<std::pair<int, int>, std::vector<std::pair<Cycle, Cycle>>> windows;
+  int bursts = 0;
+  for (const auto& t : schedule->transfers) {
+    if (t.srcChip != 0 && t.srcChip != 1) continue;  // stage 0 -> stage 1
+    EXPECT_EQ(t.vectors, 16) << "burst of chip " << t.srcChip << " at " << t.sendCycle;
+    ++bursts;
+    const Cycle start = t.sendCycle + cluster.chip().c2cSendCycles;
+    windows[{t.link, t.srcChip}].push_back(
+        {start, start + topology::pacedSerializationCycles(t.vectors, t.spacing, t.interval)});
+  }
+  EXPECT_EQ(bursts, 2 * 2);  // 2 TP ranks x 2 tiles
+  for (auto& [key, list] : windows) {
+    std::sort(list.begin(), list.end());
+    for (size_t i = 1; i < list.size(); ++i) EXPECT_LE(list[i - 1].second, list[i].first) << "link " << key.first;
+  }
+}
+
 // 2D on a 2 x 2 grid: every weight is split over both axes (a quarter per chip), each matmul
 // reduces over one axis of 2 chips, and the group's graphs compute what the unsharded block does.
 TEST(PlanShards, TwoDimensionalSplitHoldsAQuarterOfEachWeightAndMatches) {
@@ -594,7 +636,7 @@ TEST(PlanShards, TpRanksDifferingInConstantValuesShareOneCompile) {
 // comparison, three separate projections. A Gemm (transB) output projection, a residual and an
 // MLP (whose first weight is stored transposed behind a Transpose) follow.
 enum class Fused { kSeparate, kSplit, kSlice, kReshape };
-ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
+ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd, bool positionBias = false) {
   const std::int64_t b = 2, s = 4, d = heads * hd;
   ir::Graph g;
   std::uint64_t seed = 1;
@@ -643,7 +685,20 @@ ir::Graph fusedAttention(Fused form, std::int64_t heads, std::int64_t hd) {
     }
   }
   const auto kt = add(OpKind::kTranspose, "kt", {qkv[1]}, {{"perm", Shape{0, 1, 3, 2}}});
-  const auto probs = add(OpKind::kSoftmax, "softmax", {add(OpKind::kMatMul, "scores", {qkv[0], kt})}, {{"axis", std::int64_t{-1}}});
+  ir::TensorId scores = add(OpKind::kMatMul, "scores", {qkv[0], kt});
+  if (positionBias) {
+    // Swin's relative position bias: a table [2s - 1, heads] looked up by each query-key offset,
+    // made [heads, s, s] and added to every batch's scores.
+    std::vector<double> offsets;
+    for (std::int64_t i = 0; i < s; ++i)
+      for (std::int64_t j = 0; j < s; ++j) offsets.push_back(static_cast<double>(i - j + s - 1));
+    const auto index = g.addConstant("bias.index", {s * s}, DType::kI64, ir::makeData(offsets));
+    const auto rows = add(OpKind::kGather, "bias.lookup", {w("bias.table", {2 * s - 1, heads}), index},
+                          {{"axis", std::int64_t{0}}});
+    const auto view = add(OpKind::kReshape, "bias.view", {rows}, {{"shape", Shape{s, s, heads}}});
+    scores = add(OpKind::kAdd, "scores.bias", {scores, add(OpKind::kTranspose, "bias.heads", {view}, {{"perm", Shape{2, 0, 1}}})});
+  }
+  const auto probs = add(OpKind::kSoftmax, "softmax", {scores}, {{"axis", std::int64_t{-1}}});
   const auto ctx = add(OpKind::kTranspose, "ctx.t", {add(OpKind::kMatMul, "ctx", {probs, qkv[2]})}, {{"perm", Shape{0, 2, 1, 3}}});
   const auto merged = add(OpKind::kReshape, "merge", {ctx}, {{"shape", Shape{b * s, d}}});
   const auto attn = add(OpKind::kGemm, "out_proj", {merged, w("out_proj.weight", {d, d}), w("out_proj.b", {d})},
@@ -796,6 +851,26 @@ TEST(PlanShards, UnevenHeadsSplitInWholeHeads) {
     EXPECT_EQ(fused->count(ReshardKind::kAllGather), 0);
     expectShardsMatch(g, *fused, input({2, 4, 6}, 7), 1e-6);
   }
+
+  // A relative position bias of 3 heads (Swin's), made whole on every rank and sliced to its
+  // heads: the last rank's block is padded with a zero head. Every rank's graph runs the same ops
+  // in the same order (the cluster schedule walks them op by op), and the TP group computes what
+  // the unsharded graph does.
+  const auto biased = fusedAttention(Fused::kSeparate, 3, 2, true);
+  auto biasAnnotations = planAnnotations(biased, p.split, mesh);
+  ASSERT_TRUE(biasAnnotations.ok()) << biasAnnotations.error().format();
+  auto bias = propagateShardings(biased, mesh, *biasAnnotations);
+  ASSERT_TRUE(bias.ok()) << bias.error().format();
+  EXPECT_GT(bias->count(ReshardKind::kSlice), 0);
+  auto devices = shardGraph(biased, *bias);
+  ASSERT_TRUE(devices.ok()) << devices.error().format();
+  ASSERT_EQ(devices->graphs.size(), 2u);
+  const ir::Graph& first = devices->graphs[0];
+  const ir::Graph& last = devices->graphs[1];
+  ASSERT_EQ(first.ops().size(), last.ops().size());
+  for (size_t j = 0; j < first.ops().size(); ++j)
+    EXPECT_EQ(first.op(j).kind, last.op(j).kind) << first.op(j).name << " / " << last.op(j).name;
+  expectShardsMatch(biased, *bias, input({2, 4, 6}, 7), 1e-6);
 }
 
 }  // namespace

@@ -623,6 +623,30 @@ TEST(StagePartition, DagStagesOnlyMoveForward) {
   }
 }
 
+// A layer every later layer reads (an attention mask, a stem's output): the heavy edges from it
+// pull METIS's parts together and the forward fix-up moves every layer into one chunk; the stages
+// then split the layers in their order, and every chunk holds layers.
+TEST(StagePartition, EveryChunkHoldsLayersWhenOneLayerFeedsAll) {
+  for (int layers = 3; layers <= 5; ++layers) {
+    ModelProfile profile;
+    profile.chain = false;
+    profile.layers.assign(layers, LayerProfile{});
+    for (int l = 0; l < layers; ++l) profile.layers[l].cycles = l == 0 ? 100 : 5000;
+    for (int l = 0; l + 1 < layers; ++l) profile.edges.push_back({l, l + 1, 4096});
+    for (int l = 2; l < layers; ++l) profile.edges.push_back({0, l, 1 << 20});
+    auto metis = partitionDagStages(profile, 2);
+    ASSERT_TRUE(metis.ok());
+    EXPECT_EQ(std::set<int>(metis->layerChunk.begin(), metis->layerChunk.end()).size(), 1u) << layers << " layers";
+    for (int chunks = 2; chunks <= layers; ++chunks) {
+      auto stages = assignStages(profile, chunks);
+      ASSERT_TRUE(stages.ok());
+      EXPECT_EQ(std::set<int>(stages->layerChunk.begin(), stages->layerChunk.end()).size(), static_cast<size_t>(chunks))
+          << layers << " layers, " << chunks << " chunks";
+      for (const auto& e : profile.edges) EXPECT_LE(stages->layerChunk[e.from], stages->layerChunk[e.to]);
+    }
+  }
+}
+
 TEST(Placement, TensorGroupsTakeTightBlocksOfAMesh) {
   const auto c = cluster("{topology: {kind: mesh, dims: [4, 4]}}");
   auto order = localityOrder(c);

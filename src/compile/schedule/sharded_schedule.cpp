@@ -109,7 +109,7 @@ class ShardedScheduler {
                    ShardBatchCompiler batchCompiler, int compileRanks)
       : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
         compileRanks_(std::max(1, compileRanks)),
-        timelines_(cluster.chip(), cluster.chipCount()),
+        timelines_(cluster.chip(), cluster.chipCount()), stored_(cluster.chip()),
         calendar_(cluster.links().size(), true), placedOn_(work.graphs.size()),
         inFlight_(work.graphs.size()), waveOf_(work.graphs.size(), -1) {
     for (size_t w = 0; w < work.waves.size(); ++w)
@@ -308,11 +308,6 @@ class ShardedScheduler {
     return true;
   }
 
-  std::int64_t vectorsOf(const ir::Graph& graph, ir::TensorId tensor) const {
-    const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph.tensor(tensor));
-    return rows * tiles;
-  }
-
   // Schedules messages (one step) at the earliest cycle their chips and links allow, and appends
   // every touched chip's chains to its timeline.
   // Segment bursts waiting on the ports its messages arrive on are received first (receiveWaiting).
@@ -393,7 +388,7 @@ class ShardedScheduler {
         return modelError(op.name, "two devices of one collective group are placed on the same chip");
       const ir::Graph& g = work_.graphs[d];
       const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
-      const std::int64_t bytes = vectorsOf(g, full) * cluster_.chip().vectorBytes;
+      const std::int64_t bytes = stored_.vectors(g, full) * cluster_.chip().vectorBytes;
       const CollectiveAlgorithm algorithm = chooseTreeOrRing(collectiveOpOf(op.kind), chips, bytes, cluster_);
       auto plan = planCollective(collectiveOpOf(op.kind), algorithm,
                                  algorithm == CollectiveAlgorithm::kRing ? groupRing(cluster_, chips) : chips, bytes,
@@ -435,7 +430,7 @@ class ShardedScheduler {
         if (recv < 0) return modelError(send.name, fmt::format("no matching Recv on device {} (tag {})", peer, tag));
         const int src = work_.opChip[d][s], dst = work_.opChip[peer][recv];
         if (src != dst) {
-          plan.steps.front().push_back({src, dst, vectorsOf(work_.graphs[d], send.inputs.front()), false});
+          plan.steps.front().push_back({src, dst, stored_.vectors(work_.graphs[d], send.inputs.front()), false});
           if (plan.origin.op.empty())  // a step of several messages is named by its first
             plan.origin = {send.name, ir::opKindName(send.kind), send.layer,
                            work_.graphs[d].tensor(send.inputs.front()).name, "", ""};
@@ -470,7 +465,7 @@ class ShardedScheduler {
       if (std::any_of(moved.begin(), moved.end(),
                       [&](const Needed& m) { return m.device == n.device && m.tensor == n.tensor && m.chip == n.chip; }))
         continue;
-      plan.steps.front().push_back({*on.begin(), n.chip, vectorsOf(g, n.tensor), false});
+      plan.steps.front().push_back({*on.begin(), n.chip, stored_.vectors(g, n.tensor), false});
       if (plan.origin.op.empty())  // a step of several messages is named by its first
         plan.origin = lower::movedOrigin(g, n.tensor, "Send", waveOf_[n.device]);
       moved.push_back(n);
@@ -592,8 +587,7 @@ class ShardedScheduler {
         // receive back past its first burst's arrival and the rest is still on its way, the tensor is
         // read so once its last burst is in; a receive the port does not hold back keeps the link's
         // rate (its consumers start on the first tiles).
-        const auto [rows, tiles] = lower::vectorShape(spec, g.tensor(in));
-        (void)tiles;
+        const std::int64_t rows = stored_(g, in).first;
         const InFlight& inflight = flight->second;
         Cycle portFree = offset;
         const int portUnit = spec.firstUnit(topology::UnitKind::kC2c) + plan.port;
@@ -679,7 +673,7 @@ class ShardedScheduler {
             {link.directionFrom(use.chip), spec.c2cSendCycles}};
         const lower::SendPlan& send = use.interface.sends[i];
         const Cycle length = topology::pacedSerializationCycles(
-            lower::vectorShape(spec, work_.graphs[use.device].tensor(use.sendTo[i].first)).first, send.spacing,
+            stored_(work_.graphs[use.device], use.sendTo[i].first).first, send.spacing,
             send.interval);
         for (Cycle issue : shard.sendIssues.at(i))
           if (const Cycle fit = calendar_.firstFit(hops, at + issue, length); fit != at + issue) {
@@ -769,7 +763,7 @@ class ShardedScheduler {
         const lower::ReceivePlan& plan = c.receives[r];
         const ir::TensorId tensor = use.interface.receives[r].tensor;
         const InFlight& flight = inFlight_[use.device].at({tensor, use.chip});
-        const Cycle rows = lower::vectorShape(cluster_.chip(), g.tensor(tensor)).first;
+        const Cycle rows = stored_(g, tensor).first;
         // The program reads vector j of tile t at offset + arrivals[t] + readLag + j x interval; it
         // arrives at the flight's arrival + serializationCycles(j): the first and last are the tightest.
         const Cycle lag = plan.readLag(0, rows);
@@ -839,7 +833,7 @@ class ShardedScheduler {
     std::vector<std::int64_t> rows;
     for (const auto& [tensor, link] : sendTo) {
       links.push_back(link);
-      rows.push_back(lower::vectorShape(cluster_.chip(), work_.graphs[d].tensor(tensor)).first);
+      rows.push_back(stored_(work_.graphs[d], tensor).first);
     }
     auto flights = detail::bookSegmentSends(cluster_, calendar_, chip, offset, interface, links, rows, shard, result_);
     if (!flights) return flights.error();
@@ -860,6 +854,7 @@ class ShardedScheduler {
   };
   std::vector<Step> lookahead_;  ///< compute steps the lanes' next ready chunks start with
   ChipTimelines timelines_;
+  detail::StoredShapes stored_;  ///< what segments send and receive and messages carry, per tensor
   LinkCalendar calendar_;
   std::vector<std::map<ir::TensorId, std::set<int>>> placedOn_;  ///< per device: chips holding each tensor
   std::vector<std::map<std::pair<ir::TensorId, int>, InFlight>> inFlight_;  ///< per device: (tensor, chip) sent

@@ -46,6 +46,29 @@ std::string segmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops)
 std::string residentSegmentKey(const ir::Graph& graph, const std::vector<ir::OpId>& ops,
                                const std::vector<ir::TensorId>& resident);
 
+/// Rows x tiles of tensors as the lowering stores them (lower::storageGeometry), which is what a
+/// segment sends and receives and a message carries: a CNN's feature map [N, C, H, W] is
+/// channels-last, N*H*W rows of C. Each graph's layouts (lower::channelsLastTensors) are found once.
+class StoredShapes {
+ public:
+  explicit StoredShapes(const topology::ChipSpec& chip) : chip_(chip) {}
+  /// Rows x tiles of `tensor` of `graph` (the graph must outlive this object).
+  std::pair<std::int64_t, int> operator()(const ir::Graph& graph, ir::TensorId tensor) {
+    auto layout = layouts_.find(&graph);
+    if (layout == layouts_.end()) layout = layouts_.emplace(&graph, lower::channelsLastTensors(graph)).first;
+    return lower::storageGeometry(chip_, graph, tensor, layout->second[static_cast<size_t>(tensor)]);
+  }
+  /// Vectors of `tensor` of `graph`: rows x tiles.
+  std::int64_t vectors(const ir::Graph& graph, ir::TensorId tensor) {
+    const auto [rows, tiles] = (*this)(graph, tensor);
+    return rows * tiles;
+  }
+
+ private:
+  const topology::ChipSpec& chip_;
+  std::map<const ir::Graph*, std::vector<bool>> layouts_;
+};
+
 /// The chips' programs as they are built: instructions at absolute cycles, each chip's next free cycle.
 class ChipTimelines {
  public:

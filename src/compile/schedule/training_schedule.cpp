@@ -48,7 +48,7 @@ class TrainingScheduler {
   TrainingScheduler(const TrainingWorkload& work, const topology::Cluster& cluster, const Options& options,
                     ShardBatchCompiler batchCompiler)
       : work_(work), cluster_(cluster), options_(options), batchCompiler_(std::move(batchCompiler)),
-        timelines_(cluster.chip(), cluster.chipCount(), true),
+        timelines_(cluster.chip(), cluster.chipCount(), true), stored_(cluster.chip()),
         calendar_(cluster.links().size(), true) {}
 
   Expected<TrainingStepSchedule> run() {
@@ -274,8 +274,7 @@ class TrainingScheduler {
     }
     if (microbatch >= 0) receiveInputs(r, microbatch, seg, op);
     const ir::TensorId full = op.kind == ir::OpKind::kAllGather ? op.outputs.front() : op.inputs.front();
-    const auto [rows, tiles] = lower::vectorShape(cluster_.chip(), graph(0).tensor(full));
-    const std::int64_t bytes = rows * tiles * cluster_.chip().vectorBytes;
+    const std::int64_t bytes = stored_.vectors(graph(0), full) * cluster_.chip().vectorBytes;
     if (chips.size() > 1) {
       auto plan = planCollective(collectiveOpOf(op.kind),
                                  chooseAlgorithm(collectiveOpOf(op.kind), chips, bytes, cluster_), chips, bytes, cluster_);
@@ -338,8 +337,7 @@ class TrainingScheduler {
     plan.steps.emplace_back();
     MicrobatchData& data = data_[r][t][microbatch];
     for (const auto& [tensor, dst] : to) {
-      const auto [vectorRows, tiles] = lower::vectorShape(cluster_.chip(), graph(t).tensor(tensor));
-      plan.steps.front().push_back({chip, dst, vectorRows * tiles, false});
+      plan.steps.front().push_back({chip, dst, stored_.vectors(graph(t), tensor), false});
       data.on[tensor].insert(dst);
       if (plan.origin.op.empty()) plan.origin = lower::movedOrigin(graph(t), tensor, "Send", microbatch);  // named by its first
     }
@@ -485,7 +483,7 @@ class TrainingScheduler {
             interface.sends.push_back(plan);
             sendTo.push_back({out, link.id});
             links.push_back(link.id);
-            rows.push_back(lower::vectorShape(spec, g.tensor(out)).first);
+            rows.push_back(stored_(g, out).first);
           }
     }
     return run;
@@ -606,6 +604,7 @@ class TrainingScheduler {
   Options options_;
   ShardBatchCompiler batchCompiler_;  ///< empty: compileShards
   detail::ChipTimelines timelines_;
+  detail::StoredShapes stored_;  ///< what passes send and messages carry, per tensor
   LinkCalendar calendar_;
   std::map<ir::OpId, SegmentId> segmentOf_;
   std::map<SegmentId, std::set<SegmentId>> producers_;
