@@ -966,21 +966,30 @@ class TspChip final : public Chip {
   // (a send's issue + c2c.send_cycles, a forward's issue + c2c.forward_cycles). The link carries
   // them at its exact rate (or the instruction's interval, or `pace`, when slower): vectors handed
   // over faster wait in the port's serdes buffer, and the fractions of a cycle accumulate. A send
-  // entering the link the cycle the previous burst leaves it, at the same spacing, continues that
-  // stream (its vectors are in the port's buffer as the link frees): the fractions accumulate
-  // across the two bursts (topology::streamCycles).
+  // whose `stride` is m > 0 continues a stream of m vectors (its vectors are in the port's buffer as
+  // the link frees): the fractions accumulate across the bursts (topology::streamCycles). It must
+  // enter the link the cycle that stream's last burst leaves it, at the same spacing; a send with
+  // stride 0 (and a forward) starts a stream of its own.
   bool send(const Event& inst, std::int64_t index, Cycle onLink, double pace, std::uint64_t tensor) {
     const PortBinding& port = ports_[inst.port];
     const double spacing = std::max({vectorCycles(inst.port), static_cast<double>(inst.interval), pace});
-    const std::int64_t from =
-        inst.op == Opcode::kC2cSend && onLink == linkFree_[inst.port] && spacing == streamSpacing_[inst.port]
-            ? streamVectors_[inst.port]
-            : 0;
+    const std::int64_t from = inst.op == Opcode::kC2cSend ? inst.stride : 0;
+    if (from < 0)
+      return malformed(inst, index, fmt::format("C2C send continuing a stream of {} vectors", from));
     const Cycle serialization = topology::streamCycles(from, inst.repeat, spacing, inst.interval);
-    if (onLink < linkFree_[inst.port])
+    if (onLink < linkFree_[inst.port]) {
       if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
                   fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
         return false;
+    } else if (from > 0 && (onLink != linkFree_[inst.port] || spacing != streamSpacing_[inst.port] ||
+                            streamVectors_[inst.port] != from)) {
+      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
+                  fmt::format("C2C send on link {} continues a stream of {} vectors at {:.4f} cycles each from "
+                              "cycle {}, but the link's stream has {} vectors at {:.4f} and ends at cycle {}",
+                              port.link, from, spacing, onLink, streamVectors_[inst.port],
+                              streamSpacing_[inst.port], linkFree_[inst.port])))
+        return false;
+    }
     linkFree_[inst.port] = onLink + serialization;
     streamVectors_[inst.port] = from + inst.repeat;
     streamSpacing_[inst.port] = spacing;

@@ -480,17 +480,20 @@ TEST_F(C2cTest, LinkCarriesVectorsAtItsExactRate) {
   }
 }
 
-// A send entering the link the cycle the previous burst leaves it continues that stream: 3 vectors
-// then 3 more take ceil(6 x 19.69) = 119 cycles, not 2 x ceil(3 x 19.69) = 120, and vector 2 of the
-// second burst arrives ceil(5 x 19.69) - ceil(3 x 19.69) = 39 cycles after its first, not 40.
-TEST_F(C2cTest, ABackToBackSendContinuesTheLinksStream) {
+// A send whose stride says it continues a stream of 3 vectors, entering the link the cycle the
+// previous burst leaves it, goes on with that stream: 3 vectors then 3 more take ceil(6 x 19.69) =
+// 119 cycles, not 2 x ceil(3 x 19.69) = 120, and vector 2 of the second burst arrives ceil(5 x 19.69)
+// - ceil(3 x 19.69) = 39 cycles after its first, not 40.
+TEST_F(C2cTest, ASendContinuesTheLinksStreamWhenItsStrideSaysSo) {
   auto list = sendChain(0, 3, 1);
   Instruction again = list[1];
   again.src = {};
   again.issue = list[1].issue + 60;  // the cycle the first burst leaves the link
+  again.stride = 3;
   list.push_back(again);
   Instruction third = again;
   third.repeat = 1;
+  third.stride = 0;
   for (Cycle gap : {Cycle{118}, Cycle{119}}) EXPECT_EQ(runWithSendAfter(list, third, gap).ok(), gap == 119) << gap;
   ASSERT_TRUE(run(list, ports()).ok());
   auto bursts = chip_->takeOutgoing();
@@ -499,13 +502,43 @@ TEST_F(C2cTest, ABackToBackSendContinuesTheLinksStream) {
   EXPECT_EQ(bursts[1].streamFrom, 3);
   EXPECT_EQ(bursts[1].firstArrive - bursts[0].firstArrive, 60);
   EXPECT_EQ(bursts[1].arrival(2) - bursts[1].arrival(0), 39);
-  // One cycle later the link has been idle: the burst starts a stream of its own.
-  list.back().issue += 1;
+}
+
+// A send with stride 0 entering the link the cycle the previous burst leaves it starts a stream of
+// its own (the first segment of a tile after another tile): vector 2 arrives ceil(2 x 19.69) = 40
+// cycles after its first.
+TEST_F(C2cTest, ABackToBackSendWithStrideZeroStartsItsOwnStream) {
+  auto list = sendChain(0, 3, 1);
+  Instruction again = list[1];
+  again.src = {};
+  again.issue = list[1].issue + 60;
+  list.push_back(again);
   ASSERT_TRUE(run(list, ports()).ok());
-  bursts = chip_->takeOutgoing();
+  const auto bursts = chip_->takeOutgoing();
   ASSERT_EQ(bursts.size(), 2u);
   EXPECT_EQ(bursts[1].streamFrom, 0);
   EXPECT_EQ(bursts[1].arrival(2) - bursts[1].arrival(0), 40);
+}
+
+// A send saying it continues a stream must enter the link the cycle the stream's last burst leaves
+// it, with the stream at its count: a cycle late, or after 3 vectors when it says 2, it is a hazard.
+TEST_F(C2cTest, ASendContinuingAStreamItDoesNotAbutIsAHazard) {
+  auto list = sendChain(0, 3, 1);
+  Instruction again = list[1];
+  again.src = {};
+  again.stride = 3;
+  for (const auto& [gap, stride] : {std::pair<Cycle, int>{61, 3}, {60, 2}}) {
+    again.stride = stride;
+    const Status s = runWithSendAfter(list, again, gap);
+    ASSERT_FALSE(s.ok()) << gap;
+    EXPECT_NE(s.error().message.find(fmt::format("C2C send on link 7 continues a stream of {} vectors", stride)),
+              std::string::npos)
+        << s.error().message;
+  }
+  again.stride = -1;
+  const Status s = runWithSendAfter(list, again, 60);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("C2C send continuing a stream of -1 vectors"), std::string::npos) << s.error().message;
 }
 
 TEST_F(C2cTest, ReceiveBeforeArrival) {

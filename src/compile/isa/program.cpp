@@ -1010,6 +1010,7 @@ std::string toText(const Program& program, const topology::ChipSpec& chip) {
     out += ref("src", i.src) + ref("src2", i.src2) + ref("dst", i.dst);
     if (i.address >= 0) out += fmt::format(" addr={} bank={} stride={}", i.address, i.bank, i.stride);
     if (i.port >= 0) out += fmt::format(" port={}", i.port);
+    if (i.op == Opcode::kC2cSend && i.stride != 0) out += fmt::format(" stream_from={}", i.stride);
     if (i.weightUnit >= 0) out += fmt::format(" weights=q{}x{}", i.weightUnit, i.weightRows);
     if (i.sxm == SxmFunc::kCopy) out += " copy";
     if (i.sxm == SxmFunc::kWindow) out += " window";

@@ -114,6 +114,9 @@ struct Instruction {
   StreamRef src, src2, dst;
   std::int32_t address = -1;  ///< SRAM address within the unit's MEM slice
   std::int32_t bank = -1;     ///< bank of the first address under the chip's bank mapping
+  /// MEM: address step per repeat. C2cSend: the vectors of its stream sent before it (0: a stream of
+  /// its own); m > 0 continues the link's stream of m vectors, entering the link the cycle its
+  /// previous burst leaves it at the same spacing (topology::streamCycles).
   std::int32_t stride = 0;
   std::int32_t port = -1;     ///< C2C port
   std::int32_t repeat = 1;

@@ -454,6 +454,7 @@ std::vector<isa::Instruction> emitInstructions(const Problem& problem, const Sch
       inst.src = s.producer >= 0 ? streamOf(s.producer) : isa::StreamRef{};
       inst.src2 = s.producer2 >= 0 ? streamOf(s.producer2) : isa::StreamRef{};
       if (inst.address >= 0) inst.bank = chip.bankOf(inst.address);
+      if (inst.op == isa::Opcode::kC2cSend) inst.stride = static_cast<std::int32_t>(s.linkFrom);
       out.instructions.push_back(inst);
       if (originOf) out.originOf.push_back(s.origin >= 0 ? s.origin : tasks[t].origin);
     }

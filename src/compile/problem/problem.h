@@ -24,6 +24,8 @@ struct Step {
   double linkSpacing = 0;
   /// C2C send: the vectors of its stream before its own (a later MEM-slice segment of one tile goes
   /// on from where the segment before left the link's fraction of a cycle; 0: a stream of its own).
+  /// The program carries it as the send's `stride` (isa::Instruction::stride), which the simulator
+  /// follows: it continues a stream exactly when its instruction says so.
   std::int64_t linkFrom = 0;
   /// A rigid link without a stream: this step issues exactly `followGap` cycles after step `follows`
   /// of the same task (-1: none), e.g. the segments of one C2C burst leaving back to back.

@@ -400,20 +400,24 @@ TEST(ShardCompiler, EachReadOfATwoInputOpNamesItsInput) {
 // A tile longer than a slice leaves in segments: they must leave back to back (the receiver's
 // release times assume it), even when another reader of the second segment competes for its slice;
 // on a link of one vector a cycle and at the exact rate of 19.69 cycles a vector (the segments one
-// stream: the second leaves ceil(5,000 x 19.69) cycles after the first).
+// stream: the second leaves ceil(5,000 x 19.69) cycles after the first, and says so in its stride).
+// With two tiles the second tile's first segment may enter the link the cycle the first tile's last
+// leaves it: it starts a stream of its own (stride 0), as the receiver's release times assume.
 TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
+  for (const std::int64_t cols : {320, 640})
   for (const double bytesPerCycle : {320.0, 16.25}) {
     const schedule::LinkPace pace = schedule::linkPace(320 / bytesPerCycle);
+    const int tiles = static_cast<int>(cols / 320);
     topology::ChipSpec chip;
     ir::Graph g;
-    // y leaves in two segments of 5,000 rows; the add reads y's second segment when the chain t is
-    // ready, about when that segment should leave, and the chain of ReLUs after the add gives it the
-    // higher priority: placed first, it holds the segment's read port.
-    const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {10000, 320}, ir::DType::kI8)}, 0);
-    auto t = g.addInput("x2", {10000, 320}, ir::DType::kI8);
-    for (int i = 0; i < 5; ++i) t = *g.addOp(ir::OpKind::kRelu, "t" + std::to_string(i), {t}, 0);
+    // y leaves in two segments of 5,000 rows a tile; the add reads y's second segment when the chain
+    // t is ready, about when that segment should leave, and the chain of ReLUs after the add gives it
+    // the higher priority: placed first, it holds the segment's read port.
+    const auto y = *g.addOp(ir::OpKind::kRelu, "y", {g.addInput("x", {10000, cols}, ir::DType::kI8)}, 0);
+    auto t = g.addInput("x2", {10000, cols}, ir::DType::kI8);
+    for (int i = 0; i < 5; ++i) t = *g.addOp(ir::OpKind::kRelu, fmt::format("t{}", i), {t}, 0);
     auto r = *g.addOp(ir::OpKind::kAdd, "add", {y, t}, 0);
-    for (int i = 0; i < 8; ++i) r = *g.addOp(ir::OpKind::kRelu, "r" + std::to_string(i), {r}, 0);
+    for (int i = 0; i < 8; ++i) r = *g.addOp(ir::OpKind::kRelu, fmt::format("r{}", i), {r}, 0);
     g.markOutput(r);
     lower::ShardInterface interface;
     const lower::SendPlan send{.tensor = y, .port = 3, .interval = pace.interval, .spacing = pace.spacing};
@@ -427,19 +431,27 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
       std::vector<isa::Instruction> sends;
       for (const auto& i : compiled->program.instructions)
         if (i.op == isa::Opcode::kC2cSend) sends.push_back(i);
-      ASSERT_EQ(sends.size(), 2u);  // 10,000 rows: two segments on two slices
+      ASSERT_EQ(sends.size(), 2u * tiles);  // 10,000 rows: two segments on two slices a tile
       EXPECT_NE(sends[0].unit, -1);
-      const Cycle first = topology::serializationCycles(sends[0].repeat, std::max(1.0, send.spacing));
-      EXPECT_EQ(sends[1].issue, sends[0].issue + first) << "seed " << seed;
+      std::vector<Cycle> tileIssues;
+      for (int tile = 0; tile < tiles; ++tile) {
+        const isa::Instruction& a = sends[2 * tile];
+        const isa::Instruction& b = sends[2 * tile + 1];
+        const Cycle first = topology::serializationCycles(a.repeat, std::max(1.0, send.spacing));
+        EXPECT_EQ(b.issue, a.issue + first) << "seed " << seed;
+        EXPECT_EQ(a.stride, 0);
+        EXPECT_EQ(b.stride, a.repeat);
+        tileIssues.push_back(a.issue);
+      }
       ASSERT_EQ(compiled->sendIssues.size(), 1u);
-      EXPECT_EQ(compiled->sendIssues[0], std::vector<Cycle>{sends[0].issue});
+      EXPECT_EQ(compiled->sendIssues[0], tileIssues);
 
-      // A second chip receives the burst at the arrival the cluster scheduler would derive from the
-      // first send; both chips simulate in their predicted cycles, without a hazard.
+      // A second chip receives the bursts at the arrivals the cluster scheduler would derive from
+      // each tile's first send; both chips simulate in their predicted cycles, without a hazard.
       const Cycle latency = 200;
       // Its input is the tensor sent, under the sender's name: a receive checks the burst's tensor.
       ir::Graph rg;
-      const auto x = rg.addInput(g.tensor(y).name, {10000, 320}, ir::DType::kI8);
+      const auto x = rg.addInput(g.tensor(y).name, {10000, cols}, ir::DType::kI8);
       rg.markOutput(*rg.addOp(ir::OpKind::kRelu, "r", {x}, 0));
       lower::ShardInterface in;
       lower::ReceivePlan receive;
@@ -447,7 +459,7 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
       receive.port = 5;
       receive.interval = send.interval;
       receive.spacing = send.spacing;
-      receive.arrivals = {compiled->sendIssues[0][0] + chip.c2cSendCycles + latency};
+      for (const Cycle issue : compiled->sendIssues[0]) receive.arrivals.push_back(issue + chip.c2cSendCycles + latency);
       in.receives.push_back(receive);
       auto receiver = compileShard(chip, rg, allOps(rg), in, o);
       ASSERT_TRUE(receiver.ok()) << receiver.error().format();
@@ -459,7 +471,7 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
       auto b = sim::makeTspChip(1, chip, std::make_shared<const isa::Program>(receiver->program), receiverPorts, {});
       ASSERT_TRUE(a->advanceTo(sim::kNever).ok());
       const auto bursts = a->takeOutgoing();
-      EXPECT_EQ(bursts.size(), 2u);
+      EXPECT_EQ(bursts.size(), 2u * tiles);
       for (const auto& burst : bursts) b->deliver(burst);
       const Status received = b->advanceTo(sim::kNever);
       ASSERT_TRUE(received.ok()) << received.error().format();
@@ -467,7 +479,15 @@ TEST(ShardCompiler, ALongTileLeavesInBackToBackSegments) {
       EXPECT_EQ(b->stats().cycles, receiver->program.predictedCycles);
       EXPECT_EQ(a->stats().hazardCount() + b->stats().hazardCount(), 0);
       if (bytesPerCycle < 320) {
-        EXPECT_EQ(bursts[1].streamFrom, sends[0].repeat);
+        for (int tile = 0; tile < tiles; ++tile) {
+          EXPECT_EQ(bursts[2 * tile].streamFrom, 0);
+          EXPECT_EQ(bursts[2 * tile + 1].streamFrom, sends[2 * tile].repeat);
+        }
+      }
+      // The case the stride settles: the second tile enters the link as the first tile leaves it.
+      if (tiles == 2 && bytesPerCycle < 320 && seed == 0) {
+        const Cycle firstTile = topology::streamCycles(0, sends[0].repeat + sends[1].repeat, send.spacing, send.interval);
+        EXPECT_EQ(sends[2].issue, sends[0].issue + firstTile);
       }
     }
   }
