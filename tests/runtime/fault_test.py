@@ -122,6 +122,8 @@ def signal_case(exe, ranks, work, name, args, phase, sig, target, after):
     code, err, took = result
     expected = 1 if target == "mpirun" and sig in (signal.SIGTERM, signal.SIGINT) else 7
     check(code == expected, f"{name}: exit code {expected} (got {code})")
+    if code != expected:
+        print(f"{name}: what the job printed after the signal:\n{err[-2000:]}", flush=True)
     check(took < BOUND, f"{name}: every rank ended within {BOUND:.0f} s of the signal ({took:.1f} s)")
     if target == "mpirun" and after != "simulate" and os.path.exists(out) and "interrupted" not in err:
         # mpirun forwards a signal about a second after it gets it: the run may have renamed its
