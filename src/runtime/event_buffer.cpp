@@ -40,7 +40,7 @@ std::string opcodeNames() {
 EventBuffer::EventBuffer(const topology::ChipSpec& spec,
                          const std::vector<std::shared_ptr<const isa::Program>>& programs, Attribution attribution,
                          EventSelection selection, std::int64_t flushRows)
-    : spec_(spec), units_(spec.units()), programs_(programs), selection_(std::move(selection)),
+    : units_(spec.units()), programs_(programs), selection_(std::move(selection)),
       flushRows_(std::max<std::int64_t>(1, flushRows)), attribution_(std::move(attribution)) {
   const size_t chips = programs_.size();
   recorded_.assign(chips, selection_.instructions && selection_.instructionChips.empty() ? 1 : 0);

@@ -62,7 +62,6 @@ class EventBuffer final : public sim::ChipObserver {
   Status flush(TraceWriter& writer);
 
  private:
-  const topology::ChipSpec& spec_;
   std::vector<topology::UnitInfo> units_;
   const std::vector<std::shared_ptr<const isa::Program>>& programs_;
   std::vector<isa::InstructionSequence> sequences_;  // per chip: its program's instructions, read in place
