@@ -978,16 +978,16 @@ class TspChip final : public Chip {
       return malformed(inst, index, fmt::format("C2C send continuing a stream of {} vectors", from));
     const Cycle serialization = topology::streamCycles(from, inst.repeat, spacing, inst.interval);
     if (onLink < linkFree_[inst.port]) {
-      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                  fmt::format("C2C send on link {}, busy until cycle {}", port.link, linkFree_[inst.port])))
+      if (!hazardf(HazardKind::kLinkBusy, inst, index, inst.issue, "C2C send on link {}, busy until cycle {}",
+                   port.link, linkFree_[inst.port]))
         return false;
     } else if (from > 0 && (onLink != linkFree_[inst.port] || spacing != streamSpacing_[inst.port] ||
                             streamVectors_[inst.port] != from)) {
-      if (!hazard(HazardKind::kLinkBusy, inst, index, inst.issue,
-                  fmt::format("C2C send on link {} continues a stream of {} vectors at {:.4f} cycles each from "
-                              "cycle {}, but the link's stream has {} vectors at {:.4f} and ends at cycle {}",
-                              port.link, from, spacing, onLink, streamVectors_[inst.port],
-                              streamSpacing_[inst.port], linkFree_[inst.port])))
+      if (!hazardf(HazardKind::kLinkBusy, inst, index, inst.issue,
+                   "C2C send on link {} continues a stream of {} vectors at {:.4f} cycles each from cycle {}, but "
+                   "the link's stream has {} vectors at {:.4f} and ends at cycle {}",
+                   port.link, from, spacing, onLink, streamVectors_[inst.port], streamSpacing_[inst.port],
+                   linkFree_[inst.port]))
         return false;
     }
     linkFree_[inst.port] = onLink + serialization;
