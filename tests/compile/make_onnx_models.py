@@ -8,6 +8,9 @@ import os
 import shutil
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from publish_dir import published  # noqa: E402
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -243,27 +246,24 @@ def resnet_block(out):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    mlp_with_external_weights(out)
-    shape_subgraph(out)
-    single_op(out, "unsupported_op", "Hardmax")
-    single_op(out, "old_opset", "Relu", opset=9)
-    single_op(out, "new_opset", "Relu", opset=22)
-    unnamed_dynamic(out)
-    bad_initializer_shape(out, "negative_dim", [-1, 2])
-    bad_initializer_shape(out, "huge_dims", [2**32, 2**32])
-    softmax_opset11(out)
-    pool_3d(out)
-    conv_1d(out)
-    average_pool_excluding_padding(out)
-    gpt_like(out, 3, 8)
-    reduce_max_head(out)
-
-
-    resnet_block(out)
-    with open(os.path.join(out, "corrupt.onnx"), "wb") as f:
-        f.write(b"\x08\x07this is not a protobuf model\xff\xff\xff")
+    with published(sys.argv[1]) as out:
+        mlp_with_external_weights(out)
+        shape_subgraph(out)
+        single_op(out, "unsupported_op", "Hardmax")
+        single_op(out, "old_opset", "Relu", opset=9)
+        single_op(out, "new_opset", "Relu", opset=22)
+        unnamed_dynamic(out)
+        bad_initializer_shape(out, "negative_dim", [-1, 2])
+        bad_initializer_shape(out, "huge_dims", [2**32, 2**32])
+        softmax_opset11(out)
+        pool_3d(out)
+        conv_1d(out)
+        average_pool_excluding_padding(out)
+        gpt_like(out, 3, 8)
+        reduce_max_head(out)
+        resnet_block(out)
+        with open(os.path.join(out, "corrupt.onnx"), "wb") as f:
+            f.write(b"\x08\x07this is not a protobuf model\xff\xff\xff")
 
 
 if __name__ == "__main__":

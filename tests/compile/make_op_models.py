@@ -8,6 +8,9 @@ numpy from the op's definition, independently of the importer.
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from publish_dir import published  # noqa: E402
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -364,19 +367,18 @@ def unsupported(out):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    unary_ops(out)
-    binary_ops(out)
-    clip(out)
-    pad(out)
-    shapes(out)
-    scatter_nd(out)
-    einsum(out)
-    norms(out)
-    resize(out)
-    reductions(out)
-    unsupported(out)
+    with published(sys.argv[1]) as out:
+        unary_ops(out)
+        binary_ops(out)
+        clip(out)
+        pad(out)
+        shapes(out)
+        scatter_nd(out)
+        einsum(out)
+        norms(out)
+        resize(out)
+        reductions(out)
+        unsupported(out)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ OUT_DIR/einsum.onnx: projections written as torch.einsum on weights (Einsum node
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from publish_dir import published  # noqa: E402
+
 import torch
 
 
@@ -31,19 +34,18 @@ class EinsumBlock(torch.nn.Module):
 
 
 def main():
-    out = sys.argv[1]
-    os.makedirs(out, exist_ok=True)
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
-    with torch.no_grad():  # the layers are copies of one: give each its own values (as trained ones are)
-        for param in model.parameters():
-            param.add_(0.1 * torch.randn_like(param))
-    x = torch.randn(2, 8, 32)
-    torch.onnx.export(model, (x,), os.path.join(out, "encoder.onnx"), opset_version=17, input_names=["x"],
-                      output_names=["y"])
-    torch.onnx.export(EinsumBlock().eval(), (x,), os.path.join(out, "einsum.onnx"), opset_version=17,
-                      input_names=["x"], output_names=["y"])
+    with published(sys.argv[1]) as out:
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, dropout=0.0, batch_first=True)
+        model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+        with torch.no_grad():  # the layers are copies of one: give each its own values (as trained ones are)
+            for param in model.parameters():
+                param.add_(0.1 * torch.randn_like(param))
+        x = torch.randn(2, 8, 32)
+        torch.onnx.export(model, (x,), os.path.join(out, "encoder.onnx"), opset_version=17, input_names=["x"],
+                          output_names=["y"])
+        torch.onnx.export(EinsumBlock().eval(), (x,), os.path.join(out, "einsum.onnx"), opset_version=17,
+                          input_names=["x"], output_names=["y"])
 
 
 if __name__ == "__main__":
