@@ -764,7 +764,7 @@ StageEnd writeTrace(RunState& s) {
   Status w;
   if ((w = trace.writeMeta(meta)) && (w = trace.writeChips(stats.localRows, cluster.chipCount())) &&
       (w = trace.writeUnitBusy(local, stats.unitBusy, static_cast<int>(stats.unitRows.size()), cluster.chipCount())) &&
-      (w = trace.writeUnits(stats.unitRows)) && (w = trace.writeLinks(stats.linkRows)) && (w = trace.writeRun(stats.run)) &&
+      (w = trace.writeUnits(stats.unitRows)) && (w = trace.writeLinks(stats.linkRows)) &&
       (w = trace.writeAttribution(s.events->attribution())) &&
       (w = trace.writeTimeline(local, stats.timeline, topology::kUnitKindCount, s.simOptions.bins,
                                s.simOptions.binCycles, cluster.chipCount()))) {
@@ -777,6 +777,12 @@ StageEnd writeTrace(RunState& s) {
   if (late)
     if (auto marked = trace.markPartial(stats.run.makespanCycles); !marked) return writeFailed(marked, trace);
   const bool partial = meta.partial || late;
+  // /summary/run last, once the run is known to be whole or partial: a partial run claims no samples.
+  if (partial) {
+    s.statistics.run.samples = 0;
+    s.statistics.run.throughputPerSecond = 0;
+  }
+  if (auto written = trace.writeRun(stats.run); !written) return writeFailed(written, trace);
   s.tracePath = partial ? partialPath(config.output.trace) : config.output.trace;
   if (auto c = trace.commit(s.tracePath); !c) return failure(c.error(), trace.failedHere());
   if (partial)
