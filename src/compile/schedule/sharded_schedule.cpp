@@ -493,6 +493,8 @@ class ShardedScheduler {
     std::vector<std::pair<int, Cycle>> release;  // units the chip's earlier programs still use (Options::unitRelease)
     std::string shape;  // the key without release and arrival times: programs of one shape may stand in for each other
     isa::Program program;  // the compiled program, its stream registers renamed for the chip (earliestOffset)
+    ChipTimelines::Footprint footprint;  // program's (ChipTimelines::footprint), from its compile's
+    Cycle drain = 0;                     // program's ChipTimelines::streamDrain (renaming keeps it)
     std::vector<std::pair<ir::TensorId, int>> sendTo;  // (tensor, link)
     std::set<ir::TensorId> received;
   };
@@ -648,17 +650,21 @@ class ShardedScheduler {
   // The earliest offset at which the segment's program (compiled for `use`'s receives) may start on
   // its chip: its resources free of the chip's earlier programs (ChipTimelines::earliestStart) and
   // every burst it sends finding its link free.
-  // With `program`, the compiled program with its stream registers renamed for the chip.
-  Cycle earliestOffset(const SegmentUse& use, const CompiledShard& shard, isa::Program* program = nullptr,
+  // With `placed`, its program, footprint and drain: the compiled program's, its stream registers
+  // renamed for the chip.
+  Cycle earliestOffset(const SegmentUse& use, const CompiledShard& shard, SegmentUse* placed = nullptr,
                        Cycle from = 0) {
     auto footprint = footprints_.find(&shard);
     if (footprint == footprints_.end())
       footprint = footprints_.emplace(&shard, timelines_.footprint(shard.program.instructions)).first;
     const auto renaming = timelines_.streamRenaming(use.chip, footprint->second);
-    const auto renamed = timelines_.renamedFootprint(footprint->second, renaming);
-    if (program) {
-      *program = shard.program;
-      program->instructions = timelines_.renamed(shard.program.instructions, renaming);
+    auto renamed = timelines_.renamedFootprint(footprint->second, renaming);
+    if (placed) {
+      placed->program = shard.program;
+      placed->program.instructions = timelines_.renamed(shard.program.instructions, renaming);
+      auto drain = drains_.find(&shard);
+      if (drain == drains_.end()) drain = drains_.emplace(&shard, timelines_.streamDrain(shard.program.instructions)).first;
+      placed->drain = drain->second;
     }
     const topology::ChipSpec& spec = cluster_.chip();
     Cycle at = from;
@@ -682,6 +688,7 @@ class ShardedScheduler {
           }
       }
     }
+    if (placed) placed->footprint = std::move(renamed);
     return at;
   }
 
@@ -703,7 +710,7 @@ class ShardedScheduler {
         SegmentUse& use = batch[i];
         // Fitting at an earlier offset does not make the compiled one fit: the units' gaps are
         // checked at the offset the program was compiled for.
-        const Cycle at = earliestOffset(use, compiled_.at(use.key), &use.program, use.offset);
+        const Cycle at = earliestOffset(use, compiled_.at(use.key), &use, use.offset);
         if (at <= use.offset) {
           settled[i] = true;
           continue;
@@ -728,7 +735,7 @@ class ShardedScheduler {
         ofShape.push_back({use.key, use.interface.receives});
       // This segment's ops (the program may be another's), reading and writing its wave's copies.
       const auto names = lower::originsOf(g, use.ops, use.interface, waveOf_[d]);
-      timelines_.append(chip, use.program, use.offset, &names);
+      timelines_.append(chip, use.program, use.offset, use.drain, use.footprint, &names);
       if (auto s = bookSends(d, chip, use.offset, use.interface, use.sendTo, shard); !s) return s;
       detail::accumulateReport(reports_[chip], shard.report);
       for (ir::OpId op : use.ops)
@@ -779,7 +786,7 @@ class ShardedScheduler {
       if (!best || at + period->second < bestNext) best = at, bestNext = at + period->second, chosen = &c;
     }
     use.key = chosen->key;
-    use.offset = earliestOffset(use, compiled_.at(use.key), &use.program, *best);
+    use.offset = earliestOffset(use, compiled_.at(use.key), &use, *best);
     return true;
   }
 
@@ -868,6 +875,7 @@ class ShardedScheduler {
   std::map<std::string, std::vector<Candidate>> byShape_;  ///< per SegmentUse::shape, the programs placed
   std::set<std::string> placedKeys_;                        ///< keys of compiled_ placed at least once
   std::map<const CompiledShard*, ChipTimelines::Footprint> footprints_;
+  std::map<const CompiledShard*, Cycle> drains_;   ///< ChipTimelines::streamDrain of each program placed
   std::map<const CompiledShard*, Cycle> periods_;  ///< ChipTimelines::followsAt of each program reuse considered
   std::map<int, CompileReport> reports_;
   ClusterSchedule result_;

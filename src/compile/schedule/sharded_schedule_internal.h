@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 #include <limits>
 #include <map>
@@ -103,15 +104,7 @@ class ChipTimelines {
       auto body = intern(std::move(relative.instructions), std::move(relative.originOf));
       return append(c, body, relative, offset + first, names);
     }
-    const auto map = originMap(c, names ? *names : program.origins);
-    for (size_t k = 0; k < program.instructions.size(); ++k) {
-      isa::Instruction inst = program.instructions[k];
-      inst.issue += offset;
-      programs_[c].instructions.push_back(inst);
-      const std::int32_t local = k < program.originOf.size() ? program.originOf[k] : -1;
-      programs_[c].originOf.push_back(local >= 0 && static_cast<size_t>(local) < map->size() ? (*map)[local] : -1);
-    }
-    settle(c, program, offset, streamDrain(program.instructions), footprint(program.instructions));
+    append(c, program, offset, streamDrain(program.instructions), footprint(program.instructions), names);
   }
   /// Appends `body` (the instructions of `program`, shared with other chips and passes) as a piece
   /// of chip c's program at `offset` (with `pieces`; without, its instructions are copied).
@@ -164,19 +157,34 @@ class ChipTimelines {
     std::vector<Span> slices;                                         ///< MEM slices, by resource
     std::vector<std::pair<int, std::vector<std::pair<Cycle, Cycle>>>> shared;  ///< (resource, sorted intervals)
   };
+  /// append (without pieces) of a program whose streamDrain and footprint are known.
+  void append(int c, const isa::Program& program, Cycle offset, Cycle drain, const Footprint& f,
+              const std::vector<isa::OpOrigin>* names = nullptr) {
+    assert(!pieces_ && "a piece's footprint is its body's");
+    if (program.instructions.empty()) return;
+    const auto map = originMap(c, names ? *names : program.origins);
+    auto& instructions = programs_[c].instructions;
+    const size_t base = instructions.size();
+    instructions.insert(instructions.end(), program.instructions.begin(), program.instructions.end());
+    for (size_t k = base; k < instructions.size(); ++k) instructions[k].issue += offset;
+    auto& originOf = programs_[c].originOf;
+    originOf.resize(instructions.size(), -1);
+    for (size_t k = 0; k < program.instructions.size() && k < program.originOf.size(); ++k) {
+      const std::int32_t local = program.originOf[k];
+      if (local >= 0 && static_cast<size_t>(local) < map->size()) originOf[base + k] = (*map)[local];
+    }
+    settle(c, program, offset, drain, f);
+  }
   /// SRAM addresses per ordered address block of a MEM slice.
   static constexpr int kAddressBlock = 128;
   Footprint footprint(const std::vector<isa::Instruction>& instructions) const {
     const int unitCount = static_cast<int>(units_.size());
-    const size_t resources = resourceCount();
-    std::vector<Footprint::Span> spans(resources, {-1, 0, 0});
+    // Shared resources are units and stream registers; the ordered ones' uses are gathered as a
+    // list, since a program touches few of the chip's thousands of address blocks.
+    const size_t resources = units_.size() + 2 * static_cast<size_t>(chip_.streamsPerDirection);
+    std::vector<Footprint::Span> spans;
     std::vector<std::vector<std::pair<Cycle, Cycle>>> intervals(resources);
-    const auto use = [&](int resource, Cycle first, Cycle end) {
-      auto& span = spans[resource];
-      if (span.resource < 0) span = {resource, first, end};
-      span.first = std::min(span.first, first);
-      span.end = std::max(span.end, end);
-    };
+    const auto use = [&](int resource, Cycle first, Cycle end) { spans.push_back({resource, first, end}); };
     for (const auto& inst : instructions) {
       const auto& unit = units_[inst.unit];
       if (unit.kind == topology::UnitKind::kVxm || unit.kind == topology::UnitKind::kSxm) {
@@ -204,8 +212,15 @@ class ChipTimelines {
           {emitted + frame, emitted + Cycle{inst.repeat - 1} * inst.interval + frame + 1});
     }
     Footprint f;
-    for (const auto& span : spans)
-      if (span.resource >= 0) (isMem(span.resource) ? f.slices : f.ordered).push_back(span);
+    std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.resource < b.resource; });
+    for (size_t i = 0; i < spans.size();) {
+      Footprint::Span span = spans[i];
+      for (++i; i < spans.size() && spans[i].resource == span.resource; ++i) {
+        span.first = std::min(span.first, spans[i].first);
+        span.end = std::max(span.end, spans[i].end);
+      }
+      (isMem(span.resource) ? f.slices : f.ordered).push_back(span);
+    }
     for (size_t r = 0; r < resources; ++r) {
       auto& list = intervals[r];
       if (list.empty()) continue;

@@ -83,5 +83,42 @@ TEST(ChipTimelines, RenamedFootprintIsTheFootprintOfTheRenamedProgram) {
   EXPECT_NE(timelines.footprint(program.instructions).shared, expected.shared);  // the renaming moved something
 }
 
+// An ordered resource a program uses several times is held once, from its first use to its last end,
+// in resource order: address block 0 (read at 0 and 600) and block 32 (read at 300) of slice 0.
+TEST(ChipTimelines, FootprintHoldsEachOrderedResourceFromItsFirstUseToItsLastEnd) {
+  topology::ChipSpec chip;
+  ChipTimelines timelines(chip, 1);
+  const isa::Program program = reads({{0, 0}, {300, 4096}, {600, 0}});
+  const auto f = timelines.footprint(program.instructions);
+  const Cycle end300 = isa::unitFreeAt(chip, program.instructions[1]);
+  const Cycle end600 = isa::unitFreeAt(chip, program.instructions[2]);
+  ASSERT_EQ(f.ordered.size(), 2u);
+  EXPECT_LT(f.ordered[0].resource, f.ordered[1].resource);
+  EXPECT_EQ(std::tuple(f.ordered[0].first, f.ordered[0].end), std::tuple(Cycle{0}, end600));
+  EXPECT_EQ(std::tuple(f.ordered[1].first, f.ordered[1].end), std::tuple(Cycle{300}, end300));
+  ASSERT_EQ(f.slices.size(), 1u);
+  EXPECT_EQ(std::tuple(f.slices[0].resource, f.slices[0].first, f.slices[0].end), std::tuple(0, Cycle{0}, end600));
+}
+
+// Appending with a known drain and footprint leaves the chip as appending computes them does.
+TEST(ChipTimelines, AppendWithKnownFootprintIsAppend) {
+  topology::ChipSpec chip;
+  ChipTimelines computed(chip, 1), known(chip, 1);
+  const isa::Program first = reads({{0, 0}, {5000, 4096}}), second = reads({{0, 0}, {100, 256}});
+  for (const auto& [program, offset] : {std::pair(&first, Cycle{0}), std::pair(&second, Cycle{700})}) {
+    computed.append(0, *program, offset);
+    known.append(0, *program, offset, known.streamDrain(program->instructions), known.footprint(program->instructions));
+  }
+  EXPECT_EQ(known.freeAt(0), computed.freeAt(0));
+  EXPECT_EQ(known.firstFreeAt(0), computed.firstFreeAt(0));
+  EXPECT_EQ(known.releases(0, 800), computed.releases(0, 800));
+  const isa::Program probe = reads({{0, 64}});
+  EXPECT_EQ(known.earliestStart(0, known.footprint(probe.instructions)),
+            computed.earliestStart(0, computed.footprint(probe.instructions)));
+  const auto a = known.finish(), b = computed.finish();
+  EXPECT_EQ(a.front().instructions, b.front().instructions);
+  EXPECT_EQ(a.front().predictedCycles, b.front().predictedCycles);
+}
+
 }  // namespace
 }  // namespace tsp::schedule::detail
