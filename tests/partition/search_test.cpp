@@ -366,6 +366,57 @@ TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
   EXPECT_GT(share(4), 0.5 * share(2) * 1.04);
 }
 
+// torch exports nn.Linear as a MatMul on Transpose(W), W stored [out, in]. Such a matmul is a weight
+// matmul like one on the weight stored [in, out]: the same installs, the same Megatron figures (the
+// second matmul's all-reduce), and a tensor-parallel plan costs its collective.
+TEST(CostModel, WeightReadThroughATransposeIsAWeightMatmul) {
+  const auto c = cluster("{topology: {kind: fully-connected, chips: 2}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  auto mlp = [](bool transposed) {
+    ir::Graph g;
+    ir::TensorId x = g.addInput("x", {64, 256}, ir::DType::kF16);
+    const std::vector<std::pair<std::int64_t, std::int64_t>> dims{{256, 512}, {512, 256}};
+    for (int l = 0; l < 2; ++l) {
+      const auto [in, out] = dims[l];
+      const std::string name = "fc" + std::to_string(l);
+      ir::TensorId w = g.addWeight(name + ".weight", transposed ? std::vector<std::int64_t>{out, in}
+                                                                : std::vector<std::int64_t>{in, out}, ir::DType::kF16);
+      if (transposed)
+        w = *g.addOp(ir::OpKind::kTranspose, name + ".t", {w}, {{"perm", std::vector<std::int64_t>{1, 0}}}, l);
+      x = *g.addOp(ir::OpKind::kRelu, name + ".relu", {*g.addOp(ir::OpKind::kMatMul, name, {x, w}, l)}, l);
+    }
+    g.markOutput(x);
+    return g;
+  };
+  const auto stored = profileOf(mlp(false), c, 1);
+  const auto read = profileOf(mlp(true), c, 1);
+  ASSERT_TRUE(read.hasWeightMatmul);
+  ASSERT_EQ(read.layers.size(), stored.layers.size());
+  for (size_t l = 0; l < read.layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const auto& a = read.layers[l];
+    const auto& b = stored.layers[l];
+    EXPECT_EQ(a.weightMatmuls, 1);
+    EXPECT_EQ(a.installCycles, b.installCycles);
+    EXPECT_EQ(a.weightInstallCycles, b.weightInstallCycles);
+    const auto* ta = a.figuresAt(TensorSplit::kMegatron, 2);
+    const auto* tb = b.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(ta && tb);
+    EXPECT_EQ(ta->allReduces, tb->allReduces);
+    EXPECT_EQ(ta->allReduceBytes, tb->allReduceBytes);
+    EXPECT_EQ(ta->rank.weightBytes, tb->rank.weightBytes);
+  }
+  EXPECT_EQ(read.layers[1].allReduces, 1);
+  Plan plan;
+  plan.tp = 2;
+  plan.split = TensorSplit::kMegatron;
+  plan.stageFirstLayer = {0};
+  plan.stageChip = {0};
+  plan.placement = {0, 1};
+  auto costed = evaluatePlan(c, read, plan);
+  ASSERT_TRUE(costed.ok()) << costed.error().format();
+  EXPECT_GT(costed->cost.commShare, 0.0);
+}
+
 // The memory check counts what one rank's graph holds. A Llama decode step with 2 KV heads over 8
 // ranks: the sharding keeps whole heads, so 2 ranks hold a KV head each (its group of query heads,
 // its KV cache) and the other 6 hold zero padding of the same shape. The check at tp 8 is at least
