@@ -417,6 +417,49 @@ TEST(CostModel, WeightReadThroughATransposeIsAWeightMatmul) {
   EXPECT_GT(costed->cost.commShare, 0.0);
 }
 
+// Consecutive layers with no collective between them run as one program on every rank (the
+// cluster schedule compiles each run of compute ops between collectives as one segment), so a
+// tensor-parallel plan overlaps them as one chip does. Convolutions, which Megatron leaves whole,
+// then a classifier whose column-split output leaves the graph split: no collective anywhere, and
+// tp 2 costs no more than one chip.
+TEST(CostModel, LayersWithoutCollectivesOverlapOnEveryRank) {
+  const auto c = cluster("{topology: {kind: fully-connected, chips: 2}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  ir::Graph g;
+  const ir::Attrs pads{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}};
+  ir::TensorId x = g.addInput("x", {1, 64, 28, 28}, ir::DType::kF16);
+  for (int l = 0; l < 3; ++l) {
+    const auto w = g.addWeight("conv" + std::to_string(l) + ".w", {64, 64, 3, 3}, ir::DType::kF16);
+    x = *g.addOp(ir::OpKind::kRelu, "relu" + std::to_string(l),
+                 {*g.addOp(ir::OpKind::kConv, "conv" + std::to_string(l), {x, w}, pads, l)}, l);
+  }
+  const auto pooled = *g.addOp(ir::OpKind::kGlobalAveragePool, "pool", {x}, 3);
+  const auto flat = *g.addOp(ir::OpKind::kFlatten, "flatten", {pooled}, 3);
+  const auto fc = g.addWeight("fc.w", {64, 640}, ir::DType::kF16);
+  g.markOutput(*g.addOp(ir::OpKind::kMatMul, "fc", {flat, fc}, 3));
+  const auto profile = profileOf(g, c, 1);
+  ASSERT_TRUE(profile.hasWeightMatmul);
+  Cycle overlap = 0;
+  for (const auto& layer : profile.layers) {
+    const auto* two = layer.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(two);
+    EXPECT_EQ(two->allReduces + two->allGathers, 0);
+    overlap += layer.overlapWithPrevious;
+  }
+  ASSERT_GT(overlap, 0);
+  auto cost = [&](int tp) {
+    Plan plan;
+    plan.tp = tp;
+    plan.split = tp > 1 ? TensorSplit::kMegatron : TensorSplit::kNone;
+    plan.stageFirstLayer = {0};
+    plan.stageChip = {0};
+    if (tp > 1) plan.placement = {0, 1};
+    auto costed = evaluatePlan(c, profile, plan);
+    EXPECT_TRUE(costed.ok()) << costed.error().format();
+    return costed->cost.iterationCycles;
+  };
+  EXPECT_LE(cost(2), cost(1));
+}
+
 // The memory check counts what one rank's graph holds. A Llama decode step with 2 KV heads over 8
 // ranks: the sharding keeps whole heads, so 2 ranks hold a KV head each (its group of query heads,
 // its KV cache) and the other 6 hold zero padding of the same shape. The check at tp 8 is at least
