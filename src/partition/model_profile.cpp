@@ -561,8 +561,8 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
-    piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.empty() &&
-                   profile.layers[l].weightBytes > chip.sramBytes() / 2;
+    piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.size() < 2 &&
+                   (profile.layers[l].weightBytes > chip.sramBytes() / 2 || !profile.layers[l].batchCycles.empty());
   LayerCycles rankRuns(chip);
   std::vector<std::tuple<TensorSplit, int, std::vector<std::vector<std::string>>>> rankRunKeys;
   bool megatron = false;

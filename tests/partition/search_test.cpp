@@ -261,6 +261,29 @@ TEST(CostModel, GivenPlansProfileMeasuresItsOwnWidthOnly) {
   EXPECT_EQ(fromGiven.cost.memoryPerChip, fromSearched.cost.memoryPerChip);
 }
 
+// A layer of a batch of one has no share of the batch to find its latency in, so a FLOP share of
+// it would divide its chain of small ops' latencies by the width too: at the plan's width its rank
+// layer is compiled as the plan runs it (the runs of ops between its collectives), and a rank's
+// compute is that, more than half of the layer at tp 2.
+TEST(CostModel, BatchOfOneCostsTheRankLayerAsCompiled) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "2"}, {"hidden", "256"}, {"heads", "8"}, {"kv_heads", "2"},
+                                 {"ffn", "512"}, {"seq", "64"}, {"vocab", "512"}, {"batch", "1"}});
+  auto profile = profileModel(g, c.chip(), 1, {}, planWidths(TensorSplit::kMegatron, 2, 2));
+  ASSERT_TRUE(profile.ok()) << profile.error().format();
+  const Candidate tp2{TensorSplit::kMegatron, 1, 2, 1, 1, 1};
+  int ranked = 0;
+  for (const auto& layer : profile->layers) {
+    const auto* two = layer.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(two);
+    if (layer.batchCycles.size() >= 2 || two->allReduces == 0) continue;
+    ++ranked;
+    EXPECT_GT(two->rankCycles, layer.cycles / 2);
+    EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, static_cast<double>(two->rankCycles));
+  }
+  EXPECT_EQ(ranked, 2);
+}
+
 // A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
 // tiles; what stays at zero rows beyond the weight tiles (op latencies, pipeline fill) stays whole
 // on every rank.
