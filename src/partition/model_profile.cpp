@@ -86,17 +86,25 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
 
 namespace {
 
+// The weights an op installs: its weight inputs, or the weight a MatMul or Gemm reads through a
+// Transpose or Reshape (`weightOperand`: torch exports nn.Linear as a MatMul on Transpose(W)).
+std::vector<ir::TensorId> installedWeights(const ir::Graph& graph, const ir::Op& op) {
+  std::vector<ir::TensorId> weights;
+  for (ir::TensorId t : op.inputs)
+    if (graph.tensor(t).role == ir::TensorRole::kWeight) weights.push_back(t);
+  if (weights.empty())
+    if (auto found = weightOperand(graph, op)) weights.push_back(found->weight);
+  return weights;
+}
+
 bool isWeightMatmul(const ir::Graph& graph, const ir::Op& op) {
   if (op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm && op.kind != ir::OpKind::kFusedMatMul) return false;
-  return std::any_of(op.inputs.begin(), op.inputs.end(), [&](ir::TensorId t) {
-    return graph.tensor(t).role == ir::TensorRole::kWeight;
-  });
+  return !installedWeights(graph, op).empty();
 }
 
 Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
   Bytes bytes = 0;
-  for (ir::TensorId t : op.inputs)
-    if (graph.tensor(t).role == ir::TensorRole::kWeight) bytes += graph.tensor(t).bytes();
+  for (ir::TensorId t : installedWeights(graph, op)) bytes += graph.tensor(t).bytes();
   return bytes;
 }
 
@@ -107,9 +115,8 @@ Bytes weightOperandBytes(const ir::Graph& graph, const ir::Op& op) {
 Cycle weightTileCycles(const ir::Graph& graph, const ir::Op& op, const topology::ChipSpec& chip) {
   const std::int64_t dim = chip.mxmPlaneDim;
   std::int64_t passes = 0;
-  for (ir::TensorId t : op.inputs) {
+  for (ir::TensorId t : installedWeights(graph, op)) {
     const ir::Tensor& w = graph.tensor(t);
-    if (w.role != ir::TensorRole::kWeight) continue;
     std::int64_t elements = 1;
     for (auto d : w.shape) elements *= d;
     const std::int64_t tiles = w.shape.size() == 2 ? ceilDiv(w.shape[0], dim) * ceilDiv(w.shape[1], dim)
@@ -418,10 +425,9 @@ std::vector<double> layerComputeCycles(const ir::Graph& graph, const topology::C
     if (isCollectiveOrTransfer(op.kind)) continue;
     double c = opEstimateCycles(graph, op, chip);
     if (ir::isMacOp(op.kind)) {
-      Bytes resident = 0;
+      Bytes resident = weightOperandBytes(graph, op);
       for (ir::TensorId t : op.inputs)
-        if (graph.tensor(t).producer < 0 && (graph.tensor(t).role == ir::TensorRole::kWeight ||
-                                             graph.tensor(t).role == ir::TensorRole::kState))
+        if (graph.tensor(t).producer < 0 && graph.tensor(t).role == ir::TensorRole::kState)
           resident += graph.tensor(t).bytes();
       c = std::max(c, static_cast<double>(ceilDiv(resident, installBytes) * chip.mxmWeightInstallCycles));
     }
@@ -555,8 +561,8 @@ bool tensorParallelFigures(const ir::Graph& graph, const topology::ChipSpec& chi
   const int layerCount = static_cast<int>(profile.layers.size());
   std::vector<bool> piecewise(layerCount);
   for (int l = 0; l < layerCount; ++l)
-    piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.empty() &&
-                   profile.layers[l].weightBytes > chip.sramBytes() / 2;
+    piecewise[l] = !profile.layers[l].fallback && profile.layers[l].batchCycles.size() < 2 &&
+                   (profile.layers[l].weightBytes > chip.sramBytes() / 2 || !profile.layers[l].batchCycles.empty());
   LayerCycles rankRuns(chip);
   std::vector<std::tuple<TensorSplit, int, std::vector<std::vector<std::string>>>> rankRunKeys;
   bool megatron = false;

@@ -23,11 +23,14 @@ PlanCost inferenceCost(const ModelProfile& profile, const Candidate& c, const St
     const LayerProfile& layer = profile.layers[l];
     const LayerShare share = layerShare(layer, c, links, stages.layerChunk[l] % c.pp);
     chunk[stages.layerChunk[l]] += share.compute + share.comm;
-    // Unsharded consecutive layers of one chunk are one program: the layer overlaps the one before
-    // it as the compiler measured for the pair, in proportion at a share of the batch.
-    if (c.tp == 1 && l > 0 && stages.layerChunk[l] == stages.layerChunk[l - 1] && layer.overlapWithPrevious > 0)
+    // Consecutive layers of one chunk with no collective between them are one program (the cluster
+    // schedule compiles each run of compute ops between collectives as one segment): the layer
+    // overlaps the one before it as the compiler measured for the pair, in proportion to what one
+    // rank computes of it at its share of the batch. A layer with a collective is fenced by it.
+    if (l > 0 && stages.layerChunk[l] == stages.layerChunk[l - 1] && layer.overlapWithPrevious > 0 &&
+        share.comm == 0)
       chunk[stages.layerChunk[l]] -=
-          static_cast<double>(layer.overlapWithPrevious) * layerCyclesAt(layer, frac) / static_cast<double>(layer.cycles);
+          static_cast<double>(layer.overlapWithPrevious) * share.compute / static_cast<double>(layer.cycles);
     chunkComm[stages.layerChunk[l]] += share.comm;
     // What of the chunk's last layer so far can hide its sends: as the compiler measured it (a layer
     // ending in a row-wise normalisation makes its output at the end), else all of its compute.

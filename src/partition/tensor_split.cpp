@@ -130,18 +130,8 @@ Expected<std::map<ir::TensorId, TensorSharding>> gridAnnotations(const ir::Graph
                               });
 }
 
-// The weight of a weight matmul (MatMul, Gemm) and the weight dim that indexes the op's output:
-// the weight may be either operand, transposed by Gemm's transA/transB or by a Transpose between
-// the initializer and the op, and a weight of more dims may be reshaped into the op's matrix (an
-// Einsum contraction such as "bsh,hnd->bsnd" imports as a Reshape of its [h, n, d] weight into
-// [h, n d]): the output dim is then the first weight dim of the run the matrix dim merges, and so
-// is the contracted dim.
-struct WeightOperand {
-  int operand;
-  ir::TensorId weight;
-  int outDim, contractedDim;
-  bool direct;  ///< the op reads the weight itself (no Transpose or Reshape between)
-};
+}  // namespace
+
 std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op& op) {
   if ((op.kind != ir::OpKind::kMatMul && op.kind != ir::OpKind::kGemm) || op.inputs.size() < 2) return std::nullopt;
   for (int operand : {1, 0}) {
@@ -179,8 +169,6 @@ std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op&
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 Mesh tensorMesh(TensorSplit split, int tp) {
   if (split == TensorSplit::k2d && tp > 1 && gridSide(tp) > 0) return Mesh{{"r", "c"}, {gridSide(tp), gridSide(tp)}};

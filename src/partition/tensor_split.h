@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "compile/ir/graph.h"
@@ -35,6 +36,21 @@ Mesh tensorMesh(TensorSplit split, int tp);
 /// weights). Errors name the input whose batch does not divide, or the op that would need
 /// communication between blocks.
 Expected<ir::Graph> batchBlockGraph(const ir::Graph& graph, int blocks);
+
+/// The weight of a weight matmul (MatMul, Gemm) and the weight dim that indexes the op's output. The
+/// weight may be either operand, transposed by Gemm's transA/transB or by a Transpose between the
+/// initializer and the op, and a weight of more dims may be reshaped into the op's matrix (an Einsum
+/// contraction "bsh,hnd->bsnd" imports as a Reshape of its [h, n, d] weight into [h, n d]): the
+/// output dim is then the first weight dim of the run the matrix dim merges, and so is the
+/// contracted dim.
+struct WeightOperand {
+  int operand;          ///< the op's input (0 or 1) the weight reaches
+  ir::TensorId weight;  ///< the initializer
+  int outDim, contractedDim;
+  bool direct;  ///< the op reads the weight itself (no Transpose or Reshape between)
+};
+/// The op's weight operand, or nullopt when the op is not a MatMul or Gemm on a weight.
+std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op& op);
 
 /// Annotations that realise a tensor split over the devices of `mesh` (tensorMesh of the split and
 /// its width): Megatron by column-splitting the weight of every weight MatMul whose activation is

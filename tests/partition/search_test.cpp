@@ -261,6 +261,29 @@ TEST(CostModel, GivenPlansProfileMeasuresItsOwnWidthOnly) {
   EXPECT_EQ(fromGiven.cost.memoryPerChip, fromSearched.cost.memoryPerChip);
 }
 
+// A layer of a batch of one has no share of the batch to find its latency in, so a FLOP share of
+// it would divide its chain of small ops' latencies by the width too: at the plan's width its rank
+// layer is compiled as the plan runs it (the runs of ops between its collectives), and a rank's
+// compute is that, more than half of the layer at tp 2.
+TEST(CostModel, BatchOfOneCostsTheRankLayerAsCompiled) {
+  const auto c = cluster(kFreeRing);
+  const auto g = model("llama", {{"layers", "2"}, {"hidden", "256"}, {"heads", "8"}, {"kv_heads", "2"},
+                                 {"ffn", "512"}, {"seq", "64"}, {"vocab", "512"}, {"batch", "1"}});
+  auto profile = profileModel(g, c.chip(), 1, {}, planWidths(TensorSplit::kMegatron, 2, 2));
+  ASSERT_TRUE(profile.ok()) << profile.error().format();
+  const Candidate tp2{TensorSplit::kMegatron, 1, 2, 1, 1, 1};
+  int ranked = 0;
+  for (const auto& layer : profile->layers) {
+    const auto* two = layer.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(two);
+    if (layer.batchCycles.size() >= 2 || two->allReduces == 0) continue;
+    ++ranked;
+    EXPECT_GT(two->rankCycles, layer.cycles / 2);
+    EXPECT_DOUBLE_EQ(layerShare(layer, tp2, {}).compute, static_cast<double>(two->rankCycles));
+  }
+  EXPECT_EQ(ranked, 2);
+}
+
 // A tensor split shrinks the part of a layer's cycles that shrinks with its rows and its weights'
 // tiles; what stays at zero rows beyond the weight tiles (op latencies, pipeline fill) stays whole
 // on every rank.
@@ -364,6 +387,100 @@ TEST(CostModel, MegatronFiguresAreTheShardingsAtEachWidth) {
   CandidateLinks links;
   const auto share = [&](int tp) { return layerShare(block, {TensorSplit::kMegatron, 1, tp, 1, 1, 1}, links).compute; };
   EXPECT_GT(share(4), 0.5 * share(2) * 1.04);
+}
+
+// torch exports nn.Linear as a MatMul on Transpose(W), W stored [out, in]. Such a matmul is a weight
+// matmul like one on the weight stored [in, out]: the same installs, the same Megatron figures (the
+// second matmul's all-reduce), and a tensor-parallel plan costs its collective.
+TEST(CostModel, WeightReadThroughATransposeIsAWeightMatmul) {
+  const auto c = cluster("{topology: {kind: fully-connected, chips: 2}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  auto mlp = [](bool transposed) {
+    ir::Graph g;
+    ir::TensorId x = g.addInput("x", {64, 256}, ir::DType::kF16);
+    const std::vector<std::pair<std::int64_t, std::int64_t>> dims{{256, 512}, {512, 256}};
+    for (int l = 0; l < 2; ++l) {
+      const auto [in, out] = dims[l];
+      const std::string name = "fc" + std::to_string(l);
+      ir::TensorId w = g.addWeight(name + ".weight", transposed ? std::vector<std::int64_t>{out, in}
+                                                                : std::vector<std::int64_t>{in, out}, ir::DType::kF16);
+      if (transposed)
+        w = *g.addOp(ir::OpKind::kTranspose, name + ".t", {w}, {{"perm", std::vector<std::int64_t>{1, 0}}}, l);
+      x = *g.addOp(ir::OpKind::kRelu, name + ".relu", {*g.addOp(ir::OpKind::kMatMul, name, {x, w}, l)}, l);
+    }
+    g.markOutput(x);
+    return g;
+  };
+  const auto stored = profileOf(mlp(false), c, 1);
+  const auto read = profileOf(mlp(true), c, 1);
+  ASSERT_TRUE(read.hasWeightMatmul);
+  ASSERT_EQ(read.layers.size(), stored.layers.size());
+  for (size_t l = 0; l < read.layers.size(); ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const auto& a = read.layers[l];
+    const auto& b = stored.layers[l];
+    EXPECT_EQ(a.weightMatmuls, 1);
+    EXPECT_EQ(a.installCycles, b.installCycles);
+    EXPECT_EQ(a.weightInstallCycles, b.weightInstallCycles);
+    const auto* ta = a.figuresAt(TensorSplit::kMegatron, 2);
+    const auto* tb = b.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(ta && tb);
+    EXPECT_EQ(ta->allReduces, tb->allReduces);
+    EXPECT_EQ(ta->allReduceBytes, tb->allReduceBytes);
+    EXPECT_EQ(ta->rank.weightBytes, tb->rank.weightBytes);
+  }
+  EXPECT_EQ(read.layers[1].allReduces, 1);
+  Plan plan;
+  plan.tp = 2;
+  plan.split = TensorSplit::kMegatron;
+  plan.stageFirstLayer = {0};
+  plan.stageChip = {0};
+  plan.placement = {0, 1};
+  auto costed = evaluatePlan(c, read, plan);
+  ASSERT_TRUE(costed.ok()) << costed.error().format();
+  EXPECT_GT(costed->cost.commShare, 0.0);
+}
+
+// Consecutive layers with no collective between them run as one program on every rank (the
+// cluster schedule compiles each run of compute ops between collectives as one segment), so a
+// tensor-parallel plan overlaps them as one chip does. Convolutions, which Megatron leaves whole,
+// then a classifier whose column-split output leaves the graph split: no collective anywhere, and
+// tp 2 costs no more than one chip.
+TEST(CostModel, LayersWithoutCollectivesOverlapOnEveryRank) {
+  const auto c = cluster("{topology: {kind: fully-connected, chips: 2}, link: {lanes: 4, gbps_per_lane: 30, latency_ns: 250}}");
+  ir::Graph g;
+  const ir::Attrs pads{{"pads", std::vector<std::int64_t>{1, 1, 1, 1}}};
+  ir::TensorId x = g.addInput("x", {1, 64, 28, 28}, ir::DType::kF16);
+  for (int l = 0; l < 3; ++l) {
+    const auto w = g.addWeight("conv" + std::to_string(l) + ".w", {64, 64, 3, 3}, ir::DType::kF16);
+    x = *g.addOp(ir::OpKind::kRelu, "relu" + std::to_string(l),
+                 {*g.addOp(ir::OpKind::kConv, "conv" + std::to_string(l), {x, w}, pads, l)}, l);
+  }
+  const auto pooled = *g.addOp(ir::OpKind::kGlobalAveragePool, "pool", {x}, 3);
+  const auto flat = *g.addOp(ir::OpKind::kFlatten, "flatten", {pooled}, 3);
+  const auto fc = g.addWeight("fc.w", {64, 640}, ir::DType::kF16);
+  g.markOutput(*g.addOp(ir::OpKind::kMatMul, "fc", {flat, fc}, 3));
+  const auto profile = profileOf(g, c, 1);
+  ASSERT_TRUE(profile.hasWeightMatmul);
+  Cycle overlap = 0;
+  for (const auto& layer : profile.layers) {
+    const auto* two = layer.figuresAt(TensorSplit::kMegatron, 2);
+    ASSERT_TRUE(two);
+    EXPECT_EQ(two->allReduces + two->allGathers, 0);
+    overlap += layer.overlapWithPrevious;
+  }
+  ASSERT_GT(overlap, 0);
+  auto cost = [&](int tp) {
+    Plan plan;
+    plan.tp = tp;
+    plan.split = tp > 1 ? TensorSplit::kMegatron : TensorSplit::kNone;
+    plan.stageFirstLayer = {0};
+    plan.stageChip = {0};
+    if (tp > 1) plan.placement = {0, 1};
+    auto costed = evaluatePlan(c, profile, plan);
+    EXPECT_TRUE(costed.ok()) << costed.error().format();
+    return costed->cost.iterationCycles;
+  };
+  EXPECT_LE(cost(2), cost(1));
 }
 
 // The memory check counts what one rank's graph holds. A Llama decode step with 2 KV heads over 8
