@@ -109,22 +109,30 @@ class Evaluator {
   GroupFits fits_;
 };
 
-// Evaluates a list of candidates, spread over ranks; every rank gets every result.
-std::vector<PlanCost> evaluateList(Evaluator& evaluator, const std::vector<Candidate>& list, bool exact,
-                                   const SearchParallel& parallel) {
+// Evaluates a list of candidates, spread over ranks; every rank gets every result. Interrupted when
+// the ranks agree to stop (gather), or, alone, when cancelRequested() cut the list short: a search
+// stopped early holds only some candidates, so nothing after it can be trusted or is the same on
+// every rank.
+Expected<std::vector<PlanCost>> evaluateList(Evaluator& evaluator, const std::vector<Candidate>& list, bool exact,
+                                             const SearchParallel& parallel) {
   std::vector<EvaluatedCandidate> mine;
   const int size = parallel.gather ? std::max(1, parallel.size) : 1;
   const int rank = size > 1 ? parallel.rank : 0;
   const auto share = static_cast<std::int64_t>(list.size() / size + (static_cast<int>(list.size() % size) > rank ? 1 : 0));
+  bool stopped = false;
   for (size_t i = 0; i < list.size(); ++i)
     if (static_cast<int>(i % size) == rank) {
-      if (support::cancelRequested()) break;  // unevaluated candidates do not fit; the caller stops
+      if ((stopped = support::cancelRequested())) break;
       mine.push_back({static_cast<std::int64_t>(i), evaluator.evaluate(list[i], exact)});
       if (parallel.progress) parallel.progress(static_cast<std::int64_t>(mine.size()), share);
     }
-  const auto all = size > 1 ? parallel.gather(mine) : mine;
+  // With ranks, a rank that stopped still gathers: the gather's agreement stops every rank at once.
+  std::optional<std::vector<EvaluatedCandidate>> all;
+  if (size > 1) all = parallel.gather(mine);
+  else if (!stopped) all = std::move(mine);
+  if (!all) return support::interrupted();
   std::vector<PlanCost> out(list.size());
-  for (const auto& e : all) out[e.index] = e.cost;
+  for (const auto& e : *all) out[e.index] = e.cost;
   return out;
 }
 
@@ -273,6 +281,9 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
   std::vector<Shape> shapes;
   for (const auto& [split, tp] : tensorSplits(profile, options.maxTp, chips))
     for (int pp = 1; pp <= layers && tp * pp <= chips; ++pp) {
+      // Thousands of depths on a large cluster: a signal ends the search here too (with ranks, the
+      // runtime's next agreement stops the others at their gather).
+      if (support::cancelRequested()) return support::interrupted();
       auto stages = evaluator.stages(pp);
       if (!stages) return stages.error();
       std::vector<Shape> variants;
@@ -312,9 +323,10 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
       if (c.interleave > 1)
         if (auto s = evaluator.stages(c.pp * c.interleave); !s) return s.error();
     const auto costs = evaluateList(evaluator, list, false, parallel);
+    if (!costs) return costs.error();
     result.evaluated += static_cast<std::int64_t>(list.size());
     for (size_t i = 0; i < list.size(); ++i)
-      if (costs[i].fits) screened.push_back({list[i], costs[i], false});
+      if ((*costs)[i].fits) screened.push_back({list[i], (*costs)[i], false});
     return {};
   };
   const std::int64_t reserve = std::min<std::int64_t>(options.finalists, options.budget / 4);
@@ -430,10 +442,11 @@ Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const Model
         where.push_back(i);
       }
     const auto costs = evaluateList(evaluator, list, true, parallel);
+    if (!costs) return costs.error();
     result.evaluated += static_cast<std::int64_t>(list.size());
     finalBudget -= static_cast<std::int64_t>(list.size());
     for (size_t k = 0; k < list.size(); ++k) {
-      screened[where[k]].cost = costs[k];
+      screened[where[k]].cost = (*costs)[k];
       screened[where[k]].exact = true;
     }
     screened.erase(std::remove_if(screened.begin(), screened.end(), [](const RankedPlan& r) { return !r.cost.fits; }),

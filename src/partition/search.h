@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,11 @@ struct EvaluatedCandidate {
 };
 
 /// Spreads candidate evaluation over ranks: rank evaluates the indices i with i % size == rank,
-/// and gather (given by the runtime, which owns MPI) returns the union of every rank's results.
+/// and gather (given by the runtime, which owns MPI) returns the union of every rank's results, or
+/// nothing when the ranks agreed to stop (a signal): then every rank's search ends there, interrupted.
 struct SearchParallel {
   int rank = 0, size = 1;
-  std::function<std::vector<EvaluatedCandidate>(const std::vector<EvaluatedCandidate>&)> gather;
+  std::function<std::optional<std::vector<EvaluatedCandidate>>(const std::vector<EvaluatedCandidate>&)> gather;
   /// Told after each candidate this rank evaluates: (done, this rank's share) of the list in hand.
   support::ProgressFn progress;
 };
@@ -69,7 +71,7 @@ struct SearchResult {
 bool betterPlan(const std::string& objective, const RankedPlan& a, const RankedPlan& b);
 
 /// Searches the plans of a profiled model on `cluster`. Errors: kDoesNotFit naming the smallest chip count
-/// that would fit when no plan fits.
+/// that would fit when no plan fits; support::interrupted() when support::cancelRequested() stopped it.
 Expected<SearchResult> searchPlans(const topology::Cluster& cluster, const ModelProfile& profile,
                                    const SearchOptions& options,
                                    const SearchParallel& parallel = {});

@@ -948,9 +948,9 @@ RunResult stopBeforeSimulation(RunState& s, const char* stage, bool inSearch) {
   if (!writesTrace)
     return *failure(makeError(ExitCode::kInterrupted, fmt::format("interrupted during {}; no trace written", stage)),
                     s.root);
-  // The trace's writes are collective: it holds only what every rank knows alike. A search stopped
-  // early holds each rank's own candidates (its ranking and best plan differ between ranks, and it may
-  // have failed on some); a compile stopped early may have ended on some ranks only.
+  // The trace's writes are collective: it holds only what every rank knows alike. A search the signal
+  // stopped holds no plan: it ended interrupted on every rank, or (the signal came after its last
+  // gather) ended on some ranks only; a compile stopped early may have ended on some ranks only.
   if (inSearch) s.planChosen = false;
   int known[2] = {s.planChosen ? 1 : 0, s.reports.empty() ? 0 : 1};
   MPI_Allreduce(MPI_IN_PLACE, known, 2, MPI_INT, MPI_MIN, s.comm);

@@ -178,9 +178,11 @@ Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& optio
       progress.update(done, total, "candidates evaluated");
     };
     if (parallel.size > 1)
-      parallel.gather = [comm, &cancel](const std::vector<partition::EvaluatedCandidate>& mine) {
-        // Stopping: this rank's candidates only (the search ends early; the caller returns interrupted).
-        return cancel.agree() ? mine : gatherCandidates(comm, mine);
+      parallel.gather = [comm, &cancel](const std::vector<partition::EvaluatedCandidate>& mine)
+          -> std::optional<std::vector<partition::EvaluatedCandidate>> {
+        // Stopping: every rank's search ends at this gather, interrupted.
+        if (cancel.agree()) return std::nullopt;
+        return gatherCandidates(comm, mine);
       };
     auto result = partition::searchPlans(cluster, *profile, search, parallel);
     if (!result) return result.error();

@@ -41,7 +41,8 @@ struct PlanChoice {
 /// The search's candidates are dealt over the ranks of comm; every rank gets the same choice.
 /// The profile's layer compiles are dealt over the ranks too (sharedLayerCompiler).
 /// progress shows this rank's layer compiles, then the candidates evaluated. The ranks agree on
-/// `cancel` before gathering candidates; once they agreed to stop, nothing more is gathered.
+/// `cancel` before gathering candidates; once they agreed to stop, the search ends there on every
+/// rank and choosePlan returns support::interrupted().
 Expected<PlanChoice> choosePlan(const RunConfig& config, const RunOptions& options, const ir::Graph& graph,
                                 MPI_Comm comm, CancelWatch& cancel, PhaseProgress& progress);
 

@@ -19,6 +19,7 @@
 #include "compile/schedule/collectives.h"
 #include "partition/plan_shards.h"
 #include "partition/stage_partition.h"
+#include "support/cancel.h"
 #include "topology/cluster_config.h"
 #include "topology/yaml_reader.h"
 
@@ -998,6 +999,46 @@ TEST(Search, RanksEvaluatingSlicesGiveTheSerialRanking) {
       }
     }
   }
+}
+
+// A signal stops the search where the ranks agree to (the gather): every rank's search ends there,
+// interrupted, and runs nothing more on the candidates it holds (no fallback, no widening).
+TEST(Search, StopsAtTheGatherWhereTheRanksAgreeToStop) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  SearchOptions options;
+  int widened = 0;
+  options.widen = [&](const ModelProfile& p) {
+    ++widened;
+    return p;
+  };
+  for (int stopAt : {1, 2}) {
+    int gathers = 0;
+    SearchParallel parallel{0, 2, [&](const std::vector<EvaluatedCandidate>& mine) -> std::optional<std::vector<EvaluatedCandidate>> {
+                              if (++gathers == stopAt) return std::nullopt;
+                              return mine;
+                            }, {}};
+    auto stopped = searchPlans(c, profile, options, parallel);
+    ASSERT_FALSE(stopped.ok());
+    EXPECT_EQ(stopped.error().code, ExitCode::kInterrupted);
+    EXPECT_EQ(gathers, stopAt);
+  }
+  EXPECT_EQ(widened, 0);
+}
+
+// Alone, the search stops on cancelRequested() before its candidates are all evaluated, interrupted
+// (not a ranking of the few it evaluated, nor "does not fit" for those it did not).
+TEST(Search, StopsWhenCancelledOnOneRank) {
+  const auto c = cluster("{topology: {kind: ring, chips: 8}}");
+  const auto g = model("mlp", {{"layers", "4"}, {"hidden", "1024"}, {"batch", "16"}});
+  const auto profile = profileOf(g, c, 16);
+  support::setCancelPoll([] { return true; });
+  auto stopped = searchPlans(c, profile, {});
+  support::setCancelPoll(nullptr);
+  ASSERT_FALSE(stopped.ok());
+  EXPECT_EQ(stopped.error().code, ExitCode::kInterrupted);
+  EXPECT_TRUE(searchPlans(c, profile, {}).ok());
 }
 
 TEST(PlanFile, RoundTripsThroughYaml) {
