@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "compile/ir/iteration_space.h"
 #include "partition/sharding_spmd.h"
 
 namespace tsp::partition {
@@ -150,6 +151,24 @@ std::optional<WeightOperand> weightOperand(const ir::Graph& graph, const ir::Op&
     // [K, N] as the right operand, [M, K] as the left: the output dim is N or M.
     const int matrixDim = (operand == 1) != transposed ? 1 : 0;
     int outDim = matrixDim, contractedDim = 1 - matrixDim;
+    if (graph.tensor(w).producer >= 0) {
+      // One part of a fused weight, cut out by a Slice of unit step along the output dim
+      // (nn.MultiheadAttention's in_proj_weight read as q, k and v apart): the weight itself, which
+      // the column split then splits in the parts its Slices cut (consumerParts).
+      const ir::Op& producer = graph.op(graph.tensor(w).producer);
+      if (producer.kind == ir::OpKind::kSlice && !producer.inputs.empty()) {
+        const auto& whole = graph.tensor(producer.inputs[0]);
+        const auto space = ir::iterationSpace(graph, producer);
+        const auto unitStep = [&] {
+          if (!space || space->reads.empty() || space->reads[0].operand != 0) return false;
+          const auto& index = space->reads[0].index;
+          return index.size() == 2 && index[outDim].terms.size() == 1 && index[outDim].terms[0].coeff == 1;
+        };
+        if (whole.role == ir::TensorRole::kWeight && whole.shape.size() == 2 &&
+            whole.shape[contractedDim] == graph.tensor(w).shape[contractedDim] && unitStep())
+          w = producer.inputs[0];
+      }
+    }
     if (graph.tensor(w).producer >= 0) {
       const ir::Op& producer = graph.op(graph.tensor(w).producer);
       if (producer.kind != ir::OpKind::kReshape) continue;

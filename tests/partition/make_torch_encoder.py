@@ -4,7 +4,10 @@
 Usage: make_torch_encoder.py OUT_DIR. Writes OUT_DIR/encoder.onnx: nn.TransformerEncoder (fused
 in_proj [3d, d]), 2 layers, d 32, 4 heads, FFN 64, batch 2, sequence 8, batch-first, exported with
 gradients enabled (eval mode under no_grad takes the fused fast path, which has no ONNX export); and
-OUT_DIR/einsum.onnx: projections written as torch.einsum on weights (Einsum nodes), d 32, 4 heads of 8.
+OUT_DIR/einsum.onnx: projections written as torch.einsum on weights (Einsum nodes), d 32, 4 heads of 8;
+OUT_DIR/cross_attention.onnx: nn.MultiheadAttention (d 32, 4 heads) with query, key and value three
+different inputs, so that torch slices its fused in_proj_weight [3d, d] into q, k and v before the
+projections (exported without constant folding, which would store the three parts as weights of their own).
 """
 import os
 import sys
@@ -13,6 +16,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from publish_dir import published  # noqa: E402
 
 import torch
+
+
+class CrossAttention(torch.nn.Module):
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(d, heads)
+
+    def forward(self, q, k, v):
+        return self.attention(q, k, v, need_weights=False)[0]
 
 
 class EinsumBlock(torch.nn.Module):
@@ -46,6 +58,10 @@ def main():
                           output_names=["y"])
         torch.onnx.export(EinsumBlock().eval(), (x,), os.path.join(out, "einsum.onnx"), opset_version=17,
                           input_names=["x"], output_names=["y"])
+        # Sequence-first [s, b, d], as nn.MultiheadAttention takes by default.
+        torch.onnx.export(CrossAttention().eval(), (torch.randn(8, 2, 32), torch.randn(6, 2, 32), torch.randn(6, 2, 32)),
+                          os.path.join(out, "cross_attention.onnx"), opset_version=17, input_names=["q", "k", "v"],
+                          output_names=["y"], do_constant_folding=False)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,55 @@ TEST_F(TorchSharding, EncoderFusedInProjectionSplitsByHeads) {
   }
 }
 
+// nn.MultiheadAttention with query, key and value three inputs cuts its fused [3d, d] in_proj_weight
+// (and its bias) into q, k and v with Slices before the projections, each then read through a Transpose.
+// Megatron splits the whole weight in those three parts over tp, so every rank holds whole heads of
+// each and 1/tp of every weight: the output projection's all-reduce is the only collective.
+TEST_F(TorchSharding, CrossAttentionSlicedInProjectionSplitsByHeads) {
+  // As a timing run imports it (a functional import folds the Slices of the weight into constants),
+  // with values of its own in every weight.
+  frontend::ImportOptions timing;
+  timing.loadWeights = false;
+  auto g = frontend::importOnnx(dir_ + "/cross_attention.onnx", timing);
+  ASSERT_TRUE(g.ok()) << g.error().format();
+  std::uint64_t seed = 11;
+  for (ir::TensorId w : g->weights()) g->setData(w, testing::values(g->tensor(w).elements(), seed++));
+  ir::Value q{ir::DType::kF32, {8, 2, 32}, *testing::values(8 * 2 * 32, 7)};
+  ir::Value k{ir::DType::kF32, {6, 2, 32}, *testing::values(6 * 2 * 32, 8)};
+  ir::Value v{ir::DType::kF32, {6, 2, 32}, *testing::values(6 * 2 * 32, 9)};
+  Bytes whole = 0;
+  for (ir::TensorId w : g->weights()) whole += g->tensor(w).bytes();
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE(tp);
+    const Mesh mesh = tensorMesh(TensorSplit::kMegatron, tp);
+    auto annotations = planAnnotations(*g, TensorSplit::kMegatron, mesh);
+    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
+    auto propagated = propagateShardings(*g, mesh, *annotations);
+    ASSERT_TRUE(propagated.ok()) << propagated.error().format();
+    int fused = 0;
+    for (ir::TensorId w : g->weights())
+      if (g->tensor(w).shape == std::vector<std::int64_t>{96, 32}) {
+        ++fused;
+        EXPECT_EQ(propagated->tensors[w].text(mesh), "[3xtp,-]") << g->tensor(w).name;
+      }
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
+    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 1);
+    auto devices = shardGraph(*g, *propagated);
+    ASSERT_TRUE(devices.ok()) << devices.error().format();
+    Bytes held = 0;
+    for (ir::TensorId w : devices->graphs[0].weights()) held += devices->graphs[0].tensor(w).bytes();
+    EXPECT_LT(held, whole / tp + whole / 8);  // the output projection's bias stays whole
+    auto want = ir::interpret(*g, {q, k, v});
+    auto got = interpretSharded(*devices, {q, k, v});
+    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
+    ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
+    for (size_t e = 0; e < (*want)[0].data.size(); ++e)
+      EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+  }
+}
+
 // torch.einsum on weights imports as MatMuls reading each weight through a Reshape ([d, heads, hd]
 // into [d, heads hd]) or a Transpose (nn.Linear's [out, in]), as a timing run sees the model (a
 // functional import folds those into constants). Megatron splits every weight as it splits the
