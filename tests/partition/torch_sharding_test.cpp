@@ -27,10 +27,34 @@ class TorchSharding : public ::testing::Test {
 };
 std::string TorchSharding::dir_;
 
-// The TP group's device graphs compute what the unsharded graph does on x.
-void expectSameAsUnsharded(const ir::Graph& g, const DeviceGraphs& devices, const ir::Value& x) {
-  auto want = ir::interpret(g, {x});
-  auto got = interpretSharded(devices, {x});
+// Megatron's annotations on `mesh`, propagated.
+Expected<ShardingPlan> megatron(const ir::Graph& g, const Mesh& mesh) {
+  auto annotations = planAnnotations(g, TensorSplit::kMegatron, mesh);
+  if (!annotations) return annotations.error();
+  return propagateShardings(g, mesh, *annotations);
+}
+
+// The splits of the fused [3d, d] (or [d, 3d]) weights, d = 32, sorted.
+std::vector<std::string> fusedSplits(const ir::Graph& g, const ShardingPlan& plan, const Mesh& mesh) {
+  std::vector<std::string> texts;
+  for (ir::TensorId w : g.weights())
+    if (g.tensor(w).shape == std::vector<std::int64_t>{32, 96} || g.tensor(w).shape == std::vector<std::int64_t>{96, 32})
+      texts.push_back(plan.tensors[w].text(mesh));
+  std::sort(texts.begin(), texts.end());
+  return texts;
+}
+
+// Nothing gathered or exchanged between ranks, and `allReduces` all-reduces.
+void expectOnlyAllReduces(const ShardingPlan& plan, int allReduces) {
+  EXPECT_EQ(plan.count(ReshardKind::kAllGather), 0);
+  EXPECT_EQ(plan.count(ReshardKind::kAllToAll), 0);
+  EXPECT_EQ(plan.count(ReshardKind::kAllReduce), allReduces);
+}
+
+// The TP group's device graphs compute what the unsharded graph does on `inputs`.
+void expectSameAsUnsharded(const ir::Graph& g, const DeviceGraphs& devices, const std::vector<ir::Value>& inputs) {
+  auto want = ir::interpret(g, inputs);
+  auto got = interpretSharded(devices, inputs);
   ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
   ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
   for (size_t e = 0; e < (*want)[0].data.size(); ++e)
@@ -47,28 +71,14 @@ TEST_F(TorchSharding, EncoderFusedInProjectionSplitsByHeads) {
   ir::Value x{ir::DType::kF32, {2, 8, 32}, *testing::values(2 * 8 * 32, 3)};
   for (int tp : {2, 4}) {
     SCOPED_TRACE(tp);
-    Plan p;
-    p.tp = tp;
-    p.split = TensorSplit::kMegatron;
-    const Mesh mesh = tensorMesh(p.split, p.tp);
-    auto annotations = planAnnotations(*g, p.split, mesh);
-    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
-    auto propagated = propagateShardings(*g, mesh, *annotations);
+    const Mesh mesh = tensorMesh(TensorSplit::kMegatron, tp);
+    auto propagated = megatron(*g, mesh);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
-    int fused = 0;
-    for (ir::TensorId w : g->weights())
-      if (g->tensor(w).shape == std::vector<std::int64_t>{32, 96} || g->tensor(w).shape == std::vector<std::int64_t>{96, 32}) {
-        ++fused;
-        const auto& s = propagated->tensors[w];
-        EXPECT_EQ(s.text(mesh), g->tensor(w).shape[0] == 96 ? "[3xtp,-]" : "[-,3xtp]") << g->tensor(w).name;
-      }
-    EXPECT_EQ(fused, 2);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 4);
+    EXPECT_EQ(fusedSplits(*g, *propagated, mesh), (std::vector<std::string>{"[-,3xtp]", "[-,3xtp]"}));
+    expectOnlyAllReduces(*propagated, 4);
     auto devices = shardGraph(*g, *propagated);
     ASSERT_TRUE(devices.ok()) << devices.error().format();
-    expectSameAsUnsharded(*g, *devices, x);
+    expectSameAsUnsharded(*g, *devices, {x});
   }
 }
 
@@ -93,31 +103,16 @@ TEST_F(TorchSharding, CrossAttentionSlicedInProjectionSplitsByHeads) {
   for (int tp : {2, 4}) {
     SCOPED_TRACE(tp);
     const Mesh mesh = tensorMesh(TensorSplit::kMegatron, tp);
-    auto annotations = planAnnotations(*g, TensorSplit::kMegatron, mesh);
-    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
-    auto propagated = propagateShardings(*g, mesh, *annotations);
+    auto propagated = megatron(*g, mesh);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
-    int fused = 0;
-    for (ir::TensorId w : g->weights())
-      if (g->tensor(w).shape == std::vector<std::int64_t>{96, 32}) {
-        ++fused;
-        EXPECT_EQ(propagated->tensors[w].text(mesh), "[3xtp,-]") << g->tensor(w).name;
-      }
-    EXPECT_EQ(fused, 1);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 1);
+    EXPECT_EQ(fusedSplits(*g, *propagated, mesh), std::vector<std::string>{"[3xtp,-]"});
+    expectOnlyAllReduces(*propagated, 1);
     auto devices = shardGraph(*g, *propagated);
     ASSERT_TRUE(devices.ok()) << devices.error().format();
     Bytes held = 0;
     for (ir::TensorId w : devices->graphs[0].weights()) held += devices->graphs[0].tensor(w).bytes();
     EXPECT_LT(held, whole / tp + whole / 8);  // the output projection's bias stays whole
-    auto want = ir::interpret(*g, {q, k, v});
-    auto got = interpretSharded(*devices, {q, k, v});
-    ASSERT_TRUE(want.ok() && got.ok()) << (want.ok() ? got.error().format() : want.error().format());
-    ASSERT_EQ((*want)[0].data.size(), (*got)[0].data.size());
-    for (size_t e = 0; e < (*want)[0].data.size(); ++e)
-      EXPECT_NEAR((*want)[0].data[e], (*got)[0].data[e], 1e-4 + 1e-4 * std::abs((*want)[0].data[e]));
+    expectSameAsUnsharded(*g, *devices, {q, k, v});
   }
 }
 
@@ -147,23 +142,19 @@ TEST_F(TorchSharding, EinsumWeightsSplitLikeMatMuls) {
   for (int tp : {2, 4}) {
     SCOPED_TRACE(tp);
     const Mesh mesh = tensorMesh(TensorSplit::kMegatron, tp);
-    auto annotations = planAnnotations(*g, TensorSplit::kMegatron, mesh);
-    ASSERT_TRUE(annotations.ok()) << annotations.error().format();
-    auto propagated = propagateShardings(*g, mesh, *annotations);
+    auto propagated = megatron(*g, mesh);
     ASSERT_TRUE(propagated.ok()) << propagated.error().format();
     for (ir::TensorId w : g->weights()) {
       const auto& s = propagated->tensors[w];
       EXPECT_TRUE(std::any_of(s.dimAxis.begin(), s.dimAxis.end(), [](int a) { return a >= 0; })) << g->tensor(w).name;
     }
-    EXPECT_EQ(propagated->count(ReshardKind::kAllGather), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllToAll), 0);
-    EXPECT_EQ(propagated->count(ReshardKind::kAllReduce), 2);
+    expectOnlyAllReduces(*propagated, 2);
     auto devices = shardGraph(*g, *propagated);
     ASSERT_TRUE(devices.ok()) << devices.error().format();
     Bytes held = 0;
     for (ir::TensorId w : devices->graphs[0].weights()) held += devices->graphs[0].tensor(w).bytes();
     EXPECT_EQ(held, whole / tp);
-    expectSameAsUnsharded(*g, *devices, x);
+    expectSameAsUnsharded(*g, *devices, {x});
   }
 }
 
