@@ -87,13 +87,18 @@ Expected<ir::Graph> layerGraph(const ir::Graph& graph, const std::vector<ir::OpI
 namespace {
 
 // The weights an op installs: its weight inputs, or the weight a MatMul or Gemm reads through a
-// Transpose or Reshape (`weightOperand`: torch exports nn.Linear as a MatMul on Transpose(W)).
+// Transpose or Reshape (`weightOperand`: torch exports nn.Linear as a MatMul on Transpose(W)); of a
+// fused weight cut apart by a Slice, the op's operand (the part it installs).
 std::vector<ir::TensorId> installedWeights(const ir::Graph& graph, const ir::Op& op) {
   std::vector<ir::TensorId> weights;
   for (ir::TensorId t : op.inputs)
     if (graph.tensor(t).role == ir::TensorRole::kWeight) weights.push_back(t);
   if (weights.empty())
-    if (auto found = weightOperand(graph, op)) weights.push_back(found->weight);
+    if (auto found = weightOperand(graph, op)) {
+      const ir::TensorId operand = op.inputs[found->operand];
+      weights.push_back(graph.tensor(found->weight).elements() > graph.tensor(operand).elements() ? operand
+                                                                                                  : found->weight);
+    }
   return weights;
 }
 

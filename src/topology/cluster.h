@@ -57,8 +57,9 @@ inline Cycle pacedSerializationCycles(std::int64_t vectors, double spacing, Cycl
 }
 
 /// Cycles vectors [from, from + vectors) of one stream hold the link: a burst that continues a
-/// stream (a tile's later MEM-slice segment: a C2C send whose `stride` says so) goes on from where the stream's fraction of a cycle stands, so a stream of k
-/// vectors in bursts takes ceil(k x spacing) however it is cut. Vector j of such a burst enters the
+/// stream (a tile's later MEM-slice segment: a C2C send whose `stride` says so) goes on from where
+/// the stream's fraction of a cycle stands, so a stream of k vectors in bursts takes
+/// ceil(k x spacing) however it is cut. Vector j of such a burst enters the
 /// link streamCycles(from, j, ...) after its first.
 inline Cycle streamCycles(std::int64_t from, std::int64_t vectors, double spacing, Cycle interval) {
   return pacedSerializationCycles(from + vectors, spacing, interval) - pacedSerializationCycles(from, spacing, interval);
