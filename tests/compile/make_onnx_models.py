@@ -252,6 +252,7 @@ def main():
         single_op(out, "unsupported_op", "Hardmax")
         single_op(out, "old_opset", "Relu", opset=9)
         single_op(out, "new_opset", "Relu", opset=22)
+        single_op(out, "old_mul_one_input", "Mul", opset=6)  # fewer inputs than its schema: refused before the upgrade
         unnamed_dynamic(out)
         bad_initializer_shape(out, "negative_dim", [-1, 2])
         bad_initializer_shape(out, "huge_dims", [2**32, 2**32])

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <onnx/defs/schema.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/version_converter/convert.h>
 
@@ -1910,6 +1911,21 @@ Status upgradeOpset(onnx::ModelProto& model, const std::string& path) {
     if (opset.version() >= kMinOpset) return {};
     const auto from = opset.version();
     if (auto s = checkNamesDefined(model.graph(), path); !s) return s;
+    // The converter's adapters read the inputs and outputs an op's schema promises: a node with
+    // fewer (or more) is refused before it runs.
+    int index = 0;
+    for (const auto& node : model.graph().node()) {
+      const auto* schema = onnx::OpSchemaRegistry::Schema(node.op_type(), static_cast<int>(from), node.domain());
+      const std::string name = node.name().empty() ? fmt::format("{} #{}", node.op_type(), index) : node.name();
+      ++index;
+      if (!schema) continue;  // an op the opset does not define: the converter says so
+      if (node.input_size() < schema->min_input() || node.input_size() > schema->max_input() ||
+          node.output_size() < schema->min_output() || node.output_size() > schema->max_output())
+        return modelError(name, fmt::format("{} at opset {} takes {} to {} inputs and {} to {} outputs, got {} and {}",
+                                            node.op_type(), from, schema->min_input(), schema->max_input(),
+                                            schema->min_output(), schema->max_output(), node.input_size(),
+                                            node.output_size()));
+    }
     try {
       model = onnx::version_conversion::ConvertVersion(model, kMinOpset);
     } catch (const std::exception& e) {
